@@ -1,0 +1,27 @@
+// lsa_native._core: the private compiled module; the public API lives in python/lsa_native.
+#include <pybind11/pybind11.h>
+
+#include "lsa_native/config.hpp"
+#include "lsa_native/device.hpp"
+
+namespace py = pybind11;
+
+namespace lsa_native::bindings {
+void bind_lsa(py::module_& m);
+void bind_population(py::module_& m);
+}  // namespace lsa_native::bindings
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "Compiled core of lsa_native (private; use the lsa_native package).";
+  m.attr("__version__") = LSA_NATIVE_VERSION_STRING;
+  m.def("cuda_compiled", &lsa_native::cuda_compiled, "True when CUDA kernels were compiled in.");
+  m.def("cuda_available", &lsa_native::cuda_available,
+        "True when CUDA kernels were compiled in and a GPU is visible.");
+  m.def("num_threads", &lsa_native::num_threads, "CPU threads used by batched kernels.");
+  m.def("set_num_threads", &lsa_native::set_num_threads, py::arg("n"),
+        "Set the CPU thread count (n < 1 restores the default). Results do not depend on it.");
+  m.def("cpu_kernel_isa", &lsa_native::cpu_kernel_isa,
+        "Instruction set the CPU kernels dispatched to.");
+  lsa_native::bindings::bind_lsa(m);
+  lsa_native::bindings::bind_population(m);
+}

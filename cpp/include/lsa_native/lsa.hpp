@@ -1,0 +1,74 @@
+// Batched one-layer linear self-attention (LSA) of Zhang, Frei, Bartlett [ZFB (3.3)-(3.7)].
+//
+// Layout contract shared by every function here:
+//   E      [B, d+1, N+1]  C-contiguous; column j of prompt b is token e_j = (x_j; y_j), the last
+//                         column is the query token (x_q; 0)            [ZFB (3.4)]
+//   W_pv   [d+1, d+1]     C-contiguous, W^PV
+//   W_kq   [d+1, d+1]     C-contiguous, W^KQ
+// T is float or double. Outputs never alias inputs. All functions are thread-safe, run on the CPU
+// over num_threads() threads (device.hpp), and give results that do not depend on the thread count.
+// Invalid shapes or null pointers throw lsa_native::Error.
+//
+// Accuracy: per-prompt sums over tokens run in T with SIMD partial sums; sums over the batch
+// (losses, parameter gradients) run in double for both T, in a fixed chunk order.
+#pragma once
+
+#include "lsa_native/types.hpp"
+
+namespace lsa_native {
+
+struct LsaShape {
+  index_t batch;    // B >= 1 prompts
+  index_t dim;      // d >= 1; E has d+1 rows
+  index_t context;  // N >= 1 context tokens; E has N+1 columns; ρ = N   [ZFB 3.2]
+};
+
+// Throws Error unless every extent is >= 1 and B·(d+1)·(N+1) fits in index_t.
+void validate(const LsaShape& shape);
+
+// ŷ_b = [f_LSA(E_b)]_{d+1,N+1} = p^T G q with p = last row of W^PV, K = first d columns of W^KQ,
+// q = K x_q, G = E E^T / N                                                [ZFB (3.6)]
+// (Exact for any E: q = W^KQ e_q and the query's label slot E[d, N] is added; both reduce to (3.6)
+// when the slot is 0, as in (3.4).)
+// One pass over the tokens: O(N d) per prompt.
+//   y_hat [B] (written)
+template <class T>
+void lsa_predict(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* y_hat);
+
+// L = (1/(2B)) Σ_b (ŷ_b − y_q,b)^2  [ZFB (3.7)] and its full-size gradients. Only the last row of
+// dW_pv (∂L/∂p) can be nonzero, the rest is written as 0; the last column of dW_kq is exactly 0
+// when the query label slots E[b, d, N] are 0 (prompts of (3.4)).
+// Forward and backward read each prompt once from memory: O(N d) per prompt.
+//   y_q [B], d_W_pv [d+1, d+1] (written), d_W_kq [d+1, d+1] (written),
+//   y_hat [B] (written when not null)
+// Returns L.
+template <class T>
+double lsa_loss_and_grad(const LsaShape& shape, const T* E, const T* y_q, const T* W_pv,
+                         const T* W_kq, T* d_W_pv, T* d_W_kq, T* y_hat = nullptr);
+
+// Full output f(E) = E + W^PV E (E^T W^KQ E)/N = E + (W^PV G W^KQ) E, Gram-first: O(N d^2).
+//   F [B, d+1, N+1] (written)
+template <class T>
+void lsa_forward(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* F);
+
+// Vector-Jacobian product of lsa_forward for an upstream gradient d_F = ∂ℓ/∂F:
+// with P = W^PV G W^KQ and dP = d_F E^T (summed over the batch where it is a parameter),
+//   dW^PV = Σ_b dP (G W^KQ)^T,  dW^KQ = Σ_b (W^PV G)^T dP,
+//   dE = d_F + P^T d_F + (dG + dG^T) E / N,  dG = W^PV^T dP W^KQ^T.    (SPEC 3.2)
+//   d_F [B, d+1, N+1], d_W_pv, d_W_kq [d+1, d+1] (written), d_E [B, d+1, N+1] (written if not null)
+template <class T>
+void lsa_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, const T* d_F,
+             T* d_W_pv, T* d_W_kq, T* d_E = nullptr);
+
+#define LSA_NATIVE_DECLARE_LSA(T)                                                                 \
+  extern template void lsa_predict<T>(const LsaShape&, const T*, const T*, const T*, T*);         \
+  extern template double lsa_loss_and_grad<T>(const LsaShape&, const T*, const T*, const T*,      \
+                                              const T*, T*, T*, T*);                              \
+  extern template void lsa_forward<T>(const LsaShape&, const T*, const T*, const T*, T*);         \
+  extern template void lsa_vjp<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, T*, \
+                                  T*);
+LSA_NATIVE_DECLARE_LSA(float)
+LSA_NATIVE_DECLARE_LSA(double)
+#undef LSA_NATIVE_DECLARE_LSA
+
+}  // namespace lsa_native

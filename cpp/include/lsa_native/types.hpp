@@ -1,0 +1,26 @@
+// Index type, the error type, and argument checks shared by every lsa_native entry point.
+#pragma once
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace lsa_native {
+
+// 64-bit indices everywhere: B·(d+1)·(N+1) overflows 32 bits at realistic sizes.
+using index_t = std::int64_t;
+
+// Thrown for every invalid argument; the message names the argument and what was expected.
+// The Python bindings map it to ValueError.
+class Error : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+namespace detail {
+inline void require(bool ok, const std::string& message) {
+  if (!ok) throw Error(message);
+}
+}  // namespace detail
+
+}  // namespace lsa_native

@@ -1,0 +1,3 @@
+// LSA CPU kernels for the baseline instruction set.
+#define LSA_ISA_NS isa_baseline
+#include "cpu/lsa_kernels.inl"

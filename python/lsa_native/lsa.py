@@ -1,0 +1,103 @@
+"""Batched one-layer linear self-attention (LSA) [ZFB (3.3)-(3.7)], computed by the native core.
+
+Layout: ``E`` is ``[B, d+1, N+1]`` in the paper's orientation (SPEC 3.1): column ``j`` of prompt
+``b`` is the token ``e_j = (x_j; y_j)``, the last column is the query ``(x_q; 0)``. ``W_pv`` and
+``W_kq`` are ``[d+1, d+1]`` (W^PV, W^KQ). The fast layout is C-contiguous float32 or float64; any
+other layout is copied once (visibly, with ``np.ascontiguousarray``). Parameters are converted to
+``E``'s dtype. Results do not depend on the thread count (``lsa_native.set_num_threads``).
+
+Accuracy: per-prompt token sums run in ``E``'s dtype with SIMD partial sums; the batch sums of the
+loss and the parameter gradients run in float64 for both dtypes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _core
+from ._validation import as_array, as_out, as_prompts, check_finite_result
+
+__all__ = ["predict", "loss_and_grad", "forward", "vjp", "split_shape"]
+
+
+def split_shape(E: np.ndarray) -> tuple[int, int, int]:
+    """(B, d, N) of an embedding batch [B, d+1, N+1]."""
+    B, rows, cols = E.shape
+    return B, rows - 1, cols - 1
+
+
+def _params(E, W_pv, W_kq):
+    E = as_prompts(E)
+    n = E.shape[1]
+    W_pv = as_array(W_pv, (n, n), E.dtype, "W_pv")
+    W_kq = as_array(W_kq, (n, n), E.dtype, "W_kq")
+    return E, W_pv, W_kq
+
+
+def predict(E, W_pv, W_kq, *, out=None) -> np.ndarray:
+    """Predictions ŷ = [f_LSA(E)]_{d+1,N+1} = p^T G q for every prompt  [ZFB (3.6)].
+
+    p is the last row of W^PV, K the first d columns of W^KQ, q = K x_q, G = E E^T / N.
+    One pass over the tokens, O(N d) per prompt. Exact for any E: q = W^KQ e_q and the query's
+    label slot E[b, d, N] is added (both reduce to (3.6) when the slot is 0).
+
+    Returns ŷ [B] in E's dtype (written into ``out`` when given).
+    """
+    E, W_pv, W_kq = _params(E, W_pv, W_kq)
+    y_hat = as_out(out, (E.shape[0],), E.dtype)
+    _core.lsa_predict(E, W_pv, W_kq, y_hat)
+    check_finite_result(y_hat, {"E": E})
+    return y_hat
+
+
+def loss_and_grad(E, y_q, W_pv, W_kq, *, return_predictions: bool = False):
+    """Empirical loss L = (1/(2B)) Σ_b (ŷ_b − y_q,b)^2 [ZFB (3.7)] and its gradients.
+
+    Returns ``(L, dW_pv, dW_kq)`` (plus ŷ [B] when ``return_predictions``): L is a float (batch sum
+    in float64), the gradients are full [d+1, d+1] arrays in E's dtype with exact zeros where a
+    parameter does not affect ŷ: all of W^PV but its last row, and the last column of W^KQ when
+    the query label slots E[:, d, N] are 0 (prompts of (3.4)).
+    Forward and backward read each prompt once from memory.
+    """
+    E, W_pv, W_kq = _params(E, W_pv, W_kq)
+    B, n = E.shape[0], E.shape[1]
+    y_q = as_array(y_q, (B,), E.dtype, "y_q")
+    d_W_pv = np.empty((n, n), E.dtype)
+    d_W_kq = np.empty((n, n), E.dtype)
+    y_hat = np.empty(B, E.dtype) if return_predictions else None
+    loss = _core.lsa_loss_and_grad(E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat)
+    check_finite_result(loss, {"E": E})
+    if return_predictions:
+        return loss, d_W_pv, d_W_kq, y_hat
+    return loss, d_W_pv, d_W_kq
+
+
+def forward(E, W_pv, W_kq, *, out=None) -> np.ndarray:
+    """Full LSA output f(E) = E + W^PV E (E^T W^KQ E)/N  [ZFB (3.3)], computed Gram-first as
+    E + (W^PV G W^KQ) E with G = E E^T / N: O(N d^2) per prompt, never the O(N^2 d) attention matrix.
+
+    Returns F [B, d+1, N+1] in E's dtype (written into ``out`` when given).
+    """
+    E, W_pv, W_kq = _params(E, W_pv, W_kq)
+    F = as_out(out, E.shape, E.dtype)
+    _core.lsa_forward(E, W_pv, W_kq, F)
+    check_finite_result(F, {"E": E})
+    return F
+
+
+def vjp(E, W_pv, W_kq, d_F, *, with_input_grad: bool = True):
+    """Vector-Jacobian product of :func:`forward` for the upstream gradient ``d_F`` [B, d+1, N+1].
+
+    With P = W^PV G W^KQ and dP = d_F E^T:  dW^PV = Σ_b dP (G W^KQ)^T,  dW^KQ = Σ_b (W^PV G)^T dP,
+    dE = d_F + P^T d_F + (dG + dG^T) E / N with dG = W^PV^T dP W^KQ^T  (SPEC 3.2).
+
+    Returns ``(dW_pv, dW_kq, dE)``; dE is None when ``with_input_grad`` is False.
+    """
+    E, W_pv, W_kq = _params(E, W_pv, W_kq)
+    d_F = as_array(d_F, E.shape, E.dtype, "d_F")
+    n = E.shape[1]
+    d_W_pv = np.empty((n, n), E.dtype)
+    d_W_kq = np.empty((n, n), E.dtype)
+    d_E = np.empty(E.shape, E.dtype) if with_input_grad else None
+    _core.lsa_vjp(E, W_pv, W_kq, d_F, d_W_pv, d_W_kq, d_E)
+    check_finite_result(d_W_pv, {"E": E})
+    return d_W_pv, d_W_kq, d_E
