@@ -30,7 +30,7 @@ def _demo(args) -> int:
     print(f"lsa_native demo: SGD on sampled prompts, d={d}, N={N}, batch={args.batch}, "
           f"steps={args.steps}, CPU kernels: {cpu_kernel_isa()}")
     W_pv, W_kq, hist = train.sgd_lsa(W_pv0, W_kq0, sample, steps=args.steps, lr=args.lr, rng=rng,
-                                     lr_decay_to=0.05, metric=distance, record_every=50,
+                                     lr_decay_to=0.1, metric=distance, record_every=50,
                                      progress=not args.quiet)
     for step, loss, dist in zip(hist.step, hist.loss, hist.metrics["dist"]):
         if step % 500 == 0 or step == hist.step[-1]:
@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     demo.add_argument("--context", type=int, default=20)
     demo.add_argument("--batch", type=int, default=4096)
     demo.add_argument("--steps", type=int, default=3000)
-    demo.add_argument("--lr", type=float, default=0.1)
+    demo.add_argument("--lr", type=float, default=0.008)
     demo.add_argument("--seed", type=int, default=0)
     demo.add_argument("--quiet", action="store_true")
     demo.set_defaults(func=_demo)

@@ -1,0 +1,40 @@
+"""Shared fixtures: a fresh, reported seed per test run; per-dtype rounding units."""
+from __future__ import annotations
+
+import os
+import secrets
+
+import numpy as np
+import pytest
+
+# Fresh seeds each run (tests must hold for any seed); set LSA_TEST_SEED to replay a failure.
+SEED = int(os.environ.get("LSA_TEST_SEED", secrets.randbits(32)))
+
+
+def pytest_report_header(config):
+    return f"lsa_native test seed: LSA_TEST_SEED={SEED}"
+
+
+@pytest.fixture
+def rng(request):
+    """A Generator seeded from the run seed and the test's name (independent streams per test)."""
+    name_hash = int.from_bytes(request.node.nodeid.encode()[:32].ljust(32, b"\0"), "little")
+    return np.random.default_rng([SEED, name_hash % (2**63)])
+
+
+def unit_roundoff(dtype) -> float:
+    return float(np.finfo(dtype).eps) / 2
+
+
+def assert_within_rounding(actual, expected, magnitude, n_ops: int, dtype, what: str, factor=4.0):
+    """|actual − expected| ≤ factor · n_ops · u · magnitude entrywise, where `magnitude` is the
+    expression evaluated on absolute values (the standard forward-error bound of a sum of
+    products), and u the unit roundoff of `dtype`. Fails for any error beyond rounding."""
+    actual, expected, magnitude = (np.asarray(a, dtype=np.float64) for a in (actual, expected, magnitude))
+    bound = factor * n_ops * unit_roundoff(dtype) * magnitude + np.finfo(np.float64).tiny
+    excess = np.abs(actual - expected) / bound
+    worst = np.unravel_index(np.argmax(excess), excess.shape) if excess.ndim else ()
+    assert np.all(excess <= 1.0), (
+        f"{what}: error {np.abs(actual - expected)[worst]:.3e} exceeds the rounding bound "
+        f"{bound[worst]:.3e} at {worst} (ratio {excess[worst]:.2f}, dtype {np.dtype(dtype)})"
+    )
