@@ -1,6 +1,9 @@
 // lsa_native._core: the private compiled module; the public API lives in python/lsa_native.
 #include <pybind11/pybind11.h>
 
+#include <pybind11/numpy.h>
+
+#include "lsa_native/bench.hpp"
 #include "lsa_native/config.hpp"
 #include "lsa_native/device.hpp"
 
@@ -22,6 +25,24 @@ PYBIND11_MODULE(_core, m) {
         "Set the CPU thread count (n < 1 restores the default). Results do not depend on it.");
   m.def("cpu_kernel_isa", &lsa_native::cpu_kernel_isa,
         "Instruction set the CPU kernels dispatched to.");
+  m.def(
+      "stream_sum",
+      [](const py::array_t<float, py::array::c_style>& x) {
+        const float* p = x.data();
+        const auto n = static_cast<lsa_native::index_t>(x.size());
+        py::gil_scoped_release release;
+        return lsa_native::stream_sum(p, n);
+      },
+      py::arg("x").noconvert(), "Sum of a float32 array read once on all threads (bandwidth probe).");
+  m.def(
+      "stream_sum",
+      [](const py::array_t<double, py::array::c_style>& x) {
+        const double* p = x.data();
+        const auto n = static_cast<lsa_native::index_t>(x.size());
+        py::gil_scoped_release release;
+        return lsa_native::stream_sum(p, n);
+      },
+      py::arg("x").noconvert());
   lsa_native::bindings::bind_lsa(m);
   lsa_native::bindings::bind_population(m);
 }

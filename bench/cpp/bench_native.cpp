@@ -1,0 +1,94 @@
+// Native benchmarks (Google Benchmark) of the LSA kernels at the SPEC section 5 sizes, with the
+// streaming-read roofline measured in the same run. Build with -DLSA_NATIVE_BUILD_BENCHMARKS=ON:
+//   ./build/bench/cpp/lsa_native_bench --benchmark_repetitions=5 --benchmark_report_aggregates_only
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "lsa_native/bench.hpp"
+#include "lsa_native/lsa.hpp"
+
+namespace {
+
+using lsa_native::index_t;
+
+template <class T>
+struct Inputs {
+  lsa_native::LsaShape shape;
+  std::vector<T> E, y_q, W_pv, W_kq, out, g_pv, g_kq;
+  explicit Inputs(const benchmark::State& state)
+      : shape{state.range(0), state.range(1), state.range(2)} {
+    const index_t B = shape.batch, rows = shape.dim + 1, cols = shape.context + 1;
+    std::mt19937 gen(0);
+    std::normal_distribution<T> normal;
+    E.resize(B * rows * cols);
+    for (auto& v : E) v = normal(gen);
+    y_q.assign(B, T(0));
+    W_pv.resize(rows * rows);
+    W_kq.resize(rows * rows);
+    for (auto& v : W_pv) v = normal(gen);
+    for (auto& v : W_kq) v = normal(gen);
+    out.resize(B);
+    g_pv.resize(rows * rows);
+    g_kq.resize(rows * rows);
+  }
+  void count(benchmark::State& state) const {
+    state.SetItemsProcessed(state.iterations() * shape.batch);  // prompts/s
+    state.SetBytesProcessed(state.iterations() * index_t(E.size() * sizeof(T)));  // input bytes/s
+  }
+};
+
+template <class T>
+void BM_stream_read(benchmark::State& state) {
+  Inputs<T> in(state);
+  for (auto _ : state) benchmark::DoNotOptimize(lsa_native::stream_sum(in.E.data(), index_t(in.E.size())));
+  in.count(state);
+}
+
+template <class T>
+void BM_lsa_predict(benchmark::State& state) {
+  Inputs<T> in(state);
+  for (auto _ : state) {
+    lsa_native::lsa_predict(in.shape, in.E.data(), in.W_pv.data(), in.W_kq.data(), in.out.data());
+    benchmark::ClobberMemory();
+  }
+  in.count(state);
+}
+
+template <class T>
+void BM_lsa_loss_and_grad(benchmark::State& state) {
+  Inputs<T> in(state);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(lsa_native::lsa_loss_and_grad(in.shape, in.E.data(), in.y_q.data(),
+                                                           in.W_pv.data(), in.W_kq.data(),
+                                                           in.g_pv.data(), in.g_kq.data()));
+  }
+  in.count(state);
+}
+
+template <class T>
+void BM_lsa_forward(benchmark::State& state) {
+  Inputs<T> in(state);
+  std::vector<T> F(in.E.size());
+  for (auto _ : state) {
+    lsa_native::lsa_forward(in.shape, in.E.data(), in.W_pv.data(), in.W_kq.data(), F.data());
+    benchmark::ClobberMemory();
+  }
+  in.count(state);
+}
+
+// {B, d, N}: the SPEC section 5 sizes.
+#define LSA_SIZES ->Args({65536, 20, 100})->Args({262144, 5, 30})->Unit(benchmark::kMillisecond)->UseRealTime()
+BENCHMARK_TEMPLATE(BM_stream_read, float) LSA_SIZES;
+BENCHMARK_TEMPLATE(BM_stream_read, double) LSA_SIZES;
+BENCHMARK_TEMPLATE(BM_lsa_predict, float) LSA_SIZES;
+BENCHMARK_TEMPLATE(BM_lsa_predict, double) LSA_SIZES;
+BENCHMARK_TEMPLATE(BM_lsa_loss_and_grad, float) LSA_SIZES;
+BENCHMARK_TEMPLATE(BM_lsa_loss_and_grad, double) LSA_SIZES;
+BENCHMARK_TEMPLATE(BM_lsa_forward, float) LSA_SIZES;
+BENCHMARK_TEMPLATE(BM_lsa_forward, double) LSA_SIZES;
+
+}  // namespace
+
+BENCHMARK_MAIN();
