@@ -2,8 +2,10 @@
 //
 // Per prompt the work is a handful of small dense products along the tokens (the contiguous axis
 // of E). They are written with explicit 32-byte vectors (simd.hpp) and register tiles: several
-// independent accumulators hide the FMA latency, each E value loaded is used several times, and
-// row tails are read with partial loads (never past the end of a row).
+// independent accumulators hide the FMA latency and each E value loaded is used several times.
+// Every prompt is first staged row by row into an L1-resident buffer whose rows are padded with
+// zeros to whole vectors (PaddedRows): the copy reads E sequentially, which the hardware
+// prefetchers stream at full bandwidth, and the compute loops then have no row tails.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -23,36 +25,50 @@ namespace {
 using simd::hsum;
 using simd::kLanes;
 using simd::load;
-using simd::load_partial;
 using simd::store;
-using simd::store_partial;
 using simd::Vec;
 
 inline index_t round_up(index_t n, index_t m) { return (n + m - 1) / m * m; }
 
-// Loads chunk k of a row: a full vector, or (Tail) the zero-padded last `tail` values. The flag is
-// a template parameter so that the hot loops over full chunks carry no branch.
-template <bool Tail, class T>
-inline Vec<T> load_chunk(const T* row, index_t k, index_t tail) {
-  if constexpr (Tail) return load_partial(row + k * kLanes<T>, tail);
-  else return load(row + k * kLanes<T>);
+// A [rows, ld] block with ld = cols rounded up to whole vectors; the padding stays zero, so padded
+// tokens add 0 to every token sum. stage() copies a [rows, cols] prompt in, unstage() copies out.
+template <class T>
+struct PaddedRows {
+  index_t rows, cols, ld;
+  std::vector<T> data;
+  PaddedRows(index_t rows_, index_t cols_)
+      : rows(rows_), cols(cols_), ld(round_up(cols_, kLanes<T>)),
+        data(static_cast<size_t>(rows_ * ld), T(0)) {}
+  T* get() { return data.data(); }
+  void stage(const T* src) {
+    for (index_t r = 0; r < rows; ++r) std::memcpy(get() + r * ld, src + r * cols, sizeof(T) * cols);
+  }
+  void unstage(T* dst) const {
+    for (index_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, data.data() + r * ld, sizeof(T) * cols);
+  }
+};
+
+// Chunk k (a whole vector) of a padded row.
+template <class T>
+inline Vec<T> load_chunk(const T* row, index_t k) {
+  return load(row + k * kLanes<T>);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Prediction: t_j = p·e_j, s_j = e_j·q, ŷ = (1/N) Σ_j t_j s_j and the backward sums  [SPEC 3.2].
 
 // NB chunks of tokens starting at chunk c0, all rows: t and s stay in registers (2·NB chains).
-template <class T, int NB, bool Tail = false>
-inline Vec<T> token_scalars_block(const T* Eb, index_t rows, index_t cols, index_t c0, index_t tail,
-                                  const T* p, const T* q, T* t, T* s) {
+template <class T, int NB>
+inline Vec<T> token_scalars_block(const T* Eb, index_t rows, index_t ld, index_t c0, const T* p,
+                                  const T* q, T* t, T* s) {
   constexpr index_t L = kLanes<T>;
   Vec<T> tv[NB], sv[NB];
   for (int k = 0; k < NB; ++k) tv[k] = sv[k] = simd::zero<T>();
   for (index_t r = 0; r < rows; ++r) {
     const Vec<T> pr = simd::broadcast(p[r]), qr = simd::broadcast(q[r]);
-    const T* row = Eb + r * cols;
+    const T* row = Eb + r * ld;
     for (int k = 0; k < NB; ++k) {
-      const Vec<T> e = load_chunk<Tail>(row, c0 + k, tail);
+      const Vec<T> e = load_chunk(row, c0 + k);
       tv[k] += pr * e;
       sv[k] += qr * e;
     }
@@ -66,36 +82,32 @@ inline Vec<T> token_scalars_block(const T* Eb, index_t rows, index_t cols, index
   return acc;
 }
 
-// Fills t, s [round_up(N+1, lanes)] (zeros past N+1) and returns Σ_j t_j s_j.
+// For a padded prompt Eb [rows, ld]: fills t, s [ld] and returns Σ_j t_j s_j.
 template <class T>
-T token_scalars(const T* Eb, index_t rows, index_t cols, const T* p, const T* q, T* t, T* s) {
-  const index_t n_full = cols / kLanes<T>, tail = cols % kLanes<T>;
+T token_scalars(const T* Eb, index_t rows, index_t ld, const T* p, const T* q, T* t, T* s) {
+  const index_t n_chunks = ld / kLanes<T>;
   Vec<T> acc = simd::zero<T>();
   index_t c = 0;
-  for (; c + 4 <= n_full; c += 4) acc += token_scalars_block<T, 4>(Eb, rows, cols, c, 0, p, q, t, s);
-  for (; c < n_full; ++c) acc += token_scalars_block<T, 1>(Eb, rows, cols, c, 0, p, q, t, s);
-  if (tail) acc += token_scalars_block<T, 1, true>(Eb, rows, cols, n_full, tail, p, q, t, s);
+  for (; c + 4 <= n_chunks; c += 4) acc += token_scalars_block<T, 4>(Eb, rows, ld, c, p, q, t, s);
+  for (; c < n_chunks; ++c) acc += token_scalars_block<T, 1>(Eb, rows, ld, c, p, q, t, s);
   return hsum(acc);
 }
 
 // g_p[r] = Σ_j s_j E[r, j] and g_k[r] = Σ_j t_j E[r, j] for RB rows from r0 (2·RB chains).
 template <class T, int RB>
-inline void weighted_row_sums_block(const T* Eb, index_t cols, index_t r0, const T* t, const T* s,
+inline void weighted_row_sums_block(const T* Eb, index_t ld, index_t r0, const T* t, const T* s,
                                     T* g_p, T* g_k) {
   constexpr index_t L = kLanes<T>;
-  const index_t n_full = cols / L, tail = cols % L;
   Vec<T> ap[RB], ak[RB];
   for (int i = 0; i < RB; ++i) ap[i] = ak[i] = simd::zero<T>();
-  auto step = [&](index_t c, auto tail_tag) {
-    const Vec<T> sv = load(s + c * L), tv = load(t + c * L);  // zero past N+1
+  for (index_t c = 0; c < ld / L; ++c) {
+    const Vec<T> sv = load(s + c * L), tv = load(t + c * L);
     for (int i = 0; i < RB; ++i) {
-      const Vec<T> e = load_chunk<decltype(tail_tag)::value>(Eb + (r0 + i) * cols, c, tail);
+      const Vec<T> e = load_chunk(Eb + (r0 + i) * ld, c);
       ap[i] += sv * e;
       ak[i] += tv * e;
     }
-  };
-  for (index_t c = 0; c < n_full; ++c) step(c, std::false_type{});
-  if (tail) step(n_full, std::true_type{});
+  }
   for (int i = 0; i < RB; ++i) {
     g_p[r0 + i] = hsum(ap[i]);
     g_k[r0 + i] = hsum(ak[i]);
@@ -103,27 +115,27 @@ inline void weighted_row_sums_block(const T* Eb, index_t cols, index_t r0, const
 }
 
 template <class T>
-void weighted_row_sums(const T* Eb, index_t rows, index_t cols, const T* t, const T* s, T* g_p,
+void weighted_row_sums(const T* Eb, index_t rows, index_t ld, const T* t, const T* s, T* g_p,
                        T* g_k) {
   index_t r = 0;
-  for (; r + 3 <= rows; r += 3) weighted_row_sums_block<T, 3>(Eb, cols, r, t, s, g_p, g_k);
-  for (; r < rows; ++r) weighted_row_sums_block<T, 1>(Eb, cols, r, t, s, g_p, g_k);
+  for (; r + 3 <= rows; r += 3) weighted_row_sums_block<T, 3>(Eb, ld, r, t, s, g_p, g_k);
+  for (; r < rows; ++r) weighted_row_sums_block<T, 1>(Eb, ld, r, t, s, g_p, g_k);
 }
 
-// Per-range scratch of the prediction kernels. Each prompt is first copied row by row into
-// `prompt` [rows, ld] (ld = N+1 rounded up to whole vectors, zero padding): the copy reads E
-// sequentially, which the hardware prefetchers stream at full bandwidth, and the compute passes
-// then run from L1 on whole vectors (padding tokens contribute 0 to every sum).
+// Per-range scratch of the prediction kernels: the staged prompt, W^KQ^T, q, t, s and the
+// backward row sums.
 template <class T>
 struct PredictionScratch {
   index_t rows, cols, ld, ld_rows;
+  PaddedRows<T> staged;
   std::vector<T> buffer;
   T *prompt, *W_kq_t, *q, *t, *s, *g_p, *g_k;
   PredictionScratch(index_t d, index_t N, const T* W_kq)
       : rows(d + 1), cols(N + 1), ld(round_up(N + 1, kLanes<T>)), ld_rows(round_up(d + 1, kLanes<T>)),
-        buffer(static_cast<size_t>(rows * ld + rows * ld_rows + 3 * ld_rows + 2 * ld), T(0)) {
-    prompt = buffer.data();
-    W_kq_t = prompt + rows * ld;
+        staged(d + 1, N + 1),
+        buffer(static_cast<size_t>(rows * ld_rows + 3 * ld_rows + 2 * ld), T(0)) {
+    prompt = staged.get();
+    W_kq_t = buffer.data();
     q = W_kq_t + rows * ld_rows;
     g_p = q + ld_rows;
     g_k = g_p + ld_rows;
@@ -132,9 +144,9 @@ struct PredictionScratch {
     for (index_t r = 0; r < rows; ++r)
       for (index_t c = 0; c < rows; ++c) W_kq_t[c * ld_rows + r] = W_kq[r * rows + c];
   }
-  // Copies prompt Eb [rows, cols] into `prompt` and returns Σ_j t_j s_j with q = W^KQ e_q.
+  // Stages prompt Eb [rows, cols] and returns Σ_j t_j s_j with q = W^KQ e_q.
   T load_and_forward(const T* Eb, const T* p) {
-    for (index_t r = 0; r < rows; ++r) std::memcpy(prompt + r * ld, Eb + r * cols, sizeof(T) * cols);
+    staged.stage(Eb);
     // q = W^KQ e_q = Σ_c e_q[c] · (column c of W^KQ)   [ZFB (3.6)]
     for (index_t k = 0; k < ld_rows; k += kLanes<T>) {
       Vec<T> acc = simd::zero<T>();
@@ -205,37 +217,33 @@ void loss_grad_range(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv
 
 // C[ra+i, rb+k] = scale · Σ_j A[ra+i, j] B[rb+k, j] for an RA x RB tile (RA·RB chains).
 template <class T, int RA, int RB>
-inline void token_products_tile(const T* A, const T* B, index_t cols, index_t ra, index_t rb,
-                                double scale, double* C, index_t ldc) {
+inline void token_products_tile(const T* A, const T* B, index_t ld, index_t ra, index_t rb,
+                                T scale, T* C, index_t ldc) {
   constexpr index_t L = kLanes<T>;
-  const index_t n_full = cols / L, tail = cols % L;
   Vec<T> acc[RA][RB];
   for (int i = 0; i < RA; ++i)
     for (int k = 0; k < RB; ++k) acc[i][k] = simd::zero<T>();
-  auto step = [&](index_t c, auto tail_tag) {
-    constexpr bool kTail = decltype(tail_tag)::value;
+  for (index_t c = 0; c < ld / L; ++c) {
     Vec<T> a[RA], bv[RB];
-    for (int i = 0; i < RA; ++i) a[i] = load_chunk<kTail>(A + (ra + i) * cols, c, tail);
-    for (int k = 0; k < RB; ++k) bv[k] = load_chunk<kTail>(B + (rb + k) * cols, c, tail);
+    for (int i = 0; i < RA; ++i) a[i] = load_chunk(A + (ra + i) * ld, c);
+    for (int k = 0; k < RB; ++k) bv[k] = load_chunk(B + (rb + k) * ld, c);
     for (int i = 0; i < RA; ++i)
       for (int k = 0; k < RB; ++k) acc[i][k] += a[i] * bv[k];
-  };
-  for (index_t c = 0; c < n_full; ++c) step(c, std::false_type{});
-  if (tail) step(n_full, std::true_type{});
+  }
   for (int i = 0; i < RA; ++i)
-    for (int k = 0; k < RB; ++k) C[(ra + i) * ldc + rb + k] = scale * double(hsum(acc[i][k]));
+    for (int k = 0; k < RB; ++k) C[(ra + i) * ldc + rb + k] = scale * hsum(acc[i][k]);
 }
 
-// C = scale · A B^T for A, B [rows, cols] (token-major rows); C [rows, ldc] in double.
+// C = scale · A B^T for padded A, B [rows, ld]; C [rows, ldc].
 // With `symmetric` (A == B), only the upper triangle is computed and then mirrored.
 template <class T>
-void token_products(const T* A, const T* B, index_t rows, index_t cols, double scale, double* C,
+void token_products(const T* A, const T* B, index_t rows, index_t ld, T scale, T* C,
                     index_t ldc, bool symmetric) {
   auto row_block = [&](auto ra_tag, index_t ra) {
     constexpr int RA = decltype(ra_tag)::value;
     index_t rb = symmetric ? ra : 0;
-    for (; rb + 3 <= rows; rb += 3) token_products_tile<T, RA, 3>(A, B, cols, ra, rb, scale, C, ldc);
-    for (; rb < rows; ++rb) token_products_tile<T, RA, 1>(A, B, cols, ra, rb, scale, C, ldc);
+    for (; rb + 3 <= rows; rb += 3) token_products_tile<T, RA, 3>(A, B, ld, ra, rb, scale, C, ldc);
+    for (; rb < rows; ++rb) token_products_tile<T, RA, 1>(A, B, ld, ra, rb, scale, C, ldc);
   };
   index_t ra = 0;
   for (; ra + 2 <= rows; ra += 2) row_block(std::integral_constant<int, 2>{}, ra);
@@ -246,97 +254,122 @@ void token_products(const T* A, const T* B, index_t rows, index_t cols, double s
 }
 
 // out[r0+i, chunk] = base[r0+i, chunk] + Σ_s coef[r0+i, s] src[s, chunk] for RO rows x NC chunks.
-template <class T, int RO, int NC, bool Tail = false>
+template <class T, int RO, int NC>
 inline void row_combination_tile(const T* base, const T* coef, const T* src, index_t rows,
-                                 index_t cols, index_t r0, index_t c0, index_t tail, T* out) {
+                                 index_t ld, index_t r0, index_t c0, T* out) {
   constexpr index_t L = kLanes<T>;
   Vec<T> acc[RO][NC];
   for (int i = 0; i < RO; ++i)
-    for (int k = 0; k < NC; ++k) acc[i][k] = load_chunk<Tail>(base + (r0 + i) * cols, c0 + k, tail);
+    for (int k = 0; k < NC; ++k) acc[i][k] = load_chunk(base + (r0 + i) * ld, c0 + k);
   for (index_t s = 0; s < rows; ++s) {
     Vec<T> x[NC];
-    for (int k = 0; k < NC; ++k) x[k] = load_chunk<Tail>(src + s * cols, c0 + k, tail);
+    for (int k = 0; k < NC; ++k) x[k] = load_chunk(src + s * ld, c0 + k);
     for (int i = 0; i < RO; ++i) {
       const Vec<T> c = simd::broadcast(coef[(r0 + i) * rows + s]);
       for (int k = 0; k < NC; ++k) acc[i][k] += c * x[k];
     }
   }
   for (int i = 0; i < RO; ++i)
-    for (int k = 0; k < NC; ++k) {
-      T* o = out + (r0 + i) * cols + (c0 + k) * L;
-      if constexpr (Tail)
-        store_partial(o, acc[i][k], tail);
-      else
-        store(o, acc[i][k]);
-    }
+    for (int k = 0; k < NC; ++k) store(out + (r0 + i) * ld + (c0 + k) * L, acc[i][k]);
 }
 
-// out = base + coef · src for base, src, out [rows, cols] and coef [rows, rows]; out aliases
+// out = base + coef · src for padded base, src, out [rows, ld] and coef [rows, rows]; out aliases
 // neither base nor src.
 template <class T>
-void row_combination(const T* base, const T* coef, const T* src, index_t rows, index_t cols,
-                     T* out) {
-  const index_t n_full = cols / kLanes<T>, tail = cols % kLanes<T>;
+void row_combination(const T* base, const T* coef, const T* src, index_t rows, index_t ld, T* out) {
+  const index_t n_chunks = ld / kLanes<T>;
   auto row_block = [&](auto ro_tag, index_t r0) {
     constexpr int RO = decltype(ro_tag)::value;
     index_t c = 0;
-    for (; c + 2 <= n_full; c += 2)
-      row_combination_tile<T, RO, 2>(base, coef, src, rows, cols, r0, c, 0, out);
-    for (; c < n_full; ++c) row_combination_tile<T, RO, 1>(base, coef, src, rows, cols, r0, c, 0, out);
-    if (tail) row_combination_tile<T, RO, 1, true>(base, coef, src, rows, cols, r0, n_full, tail, out);
+    for (; c + 2 <= n_chunks; c += 2) row_combination_tile<T, RO, 2>(base, coef, src, rows, ld, r0, c, out);
+    for (; c < n_chunks; ++c) row_combination_tile<T, RO, 1>(base, coef, src, rows, ld, r0, c, out);
   };
   index_t r = 0;
   for (; r + 3 <= rows; r += 3) row_block(std::integral_constant<int, 3>{}, r);
   for (; r < rows; ++r) row_block(std::integral_constant<int, 1>{}, r);
 }
 
-// Small dense double matrices [n, ld] with ld = round_up(n, lanes) and zero padding columns, so
-// that products run on whole vectors. C (+)= A B; C aliases neither A nor B.
+// Small dense matrices [n, ld] of the prompt's dtype S with ld = round_up(n, lanes) and zero
+// padding columns, so that products run on whole vectors. C (+)= A B; C aliases neither A nor B.
+// (They cost (d+1)^3 per prompt, as much as the token passes at d = 20, N = 100: float inputs
+// keep them in float; batch sums of parameter gradients still run in S.)
+template <class S>
 struct SmallMatrices {
   index_t n, ld;
-  std::vector<double> storage;
+  std::vector<S> storage;
   SmallMatrices(index_t n_, int count)
-      : n(n_), ld(round_up(n_, kLanes<double>)), storage(static_cast<size_t>(count * n_ * ld), 0.0) {}
-  double* operator[](int i) { return storage.data() + i * n * ld; }
+      : n(n_), ld(round_up(n_, kLanes<S>)), storage(static_cast<size_t>(count * n_ * ld), S(0)) {}
+  S* operator[](int i) { return storage.data() + i * n * ld; }
 
-  void multiply(const double* A, const double* B, double* C, bool accumulate = false) const {
-    constexpr index_t L = kLanes<double>;
-    for (index_t i = 0; i < n; ++i) {
-      for (index_t c = 0; c < ld; c += L) {
-        Vec<double> acc = accumulate ? load(C + i * ld + c) : simd::zero<double>();
-        for (index_t k = 0; k < n; ++k) acc += simd::broadcast(A[i * ld + k]) * load(B + k * ld + c);
-        store(C + i * ld + c, acc);
+  void multiply(const S* A, const S* B, S* C, bool accumulate = false) const {
+    index_t i = 0;
+    for (; i + 2 <= n; i += 2) multiply_rows<2>(A, B, C, i, accumulate);
+    for (; i < n; ++i) multiply_rows<1>(A, B, C, i, accumulate);
+  }
+  // Rows [i0, i0+RI) of C: RI x 4-vector tiles keep 4·RI independent FMA chains in flight.
+  template <int RI>
+  void multiply_rows(const S* A, const S* B, S* C, index_t i0, bool accumulate) const {
+    constexpr index_t L = kLanes<S>;
+    index_t c = 0;
+    for (; c + 4 * L <= ld; c += 4 * L) multiply_tile<RI, 4>(A, B, C, i0, c, accumulate);
+    for (; c < ld; c += L) multiply_tile<RI, 1>(A, B, C, i0, c, accumulate);
+  }
+  template <int RI, int NC>
+  void multiply_tile(const S* A, const S* B, S* C, index_t i0, index_t c0,
+                     bool accumulate) const {
+    constexpr index_t L = kLanes<S>;
+    Vec<S> acc[RI][NC];
+    for (int i = 0; i < RI; ++i)
+      for (int k = 0; k < NC; ++k)
+        acc[i][k] = accumulate ? load(C + (i0 + i) * ld + c0 + k * L) : simd::zero<S>();
+    for (index_t m = 0; m < n; ++m) {
+      Vec<S> b[NC];
+      for (int k = 0; k < NC; ++k) b[k] = load(B + m * ld + c0 + k * L);
+      for (int i = 0; i < RI; ++i) {
+        const Vec<S> a = simd::broadcast(A[(i0 + i) * ld + m]);
+        for (int k = 0; k < NC; ++k) acc[i][k] += a * b[k];
       }
     }
+    for (int i = 0; i < RI; ++i)
+      for (int k = 0; k < NC; ++k) store(C + (i0 + i) * ld + c0 + k * L, acc[i][k]);
   }
   template <class T>
-  void set(double* M, const T* W, bool transpose) const {  // W [n, n] row-major
+  void set(S* M, const T* W, bool transpose) const {  // W [n, n] row-major
     for (index_t i = 0; i < n; ++i)
-      for (index_t j = 0; j < n; ++j) M[i * ld + j] = double(transpose ? W[j * n + i] : W[i * n + j]);
+      for (index_t j = 0; j < n; ++j) M[i * ld + j] = S(transpose ? W[j * n + i] : W[i * n + j]);
   }
   template <class T>
-  void get(T* W, const double* M, double scale = 1.0) const {  // W [n, n] row-major
+  void get(T* W, const S* M) const {  // W [n, n] row-major
     for (index_t i = 0; i < n; ++i)
-      for (index_t j = 0; j < n; ++j) W[i * n + j] = T(scale * M[i * ld + j]);
+      for (index_t j = 0; j < n; ++j) W[i * n + j] = T(M[i * ld + j]);
   }
 };
+
+// acc [n, n] += M [n, ld] in double.
+template <class S>
+inline void accumulate(const S* M, index_t ld, index_t n, double* acc) {
+  for (index_t r = 0; r < n; ++r)
+    for (index_t c = 0; c < n; ++c) acc[r * n + c] += double(M[r * ld + c]);
+}
 
 template <class T>
 void forward_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* F, index_t b0,
                    index_t b1) {
   const index_t d = sh.dim, N = sh.context, rows = d + 1, cols = N + 1;
   enum { kWpv, kWkq, kG, kGW, kP, kCount };
-  SmallMatrices m(rows, kCount);
+  SmallMatrices<T> m(rows, kCount);
   m.set(m[kWpv], W_pv, false);
   m.set(m[kWkq], W_kq, false);
   std::vector<T> P(static_cast<size_t>(rows * rows));
+  PaddedRows<T> e(rows, cols), f(rows, cols);
   for (index_t b = b0; b < b1; ++b) {
-    const T* Eb = E + b * rows * cols;
-    token_products(Eb, Eb, rows, cols, 1.0 / double(N), m[kG], m.ld, true);  // G = E E^T / N
-    m.multiply(m[kG], m[kWkq], m[kGW]);                                      // G W^KQ
-    m.multiply(m[kWpv], m[kGW], m[kP]);                                      // P = W^PV G W^KQ
+    e.stage(E + b * rows * cols);
+    token_products(e.get(), e.get(), rows, e.ld, T(1) / T(N), m[kG], m.ld, true);  // G = E E^T / N
+    m.multiply(m[kG], m[kWkq], m[kGW]);  // G W^KQ
+    m.multiply(m[kWpv], m[kGW], m[kP]);  // P = W^PV G W^KQ
     m.get(P.data(), m[kP]);
-    row_combination(Eb, P.data(), Eb, rows, cols, F + b * rows * cols);  // F = E + P E
+    row_combination(e.get(), P.data(), e.get(), rows, e.ld, f.get());  // F = E + P E
+    f.unstage(F + b * rows * cols);
   }
 }
 
@@ -344,38 +377,39 @@ template <class T>
 void vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_F, T* d_E,
                index_t b0, index_t b1, double* partial) {
   const index_t d = sh.dim, N = sh.context, rows = d + 1, cols = N + 1, n2 = rows * rows;
-  enum { kWpvT, kWkqT, kG, kT1, kT2, kPt, kdP, kTmp, kdG, kdWpv, kdWkq, kCount };
-  SmallMatrices m(rows, kCount);
+  enum { kWpvT, kWkqT, kG, kT1, kT2, kPt, kdP, kTmp, kdG, kProduct, kCount };
+  SmallMatrices<T> m(rows, kCount);
+  std::vector<double> d_W(static_cast<size_t>(2 * n2), 0.0);  // Σ_b dW^PV, Σ_b dW^KQ in double
   m.set(m[kWpvT], W_pv, true);
   m.set(m[kWkqT], W_kq, true);
   std::vector<T> coef(static_cast<size_t>(n2));
-  std::vector<T> dE_tmp(static_cast<size_t>(d_E ? rows * cols : 0));
+  PaddedRows<T> e(rows, cols), df(rows, cols), tmp(rows, cols), de(rows, cols);
   for (index_t b = b0; b < b1; ++b) {
-    const T* Eb = E + b * rows * cols;
-    const T* dFb = d_F + b * rows * cols;
-    token_products(Eb, Eb, rows, cols, 1.0 / double(N), m[kG], m.ld, true);  // G = E E^T / N
-    token_products(dFb, Eb, rows, cols, 1.0, m[kdP], m.ld, false);           // dP = d_F E^T
-    m.multiply(m[kWkqT], m[kG], m[kT1]);          // T1 = W^KQ^T G = (G W^KQ)^T
-    m.multiply(m[kG], m[kWpvT], m[kT2]);          // T2 = G W^PV^T = (W^PV G)^T
-    m.multiply(m[kdP], m[kT1], m[kdWpv], true);   // dW^PV += dP (G W^KQ)^T
-    m.multiply(m[kT2], m[kdP], m[kdWkq], true);   // dW^KQ += (W^PV G)^T dP
+    e.stage(E + b * rows * cols);
+    df.stage(d_F + b * rows * cols);
+    const index_t ld = e.ld;
+    token_products(e.get(), e.get(), rows, ld, T(1) / T(N), m[kG], m.ld, true);  // G = E E^T / N
+    token_products(df.get(), e.get(), rows, ld, T(1), m[kdP], m.ld, false);           // dP = d_F E^T
+    m.multiply(m[kWkqT], m[kG], m[kT1]);         // T1 = W^KQ^T G = (G W^KQ)^T
+    m.multiply(m[kG], m[kWpvT], m[kT2]);         // T2 = G W^PV^T = (W^PV G)^T
+    m.multiply(m[kdP], m[kT1], m[kProduct]);  // dW^PV += dP (G W^KQ)^T
+    accumulate(m[kProduct], m.ld, rows, d_W.data());
+    m.multiply(m[kT2], m[kdP], m[kProduct]);  // dW^KQ += (W^PV G)^T dP
+    accumulate(m[kProduct], m.ld, rows, d_W.data() + n2);
     if (!d_E) continue;
     // dE = d_F + P^T d_F + (dG + dG^T) E / N with dG = W^PV^T dP W^KQ^T
     m.multiply(m[kWkqT], m[kT2], m[kPt]);  // P^T = W^KQ^T G W^PV^T
     m.get(coef.data(), m[kPt]);
-    row_combination(dFb, coef.data(), dFb, rows, cols, dE_tmp.data());
+    row_combination(df.get(), coef.data(), df.get(), rows, ld, tmp.get());
     m.multiply(m[kWpvT], m[kdP], m[kTmp]);
     m.multiply(m[kTmp], m[kWkqT], m[kdG]);
     for (index_t r = 0; r < rows; ++r)
       for (index_t c = 0; c < rows; ++c)
-        coef[r * rows + c] = T((m[kdG][r * m.ld + c] + m[kdG][c * m.ld + r]) / double(N));
-    row_combination(dE_tmp.data(), coef.data(), Eb, rows, cols, d_E + b * rows * cols);
+        coef[r * rows + c] = (m[kdG][r * m.ld + c] + m[kdG][c * m.ld + r]) / T(N);
+    row_combination(tmp.get(), coef.data(), e.get(), rows, ld, de.get());
+    de.unstage(d_E + b * rows * cols);
   }
-  for (index_t r = 0; r < rows; ++r)
-    for (index_t c = 0; c < rows; ++c) {
-      partial[r * rows + c] = m[kdWpv][r * m.ld + c];
-      partial[n2 + r * rows + c] = m[kdWkq][r * m.ld + c];
-    }
+  std::copy(d_W.begin(), d_W.end(), partial);
 }
 
 }  // namespace

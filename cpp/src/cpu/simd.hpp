@@ -43,19 +43,6 @@ template <class T>
 inline Vec<T> broadcast(T x) {
   return Vec<T>{} + x;
 }
-// The first n < kLanes values at p, zeros after: the tail of a row without reading past it.
-template <class T>
-inline Vec<T> load_partial(const T* p, index_t n) {
-  T buf[kLanes<T>] = {};
-  for (index_t i = 0; i < n; ++i) buf[i] = p[i];
-  return load(buf);
-}
-template <class T>
-inline void store_partial(T* p, Vec<T> v, index_t n) {
-  T buf[kLanes<T>];
-  store(buf, v);
-  for (index_t i = 0; i < n; ++i) p[i] = buf[i];
-}
 // Sum of the lanes as a log2(lanes)-deep tree of shuffles and adds.
 inline float hsum(Vec<float> v) {
   v += __builtin_shufflevector(v, v, 4, 5, 6, 7, 0, 1, 2, 3);
