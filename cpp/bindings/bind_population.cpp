@@ -1,6 +1,163 @@
-// Bindings of the population-loss core (filled in with population.hpp).
-#include <pybind11/pybind11.h>
+// Bindings of the exact population losses and the native gradient flow (population.hpp).
+#include <pybind11/stl.h>
+
+#include <string>
+
+#include "lsa_native/population.hpp"
+#include "numpy_views.hpp"
 
 namespace lsa_native::bindings {
-void bind_population(pybind11::module_&) {}
+namespace {
+
+using Arr = CArray<double>;
+
+index_t param_dim(const Arr& W_pv, const Arr& W_kq) {
+  if (W_pv.ndim() != 2 || W_pv.shape(0) != W_pv.shape(1) || W_pv.shape(0) < 2)
+    throw Error("W_pv: expected shape (d+1, d+1) with d >= 1, got " + shape_string(W_pv));
+  const index_t d = W_pv.shape(0) - 1;
+  require_shape(W_kq, {d + 1, d + 1}, "W_kq");
+  return d;
+}
+
+// The objective selected by `kind` over θ = (W_pv.flat, W_kq.flat), reading `data`:
+// "fixed": Λ [d, d]; "random_diagonal": moments [3, d]; "samples": Λ samples [S, d, d].
+LossAndGrad population_objective(const std::string& kind, index_t d, const Arr& data, index_t N) {
+  const double* p = data.data();
+  const index_t n2 = (d + 1) * (d + 1);
+  if (kind == "fixed") {
+    require_shape(data, {d, d}, "Lambda");
+    return [=](const double* th, double* g) { return population_loss(d, th, th + n2, p, N, g, g + n2); };
+  }
+  if (kind == "random_diagonal") {
+    require_shape(data, {3, d}, "moments");
+    return [=](const double* th, double* g) {
+      return population_loss_random_diagonal(d, th, th + n2, p, N, g, g + n2);
+    };
+  }
+  if (kind == "samples") {
+    if (data.ndim() != 3) throw Error("Lambdas: expected shape (S, d, d), got " + shape_string(data));
+    require_shape(data, {data.shape(0), d, d}, "Lambdas");
+    const index_t S = data.shape(0);
+    return [=](const double* th, double* g) {
+      return population_loss_samples(d, th, th + n2, p, S, N, g, g + n2);
+    };
+  }
+  throw Error("kind: expected 'fixed', 'random_diagonal' or 'samples', got '" + kind + "'");
+}
+
+py::dict run_flow(const LossAndGrad& f, std::vector<double> theta0, const std::vector<double>& times,
+                  const std::string& method, double rtol, double atol, double step, double grad_tol,
+                  double loss_target, double gap_tol, index_t max_steps) {
+  FlowOptions o;
+  if (method == "dopri5") o.method = FlowOptions::Method::dopri5;
+  else if (method == "rk4") o.method = FlowOptions::Method::rk4;
+  else throw Error("method: expected 'dopri5' or 'rk4', got '" + method + "'");
+  o.rtol = rtol;
+  o.atol = atol;
+  o.step = step;
+  o.grad_tol = grad_tol;
+  o.loss_target = loss_target;
+  o.gap_tol = gap_tol;
+  o.max_steps = max_steps;
+  FlowResult r;
+  {
+    py::gil_scoped_release release;
+    r = gradient_flow(f, theta0, times, o);
+  }
+  const auto n = static_cast<py::ssize_t>(theta0.size());
+  const auto k = static_cast<py::ssize_t>(r.times.size());
+  Arr thetas({k, n});
+  std::copy(r.thetas.begin(), r.thetas.end(), thetas.mutable_data());
+  py::dict out;
+  out["times"] = Arr(k, r.times.data());
+  out["thetas"] = thetas;
+  out["losses"] = Arr(k, r.losses.data());
+  out["final_time"] = r.final_time;
+  out["final_theta"] = Arr(n, r.final_theta.data());
+  out["final_loss"] = r.final_loss;
+  out["steps"] = r.steps;
+  out["rejected_steps"] = r.rejected_steps;
+  out["gradient_evaluations"] = r.gradient_evaluations;
+  out["stopped_by_tolerance"] = r.stopped_by_tolerance;
+  return out;
+}
+
+}  // namespace
+
+void bind_population(py::module_& m) {
+  m.def(
+      "population_loss",
+      [](const std::string& kind, const Arr& W_pv, const Arr& W_kq, const Arr& data, index_t N) {
+        const index_t d = param_dim(W_pv, W_kq);
+        const LossAndGrad f = population_objective(kind, d, data, N);
+        Arr d_W_pv({d + 1, d + 1}), d_W_kq({d + 1, d + 1});
+        std::vector<double> theta(W_pv.data(), W_pv.data() + W_pv.size());
+        theta.insert(theta.end(), W_kq.data(), W_kq.data() + W_kq.size());
+        std::vector<double> grad(theta.size());
+        double loss;
+        {
+          py::gil_scoped_release release;
+          loss = f(theta.data(), grad.data());
+        }
+        std::copy(grad.begin(), grad.begin() + W_pv.size(), d_W_pv.mutable_data());
+        std::copy(grad.begin() + W_pv.size(), grad.end(), d_W_kq.mutable_data());
+        return py::make_tuple(loss, d_W_pv, d_W_kq);
+      },
+      py::arg("kind"), py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(),
+      py::arg("data").noconvert(), py::arg("N"));
+  m.def(
+      "reduced_loss",
+      [](const Arr& U11, double u, const Arr& Lambda, index_t N) {
+        if (U11.ndim() != 2 || U11.shape(0) != U11.shape(1))
+          throw Error("U11: expected a square (d, d) array, got " + shape_string(U11));
+        const index_t d = U11.shape(0);
+        require_shape(Lambda, {d, d}, "Lambda");
+        Arr d_U11({d, d});
+        double d_u = 0, loss;
+        double* dU = d_U11.mutable_data();
+        {
+          py::gil_scoped_release release;
+          loss = reduced_loss(d, U11.data(), u, Lambda.data(), N, dU, &d_u);
+        }
+        return py::make_tuple(loss, d_U11, d_u);
+      },
+      py::arg("U11").noconvert(), py::arg("u"), py::arg("Lambda").noconvert(), py::arg("N"));
+  m.def(
+      "gradient_flow_population",
+      [](const std::string& kind, const Arr& W_pv, const Arr& W_kq, const Arr& data, index_t N,
+         const std::vector<double>& times, const std::string& method, double rtol, double atol,
+         double step, double grad_tol, double loss_target, double gap_tol, index_t max_steps) {
+        const index_t d = param_dim(W_pv, W_kq);
+        std::vector<double> theta(W_pv.data(), W_pv.data() + W_pv.size());
+        theta.insert(theta.end(), W_kq.data(), W_kq.data() + W_kq.size());
+        return run_flow(population_objective(kind, d, data, N), theta, times, method, rtol, atol,
+                        step, grad_tol, loss_target, gap_tol, max_steps);
+      },
+      py::arg("kind"), py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(),
+      py::arg("data").noconvert(), py::arg("N"), py::arg("times"), py::arg("method"),
+      py::arg("rtol"), py::arg("atol"), py::arg("step"), py::arg("grad_tol"),
+      py::arg("loss_target"), py::arg("gap_tol"), py::arg("max_steps"));
+  m.def(
+      "gradient_flow_reduced",
+      [](const Arr& U11, double u, const Arr& Lambda, index_t N, const std::vector<double>& times,
+         const std::string& method, double rtol, double atol, double step, double grad_tol,
+         double loss_target, double gap_tol, index_t max_steps) {
+        if (U11.ndim() != 2 || U11.shape(0) != U11.shape(1))
+          throw Error("U11: expected a square (d, d) array, got " + shape_string(U11));
+        const index_t d = U11.shape(0);
+        require_shape(Lambda, {d, d}, "Lambda");
+        const double* L = Lambda.data();
+        std::vector<double> theta(U11.data(), U11.data() + U11.size());
+        theta.push_back(u);
+        const LossAndGrad f = [=](const double* th, double* g) {
+          return reduced_loss(d, th, th[d * d], L, N, g, g + d * d);
+        };
+        return run_flow(f, theta, times, method, rtol, atol, step, grad_tol, loss_target, gap_tol,
+                        max_steps);
+      },
+      py::arg("U11").noconvert(), py::arg("u"), py::arg("Lambda").noconvert(), py::arg("N"),
+      py::arg("times"), py::arg("method"), py::arg("rtol"), py::arg("atol"), py::arg("step"),
+      py::arg("grad_tol"), py::arg("loss_target"), py::arg("gap_tol"), py::arg("max_steps"));
+}
+
 }  // namespace lsa_native::bindings

@@ -1,10 +1,10 @@
 """lsa_native: fast, exact in-context-learning research on attention models.
 
-Submodules: ``lsa`` (native batched LSA), ``reference`` (numpy oracles), ``data`` (prompt
+Submodules: ``lsa`` (native batched LSA), ``population`` (exact population losses, gradient flow), ``reference`` (numpy oracles), ``data`` (prompt
 samplers), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` (``lsa-native``).
 """
 from . import _core
-from . import data, lsa, reference, theory, train
+from . import data, lsa, population, reference, theory, train
 
 __version__ = _core.__version__
 
@@ -16,6 +16,7 @@ cpu_kernel_isa = _core.cpu_kernel_isa
 
 __all__ = [
     "lsa",
+    "population",
     "reference",
     "data",
     "theory",

@@ -1,0 +1,381 @@
+// Closed-form population loss of the one-layer LSA and its gradient (derivation: docs/population.md).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/parallel.hpp"
+#include "lsa_native/population.hpp"
+
+namespace lsa_native {
+namespace {
+
+// Minimal dense row-major d x d matrix for the O(d^3) closed forms.
+struct Mat {
+  index_t n;
+  std::vector<double> a;
+  explicit Mat(index_t n_) : n(n_), a(static_cast<size_t>(n_ * n_), 0.0) {}
+  double& operator()(index_t i, index_t j) { return a[i * n + j]; }
+  double operator()(index_t i, index_t j) const { return a[i * n + j]; }
+};
+using Vecd = std::vector<double>;
+
+Mat matmul(const Mat& A, const Mat& B) {  // i-k-j order: the inner loop vectorizes
+  Mat C(A.n);
+  const index_t n = A.n;
+  for (index_t i = 0; i < n; ++i) {
+    double* c = C.a.data() + i * n;
+    for (index_t k = 0; k < n; ++k) {
+      const double aik = A(i, k);
+      const double* b = B.a.data() + k * n;
+      for (index_t j = 0; j < n; ++j) c[j] += aik * b[j];
+    }
+  }
+  return C;
+}
+Vecd matvec(const Mat& A, const Vecd& x) {
+  Vecd y(static_cast<size_t>(A.n), 0.0);
+  for (index_t i = 0; i < A.n; ++i) {
+    double s = 0;
+    for (index_t j = 0; j < A.n; ++j) s += A(i, j) * x[j];
+    y[i] = s;
+  }
+  return y;
+}
+Vecd matvec_t(const Mat& A, const Vecd& x) {  // A^T x
+  Vecd y(static_cast<size_t>(A.n), 0.0);
+  for (index_t i = 0; i < A.n; ++i)
+    for (index_t j = 0; j < A.n; ++j) y[j] += A(i, j) * x[i];
+  return y;
+}
+double dot(const Vecd& x, const Vecd& y) {
+  double s = 0;
+  for (size_t i = 0; i < x.size(); ++i) s += x[i] * y[i];
+  return s;
+}
+double trace(const Mat& A) {
+  double s = 0;
+  for (index_t i = 0; i < A.n; ++i) s += A(i, i);
+  return s;
+}
+double frobenius_dot(const Mat& A, const Mat& B) {  // Σ A∘B = tr(A^T B)
+  double s = 0;
+  for (size_t i = 0; i < A.a.size(); ++i) s += A.a[i] * B.a[i];
+  return s;
+}
+double trace_product(const Mat& A, const Mat& B) {  // tr(A B) = Σ A∘B^T
+  double s = 0;
+  for (index_t i = 0; i < A.n; ++i)
+    for (index_t j = 0; j < A.n; ++j) s += A(i, j) * B(j, i);
+  return s;
+}
+void add_outer(Mat& M, double c, const Vecd& x, const Vecd& y) {  // M += c x y^T
+  for (index_t i = 0; i < M.n; ++i)
+    for (index_t j = 0; j < M.n; ++j) M(i, j) += c * x[i] * y[j];
+}
+void add_scaled(Mat& M, double c, const Mat& A) {
+  for (size_t i = 0; i < M.a.size(); ++i) M.a[i] += c * A.a[i];
+}
+void add_scaled(Vecd& v, double c, const Vecd& x) {
+  for (size_t i = 0; i < v.size(); ++i) v[i] += c * x[i];
+}
+
+void check_common(index_t d, const double* W_pv, const double* W_kq, index_t N) {
+  detail::require(d >= 1, "dimension d must be >= 1, got " + std::to_string(d));
+  detail::require(N >= 1, "training prompt length N must be >= 1, got " + std::to_string(N));
+  detail::require(W_pv != nullptr && W_kq != nullptr, "W_pv and W_kq must not be null");
+}
+
+// The parameters that affect ŷ (SPEC 3.2/3.5): p = (p1; p2) last row of W^PV, K = [K1; k2^T] the
+// first d columns of W^KQ.
+struct Params {
+  Vecd p1, k2;
+  double p2;
+  Mat K1;
+  Params(index_t d, const double* W_pv, const double* W_kq)
+      : p1(static_cast<size_t>(d)), k2(static_cast<size_t>(d)), p2(W_pv[d * (d + 1) + d]), K1(d) {
+    for (index_t c = 0; c < d; ++c) {
+      p1[c] = W_pv[d * (d + 1) + c];
+      k2[c] = W_kq[d * (d + 1) + c];
+      for (index_t r = 0; r < d; ++r) K1(r, c) = W_kq[r * (d + 1) + c];
+    }
+  }
+};
+
+struct Grad {
+  Vecd p1, k2;
+  double p2 = 0;
+  Mat K1;
+  explicit Grad(index_t d) : p1(static_cast<size_t>(d), 0.0), k2(static_cast<size_t>(d), 0.0), K1(d) {}
+  void write(index_t d, double scale, double* d_W_pv, double* d_W_kq) const {
+    std::fill(d_W_pv, d_W_pv + (d + 1) * (d + 1), 0.0);
+    std::fill(d_W_kq, d_W_kq + (d + 1) * (d + 1), 0.0);
+    for (index_t c = 0; c < d; ++c) {
+      d_W_pv[d * (d + 1) + c] = scale * p1[c];
+      d_W_kq[d * (d + 1) + c] = scale * k2[c];
+      for (index_t r = 0; r < d; ++r) d_W_kq[r * (d + 1) + c] = scale * K1(r, c);
+    }
+    d_W_pv[d * (d + 1) + d] = scale * p2;
+  }
+};
+
+// 2L and, when g is not null, ∂(2L): the sum of the six terms of docs/population.md.
+double twice_loss(const Params& P, const Mat& Lam, index_t N, Grad* g) {
+  const index_t d = Lam.n;
+  const double n = double(N);
+  const Mat& K1 = P.K1;
+  const Vecd &p1 = P.p1, &k2 = P.k2;
+  const double p2 = P.p2;
+
+  const double trL = trace(Lam);
+  const Mat L2 = matmul(Lam, Lam);
+  const double trL2 = trace(L2);
+  // Φ = E[Λ̂ Λ̂] = ΛΓ = (1 + 1/N)Λ² + tr(Λ)/N · Λ,  Γ = (1 + 1/N)Λ + tr(Λ)/N · I   [ZFB Thm 4.1]
+  Mat Phi(d);
+  add_scaled(Phi, 1 + 1 / n, L2);
+  add_scaled(Phi, trL / n, Lam);
+
+  const Vecd a = matvec(Lam, p1);  // a = Λ p1
+  const double alpha = dot(p1, a);
+  const Mat KL = matmul(K1, Lam);  // K1 Λ
+  const Mat LK = matmul(Lam, K1);  // Λ K1
+  const double tau = trace(KL);    // τ = tr(K1 Λ)
+
+  // T1 = (1 + 1/N) a^T K1 Λ K1^T a + α tr(K1 Λ K1^T Λ) / N
+  const Vecd u1 = matvec_t(K1, a);  // K1^T a
+  const Vecd Lu1 = matvec(Lam, u1);
+  Mat KLKt(d);  // K1 Λ K1^T
+  for (index_t i = 0; i < d; ++i)
+    for (index_t j = 0; j < d; ++j) {
+      double s = 0;
+      for (index_t k = 0; k < d; ++k) s += KL(i, k) * K1(j, k);
+      KLKt(i, j) = s;
+    }
+  const double beta = frobenius_dot(KLKt, Lam);
+  const double T1 = (1 + 1 / n) * dot(u1, Lu1) + alpha * beta / n;
+
+  // T2 = tr(R^T Λ R Φ) − 2 tr(R Λ²) + tr Λ,  R = p2 K1^T + k2 p1^T
+  Mat R(d);
+  for (index_t i = 0; i < d; ++i)
+    for (index_t j = 0; j < d; ++j) R(i, j) = p2 * K1(j, i) + k2[i] * p1[j];
+  const Mat LRPhi = matmul(matmul(Lam, R), Phi);
+  const double T2 = frobenius_dot(R, LRPhi) - 2 * frobenius_dot(R, L2) + trL;
+
+  // T3 = p2² (k2^T Λ k2)(1 + 2/N)(tr(Λ)² + 2 tr(Λ²))
+  const Vecd Lk2 = matvec(Lam, k2);
+  const double k2Lk2 = dot(k2, Lk2);
+  const double c3 = (1 + 2 / n) * (trL * trL + 2 * trL2);
+  const double T3 = p2 * p2 * k2Lk2 * c3;
+
+  // T4 = 2 p2 p1^T M4 K1 Λ k2,  M4 = tr(Λ) Λ + (2/N) Λ²
+  Mat M4(d);
+  add_scaled(M4, trL, Lam);
+  add_scaled(M4, 2 / n, L2);
+  const Vecd z = matvec(KL, k2);   // K1 Λ k2
+  const Vecd w4 = matvec(M4, p1);  // M4 p1
+  const double T4 = 2 * p2 * dot(w4, z);
+
+  // X = (2/N) m̄·m,  m̄ = K1^T a + p2 tr(Λ) k2,  m = τ a + Λ (K1 + K1^T) a
+  Vecd mbar = u1;
+  add_scaled(mbar, p2 * trL, k2);
+  Vecd m = matvec(LK, a);
+  add_scaled(m, tau, a);
+  add_scaled(m, 1.0, Lu1);
+  const double X = 2 / n * dot(mbar, m);
+
+  // F6 = [α(τ² + 2 tr(SΛSΛ)) + 4τ a^T S a + 8 a^T SΛS a] / N²,  S = (K1 + K1^T)/2
+  Mat S(d);
+  for (index_t i = 0; i < d; ++i)
+    for (index_t j = 0; j < d; ++j) S(i, j) = 0.5 * (K1(i, j) + K1(j, i));
+  const Mat SL = matmul(S, Lam);
+  const double tSLSL = trace_product(SL, SL);
+  const Vecd Sa = matvec(S, a);
+  const double aSa = dot(a, Sa);
+  const Vecd LSa = matvec(Lam, Sa);
+  const double aSLSa = dot(Sa, LSa);
+  const double F6 = (alpha * (tau * tau + 2 * tSLSL) + 4 * tau * aSa + 8 * aSLSa) / (n * n);
+
+  if (g) {
+    Grad& G = *g;
+    // ∂T1
+    const Vecd LKLu1 = matvec(LK, Lu1);
+    add_scaled(G.p1, 2 * (1 + 1 / n), LKLu1);
+    add_scaled(G.p1, 2 * beta / n, a);
+    add_outer(G.K1, 2 * (1 + 1 / n), a, Lu1);
+    add_scaled(G.K1, 2 * alpha / n, matmul(LK, Lam));
+    // ∂T2 through D = ∂T2/∂R = 2(Λ R Φ − Λ²)
+    Mat D = LRPhi;
+    add_scaled(D, -1.0, L2);
+    for (double& v : D.a) v *= 2;
+    for (index_t i = 0; i < d; ++i)
+      for (index_t j = 0; j < d; ++j) {
+        G.p2 += D(i, j) * K1(j, i);
+        G.K1(j, i) += p2 * D(i, j);
+      }
+    add_scaled(G.k2, 1.0, matvec(D, p1));
+    add_scaled(G.p1, 1.0, matvec_t(D, k2));
+    // ∂T3
+    G.p2 += 2 * p2 * k2Lk2 * c3;
+    add_scaled(G.k2, 2 * p2 * p2 * c3, Lk2);
+    // ∂T4
+    G.p2 += 2 * dot(w4, z);
+    add_scaled(G.p1, 2 * p2, matvec(M4, z));
+    add_scaled(G.k2, 2 * p2, matvec_t(KL, w4));
+    add_outer(G.K1, 2 * p2, w4, Lk2);
+    // ∂X
+    G.p2 += 2 / n * trL * dot(k2, m);
+    add_scaled(G.k2, 2 / n * p2 * trL, m);
+    const Vecd v = matvec(Lam, mbar);
+    add_scaled(G.p1, 2 / n, matvec(LK, m));
+    add_scaled(G.p1, 2 / n * tau, v);
+    add_scaled(G.p1, 2 / n, matvec(Lam, matvec_t(K1, v)));
+    add_scaled(G.p1, 2 / n, matvec(LK, v));
+    add_outer(G.K1, 2 / n, a, m);
+    add_scaled(G.K1, 2 / n * dot(mbar, a), Lam);
+    add_outer(G.K1, 2 / n, v, a);
+    add_outer(G.K1, 2 / n, a, v);
+    // ∂F6 (the S-gradient is symmetric, so it is also the K1-gradient)
+    const double inv_n2 = 1 / (n * n);
+    add_scaled(G.p1, inv_n2 * 2 * (tau * tau + 2 * tSLSL), a);
+    add_scaled(G.p1, inv_n2 * 8 * tau, LSa);
+    add_scaled(G.p1, inv_n2 * 16, matvec(Lam, matvec(S, LSa)));
+    add_scaled(G.K1, inv_n2 * (2 * alpha * tau + 4 * aSa), Lam);
+    add_scaled(G.K1, inv_n2 * 4 * alpha, matmul(Lam, SL));
+    add_outer(G.K1, inv_n2 * 4 * tau, a, a);
+    add_outer(G.K1, inv_n2 * 8, a, LSa);
+    add_outer(G.K1, inv_n2 * 8, LSa, a);
+  }
+  return T1 + T2 + T3 + T4 + X + F6;
+}
+
+Mat to_mat(index_t d, const double* Lambda) {
+  Mat L(d);
+  std::copy(Lambda, Lambda + d * d, L.a.begin());
+  return L;
+}
+
+}  // namespace
+
+double population_loss(index_t d, const double* W_pv, const double* W_kq, const double* Lambda,
+                       index_t N, double* d_W_pv, double* d_W_kq) {
+  check_common(d, W_pv, W_kq, N);
+  detail::require(Lambda != nullptr, "Lambda must not be null");
+  const Params P(d, W_pv, W_kq);
+  const bool want_grad = d_W_pv && d_W_kq;
+  Grad g(d);
+  const double twice = twice_loss(P, to_mat(d, Lambda), N, want_grad ? &g : nullptr);
+  if (want_grad) g.write(d, 0.5, d_W_pv, d_W_kq);
+  return 0.5 * twice;
+}
+
+double population_loss_random_diagonal(index_t d, const double* W_pv, const double* W_kq,
+                                       const double* moments, index_t N, double* d_W_pv,
+                                       double* d_W_kq) {
+  check_common(d, W_pv, W_kq, N);
+  detail::require(moments != nullptr, "moments must not be null");
+  const double* m1 = moments;
+  const double* m2 = moments + d;
+  const double* m3 = moments + 2 * d;
+  const Params P(d, W_pv, W_kq);
+  const bool want_grad = d_W_pv && d_W_kq;
+  const size_t width = want_grad ? static_cast<size_t>(2 + 2 * d + d * d) : 1;
+
+  // 2L and its flattened gradient at Λ = diag(μ + h e_i) (i < 0: at diag(μ)).
+  auto evaluate = [&](index_t i, double h) {
+    Mat L(d);
+    for (index_t k = 0; k < d; ++k) L(k, k) = m1[k];
+    if (i >= 0) L(i, i) += h;
+    Grad g(d);
+    std::vector<double> out(width);
+    out[0] = twice_loss(P, L, N, want_grad ? &g : nullptr);
+    if (want_grad) {
+      std::copy(g.p1.begin(), g.p1.end(), out.begin() + 1);
+      std::copy(g.k2.begin(), g.k2.end(), out.begin() + 1 + d);
+      out[1 + 2 * d] = g.p2;
+      std::copy(g.K1.a.begin(), g.K1.a.end(), out.begin() + 2 + 2 * d);
+    }
+    return out;
+  };
+  const std::vector<double> at_mean = evaluate(-1, 0.0);
+  std::vector<double> total = at_mean;
+  for (index_t i = 0; i < d; ++i) {
+    const double var = m2[i] - m1[i] * m1[i];
+    const double kappa = m3[i] - 3 * m1[i] * m2[i] + 2 * m1[i] * m1[i] * m1[i];  // E(λ − μ)³
+    detail::require(var >= -1e-12 * std::max(1.0, m2[i]),
+                    "moments: E[λ_i²] − E[λ_i]² must be >= 0, entry " + std::to_string(i));
+    if (var <= 0 && kappa == 0) continue;  // deterministic entry
+    // g(h) = 2L(μ + h e_i) is a cubic: g'' and g''' from 4 points are exact up to rounding, and a
+    // step of the entry's own scale keeps the differences well conditioned.
+    const double h = std::max({std::fabs(m1[i]), std::sqrt(std::max(var, 0.0)), 1e-6});
+    const auto gp = evaluate(i, h), gm = evaluate(i, -h), gp2 = evaluate(i, 2 * h),
+               gm2 = evaluate(i, -2 * h);
+    for (size_t k = 0; k < width; ++k) {
+      const double second = (gp[k] - 2 * at_mean[k] + gm[k]) / (h * h);
+      const double third = (gp2[k] - 2 * gp[k] + 2 * gm[k] - gm2[k]) / (2 * h * h * h);
+      total[k] += 0.5 * std::max(var, 0.0) * second + kappa / 6.0 * third;
+    }
+  }
+  if (want_grad) {
+    Grad g(d);
+    std::copy(total.begin() + 1, total.begin() + 1 + d, g.p1.begin());
+    std::copy(total.begin() + 1 + d, total.begin() + 1 + 2 * d, g.k2.begin());
+    g.p2 = total[1 + 2 * d];
+    std::copy(total.begin() + 2 + 2 * d, total.end(), g.K1.a.begin());
+    g.write(d, 0.5, d_W_pv, d_W_kq);
+  }
+  return 0.5 * total[0];
+}
+
+double population_loss_samples(index_t d, const double* W_pv, const double* W_kq,
+                               const double* Lambdas, index_t n_samples, index_t N,
+                               double* d_W_pv, double* d_W_kq) {
+  check_common(d, W_pv, W_kq, N);
+  detail::require(Lambdas != nullptr, "Lambdas must not be null");
+  detail::require(n_samples >= 1,
+                  "need at least one covariance sample, got " + std::to_string(n_samples));
+  const Params P(d, W_pv, W_kq);
+  const bool want_grad = d_W_pv && d_W_kq;
+  std::vector<double> losses(static_cast<size_t>(n_samples));
+  std::vector<Grad> grads(static_cast<size_t>(want_grad ? n_samples : 0), Grad(d));
+  detail::parallel_for(n_samples, [&](index_t s) {
+    losses[s] = twice_loss(P, to_mat(d, Lambdas + s * d * d), N, want_grad ? &grads[s] : nullptr);
+  });
+  double total = 0;
+  Grad g(d);
+  for (index_t s = 0; s < n_samples; ++s) {  // fixed order: independent of the thread count
+    total += losses[s];
+    if (!want_grad) continue;
+    add_scaled(g.p1, 1.0, grads[s].p1);
+    add_scaled(g.k2, 1.0, grads[s].k2);
+    g.p2 += grads[s].p2;
+    add_scaled(g.K1, 1.0, grads[s].K1);
+  }
+  const double scale = 0.5 / double(n_samples);
+  if (want_grad) g.write(d, scale, d_W_pv, d_W_kq);
+  return scale * total;
+}
+
+double reduced_loss(index_t d, const double* U11, double u, const double* Lambda, index_t N,
+                    double* d_U11, double* d_u) {
+  detail::require(d >= 1, "dimension d must be >= 1, got " + std::to_string(d));
+  detail::require(N >= 1, "training prompt length N must be >= 1, got " + std::to_string(N));
+  detail::require(U11 != nullptr && Lambda != nullptr, "U11 and Lambda must not be null");
+  const double n = double(N);
+  const Mat Lam = to_mat(d, Lambda);
+  const Mat U = to_mat(d, U11);
+  const Mat L2 = matmul(Lam, Lam);
+  const double trL = trace(Lam);
+  Mat Phi(d);  // ΓΛ
+  add_scaled(Phi, 1 + 1 / n, L2);
+  add_scaled(Phi, trL / n, Lam);
+  // ℓ̃ = ½u² tr(ΓΛ U Λ U^T) − u tr(Λ² U^T)   [ZFB Lemma A.1]
+  const Mat PhiUL = matmul(matmul(Phi, U), Lam);
+  const double quad = frobenius_dot(PhiUL, U);  // tr(ΓΛ U Λ U^T)
+  const double lin = frobenius_dot(L2, U);      // tr(Λ² U^T)
+  if (d_U11)  // ∂ℓ̃/∂U11 = u² ΓΛ U Λ − u Λ²
+    for (index_t i = 0; i < d * d; ++i) d_U11[i] = u * u * PhiUL.a[i] - u * L2.a[i];
+  if (d_u) *d_u = u * quad - lin;  // ∂ℓ̃/∂u
+  return 0.5 * u * u * quad - u * lin;
+}
+
+}  // namespace lsa_native

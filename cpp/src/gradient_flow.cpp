@@ -1,0 +1,155 @@
+// Gradient flow dθ/dt = −∇L(θ) [ZFB (3.9)]: adaptive Dormand–Prince 5(4) or fixed-step RK4.
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "lsa_native/population.hpp"
+
+namespace lsa_native {
+namespace {
+
+double norm2(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+
+class Flow {
+ public:
+  Flow(const LossAndGrad& f, std::vector<double> theta, const FlowOptions& o, FlowResult& r)
+      : f_(f), o_(o), r_(r), n_(theta.size()), y_(std::move(theta)), k1_(n_) {
+    loss_ = eval(y_, k1_);  // k = −∇L
+  }
+
+  // Advances to time `target`; false when a stopping tolerance was met first.
+  bool advance_to(double target) {
+    while (t_ < target) {
+      if (r_.steps >= o_.max_steps) throw Error("gradient_flow: max_steps exceeded");
+      const double h = std::min(h_, target - t_);
+      const bool landing = h == target - t_;
+      if (o_.method == FlowOptions::Method::rk4) {
+        rk4_step(h);
+      } else if (!dopri5_step(h)) {
+        continue;  // rejected: h_ was reduced
+      }
+      if (landing) t_ = target;  // no drift past the requested time
+      ++r_.steps;
+      if (converged()) return false;
+    }
+    return true;
+  }
+  double time() const { return t_; }
+  double loss() const { return loss_; }
+  const std::vector<double>& theta() const { return y_; }
+
+ private:
+  double eval(const std::vector<double>& y, std::vector<double>& k) {
+    const double loss = f_(y.data(), k.data());
+    for (double& v : k) v = -v;
+    ++r_.gradient_evaluations;
+    if (!std::isfinite(loss)) throw Error("gradient_flow: the loss became non-finite (diverged)");
+    return loss;
+  }
+  bool converged() const {
+    if (o_.grad_tol > 0 && norm2(k1_) <= o_.grad_tol) return true;
+    return o_.gap_tol > 0 && loss_ - o_.loss_target <= o_.gap_tol;
+  }
+  void combine(std::vector<double>& out, double h, std::initializer_list<std::pair<double, const std::vector<double>*>> terms) {
+    for (size_t i = 0; i < n_; ++i) {
+      double s = 0;
+      for (const auto& [c, k] : terms) s += c * (*k)[i];
+      out[i] = y_[i] + h * s;
+    }
+  }
+  void rk4_step(double h) {
+    std::vector<double> k2(n_), k3(n_), k4(n_), tmp(n_);
+    combine(tmp, h, {{0.5, &k1_}});
+    eval(tmp, k2);
+    combine(tmp, h, {{0.5, &k2}});
+    eval(tmp, k3);
+    combine(tmp, h, {{1.0, &k3}});
+    eval(tmp, k4);
+    combine(y_, h, {{1.0 / 6, &k1_}, {1.0 / 3, &k2}, {1.0 / 3, &k3}, {1.0 / 6, &k4}});
+    t_ += h;
+    loss_ = eval(y_, k1_);
+  }
+  bool dopri5_step(double h) {
+    std::vector<double> k2(n_), k3(n_), k4(n_), k5(n_), k6(n_), k7(n_), tmp(n_), y5(n_);
+    combine(tmp, h, {{1.0 / 5, &k1_}});
+    eval(tmp, k2);
+    combine(tmp, h, {{3.0 / 40, &k1_}, {9.0 / 40, &k2}});
+    eval(tmp, k3);
+    combine(tmp, h, {{44.0 / 45, &k1_}, {-56.0 / 15, &k2}, {32.0 / 9, &k3}});
+    eval(tmp, k4);
+    combine(tmp, h, {{19372.0 / 6561, &k1_}, {-25360.0 / 2187, &k2}, {64448.0 / 6561, &k3}, {-212.0 / 729, &k4}});
+    eval(tmp, k5);
+    combine(tmp, h, {{9017.0 / 3168, &k1_}, {-355.0 / 33, &k2}, {46732.0 / 5247, &k3}, {49.0 / 176, &k4}, {-5103.0 / 18656, &k5}});
+    eval(tmp, k6);
+    combine(y5, h, {{35.0 / 384, &k1_}, {500.0 / 1113, &k3}, {125.0 / 192, &k4}, {-2187.0 / 6784, &k5}, {11.0 / 84, &k6}});
+    const double loss5 = eval(y5, k7);  // FSAL: k7 = f(y5) starts the next step
+    // Embedded 4th-order error estimate: h Σ (b_i − b*_i) k_i.
+    double err = 0;
+    for (size_t i = 0; i < n_; ++i) {
+      const double e = h * (71.0 / 57600 * k1_[i] - 71.0 / 16695 * k3[i] + 71.0 / 1920 * k4[i] -
+                            17253.0 / 339200 * k5[i] + 22.0 / 525 * k6[i] - 1.0 / 40 * k7[i]);
+      const double scale = o_.atol + o_.rtol * std::max(std::fabs(y_[i]), std::fabs(y5[i]));
+      err += (e / scale) * (e / scale);
+    }
+    err = std::sqrt(err / double(n_));
+    const double factor = err == 0 ? 5.0 : std::clamp(0.9 * std::pow(err, -0.2), 0.2, 5.0);
+    if (err > 1.0) {
+      h_ = h * std::min(factor, 0.9);
+      ++r_.rejected_steps;
+      if (h_ < 1e-14 * std::max(1.0, std::fabs(t_))) throw Error("gradient_flow: step size underflow");
+      return false;
+    }
+    y_.swap(y5);
+    k1_.swap(k7);
+    loss_ = loss5;
+    t_ += h;
+    h_ = std::max(h_, h) * factor;  // a step shortened to land on a time does not shrink h_
+    return true;
+  }
+
+  const LossAndGrad& f_;
+  const FlowOptions& o_;
+  FlowResult& r_;
+  size_t n_;
+  std::vector<double> y_, k1_;
+  double t_ = 0, h_ = 0, loss_ = 0;
+
+ public:
+  void set_step(double h) { h_ = h; }
+};
+
+}  // namespace
+
+FlowResult gradient_flow(const LossAndGrad& loss_and_grad, const std::vector<double>& theta0,
+                         const std::vector<double>& times, const FlowOptions& options) {
+  detail::require(!theta0.empty(), "gradient_flow: theta0 must not be empty");
+  detail::require(options.step > 0, "gradient_flow: step must be > 0");
+  detail::require(options.rtol > 0 && options.atol >= 0, "gradient_flow: rtol must be > 0, atol >= 0");
+  for (size_t i = 0; i < times.size(); ++i) {
+    detail::require(std::isfinite(times[i]) && times[i] >= 0, "gradient_flow: times must be finite and >= 0");
+    detail::require(i == 0 || times[i] >= times[i - 1], "gradient_flow: times must be non-decreasing");
+  }
+  FlowResult result;
+  Flow flow(loss_and_grad, theta0, options, result);
+  flow.set_step(options.step);
+  for (double t : times) {
+    const bool reached = flow.advance_to(t);
+    if (!reached) {
+      result.stopped_by_tolerance = true;
+      break;
+    }
+    result.times.push_back(t);
+    result.losses.push_back(flow.loss());
+    result.thetas.insert(result.thetas.end(), flow.theta().begin(), flow.theta().end());
+  }
+  result.final_time = flow.time();
+  result.final_theta = flow.theta();
+  result.final_loss = flow.loss();
+  return result;
+}
+
+}  // namespace lsa_native

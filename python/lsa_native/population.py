@@ -1,0 +1,250 @@
+"""Exact population losses of the one-layer LSA under Gaussian data, their gradients, and gradient
+flow on them [ZFB (3.8)-(3.9), Lemma 5.2, Lemma A.1, Appendix C]. Derivation: docs/population.md.
+
+Training distribution (SPEC 3.1): w ~ N(0, I_d), x_1..x_N, x_q iid N(0, Λ), y = <w, x>.
+L(W^PV, W^KQ; Λ, N) = ½ E[(ŷ − <w, x_q>)^2] is computed in closed form (Isserlis/Wick) for ANY
+parameters in O(d^3), float64, by the native core. Parameters are [d+1, d+1] arrays; gradients are
+full-size with exact zeros where a parameter does not affect ŷ.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _core
+from ._validation import positive_float, positive_int
+from .data import check_covariance
+
+__all__ = [
+    "loss",
+    "loss_and_grad",
+    "loss_and_grad_random_diagonal",
+    "loss_and_grad_samples",
+    "reduced_loss_and_grad",
+    "diagonal_moments",
+    "exponential_moments",
+    "minimum_loss",
+    "FlowTrajectory",
+    "gradient_flow",
+    "reduced_gradient_flow",
+    "gradient_descent",
+]
+
+
+def _params(W_pv, W_kq):
+    W_pv = np.ascontiguousarray(W_pv, dtype=np.float64)
+    W_kq = np.ascontiguousarray(W_kq, dtype=np.float64)
+    if W_pv.ndim != 2 or W_pv.shape[0] != W_pv.shape[1] or W_pv.shape[0] < 2:
+        raise ValueError(f"W_pv: expected shape (d+1, d+1) with d >= 1, got {W_pv.shape}")
+    if W_kq.shape != W_pv.shape:
+        raise ValueError(f"W_kq: expected shape {W_pv.shape}, got {W_kq.shape}")
+    for name, W in (("W_pv", W_pv), ("W_kq", W_kq)):
+        if not np.all(np.isfinite(W)):
+            raise ValueError(f"{name}: contains non-finite values (NaN or inf)")
+    return W_pv, W_kq, W_pv.shape[0] - 1
+
+
+def _covariance_samples(Lambdas, d: int) -> np.ndarray:
+    L = np.ascontiguousarray(Lambdas, dtype=np.float64)
+    if L.ndim != 3 or L.shape[1:] != (d, d) or L.shape[0] < 1:
+        raise ValueError(f"Lambdas: expected shape (S, {d}, {d}) with S >= 1, got {L.shape}")
+    if not np.all(np.isfinite(L)) or not np.allclose(L, np.swapaxes(L, 1, 2)):
+        raise ValueError("Lambdas: every sample must be finite and symmetric")
+    try:
+        np.linalg.cholesky(L)
+    except np.linalg.LinAlgError:
+        raise ValueError("Lambdas: every sample must be positive definite") from None
+    return L
+
+
+def diagonal_moments(mean, second, third) -> np.ndarray:
+    """Moments [3, d] = (E λ_i, E λ_i², E λ_i³) of independent diagonal entries, validated: means > 0,
+    variances E λ² − (E λ)² >= 0, finite."""
+    m = np.ascontiguousarray(np.stack([np.asarray(v, dtype=np.float64) for v in (mean, second, third)]))
+    if m.ndim != 2 or m.shape[1] < 1:
+        raise ValueError(f"moments: expected three vectors of length d >= 1, got shape {m.shape}")
+    if not np.all(np.isfinite(m)):
+        raise ValueError("moments: contain non-finite values")
+    if np.any(m[0] <= 0):
+        raise ValueError("moments: E[λ_i] must be > 0 (covariance entries are positive)")
+    if np.any(m[1] - m[0] ** 2 < -1e-12 * np.maximum(1, m[1])):
+        raise ValueError("moments: E[λ_i²] − E[λ_i]² must be >= 0 (a variance)")
+    return m
+
+
+def exponential_moments(d: int, scale: float = 1.0) -> np.ndarray:
+    """Moments of λ_i iid scale·Exponential(1): (c, 2c², 6c³) [ZFB 4.3, the ⅓ example]."""
+    d = positive_int(d, "d")
+    c = positive_float(scale, "scale")
+    return diagonal_moments(np.full(d, c), np.full(d, 2 * c**2), np.full(d, 6 * c**3))
+
+
+def _as_moments(moments, d: int) -> np.ndarray:
+    m = np.asarray(moments, dtype=np.float64)
+    if m.shape != (3, d):
+        raise ValueError(f"moments: expected shape (3, {d}), got {m.shape}")
+    return diagonal_moments(*m)
+
+
+def loss(W_pv, W_kq, Lambda, N: int) -> float:
+    """Population loss L(W^PV, W^KQ; Λ, N)  [ZFB (3.8)], exact for any parameters."""
+    return loss_and_grad(W_pv, W_kq, Lambda, N)[0]
+
+
+def loss_and_grad(W_pv, W_kq, Lambda, N: int):
+    """(L, ∂L/∂W^PV, ∂L/∂W^KQ) for fixed Λ (symmetric positive definite [d, d])."""
+    W_pv, W_kq, d = _params(W_pv, W_kq)
+    Lam = check_covariance(Lambda, d=d)
+    return _core.population_loss("fixed", W_pv, W_kq, np.ascontiguousarray(Lam), positive_int(N, "N"))
+
+
+def loss_and_grad_random_diagonal(W_pv, W_kq, moments, N: int):
+    """E_Λτ L(·; Λτ, N) and its gradient for Λτ = diag(λ) with independent entries given by
+    moments [3, d] = (E λ, E λ², E λ³)  [ZFB (4.9), Appendix C]. Exact: L is cubic in the λ_i."""
+    W_pv, W_kq, d = _params(W_pv, W_kq)
+    return _core.population_loss("random_diagonal", W_pv, W_kq, _as_moments(moments, d),
+                                 positive_int(N, "N"))
+
+
+def loss_and_grad_samples(W_pv, W_kq, Lambdas, N: int):
+    """(1/S) Σ_s L(·; Λ_s, N) and its gradient: the exact conditional loss averaged over supplied
+    covariance samples Lambdas [S, d, d] (quadrature over Λ only)."""
+    W_pv, W_kq, d = _params(W_pv, W_kq)
+    return _core.population_loss("samples", W_pv, W_kq, _covariance_samples(Lambdas, d),
+                                 positive_int(N, "N"))
+
+
+def reduced_loss_and_grad(U11, u: float, Lambda, N: int):
+    """ℓ̃(U11, u_{-1}) = tr[½ u² ΓΛU11ΛU11^T − u Λ²U11^T] of ZFB Lemma A.1 with its gradient:
+    returns (ℓ̃, ∂ℓ̃/∂U11, ∂ℓ̃/∂u). On the manifold p1 = 0, k2 = 0: L = ℓ̃ + ½ tr(Λ)."""
+    U11 = np.ascontiguousarray(U11, dtype=np.float64)
+    Lam = check_covariance(Lambda, d=U11.shape[0] if U11.ndim == 2 else None)
+    return _core.reduced_loss(U11, float(u), np.ascontiguousarray(Lam), positive_int(N, "N"))
+
+
+def minimum_loss(Lambda, N: int) -> float:
+    """min L = ½ tr(Λ) − ½ tr(Λ² Γ^{-1})  [ZFB Lemma A.1, min ℓ̃ = −½ tr(Λ²Γ^{-1})]."""
+    from .theory import gamma
+
+    Lam = check_covariance(Lambda)
+    return float(0.5 * np.trace(Lam) - 0.5 * np.trace(Lam @ Lam @ np.linalg.inv(gamma(Lam, N))))
+
+
+@dataclass
+class FlowTrajectory:
+    """Gradient-flow trajectory recorded at ``times``: parameters, losses and integrator counts.
+
+    For the full model ``W_pv``/``W_kq`` are [T, d+1, d+1]; for the reduced flow ``U11`` [T, d, d]
+    and ``u`` [T]. ``final_*`` describe where integration stopped (a tolerance may stop it early:
+    then ``times`` is a prefix of the request and ``stopped_by_tolerance`` is True)."""
+
+    times: np.ndarray
+    losses: np.ndarray
+    final_time: float
+    final_loss: float
+    steps: int
+    rejected_steps: int
+    gradient_evaluations: int
+    stopped_by_tolerance: bool
+    W_pv: np.ndarray | None = None
+    W_kq: np.ndarray | None = None
+    final_W_pv: np.ndarray | None = None
+    final_W_kq: np.ndarray | None = None
+    U11: np.ndarray | None = None
+    u: np.ndarray | None = None
+    final_U11: np.ndarray | None = None
+    final_u: float | None = None
+
+
+def _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_target, max_steps):
+    times = np.asarray(times, dtype=np.float64).ravel()
+    if times.size == 0 or not np.all(np.isfinite(times)) or np.any(times < 0) or np.any(np.diff(times) < 0):
+        raise ValueError("times: expected a non-empty, non-decreasing sequence of finite times >= 0")
+    if method not in ("dopri5", "rk4"):
+        raise ValueError(f"method: expected 'dopri5' or 'rk4', got {method!r}")
+    return dict(times=times.tolist(), method=method, rtol=positive_float(rtol, "rtol"),
+                atol=float(atol), step=positive_float(step, "step"), grad_tol=float(grad_tol),
+                loss_target=float(loss_target), gap_tol=float(gap_tol),
+                max_steps=positive_int(max_steps, "max_steps"))
+
+
+def gradient_flow(W_pv, W_kq, N: int, *, Lambda=None, moments=None, samples=None, times,
+                  method: str = "dopri5", rtol: float = 1e-12, atol: float = 1e-14,
+                  step: float = 1e-2, grad_tol: float = 0.0, gap_tol: float = 0.0,
+                  loss_target: float = 0.0, max_steps: int = 10_000_000) -> FlowTrajectory:
+    """Gradient flow dθ/dt = −∇L(θ) [ZFB (3.9)] on the exact population loss, integrated natively
+    (GIL released) by adaptive Dormand–Prince 5(4) (``rtol``, ``atol``) or fixed-step RK4 (``step``).
+
+    The objective is fixed Λ (``Lambda``), random diagonal Λτ (``moments`` [3, d]) or covariance
+    samples (``samples`` [S, d, d]) — exactly one. θ is recorded at ``times``; integration stops
+    early when ‖∇L‖ <= grad_tol or L − loss_target <= gap_tol (each off at 0).
+    """
+    W_pv, W_kq, d = _params(W_pv, W_kq)
+    given = [x is not None for x in (Lambda, moments, samples)]
+    if sum(given) != 1:
+        raise ValueError("gradient_flow: pass exactly one of Lambda, moments, samples")
+    if Lambda is not None:
+        kind, data = "fixed", np.ascontiguousarray(check_covariance(Lambda, d=d))
+    elif moments is not None:
+        kind, data = "random_diagonal", _as_moments(moments, d)
+    else:
+        kind, data = "samples", _covariance_samples(samples, d)
+    opts = _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_target, max_steps)
+    r = _core.gradient_flow_population(kind, W_pv, W_kq, data, positive_int(N, "N"), **opts)
+    n = d + 1
+    thetas = r["thetas"].reshape(-1, 2, n, n)
+    final = r["final_theta"].reshape(2, n, n)
+    return FlowTrajectory(
+        times=r["times"], losses=r["losses"], final_time=r["final_time"],
+        final_loss=r["final_loss"], steps=r["steps"], rejected_steps=r["rejected_steps"],
+        gradient_evaluations=r["gradient_evaluations"],
+        stopped_by_tolerance=r["stopped_by_tolerance"], W_pv=thetas[:, 0], W_kq=thetas[:, 1],
+        final_W_pv=final[0], final_W_kq=final[1])
+
+
+def reduced_gradient_flow(U11, u: float, Lambda, N: int, *, times, method: str = "dopri5",
+                          rtol: float = 1e-12, atol: float = 1e-14, step: float = 1e-2,
+                          grad_tol: float = 0.0, gap_tol: float = 0.0, loss_target: float = 0.0,
+                          max_steps: int = 10_000_000) -> FlowTrajectory:
+    """Gradient flow on ℓ̃(U11, u_{-1}) of ZFB Lemma A.1: the dynamics (5.4) of Lemma 5.2."""
+    U11 = np.ascontiguousarray(U11, dtype=np.float64)
+    if U11.ndim != 2 or U11.shape[0] != U11.shape[1]:
+        raise ValueError(f"U11: expected a square (d, d) array, got shape {U11.shape}")
+    d = U11.shape[0]
+    Lam = np.ascontiguousarray(check_covariance(Lambda, d=d))
+    opts = _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_target, max_steps)
+    r = _core.gradient_flow_reduced(U11, float(u), Lam, positive_int(N, "N"), **opts)
+    th = r["thetas"]
+    return FlowTrajectory(
+        times=r["times"], losses=r["losses"], final_time=r["final_time"],
+        final_loss=r["final_loss"], steps=r["steps"], rejected_steps=r["rejected_steps"],
+        gradient_evaluations=r["gradient_evaluations"],
+        stopped_by_tolerance=r["stopped_by_tolerance"], U11=th[:, : d * d].reshape(-1, d, d),
+        u=th[:, d * d], final_U11=r["final_theta"][: d * d].reshape(d, d),
+        final_u=float(r["final_theta"][d * d]))
+
+
+def gradient_descent(W_pv, W_kq, Lambda, N: int, *, step: float, n_steps: int,
+                     record_every: int = 1):
+    """Plain GD θ ← θ − η ∇L(θ) on the exact population loss (the discrete gradient flow).
+    Returns (W_pv, W_kq, steps [K], losses [K]) recorded every ``record_every`` steps."""
+    W_pv, W_kq, d = _params(W_pv, W_kq)
+    Lam = np.ascontiguousarray(check_covariance(Lambda, d=d))
+    eta = positive_float(step, "step")
+    n_steps = positive_int(n_steps, "n_steps", minimum=0)
+    record_every = positive_int(record_every, "record_every")
+    N = positive_int(N, "N")
+    steps, losses = [], []
+    W_pv, W_kq = W_pv.copy(), W_kq.copy()
+    for k in range(n_steps + 1):
+        L, g_pv, g_kq = _core.population_loss("fixed", W_pv, W_kq, Lam, N)
+        if not np.isfinite(L):
+            raise FloatingPointError(f"gradient_descent diverged at step {k}: reduce step")
+        if k % record_every == 0 or k == n_steps:
+            steps.append(k)
+            losses.append(L)
+        if k < n_steps:
+            W_pv -= eta * g_pv
+            W_kq -= eta * g_kq
+    return W_pv, W_kq, np.array(steps), np.array(losses)
