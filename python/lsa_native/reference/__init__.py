@@ -3,6 +3,6 @@
 They are the test oracles of the native core (numpy reference → CPU kernels → CUDA kernels) and
 the baselines of the benchmarks. Clarity first; float64 recommended.
 """
-from . import lsa
+from . import lsa, population
 
-__all__ = ["lsa"]
+__all__ = ["lsa", "population"]
