@@ -39,22 +39,25 @@ def _params(W_pv, W_kq):
         raise ValueError(f"W_pv: expected shape (d+1, d+1) with d >= 1, got {W_pv.shape}")
     if W_kq.shape != W_pv.shape:
         raise ValueError(f"W_kq: expected shape {W_pv.shape}, got {W_kq.shape}")
-    for name, W in (("W_pv", W_pv), ("W_kq", W_kq)):
-        if not np.all(np.isfinite(W)):
-            raise ValueError(f"{name}: contains non-finite values (NaN or inf)")
+    if not (np.isfinite(W_pv.sum()) and np.isfinite(W_kq.sum())):  # cheap: a NaN/inf propagates
+        name = "W_pv" if not np.all(np.isfinite(W_pv)) else "W_kq"
+        raise ValueError(f"{name}: contains non-finite values (NaN or inf)")
     return W_pv, W_kq, W_pv.shape[0] - 1
 
 
+def _covariance(Lambda, d: int) -> np.ndarray:
+    """Λ as C-contiguous float64 [d, d]; symmetry and positive definiteness are checked natively."""
+    L = np.ascontiguousarray(Lambda, dtype=np.float64)
+    if L.shape != (d, d):
+        raise ValueError(f"Lambda: expected shape {(d, d)}, got {L.shape}")
+    return L
+
+
 def _covariance_samples(Lambdas, d: int) -> np.ndarray:
+    """Samples as float64 [S, d, d]; each is checked natively (symmetric, positive definite)."""
     L = np.ascontiguousarray(Lambdas, dtype=np.float64)
     if L.ndim != 3 or L.shape[1:] != (d, d) or L.shape[0] < 1:
         raise ValueError(f"Lambdas: expected shape (S, {d}, {d}) with S >= 1, got {L.shape}")
-    if not np.all(np.isfinite(L)) or not np.allclose(L, np.swapaxes(L, 1, 2)):
-        raise ValueError("Lambdas: every sample must be finite and symmetric")
-    try:
-        np.linalg.cholesky(L)
-    except np.linalg.LinAlgError:
-        raise ValueError("Lambdas: every sample must be positive definite") from None
     return L
 
 
@@ -95,8 +98,7 @@ def loss(W_pv, W_kq, Lambda, N: int) -> float:
 def loss_and_grad(W_pv, W_kq, Lambda, N: int):
     """(L, ∂L/∂W^PV, ∂L/∂W^KQ) for fixed Λ (symmetric positive definite [d, d])."""
     W_pv, W_kq, d = _params(W_pv, W_kq)
-    Lam = check_covariance(Lambda, d=d)
-    return _core.population_loss("fixed", W_pv, W_kq, np.ascontiguousarray(Lam), positive_int(N, "N"))
+    return _core.population_loss("fixed", W_pv, W_kq, _covariance(Lambda, d), positive_int(N, "N"))
 
 
 def loss_and_grad_random_diagonal(W_pv, W_kq, moments, N: int):
@@ -119,8 +121,9 @@ def reduced_loss_and_grad(U11, u: float, Lambda, N: int):
     """ℓ̃(U11, u_{-1}) = tr[½ u² ΓΛU11ΛU11^T − u Λ²U11^T] of ZFB Lemma A.1 with its gradient:
     returns (ℓ̃, ∂ℓ̃/∂U11, ∂ℓ̃/∂u). On the manifold p1 = 0, k2 = 0: L = ℓ̃ + ½ tr(Λ)."""
     U11 = np.ascontiguousarray(U11, dtype=np.float64)
-    Lam = check_covariance(Lambda, d=U11.shape[0] if U11.ndim == 2 else None)
-    return _core.reduced_loss(U11, float(u), np.ascontiguousarray(Lam), positive_int(N, "N"))
+    if U11.ndim != 2 or U11.shape[0] != U11.shape[1]:
+        raise ValueError(f"U11: expected a square (d, d) array, got shape {U11.shape}")
+    return _core.reduced_loss(U11, float(u), _covariance(Lambda, U11.shape[0]), positive_int(N, "N"))
 
 
 def minimum_loss(Lambda, N: int) -> float:
@@ -185,7 +188,7 @@ def gradient_flow(W_pv, W_kq, N: int, *, Lambda=None, moments=None, samples=None
     if sum(given) != 1:
         raise ValueError("gradient_flow: pass exactly one of Lambda, moments, samples")
     if Lambda is not None:
-        kind, data = "fixed", np.ascontiguousarray(check_covariance(Lambda, d=d))
+        kind, data = "fixed", _covariance(Lambda, d)
     elif moments is not None:
         kind, data = "random_diagonal", _as_moments(moments, d)
     else:
@@ -212,7 +215,7 @@ def reduced_gradient_flow(U11, u: float, Lambda, N: int, *, times, method: str =
     if U11.ndim != 2 or U11.shape[0] != U11.shape[1]:
         raise ValueError(f"U11: expected a square (d, d) array, got shape {U11.shape}")
     d = U11.shape[0]
-    Lam = np.ascontiguousarray(check_covariance(Lambda, d=d))
+    Lam = _covariance(Lambda, d)
     opts = _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_target, max_steps)
     r = _core.gradient_flow_reduced(U11, float(u), Lam, positive_int(N, "N"), **opts)
     th = r["thetas"]
@@ -230,7 +233,7 @@ def gradient_descent(W_pv, W_kq, Lambda, N: int, *, step: float, n_steps: int,
     """Plain GD θ ← θ − η ∇L(θ) on the exact population loss (the discrete gradient flow).
     Returns (W_pv, W_kq, steps [K], losses [K]) recorded every ``record_every`` steps."""
     W_pv, W_kq, d = _params(W_pv, W_kq)
-    Lam = np.ascontiguousarray(check_covariance(Lambda, d=d))
+    Lam = _covariance(Lambda, d)
     eta = positive_float(step, "step")
     n_steps = positive_int(n_steps, "n_steps", minimum=0)
     record_every = positive_int(record_every, "record_every")

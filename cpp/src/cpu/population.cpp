@@ -1,6 +1,7 @@
 // Closed-form population loss of the one-layer LSA and its gradient (derivation: docs/population.md).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -20,20 +21,65 @@ struct Mat {
 };
 using Vecd = std::vector<double>;
 
-Mat matmul(const Mat& A, const Mat& B) {  // i-k-j order: the inner loop vectorizes
-  Mat C(A.n);
+// The O(d^3) products dominate at large d: on x86-64 they are also compiled for AVX2+FMA and the
+// loader picks the clone the CPU supports (no -march flags leak into the library).
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+#define LSA_TARGET_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define LSA_TARGET_CLONES
+#endif
+
+// Helpers are always_inline so that they take the caller's clone's instruction set.
+typedef double V4 __attribute__((vector_size(32)));
+__attribute__((always_inline)) inline V4 load4(const double* p) {
+  V4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+__attribute__((always_inline)) inline void store4(double* p, V4 v) { std::memcpy(p, &v, sizeof v); }
+
+// C[i0:i0+4, j0:j0+4·NV] = A[i0:i0+4, :] B[:, j0:j0+4·NV]: 4·NV vector accumulators, each B load
+// used 4 times.
+template <int NV>
+__attribute__((always_inline)) inline void matmul_tile(const double* a, const double* b,
+                                                       double* c, index_t n, index_t i0,
+                                                       index_t j0) {
+  V4 acc[4][NV] = {};
+  for (index_t k = 0; k < n; ++k) {
+    V4 bk[NV];
+    for (int v = 0; v < NV; ++v) bk[v] = load4(b + k * n + j0 + 4 * v);
+    for (index_t ii = 0; ii < 4; ++ii) {
+      const V4 aik = V4{} + a[(i0 + ii) * n + k];
+      for (int v = 0; v < NV; ++v) acc[ii][v] += aik * bk[v];
+    }
+  }
+  for (index_t ii = 0; ii < 4; ++ii)
+    for (int v = 0; v < NV; ++v) store4(c + (i0 + ii) * n + j0 + 4 * v, acc[ii][v]);
+}
+
+LSA_TARGET_CLONES Mat matmul(const Mat& A, const Mat& B) {
+  // Register tiles of 4 rows x (8 or 4) columns; rows and columns past the last whole tile with
+  // plain i-k-j loops.
   const index_t n = A.n;
-  for (index_t i = 0; i < n; ++i) {
-    double* c = C.a.data() + i * n;
+  Mat C(n);
+  const double* a = A.a.data();
+  const double* b = B.a.data();
+  double* c = C.a.data();
+  const index_t n_i = n / 4 * 4, n_j8 = n / 8 * 8, n_j = n / 4 * 4;
+  for (index_t i0 = 0; i0 < n_i; i0 += 4) {
+    for (index_t j0 = 0; j0 < n_j8; j0 += 8) matmul_tile<2>(a, b, c, n, i0, j0);
+    if (n_j > n_j8) matmul_tile<1>(a, b, c, n, i0, n_j8);
+  }
+  for (index_t i = 0; i < n; ++i) {  // edges: columns >= n_j of every row, all of rows >= n_i
+    const index_t j_begin = i < n_i ? n_j : 0;
     for (index_t k = 0; k < n; ++k) {
-      const double aik = A(i, k);
-      const double* b = B.a.data() + k * n;
-      for (index_t j = 0; j < n; ++j) c[j] += aik * b[j];
+      const double aik = a[i * n + k];
+      for (index_t j = j_begin; j < n; ++j) c[i * n + j] += aik * b[k * n + j];
     }
   }
   return C;
 }
-Vecd matvec(const Mat& A, const Vecd& x) {
+LSA_TARGET_CLONES Vecd matvec(const Mat& A, const Vecd& x) {
   Vecd y(static_cast<size_t>(A.n), 0.0);
   for (index_t i = 0; i < A.n; ++i) {
     double s = 0;
@@ -78,6 +124,33 @@ void add_scaled(Mat& M, double c, const Mat& A) {
 }
 void add_scaled(Vecd& v, double c, const Vecd& x) {
   for (size_t i = 0; i < v.size(); ++i) v[i] += c * x[i];
+}
+
+// Throws unless Λ [d, d] is symmetric (to 1e-10 relative) and positive definite (Cholesky).
+void check_covariance(index_t d, const double* L, const std::string& name) {
+  // Messages are built only on failure: this runs on every gradient evaluation.
+  double scale = 0;
+  for (index_t i = 0; i < d * d; ++i) {
+    if (!std::isfinite(L[i])) throw Error(name + ": contains non-finite values");
+    scale = std::max(scale, std::fabs(L[i]));
+  }
+  for (index_t i = 0; i < d; ++i)
+    for (index_t j = 0; j < i; ++j)
+      if (!(std::fabs(L[i * d + j] - L[j * d + i]) <= 1e-10 * scale))
+        throw Error(name + ": must be symmetric");
+  std::vector<double> c(L, L + d * d);  // in-place Cholesky of the lower triangle
+  for (index_t j = 0; j < d; ++j) {
+    double diag = c[j * d + j];
+    for (index_t k = 0; k < j; ++k) diag -= c[j * d + k] * c[j * d + k];
+    if (!(diag > 0)) throw Error(name + ": must be positive definite");
+    diag = std::sqrt(diag);
+    c[j * d + j] = diag;
+    for (index_t i = j + 1; i < d; ++i) {
+      double v = c[i * d + j];
+      for (index_t k = 0; k < j; ++k) v -= c[i * d + k] * c[j * d + k];
+      c[i * d + j] = v / diag;
+    }
+  }
 }
 
 void check_common(index_t d, const double* W_pv, const double* W_kq, index_t N) {
@@ -144,14 +217,8 @@ double twice_loss(const Params& P, const Mat& Lam, index_t N, Grad* g) {
   // T1 = (1 + 1/N) a^T K1 Λ K1^T a + α tr(K1 Λ K1^T Λ) / N
   const Vecd u1 = matvec_t(K1, a);  // K1^T a
   const Vecd Lu1 = matvec(Lam, u1);
-  Mat KLKt(d);  // K1 Λ K1^T
-  for (index_t i = 0; i < d; ++i)
-    for (index_t j = 0; j < d; ++j) {
-      double s = 0;
-      for (index_t k = 0; k < d; ++k) s += KL(i, k) * K1(j, k);
-      KLKt(i, j) = s;
-    }
-  const double beta = frobenius_dot(KLKt, Lam);
+  const Mat LKL = matmul(LK, Lam);                // Λ K1 Λ
+  const double beta = frobenius_dot(LKL, K1);     // tr(K1 Λ K1^T Λ) = <ΛK1Λ, K1>
   const double T1 = (1 + 1 / n) * dot(u1, Lu1) + alpha * beta / n;
 
   // T2 = tr(R^T Λ R Φ) − 2 tr(R Λ²) + tr Λ,  R = p2 K1^T + k2 p1^T
@@ -202,7 +269,7 @@ double twice_loss(const Params& P, const Mat& Lam, index_t N, Grad* g) {
     add_scaled(G.p1, 2 * (1 + 1 / n), LKLu1);
     add_scaled(G.p1, 2 * beta / n, a);
     add_outer(G.K1, 2 * (1 + 1 / n), a, Lu1);
-    add_scaled(G.K1, 2 * alpha / n, matmul(LK, Lam));
+    add_scaled(G.K1, 2 * alpha / n, LKL);
     // ∂T2 through D = ∂T2/∂R = 2(Λ R Φ − Λ²)
     Mat D = LRPhi;
     add_scaled(D, -1.0, L2);
@@ -260,6 +327,7 @@ double population_loss(index_t d, const double* W_pv, const double* W_kq, const 
                        index_t N, double* d_W_pv, double* d_W_kq) {
   check_common(d, W_pv, W_kq, N);
   detail::require(Lambda != nullptr, "Lambda must not be null");
+  check_covariance(d, Lambda, "Lambda");
   const Params P(d, W_pv, W_kq);
   const bool want_grad = d_W_pv && d_W_kq;
   Grad g(d);
@@ -333,6 +401,8 @@ double population_loss_samples(index_t d, const double* W_pv, const double* W_kq
   detail::require(Lambdas != nullptr, "Lambdas must not be null");
   detail::require(n_samples >= 1,
                   "need at least one covariance sample, got " + std::to_string(n_samples));
+  for (index_t s = 0; s < n_samples; ++s)
+    check_covariance(d, Lambdas + s * d * d, "Lambdas[" + std::to_string(s) + "]");
   const Params P(d, W_pv, W_kq);
   const bool want_grad = d_W_pv && d_W_kq;
   std::vector<double> losses(static_cast<size_t>(n_samples));
@@ -360,6 +430,7 @@ double reduced_loss(index_t d, const double* U11, double u, const double* Lambda
   detail::require(d >= 1, "dimension d must be >= 1, got " + std::to_string(d));
   detail::require(N >= 1, "training prompt length N must be >= 1, got " + std::to_string(N));
   detail::require(U11 != nullptr && Lambda != nullptr, "U11 and Lambda must not be null");
+  check_covariance(d, Lambda, "Lambda");
   const double n = double(N);
   const Mat Lam = to_mat(d, Lambda);
   const Mat U = to_mat(d, U11);
