@@ -157,6 +157,10 @@ void check_common(index_t d, const double* W_pv, const double* W_kq, index_t N) 
   detail::require(d >= 1, "dimension d must be >= 1, got " + std::to_string(d));
   detail::require(N >= 1, "training prompt length N must be >= 1, got " + std::to_string(N));
   detail::require(W_pv != nullptr && W_kq != nullptr, "W_pv and W_kq must not be null");
+  for (index_t i = 0; i < (d + 1) * (d + 1); ++i) {
+    if (!std::isfinite(W_pv[i])) throw Error("W_pv: contains non-finite values (NaN or inf)");
+    if (!std::isfinite(W_kq[i])) throw Error("W_kq: contains non-finite values (NaN or inf)");
+  }
 }
 
 // The parameters that affect ŷ (SPEC 3.2/3.5): p = (p1; p2) last row of W^PV, K = [K1; k2^T] the
@@ -222,14 +226,17 @@ double twice_loss(const Params& P, const Mat& Lam, index_t N, Grad* g) {
   const double T1 = (1 + 1 / n) * dot(u1, Lu1) + alpha * beta / n;
 
   // T2 = tr(R^T Λ R Φ) − 2 tr(R Λ²) + tr Λ,  R = p2 K1^T + k2 p1^T
-  Mat R(d);
+  Mat R(d), LR(d);  // Λ R = p2 (K1 Λ)^T + (Λ k2) p1^T: no product needed
+  const Vecd Lk2 = matvec(Lam, k2);
   for (index_t i = 0; i < d; ++i)
-    for (index_t j = 0; j < d; ++j) R(i, j) = p2 * K1(j, i) + k2[i] * p1[j];
-  const Mat LRPhi = matmul(matmul(Lam, R), Phi);
+    for (index_t j = 0; j < d; ++j) {
+      R(i, j) = p2 * K1(j, i) + k2[i] * p1[j];
+      LR(i, j) = p2 * KL(j, i) + Lk2[i] * p1[j];
+    }
+  const Mat LRPhi = matmul(LR, Phi);
   const double T2 = frobenius_dot(R, LRPhi) - 2 * frobenius_dot(R, L2) + trL;
 
   // T3 = p2² (k2^T Λ k2)(1 + 2/N)(tr(Λ)² + 2 tr(Λ²))
-  const Vecd Lk2 = matvec(Lam, k2);
   const double k2Lk2 = dot(k2, Lk2);
   const double c3 = (1 + 2 / n) * (trL * trL + 2 * trL2);
   const double T3 = p2 * p2 * k2Lk2 * c3;
@@ -251,10 +258,13 @@ double twice_loss(const Params& P, const Mat& Lam, index_t N, Grad* g) {
   const double X = 2 / n * dot(mbar, m);
 
   // F6 = [α(τ² + 2 tr(SΛSΛ)) + 4τ a^T S a + 8 a^T SΛS a] / N²,  S = (K1 + K1^T)/2
-  Mat S(d);
+  Mat S(d), SL(d), LSL(d);  // SΛ = ½(K1Λ + (ΛK1)^T), ΛSΛ = ½(ΛK1Λ + (ΛK1Λ)^T)
   for (index_t i = 0; i < d; ++i)
-    for (index_t j = 0; j < d; ++j) S(i, j) = 0.5 * (K1(i, j) + K1(j, i));
-  const Mat SL = matmul(S, Lam);
+    for (index_t j = 0; j < d; ++j) {
+      S(i, j) = 0.5 * (K1(i, j) + K1(j, i));
+      SL(i, j) = 0.5 * (KL(i, j) + LK(j, i));
+      LSL(i, j) = 0.5 * (LKL(i, j) + LKL(j, i));
+    }
   const double tSLSL = trace_product(SL, SL);
   const Vecd Sa = matvec(S, a);
   const double aSa = dot(a, Sa);
@@ -307,7 +317,7 @@ double twice_loss(const Params& P, const Mat& Lam, index_t N, Grad* g) {
     add_scaled(G.p1, inv_n2 * 8 * tau, LSa);
     add_scaled(G.p1, inv_n2 * 16, matvec(Lam, matvec(S, LSa)));
     add_scaled(G.K1, inv_n2 * (2 * alpha * tau + 4 * aSa), Lam);
-    add_scaled(G.K1, inv_n2 * 4 * alpha, matmul(Lam, SL));
+    add_scaled(G.K1, inv_n2 * 4 * alpha, LSL);
     add_outer(G.K1, inv_n2 * 4 * tau, a, a);
     add_outer(G.K1, inv_n2 * 8, a, LSa);
     add_outer(G.K1, inv_n2 * 8, LSa, a);
