@@ -8,6 +8,7 @@
 
 #include "lsa_native/bench.hpp"
 #include "lsa_native/lsa.hpp"
+#include "lsa_native/population.hpp"
 
 namespace {
 
@@ -88,6 +89,21 @@ BENCHMARK_TEMPLATE(BM_lsa_loss_and_grad, float) LSA_SIZES;
 BENCHMARK_TEMPLATE(BM_lsa_loss_and_grad, double) LSA_SIZES;
 BENCHMARK_TEMPLATE(BM_lsa_forward, float) LSA_SIZES;
 BENCHMARK_TEMPLATE(BM_lsa_forward, double) LSA_SIZES;
+
+// Exact population loss and gradient at d = state.range(0), N = 20.
+void BM_population_loss_and_grad(benchmark::State& state) {
+  const index_t d = state.range(0), n = (d + 1) * (d + 1);
+  std::mt19937 gen(0);
+  std::normal_distribution<double> normal;
+  std::vector<double> W_pv(n), W_kq(n), g_pv(n), g_kq(n), Lambda(d * d, 0.0);
+  for (auto& v : W_pv) v = 0.3 * normal(gen);
+  for (auto& v : W_kq) v = 0.3 * normal(gen);
+  for (index_t i = 0; i < d; ++i) Lambda[i * d + i] = 0.5 + 1.5 * double(i) / double(d);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(lsa_native::population_loss(d, W_pv.data(), W_kq.data(),
+                                                         Lambda.data(), 20, g_pv.data(), g_kq.data()));
+}
+BENCHMARK(BM_population_loss_and_grad)->Arg(5)->Arg(20)->Arg(100)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 

@@ -1,7 +1,9 @@
-// Samples linear-regression prompts in C++, runs the batched LSA prediction and loss gradient, and
-// checks both against a direct evaluation of f(E) = E + W^PV E (E^T W^KQ E)/N. Exit code 0 = OK.
+// Samples linear-regression prompts in C++, runs the batched LSA prediction and loss gradient,
+// checks both against a direct evaluation of f(E) = E + W^PV E (E^T W^KQ E)/N, and takes one
+// gradient step on the exact population loss. Exit code 0 = OK.
 #include <lsa_native/device.hpp>
 #include <lsa_native/lsa.hpp>
+#include <lsa_native/population.hpp>
 
 #include <cmath>
 #include <cstdio>
@@ -61,9 +63,21 @@ int main() {
     max_err = std::fmax(max_err, std::fabs(y - y_hat[b]) / (1 + std::fabs(y)));
     direct_loss += 0.5 * (y - y_q[b]) * (y - y_q[b]) / double(B);
   }
-  const bool ok = max_err < 1e-12 && std::fabs(loss - direct_loss) < 1e-12 * (1 + direct_loss);
-  std::printf("lsa_native %s (%s kernels): predict max rel err %.2e, loss %.6f vs direct %.6f: %s\n",
+  // One step of gradient descent on the exact population loss (Λ = I): it must decrease.
+  std::vector<double> Lambda(d * d, 0.0);
+  for (long i = 0; i < d; ++i) Lambda[i * d + i] = 1.0;
+  const double before = lsa_native::population_loss(d, W_pv.data(), W_kq.data(), Lambda.data(), N,
+                                                    d_W_pv.data(), d_W_kq.data());
+  for (long i = 0; i < rows * rows; ++i) {
+    W_pv[i] -= 1e-4 * d_W_pv[i];
+    W_kq[i] -= 1e-4 * d_W_kq[i];
+  }
+  const double after = lsa_native::population_loss(d, W_pv.data(), W_kq.data(), Lambda.data(), N);
+  const bool ok = max_err < 1e-12 && std::fabs(loss - direct_loss) < 1e-12 * (1 + direct_loss) &&
+                  after < before;
+  std::printf("lsa_native %s (%s kernels): predict max rel err %.2e, loss %.6f vs direct %.6f, "
+              "population loss %.6f -> %.6f after one GD step: %s\n",
               LSA_NATIVE_VERSION_STRING, lsa_native::cpu_kernel_isa(), max_err, loss, direct_loss,
-              ok ? "OK" : "FAILED");
+              before, after, ok ? "OK" : "FAILED");
   return ok ? 0 : 1;
 }
