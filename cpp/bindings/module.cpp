@@ -12,6 +12,7 @@ namespace py = pybind11;
 namespace lsa_native::bindings {
 void bind_lsa(py::module_& m);
 void bind_population(py::module_& m);
+void bind_kernel_attention(py::module_& m);
 }  // namespace lsa_native::bindings
 
 PYBIND11_MODULE(_core, m) {
@@ -45,4 +46,5 @@ PYBIND11_MODULE(_core, m) {
       py::arg("x").noconvert());
   lsa_native::bindings::bind_lsa(m);
   lsa_native::bindings::bind_population(m);
+  lsa_native::bindings::bind_kernel_attention(m);
 }

@@ -7,7 +7,8 @@ import numpy as np
 
 from ._validation import positive_int
 
-__all__ = ["PromptBatch", "embed", "linear_regression_prompts", "check_covariance"]
+__all__ = ["PromptBatch", "embed", "linear_regression_prompts", "kernel_gp_prompts",
+           "unit_sphere", "check_covariance"]
 
 
 @dataclass(frozen=True)
@@ -96,3 +97,41 @@ def linear_regression_prompts(
         y = y + noise_std * rng.standard_normal((B, N))
     y_q = np.einsum("bd,bd->b", x_q, w)
     return PromptBatch(X=X, y=y, x_q=x_q, y_q=y_q.astype(dtype), w=w, E=embed(X, y, x_q, dtype))
+
+
+def unit_sphere(rng: np.random.Generator, shape: tuple, dim: int, Sigma=None) -> np.ndarray:
+    """Σ^{1/2} ξ with ξ uniform on the unit sphere in R^dim (CCS H.1); shape + (dim,)."""
+    xi = rng.standard_normal(tuple(shape) + (dim,))
+    xi /= np.linalg.norm(xi, axis=-1, keepdims=True)
+    return xi if Sigma is None else xi @ _sqrtm(Sigma, dim)
+
+
+def kernel_gp_prompts(
+    rng: np.random.Generator,
+    batch: int,
+    dim: int,
+    context: int,
+    kernel: str = "exp",
+    *,
+    bandwidth: float = 1.0,
+    Sigma=None,
+    dtype=np.float64,
+) -> PromptBatch:
+    """Prompts with labels from the K Gaussian process Y | X ~ N(0, K_+(X)) of CCS Definition 3.3,
+    K_ij = K(Σ^{-1/2} x_i, Σ^{-1/2} x_j), covariates x = Σ^{1/2} ξ with ξ uniform on the sphere."""
+    from .baselines import kernel_matrix
+
+    B, d, n = positive_int(batch, "batch"), positive_int(dim, "dim"), positive_int(context, "context")
+    xi = unit_sphere(rng, (B, n + 1), d)  # Σ^{-1/2} x
+    X_all = xi if Sigma is None else xi @ _sqrtm(Sigma, d)
+    K = kernel_matrix(kernel, xi, xi, bandwidth)
+    w, U = np.linalg.eigh(0.5 * (K + np.swapaxes(K, 1, 2)))
+    Y = np.einsum("bij,bj->bi", U * np.sqrt(np.abs(w))[:, None, :], rng.standard_normal((B, n + 1)))
+    X, x_q = X_all[:, :n], X_all[:, n]
+    return PromptBatch(X=X, y=Y[:, :n], x_q=x_q, y_q=Y[:, n].astype(dtype), w=None,
+                       E=embed(X, Y[:, :n], x_q, dtype))
+
+
+def _sqrtm(Sigma, d: int) -> np.ndarray:
+    w, U = np.linalg.eigh(check_covariance(Sigma, "Sigma", d))
+    return (U * np.sqrt(w)) @ U.T

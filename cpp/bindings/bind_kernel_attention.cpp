@@ -1,0 +1,106 @@
+// Bindings of kernel attention (kernel_attention.hpp): shape checks, GIL released.
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <vector>
+
+#include "lsa_native/kernel_attention.hpp"
+#include "numpy_views.hpp"
+
+namespace lsa_native::bindings {
+namespace {
+
+template <class T>
+KernelAttentionShape ka_shape(const CArray<T>& Z0, const CArray<T>& V, const CArray<T>& Bq,
+                              const CArray<T>& Ck, const std::vector<int>& acts) {
+  if (Z0.ndim() != 3 || Z0.shape(1) < 2 || Z0.shape(2) < 2)
+    throw Error("Z0: expected shape [B, d+1, n+1] with d >= 1 and n >= 1, got " + shape_string(Z0));
+  if (V.ndim() != 4)
+    throw Error("V: expected shape [L, H, d+1, d+1], got " + shape_string(V));
+  KernelAttentionShape s{Z0.shape(0), Z0.shape(1) - 1, Z0.shape(2) - 1, V.shape(0), V.shape(1)};
+  validate(s);
+  require_shape(V, {s.layers, s.heads, s.dim + 1, s.dim + 1}, "V");
+  require_shape(Bq, {s.layers, s.heads, s.dim, s.dim}, "B");
+  require_shape(Ck, {s.layers, s.heads, s.dim, s.dim}, "C");
+  if (static_cast<index_t>(acts.size()) != s.heads)
+    throw Error("activations: expected one per head (" + std::to_string(s.heads) + "), got " +
+                std::to_string(acts.size()));
+  return s;
+}
+
+std::vector<Activation> to_activations(const std::vector<int>& codes) {
+  std::vector<Activation> a;
+  for (int c : codes) {
+    if (c < 0 || c > 3) throw Error("activations: unknown activation code " + std::to_string(c));
+    a.push_back(static_cast<Activation>(c));
+  }
+  return a;
+}
+
+template <class T>
+void bind_dtype(py::module_& m) {
+  m.def(
+      "kernel_attention_forward",
+      [](const CArray<T>& Z0, const CArray<T>& V, const CArray<T>& Bq, const CArray<T>& Ck,
+         const std::vector<int>& codes, std::optional<CArray<T>> Z_out,
+         std::optional<CArray<T>> predictions) {
+        const KernelAttentionShape s = ka_shape(Z0, V, Bq, Ck, codes);
+        const auto acts = to_activations(codes);
+        T* zo = nullptr;
+        T* pr = nullptr;
+        if (Z_out) {
+          require_shape(*Z_out, {s.batch, s.dim + 1, s.context + 1}, "Z_out");
+          zo = out_ptr(*Z_out, "Z_out");
+        }
+        if (predictions) {
+          require_shape(*predictions, {s.batch, s.layers + 1}, "predictions");
+          pr = out_ptr(*predictions, "predictions");
+        }
+        py::gil_scoped_release release;
+        kernel_attention_forward(s, Z0.data(), V.data(), Bq.data(), Ck.data(), acts.data(), zo, pr);
+      },
+      py::arg("Z0").noconvert(), py::arg("V").noconvert(), py::arg("B").noconvert(),
+      py::arg("C").noconvert(), py::arg("activations"), py::arg("Z_out").noconvert() = py::none(),
+      py::arg("predictions").noconvert() = py::none());
+  m.def(
+      "kernel_attention_loss_and_grad",
+      [](const CArray<T>& Z0, const CArray<T>& y_q, const CArray<T>& V, const CArray<T>& Bq,
+         const CArray<T>& Ck, const std::vector<int>& codes, CArray<T> d_V, CArray<T> d_B,
+         CArray<T> d_C, std::optional<CArray<T>> d_Z0, std::optional<CArray<T>> predictions) {
+        const KernelAttentionShape s = ka_shape(Z0, V, Bq, Ck, codes);
+        const auto acts = to_activations(codes);
+        require_shape(y_q, {s.batch}, "y_q");
+        require_shape(d_V, {s.layers, s.heads, s.dim + 1, s.dim + 1}, "d_V");
+        require_shape(d_B, {s.layers, s.heads, s.dim, s.dim}, "d_B");
+        require_shape(d_C, {s.layers, s.heads, s.dim, s.dim}, "d_C");
+        T* dz = nullptr;
+        T* pr = nullptr;
+        if (d_Z0) {
+          require_shape(*d_Z0, {s.batch, s.dim + 1, s.context + 1}, "d_Z0");
+          dz = out_ptr(*d_Z0, "d_Z0");
+        }
+        if (predictions) {
+          require_shape(*predictions, {s.batch, s.layers + 1}, "predictions");
+          pr = out_ptr(*predictions, "predictions");
+        }
+        T* dv = out_ptr(d_V, "d_V");
+        T* db = out_ptr(d_B, "d_B");
+        T* dc = out_ptr(d_C, "d_C");
+        py::gil_scoped_release release;
+        return kernel_attention_loss_and_grad(s, Z0.data(), y_q.data(), V.data(), Bq.data(),
+                                              Ck.data(), acts.data(), dv, db, dc, dz, pr);
+      },
+      py::arg("Z0").noconvert(), py::arg("y_q").noconvert(), py::arg("V").noconvert(),
+      py::arg("B").noconvert(), py::arg("C").noconvert(), py::arg("activations"),
+      py::arg("d_V").noconvert(), py::arg("d_B").noconvert(), py::arg("d_C").noconvert(),
+      py::arg("d_Z0").noconvert() = py::none(), py::arg("predictions").noconvert() = py::none());
+}
+
+}  // namespace
+
+void bind_kernel_attention(py::module_& m) {
+  bind_dtype<float>(m);
+  bind_dtype<double>(m);
+}
+
+}  // namespace lsa_native::bindings

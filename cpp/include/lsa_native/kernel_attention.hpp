@@ -1,0 +1,59 @@
+// Multi-layer, multi-head kernel attention of Cheng, Chen, Sra [CCS (2)-(5), (12), Appendix D].
+//
+//   Z_{ℓ+1} = Z_ℓ + Σ_{s<H} V_ℓ^s Z_ℓ M h̃^s(B_ℓ^s X_ℓ, C_ℓ^s X_ℓ),   ℓ = 0..L−1          (3)
+// with X_ℓ the first d rows of Z_ℓ, M = diag(1, …, 1, 0) (the query is never a key or value
+// source), and for U = B X, W = C X, S = U^T W (S_ij: source token i, target token j):
+//   linear h̃ = S;  relu h̃ = max(S, 0);  exp h̃ = exp(S);
+//   softmax h̃_ij = exp(S_ij) / Σ_{k<n} exp(S_kj) for i < n, computed with the max subtracted.
+// TF = Z_L[d, n] predicts −y_q (4); loss (1/B) Σ_b (TF_b + y_q,b)² (5).
+//
+// Layouts (row-major, C-contiguous): Z0 [B, d+1, n+1] (column j = token (x_j; y_j), the last
+// column the query (x_q; 0)); V [L, H, d+1, d+1]; Bq, Ck [L, H, d, d]; activations [H] (one per
+// head, shared by the layers). T is float or double; parameter-gradient batch sums run in double.
+// Cost O(L·H·n²·d) per prompt; backward ≈ 2-3x forward. Thread-safe, parallel over prompts,
+// results independent of the thread count. Invalid arguments throw lsa_native::Error.
+#pragma once
+
+#include "lsa_native/types.hpp"
+
+namespace lsa_native {
+
+enum class Activation : int { linear = 0, relu = 1, exp = 2, softmax = 3 };
+
+struct KernelAttentionShape {
+  index_t batch;    // B >= 1
+  index_t dim;      // d >= 1
+  index_t context;  // n >= 1 context tokens (n+1 columns with the query)
+  index_t layers;   // L >= 1
+  index_t heads;    // H >= 1
+};
+
+void validate(const KernelAttentionShape& shape);
+
+// Forward pass. Z_out [B, d+1, n+1] receives Z_L when not null; predictions [B, L+1] receives
+// TF_ℓ = Z_ℓ[d, n] for ℓ = 0..L when not null.
+template <class T>
+void kernel_attention_forward(const KernelAttentionShape& shape, const T* Z0, const T* V,
+                              const T* Bq, const T* Ck, const Activation* activations, T* Z_out,
+                              T* predictions);
+
+// Loss (1/B) Σ (TF_b + y_q,b)² and its gradients d_V [L, H, d+1, d+1], d_B, d_C [L, H, d, d]
+// (written), d_Z0 [B, d+1, n+1] (written when not null), predictions [B, L+1] (when not null).
+template <class T>
+double kernel_attention_loss_and_grad(const KernelAttentionShape& shape, const T* Z0, const T* y_q,
+                                      const T* V, const T* Bq, const T* Ck,
+                                      const Activation* activations, T* d_V, T* d_B, T* d_C,
+                                      T* d_Z0, T* predictions);
+
+#define LSA_NATIVE_DECLARE_KA(T)                                                                  \
+  extern template void kernel_attention_forward<T>(const KernelAttentionShape&, const T*,          \
+                                                   const T*, const T*, const T*,                  \
+                                                   const Activation*, T*, T*);                    \
+  extern template double kernel_attention_loss_and_grad<T>(                                       \
+      const KernelAttentionShape&, const T*, const T*, const T*, const T*, const T*,              \
+      const Activation*, T*, T*, T*, T*, T*);
+LSA_NATIVE_DECLARE_KA(float)
+LSA_NATIVE_DECLARE_KA(double)
+#undef LSA_NATIVE_DECLARE_KA
+
+}  // namespace lsa_native

@@ -1,0 +1,221 @@
+"""Multi-layer, multi-head kernel attention of Cheng, Chen, Sra [CCS (2)-(5), (12), App. D].
+
+    Z_{ℓ+1} = Z_ℓ + Σ_s V_ℓ^s Z_ℓ M h̃^s(B_ℓ^s X_ℓ, C_ℓ^s X_ℓ)                      (3)
+
+with h̃ in {linear, relu, exp, softmax} per head [CCS (12)], M = diag(1, …, 1, 0). TF = Z_L[d, n]
+predicts −y_q; the in-context loss is (1/B) Σ (TF + y_q)² (5); :func:`predict` returns −TF.
+
+Array API: Z0 [B, d+1, n+1] (the layout of ``lsa``), V [L, H, d+1, d+1], B, C [L, H, d, d],
+``activation`` one name or a list of H names (one per head, shared by the layers). float32 or
+float64 (parameters are converted to Z0's dtype); parameter-gradient batch sums run in float64.
+The sparse value matrices V = [[A, 0],[0, r]] of CCS Assumption 4.4 are :func:`sparse_value`
+and :func:`loss_and_grad_sparse`. :class:`KernelAttentionParams` bundles parameters for training.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import _core
+from ._validation import as_array, as_prompts, check_finite_result, positive_int
+
+__all__ = [
+    "ACTIVATIONS",
+    "forward",
+    "predict",
+    "loss_and_grad",
+    "sparse_value",
+    "loss_and_grad_sparse",
+    "KernelAttentionParams",
+]
+
+ACTIVATIONS = {"linear": 0, "relu": 1, "exp": 2, "softmax": 3}
+
+
+def _activation_codes(activation, heads: int) -> list[int]:
+    names = [activation] * heads if isinstance(activation, str) else list(activation)
+    if len(names) != heads:
+        raise ValueError(f"activation: expected one name or {heads} names (one per head), got {len(names)}")
+    for name in names:
+        if name not in ACTIVATIONS:
+            raise ValueError(f"activation: unknown name {name!r}; expected one of {sorted(ACTIVATIONS)}")
+    return [ACTIVATIONS[n] for n in names]
+
+
+def _params(Z0, V, B, C):
+    Z0 = as_prompts(Z0, "Z0")
+    V = np.asarray(V)
+    if V.ndim != 4:
+        raise ValueError(f"V: expected shape [L, H, d+1, d+1], got {V.shape}")
+    L, H = V.shape[:2]
+    d = Z0.shape[1] - 1
+    V = as_array(V, (L, H, d + 1, d + 1), Z0.dtype, "V")
+    B = as_array(B, (L, H, d, d), Z0.dtype, "B")
+    C = as_array(C, (L, H, d, d), Z0.dtype, "C")
+    return Z0, V, B, C
+
+
+def _check_output(result, Z0, activation_codes):
+    if np.all(np.isfinite(result)):
+        return
+    check_finite_result(result, {"Z0": Z0})
+    if ACTIVATIONS["exp"] in activation_codes:
+        raise FloatingPointError("exp activation overflowed (|S| too large): scale B, C or the "
+                                 "inputs down, or use float64")
+    raise FloatingPointError("kernel attention overflowed to a non-finite value")
+
+
+def forward(Z0, V, B, C, activation, *, return_predictions: bool = False):
+    """Z_L of (3) [B, d+1, n+1]; with ``return_predictions`` also TF_ℓ = Z_ℓ[d, n] for
+    ℓ = 0..L [B, L+1] (CCS Figure 2's loss vs depth). O(L·H·n²·d) per prompt."""
+    Z0, V, B, C = _params(Z0, V, B, C)
+    codes = _activation_codes(activation, V.shape[1])
+    Z = np.empty_like(Z0)
+    preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype) if return_predictions else None
+    _core.kernel_attention_forward(Z0, V, B, C, codes, Z, preds)
+    _check_output(Z[:, -1, -1], Z0, codes)
+    return (Z, preds) if return_predictions else Z
+
+
+def predict(Z0, V, B, C, activation, *, every_layer: bool = False):
+    """Prediction of y_q: −TF [B] (or −TF_ℓ [B, L+1] for every layer)  [CCS (4)]."""
+    Z0, V, B, C = _params(Z0, V, B, C)
+    codes = _activation_codes(activation, V.shape[1])
+    preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype)
+    _core.kernel_attention_forward(Z0, V, B, C, codes, None, preds)
+    _check_output(preds[:, -1], Z0, codes)
+    return -preds if every_layer else -preds[:, -1]
+
+
+def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
+                  return_predictions: bool = False):
+    """In-context loss (1/B) Σ (TF + y_q)² (5) and its gradients (dV, dB, dC) [+ dZ0]
+    [+ TF_ℓ for every layer, B x (L+1)]. Backward costs ≈ 2-3x the forward."""
+    Z0, V, B, C = _params(Z0, V, B, C)
+    codes = _activation_codes(activation, V.shape[1])
+    y_q = as_array(y_q, (Z0.shape[0],), Z0.dtype, "y_q")
+    dV, dB, dC = np.empty_like(V), np.empty_like(B), np.empty_like(C)
+    dZ0 = np.empty_like(Z0) if input_grad else None
+    preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype)
+    loss = _core.kernel_attention_loss_and_grad(Z0, y_q, V, B, C, codes, dV, dB, dC, dZ0, preds)
+    _check_output(np.array([loss]), Z0, codes)
+    out = (loss, dV, dB, dC) + ((dZ0,) if input_grad else ())
+    return out + ((preds,) if return_predictions else ())
+
+
+def sparse_value(A, r):
+    """V = [[A, 0],[0, r]] of CCS Assumption 4.4 from A [L, H, d, d] and r [L, H]."""
+    A = np.asarray(A)
+    r = np.asarray(r)
+    if A.ndim != 4 or A.shape[2] != A.shape[3]:
+        raise ValueError(f"A: expected shape [L, H, d, d], got {A.shape}")
+    if r.shape != A.shape[:2]:
+        raise ValueError(f"r: expected shape {A.shape[:2]}, got {r.shape}")
+    L, H, d, _ = A.shape
+    V = np.zeros((L, H, d + 1, d + 1), dtype=np.result_type(A, r, np.float32))
+    V[:, :, :d, :d] = A
+    V[:, :, d, d] = r
+    return V
+
+
+def loss_and_grad_sparse(Z0, y_q, A, r, B, C, activation, *, return_predictions: bool = False):
+    """Loss and gradients in the sparse parametrization: (loss, dA, dr, dB, dC). The gradient of
+    a linear embedding V(A, r) is the matching block of dV, so this is exact."""
+    V = sparse_value(A, r)
+    out = loss_and_grad(Z0, y_q, V, B, C, activation, return_predictions=return_predictions)
+    loss, dV, dB, dC = out[:4]
+    d = V.shape[2] - 1
+    res = (loss, dV[:, :, :d, :d].copy(), dV[:, :, d, d].copy(), dB, dC)
+    return res + (out[4],) if return_predictions else res
+
+
+@dataclass
+class KernelAttentionParams:
+    """Parameters of an L-layer, H-head kernel-attention model.
+
+    ``V`` [L, H, d+1, d+1] (full) or ``A`` [L, H, d, d] and ``r`` [L, H] (sparse, CCS Assumption
+    4.4); ``B``, ``C`` [L, H, d, d]; ``activations``: H names.
+    """
+
+    B: np.ndarray
+    C: np.ndarray
+    activations: list
+    V: np.ndarray | None = None
+    A: np.ndarray | None = None
+    r: np.ndarray | None = None
+
+    @property
+    def sparse(self) -> bool:
+        return self.V is None
+
+    @property
+    def layers(self) -> int:
+        return self.B.shape[0]
+
+    @property
+    def heads(self) -> int:
+        return self.B.shape[1]
+
+    def value(self) -> np.ndarray:
+        return sparse_value(self.A, self.r) if self.sparse else self.V
+
+    @classmethod
+    def gaussian(cls, rng: np.random.Generator, dim: int, layers: int, heads: int = 1,
+                 activations="softmax", *, sparse: bool = True, scale: float = 0.1):
+        """Gaussian initialization (entries N(0, scale²)), as in CCS H.1."""
+        d, L, H = positive_int(dim, "dim"), positive_int(layers, "layers"), positive_int(heads, "heads")
+        names = [activations] * H if isinstance(activations, str) else list(activations)
+        _activation_codes(names, H)
+        g = lambda *shape: scale * rng.standard_normal(shape)
+        if sparse:
+            return cls(B=g(L, H, d, d), C=g(L, H, d, d), activations=names, A=g(L, H, d, d), r=g(L, H))
+        return cls(B=g(L, H, d, d), C=g(L, H, d, d), activations=names, V=g(L, H, d + 1, d + 1))
+
+    @classmethod
+    def functional_gd(cls, dim: int, step_sizes, activations="exp", *, bandwidth: float = 1.0):
+        """The construction of CCS Prop. 3.1 / D.1: B = C = I/σ, V_ℓ^s = [[0, 0],[0, −r_ℓ]], so that
+        −TF_ℓ is the ℓ-th iterate of functional GD f_{ℓ+1} = f_ℓ + r_ℓ Σ_i (y_i − f_ℓ(x_i)) K(·, x_i)
+        with K the (sum over heads of the) kernels h̃^s. step_sizes: [L] or [L, H]."""
+        d = positive_int(dim, "dim")
+        r = np.asarray(step_sizes, dtype=np.float64)
+        names = [activations] if isinstance(activations, str) else list(activations)
+        H = len(names)
+        r = np.broadcast_to(r.reshape(len(r), -1), (len(r), H)).copy() if r.ndim == 1 else r
+        L = r.shape[0]
+        eye = np.broadcast_to(np.eye(d) / bandwidth, (L, H, d, d)).copy()
+        return cls(B=eye, C=eye.copy(), activations=names, A=np.zeros((L, H, d, d)), r=-r)
+
+    def forward(self, Z0, **kw):
+        return forward(Z0, self.value(), self.B, self.C, self.activations, **kw)
+
+    def predict(self, Z0, **kw):
+        return predict(Z0, self.value(), self.B, self.C, self.activations, **kw)
+
+    def loss_and_grad(self, Z0, y_q):
+        """(loss, gradient as a flat vector in the order of :meth:`to_vector`)."""
+        if self.sparse:
+            loss, dA, dr, dB, dC = loss_and_grad_sparse(Z0, y_q, self.A, self.r, self.B, self.C,
+                                                        self.activations)
+            return loss, np.concatenate([dA.ravel(), dr.ravel(), dB.ravel(), dC.ravel()])
+        loss, dV, dB, dC = loss_and_grad(Z0, y_q, self.V, self.B, self.C, self.activations)
+        return loss, np.concatenate([dV.ravel(), dB.ravel(), dC.ravel()])
+
+    def to_vector(self) -> np.ndarray:
+        parts = [self.A, self.r] if self.sparse else [self.V]
+        return np.concatenate([np.asarray(p, dtype=np.float64).ravel() for p in parts + [self.B, self.C]])
+
+    def from_vector(self, theta) -> "KernelAttentionParams":
+        """A copy with parameters read from a flat vector (the layout of :meth:`to_vector`)."""
+        theta = np.asarray(theta, dtype=np.float64)
+        shapes = ([self.A.shape, self.r.shape] if self.sparse else [self.V.shape]) + [self.B.shape, self.C.shape]
+        sizes = [int(np.prod(s)) for s in shapes]
+        if theta.size != sum(sizes):
+            raise ValueError(f"theta: expected {sum(sizes)} values, got {theta.size}")
+        pieces = np.split(theta, np.cumsum(sizes)[:-1])
+        arrays = [p.reshape(s) for p, s in zip(pieces, shapes)]
+        if self.sparse:
+            A, r, B, C = arrays
+            return KernelAttentionParams(B=B, C=C, activations=list(self.activations), A=A, r=r)
+        V, B, C = arrays
+        return KernelAttentionParams(B=B, C=C, activations=list(self.activations), V=V)

@@ -1,0 +1,100 @@
+"""numpy reference of multi-layer multi-head kernel attention [CCS (3), (5), (12)] with a
+hand-written backward pass. Batched over prompts; float64 recommended.
+
+Z0 [B, d+1, n+1]; V [L, H, d+1, d+1]; B, C [L, H, d, d]; activations: H names.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["activation_forward", "forward", "loss_and_grad"]
+
+
+def activation_forward(name, S, n):
+    """h̃ on S [B, n+1, n+1] (rows: sources i, columns: targets j); row n (the query as a source)
+    is zeroed, as the mask M discards it."""
+    if name == "linear":
+        H = S.copy()
+    elif name == "relu":
+        H = np.maximum(S, 0)
+    elif name == "exp":
+        H = np.exp(S)
+    elif name == "softmax":
+        Sm = S[:, :n, :]
+        E = np.exp(Sm - Sm.max(axis=1, keepdims=True))
+        H = np.zeros_like(S)
+        H[:, :n, :] = E / E.sum(axis=1, keepdims=True)
+    else:
+        raise ValueError(f"unknown activation {name!r}")
+    H[:, n, :] = 0
+    return H
+
+
+def _activation_backward(name, S, H, dH, n):
+    if name == "linear":
+        dS = dH.copy()
+    elif name == "relu":
+        dS = dH * (S > 0)
+    elif name == "exp":
+        dS = dH * H
+    else:  # softmax, column-wise over sources
+        dS = H * (dH - np.sum(H * dH, axis=1, keepdims=True))
+    dS[:, n, :] = 0
+    return dS
+
+
+def forward(Z0, V, B, C, activations, *, keep=False):
+    """Z_L of (3) and the predictions TF_ℓ = Z_ℓ[d, n] for ℓ = 0..L [B, L+1]."""
+    L, Hh = V.shape[:2]
+    d = Z0.shape[1] - 1
+    n = Z0.shape[2] - 1
+    Z = Z0.copy()
+    preds = [Z[:, d, n].copy()]
+    saved = []
+    for l in range(L):
+        X = Z[:, :d, :]
+        Znext = Z.copy()
+        layer = []
+        for s in range(Hh):
+            U = B[l, s] @ X
+            W = C[l, s] @ X
+            S = np.swapaxes(U, 1, 2) @ W  # S_ij = u_i · w_j
+            Hm = activation_forward(activations[s], S, n)
+            Y = Z @ Hm  # Z M h̃ (row n of h̃ is 0)
+            Znext = Znext + V[l, s] @ Y
+            layer.append((U, W, S, Hm, Y))
+        saved.append((Z, layer))
+        Z = Znext
+        preds.append(Z[:, d, n].copy())
+    preds = np.stack(preds, axis=1)
+    return (Z, preds, saved) if keep else (Z, preds)
+
+
+def loss_and_grad(Z0, y_q, V, B, C, activations):
+    """f = (1/B) Σ (TF + y_q)² (5) and (dV, dB, dC, dZ0)."""
+    Bsz = Z0.shape[0]
+    d = Z0.shape[1] - 1
+    n = Z0.shape[2] - 1
+    Z, _, saved = forward(Z0, V, B, C, activations, keep=True)
+    residual = Z[:, d, n] + y_q
+    loss = float(np.mean(residual**2))
+    dZ = np.zeros_like(Z)
+    dZ[:, d, n] = 2 * residual / Bsz
+    dV, dB, dC = np.zeros_like(V), np.zeros_like(B), np.zeros_like(C)
+    for l in reversed(range(V.shape[0])):
+        Zl, layer = saved[l]
+        X = Zl[:, :d, :]
+        dZprev = dZ.copy()
+        for s, (U, W, S, Hm, Y) in enumerate(layer):
+            dV[l, s] = np.sum(dZ @ np.swapaxes(Y, 1, 2), axis=0)
+            dY = V[l, s].T @ dZ
+            dZprev += dY @ np.swapaxes(Hm, 1, 2)
+            dH = np.swapaxes(Zl, 1, 2) @ dY
+            dS = _activation_backward(activations[s], S, Hm, dH, n)
+            dU = W @ np.swapaxes(dS, 1, 2)
+            dW = U @ dS
+            dB[l, s] = np.sum(dU @ np.swapaxes(X, 1, 2), axis=0)
+            dC[l, s] = np.sum(dW @ np.swapaxes(X, 1, 2), axis=0)
+            dZprev[:, :d, :] += B[l, s].T @ dU + C[l, s].T @ dW
+        dZ = dZprev
+    return loss, dV, dB, dC, dZ
