@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _core
-from ._validation import as_array, as_prompts, check_finite_result, positive_int
+from ._validation import as_array, as_prompts, positive_int
 
 __all__ = [
     "ACTIVATIONS",
@@ -59,7 +59,8 @@ def _params(Z0, V, B, C):
 def _check_output(result, Z0, activation_codes):
     if np.all(np.isfinite(result)):
         return
-    check_finite_result(result, {"Z0": Z0})
+    if not np.all(np.isfinite(Z0)):
+        raise ValueError("Z0: contains non-finite values (NaN or inf)")
     if ACTIVATIONS["exp"] in activation_codes:
         raise FloatingPointError("exp activation overflowed (|S| too large): scale B, C or the "
                                  "inputs down, or use float64")

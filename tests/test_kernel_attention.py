@@ -1,0 +1,199 @@
+"""Kernel attention [CCS]: native vs numpy reference (values, all gradients), reference vs finite
+differences, Propositions 3.1, D.1, 3.4 and I.2, numerical safety, API contracts."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lsa_native import baselines, data
+from lsa_native import kernel_attention as ka
+from lsa_native.reference import kernel_attention as ref
+
+ACTS = ["linear", "relu", "exp", "softmax"]
+
+
+def random_problem(rng, Bsz, d, n, L, H, dtype=np.float64, scale=0.3):
+    Z0 = rng.standard_normal((Bsz, d + 1, n + 1))
+    Z0[:, :d] /= np.sqrt(d)  # keep exp(S) moderate
+    Z0[:, d, n] = 0
+    y = rng.standard_normal(Bsz)
+    V = scale / n * rng.standard_normal((L, H, d + 1, d + 1))  # sums over n sources: keep Z_ℓ O(1)
+    B = scale * rng.standard_normal((L, H, d, d))
+    C = scale * rng.standard_normal((L, H, d, d))
+    return [a.astype(dtype) for a in (Z0, y, V, B, C)]
+
+
+def rel_err(a, b):
+    return np.abs(np.asarray(a, np.float64) - b).max() / max(np.abs(b).max(), 1e-30)
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-11), (np.float32, 2e-4)])
+@pytest.mark.parametrize("d,n", [(1, 1), (5, 7), (5, 30), (1, 30)])
+@pytest.mark.parametrize("L,H", [(1, 1), (2, 2), (3, 1)])
+@pytest.mark.parametrize("act", ACTS)
+def test_native_matches_reference(rng, act, L, H, d, n, dtype, tol):
+    """Relative max-error tolerance: float64 rounding over L layers of n-term sums stays near
+    1e-14 relative; float32 near 1e-6 (1e-4 leaves room for the exp/softmax amplification)."""
+    Z0, y, V, B, C = random_problem(rng, 4, d, n, L, H, dtype)
+    acts = [act] * H if H == 1 else [act, ACTS[(ACTS.index(act) + 1) % 4]]
+    args64 = [a.astype(np.float64) for a in (Z0, y, V, B, C)]
+    want = ref.loss_and_grad(*args64, acts)
+    got = ka.loss_and_grad(Z0, y, V, B, C, acts, input_grad=True)
+    for name, g, w in zip(("loss", "dV", "dB", "dC", "dZ0"), got, want):
+        assert rel_err(g, w) < tol, (name, rel_err(g, w))
+    Z_L, preds = ka.forward(Z0, V, B, C, acts, return_predictions=True)
+    Z_ref, preds_ref = ref.forward(*[args64[i] for i in (0, 2, 3, 4)], acts)
+    assert Z_L.dtype == dtype and preds.shape == (4, L + 1)
+    assert rel_err(Z_L, Z_ref) < tol and rel_err(preds, preds_ref) < tol
+    np.testing.assert_array_equal(ka.predict(Z0, V, B, C, acts), -preds[:, -1])
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_reference_gradients_match_finite_differences(rng, act):
+    Z0, y, V, B, C = random_problem(rng, 3, 2, 4, 2, 2)
+    acts = [act, "linear"]
+    loss = lambda V_, B_, C_, Z_: ref.loss_and_grad(Z_, y, V_, B_, C_, acts)[0]
+    _, dV, dB, dC, dZ = ref.loss_and_grad(Z0, y, V, B, C, acts)
+    h = 1e-6
+    for which, (X, G) in enumerate(((V, dV), (B, dB), (C, dC), (Z0, dZ))):
+        for idx in list(np.ndindex(X.shape))[:: max(1, X.size // 40)]:
+            args_p = [V, B, C, Z0]
+            args_m = [V, B, C, Z0]
+            Xp, Xm = X.copy(), X.copy()
+            Xp[idx] += h
+            Xm[idx] -= h
+            args_p[which], args_m[which] = Xp, Xm
+            fd = (loss(*args_p) - loss(*args_m)) / (2 * h)
+            # relu is piecewise linear: a kink within h of a random S is a probability-0 event.
+            assert abs(G[idx] - fd) <= 1e-6 * (1 + abs(fd)), (which, idx, G[idx], fd)
+
+
+def test_sparse_gradients_are_blocks_of_the_full_gradient(rng):
+    Z0, y, _, B, C = random_problem(rng, 5, 3, 6, 2, 1)
+    A = 0.3 * rng.standard_normal((2, 1, 3, 3))
+    r = 0.3 * rng.standard_normal((2, 1))
+    loss, dA, dr, dB, dC = ka.loss_and_grad_sparse(Z0, y, A, r, B, C, "exp")
+    loss_f, dV, dB_f, dC_f = ka.loss_and_grad(Z0, y, ka.sparse_value(A, r), B, C, "exp")
+    assert loss == loss_f
+    np.testing.assert_array_equal(dA, dV[:, :, :3, :3])
+    np.testing.assert_array_equal(dr, dV[:, :, 3, 3])
+    np.testing.assert_array_equal(dB, dB_f)
+
+
+@pytest.mark.parametrize("kernel", ["linear", "exp"])
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_prop31_construction_is_functional_gd(rng, kernel, dtype):
+    """CCS Prop. 3.1: with B = C = I, V_ℓ = [[0,0],[0,−r_ℓ]], −TF_ℓ = f_ℓ(x_q) at every layer."""
+    d, n, L = 5, 14, 6
+    batch = data.kernel_gp_prompts(rng, 64, d, n, kernel)
+    steps = np.full(L, 0.5 / n)
+    params = ka.KernelAttentionParams.functional_gd(d, steps, kernel)
+    got = params.predict(batch.E.astype(dtype), every_layer=True)
+    want = baselines.functional_gd(batch.X, batch.y, batch.x_q, kernel, steps)
+    # Identical arithmetic up to summation order: rounding level of the dtype.
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    assert rel_err(got, want) < tol
+
+
+def test_linear_kernel_gd_is_least_squares_gd(rng):
+    """CCS I.2: functional GD with the linear kernel is GD on the least-squares weights."""
+    d, n, L = 4, 10, 5
+    b = data.linear_regression_prompts(rng, 16, d, n)
+    eta = 0.05
+    preds = ka.KernelAttentionParams.functional_gd(d, np.full(L, eta), "linear").predict(b.E, every_layer=True)
+    w = np.zeros((16, d))
+    for ell in range(L):
+        w = w + eta * np.einsum("bnd,bn->bd", b.X, b.y - np.einsum("bnd,bd->bn", b.X, w))
+        np.testing.assert_allclose(preds[:, ell + 1], np.einsum("bd,bd->b", b.x_q, w), rtol=1e-11, atol=1e-12)
+
+
+def test_propD1_two_heads_compose_kernels(rng):
+    """CCS Prop. D.1: a linear head and an exp head with equal steps run functional GD with the
+    sum kernel K_linear + K_exp."""
+    d, n, L = 3, 9, 4
+    b = data.kernel_gp_prompts(rng, 32, d, n, "exp")
+    steps = np.full(L, 0.3 / n)
+    got = ka.KernelAttentionParams.functional_gd(d, steps, ["linear", "exp"]).predict(b.E, every_layer=True)
+    K_ctx = baselines.kernel_matrix("linear", b.X, b.X) + baselines.kernel_matrix("exp", b.X, b.X)
+    K_q = (baselines.kernel_matrix("linear", b.x_q[:, None], b.X) + baselines.kernel_matrix("exp", b.x_q[:, None], b.X))[:, 0]
+    f_ctx, f_q = np.zeros_like(b.y), np.zeros(32)
+    for ell, r in enumerate(steps):
+        resid = b.y - f_ctx
+        f_q = f_q + r * np.einsum("bi,bi->b", K_q, resid)
+        f_ctx = f_ctx + r * np.einsum("bji,bi->bj", K_ctx, resid)
+        np.testing.assert_allclose(got[:, ell + 1], f_q, rtol=1e-11, atol=1e-12)
+
+
+def test_prop34_deep_construction_approaches_bayes(rng):
+    """CCS Prop. 3.4: K-GP labels, h̃ = K: as layers grow (small constant step) the construction's
+    prediction approaches the Bayes estimator ν^T K̂^{-1} Ŷ."""
+    d, n = 5, 8
+    b = data.kernel_gp_prompts(rng, 64, d, n, "exp")
+    bayes = baselines.bayes_estimator(b.X, b.y, b.x_q, "exp")
+    K = baselines.kernel_matrix("exp", b.X, b.X)
+    step = 1.0 / np.linalg.eigvalsh(K).max()  # stable: r < 2/λ_max
+    gaps = []
+    for L in (10, 100, 2000):
+        pred = ka.KernelAttentionParams.functional_gd(d, np.full(L, step), "exp").predict(b.E)
+        gaps.append(np.sqrt(np.mean((pred - bayes) ** 2)))
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 1e-2 * gaps[0]
+
+
+def test_softmax_with_large_logits_stays_finite(rng):
+    Z0, y, V, B, C = random_problem(rng, 4, 3, 10, 2, 1)
+    Z = ka.forward(Z0, V, 300 * B, 300 * C, "softmax")
+    assert np.all(np.isfinite(Z))
+    loss, dV, dB, dC = ka.loss_and_grad(Z0, y, V, 300 * B, 300 * C, "softmax")
+    assert np.isfinite(loss) and all(np.all(np.isfinite(g)) for g in (dV, dB, dC))
+
+
+def test_exp_overflow_is_reported(rng):
+    Z0, y, V, B, C = random_problem(rng, 4, 3, 10, 1, 1, dtype=np.float32)
+    with pytest.raises(FloatingPointError, match="exp activation overflowed"):
+        ka.forward(Z0, V, 1e3 * np.ones_like(B), 1e3 * np.ones_like(C), "exp")
+
+
+def test_results_do_not_depend_on_threads(rng):
+    import lsa_native
+
+    Z0, y, V, B, C = random_problem(rng, 700, 3, 9, 2, 2)
+    outs = []
+    try:
+        for t in (1, 2, 3):
+            lsa_native.set_num_threads(t)
+            outs.append(ka.loss_and_grad(Z0, y, V, B, C, ["exp", "softmax"]))
+    finally:
+        lsa_native.set_num_threads(0)
+    for o in outs[1:]:
+        for a, b in zip(o, outs[0]):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_params_vector_round_trip(rng):
+    p = ka.KernelAttentionParams.gaussian(rng, 3, layers=2, heads=2, activations=["exp", "relu"])
+    q = p.from_vector(p.to_vector())
+    np.testing.assert_array_equal(q.A, p.A)
+    np.testing.assert_array_equal(q.C, p.C)
+    Z0, y, *_ = random_problem(rng, 5, 3, 6, 2, 2)
+    loss, g = p.loss_and_grad(Z0, y)
+    assert g.shape == p.to_vector().shape and np.isfinite(loss)
+
+
+@pytest.mark.parametrize(
+    "make, exc, match",
+    [
+        (lambda Z, y, V, B, C: ka.forward(Z, V, B, C, "tanh"), ValueError, "unknown name 'tanh'"),
+        (lambda Z, y, V, B, C: ka.forward(Z, V, B, C, ["exp", "exp", "exp"]), ValueError, "one per head"),
+        (lambda Z, y, V, B, C: ka.forward(Z, V[:, :, :-1], B, C, "exp"), ValueError, "V: expected shape"),
+        (lambda Z, y, V, B, C: ka.forward(Z, V, B[:1], C, "exp"), ValueError, "B: expected shape"),
+        (lambda Z, y, V, B, C: ka.forward(Z, V, B, C[..., :-1], "exp"), ValueError, "C: expected shape"),
+        (lambda Z, y, V, B, C: ka.forward(Z[0], V, B, C, "exp"), ValueError, "Z0: expected a 3-d"),
+        (lambda Z, y, V, B, C: ka.forward(Z.astype(np.int64), V, B, C, "exp"), TypeError, "Z0: expected dtype"),
+        (lambda Z, y, V, B, C: ka.loss_and_grad(Z, y[:-1], V, B, C, "exp"), ValueError, "y_q: expected shape"),
+        (lambda Z, y, V, B, C: ka.forward(Z, V[0], B, C, "exp"), ValueError, "V: expected shape"),
+    ],
+)
+def test_bad_input_raises_clear_errors(rng, make, exc, match):
+    Z0, y, V, B, C = random_problem(rng, 5, 3, 6, 2, 1)
+    with pytest.raises(exc, match=match):
+        make(Z0, y, V, B, C)
