@@ -2,15 +2,15 @@
 #include <vector>
 
 #include "common/parallel.hpp"
+#include "cpu/isa.hpp"
 #include "cpu/lsa_cpu.hpp"
 #include "cpu/lsa_kernels.hpp"
 #include "lsa_native/device.hpp"
 
 namespace lsa_native {
 namespace cpu {
-namespace {
 
-bool cpu_has_avx2_fma() {
+bool use_avx2_kernels() {
 #if defined(LSA_NATIVE_X86_DISPATCH)
   static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   return has;
@@ -19,15 +19,17 @@ bool cpu_has_avx2_fma() {
 #endif
 }
 
+namespace {
+
 template <class T>
 const LsaKernels<T>& kernels() {
+  return select_kernels<LsaKernels<T>>(
 #if defined(LSA_NATIVE_X86_DISPATCH)
-  static const LsaKernels<T> table =
-      cpu_has_avx2_fma() ? isa_avx2::lsa_kernels<T>() : isa_baseline::lsa_kernels<T>();
+      [] { return isa_avx2::lsa_kernels<T>(); },
 #else
-  static const LsaKernels<T> table = isa_baseline::lsa_kernels<T>();
+      [] { return isa_baseline::lsa_kernels<T>(); },
 #endif
-  return table;
+      [] { return isa_baseline::lsa_kernels<T>(); });
 }
 
 // Sums per-chunk partials [n_chunks, width] in chunk order (independent of the thread count).
@@ -115,6 +117,6 @@ LSA_NATIVE_INSTANTIATE(double)
 
 }  // namespace cpu
 
-const char* cpu_kernel_isa() { return cpu::cpu_has_avx2_fma() ? "avx2-fma" : "baseline"; }
+const char* cpu_kernel_isa() { return cpu::use_avx2_kernels() ? "avx2-fma" : "baseline"; }
 
 }  // namespace lsa_native

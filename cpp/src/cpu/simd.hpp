@@ -1,13 +1,18 @@
 // Portable 32-byte SIMD vectors (GCC/Clang vector extensions) for the CPU kernels. The same source
-// becomes AVX2+FMA code in the -mavx2 translation unit and pairs of SSE2 registers in the baseline
-// one, so the kernels' vectorization does not depend on the optimizer level.
+// becomes AVX2+FMA code in the -mavx2 translation units and pairs of SSE2 registers in the
+// baseline ones, so the kernels' vectorization does not depend on the optimizer level.
+// Everything here has internal linkage (anonymous namespace): each ISA's translation unit keeps its
+// own copy, so the linker can never merge an AVX2 body into the baseline code.
 #pragma once
 
+#include <cstdint>
 #include <cstring>
+#include <limits>
 
 #include "lsa_native/types.hpp"
 
 namespace lsa_native::cpu::simd {
+namespace {
 
 template <class T>
 struct VecTraits;
@@ -56,4 +61,71 @@ inline double hsum(Vec<double> v) {
   return v[0];
 }
 
+typedef std::int64_t I64x4 __attribute__((vector_size(32)));
+typedef std::int32_t I32x8 __attribute__((vector_size(32)));
+
+// exp on a whole vector: Cody–Waite reduction x = k ln2 + r (|r| <= ln2/2, k by the 1.5·2^52
+// rounding trick), Taylor polynomial of r (degree 12: relative truncation < 2e-16), and 2^k built
+// in the exponent bits. Accurate to a few ulp; overflow gives +inf, results below the smallest
+// normal number flush to 0. Vectorizes where a call to std::exp cannot.
+inline Vec<double> exp(Vec<double> x) {
+  const Vec<double> magic = broadcast(6755399441055744.0);  // 1.5 · 2^52
+  const Vec<double> t = x * 1.4426950408889634 + magic;
+  const Vec<double> k = t - magic;
+  Vec<double> r = x - k * 0.6931471803691238;  // ln2 high part (exact product with k)
+  r = r - k * 1.9082149292705877e-10;          // ln2 low part
+  Vec<double> p = broadcast(1.0 / 479001600.0);
+  const double inv_fact[12] = {1.0 / 39916800, 1.0 / 3628800, 1.0 / 362880, 1.0 / 40320,
+                               1.0 / 5040,     1.0 / 720,     1.0 / 120,    1.0 / 24,
+                               1.0 / 6,        0.5,           1.0,          1.0};
+  for (double c : inv_fact) p = p * r + c;
+  I64x4 tb, mb;
+  std::memcpy(&tb, &t, sizeof tb);
+  std::memcpy(&mb, &magic, sizeof mb);
+  const I64x4 bits = (tb - mb + 1023) << 52;
+  Vec<double> scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  Vec<double> out = p * scale;
+  out = x > 709.782712893384 ? broadcast(std::numeric_limits<double>::infinity()) : out;
+  out = x < -708.3964185322641 ? zero<double>() : out;
+  return x != x ? x : out;  // NaN stays NaN
+}
+
+// Single-precision version: degree-7 Taylor (relative truncation < 6e-9).
+inline Vec<float> exp(Vec<float> x) {
+  const Vec<float> magic = broadcast(12582912.0f);  // 1.5 · 2^23
+  const Vec<float> t = x * 1.44269504f + magic;
+  const Vec<float> k = t - magic;
+  Vec<float> r = x - k * 0.693359375f;
+  r = r - k * -2.12194440e-4f;
+  Vec<float> p = broadcast(1.0f / 5040);
+  const float inv_fact[7] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
+  for (float c : inv_fact) p = p * r + c;
+  I32x8 tb, mb;
+  std::memcpy(&tb, &t, sizeof tb);
+  std::memcpy(&mb, &magic, sizeof mb);
+  const I32x8 bits = (tb - mb + 127) << 23;
+  Vec<float> scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  Vec<float> out = p * scale;
+  out = x > 88.7228317f ? broadcast(std::numeric_limits<float>::infinity()) : out;
+  out = x < -87.3365448f ? zero<float>() : out;
+  return x != x ? x : out;
+}
+
+// x[i] = exp(x[i]) for n values (the tail through a zero-padded vector).
+template <class T>
+inline void exp_inplace(T* x, index_t n) {
+  constexpr index_t L = kLanes<T>;
+  index_t i = 0;
+  for (; i + L <= n; i += L) store(x + i, exp(load(x + i)));
+  if (i < n) {
+    T buf[L] = {};
+    for (index_t k = i; k < n; ++k) buf[k - i] = x[k];
+    store(buf, exp(load(buf)));
+    for (index_t k = i; k < n; ++k) x[k] = buf[k - i];
+  }
+}
+
+}  // namespace
 }  // namespace lsa_native::cpu::simd

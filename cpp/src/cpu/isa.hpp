@@ -1,0 +1,21 @@
+// Run-time choice between the baseline and the AVX2+FMA builds of the CPU kernels.
+#pragma once
+
+namespace lsa_native::cpu {
+
+// True when this build has AVX2 kernels (x86-64, GCC/Clang) and the CPU supports AVX2 and FMA.
+bool use_avx2_kernels();
+
+// The kernel table for this CPU: `avx2()` or `baseline()`, chosen once.
+template <class Table, class Avx2, class Baseline>
+const Table& select_kernels(Avx2 avx2, Baseline baseline) {
+#if defined(LSA_NATIVE_X86_DISPATCH)
+  static const Table table = use_avx2_kernels() ? avx2() : baseline();
+#else
+  (void)avx2;
+  static const Table table = baseline();
+#endif
+  return table;
+}
+
+}  // namespace lsa_native::cpu

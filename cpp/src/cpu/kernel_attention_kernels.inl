@@ -1,0 +1,289 @@
+// CPU kernel attention [CCS (3), (5), (12)] per prompt, included once per instruction set with
+// LSA_ISA_NS defined: forward with saved activations, reverse-mode backward. Matrices are
+// row-major with the token axis contiguous, so every inner loop is an axpy or a dot product along
+// the n+1 tokens; activations run on whole rows (softmax column-wise via row-wise max/sum).
+#include <algorithm>
+#include <vector>
+
+#include <type_traits>
+
+#include "cpu/kernel_attention_kernels.hpp"
+#include "cpu/simd.hpp"
+
+#ifndef LSA_ISA_NS
+#error "define LSA_ISA_NS before including kernel_attention_kernels.inl"
+#endif
+
+namespace lsa_native::cpu::LSA_ISA_NS {
+namespace {
+
+using simd::load;
+using simd::store;
+using simd::Vec;
+
+template <class T>
+inline void axpy(T* __restrict__ y, T a, const T* __restrict__ x, index_t n) {  // y += a x
+  for (index_t j = 0; j < n; ++j) y[j] += a * x[j];
+}
+// out = [out +] Σ_k coef[k·coef_stride] · src[k·src_stride + 0:ld] for `count` rows, ld a multiple
+// of the vector width. Each block of up to 4 vectors of `out` is accumulated in registers over all
+// k and stored once (an axpy per k would serialize on store-to-load forwarding).
+template <class T>
+void combine_rows(T* out, bool accumulate, const T* coef, index_t coef_stride, const T* src,
+                  index_t src_stride, index_t count, index_t ld) {
+  constexpr index_t L = simd::kLanes<T>;
+  auto block = [&](auto nb_tag, index_t c0) {
+    constexpr int NB = decltype(nb_tag)::value;
+    Vec<T> acc[NB];
+    for (int v = 0; v < NB; ++v) acc[v] = accumulate ? load(out + c0 + v * L) : simd::zero<T>();
+    for (index_t k = 0; k < count; ++k) {
+      const Vec<T> c = simd::broadcast(coef[k * coef_stride]);
+      const T* row = src + k * src_stride + c0;
+      for (int v = 0; v < NB; ++v) acc[v] += c * load(row + v * L);
+    }
+    for (int v = 0; v < NB; ++v) store(out + c0 + v * L, acc[v]);
+  };
+  index_t c0 = 0;
+  for (; c0 + 4 * L <= ld; c0 += 4 * L) block(std::integral_constant<int, 4>{}, c0);
+  for (; c0 < ld; c0 += L) block(std::integral_constant<int, 1>{}, c0);
+}
+
+// C [ra, rb] = A B^T for A [ra, ld], B [rb, ld] (ld a multiple of the vector width): 2 x 4 register
+// tiles of dot products along the tokens, one horizontal sum per entry.
+template <class T>
+void products_bt(const T* A, index_t ra, const T* B, index_t rb, index_t ld, T* C) {
+  constexpr index_t L = simd::kLanes<T>;
+  auto tile = [&](auto ti_tag, auto tj_tag, index_t i0, index_t j0) {
+    constexpr int TI = decltype(ti_tag)::value, TJ = decltype(tj_tag)::value;
+    Vec<T> acc[TI][TJ];
+    for (int i = 0; i < TI; ++i)
+      for (int j = 0; j < TJ; ++j) acc[i][j] = simd::zero<T>();
+    for (index_t c = 0; c < ld; c += L) {
+      Vec<T> a[TI], b[TJ];
+      for (int i = 0; i < TI; ++i) a[i] = load(A + (i0 + i) * ld + c);
+      for (int j = 0; j < TJ; ++j) b[j] = load(B + (j0 + j) * ld + c);
+      for (int i = 0; i < TI; ++i)
+        for (int j = 0; j < TJ; ++j) acc[i][j] += a[i] * b[j];
+    }
+    for (int i = 0; i < TI; ++i)
+      for (int j = 0; j < TJ; ++j) C[(i0 + i) * rb + j0 + j] = simd::hsum(acc[i][j]);
+  };
+  auto row_block = [&](auto ti_tag, index_t i0) {
+    index_t j0 = 0;
+    for (; j0 + 4 <= rb; j0 += 4) tile(ti_tag, std::integral_constant<int, 4>{}, i0, j0);
+    for (; j0 < rb; ++j0) tile(ti_tag, std::integral_constant<int, 1>{}, i0, j0);
+  };
+  index_t i0 = 0;
+  for (; i0 + 2 <= ra; i0 += 2) row_block(std::integral_constant<int, 2>{}, i0);
+  for (; i0 < ra; ++i0) row_block(std::integral_constant<int, 1>{}, i0);
+}
+
+// H = h̃(S) in place on S [n, T] (sources i < n as rows, targets j as columns)   [CCS (12)]
+template <class T>
+void activation_forward(Activation a, T* S, index_t n, index_t Tt, T* col) {
+  const index_t count = n * Tt;
+  switch (a) {
+    case Activation::linear: break;
+    case Activation::relu:
+      for (index_t k = 0; k < count; ++k) S[k] = std::max(S[k], T(0));
+      break;
+    case Activation::exp: simd::exp_inplace(S, count); break;
+    case Activation::softmax: {
+      // Column-wise over sources, max subtracted so that large logits stay finite.
+      std::copy(S, S + Tt, col);
+      for (index_t i = 1; i < n; ++i)
+        for (index_t j = 0; j < Tt; ++j) col[j] = std::max(col[j], S[i * Tt + j]);
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < Tt; ++j) S[i * Tt + j] -= col[j];
+      simd::exp_inplace(S, count);
+      std::fill(col, col + Tt, T(0));
+      for (index_t i = 0; i < n; ++i) axpy(col, T(1), S + i * Tt, Tt);
+      for (index_t j = 0; j < Tt; ++j) col[j] = T(1) / col[j];
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < Tt; ++j) S[i * Tt + j] *= col[j];
+      break;
+    }
+  }
+}
+
+// dS from dH in place, given H = h̃(S): relu' = [H > 0], exp' = H, softmax column-wise.
+template <class T>
+void activation_backward(Activation a, const T* H, T* dH, index_t n, index_t Tt, T* col) {
+  const index_t count = n * Tt;
+  switch (a) {
+    case Activation::linear: break;
+    case Activation::relu:
+      for (index_t k = 0; k < count; ++k) dH[k] = H[k] > T(0) ? dH[k] : T(0);
+      break;
+    case Activation::exp:
+      for (index_t k = 0; k < count; ++k) dH[k] *= H[k];
+      break;
+    case Activation::softmax:  // dS_ij = H_ij (dH_ij − Σ_k H_kj dH_kj)
+      std::fill(col, col + Tt, T(0));
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < Tt; ++j) col[j] += H[i * Tt + j] * dH[i * Tt + j];
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < Tt; ++j) dH[i * Tt + j] = H[i * Tt + j] * (dH[i * Tt + j] - col[j]);
+      break;
+  }
+}
+
+// Per-prompt state: Z_ℓ for ℓ = 0..L [D, T]; per (ℓ, s) the saved U, W [d, T], H [n, T] and
+// Y = Z_ℓ M H [D, T]; backward scratch. Rows are padded from n+1 tokens to Tt = a whole number of
+// vectors (short rows would otherwise spend most of their time in scalar tails); the padding
+// stays exactly zero because H's padding columns are zeroed after every activation.
+template <class T>
+struct Workspace {
+  index_t d, n, D, cols, Tt, L, H;
+  std::vector<T> Z, U, W, Hm, Y, dZ, dZprev, dY, dH, dU, dW, col, prod;
+  explicit Workspace(const KernelAttentionShape& s)
+      : d(s.dim), n(s.context), D(s.dim + 1), cols(s.context + 1),
+        Tt((s.context + simd::kLanes<T>) / simd::kLanes<T> * simd::kLanes<T>), L(s.layers), H(s.heads),
+        Z(static_cast<size_t>((L + 1) * D * Tt)), U(static_cast<size_t>(L * H * d * Tt)),
+        W(U.size()), Hm(static_cast<size_t>(L * H * n * Tt)),
+        Y(static_cast<size_t>(L * H * D * Tt)), dZ(static_cast<size_t>(D * Tt)),
+        dZprev(dZ.size()), dY(dZ.size()), dH(static_cast<size_t>(n * Tt)),
+        dU(static_cast<size_t>(d * Tt)), dW(dU.size()), col(static_cast<size_t>(Tt)),
+        prod(static_cast<size_t>(D * std::max(D, n))) {}
+  T* z(index_t l) { return Z.data() + l * D * Tt; }
+  T* u(index_t l, index_t s) { return U.data() + (l * H + s) * d * Tt; }
+  T* w(index_t l, index_t s) { return W.data() + (l * H + s) * d * Tt; }
+  T* h(index_t l, index_t s) { return Hm.data() + (l * H + s) * n * Tt; }
+  T* y(index_t l, index_t s) { return Y.data() + (l * H + s) * D * Tt; }
+  // Unpadded [D, n+1] ↔ padded [D, Tt] copies.
+  void stage(const T* src, T* dst) const {
+    for (index_t r = 0; r < D; ++r) std::copy(src + r * cols, src + (r + 1) * cols, dst + r * Tt);
+  }
+  void unstage(const T* src, T* dst) const {
+    for (index_t r = 0; r < D; ++r) std::copy(src + r * Tt, src + r * Tt + cols, dst + r * cols);
+  }
+  T query_label(index_t l) { return z(l)[d * Tt + n]; }
+};
+
+template <class T>
+void forward_prompt(Workspace<T>& w, const T* Z0, const T* V, const T* Bq, const T* Ck,
+                    const Activation* acts) {
+  const index_t d = w.d, n = w.n, D = w.D, Tt = w.Tt;
+  w.stage(Z0, w.z(0));
+  for (index_t l = 0; l < w.L; ++l) {
+    const T* Z = w.z(l);
+    T* Znext = w.z(l + 1);
+    std::copy(Z, Z + D * Tt, Znext);  // residual
+    for (index_t s = 0; s < w.H; ++s) {
+      const index_t p = l * w.H + s;
+      const T* Bm = Bq + p * d * d;
+      const T* Cm = Ck + p * d * d;
+      const T* Vm = V + p * D * D;
+      T *U = w.u(l, s), *Wk = w.w(l, s), *Hs = w.h(l, s), *Y = w.y(l, s);
+      // U = B X, W = C X  (X: the first d rows of Z)
+      for (index_t a = 0; a < d; ++a) {
+        combine_rows(U + a * Tt, false, Bm + a * d, 1, Z, Tt, d, Tt);
+        combine_rows(Wk + a * Tt, false, Cm + a * d, 1, Z, Tt, d, Tt);
+      }
+      // S_ij = u_i · w_j for sources i < n (M masks the query as a source), then h̃   (12)
+      for (index_t i = 0; i < n; ++i) combine_rows(Hs + i * Tt, false, U + i, Tt, Wk, Tt, d, Tt);
+      activation_forward(acts[s], Hs, n, Tt, w.col.data());
+      for (index_t i = 0; i < n; ++i) std::fill(Hs + i * Tt + w.cols, Hs + (i + 1) * Tt, T(0));
+      // Y = Z M h̃,  Z_{ℓ+1} += V Y   (3)
+      for (index_t r = 0; r < D; ++r) combine_rows(Y + r * Tt, false, Z + r * Tt, 1, Hs, Tt, n, Tt);
+      for (index_t r = 0; r < D; ++r) combine_rows(Znext + r * Tt, true, Vm + r * D, 1, Y, Tt, D, Tt);
+    }
+  }
+}
+
+// From ∂ℓ/∂Z_L in w.dZ to ∂ℓ/∂Z_0 (left in w.dZ); parameter gradients accumulate into gV, gB, gC.
+template <class T>
+void backward_prompt(Workspace<T>& w, const T* V, const T* Bq, const T* Ck, const Activation* acts,
+                     double* gV, double* gB, double* gC) {
+  const index_t d = w.d, n = w.n, D = w.D, Tt = w.Tt;
+  for (index_t l = w.L - 1; l >= 0; --l) {
+    const T* Z = w.z(l);
+    const T* dO = w.dZ.data();  // ∂ℓ/∂Z_{ℓ+1}: every head's output receives it
+    std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
+    T* dZp = w.dZprev.data();
+    for (index_t s = 0; s < w.H; ++s) {
+      const index_t p = l * w.H + s;
+      const T* Bm = Bq + p * d * d;
+      const T* Cm = Ck + p * d * d;
+      const T* Vm = V + p * D * D;
+      const T *U = w.u(l, s), *Wk = w.w(l, s), *Hs = w.h(l, s), *Y = w.y(l, s);
+      T *dY = w.dY.data(), *dH = w.dH.data(), *dU = w.dU.data(), *dW = w.dW.data();
+      T* prod = w.prod.data();
+      // dV += dO Y^T;  dY = V^T dO
+      products_bt(dO, D, Y, D, Tt, prod);
+      for (index_t k = 0; k < D * D; ++k) gV[p * D * D + k] += double(prod[k]);
+      for (index_t q = 0; q < D; ++q) combine_rows(dY + q * Tt, false, Vm + q, D, dO, Tt, D, Tt);
+      // Y = Z M H:  dZ[:, i<n] += dY H^T;  dH = (Z M)^T dY
+      products_bt(dY, D, Hs, n, Tt, prod);
+      for (index_t r = 0; r < D; ++r)
+        for (index_t i = 0; i < n; ++i) dZp[r * Tt + i] += prod[r * n + i];
+      for (index_t i = 0; i < n; ++i) combine_rows(dH + i * Tt, false, Z + i, Tt, dY, Tt, D, Tt);
+      activation_backward(acts[s], Hs, dH, n, Tt, w.col.data());  // dH becomes dS
+      // S = U^T W:  dU[:, i] = W dS[i, :]^T for i < n (0 for the query), dW = U[:, :n] dS
+      std::fill(dU, dU + d * Tt, T(0));
+      products_bt(Wk, d, dH, n, Tt, prod);
+      for (index_t a = 0; a < d; ++a) {
+        std::copy(prod + a * n, prod + (a + 1) * n, dU + a * Tt);
+        combine_rows(dW + a * Tt, false, U + a * Tt, 1, dH, Tt, n, Tt);
+      }
+      // U = B X, W = C X:  dB += dU X^T, dC += dW X^T, dX += B^T dU + C^T dW
+      products_bt(dU, d, Z, d, Tt, prod);
+      for (index_t k = 0; k < d * d; ++k) gB[p * d * d + k] += double(prod[k]);
+      products_bt(dW, d, Z, d, Tt, prod);
+      for (index_t k = 0; k < d * d; ++k) gC[p * d * d + k] += double(prod[k]);
+      for (index_t b = 0; b < d; ++b) {
+        combine_rows(dZp + b * Tt, true, Bm + b, d, dU, Tt, d, Tt);
+        combine_rows(dZp + b * Tt, true, Cm + b, d, dW, Tt, d, Tt);
+      }
+    }
+    w.dZ.swap(w.dZprev);
+  }
+}
+
+template <class T>
+void forward_range(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
+                   const T* Ck, const Activation* acts, T* Z_out, T* predictions, index_t b0,
+                   index_t b1) {
+  const index_t per = (sh.dim + 1) * (sh.context + 1);
+  Workspace<T> w(sh);
+  for (index_t b = b0; b < b1; ++b) {
+    forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
+    if (Z_out) w.unstage(w.z(sh.layers), Z_out + b * per);
+    if (predictions)
+      for (index_t l = 0; l <= sh.layers; ++l) predictions[b * (sh.layers + 1) + l] = w.query_label(l);
+  }
+}
+
+template <class T>
+void loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, const T* V,
+                     const T* Bq, const T* Ck, const Activation* acts, T* d_Z0, T* predictions,
+                     index_t b0, index_t b1, double* partial) {
+  const index_t d = sh.dim, per = (d + 1) * (sh.context + 1);
+  const index_t nV = sh.layers * sh.heads * (d + 1) * (d + 1), nB = sh.layers * sh.heads * d * d;
+  std::fill(partial, partial + ka_partial_size(sh), 0.0);
+  const double inv_b = 1.0 / double(sh.batch);
+  Workspace<T> w(sh);
+  for (index_t b = b0; b < b1; ++b) {
+    forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
+    const T tf = w.query_label(sh.layers);
+    const double residual = double(tf) + double(y_q[b]);  // TF predicts −y   (5)
+    partial[0] += residual * residual;
+    if (predictions)
+      for (index_t l = 0; l <= sh.layers; ++l) predictions[b * (sh.layers + 1) + l] = w.query_label(l);
+    std::fill(w.dZ.begin(), w.dZ.end(), T(0));
+    w.dZ[d * w.Tt + sh.context] = T(2 * residual * inv_b);
+    backward_prompt(w, V, Bq, Ck, acts, partial + 1, partial + 1 + nV, partial + 1 + nV + nB);
+    if (d_Z0) w.unstage(w.dZ.data(), d_Z0 + b * per);
+  }
+}
+
+}  // namespace
+
+template <class T>
+KaKernels<T> ka_kernels() {
+  return {&forward_range<T>, &loss_grad_range<T>};
+}
+template KaKernels<float> ka_kernels<float>();
+template KaKernels<double> ka_kernels<double>();
+
+}  // namespace lsa_native::cpu::LSA_ISA_NS
