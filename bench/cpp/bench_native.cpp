@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "lsa_native/bench.hpp"
+#include "lsa_native/kernel_attention.hpp"
 #include "lsa_native/lsa.hpp"
 #include "lsa_native/population.hpp"
 
@@ -104,6 +105,27 @@ void BM_population_loss_and_grad(benchmark::State& state) {
                                                          Lambda.data(), 20, g_pv.data(), g_kq.data()));
 }
 BENCHMARK(BM_population_loss_and_grad)->Arg(5)->Arg(20)->Arg(100)->Unit(benchmark::kMicrosecond);
+
+// Kernel attention at CCS's minibatch: d = 5, n = 30, L = 3, B = 30000, float32, one head;
+// state.range(0) is the activation code (0 linear, 1 relu, 2 exp, 3 softmax).
+void BM_kernel_attention_loss_and_grad(benchmark::State& state) {
+  const lsa_native::KernelAttentionShape s{30000, 5, 30, 3, 1};
+  const auto act = static_cast<lsa_native::Activation>(state.range(0));
+  std::mt19937 gen(0);
+  std::normal_distribution<float> normal;
+  std::vector<float> Z(s.batch * 6 * 31), y(s.batch), V(3 * 36), Bq(3 * 25), Ck(3 * 25);
+  for (auto& v : Z) v = 0.4f * normal(gen);
+  for (auto& v : V) v = 0.01f * normal(gen);
+  for (auto& v : Bq) v = 0.2f * normal(gen);
+  for (auto& v : Ck) v = 0.2f * normal(gen);
+  std::vector<float> dV(V.size()), dB(Bq.size()), dC(Ck.size());
+  for (auto _ : state)
+    benchmark::DoNotOptimize(lsa_native::kernel_attention_loss_and_grad(
+        s, Z.data(), y.data(), V.data(), Bq.data(), Ck.data(), &act, dV.data(), dB.data(),
+        dC.data(), static_cast<float*>(nullptr), static_cast<float*>(nullptr)));
+  state.SetItemsProcessed(state.iterations() * s.batch);
+}
+BENCHMARK(BM_kernel_attention_loss_and_grad)->DenseRange(0, 3)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 }  // namespace
 

@@ -11,7 +11,6 @@
 #include <type_traits>
 #include <vector>
 
-#include "common/lsa_math.hpp"
 #include "cpu/lsa_kernels.hpp"
 #include "cpu/simd.hpp"
 

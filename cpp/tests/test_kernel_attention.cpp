@@ -1,0 +1,93 @@
+// C++ API of kernel attention: the functional-GD construction by hand, finite differences of the
+// loss, error paths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "lsa_native/kernel_attention.hpp"
+
+namespace {
+
+using lsa_native::Activation;
+using lsa_native::index_t;
+using lsa_native::KernelAttentionShape;
+
+// One layer, linear kernel, V = [[0,0],[0,−r]], B = C = I: TF_1 = −r Σ_i y_i <x_i, x_q>  [CCS Prop 3.1]
+TEST(KernelAttention, OneLayerLinearConstructionByHand) {
+  const index_t d = 2, n = 3, T = n + 1;
+  const std::vector<double> Z0 = {1, 0, 2, 0.5,    // x row 0 (x_q last)
+                                  0, 1, 1, -1,     // x row 1
+                                  3, -1, 2, 0};    // y row (query label 0)
+  const double r = 0.1;
+  const std::vector<double> V = {0, 0, 0, 0, 0, 0, 0, 0, -r};
+  const std::vector<double> I = {1, 0, 0, 1};
+  const Activation act = Activation::linear;
+  std::vector<double> Z(Z0.size()), preds(2);
+  lsa_native::kernel_attention_forward(KernelAttentionShape{1, d, n, 1, 1}, Z0.data(), V.data(),
+                                       I.data(), I.data(), &act, Z.data(), preds.data());
+  double expected = 0;
+  for (index_t i = 0; i < n; ++i) expected += Z0[2 * T + i] * (Z0[i] * Z0[n] + Z0[T + i] * Z0[T + n]);
+  EXPECT_NEAR(preds[1], -r * expected, 1e-14);
+  EXPECT_EQ(preds[0], 0.0);
+  EXPECT_NEAR(Z[2 * T + n], preds[1], 1e-15);
+}
+
+TEST(KernelAttention, GradientsMatchCentralDifferences) {
+  const index_t Bsz = 3, d = 2, n = 4, L = 2, H = 2, D = d + 1;
+  std::mt19937_64 gen(11);
+  std::normal_distribution<double> normal;
+  auto fill = [&](index_t size, double scale) {
+    std::vector<double> v(static_cast<size_t>(size));
+    for (auto& x : v) x = scale * normal(gen);
+    return v;
+  };
+  auto Z0 = fill(Bsz * D * (n + 1), 0.5);
+  const auto y = fill(Bsz, 1.0);
+  auto V = fill(L * H * D * D, 0.1), Bq = fill(L * H * d * d, 0.3), Ck = fill(L * H * d * d, 0.3);
+  const Activation acts[2] = {Activation::softmax, Activation::exp};
+  const KernelAttentionShape shape{Bsz, d, n, L, H};
+  std::vector<double> dV(V.size()), dB(Bq.size()), dC(Ck.size()), dZ(Z0.size());
+  lsa_native::kernel_attention_loss_and_grad(shape, Z0.data(), y.data(), V.data(), Bq.data(),
+                                             Ck.data(), acts, dV.data(), dB.data(), dC.data(),
+                                             dZ.data(), static_cast<double*>(nullptr));
+  std::vector<double> sV(V.size()), sB(Bq.size()), sC(Ck.size());
+  auto loss = [&] {
+    return lsa_native::kernel_attention_loss_and_grad(shape, Z0.data(), y.data(), V.data(),
+                                                      Bq.data(), Ck.data(), acts, sV.data(),
+                                                      sB.data(), sC.data(),
+                                                      static_cast<double*>(nullptr),
+                                                      static_cast<double*>(nullptr));
+  };
+  const double h = 1e-6;
+  for (auto [param, grad] : {std::pair{&V, &dV}, {&Bq, &dB}, {&Ck, &dC}, {&Z0, &dZ}}) {
+    for (size_t i = 0; i < param->size(); i += 3) {
+      const double keep = (*param)[i];
+      (*param)[i] = keep + h;
+      const double up = loss();
+      (*param)[i] = keep - h;
+      const double down = loss();
+      (*param)[i] = keep;
+      const double fd = (up - down) / (2 * h);
+      EXPECT_NEAR((*grad)[i], fd, 1e-6 * (1 + std::fabs(fd))) << "entry " << i;
+    }
+  }
+}
+
+TEST(KernelAttention, InvalidArgumentsThrowError) {
+  const std::vector<double> Z(12, 0.0), V(9, 0.0), B(4, 0.0);
+  const Activation bad = static_cast<Activation>(7), ok = Activation::exp;
+  std::vector<double> out(12);
+  EXPECT_THROW(lsa_native::kernel_attention_forward(KernelAttentionShape{1, 2, 3, 1, 1}, Z.data(), V.data(),
+                                                    B.data(), B.data(), &bad, out.data(), static_cast<double*>(nullptr)),
+               lsa_native::Error);
+  EXPECT_THROW(lsa_native::kernel_attention_forward(KernelAttentionShape{1, 2, 3, 0, 1}, Z.data(), V.data(),
+                                                    B.data(), B.data(), &ok, out.data(), static_cast<double*>(nullptr)),
+               lsa_native::Error);
+  EXPECT_THROW(lsa_native::kernel_attention_forward(KernelAttentionShape{1, 2, 0, 1, 1}, Z.data(), V.data(),
+                                                    B.data(), B.data(), &ok, out.data(), static_cast<double*>(nullptr)),
+               lsa_native::Error);
+}
+
+}  // namespace
