@@ -233,19 +233,20 @@ inline void token_products_tile(const T* A, const T* B, index_t ld, index_t ra, 
     for (int k = 0; k < RB; ++k) C[(ra + i) * ldc + rb + k] = scale * hsum(acc[i][k]);
 }
 
-// C = scale · A B^T for padded A, B [rows, ld]; C [rows, ldc].
-// With `symmetric` (A == B), only the upper triangle is computed and then mirrored.
+// C = scale · A B^T for padded A, B [rows, ld]; C [rows, ldc]. Tiles of 3 x 4 dot products
+// (12 chains, 7 loads per 12 FMAs). With `symmetric` (A == B), only tiles touching the upper
+// triangle are computed, then mirrored.
 template <class T>
 void token_products(const T* A, const T* B, index_t rows, index_t ld, T scale, T* C,
                     index_t ldc, bool symmetric) {
   auto row_block = [&](auto ra_tag, index_t ra) {
     constexpr int RA = decltype(ra_tag)::value;
     index_t rb = symmetric ? ra : 0;
-    for (; rb + 3 <= rows; rb += 3) token_products_tile<T, RA, 3>(A, B, ld, ra, rb, scale, C, ldc);
+    for (; rb + 4 <= rows; rb += 4) token_products_tile<T, RA, 4>(A, B, ld, ra, rb, scale, C, ldc);
     for (; rb < rows; ++rb) token_products_tile<T, RA, 1>(A, B, ld, ra, rb, scale, C, ldc);
   };
   index_t ra = 0;
-  for (; ra + 2 <= rows; ra += 2) row_block(std::integral_constant<int, 2>{}, ra);
+  for (; ra + 3 <= rows; ra += 3) row_block(std::integral_constant<int, 3>{}, ra);
   for (; ra < rows; ++ra) row_block(std::integral_constant<int, 1>{}, ra);
   if (symmetric)
     for (index_t r = 0; r < rows; ++r)
@@ -277,14 +278,15 @@ inline void row_combination_tile(const T* base, const T* coef, const T* src, ind
 template <class T>
 void row_combination(const T* base, const T* coef, const T* src, index_t rows, index_t ld, T* out) {
   const index_t n_chunks = ld / kLanes<T>;
+  // 4 rows x 3 chunks: 12 accumulators, 7 loads per 12 FMAs.
   auto row_block = [&](auto ro_tag, index_t r0) {
     constexpr int RO = decltype(ro_tag)::value;
     index_t c = 0;
-    for (; c + 2 <= n_chunks; c += 2) row_combination_tile<T, RO, 2>(base, coef, src, rows, ld, r0, c, out);
+    for (; c + 3 <= n_chunks; c += 3) row_combination_tile<T, RO, 3>(base, coef, src, rows, ld, r0, c, out);
     for (; c < n_chunks; ++c) row_combination_tile<T, RO, 1>(base, coef, src, rows, ld, r0, c, out);
   };
   index_t r = 0;
-  for (; r + 3 <= rows; r += 3) row_block(std::integral_constant<int, 3>{}, r);
+  for (; r + 4 <= rows; r += 4) row_block(std::integral_constant<int, 4>{}, r);
   for (; r < rows; ++r) row_block(std::integral_constant<int, 1>{}, r);
 }
 
@@ -301,21 +303,25 @@ struct SmallMatrices {
   S* operator[](int i) { return storage.data() + i * n * ld; }
 
   void multiply(const S* A, const S* B, S* C, bool accumulate = false) const {
-    index_t i = 0;
-    for (; i + 2 <= n; i += 2) multiply_rows<2>(A, B, C, i, accumulate);
-    for (; i < n; ++i) multiply_rows<1>(A, B, C, i, accumulate);
-  }
-  // Rows [i0, i0+RI) of C: RI x 4-vector tiles keep 4·RI independent FMA chains in flight.
-  template <int RI>
-  void multiply_rows(const S* A, const S* B, S* C, index_t i0, bool accumulate) const {
+    // Tiles of 4 rows x up to 3 column vectors (12 independent FMA chains; a row of 21 entries is
+    // 3 float vectors), so the k-loop is throughput- rather than latency-bound.
     constexpr index_t L = kLanes<S>;
-    index_t c = 0;
-    for (; c + 4 * L <= ld; c += 4 * L) multiply_tile<RI, 4>(A, B, C, i0, c, accumulate);
-    for (; c < ld; c += L) multiply_tile<RI, 1>(A, B, C, i0, c, accumulate);
+    for (index_t c0 = 0; c0 < ld; c0 += 3 * L) {
+      const index_t nc = std::min<index_t>(3, (ld - c0) / L);
+      index_t i = 0;
+      for (; i + 4 <= n; i += 4) dispatch_tile<4>(nc, A, B, C, i, c0, accumulate);
+      for (; i < n; ++i) dispatch_tile<1>(nc, A, B, C, i, c0, accumulate);
+    }
+  }
+  template <int RI>
+  void dispatch_tile(index_t nc, const S* A, const S* B, S* C, index_t i0, index_t c0,
+                     bool accumulate) const {
+    if (nc == 3) multiply_tile<RI, 3>(A, B, C, i0, c0, accumulate);
+    else if (nc == 2) multiply_tile<RI, 2>(A, B, C, i0, c0, accumulate);
+    else multiply_tile<RI, 1>(A, B, C, i0, c0, accumulate);
   }
   template <int RI, int NC>
-  void multiply_tile(const S* A, const S* B, S* C, index_t i0, index_t c0,
-                     bool accumulate) const {
+  void multiply_tile(const S* A, const S* B, S* C, index_t i0, index_t c0, bool accumulate) const {
     constexpr index_t L = kLanes<S>;
     Vec<S> acc[RI][NC];
     for (int i = 0; i < RI; ++i)
