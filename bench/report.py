@@ -7,7 +7,6 @@ numpy reference and PyTorch CPU (when installed).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -16,16 +15,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 import cases  # noqa: E402
-
-
-def median_seconds(fn, repeats: int) -> float:
-    fn()  # warm-up (page faults, thread start-up)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+from timing import median_seconds  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -7,11 +7,14 @@ autograd (when installed), each activation, medians of repeated runs in the same
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from timing import median_seconds  # noqa: E402
 
 import lsa_native as ln
 from lsa_native import kernel_attention as ka
@@ -21,16 +24,6 @@ try:
     import torch
 except ImportError:
     torch = None
-
-
-def median_seconds(fn, repeats):
-    fn()
-    ts = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
 
 
 def torch_loss_and_grad(Z0, y, V, B, C, act):

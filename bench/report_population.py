@@ -6,26 +6,18 @@ and of a full gradient flow to 1e-8 at d = 20 (wall time and gradient evaluation
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from timing import median_seconds  # noqa: E402
 
 import lsa_native as ln
 from lsa_native import population as pop, theory
 from lsa_native.reference import population as ref
-
-
-def median_seconds(fn, repeats: int, inner: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        times.append((time.perf_counter() - t0) / inner)
-    return statistics.median(times)
 
 
 def spd(rng, d):

@@ -15,6 +15,22 @@ void bind_population(py::module_& m);
 void bind_kernel_attention(py::module_& m);
 }  // namespace lsa_native::bindings
 
+namespace {
+template <class T>
+void bind_stream_sum(py::module_& m) {
+  m.def(
+      "stream_sum",
+      [](const py::array_t<T, py::array::c_style>& x) {
+        const T* p = x.data();
+        const auto n = static_cast<lsa_native::index_t>(x.size());
+        py::gil_scoped_release release;
+        return lsa_native::stream_sum(p, n);
+      },
+      py::arg("x").noconvert(),
+      "Sum of an array read once on all threads: the read-bandwidth probe of the benchmarks.");
+}
+}  // namespace
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "Compiled core of lsa_native (private; use the lsa_native package).";
   m.attr("__version__") = LSA_NATIVE_VERSION_STRING;
@@ -26,24 +42,8 @@ PYBIND11_MODULE(_core, m) {
         "Set the CPU thread count (n < 1 restores the default). Results do not depend on it.");
   m.def("cpu_kernel_isa", &lsa_native::cpu_kernel_isa,
         "Instruction set the CPU kernels dispatched to.");
-  m.def(
-      "stream_sum",
-      [](const py::array_t<float, py::array::c_style>& x) {
-        const float* p = x.data();
-        const auto n = static_cast<lsa_native::index_t>(x.size());
-        py::gil_scoped_release release;
-        return lsa_native::stream_sum(p, n);
-      },
-      py::arg("x").noconvert(), "Sum of a float32 array read once on all threads (bandwidth probe).");
-  m.def(
-      "stream_sum",
-      [](const py::array_t<double, py::array::c_style>& x) {
-        const double* p = x.data();
-        const auto n = static_cast<lsa_native::index_t>(x.size());
-        py::gil_scoped_release release;
-        return lsa_native::stream_sum(p, n);
-      },
-      py::arg("x").noconvert());
+  bind_stream_sum<float>(m);
+  bind_stream_sum<double>(m);
   lsa_native::bindings::bind_lsa(m);
   lsa_native::bindings::bind_population(m);
   lsa_native::bindings::bind_kernel_attention(m);
