@@ -248,3 +248,22 @@ def test_gradient_descent_decreases_the_loss(rng):
     _, _, steps, losses = pop.gradient_descent(W_pv0, W_kq0, Lambda, N, step=0.01, n_steps=500,
                                                record_every=50)
     assert steps[-1] == 500 and np.all(np.diff(losses) < 0)
+
+
+def test_equation_412_by_simulation(rng):
+    """ZFB (4.12) with w and x_q fixed, averaged over Λ_new ~ diag Exponential(1): the Theorem 4.5
+    limit predicts E ŷ = x_q^T [EΛ²][EΓΛ²]^{-1}[EΛ] w exactly (ŷ is linear in the unbiased Λ̂), so
+    native predictions on sampled prompts must match it within Monte Carlo error (z-test)."""
+    d, N, M, Bsz = 3, 50, 40, 40000
+    moments = pop.exponential_moments(d)
+    W_pv, W_kq = theory.thm45_limits(moments, N)
+    w, x_q = rng.standard_normal(d), rng.standard_normal(d)
+    lam = rng.exponential(1.0, size=(Bsz, d))
+    X = rng.standard_normal((Bsz, M, d)) * np.sqrt(lam)[:, None, :]
+    E = data.embed(X, X @ w, np.broadcast_to(x_q, (Bsz, d)))
+    y_hat = lsa.predict(E, W_pv, W_kq)
+    expected = x_q @ theory.random_cov_prediction_matrix(moments, N) @ np.diag(moments[0]) @ w
+    z = (y_hat.mean() - expected) / (y_hat.std(ddof=1) / np.sqrt(Bsz))
+    assert abs(z) < Z_MAX, z
+    # At N = 50 the factor is already near the ⅓ of the N → ∞ limit (a correct learner gives 1).
+    assert abs(expected / (x_q @ w) - 1 / 3) < 0.1
