@@ -1,5 +1,5 @@
-// Public LSA entry points: argument checks, then the backend. This is the only place that chooses
-// a backend; with no CUDA kernels compiled every call runs on the CPU.
+// Public LSA entry points: argument checks, then the backend. With no CUDA kernels compiled every
+// call runs on the CPU (population and kernel attention are CPU-only and check their own arguments).
 #include <limits>
 #include <string>
 
