@@ -93,31 +93,42 @@ T token_scalars(const T* Eb, index_t rows, index_t ld, const T* p, const T* q, T
 }
 
 // g_p[r] = Σ_j s_j E[r, j] and g_k[r] = Σ_j t_j E[r, j] for RB rows from r0 (2·RB chains).
+// With 2·RB = lanes, the 2·RB horizontal sums are done together (simd::hsum_lanes).
 template <class T, int RB>
 inline void weighted_row_sums_block(const T* Eb, index_t ld, index_t r0, const T* t, const T* s,
                                     T* g_p, T* g_k) {
   constexpr index_t L = kLanes<T>;
-  Vec<T> ap[RB], ak[RB];
-  for (int i = 0; i < RB; ++i) ap[i] = ak[i] = simd::zero<T>();
+  Vec<T> acc[2 * RB];  // acc[2i] → g_p[r0+i], acc[2i+1] → g_k[r0+i]
+  for (int i = 0; i < 2 * RB; ++i) acc[i] = simd::zero<T>();
   for (index_t c = 0; c < ld / L; ++c) {
     const Vec<T> sv = load(s + c * L), tv = load(t + c * L);
     for (int i = 0; i < RB; ++i) {
       const Vec<T> e = load_chunk(Eb + (r0 + i) * ld, c);
-      ap[i] += sv * e;
-      ak[i] += tv * e;
+      acc[2 * i] += sv * e;
+      acc[2 * i + 1] += tv * e;
     }
   }
-  for (int i = 0; i < RB; ++i) {
-    g_p[r0 + i] = hsum(ap[i]);
-    g_k[r0 + i] = hsum(ak[i]);
+  if constexpr (2 * RB == L) {
+    T sums[L];
+    store(sums, simd::hsum_lanes(acc));
+    for (int i = 0; i < RB; ++i) {
+      g_p[r0 + i] = sums[2 * i];
+      g_k[r0 + i] = sums[2 * i + 1];
+    }
+  } else {
+    for (int i = 0; i < RB; ++i) {
+      g_p[r0 + i] = hsum(acc[2 * i]);
+      g_k[r0 + i] = hsum(acc[2 * i + 1]);
+    }
   }
 }
 
 template <class T>
 void weighted_row_sums(const T* Eb, index_t rows, index_t ld, const T* t, const T* s, T* g_p,
                        T* g_k) {
+  constexpr int RB = int(kLanes<T> / 2);  // 4 rows (float) or 2 rows (double) per block
   index_t r = 0;
-  for (; r + 3 <= rows; r += 3) weighted_row_sums_block<T, 3>(Eb, ld, r, t, s, g_p, g_k);
+  for (; r + RB <= rows; r += RB) weighted_row_sums_block<T, RB>(Eb, ld, r, t, s, g_p, g_k);
   for (; r < rows; ++r) weighted_row_sums_block<T, 1>(Eb, ld, r, t, s, g_p, g_k);
 }
 
