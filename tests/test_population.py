@@ -267,3 +267,17 @@ def test_equation_412_by_simulation(rng):
     assert abs(z) < Z_MAX, z
     # At N = 50 the factor is already near the ⅓ of the N → ∞ limit (a correct learner gives 1).
     assert abs(expected / (x_q @ w) - 1 / 3) < 0.1
+
+
+@pytest.mark.parametrize("N,M", [(5, 10), (20, 40)])
+def test_theorem42_prediction_error_by_simulation(rng, N, M):
+    """ZFB Theorem 4.2 / (4.6): at the Theorem 4.1 limit, test prompts of length M with
+    w ~ N(0, I) have E(ŷ − y)² = (1/M)(...) + (1/N²)(...); native predictions must agree (z-test)."""
+    d, Bsz = 3, 60000
+    Lambda = random_spd(rng, d, spread=2.0)
+    W_pv, W_kq = theory.thm41_limits(Lambda, N)
+    b = data.linear_regression_prompts(rng, Bsz, d, M, Lambda)
+    err = (lsa.predict(b.E, W_pv, W_kq) - b.y_q) ** 2
+    expected = theory.thm42_prediction_error(Lambda, N, M)
+    z = (err.mean() - expected) / (err.std(ddof=1) / np.sqrt(Bsz))
+    assert abs(z) < Z_MAX, (err.mean(), expected, z)
