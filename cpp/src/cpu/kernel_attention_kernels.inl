@@ -29,7 +29,7 @@ inline void axpy(T* __restrict__ y, T a, const T* __restrict__ x, index_t n) {  
 // of the vector width. Each block of up to 4 vectors of `out` is accumulated in registers over all
 // k and stored once (an axpy per k would serialize on store-to-load forwarding).
 template <class T>
-void combine_rows(T* out, bool accumulate, const T* coef, index_t coef_stride, const T* src,
+__attribute__((always_inline)) inline void combine_rows(T* out, bool accumulate, const T* coef, index_t coef_stride, const T* src,
                   index_t src_stride, index_t count, index_t ld) {
   constexpr index_t L = simd::kLanes<T>;
   auto block = [&](auto nb_tag, index_t c0) {
