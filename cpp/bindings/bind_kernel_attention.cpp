@@ -46,16 +46,8 @@ void bind_dtype(py::module_& m) {
          std::optional<CArray<T>> predictions) {
         const KernelAttentionShape s = ka_shape(Z0, V, Bq, Ck, codes);
         const auto acts = to_activations(codes);
-        T* zo = nullptr;
-        T* pr = nullptr;
-        if (Z_out) {
-          require_shape(*Z_out, {s.batch, s.dim + 1, s.context + 1}, "Z_out");
-          zo = out_ptr(*Z_out, "Z_out");
-        }
-        if (predictions) {
-          require_shape(*predictions, {s.batch, s.layers + 1}, "predictions");
-          pr = out_ptr(*predictions, "predictions");
-        }
+        T* zo = optional_out(Z_out, {s.batch, s.dim + 1, s.context + 1}, "Z_out");
+        T* pr = optional_out(predictions, {s.batch, s.layers + 1}, "predictions");
         py::gil_scoped_release release;
         kernel_attention_forward(s, Z0.data(), V.data(), Bq.data(), Ck.data(), acts.data(), zo, pr);
       },
@@ -73,16 +65,8 @@ void bind_dtype(py::module_& m) {
         require_shape(d_V, {s.layers, s.heads, s.dim + 1, s.dim + 1}, "d_V");
         require_shape(d_B, {s.layers, s.heads, s.dim, s.dim}, "d_B");
         require_shape(d_C, {s.layers, s.heads, s.dim, s.dim}, "d_C");
-        T* dz = nullptr;
-        T* pr = nullptr;
-        if (d_Z0) {
-          require_shape(*d_Z0, {s.batch, s.dim + 1, s.context + 1}, "d_Z0");
-          dz = out_ptr(*d_Z0, "d_Z0");
-        }
-        if (predictions) {
-          require_shape(*predictions, {s.batch, s.layers + 1}, "predictions");
-          pr = out_ptr(*predictions, "predictions");
-        }
+        T* dz = optional_out(d_Z0, {s.batch, s.dim + 1, s.context + 1}, "d_Z0");
+        T* pr = optional_out(predictions, {s.batch, s.layers + 1}, "predictions");
         T* dv = out_ptr(d_V, "d_V");
         T* db = out_ptr(d_B, "d_B");
         T* dc = out_ptr(d_C, "d_C");

@@ -49,11 +49,7 @@ void bind_dtype(py::module_& m) {
         require_shape(y_q, {s.batch}, "y_q");
         require_shape(d_W_pv, {s.dim + 1, s.dim + 1}, "d_W_pv");
         require_shape(d_W_kq, {s.dim + 1, s.dim + 1}, "d_W_kq");
-        T* yh = nullptr;
-        if (y_hat) {
-          require_shape(*y_hat, {s.batch}, "y_hat");
-          yh = out_ptr(*y_hat, "y_hat");
-        }
+        T* yh = optional_out(y_hat, {s.batch}, "y_hat");
         T* dpv = out_ptr(d_W_pv, "d_W_pv");
         T* dkq = out_ptr(d_W_kq, "d_W_kq");
         py::gil_scoped_release release;
@@ -83,11 +79,7 @@ void bind_dtype(py::module_& m) {
         require_shape(d_F, {s.batch, s.dim + 1, s.context + 1}, "d_F");
         require_shape(d_W_pv, {s.dim + 1, s.dim + 1}, "d_W_pv");
         require_shape(d_W_kq, {s.dim + 1, s.dim + 1}, "d_W_kq");
-        T* de = nullptr;
-        if (d_E) {
-          require_shape(*d_E, {s.batch, s.dim + 1, s.context + 1}, "d_E");
-          de = out_ptr(*d_E, "d_E");
-        }
+        T* de = optional_out(d_E, {s.batch, s.dim + 1, s.context + 1}, "d_E");
         T* dpv = out_ptr(d_W_pv, "d_W_pv");
         T* dkq = out_ptr(d_W_kq, "d_W_kq");
         py::gil_scoped_release release;

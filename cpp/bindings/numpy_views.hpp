@@ -4,6 +4,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,14 @@ template <class T>
 T* out_ptr(CArray<T>& a, const char* name) {
   if (!a.writeable()) throw Error(std::string(name) + " must be writeable");
   return a.mutable_data();
+}
+
+// Pointer to an optional output array after checking its shape; nullptr when absent.
+template <class T>
+T* optional_out(std::optional<CArray<T>>& a, const std::vector<index_t>& shape, const char* name) {
+  if (!a) return nullptr;
+  require_shape(*a, shape, name);
+  return out_ptr(*a, name);
 }
 
 }  // namespace lsa_native::bindings
