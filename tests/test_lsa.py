@@ -284,3 +284,17 @@ def test_package_metadata():
     assert lsa_native.cpu_kernel_isa() in ("avx2-fma", "baseline")
     if not lsa_native.cuda_compiled():
         assert lsa_native.cuda_available() is False
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs os.fork")
+def test_kernels_work_in_a_forked_child(rng):
+    """The worker pool survives fork(): the child gets fresh workers (no deadlock, same result)."""
+    import os
+
+    (E, W_pv, W_kq, y_q), _ = random_problem(rng, 3000, 5, 30, np.float32)
+    expected = lsa.loss_and_grad(E, y_q, W_pv, W_kq)[0]  # starts the pool in the parent
+    pid = os.fork()
+    if pid == 0:  # child: exit code says whether the result matched
+        os._exit(0 if lsa.loss_and_grad(E, y_q, W_pv, W_kq)[0] == expected else 3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

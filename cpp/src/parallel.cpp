@@ -1,22 +1,131 @@
-// Thread-count setting and the fork-join parallel_for used by the CPU kernels.
+// Thread-count setting and the parallel_for used by the CPU kernels: a persistent pool of
+// num_threads() − 1 workers plus the calling thread, so that small batched calls (training loops)
+// do not pay for thread creation on every call.
 #include <algorithm>
 #include <atomic>
+#include <condition_variable>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#define LSA_HAVE_GETPID 1
+#endif
 
 #include "common/parallel.hpp"
 #include "lsa_native/device.hpp"
 
 namespace lsa_native {
 namespace {
+
 std::atomic<int> g_num_threads{0};  // 0: hardware default
 
 int default_threads() {
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : static_cast<int>(hw);
 }
+
+// One job at a time: tasks [0, n) of `fn`, handed out through an atomic counter.
+class Pool {
+ public:
+  ~Pool() { resize(0); }
+
+  // Runs the job on `workers` pool threads plus the caller. Returns false (and runs nothing) when
+  // another caller holds the pool; that caller's job is unaffected.
+  bool run(index_t n_tasks, int workers, const std::function<void(index_t)>& fn) {
+    std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
+    if (!busy.owns_lock()) return false;
+    resize(workers);
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      fn_ = &fn;
+      n_tasks_ = n_tasks;
+      next_.store(0);
+      error_ = nullptr;
+      active_ = static_cast<int>(threads_.size());
+      ++generation_;
+    }
+    cv_.notify_all();
+    work();
+    std::unique_lock<std::mutex> lock(m_);
+    done_.wait(lock, [&] { return active_ == 0; });
+    fn_ = nullptr;
+    if (error_) std::rethrow_exception(error_);
+    return true;
+  }
+
+ private:
+  void work() {
+    const auto& fn = *fn_;
+    for (index_t i = next_.fetch_add(1); i < n_tasks_; i = next_.fetch_add(1)) {
+      try {
+        fn(i);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(m_);
+        if (!error_) error_ = std::current_exception();
+        next_.store(n_tasks_);
+      }
+    }
+  }
+  void loop() {
+    unsigned long seen = 0;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(m_);
+        cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+        if (stop_) return;
+        seen = generation_;
+      }
+      work();
+      std::lock_guard<std::mutex> lock(m_);
+      if (--active_ == 0) done_.notify_one();
+    }
+  }
+  void resize(int workers) {  // called with busy_ held (or from the destructor)
+#if defined(LSA_HAVE_GETPID)
+    // After fork() the child inherits this object but not the threads: abandon them (never
+    // joined or destroyed, which would block or terminate) and start fresh workers.
+    if (owner_ != getpid()) {
+      new std::vector<std::thread>(std::move(threads_));  // intentionally leaked
+      threads_.clear();
+      owner_ = getpid();
+    }
+#endif
+    if (static_cast<int>(threads_.size()) == workers) return;
+    {
+      std::lock_guard<std::mutex> lock(m_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) t.join();
+    threads_.clear();
+    stop_ = false;
+    for (int w = 0; w < workers; ++w) threads_.emplace_back([this] { loop(); });
+  }
+
+  std::mutex busy_, m_;
+  std::condition_variable cv_, done_;
+  std::vector<std::thread> threads_;
+  const std::function<void(index_t)>* fn_ = nullptr;
+  index_t n_tasks_ = 0;
+  std::atomic<index_t> next_{0};
+  std::exception_ptr error_;
+  int active_ = 0;
+  unsigned long generation_ = 0;
+  bool stop_ = false;
+#if defined(LSA_HAVE_GETPID)
+  pid_t owner_ = getpid();
+#endif
+};
+
+Pool& pool() {
+  static Pool instance;
+  return instance;
+}
+
 }  // namespace
 
 int num_threads() {
@@ -31,30 +140,10 @@ namespace detail {
 void parallel_for(index_t n_tasks, const std::function<void(index_t)>& fn) {
   if (n_tasks <= 0) return;
   const index_t n_workers = std::min<index_t>(num_threads(), n_tasks);
-  if (n_workers <= 1) {
-    for (index_t i = 0; i < n_tasks; ++i) fn(i);
-    return;
-  }
-  std::atomic<index_t> next{0};
-  std::exception_ptr error;
-  std::mutex error_mutex;
-  auto worker = [&] {
-    for (index_t i = next.fetch_add(1); i < n_tasks; i = next.fetch_add(1)) {
-      try {
-        fn(i);
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(error_mutex);
-        if (!error) error = std::current_exception();
-        next.store(n_tasks);
-      }
-    }
-  };
-  std::vector<std::thread> threads;
-  threads.reserve(static_cast<size_t>(n_workers - 1));
-  for (index_t w = 1; w < n_workers; ++w) threads.emplace_back(worker);
-  worker();
-  for (auto& t : threads) t.join();
-  if (error) std::rethrow_exception(error);
+  // Results never depend on which thread ran a task, so running inline (one thread, one task, or
+  // the pool busy with a concurrent caller's job) is always correct.
+  if (n_workers > 1 && pool().run(n_tasks, static_cast<int>(n_workers - 1), fn)) return;
+  for (index_t i = 0; i < n_tasks; ++i) fn(i);
 }
 
 }  // namespace detail
