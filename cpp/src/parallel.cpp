@@ -11,8 +11,8 @@
 #include <vector>
 
 #if defined(__unix__) || defined(__APPLE__)
-#include <unistd.h>
-#define LSA_HAVE_GETPID 1
+#include <pthread.h>
+#define LSA_HAVE_PTHREAD_ATFORK 1
 #endif
 
 #include "common/parallel.hpp"
@@ -31,8 +31,6 @@ int default_threads() {
 // One job at a time: tasks [0, n) of `fn`, handed out through an atomic counter.
 class Pool {
  public:
-  ~Pool() { resize(0); }
-
   // Runs the job on `workers` pool threads plus the caller. Returns false (and runs nothing) when
   // another caller holds the pool; that caller's job is unaffected.
   bool run(index_t n_tasks, int workers, const std::function<void(index_t)>& fn) {
@@ -84,16 +82,7 @@ class Pool {
       if (--active_ == 0) done_.notify_one();
     }
   }
-  void resize(int workers) {  // called with busy_ held (or from the destructor)
-#if defined(LSA_HAVE_GETPID)
-    // After fork() the child inherits this object but not the threads: abandon them (never
-    // joined or destroyed, which would block or terminate) and start fresh workers.
-    if (owner_ != getpid()) {
-      new std::vector<std::thread>(std::move(threads_));  // intentionally leaked
-      threads_.clear();
-      owner_ = getpid();
-    }
-#endif
+  void resize(int workers) {  // called with busy_ held
     if (static_cast<int>(threads_.size()) == workers) return;
     {
       std::lock_guard<std::mutex> lock(m_);
@@ -116,14 +105,23 @@ class Pool {
   int active_ = 0;
   unsigned long generation_ = 0;
   bool stop_ = false;
-#if defined(LSA_HAVE_GETPID)
-  pid_t owner_ = getpid();
-#endif
 };
 
+// The pool lives for the whole process (its idle workers end with it). After fork() the child
+// has none of the workers and possibly a mutex locked by one of them, so the child handler
+// abandons the inherited pool (never touched again) and installs a fresh one: the child is
+// single-threaded at that point, so this is race-free.
+Pool* g_pool = nullptr;
+std::once_flag g_pool_once;
+
 Pool& pool() {
-  static Pool instance;
-  return instance;
+  std::call_once(g_pool_once, [] {
+    g_pool = new Pool();
+#if defined(LSA_HAVE_PTHREAD_ATFORK)
+    pthread_atfork(nullptr, nullptr, [] { g_pool = new Pool(); });
+#endif
+  });
+  return *g_pool;
 }
 
 }  // namespace
