@@ -135,8 +135,10 @@ def test_prop34_deep_construction_approaches_bayes(rng):
     gaps = []
     for L in (10, 100, 2000):
         pred = ka.KernelAttentionParams.functional_gd(d, np.full(L, step), "exp").predict(b.E)
-        gaps.append(np.sqrt(np.mean((pred - bayes) ** 2)))
-    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 1e-2 * gaps[0]
+        # Median over prompts: one shared step is slow on the rare ill-conditioned prompt (its
+        # slowest mode decays like (1 − λ_min/λ_max)^L), which would dominate a mean.
+        gaps.append(np.median(np.abs(pred - bayes)))
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < 1e-3 * gaps[0]
 
 
 def test_softmax_with_large_logits_stays_finite(rng):
