@@ -77,7 +77,6 @@ double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* 
   for (index_t i = 0; i < rows * rows; ++i) d_W_pv[i] = T(0);
   for (index_t c = 0; c < rows; ++c) d_W_pv[d * rows + c] = T(d_p[c] * inv_b);  // ∂L/∂p: last row
   for (index_t i = 0; i < rows * rows; ++i) d_W_kq[i] = T(d_K[i] * inv_b);
-  (void)d;
   return 0.5 * total[0] * inv_b;
 }
 
