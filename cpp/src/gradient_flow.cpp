@@ -17,7 +17,7 @@ double norm2(const std::vector<double>& v) {
 class Flow {
  public:
   Flow(const LossAndGrad& f, std::vector<double> theta, const FlowOptions& o, FlowResult& r)
-      : f_(f), o_(o), r_(r), n_(theta.size()), y_(std::move(theta)), k1_(n_) {
+      : f_(f), o_(o), r_(r), n_(theta.size()), y_(std::move(theta)), k1_(n_), h_(o.step) {
     loss_ = eval(y_, k1_);  // k = −∇L
   }
 
@@ -116,10 +116,8 @@ class Flow {
   FlowResult& r_;
   size_t n_;
   std::vector<double> y_, k1_;
-  double t_ = 0, h_ = 0, loss_ = 0;
-
- public:
-  void set_step(double h) { h_ = h; }
+  double h_;  // current step: the RK4 step, or DOPRI5's adapted step
+  double t_ = 0, loss_ = 0;
 };
 
 }  // namespace
@@ -135,7 +133,6 @@ FlowResult gradient_flow(const LossAndGrad& loss_and_grad, const std::vector<dou
   }
   FlowResult result;
   Flow flow(loss_and_grad, theta0, options, result);
-  flow.set_step(options.step);
   for (double t : times) {
     const bool reached = flow.advance_to(t);
     if (!reached) {

@@ -2,7 +2,9 @@
 // (a persistent pool plus the caller).
 #pragma once
 
+#include <algorithm>
 #include <functional>
+#include <vector>
 
 #include "lsa_native/types.hpp"
 
@@ -19,6 +21,25 @@ constexpr index_t kPromptsPerChunk = 128;
 
 inline index_t chunk_count(index_t batch) {
   return (batch + kPromptsPerChunk - 1) / kPromptsPerChunk;
+}
+
+// Runs fn(chunk, b0, b1) for every chunk [b0, b1) of kPromptsPerChunk prompts, in parallel.
+template <class Fn>
+void for_each_chunk(index_t batch, Fn&& fn) {
+  parallel_for(chunk_count(batch), [&](index_t c) {
+    const index_t b0 = c * kPromptsPerChunk;
+    fn(c, b0, std::min(batch, b0 + kPromptsPerChunk));
+  });
+}
+
+// Sums per-chunk partials [n_chunks, width] in chunk order, so results never depend on the thread
+// count.
+inline std::vector<double> reduce_partials(const std::vector<double>& partials, index_t width) {
+  std::vector<double> total(static_cast<size_t>(width), 0.0);
+  const index_t n_chunks = static_cast<index_t>(partials.size()) / width;
+  for (index_t c = 0; c < n_chunks; ++c)
+    for (index_t i = 0; i < width; ++i) total[i] += partials[c * width + i];
+  return total;
 }
 
 }  // namespace lsa_native::detail

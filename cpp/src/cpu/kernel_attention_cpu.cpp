@@ -1,6 +1,5 @@
 // Kernel attention entry points [CCS (3), (5)]: argument checks, ISA dispatch, chunks of prompts
 // over threads, parameter-gradient partials reduced in chunk order (thread-count independent).
-#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -34,14 +33,6 @@ void check_arguments(const KernelAttentionShape& s, const T* Z0, const T* V, con
   }
 }
 
-template <class Fn>
-void for_each_chunk(index_t batch, Fn&& fn) {
-  detail::parallel_for(detail::chunk_count(batch), [&](index_t c) {
-    const index_t b0 = c * detail::kPromptsPerChunk;
-    fn(c, b0, std::min(batch, b0 + detail::kPromptsPerChunk));
-  });
-}
-
 }  // namespace
 
 void validate(const KernelAttentionShape& s) {
@@ -57,7 +48,7 @@ void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const
                               const T* Ck, const Activation* acts, T* Z_out, T* predictions) {
   check_arguments(sh, Z0, V, Bq, Ck, acts);
   const auto& k = kernels<T>();
-  for_each_chunk(sh.batch, [&](index_t, index_t b0, index_t b1) {
+  detail::for_each_chunk(sh.batch, [&](index_t, index_t b0, index_t b1) {
     k.forward(sh, Z0, V, Bq, Ck, acts, Z_out, predictions, b0, b1);
   });
 }
@@ -72,13 +63,11 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z
   const index_t d = sh.dim, width = cpu::ka_partial_size(sh);
   const index_t nV = sh.layers * sh.heads * (d + 1) * (d + 1), nB = sh.layers * sh.heads * d * d;
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(sh.batch) * width));
-  for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
+  detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
     k.loss_grad(sh, Z0, y_q, V, Bq, Ck, acts, d_Z0, predictions, b0, b1,
                 partials.data() + c * width);
   });
-  std::vector<double> total(static_cast<size_t>(width), 0.0);
-  for (size_t c = 0; c < partials.size() / size_t(width); ++c)
-    for (index_t i = 0; i < width; ++i) total[i] += partials[c * width + i];
+  const std::vector<double> total = detail::reduce_partials(partials, width);
   for (index_t i = 0; i < nV; ++i) d_V[i] = T(total[1 + i]);
   for (index_t i = 0; i < nB; ++i) {
     d_B[i] = T(total[1 + nV + i]);

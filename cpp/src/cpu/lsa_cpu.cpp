@@ -32,31 +32,12 @@ const LsaKernels<T>& kernels() {
       [] { return isa_baseline::lsa_kernels<T>(); });
 }
 
-// Sums per-chunk partials [n_chunks, width] in chunk order (independent of the thread count).
-std::vector<double> reduce_partials(const std::vector<double>& partials, index_t width) {
-  std::vector<double> total(static_cast<size_t>(width), 0.0);
-  const index_t n_chunks = static_cast<index_t>(partials.size()) / width;
-  for (index_t c = 0; c < n_chunks; ++c)
-    for (index_t i = 0; i < width; ++i) total[i] += partials[c * width + i];
-  return total;
-}
-
-template <class Fn>
-void for_each_chunk(index_t batch, Fn&& fn) {
-  using detail::kPromptsPerChunk;
-  detail::parallel_for(detail::chunk_count(batch), [&](index_t c) {
-    const index_t b0 = c * kPromptsPerChunk;
-    const index_t b1 = std::min(batch, b0 + kPromptsPerChunk);
-    fn(c, b0, b1);
-  });
-}
-
 }  // namespace
 
 template <class T>
 void lsa_predict(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* y_hat) {
   const auto& k = kernels<T>();
-  for_each_chunk(sh.batch,
+  detail::for_each_chunk(sh.batch,
                  [&](index_t, index_t b0, index_t b1) { k.predict(sh, E, W_pv, W_kq, y_hat, b0, b1); });
 }
 
@@ -67,10 +48,10 @@ double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* 
   const index_t d = sh.dim, rows = d + 1;
   const index_t width = loss_grad_partial_size(d);
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(sh.batch) * width));
-  for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
+  detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
     k.loss_grad(sh, E, y_q, W_pv, W_kq, y_hat, b0, b1, partials.data() + c * width);
   });
-  const std::vector<double> total = reduce_partials(partials, width);
+  const std::vector<double> total = detail::reduce_partials(partials, width);
   const double inv_b = 1.0 / double(sh.batch);
   const double* d_p = total.data() + 1;
   const double* d_K = d_p + rows;
@@ -83,7 +64,7 @@ double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* 
 template <class T>
 void lsa_forward(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* F) {
   const auto& k = kernels<T>();
-  for_each_chunk(sh.batch,
+  detail::for_each_chunk(sh.batch,
                  [&](index_t, index_t b0, index_t b1) { k.forward(sh, E, W_pv, W_kq, F, b0, b1); });
 }
 
@@ -94,10 +75,10 @@ void lsa_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const
   const index_t n2 = (sh.dim + 1) * (sh.dim + 1);
   const index_t width = vjp_partial_size(sh.dim);
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(sh.batch) * width));
-  for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
+  detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
     k.vjp(sh, E, W_pv, W_kq, d_F, d_E, b0, b1, partials.data() + c * width);
   });
-  const std::vector<double> total = reduce_partials(partials, width);
+  const std::vector<double> total = detail::reduce_partials(partials, width);
   for (index_t i = 0; i < n2; ++i) {
     d_W_pv[i] = T(total[i]);
     d_W_kq[i] = T(total[n2 + i]);
