@@ -10,17 +10,11 @@ import numpy as np
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def _dtype_name(a) -> str:
-    return str(getattr(a, "dtype", type(a).__name__))
-
-
 def as_prompts(E, name: str = "E") -> np.ndarray:
     """E as a C-contiguous float32/float64 array [B, d+1, N+1] with d >= 1 and N >= 1."""
-    if not hasattr(E, "dtype"):
-        E = np.asarray(E)
-    if np.dtype(E.dtype) not in FLOAT_DTYPES:
-        raise TypeError(f"{name}: expected dtype float32 or float64, got {_dtype_name(E)}")
     E = np.asarray(E)
+    if E.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected dtype float32 or float64, got {E.dtype}")
     if E.ndim != 3:
         raise ValueError(f"{name}: expected a 3-d array [B, d+1, N+1], got shape {E.shape}")
     B, rows, cols = E.shape
