@@ -34,11 +34,20 @@ inline To bit_cast(const From& f) {
 // two 4-lane 64-bit products (vpmuludq under AVX2).
 struct WordOpsU32x8 {
   static void mulhilo(std::uint32_t m, U32x8 a, U32x8& hi, U32x8& lo) {
+#if defined(__AVX2__)
+    const __m256i va = bit_cast<__m256i>(a);
+    const __m256i vm = _mm256_set1_epi32(static_cast<int>(m));
+    const __m256i even = _mm256_mul_epu32(va, vm);                         // lanes 0, 2, 4, 6
+    const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(va, 32), vm);   // lanes 1, 3, 5, 7
+    hi = bit_cast<U32x8>(_mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA));
+    lo = bit_cast<U32x8>(_mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA));
+#else
     const U64x4 a64 = bit_cast<U64x4>(a);
     const U64x4 even = (a64 & 0xffffffffull) * static_cast<std::uint64_t>(m);
     const U64x4 odd = (a64 >> 32) * static_cast<std::uint64_t>(m);
     hi = bit_cast<U32x8>((even >> 32) | (odd & 0xffffffff00000000ull));
     lo = bit_cast<U32x8>((even & 0xffffffffull) | (odd << 32));
+#endif
   }
 };
 
