@@ -9,7 +9,7 @@ Drivers compared per size (float32, one SGD step = fresh prompts + loss + gradie
   pre-sampled    lsa.loss_and_grad alone on one fixed batch (the kernel's ceiling)
   torch loop     torch.randn sampling + LSA prediction + autograd + torch.optim.SGD (if installed)
 
-    python bench/report_sampling.py [--repeats 7]
+    python bench/report_sampling.py [--repeats 7] [--threads 2]
 """
 from __future__ import annotations
 
@@ -55,13 +55,15 @@ def torch_loop(d, N, B):
         w = torch.randn(B, d)
         X = torch.randn(B, N + 1, d)  # N context covariates and the query
         y = torch.einsum("bnd,bd->bn", X, w)
-        E = torch.cat([X, y.unsqueeze(-1)], dim=2).transpose(1, 2).clone()  # [B, d+1, N+1]
+        E = torch.empty(B, d + 1, N + 1)               # [B, d+1, N+1]   [ZFB (3.4)]
+        E[:, :d, :] = X.transpose(1, 2)
+        E[:, d, :N] = y[:, :N]
         E[:, d, N] = 0
         y_q = y[:, N]
         G = E @ E.transpose(1, 2) / N
         q = W_kq @ E[:, :, N:]                     # [B, d+1, 1]
-        y_hat = (W_pv[d] @ G @ q).squeeze(-1)       # p^T G q   [ZFB (3.6)]
-        loss = 0.5 * ((y_hat.squeeze(-1) - y_q) ** 2).mean()
+        y_hat = (G @ q).squeeze(-1) @ W_pv[d]       # p^T G q   [ZFB (3.6)], [B]
+        loss = 0.5 * ((y_hat - y_q) ** 2).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -71,7 +73,10 @@ def torch_loop(d, N, B):
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=0, help="threads for lsa_native and torch (0: default)")
     args = parser.parse_args(argv)
+    if args.threads > 0:
+        ln.set_num_threads(args.threads)
     rng = np.random.default_rng(0)
     print(f"lsa_native {ln.__version__}, {ln.num_threads()} threads, CPU kernels: {ln.cpu_kernel_isa()}")
     rows = []
