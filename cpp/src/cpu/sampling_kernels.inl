@@ -209,7 +209,7 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
   const index_t d = P.d, N = P.N, rows = d + 1;
   const index_t dp = P.sigma > T(0) ? d + 1 : d;  // d' (noise coordinate)
   const index_t n_off = dp * (dp - 1) / 2;
-  std::vector<T> w(d), lam(d), lam_sqrt(d), x_q(d), e_q(rows), q(rows), Tm(dp * dp), z(n_off + 1),
+  std::vector<T> w(d), lam(d), lam_sqrt(d), x_q(d), e_q(rows), q(rows), Tm(dp * dp), z(n_off + 2 * d + 1),
       g_p(rows), g_k(rows), scratch(3 * dp), chi2(dp);
   std::vector<double> acc(static_cast<size_t>(fused_partial_size(d)), 0.0);
   double *d_p = acc.data() + 1, *d_K = d_p + rows;
@@ -221,21 +221,25 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
   wishart::Prompt<T> pr{d, dp, F, random_cov ? lam_sqrt.data() : nullptr, w.data(), P.sigma,
                         Tm.data(), T(1) / std::sqrt(T(N))};
   for (index_t b = b0; b < b1; ++b) {
-    draw_task(P, b, w.data());
+    // One range fill of the prompt's normals (stream kStreamBartlettNormal): x_q at positions
+    // 0..d−1, the T_ij (i > j, row-major) at d.., w at d + n_off.. (fresh tasks; unused with a task
+    // pool), the query noise ε_q last. The same law as the tokens path, other draws.
+    simd::fill_normals(P.address(b, rng::kStreamBartlettNormal), 0, 2 * d + n_off + 1, z.data());
+    if (P.tasks) draw_task(P, b, w.data());
+    else std::memcpy(w.data(), z.data() + d + n_off, sizeof(T) * d);
     if (random_cov) {
       draw_lambda(P, b, lam.data());
       for (index_t k = 0; k < d; ++k) lam_sqrt[k] = std::sqrt(lam[k]);
     }
-    simd::fill_normals(P.address(b, kX), N * d, d, x_q.data());  // x_q: as in draw_prompt
+    std::memcpy(x_q.data(), z.data(), sizeof(T) * d);
     covariate(P, Fq, pr.lam_sqrt, x_q.data());
     for (index_t k = 0; k < d; ++k) e_q[k] = x_q[k];
     e_q[d] = T(0);
     // q = W^KQ e_q
     for (index_t r = 0; r < rows; ++r) q[r] = dot(W_kq + r * rows, e_q.data(), rows);
     // Bartlett factor: T_ij ~ N(0,1) below the diagonal (row-major order), T_ii = sqrt(χ²_{N−i})
-    simd::fill_normals(P.address(b, rng::kStreamBartlettNormal), 0, n_off, z.data());
     simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, chi2.data());
-    index_t next = 0;
+    index_t next = d;
     for (index_t i = 0; i < dp; ++i) {
       for (index_t j = 0; j < i; ++j) Tm[i * dp + j] = z[next++];
       Tm[i * dp + i] = std::sqrt(chi2[i]);
@@ -244,11 +248,7 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
     const T y_hat = wishart::predict_and_grads(pr, p, q.data(), e_q.data(), inv_n, g_p.data(),
                                                g_k.data(), scratch.data());
     T y_q = dot(w.data(), x_q.data(), d);
-    if (P.query_noise && P.sigma > T(0)) {
-      T e;
-      simd::fill_normals(P.address(b, rng::kStreamQueryNoise), 0, 1, &e);
-      y_q += P.sigma * e;
-    }
+    if (P.query_noise && P.sigma > T(0)) y_q += P.sigma * z[2 * d + n_off];
     const double r = double(y_hat) - double(y_q);
     acc[0] += r * r;
     // d_p += r G q;  d_K += r (G p) e_qᵀ   (SPEC 3.2)
