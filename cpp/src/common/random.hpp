@@ -39,7 +39,7 @@ enum Stream : std::uint32_t {
   kStreamRaw = 0,            // raw words / generic test stream
   kStreamX = 1,              // covariates: x_i at positions i·d.., the query x_q at N·d..
   kStreamQuery = 2,          // reserved (query draws of other samplers)
-  kStreamTask = 3,           // task vector w (fresh Gaussian tasks)
+  kStreamTask = 3,           // reserved (fresh tasks are drawn with the covariates)
   kStreamNoise = 4,          // label noise ε_i
   kStreamQueryNoise = 5,     // query target noise (optional)
   kStreamCovariance = 6,     // per-prompt random diagonal covariance entries (ZFB 4.3)
