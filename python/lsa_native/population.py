@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _core
-from ._validation import positive_float, positive_int
+from ._validation import nonnegative_float, positive_float, positive_int, real_float
 from .data import check_covariance
 
 __all__ = [
@@ -164,8 +164,10 @@ def _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_targe
     if method not in ("dopri5", "rk4"):
         raise ValueError(f"method: expected 'dopri5' or 'rk4', got {method!r}")
     return dict(times=times.tolist(), method=method, rtol=positive_float(rtol, "rtol"),
-                atol=float(atol), step=positive_float(step, "step"), grad_tol=float(grad_tol),
-                loss_target=float(loss_target), gap_tol=float(gap_tol),
+                atol=nonnegative_float(atol, "atol"), step=positive_float(step, "step"),
+                grad_tol=nonnegative_float(grad_tol, "grad_tol"),
+                loss_target=real_float(loss_target, "loss_target"),
+                gap_tol=nonnegative_float(gap_tol, "gap_tol"),
                 max_steps=positive_int(max_steps, "max_steps"))
 
 
