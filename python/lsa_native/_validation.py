@@ -43,6 +43,15 @@ def as_array(a, shape: tuple, dtype, name: str, *, finite: bool = True) -> np.nd
     return a
 
 
+def as_real(a, name: str, dtype=np.float64) -> np.ndarray:
+    """a as a C-contiguous real array of `dtype`; complex, object and string input is refused
+    (numpy would silently drop an imaginary part with only a warning)."""
+    a = np.asarray(a)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected a real-valued array, got dtype {a.dtype}")
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
 def as_out(out, shape: tuple, dtype, name: str = "out") -> np.ndarray:
     """A fresh output array, or `out` checked to be usable without a copy."""
     if out is None:
