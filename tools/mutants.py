@@ -16,6 +16,7 @@ reported as STALE (update its snippet when the code moves).
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 import time
@@ -117,6 +118,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ctest", metavar="BUILD_DIR", help="also build and run ctest in BUILD_DIR")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per suite run")
     args = ap.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the `finally` below always restores the mutated file.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]
     if args.list:
         for m in chosen:
