@@ -156,6 +156,16 @@ class FlowTrajectory:
     final_U11: np.ndarray | None = None
     final_u: float | None = None
 
+    def history(self):
+        """The records as a ``train.History`` (the type ``fit`` returns): ``step`` = index of
+        the recorded time, ``loss``, and the column ``time``."""
+        from .train import History
+
+        h = History()
+        for i, (t, L) in enumerate(zip(self.times, self.losses)):
+            h.record(i, float(L), time=float(t))
+        return h
+
 
 def _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_target, max_steps):
     times = np.asarray(times, dtype=np.float64).ravel()
@@ -227,24 +237,23 @@ def reduced_gradient_flow(U11, u: float, Lambda, N: int, *, times, method: str =
 
 def gradient_descent(W_pv, W_kq, Lambda, N: int, *, step: float, n_steps: int,
                      record_every: int = 1):
-    """Plain GD θ ← θ − η ∇L(θ) on the exact population loss (the discrete gradient flow).
-    Returns (W_pv, W_kq, steps [K], losses [K]) recorded every ``record_every`` steps."""
+    """Plain GD θ ← θ − η ∇L(θ) on the exact population loss (the discrete gradient flow): a thin
+    call of ``train.fit`` (``PopulationObjective``, ``SGD(lr=step)``). Returns (W_pv, W_kq,
+    steps [K], losses [K]) recorded every ``record_every`` steps and at ``n_steps`` (the final
+    parameters). A non-finite loss raises ``train.TrainingDiverged`` (a FloatingPointError)."""
+    from . import train
+
     W_pv, W_kq, d = _params(W_pv, W_kq)
-    Lam = _covariance(Lambda, d)
     eta = positive_float(step, "step")
     n_steps = positive_int(n_steps, "n_steps", minimum=0)
     record_every = positive_int(record_every, "record_every")
-    N = positive_int(N, "N")
-    steps, losses = [], []
-    W_pv, W_kq = W_pv.copy(), W_kq.copy()
-    for k in range(n_steps + 1):
-        L, g_pv, g_kq = _core.population_loss("fixed", W_pv, W_kq, Lam, N)
+    objective = train.PopulationObjective(W_pv, W_kq, positive_int(N, "N"), Lambda=_covariance(Lambda, d))
+    if n_steps == 0:
+        L = objective.evaluate(objective.theta0)
         if not np.isfinite(L):
-            raise FloatingPointError(f"gradient_descent diverged at step {k}: reduce step")
-        if k % record_every == 0 or k == n_steps:
-            steps.append(k)
-            losses.append(L)
-        if k < n_steps:
-            W_pv -= eta * g_pv
-            W_kq -= eta * g_kq
-    return W_pv, W_kq, np.array(steps), np.array(losses)
+            raise FloatingPointError("gradient_descent: non-finite loss at the initial parameters")
+        return W_pv.copy(), W_kq.copy(), np.array([0]), np.array([L])
+    res = train.fit(objective, train.SGD(lr=eta), steps=n_steps, record_every=record_every,
+                    progress=False)
+    W_pv, W_kq = objective.unpack(res.theta)
+    return W_pv.copy(), W_kq.copy(), res.history["step"], res.history["loss"]

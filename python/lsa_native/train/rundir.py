@@ -95,7 +95,7 @@ class RunDir:
     def load(self, path: Path, theta_size: int) -> dict:
         """The checkpoint's contents, or CheckpointError saying why it cannot be used."""
         try:
-            with np.load(path, allow_pickle=False) as z:
+            with open(path, "rb") as f, np.load(f, allow_pickle=False) as z:
                 out = {k: z[k] for k in z.files}  # reads every member: CRC checked
         except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as e:
             raise CheckpointError(
