@@ -264,6 +264,17 @@ def test_progress_bar_shows_the_loss(capsys):
     assert "loss=" in capsys.readouterr().err
 
 
+def test_progress_bar_off_when_stderr_is_not_a_terminal(capsys, monkeypatch):
+    quad = lambda th, k: (float(th @ th), 2 * th)
+    train.fit(quad, "sgd", lr=0.1, theta0=np.ones(3), steps=5)  # progress=None; captured stderr
+    assert capsys.readouterr().err == ""
+    monkeypatch.setitem(sys.modules, "tqdm", None)  # tqdm not installed
+    monkeypatch.setitem(sys.modules, "tqdm.auto", None)
+    train.fit(quad, "sgd", lr=0.1, theta0=np.ones(3), steps=5)
+    with pytest.raises(ImportError, match="progress: .*lsa_native\\[progress\\]"):
+        train.fit(quad, "sgd", lr=0.1, theta0=np.ones(3), steps=5, progress=True)
+
+
 def test_flow_trajectory_history(rng):
     d, N = 2, 4
     W_pv0, W_kq0 = theory.assumption33_init(d, 0.3, rng=rng)

@@ -66,6 +66,25 @@ def _every(value, name):
     return None if value is None else positive_int(value, name)
 
 
+def _progress_bar(progress, steps, start, desc):
+    """A tqdm bar, or None: ``progress`` None shows one only on a terminal with tqdm installed."""
+    if progress is None:
+        progress = sys.stderr.isatty()
+        if progress:
+            try:
+                import tqdm  # noqa: F401
+            except ImportError:
+                return None
+    if not progress:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:
+        raise ImportError("progress: the progress bar needs tqdm (pip install 'lsa_native[progress]'), "
+                          "or pass progress=False") from None
+    return tqdm(total=steps, initial=start, desc=desc, unit="step")
+
+
 def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval_data=None,
         eval_every: int | None = None, record_every: int = 1, metrics: dict | None = None,
         target=None, bayes_loss: float | None = None, callbacks=(), run_dir=None,
@@ -152,12 +171,7 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
 
     history = History.from_rows(rows0)
     log = run.open_history() if run is not None else None
-    show = sys.stderr.isatty() if progress is None else bool(progress)
-    bar = None
-    if show:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=steps, initial=start, desc=desc, unit="step")
+    bar = _progress_bar(progress, steps, start, desc)
     t0 = time.perf_counter()
 
     def record(t, loss, grad_norm, lr):
