@@ -94,7 +94,8 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
 
     Step t (0-based) evaluates ``objective.loss_and_grad(θ_t, t, data)`` and applies one optimizer
     step. Rows are recorded at t % record_every == 0 and t % eval_every == 0, plus a final row at
-    t = ``steps`` for the final parameters (so ``history["loss"][-1]`` is their loss). A row holds
+    t = ``steps`` for the final parameters (``history["loss"][-1]`` is their loss on the last
+    step's prompts). A row holds
     ``step``, ``loss`` (training, at θ_t), ``grad_norm`` (before clipping), ``lr``, ``time``
     (seconds since the start, across resumptions), ``eval_loss`` (on ``eval_data``, every
     ``eval_every`` steps), ``dist_to_target`` (‖θ − target‖/‖target‖, ``target`` a flat θ),
@@ -242,8 +243,8 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
                 if stop:
                     stopped = True
                     break
-        # Final row: the final parameters (evaluated at step index t, deterministic in t).
-        loss, grad = objective.loss_and_grad(theta, t, data)
+        # Final row: the final parameters, on the last step's prompts (no fresh sample).
+        loss, grad = objective.loss_and_grad(theta, max(t - 1, 0), data)
         loss = float(loss)
         if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
             raise diverged(t, loss, grad)
