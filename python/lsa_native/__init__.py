@@ -4,7 +4,7 @@ Submodules: ``lsa`` (native batched LSA), ``population`` (exact population losse
 samplers), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` (``lsa-native``).
 """
 from . import _core
-from . import baselines, data, kernel_attention, lsa, population, reference, theory, train
+from . import baselines, data, kernel_attention, lsa, population, reference, sampling, theory, train
 
 __version__ = _core.__version__
 
@@ -21,6 +21,7 @@ __all__ = [
     "population",
     "reference",
     "data",
+    "sampling",
     "theory",
     "train",
     "cuda_compiled",
