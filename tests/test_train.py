@@ -456,3 +456,27 @@ def test_bad_arguments_name_the_argument(make, match):
     quad = train.CallableObjective(lambda th, k: (float(th @ th), 2 * th), np.ones(3))
     with pytest.raises((ValueError, TypeError), match=match):
         make(quad)
+
+
+# ---- native sampler specs (lsa_native.sampling) -------------------------------------------------
+
+def test_native_kgp_spec_trains_and_resumes_bitwise(tmp_path, rng):
+    from lsa_native import sampling
+
+    d, n = 3, 7
+    spec = sampling.KernelGPPrompts(d, n, "exp", seed=21)
+    p0 = ka.KernelAttentionParams.gaussian(rng, d, 2, activations="softmax")
+    ev = train.heldout(sampling.KernelGPPrompts(d, n, "exp", seed=22), batch=500)
+    run = lambda steps, run_dir=None, resume=False, s=spec: train.fit(
+        train.KernelAttentionObjective(p0), train.Adam(lr=0.02, clip_norm=1.0), steps=steps,
+        data=train.Prompts(s, batch=200, resample_every=2), eval_data=ev, eval_every=6,
+        run_dir=run_dir, checkpoint_every=None if run_dir is None else 3, resume=resume,
+        progress=False)
+    full = run(12)
+    assert full.history["eval_loss"][-1] < full.history["eval_loss"][0]
+    run(7, tmp_path)  # an "interrupted" run: stops at step 7 with its checkpoint
+    again = run(12, tmp_path, resume=True)
+    np.testing.assert_array_equal(again.theta, full.theta)
+    np.testing.assert_array_equal(again.history["loss"], full.history["loss"])
+    with pytest.raises(train.CheckpointError, match="another configuration.*data"):
+        run(12, tmp_path, resume=True, s=sampling.KernelGPPrompts(d, n, "exp", seed=23))

@@ -53,10 +53,13 @@ def _jsonable(value):
 
 
 def spec_config(spec) -> dict:
-    """A JSON-able description of a sampler spec (its type and public fields)."""
-    fields = getattr(spec, "__dict__", {})
-    return {"type": type(spec).__name__,
-            **{k: _jsonable(v) for k, v in fields.items() if not k.startswith("_")}}
+    """A JSON-able description of a sampler spec: its type, public fields and public properties
+    (the native specs keep their law in read-only properties)."""
+    fields = {k: v for k, v in getattr(spec, "__dict__", {}).items() if not k.startswith("_")}
+    for name in dir(type(spec)):
+        if not name.startswith("_") and isinstance(getattr(type(spec), name), property):
+            fields[name] = getattr(spec, name)
+    return {"type": type(spec).__name__, **{k: _jsonable(v) for k, v in sorted(fields.items())}}
 
 
 @dataclass(frozen=True)
