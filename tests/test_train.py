@@ -480,3 +480,21 @@ def test_native_kgp_spec_trains_and_resumes_bitwise(tmp_path, rng):
     np.testing.assert_array_equal(again.history["loss"], full.history["loss"])
     with pytest.raises(train.CheckpointError, match="another configuration.*data"):
         run(12, tmp_path, resume=True, s=sampling.KernelGPPrompts(d, n, "exp", seed=23))
+
+
+def test_package_docstring_example_runs(tmp_path, monkeypatch):
+    """The usage example of the train package docstring, at a small size (same calls)."""
+    import re
+
+    doc = train.__doc__
+    code = "\n".join(l[4:] for l in doc[doc.index("    import numpy"):doc.index("The same loop")].splitlines())
+    code = re.sub(r"batch=3000", "batch=300", code).replace("steps=500", "steps=20")
+    code = code.replace("d, n = 5, 30", "d, n = 5, 8")  # batched numpy LAPACK in bayes_loss: keep small
+    code = code.replace("eval_every=50", "eval_every=10").replace("checkpoint_every=100", "checkpoint_every=10")
+    monkeypatch.chdir(tmp_path)
+    ns = {}
+    exec(compile(code, "train-docstring", "exec"), ns)
+    h = ns["result"].history
+    np.testing.assert_allclose(h["bayes_gap"][[0, 10, 20]], h["eval_loss"][[0, 10, 20]]
+                               - train.bayes_loss(ns["heldout"]), rtol=1e-12)
+    assert h["bayes_gap"][0] > 0 and (tmp_path / "runs" / "ka-softmax" / "history.jsonl").exists()

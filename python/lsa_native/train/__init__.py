@@ -8,20 +8,21 @@ Train a 3-layer softmax kernel-attention model on exp-kernel GP labels with Adam
 clipping and prompts resampled every 10 steps (CCS H.1, at a reduced size)::
 
     import numpy as np
-    from lsa_native import kernel_attention as ka, train
+    from lsa_native import kernel_attention as ka, sampling, train
 
     d, n = 5, 30
-    spec = train.KernelGPPromptsNumpy(d, n, kernel="exp", seed=0)      # or sampling.KernelGPPrompts
+    spec = sampling.KernelGPPrompts(d, n, "exp", seed=0)        # or train.KernelGPPromptsNumpy
+    heldout = sampling.KernelGPPrompts(d, n, "exp", seed=1).sample(batch=3000)
     params0 = ka.KernelAttentionParams.gaussian(np.random.default_rng(0), d, layers=3,
                                                  activations="softmax")
     result = train.fit(
-        train.KernelAttentionObjective(params0),
+        train.KernelAttentionObjective(params0),                 # hold_A_zero=True: CCS Thm 4.5
         train.Adam(lr=1e-3, clip_norm=1.0),
         data=train.Prompts(spec, batch=3000, resample_every=10),
-        eval_data=train.heldout(train.KernelGPPromptsNumpy(d, n, kernel="exp", seed=1), batch=3000),
-        eval_every=50, steps=500, run_dir="runs/ka-softmax", checkpoint_every=100, resume=True,
+        eval_data=heldout, eval_every=50, bayes_loss=train.bayes_loss(heldout),
+        steps=500, run_dir="runs/ka-softmax", checkpoint_every=100, resume=True,
         metrics={"dist_BC": lambda p: train.kernel_attention_identity_distances(p)["BC"].max()})
-    result.params            # KernelAttentionParams; result.history["eval_loss"], ...
+    result.params     # KernelAttentionParams; result.history["eval_loss"], ["bayes_gap"], ...
 
 The same loop runs :class:`LSAObjective` (sampled prompts), :class:`PopulationObjective` (exact
 loss: fixed Λ, random diagonal Λ, Λ samples) and any ``fn(theta, step) -> (loss, grad)``
@@ -41,7 +42,8 @@ from .data import (FixedPrompts, GeneratorPrompts, KernelGPPromptsNumpy, LinearP
                    Prompts, heldout)
 from .fit import FitResult, StepInfo, TrainingDiverged, fit
 from .history import History
-from .metrics import dist_to_identity, kernel_attention_identity_distances, relative_distance
+from .metrics import (bayes_loss, dist_to_identity, kernel_attention_identity_distances,
+                      relative_distance)
 from .objectives import (CallableObjective, KernelAttentionObjective, LSAObjective, Objective,
                          PopulationObjective)
 from .optim import SGD, Adam, AdamW, Optimizer, clip_grad_norm, make_optimizer
@@ -56,7 +58,7 @@ __all__ = [
     "make_schedule",
     "Prompts", "FixedPrompts", "GeneratorPrompts", "LinearPromptsNumpy", "KernelGPPromptsNumpy",
     "heldout",
-    "dist_to_identity", "kernel_attention_identity_distances", "relative_distance",
+    "dist_to_identity", "kernel_attention_identity_distances", "relative_distance", "bayes_loss",
     "sgd_lsa",
 ]
 

@@ -5,6 +5,9 @@
 - :func:`kernel_attention_identity_distances`: that distance for Σ^{1/2} B_ℓᵀ C_ℓ Σ^{1/2} and A_ℓ of
   every layer and head (CCS Theorems 4.5/4.6: both converge to multiples of I).
 - :func:`relative_distance`: ‖θ − θ*‖ / ‖θ*‖ to a target (ZFB Theorem 4.1/4.5 limits).
+- :func:`bayes_loss`: the Bayes estimator's loss on a held-out K-GP batch (CCS (13)), in the
+  package's convention ½ · mean squared error — pass it as ``fit(bayes_loss=...)`` to record the
+  gap eval_loss − bayes_loss.
 """
 from __future__ import annotations
 
@@ -12,7 +15,8 @@ import numpy as np
 
 from ..data import check_covariance
 
-__all__ = ["dist_to_identity", "kernel_attention_identity_distances", "relative_distance"]
+__all__ = ["dist_to_identity", "kernel_attention_identity_distances", "relative_distance",
+           "bayes_loss"]
 
 
 def dist_to_identity(M) -> np.ndarray:
@@ -59,3 +63,12 @@ def relative_distance(theta, target) -> float:
     if denom == 0:
         raise ValueError("target: must be non-zero (the distance is relative to its norm)")
     return float(np.linalg.norm(theta - target) / denom)
+
+
+def bayes_loss(batch, jitter: float = 0.0) -> float:
+    """½ mean_b (f^bayes(x_q,b) − y_q,b)² with f^bayes the posterior mean ν^T K̂_+^{-1} Ŷ of CCS
+    (13), read from a K-GP :class:`~lsa_native.data.PromptBatch` (kernel, σ, Σ)."""
+    from ..baselines import bayes_estimator
+
+    pred = np.asarray(bayes_estimator(batch, jitter=jitter), dtype=np.float64)
+    return float(0.5 * np.mean((pred - np.asarray(batch.y_q, dtype=np.float64)) ** 2))
