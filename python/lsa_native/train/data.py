@@ -167,9 +167,14 @@ class GeneratorPrompts:
         if not isinstance(rng, np.random.Generator):
             raise TypeError(f"rng: expected a numpy.random.Generator, got {type(rng).__name__}")
         self.sample, self.rng = sample, rng
+        self._cache = (None, None)
 
     def at(self, step: int) -> _data.PromptBatch:
-        return self.sample(self.rng)
+        """A fresh batch for each new step; the same one when asked again for the same step."""
+        if self._cache[0] != step:
+            self._cache = (None, None)
+            self._cache = (step, self.sample(self.rng))
+        return self._cache[1]
 
     def state(self) -> dict:
         return {"bit_generator": self.rng.bit_generator.state}

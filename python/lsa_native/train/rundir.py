@@ -53,6 +53,8 @@ class RunDir:
         self.hash = identity_hash(self.config)
         self.keep = keep
         self.path.mkdir(parents=True, exist_ok=True)
+        for stale in self.path.glob(".*.tmp*"):  # left by a kill during an atomic write
+            stale.unlink(missing_ok=True)
         cfg_path = self.path / "config.json"
         if cfg_path.exists():
             try:
