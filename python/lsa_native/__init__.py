@@ -1,7 +1,7 @@
 """lsa_native: fast, exact in-context-learning research on attention models.
 
 Submodules: ``lsa`` (native batched LSA), ``population`` (exact population losses, gradient flow), ``reference`` (numpy oracles), ``data`` (prompt
-samplers), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` (``lsa-native``).
+samplers), ``sampling`` (native samplers by seed and step), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` (``lsa-native``).
 """
 from . import _core
 from ._validation import positive_int

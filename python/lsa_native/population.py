@@ -102,32 +102,45 @@ def _as_moments(moments, d: int) -> np.ndarray:
     return diagonal_moments(*m)
 
 
-def loss(W_pv, W_kq, Lambda, N: int) -> float:
+def _noise(noise_std) -> float:
+    s = float(noise_std)
+    if not (np.isfinite(s) and s >= 0):
+        raise ValueError(f"noise_std: expected sigma >= 0, got {noise_std}")
+    return s
+
+
+def loss(W_pv, W_kq, Lambda, N: int, *, noise_std: float = 0.0, query_noise: bool = False) -> float:
     """Population loss L(W^PV, W^KQ; Λ, N)  [ZFB (3.8)], exact for any parameters."""
-    return loss_and_grad(W_pv, W_kq, Lambda, N)[0]
+    return loss_and_grad(W_pv, W_kq, Lambda, N, noise_std=noise_std, query_noise=query_noise)[0]
 
 
-def loss_and_grad(W_pv, W_kq, Lambda, N: int):
-    """(L, ∂L/∂W^PV, ∂L/∂W^KQ) for fixed Λ (symmetric positive definite [d, d])."""
+def loss_and_grad(W_pv, W_kq, Lambda, N: int, *, noise_std: float = 0.0, query_noise: bool = False):
+    """(L, ∂L/∂W^PV, ∂L/∂W^KQ) for fixed Λ (symmetric positive definite [d, d]).
+
+    ``noise_std`` = σ: labels y_i = <w, x_i> + σ ε_i (exact extra terms, docs/population.md "Label
+    noise"); ``query_noise``: the target is y_q = <w, x_q> + σ ε_q too (adds σ²/2)."""
     W_pv, W_kq, d = _params(W_pv, W_kq)
-    return _checked(_core.population_loss("fixed", W_pv, W_kq, _covariance(Lambda, d),
-                                          positive_int(N, "N")), "loss_and_grad")
+    return _checked(_core.population_loss("fixed", W_pv, W_kq, _covariance(Lambda, d), positive_int(N, "N"),
+                                          _noise(noise_std), bool(query_noise)), "loss_and_grad")
 
 
-def loss_and_grad_random_diagonal(W_pv, W_kq, moments, N: int):
+def loss_and_grad_random_diagonal(W_pv, W_kq, moments, N: int, *, noise_std: float = 0.0,
+                                  query_noise: bool = False):
     """E_Λτ L(·; Λτ, N) and its gradient for Λτ = diag(λ) with independent entries given by
-    moments [3, d] = (E λ, E λ², E λ³)  [ZFB (4.9), Appendix C]. Exact: L is cubic in the λ_i."""
+    moments [3, d] = (E λ, E λ², E λ³)  [ZFB (4.9), Appendix C]. Exact: L is cubic in the λ_i
+    (with label noise too)."""
     W_pv, W_kq, d = _params(W_pv, W_kq)
     return _checked(_core.population_loss("random_diagonal", W_pv, W_kq, _as_moments(moments, d),
-                                          positive_int(N, "N")), "loss_and_grad_random_diagonal")
+                                          positive_int(N, "N"), _noise(noise_std), bool(query_noise)), "loss_and_grad_random_diagonal")
 
 
-def loss_and_grad_samples(W_pv, W_kq, Lambdas, N: int):
+def loss_and_grad_samples(W_pv, W_kq, Lambdas, N: int, *, noise_std: float = 0.0,
+                          query_noise: bool = False):
     """(1/S) Σ_s L(·; Λ_s, N) and its gradient: the exact conditional loss averaged over supplied
     covariance samples Lambdas [S, d, d] (quadrature over Λ only)."""
     W_pv, W_kq, d = _params(W_pv, W_kq)
     return _checked(_core.population_loss("samples", W_pv, W_kq, _covariance_samples(Lambdas, d),
-                                          positive_int(N, "N")), "loss_and_grad_samples")
+                                          positive_int(N, "N"), _noise(noise_std), bool(query_noise)), "loss_and_grad_samples")
 
 
 def reduced_loss_and_grad(U11, u: float, Lambda, N: int):
