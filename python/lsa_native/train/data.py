@@ -19,7 +19,7 @@ A *data source* tells :func:`~lsa_native.train.fit` which prompts step t uses:
 """
 from __future__ import annotations
 
-import json
+import hashlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -151,8 +151,6 @@ class FixedPrompts:
 
     def config(self) -> dict:
         E = np.ascontiguousarray(self.prompts.E)
-        import hashlib
-
         return {"type": "FixedPrompts", "shape": list(E.shape), "dtype": E.dtype.name,
                 "sha256": hashlib.sha256(E.tobytes() + np.ascontiguousarray(self.prompts.y_q).tobytes()).hexdigest()}
 
@@ -201,7 +199,3 @@ def heldout(spec, *, batch: int, dtype=np.float32, step: int = 0) -> _data.Promp
     """A held-out evaluation set ``spec.sample(batch=, step=)`` — give ``spec`` a seed the training
     spec does not use."""
     return spec.sample(batch=positive_int(batch, "batch"), step=step, dtype=_dtype(dtype))
-
-
-def dumps(state: dict) -> str:
-    return json.dumps(_jsonable(state))

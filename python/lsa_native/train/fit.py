@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import sys
 import time
@@ -9,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import positive_float, positive_int
+from .._validation import positive_int
 from .data import as_data
 from .history import History
 from .metrics import relative_distance
@@ -68,18 +69,14 @@ def _every(value, name):
 
 def _progress_bar(progress, steps, start, desc):
     """A tqdm bar, or None: ``progress`` None shows one only on a terminal with tqdm installed."""
-    if progress is None:
-        progress = sys.stderr.isatty()
-        if progress:
-            try:
-                import tqdm  # noqa: F401
-            except ImportError:
-                return None
-    if not progress:
+    auto = progress is None
+    if not (sys.stderr.isatty() if auto else progress):
         return None
     try:
         from tqdm.auto import tqdm
     except ImportError:
+        if auto:
+            return None
         raise ImportError("progress: the progress bar needs tqdm (pip install 'lsa_native[progress]'), "
                           "or pass progress=False") from None
     return tqdm(total=steps, initial=start, desc=desc, unit="step")
@@ -194,8 +191,6 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
                     row[key] = float(v) if np.ndim(v) == 0 else np.asarray(v).tolist()
         history.append_row(row)
         if log is not None:
-            import json
-
             log.write(json.dumps(row) + "\n")
             log.flush()
         if bar is not None:
