@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._validation import positive_int
-from .data import as_data
+from ..data import PromptBatch
+from .data import FixedPrompts, as_data
 from .history import History
 from .metrics import relative_distance
 from .objectives import as_objective
@@ -150,7 +151,10 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
     if run_dir is not None:
         config = {"objective": objective.config(), "optimizer": optimizer.config(),
                   "data": None if data is None else data.config(), "theta0_sha256": _sha(theta),
-                  "eval": None if eval_every is None else {"every": eval_every},
+                  "eval": None if eval_every is None else {
+                      "every": eval_every,
+                      "data": (FixedPrompts(eval_data).config() if isinstance(eval_data, PromptBatch)
+                               else type(eval_data).__name__)},
                   "record_every": record_every, "steps": steps,
                   "checkpoint_every": checkpoint_every, "keep_checkpoints": keep_checkpoints}
         run = RunDir(run_dir, config, resume=resume, keep=keep_checkpoints)
