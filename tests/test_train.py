@@ -169,15 +169,17 @@ def test_kernel_attention_gradient_at_prop31_matches_reference(rng, hold_A_zero)
     assert loss == pytest.approx(L_ref, rel=1e-12)
 
 
-@pytest.mark.parametrize("hold_A_zero", [False, True])
-def test_kernel_attention_adam_lowers_heldout_loss(rng, hold_A_zero):
+@pytest.mark.parametrize("sparse, hold_A_zero", [(False, False), (True, False), (True, True)])
+def test_kernel_attention_adam_lowers_heldout_loss(rng, sparse, hold_A_zero):
     """Reduced CCS H.1: 3-layer softmax, d = 5, exp-kernel GP labels, Adam with clipping,
     prompts resampled every 10 steps."""
     d, n = 5, 10
     Sigma = random_spd(rng, d)
-    spec = train.KernelGPPromptsNumpy(d, n, "exp", Sigma=Sigma, seed=3)
-    ev = train.heldout(train.KernelGPPromptsNumpy(d, n, "exp", Sigma=Sigma, seed=4), batch=2000)
-    p0 = ka.KernelAttentionParams.gaussian(rng, d, 3, activations="softmax")
+    from lsa_native import sampling
+
+    spec = sampling.KernelGPPrompts(d, n, "exp", Sigma=Sigma, seed=3)
+    ev = train.heldout(sampling.KernelGPPrompts(d, n, "exp", Sigma=Sigma, seed=4), batch=2000)
+    p0 = ka.KernelAttentionParams.gaussian(rng, d, 3, activations="softmax", sparse=sparse)
     res = train.fit(train.KernelAttentionObjective(p0, hold_A_zero=hold_A_zero),
                     train.Adam(lr=0.01, clip_norm=1.0), data=train.Prompts(spec, batch=400, resample_every=10),
                     eval_data=ev, eval_every=40, steps=120, progress=False,
