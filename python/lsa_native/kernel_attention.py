@@ -224,7 +224,7 @@ class KernelAttentionParams:
     def loss(self, Z0, y_q) -> float:
         """(1/(2B)) Σ (TF + y_q)² from the forward pass only (float64 sum)."""
         y_q = as_array(y_q, (np.shape(Z0)[0],), np.float64, "y_q")
-        residual = y_q - self.predict(Z0).astype(np.float64)  # −TF − (−y_q)
+        residual = y_q - self.predict(Z0).astype(np.float64)  # y_q − (−TF) = TF + y_q
         return float(0.5 * np.mean(residual**2))
 
     def loss_and_grad(self, Z0, y_q):
