@@ -365,9 +365,12 @@ def test_sigkill_and_resume_is_bitwise_identical(tmp_path, rng):
     assert proc.returncode == -signal.SIGKILL
     ckpts = sorted(p.name for p in (tmp_path / "cut").glob("ckpt_*.npz"))
     assert 1 <= len(ckpts) <= 2 and not (tmp_path / "cut.npy").exists()
+    last = int(ckpts[-1][5:14])
     with _child(tmp_path, tmp_path / "cut", tmp_path / "cut.npy", "1", "0") as resumed:
-        resumed.communicate(timeout=120)
+        out, _ = resumed.communicate(timeout=120)
     assert resumed.returncode == 0
+    # It continued from the newest checkpoint (a fresh start would also end bitwise equal).
+    assert 0 < last <= kill_at + 1 and int(out.split()[0]) == last
     np.testing.assert_array_equal(np.load(tmp_path / "cut.npy"), np.load(tmp_path / "full.npy"))
     rows = lambda p: [json.loads(l) for l in (p / "history.jsonl").read_text().splitlines()]
     a, b = rows(tmp_path / "full"), rows(tmp_path / "cut")
@@ -414,8 +417,11 @@ def test_resume_of_a_finished_run_and_longer_runs(tmp_path):
     full = train.fit(fn, "sgd", lr=0.1, momentum=0.5, theta0=np.ones(3), steps=12, progress=False)
     train.fit(fn, "sgd", lr=0.1, momentum=0.5, theta0=np.ones(3), steps=7, run_dir=tmp_path,
               checkpoint_every=5, progress=False)
+    ran = []
     again = train.fit(fn, "sgd", lr=0.1, momentum=0.5, theta0=np.ones(3), steps=12, run_dir=tmp_path,
-                      checkpoint_every=5, resume=True, progress=False)
+                      checkpoint_every=5, resume=True, progress=False,
+                      callbacks=lambda info: ran.append(info.step))
+    assert ran == list(range(7, 12))  # continued from the final checkpoint of the 7-step run
     np.testing.assert_array_equal(again.theta, full.theta)
     assert again.history.step == full.history.step
     assert len(list(tmp_path.glob("ckpt_*.npz"))) == 3 and (tmp_path / "config.json").exists()
@@ -469,15 +475,18 @@ def test_native_kgp_spec_trains_and_resumes_bitwise(tmp_path, rng):
     spec = sampling.KernelGPPrompts(d, n, "exp", seed=21)
     p0 = ka.KernelAttentionParams.gaussian(rng, d, 2, activations="softmax")
     ev = train.heldout(sampling.KernelGPPrompts(d, n, "exp", seed=22), batch=500)
+    ran = []
     run = lambda steps, run_dir=None, resume=False, s=spec: train.fit(
         train.KernelAttentionObjective(p0), train.Adam(lr=0.02, clip_norm=1.0), steps=steps,
         data=train.Prompts(s, batch=200, resample_every=2), eval_data=ev, eval_every=6,
         run_dir=run_dir, checkpoint_every=None if run_dir is None else 3, resume=resume,
-        progress=False)
+        progress=False, callbacks=lambda info: ran.append(info.step))
     full = run(12)
     assert full.history["eval_loss"][-1] < full.history["eval_loss"][0]
     run(7, tmp_path)  # an "interrupted" run: stops at step 7 with its checkpoint
+    ran.clear()
     again = run(12, tmp_path, resume=True)
+    assert ran == list(range(7, 12)) and len(again.history) == 13  # rows 0..6 read back
     np.testing.assert_array_equal(again.theta, full.theta)
     np.testing.assert_array_equal(again.history["loss"], full.history["loss"])
     with pytest.raises(train.CheckpointError, match="another configuration.*data"):
