@@ -272,6 +272,9 @@ def test_bad_input():
                                                                   batch=4, method="wishart")
     with pytest.raises(ValueError, match="method"):
         spec.lsa_loss_and_grad(W, W, batch=4, method="exact")
+    # "auto" falls back to tokens where the Bartlett decomposition does not exist (N < d)
+    assert not spec.wishart_applies
+    assert spec.lsa_loss_and_grad(W, W, batch=4, method="auto")[0] == spec.lsa_loss_and_grad(W, W, batch=4)[0]
     with pytest.raises(ValueError, match="W_pv"):
         spec.lsa_loss_and_grad(np.zeros((4, 4)), W, batch=4)
     with pytest.raises(ValueError, match="step"):

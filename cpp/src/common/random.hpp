@@ -37,8 +37,8 @@ namespace lsa_native::rng {
 // 0x100-0x1FF are reserved for the kernel-GP samplers, 0x1000 and up for tests and users.
 enum Stream : std::uint32_t {
   kStreamRaw = 0,            // raw words / generic test stream
-  kStreamX = 1,              // context covariates x_i (Gaussian or spherical direction)
-  kStreamQuery = 2,          // query covariate x_q
+  kStreamX = 1,              // covariates: x_i at positions i·d.., the query x_q at N·d..
+  kStreamQuery = 2,          // reserved (query draws of other samplers)
   kStreamTask = 3,           // task vector w (fresh Gaussian tasks)
   kStreamNoise = 4,          // label noise ε_i
   kStreamQueryNoise = 5,     // query target noise (optional)

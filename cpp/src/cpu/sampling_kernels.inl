@@ -18,7 +18,7 @@ namespace lsa_native::cpu::LSA_ISA_NS {
 namespace {
 
 using simd::Vec;
-constexpr std::uint32_t kX = rng::kStreamX, kQuery = rng::kStreamQuery;
+constexpr std::uint32_t kX = rng::kStreamX;
 
 template <class T>
 void normals_kernel(const rng::StreamAddress& a, std::uint64_t start, index_t n, T* out) {
@@ -133,12 +133,14 @@ inline void covariate(const LinearPlan<T>& P, const T* F, const T* lam_sqrt, T* 
 
 template <class T>
 struct PromptDraws {
-  std::vector<T> w, lam, lam_sqrt, x, x_q, eps, y;
+  std::vector<T> w, lam, lam_sqrt, x, eps, y;  // x [N+1, d]: x_1..x_N, then x_q
   explicit PromptDraws(index_t d, index_t N)
-      : w(d), lam(d), lam_sqrt(d), x(static_cast<size_t>(N * d)), x_q(d), eps(N), y(N) {}
+      : w(d), lam(d), lam_sqrt(d), x(static_cast<size_t>((N + 1) * d)), eps(N), y(N) {}
+  T* x_q(index_t d, index_t N) { return x.data() + N * d; }
 };
 
-// Draws prompt b of the plan into s: w, λ, X [N, d], x_q, y [N]; returns y_q.
+// Draws prompt b of the plan into s: w, λ, X [N, d] and x_q (positions 0..N·d−1 and N·d..N·d+d−1
+// of the covariate stream: one range fill), y [N]; returns y_q.
 template <class T>
 T draw_prompt(const LinearPlan<T>& P, index_t b, PromptDraws<T>& s) {
   const index_t d = P.d, N = P.N;
@@ -151,16 +153,16 @@ T draw_prompt(const LinearPlan<T>& P, index_t b, PromptDraws<T>& s) {
   const T* F = P.L.empty() ? nullptr : P.L.data();
   const T* Fq = P.Lq.empty() ? F : P.Lq.data();
   const T* ls = random_cov ? s.lam_sqrt.data() : nullptr;
-  simd::fill_normals(P.address(b, kX), 0, N * d, s.x.data());
+  simd::fill_normals(P.address(b, kX), 0, (N + 1) * d, s.x.data());
   for (index_t i = 0; i < N; ++i) covariate(P, F, ls, s.x.data() + i * d);
-  simd::fill_normals(P.address(b, kQuery), 0, d, s.x_q.data());
-  covariate(P, Fq, ls, s.x_q.data());
+  T* x_q = s.x_q(d, N);
+  covariate(P, Fq, ls, x_q);
   if (P.sigma > T(0)) simd::fill_normals(P.address(b, rng::kStreamNoise), 0, N, s.eps.data());
   for (index_t i = 0; i < N; ++i) {
     // y_i = <w, x_i> + σ ε_i   [ZFB 3.3; task shift: noise, ZFB 4.2]
     s.y[i] = dot(s.w.data(), s.x.data() + i * d, d) + (P.sigma > T(0) ? P.sigma * s.eps[i] : T(0));
   }
-  T y_q = dot(s.w.data(), s.x_q.data(), d);
+  T y_q = dot(s.w.data(), x_q, d);
   if (P.query_noise && P.sigma > T(0)) {
     T e;
     simd::fill_normals(P.address(b, rng::kStreamQueryNoise), 0, 1, &e);
@@ -181,7 +183,7 @@ void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
       T* Eb = out.E + o * rows * cols;
       for (index_t i = 0; i < N; ++i)
         for (index_t k = 0; k < d; ++k) Eb[k * cols + i] = s.x[i * d + k];
-      for (index_t k = 0; k < d; ++k) Eb[k * cols + N] = s.x_q[k];
+      for (index_t k = 0; k < d; ++k) Eb[k * cols + N] = s.x[N * d + k];
       std::memcpy(Eb + d * cols, s.y.data(), sizeof(T) * N);
       Eb[d * cols + N] = T(0);
     }
@@ -189,7 +191,7 @@ void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
     if (out.X) std::memcpy(out.X + o * N * d, s.x.data(), sizeof(T) * N * d);
     if (out.y) std::memcpy(out.y + o * N, s.y.data(), sizeof(T) * N);
     if (out.w) std::memcpy(out.w + o * d, s.w.data(), sizeof(T) * d);
-    if (out.x_q) std::memcpy(out.x_q + o * d, s.x_q.data(), sizeof(T) * d);
+    if (out.x_q) std::memcpy(out.x_q + o * d, s.x_q(d, N), sizeof(T) * d);
     if (out.lambda) {
       for (index_t k = 0; k < d; ++k) {
         if (P.law != CovarianceLaw::fixed) out.lambda[o * d + k] = s.lam[k];
@@ -208,7 +210,7 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
   const index_t dp = P.sigma > T(0) ? d + 1 : d;  // d' (noise coordinate)
   const index_t n_off = dp * (dp - 1) / 2;
   std::vector<T> w(d), lam(d), lam_sqrt(d), x_q(d), e_q(rows), q(rows), Tm(dp * dp), z(n_off + 1),
-      g_p(rows), g_k(rows), scratch(3 * dp);
+      g_p(rows), g_k(rows), scratch(3 * dp), chi2(dp);
   std::vector<double> acc(static_cast<size_t>(fused_partial_size(d)), 0.0);
   double *d_p = acc.data() + 1, *d_K = d_p + rows;
   const T* p = W_pv + d * rows;
@@ -224,7 +226,7 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
       draw_lambda(P, b, lam.data());
       for (index_t k = 0; k < d; ++k) lam_sqrt[k] = std::sqrt(lam[k]);
     }
-    simd::fill_normals(P.address(b, kQuery), 0, d, x_q.data());
+    simd::fill_normals(P.address(b, kX), N * d, d, x_q.data());  // x_q: as in draw_prompt
     covariate(P, Fq, pr.lam_sqrt, x_q.data());
     for (index_t k = 0; k < d; ++k) e_q[k] = x_q[k];
     e_q[d] = T(0);
@@ -232,12 +234,11 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
     for (index_t r = 0; r < rows; ++r) q[r] = dot(W_kq + r * rows, e_q.data(), rows);
     // Bartlett factor: T_ij ~ N(0,1) below the diagonal (row-major order), T_ii = sqrt(χ²_{N−i})
     simd::fill_normals(P.address(b, rng::kStreamBartlettNormal), 0, n_off, z.data());
-    const rng::StreamAddress chi = P.address(b, rng::kStreamBartlettChi2);
+    simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, chi2.data());
     index_t next = 0;
     for (index_t i = 0; i < dp; ++i) {
       for (index_t j = 0; j < i; ++j) Tm[i * dp + j] = z[next++];
-      Tm[i * dp + i] =
-          std::sqrt(rng::chi_square_variate<T>(chi, static_cast<std::uint32_t>(i), T(N - i)));
+      Tm[i * dp + i] = std::sqrt(chi2[i]);
       for (index_t j = i + 1; j < dp; ++j) Tm[i * dp + j] = T(0);
     }
     const T y_hat = wishart::predict_and_grads(pr, p, q.data(), e_q.data(), inv_n, g_p.data(),

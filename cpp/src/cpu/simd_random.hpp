@@ -34,11 +34,20 @@ inline To bit_cast(const From& f) {
 // two 4-lane 64-bit products (vpmuludq under AVX2).
 struct WordOpsU32x8 {
   static void mulhilo(std::uint32_t m, U32x8 a, U32x8& hi, U32x8& lo) {
+#if defined(__AVX2__)
+    const __m256i va = bit_cast<__m256i>(a);
+    const __m256i vm = _mm256_set1_epi32(static_cast<int>(m));
+    const __m256i even = _mm256_mul_epu32(va, vm);                         // lanes 0, 2, 4, 6
+    const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(va, 32), vm);   // lanes 1, 3, 5, 7
+    hi = bit_cast<U32x8>(_mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA));
+    lo = bit_cast<U32x8>(_mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA));
+#else
     const U64x4 a64 = bit_cast<U64x4>(a);
     const U64x4 even = (a64 & 0xffffffffull) * static_cast<std::uint64_t>(m);
     const U64x4 odd = (a64 >> 32) * static_cast<std::uint64_t>(m);
     hi = bit_cast<U32x8>((even >> 32) | (odd & 0xffffffff00000000ull));
     lo = bit_cast<U32x8>((even & 0xffffffffull) | (odd << 32));
+#endif
   }
 };
 
@@ -188,14 +197,18 @@ struct SimdMath {
 
 // ---- range fills ---------------------------------------------------------------------------
 
-// Philox on the 8 consecutive blocks b0..b0+7 of a stream: w[j][lane] = word j of block b0+lane.
-inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[4]) {
-  const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  w[0] = lane + b0;
+// Philox on 8 blocks of a stream: w[j][lane] = word j of block blocks[lane].
+inline void philox_blocks(const rng::StreamAddress& a, U32x8 blocks, U32x8 (&w)[4]) {
+  w[0] = blocks;
   w[1] = U32x8{} + a.prompt;
   w[2] = U32x8{} + a.step;
   w[3] = U32x8{} + a.stream;
   rng::philox4x32_10<U32x8, WordOpsU32x8>(w, a.key.k0, a.key.k1);
+}
+// The 8 consecutive blocks b0..b0+7.
+inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[4]) {
+  const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  philox_blocks(a, lane + b0, w);
 }
 
 // 32 float normals of blocks b0..b0+7 in stream order (z[4·lane + j] = normal j of block b0+lane).
@@ -244,6 +257,78 @@ inline void fill_normals(const rng::StreamAddress& a, std::uint64_t p0, index_t 
     normals_8_blocks(a, static_cast<std::uint32_t>(g0 / per), z);
     const std::uint64_t stop = end < g0 + group ? end : g0 + group;
     for (; p < stop; ++p) *out++ = z[p - g0];
+  }
+}
+
+// ---- chi-square variates of the Bartlett factor ---------------------------------------------
+
+// One Marsaglia–Tsang attempt on vectors (rng::gamma_variate's attempt 0, shape >= 1): returns the
+// acceptance mask and writes x = d·v.
+template <class S, class V, class M>
+inline M gamma_attempt(V shape, V z, V u, V& x) {
+  const V d = shape - S(1) / S(3);
+  const V c = S(1) / simd::sqrt(d * S(9));
+  const V one_cz = c * z + S(1);
+  const M positive = one_cz > S(0);
+  const V v = positive ? one_cz * one_cz * one_cz : V{} + S(1);
+  x = d * v;
+  const M accept = simd::log(u) < S(0.5) * z * z + d - d * v + d * simd::log(v);
+  return positive & accept;
+}
+
+// out[i] = χ²_{N−i} = 2·Gamma((N − i)/2) for i < n: variate i of the stream as
+// rng::chi_square_variate defines it (attempt 0 in SIMD, 8 or 4 variates at a time; lanes that
+// reject, or whose shape is below 1 and needs the boost, take the scalar recipe). The SIMD
+// log/sin/cos round differently from libm, so values agree with the scalar recipe up to rounding.
+inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t n, float* out) {
+  constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
+  const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (index_t i0 = 0; i0 < n; i0 += 8) {
+    U32x8 w[4];
+    philox_blocks(a, (lane + static_cast<std::uint32_t>(i0)) * stride, w);
+    const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
+    const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
+    const Vec<float> u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
+    Vec<float> z, z_unused, x;
+    rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, z, z_unused);
+    Vec<float> shape;
+    for (int l = 0; l < 8; ++l) shape[l] = 0.5f * static_cast<float>(N - (i0 + l));
+    const I32x8 ok = gamma_attempt<float, Vec<float>, I32x8>(shape, z, u, x);
+    for (int l = 0; l < 8 && i0 + l < n; ++l) {
+      const index_t i = i0 + l;
+      out[i] = (ok[l] && shape[l] >= 1.0f)
+                   ? 2.0f * x[l]
+                   : rng::chi_square_variate<float>(a, static_cast<std::uint32_t>(i), float(N - i));
+    }
+  }
+}
+inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t n, double* out) {
+  constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
+  // lanes 0-3: block A (the normal) of variates i0..i0+3; lanes 4-7: their block B (the uniform)
+  const U32x8 lane = {0, 1, 2, 3, 0, 1, 2, 3};
+  const U32x8 second = {0, 0, 0, 0, 1, 1, 1, 1};
+  for (index_t i0 = 0; i0 < n; i0 += 4) {
+    U32x8 w[4];
+    philox_blocks(a, (lane + static_cast<std::uint32_t>(i0)) * stride + second, w);
+    U32x4 lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
+      hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+    }
+    const Vec<double> u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
+    const Vec<double> u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
+    const Vec<double> u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
+    Vec<double> z, z_unused, x;
+    rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, z, z_unused);
+    Vec<double> shape;
+    for (int l = 0; l < 4; ++l) shape[l] = 0.5 * static_cast<double>(N - (i0 + l));
+    const I64x4 ok = gamma_attempt<double, Vec<double>, I64x4>(shape, z, u, x);
+    for (int l = 0; l < 4 && i0 + l < n; ++l) {
+      const index_t i = i0 + l;
+      out[i] = (ok[l] && shape[l] >= 1.0)
+                   ? 2.0 * x[l]
+                   : rng::chi_square_variate<double>(a, static_cast<std::uint32_t>(i), double(N - i));
+    }
   }
 }
 

@@ -191,20 +191,29 @@ class LinearPrompts:
         LSA kernel, E never written to memory (the same prompts as ``sample``). ``"wishart"``: the
         prompt enters only through G = A S Aᵀ + e_q e_qᵀ/N with S drawn by the Bartlett
         decomposition, O(d²) per prompt whatever N (same law, other draws; Gaussian covariates,
-        N >= d, or d + 1 with label noise).
+        N >= d, or d + 1 with label noise). ``"auto"``: wishart where it applies, else tokens.
         """
         B = positive_int(batch, "batch")
         dt = _float_dtype(dtype)
         r = self.dim + 1
         W_pv = as_array(W_pv, (r, r), dt, "W_pv")
         W_kq = as_array(W_kq, (r, r), dt, "W_kq")
-        if method not in ("tokens", "wishart"):
-            raise ValueError(f"method: expected 'tokens' or 'wishart', got {method!r}")
+        if method not in ("tokens", "wishart", "auto"):
+            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
+        if method == "auto":
+            method = "wishart" if self.wishart_applies else "tokens"
         d_pv = np.empty((r, r), dt)
         d_kq = np.empty((r, r), dt)
         loss = _core.linear_prompts_lsa_loss_and_grad(self._spec, B, check_step(step), method,
                                                       W_pv, W_kq, d_pv, d_kq)
         return float(loss), d_pv, d_kq
+
+    @property
+    def wishart_applies(self) -> bool:
+        """True when method="wishart" is exact for this law: Gaussian covariates and N >= d (d + 1
+        with label noise), so that the Bartlett decomposition exists."""
+        need = self.dim + (1 if self.noise_std > 0 else 0)
+        return self.covariates == "gaussian" and self.context >= need
 
     def __repr__(self) -> str:
         opts = [f"noise_std={self.noise_std}"] if self.noise_std else []
