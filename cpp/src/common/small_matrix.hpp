@@ -58,6 +58,8 @@ LSA_HD bool cholesky_in_place(T* a, int n) {
 // (quadratic convergence makes ~6-10 sweeps typical for n <= 64; 30 is a generous limit).
 template <class T>
 LSA_HD int jacobi_eigen(T* a, int n, T* w, T* v, int max_sweeps = 30) {
+  // The rotations accumulate into vᵀ (rows = eigenvectors) held in v, so that both A's and V's
+  // updates run along contiguous rows; v is transposed in place at the end.
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j) v[i * n + j] = T(i == j);
   T norm2 = T(0);  // ‖A‖_F², invariant under the rotations
@@ -75,46 +77,58 @@ LSA_HD int jacobi_eigen(T* a, int n, T* w, T* v, int max_sweeps = 30) {
     if (sweep == max_sweeps) break;
     for (int p = 0; p < n - 1; ++p) {
       for (int q = p + 1; q < n; ++q) {
-        const T apq = a[p * n + q];
+        T* ap = a + p * n;
+        T* aq = a + q * n;
+        const T apq = ap[q];
         if (apq == T(0)) continue;
+        const T app = ap[p], aqq = aq[q];
         // a_pq below the rounding of both diagonal entries: drop it [Numerical Recipes §11.1].
         const T g = T(100) * std::fabs(apq);
-        if (std::fabs(a[p * n + p]) + g == std::fabs(a[p * n + p]) &&
-            std::fabs(a[q * n + q]) + g == std::fabs(a[q * n + q])) {
-          a[p * n + q] = T(0);
-          a[q * n + p] = T(0);
+        if (std::fabs(app) + g == std::fabs(app) && std::fabs(aqq) + g == std::fabs(aqq)) {
+          ap[q] = T(0);
+          aq[p] = T(0);
           continue;
         }
         // cot 2φ = θ = (a_qq − a_pp)/(2 a_pq); t = tan φ the smaller root of t² + 2θt − 1 = 0.
-        const T theta = (a[q * n + q] - a[p * n + p]) / (T(2) * apq);
+        const T theta = (aqq - app) / (T(2) * apq);
         const T at = std::fabs(theta);
         T t = at > T(1e15) ? T(0.5) / at : T(1) / (at + std::sqrt(at * at + T(1)));  // no θ² overflow
         if (theta < T(0)) t = -t;
         const T c = T(1) / std::sqrt(t * t + T(1));
         const T s = t * c;
         const T tau = s / (T(1) + c);
-        a[p * n + p] -= t * apq;
-        a[q * n + q] += t * apq;
-        a[p * n + q] = T(0);
-        a[q * n + p] = T(0);
+        // Rows p and q: a_pk <- c·a_pk − s·a_qk, a_qk <- s·a_pk + c·a_qk (Rutishauser's form);
+        // the 2x2 block is then set exactly and columns p, q mirrored from the rows (symmetry).
         for (int k = 0; k < n; ++k) {
-          if (k != p && k != q) {
-            const T akp = a[k * n + p], akq = a[k * n + q];
-            const T nkp = akp - s * (akq + tau * akp);  // c·a_kp − s·a_kq
-            const T nkq = akq + s * (akp - tau * akq);  // s·a_kp + c·a_kq
-            a[k * n + p] = nkp;
-            a[p * n + k] = nkp;
-            a[k * n + q] = nkq;
-            a[q * n + k] = nkq;
-          }
-          const T vkp = v[k * n + p], vkq = v[k * n + q];
-          v[k * n + p] = vkp - s * (vkq + tau * vkp);
-          v[k * n + q] = vkq + s * (vkp - tau * vkq);
+          const T rp = ap[k], rq = aq[k];
+          ap[k] = rp - s * (rq + tau * rp);
+          aq[k] = rq + s * (rp - tau * rq);
+        }
+        ap[p] = app - t * apq;
+        aq[q] = aqq + t * apq;
+        ap[q] = T(0);
+        aq[p] = T(0);
+        for (int k = 0; k < n; ++k) {
+          a[k * n + p] = ap[k];
+          a[k * n + q] = aq[k];
+        }
+        T* vp = v + p * n;
+        T* vq = v + q * n;
+        for (int k = 0; k < n; ++k) {
+          const T xp = vp[k], xq = vq[k];
+          vp[k] = xp - s * (xq + tau * xp);
+          vq[k] = xq + s * (xp - tau * xq);
         }
       }
     }
   }
   for (int i = 0; i < n; ++i) w[i] = a[i * n + i];
+  for (int i = 0; i < n; ++i)
+    for (int j = i + 1; j < n; ++j) {
+      const T x = v[i * n + j];
+      v[i * n + j] = v[j * n + i];
+      v[j * n + i] = x;
+    }
   return sweeps;
 }
 
