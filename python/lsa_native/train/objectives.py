@@ -93,15 +93,15 @@ class LSAObjective(_WeightPair, Objective):
 
     With a :class:`~lsa_native.train.data.Prompts` source whose spec has ``lsa_loss_and_grad``
     (the native ``sampling.LinearPrompts``), the fused path runs (no prompts materialized;
-    ``method`` "tokens" or "wishart"); otherwise ``lsa.loss_and_grad`` on the step's batch, its
+    ``method`` "tokens", "wishart" or "auto", see ``LinearPrompts.lsa_loss_and_grad``); otherwise ``lsa.loss_and_grad`` on the step's batch, its
     E cast to ``dtype`` (None: the batch's dtype).
     """
 
     def __init__(self, W_pv, W_kq, *, dtype=None, method: str = "tokens", fused: bool = True):
         self._init_pair(W_pv, W_kq)
         self.dtype = _float_dtype(dtype)
-        if method not in ("tokens", "wishart"):
-            raise ValueError(f"method: expected 'tokens' or 'wishart', got {method!r}")
+        if method not in ("tokens", "wishart", "auto"):
+            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
         self.method, self.fused = method, bool(fused)
 
     def _fused(self, data) -> bool:
