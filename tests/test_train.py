@@ -425,6 +425,8 @@ def test_resume_of_a_finished_run_and_longer_runs(tmp_path):
     np.testing.assert_array_equal(again.theta, full.theta)
     assert again.history.step == full.history.step
     assert len(list(tmp_path.glob("ckpt_*.npz"))) == 3 and (tmp_path / "config.json").exists()
+    csv_rows = (tmp_path / "history.csv").read_text().splitlines()
+    assert csv_rows[0].startswith("step,loss,grad_norm,lr,time") and len(csv_rows) == 14
 
 
 # ---- bad arguments ------------------------------------------------------------------------------

@@ -104,7 +104,8 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
     with its keywords passed here (``fit(obj, "adam", lr=1e-3, clip_norm=1.0, ...)``).
     ``data``: a data source (``Prompts``, ``FixedPrompts``, ``GeneratorPrompts``) or a PromptBatch
     (fixed). ``callbacks``: callables ``cb(StepInfo)``; a truthy return stops the run.
-    ``run_dir``: directory for config.json, history.jsonl and checkpoints every
+    ``run_dir``: directory for config.json, history.jsonl (appended as the run goes; history.csv
+    when it ends) and checkpoints every
     ``checkpoint_every`` steps (and at the end), the last ``keep_checkpoints`` kept; ``resume``
     continues from its newest checkpoint, bitwise identical to an uninterrupted run.
     ``progress``: a tqdm bar with the loss (None: only when stderr is a terminal).
@@ -251,6 +252,7 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
         if run is not None:
             last_ckpt = run.save(t, theta, opt_state, data.state() if data is not None else {},
                                  elapsed0 + time.perf_counter() - t0)
+            history.to_csv(run.path / "history.csv")  # the whole run as a table, once finished
     finally:
         if log is not None:
             log.close()
