@@ -1,8 +1,8 @@
 """Run directories: ``config.json``, ``history.jsonl`` (one record per line, appended and flushed as
-the run goes; ``history.csv`` when it ends), and checkpoints ``ckpt_<step>.npz`` written atomically (temporary file, fsync,
-rename) keeping the last few. A checkpoint at step s holds θ and the optimizer state after s
-updates, the data source's state and the configuration's hash; resuming from it re-runs steps
-s, s+1, … exactly as the uninterrupted run would (bitwise)."""
+the run goes; ``history.csv`` when it ends), and checkpoints ``ckpt_<step>.npz`` written atomically
+(temporary file, fsync, rename) keeping the last few. A checkpoint at step s holds θ and the
+optimizer state after s updates, the data source's state and the configuration's hash; resuming
+from it re-runs steps s, s+1, … exactly as the uninterrupted run would (bitwise)."""
 from __future__ import annotations
 
 import hashlib
