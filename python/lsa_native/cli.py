@@ -46,7 +46,7 @@ def _demo(args) -> int:
 
     W_pv, W_kq, hist = train.sgd_lsa(W_pv0, W_kq0, sample, steps=args.steps, lr=args.lr, rng=rng,
                                      lr_decay_to=0.1, metric=metrics, record_every=25,
-                                     progress=not args.quiet)
+                                     progress=None if not args.quiet else False)
     print(f"  SGD, {args.steps} steps of {args.batch} prompts: ‖θ − θ*‖/‖θ*‖ = "
           f"{hist.metrics['dist'][-1]:.4f}, exact population loss gap {hist.metrics['gap'][-1]:.2e}")
     print(f"distance to the ZFB Theorem 4.1 limit: flow {flow_dist[-1]:.2e}, SGD {hist.metrics['dist'][-1]:.4f}")
