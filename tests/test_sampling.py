@@ -283,3 +283,24 @@ def test_bad_input():
         spec.sample(0)
     with pytest.raises(ValueError, match="noise_std"):
         population.loss_and_grad(W, W, np.eye(4), 3, noise_std=-1.0)
+
+
+@pytest.mark.parametrize("method", ["tokens", "wishart"])
+def test_training_trajectory_independent_of_thread_count(method):
+    spec = LinearPrompts(3, 8, noise_std=0.1, covariance_law=("gamma", 2.0, 0.5), seed=404)
+    W0 = 0.1 * np.random.default_rng(3).standard_normal((2, 4, 4))
+    before = ln.num_threads()
+    runs = []
+    try:
+        for threads in (1, 2):
+            ln.set_num_threads(threads)
+            W_pv, W_kq = W0[0].copy(), W0[1].copy()
+            for k in range(5):
+                _, g_pv, g_kq = spec.lsa_loss_and_grad(W_pv, W_kq, batch=700, step=k, method=method)
+                W_pv -= 0.05 * g_pv
+                W_kq -= 0.05 * g_kq
+            runs.append((W_pv, W_kq))
+    finally:
+        ln.set_num_threads(before)
+    np.testing.assert_array_equal(runs[0][0], runs[1][0])
+    np.testing.assert_array_equal(runs[0][1], runs[1][1])

@@ -58,18 +58,14 @@ void sincos_kernel(const T* u, index_t n, T* s, T* c) {
 
 // ---- per-prompt draws (the same for the tokens and the Wishart paths) ------------------------
 
-// w of prompt b: a fresh N(0, I_d) draw, or task j = ⌊κ u⌋ of the pool, whose task j is the
-// normals of (seed, step 0, prompt j, kStreamTaskPool).
+// w of prompt b from the pool (tasks κ > 0): task j = ⌊κ u⌋, whose w is the normals of
+// (seed, step 0, prompt j, kStreamTaskPool). Fresh tasks are drawn with the prompt's other normals.
 template <class T>
 void draw_task(const LinearPlan<T>& P, index_t b, T* w) {
-  if (P.tasks > 0) {
-    std::uint32_t words[4];
-    rng::stream_block(P.address(b, rng::kStreamTaskChoice), 0, words);
-    const std::uint32_t j = rng::index_from_word(words[0], P.tasks);
-    simd::fill_normals(rng::StreamAddress{P.key, j, 0, rng::kStreamTaskPool}, 0, P.d, w);
-  } else {
-    simd::fill_normals(P.address(b, rng::kStreamTask), 0, P.d, w);
-  }
+  std::uint32_t words[4];
+  rng::stream_block(P.address(b, rng::kStreamTaskChoice), 0, words);
+  const std::uint32_t j = rng::index_from_word(words[0], P.tasks);
+  simd::fill_normals(rng::StreamAddress{P.key, j, 0, rng::kStreamTaskPool}, 0, P.d, w);
 }
 
 // Λ_τ = diag(λ) of prompt b [ZFB 4.3] from the law; lam [d] (written).
@@ -133,18 +129,23 @@ inline void covariate(const LinearPlan<T>& P, const T* F, const T* lam_sqrt, T* 
 
 template <class T>
 struct PromptDraws {
-  std::vector<T> w, lam, lam_sqrt, x, eps, y;  // x [N+1, d]: x_1..x_N, then x_q
-  explicit PromptDraws(index_t d, index_t N)
-      : w(d), lam(d), lam_sqrt(d), x(static_cast<size_t>((N + 1) * d)), eps(N), y(N) {}
-  T* x_q(index_t d, index_t N) { return x.data() + N * d; }
+  std::vector<T> w, lam, lam_sqrt, z, inv_norm, x_q, E;
+  PromptDraws(index_t d, index_t N)
+      : w(d), lam(d), lam_sqrt(d), z(static_cast<size_t>((N + 2) * d)), inv_norm(N), x_q(d),
+        E(static_cast<size_t>((d + 1) * (N + 1))) {}
 };
 
-// Draws prompt b of the plan into s: w, λ, X [N, d] and x_q (positions 0..N·d−1 and N·d..N·d+d−1
-// of the covariate stream: one range fill), y [N]; returns y_q.
+// Writes prompt b into Eb [d+1, N+1] (the rows of its embedding [ZFB (3.4)]) and returns y_q.
+// Covariate normals are feature-major, so that every row of E is one contiguous range: x_i[k]
+// (before the factor) is position k·N + i of kStreamX, x_q[k] position N·d + k and a fresh task's
+// w_k position (N+1)·d + k; one range fill draws them all. The factor, the sphere normalization and the labels are then row operations
+// along the tokens (vectorized by the compiler).
 template <class T>
-T draw_prompt(const LinearPlan<T>& P, index_t b, PromptDraws<T>& s) {
-  const index_t d = P.d, N = P.N;
-  draw_task(P, b, s.w.data());
+T draw_prompt(const LinearPlan<T>& P, index_t b, PromptDraws<T>& s, T* Eb) {
+  const index_t d = P.d, N = P.N, cols = N + 1;
+  simd::fill_normals(P.address(b, kX), 0, (N + 1 + (P.tasks ? 0 : 1)) * d, s.z.data());
+  if (P.tasks) draw_task(P, b, s.w.data());
+  else std::memcpy(s.w.data(), s.z.data() + (N + 1) * d, sizeof(T) * d);
   const bool random_cov = P.law != CovarianceLaw::fixed;
   if (random_cov) {
     draw_lambda(P, b, s.lam.data());
@@ -153,15 +154,51 @@ T draw_prompt(const LinearPlan<T>& P, index_t b, PromptDraws<T>& s) {
   const T* F = P.L.empty() ? nullptr : P.L.data();
   const T* Fq = P.Lq.empty() ? F : P.Lq.data();
   const T* ls = random_cov ? s.lam_sqrt.data() : nullptr;
-  simd::fill_normals(P.address(b, kX), 0, (N + 1) * d, s.x.data());
-  for (index_t i = 0; i < N; ++i) covariate(P, F, ls, s.x.data() + i * d);
-  T* x_q = s.x_q(d, N);
-  covariate(P, Fq, ls, x_q);
-  if (P.sigma > T(0)) simd::fill_normals(P.address(b, rng::kStreamNoise), 0, N, s.eps.data());
-  for (index_t i = 0; i < N; ++i) {
-    // y_i = <w, x_i> + σ ε_i   [ZFB 3.3; task shift: noise, ZFB 4.2]
-    s.y[i] = dot(s.w.data(), s.x.data() + i * d, d) + (P.sigma > T(0) ? P.sigma * s.eps[i] : T(0));
+  const T* Z = s.z.data();
+  T* inv = s.inv_norm.data();
+  if (P.sphere) {  // ξ_i = z_i / |z_i|   [CCS H.1]
+    for (index_t i = 0; i < N; ++i) inv[i] = T(0);
+    for (index_t k = 0; k < d; ++k)
+      for (index_t i = 0; i < N; ++i) inv[i] += Z[k * N + i] * Z[k * N + i];
+    for (index_t i = 0; i < N; ++i) inv[i] = T(1) / std::sqrt(inv[i]);
   }
+  // rows k of X: x_i = F z_i (lower triangular F), or diag(√λ) z_i, or z_i
+  for (index_t k = 0; k < d; ++k) {
+    T* row = Eb + k * cols;
+    if (F) {
+      for (index_t i = 0; i < N; ++i) row[i] = T(0);
+      for (index_t m = 0; m <= k; ++m) {
+        const T c = F[k * d + m];
+        const T* zm = Z + m * N;
+        for (index_t i = 0; i < N; ++i) row[i] += c * zm[i];
+      }
+    } else {
+      const T c = ls ? ls[k] : T(1);
+      const T* zk = Z + k * N;
+      for (index_t i = 0; i < N; ++i) row[i] = c * zk[i];
+    }
+    if (P.sphere)
+      for (index_t i = 0; i < N; ++i) row[i] *= inv[i];
+  }
+  // the query column
+  T* x_q = s.x_q.data();
+  std::memcpy(x_q, Z + N * d, sizeof(T) * d);
+  covariate(P, Fq, ls, x_q);
+  for (index_t k = 0; k < d; ++k) Eb[k * cols + N] = x_q[k];
+  // labels y_i = <w, x_i> + σ ε_i   [ZFB 3.3; task shift: noise, ZFB 4.2]
+  T* y = Eb + d * cols;
+  for (index_t i = 0; i < N; ++i) y[i] = T(0);
+  for (index_t k = 0; k < d; ++k) {
+    const T c = s.w[k];
+    const T* row = Eb + k * cols;
+    for (index_t i = 0; i < N; ++i) y[i] += c * row[i];
+  }
+  if (P.sigma > T(0)) {
+    T* eps = s.inv_norm.data();  // free now
+    simd::fill_normals(P.address(b, rng::kStreamNoise), 0, N, eps);
+    for (index_t i = 0; i < N; ++i) y[i] += P.sigma * eps[i];
+  }
+  y[N] = T(0);
   T y_q = dot(s.w.data(), x_q, d);
   if (P.query_noise && P.sigma > T(0)) {
     T e;
@@ -177,21 +214,16 @@ void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
   const index_t d = P.d, N = P.N, rows = d + 1, cols = N + 1;
   PromptDraws<T> s(d, N);
   for (index_t b = b0; b < b1; ++b) {
-    const T y_q = draw_prompt(P, b, s);
     const index_t o = b - b0;
-    if (out.E) {
-      T* Eb = out.E + o * rows * cols;
-      for (index_t i = 0; i < N; ++i)
-        for (index_t k = 0; k < d; ++k) Eb[k * cols + i] = s.x[i * d + k];
-      for (index_t k = 0; k < d; ++k) Eb[k * cols + N] = s.x[N * d + k];
-      std::memcpy(Eb + d * cols, s.y.data(), sizeof(T) * N);
-      Eb[d * cols + N] = T(0);
-    }
+    T* Eb = out.E ? out.E + o * rows * cols : s.E.data();
+    const T y_q = draw_prompt(P, b, s, Eb);
     if (out.y_q) out.y_q[o] = y_q;
-    if (out.X) std::memcpy(out.X + o * N * d, s.x.data(), sizeof(T) * N * d);
-    if (out.y) std::memcpy(out.y + o * N, s.y.data(), sizeof(T) * N);
+    if (out.X)
+      for (index_t i = 0; i < N; ++i)
+        for (index_t k = 0; k < d; ++k) out.X[(o * N + i) * d + k] = Eb[k * cols + i];
+    if (out.y) std::memcpy(out.y + o * N, Eb + d * cols, sizeof(T) * N);
     if (out.w) std::memcpy(out.w + o * d, s.w.data(), sizeof(T) * d);
-    if (out.x_q) std::memcpy(out.x_q + o * d, s.x_q(d, N), sizeof(T) * d);
+    if (out.x_q) std::memcpy(out.x_q + o * d, s.x_q.data(), sizeof(T) * d);
     if (out.lambda) {
       for (index_t k = 0; k < d; ++k) {
         if (P.law != CovarianceLaw::fixed) out.lambda[o * d + k] = s.lam[k];
@@ -209,7 +241,7 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
   const index_t d = P.d, N = P.N, rows = d + 1;
   const index_t dp = P.sigma > T(0) ? d + 1 : d;  // d' (noise coordinate)
   const index_t n_off = dp * (dp - 1) / 2;
-  std::vector<T> w(d), lam(d), lam_sqrt(d), x_q(d), e_q(rows), q(rows), Tm(dp * dp), z(n_off + 1),
+  std::vector<T> w(d), lam(d), lam_sqrt(d), x_q(d), e_q(rows), q(rows), Tm(dp * dp), z(n_off + 2 * d + 1),
       g_p(rows), g_k(rows), scratch(3 * dp), chi2(dp);
   std::vector<double> acc(static_cast<size_t>(fused_partial_size(d)), 0.0);
   double *d_p = acc.data() + 1, *d_K = d_p + rows;
@@ -221,21 +253,25 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
   wishart::Prompt<T> pr{d, dp, F, random_cov ? lam_sqrt.data() : nullptr, w.data(), P.sigma,
                         Tm.data(), T(1) / std::sqrt(T(N))};
   for (index_t b = b0; b < b1; ++b) {
-    draw_task(P, b, w.data());
+    // One range fill of the prompt's normals (stream kStreamBartlettNormal): x_q at positions
+    // 0..d−1, the T_ij (i > j, row-major) at d.., w at d + n_off.. (fresh tasks; unused with a task
+    // pool), the query noise ε_q last. The same law as the tokens path, other draws.
+    simd::fill_normals(P.address(b, rng::kStreamBartlettNormal), 0, 2 * d + n_off + 1, z.data());
+    if (P.tasks) draw_task(P, b, w.data());
+    else std::memcpy(w.data(), z.data() + d + n_off, sizeof(T) * d);
     if (random_cov) {
       draw_lambda(P, b, lam.data());
       for (index_t k = 0; k < d; ++k) lam_sqrt[k] = std::sqrt(lam[k]);
     }
-    simd::fill_normals(P.address(b, kX), N * d, d, x_q.data());  // x_q: as in draw_prompt
+    std::memcpy(x_q.data(), z.data(), sizeof(T) * d);
     covariate(P, Fq, pr.lam_sqrt, x_q.data());
     for (index_t k = 0; k < d; ++k) e_q[k] = x_q[k];
     e_q[d] = T(0);
     // q = W^KQ e_q
     for (index_t r = 0; r < rows; ++r) q[r] = dot(W_kq + r * rows, e_q.data(), rows);
     // Bartlett factor: T_ij ~ N(0,1) below the diagonal (row-major order), T_ii = sqrt(χ²_{N−i})
-    simd::fill_normals(P.address(b, rng::kStreamBartlettNormal), 0, n_off, z.data());
     simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, chi2.data());
-    index_t next = 0;
+    index_t next = d;
     for (index_t i = 0; i < dp; ++i) {
       for (index_t j = 0; j < i; ++j) Tm[i * dp + j] = z[next++];
       Tm[i * dp + i] = std::sqrt(chi2[i]);
@@ -244,11 +280,7 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
     const T y_hat = wishart::predict_and_grads(pr, p, q.data(), e_q.data(), inv_n, g_p.data(),
                                                g_k.data(), scratch.data());
     T y_q = dot(w.data(), x_q.data(), d);
-    if (P.query_noise && P.sigma > T(0)) {
-      T e;
-      simd::fill_normals(P.address(b, rng::kStreamQueryNoise), 0, 1, &e);
-      y_q += P.sigma * e;
-    }
+    if (P.query_noise && P.sigma > T(0)) y_q += P.sigma * z[2 * d + n_off];
     const double r = double(y_hat) - double(y_q);
     acc[0] += r * r;
     // d_p += r G q;  d_K += r (G p) e_qᵀ   (SPEC 3.2)
