@@ -94,8 +94,11 @@ def run_cells(fn, cells: list, cache_dir=None, *, scheduler: str | None = None, 
             results[i] = r
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
+        try:
+            from tqdm.auto import tqdm
+        except ImportError:  # progress bars are optional (extra 'progress')
+            tqdm = None
+    if progress and tqdm is not None:
         bar = tqdm(total=len(cells), initial=len(cells) - len(pending), desc=desc, unit="cell")
     name = _name(fn)
     files = [None if cache is None else str(cache / f"{keys[i]}.json") for i in range(len(cells))]

@@ -68,7 +68,7 @@ def zfb_thm41(ctx, p):
 
     _, _, hist = train.sgd_lsa(W_pv0, W_kq0, sample, steps=p["steps"], lr=p["lr"], rng=ctx.rng(1),
                                lr_decay_to=0.1, metric=metrics, record_every=25,
-                               progress=ctx.progress)
+                               progress=None if ctx.progress else False)
     sgd_dist = hist.metrics["dist"][-1]
 
     plt = _plt()
