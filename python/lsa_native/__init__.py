@@ -5,7 +5,7 @@ samplers), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` 
 """
 from . import _core
 from ._validation import positive_int
-from . import baselines, data, kernel_attention, lsa, population, reference, theory, train
+from . import baselines, data, kernel_attention, lsa, population, reference, sampling, theory, train
 
 __version__ = _core.__version__
 
@@ -29,6 +29,7 @@ __all__ = [
     "population",
     "reference",
     "data",
+    "sampling",
     "theory",
     "train",
     "cuda_compiled",

@@ -6,7 +6,19 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_vjp', 'num_threads', 'population_loss', 'reduced_loss', 'set_num_threads', 'stream_sum']
+__all__: list[str] = ['batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_gp_sample', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_vjp', 'num_threads', 'population_loss', 'reduced_loss', 'set_num_threads', 'stream_sum']
+@typing.overload
+def batched_cholesky(a: numpy.typing.NDArray[numpy.float32], ok: numpy.typing.NDArray[numpy.int32]) -> None:
+    ...
+@typing.overload
+def batched_cholesky(a: numpy.typing.NDArray[numpy.float64], ok: numpy.typing.NDArray[numpy.int32]) -> None:
+    ...
+@typing.overload
+def batched_symmetric_eigen(a: numpy.typing.NDArray[numpy.float32], w: numpy.typing.NDArray[numpy.float32], v: numpy.typing.NDArray[numpy.float32], sweeps: numpy.typing.NDArray[numpy.int32], max_sweeps: typing.SupportsInt | typing.SupportsIndex = 30) -> None:
+    ...
+@typing.overload
+def batched_symmetric_eigen(a: numpy.typing.NDArray[numpy.float64], w: numpy.typing.NDArray[numpy.float64], v: numpy.typing.NDArray[numpy.float64], sweeps: numpy.typing.NDArray[numpy.int32], max_sweeps: typing.SupportsInt | typing.SupportsIndex = 30) -> None:
+    ...
 def cpu_kernel_isa() -> str:
     """
     Instruction set the CPU kernels dispatched to.
@@ -34,6 +46,12 @@ def kernel_attention_loss_and_grad(Z0: numpy.typing.NDArray[numpy.float32], y_q:
     ...
 @typing.overload
 def kernel_attention_loss_and_grad(Z0: numpy.typing.NDArray[numpy.float64], y_q: numpy.typing.NDArray[numpy.float64], V: numpy.typing.NDArray[numpy.float64], B: numpy.typing.NDArray[numpy.float64], C: numpy.typing.NDArray[numpy.float64], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], d_V: numpy.typing.NDArray[numpy.float64], d_B: numpy.typing.NDArray[numpy.float64], d_C: numpy.typing.NDArray[numpy.float64], d_Z0: numpy.typing.NDArray[numpy.float64] | None = None, predictions: numpy.typing.NDArray[numpy.float64] | None = None) -> float:
+    ...
+@typing.overload
+def kernel_gp_sample(seed: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, kernel: typing.SupportsInt | typing.SupportsIndex, bandwidth: typing.SupportsFloat | typing.SupportsIndex, Sigma: numpy.typing.NDArray[numpy.float64] | None, Z0: numpy.typing.NDArray[numpy.float32], y_q: numpy.typing.NDArray[numpy.float32], xi: numpy.typing.NDArray[numpy.float32] | None = None, method: numpy.typing.NDArray[numpy.int32] | None = None) -> None:
+    ...
+@typing.overload
+def kernel_gp_sample(seed: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, kernel: typing.SupportsInt | typing.SupportsIndex, bandwidth: typing.SupportsFloat | typing.SupportsIndex, Sigma: numpy.typing.NDArray[numpy.float64] | None, Z0: numpy.typing.NDArray[numpy.float64], y_q: numpy.typing.NDArray[numpy.float64], xi: numpy.typing.NDArray[numpy.float64] | None = None, method: numpy.typing.NDArray[numpy.int32] | None = None) -> None:
     ...
 @typing.overload
 def lsa_forward(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32]) -> None:

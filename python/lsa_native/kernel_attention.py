@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _core
-from ._validation import as_array, as_prompts, positive_int
+from ._validation import as_array, as_prompts, positive_float, positive_int
 
 __all__ = [
     "ACTIVATIONS",
@@ -189,17 +189,30 @@ class KernelAttentionParams:
         return cls(B=g(L, H, d, d), C=g(L, H, d, d), activations=names, V=g(L, H, d + 1, d + 1))
 
     @classmethod
-    def functional_gd(cls, dim: int, step_sizes, activations="exp", *, bandwidth: float = 1.0):
-        """The construction of CCS Prop. 3.1 / D.1: B = C = I/σ, V_ℓ^s = [[0, 0],[0, −r_ℓ]], so that
+    def functional_gd(cls, dim: int, step_sizes, activations="exp", *, bandwidth: float = 1.0,
+                      Sigma=None):
+        """The construction of CCS Prop. 3.1 / D.1: V_ℓ^s = [[0, 0],[0, −r_ℓ]] and B = C = Σ^{-1/2}
+        for linear / relu heads, B = C = Σ^{-1/2}/σ for exp / softmax heads (CCS 3.1.2), so that
         −TF_ℓ is the ℓ-th iterate of functional GD f_{ℓ+1} = f_ℓ + r_ℓ Σ_i (y_i − f_ℓ(x_i)) K(·, x_i)
-        with K the (sum over heads of the) kernels h̃^s. step_sizes: [L] or [L, H]."""
+        with K the sum over heads of the kernels on the whitened inputs ξ = Σ^{-1/2} x.
+
+        Bandwidth convention (one for the package, :data:`lsa_native.baselines.BANDWIDTH_CONVENTION`):
+        K^exp_σ(u, w) = exp(<u, w>/σ²) [CCS (14)]; linear and relu kernels have no bandwidth. Then
+        ``predict(E, every_layer=True)`` equals ``baselines.functional_gd(batch, step_sizes=r)``.
+        step_sizes: [L] or [L, H]; Sigma [d, d] SPD (default I)."""
+        from .data import inverse_sqrtm
+
         d = positive_int(dim, "dim")
+        sigma = positive_float(bandwidth, "bandwidth")
         r = np.asarray(step_sizes, dtype=np.float64)
         names = [activations] if isinstance(activations, str) else list(activations)
+        _activation_codes(names, len(names))
         H = len(names)
         r = np.broadcast_to(r.reshape(len(r), -1), (len(r), H)).copy() if r.ndim == 1 else r
         L = r.shape[0]
-        eye = np.broadcast_to(np.eye(d) / bandwidth, (L, H, d, d)).copy()
+        root = np.eye(d) if Sigma is None else inverse_sqrtm(Sigma, "Sigma", d)
+        scale = np.array([1 / sigma if name in ("exp", "softmax") else 1.0 for name in names])
+        eye = np.broadcast_to(scale[:, None, None] * root, (L, H, d, d)).copy()
         return cls(B=eye, C=eye.copy(), activations=names, A=np.zeros((L, H, d, d)), r=-r)
 
     def forward(self, Z0, **kw):
