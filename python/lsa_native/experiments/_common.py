@@ -43,7 +43,8 @@ class Result:
         return _jsonable(asdict(self))
 
     def row(self) -> str:
-        return f"| {self.id} | {self.status} | {self.measured} | {self.condition} | {self.wall_time:.1f} s |"
+        cells = [self.id, self.status, self.measured, self.condition, f"{self.wall_time:.1f} s"]
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 
 
 def _jsonable(x):

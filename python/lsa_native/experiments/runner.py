@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ._common import REGISTRY, Result, machine, prepare_output
 
-__all__ = ["ids", "run", "run_all", "table", "write_index"]
+__all__ = ["ids", "run", "run_all", "table", "write_index", "load_results", "rebuild_index"]
 
 
 def ids() -> list[str]:
@@ -63,3 +63,22 @@ def run_all(out, *, only=None, command: str = "", **kwargs) -> list[Result]:
         results.append(run(i, out, **kwargs))
     write_index(out, results, command=command, total_time=time.perf_counter() - t0)
     return results
+
+
+def load_results(out) -> list[Result]:
+    """The results saved in ``out`` (``*_result.json``), in registry order."""
+    import json
+
+    out = Path(out)
+    found = {}
+    for path in out.glob("*_result.json"):
+        d = json.loads(path.read_text())
+        found[d["id"]] = Result(**d)
+    return [found[i] for i in ids() if i in found]
+
+
+def rebuild_index(out, command: str = "") -> Path:
+    """index.md of ``out`` from the saved results (e.g. after several separate runs)."""
+    results = load_results(out)
+    return write_index(out, results, command=command,
+                       total_time=sum(r.wall_time for r in results))

@@ -188,7 +188,7 @@ def zfb_thm42(ctx, p):
         for i, N in enumerate(p["contexts"]):
             rs = [r for r in rows if r["task"] == task and r["N"] == N]
             Ms = np.array([r["M"] for r in rs])
-            Mf = np.geomspace(Ms.min(), Ms.max(), 100)
+            Mf = np.unique(np.round(np.geomspace(Ms.min(), Ms.max(), 100)).astype(int))
             if task == "linear":
                 curve = [theory.thm42_prediction_error(Lambda, N, int(round(m))) for m in Mf]
             else:
@@ -236,8 +236,8 @@ def _sim_errors(rng, A, Lambda_t, M, B, *, Lambda_q=None, noise=0.0, normalize=T
     claim="ZFB §4.2: task (noise) and query shifts are tolerated by the trained LSA, covariate shift is not",
     condition="simulation within z_K SE of the exact shift errors at every point; normalized error under "
               "query shift varies < 10%; under covariate scale c_max it is >= 10x that at c = 1 while "
-              "OLS stays within 2x",
-    quick=dict(dim=5, context=20, test_length=40, samples=20000,
+              "OLS's does not grow (ratio <= 1.1)",
+    quick=dict(dim=5, context=20, test_length=40, samples=20000, base_noise=0.1,
                noise=[0.25, 0.5, 1.0, 2.0], query_scale=[0.25, 0.5, 1.0, 2.0, 4.0],
                covariate_scale=[0.25, 0.5, 1.0, 2.0, 4.0]),
     full=dict(dim=10, context=40, test_length=80, samples=200000,
@@ -248,7 +248,9 @@ def zfb_shifts(ctx, p):
     """The Theorem 4.1 limit (trained on N(0, Λ), length N) under the shifts of ZFB 4.2 on test
     prompts of length M: task shift (label noise σ), query shift (x_q ~ N(0, sΛ), independent of
     the context), covariate shift (x_i, x_q ~ N(0, cΛ)). Normalized error E(ŷ − y_q)²/E y_q² of
-    the native LSA and of OLS, against the exact formulas of :mod:`lsa_native.theory`. Also the
+    the native LSA and of OLS, against the exact formulas of :mod:`lsa_native.theory`. The query
+    and covariate panels carry a small label noise ``base_noise`` (so that OLS, exact on noiseless
+    labels once M >= d, has an error to compare with; the theory includes it). Also the
     query orthogonal to the span of the context (M < d, Λ = I): the LSA predicts exactly 0."""
     rng = ctx.rng(0)
     d, N, M = p["dim"], p["context"], p["test_length"]
@@ -262,14 +264,15 @@ def zfb_shifts(ctx, p):
         th = theory.limit_predictor_error(A, M, Lambda, noise_std=s) / sc
         rows.append(dict(shift="task (label noise σ)", size=s, lsa=l[0], lsa_se=l[1], ols=o[0],
                          ols_se=o[1], theory=th, z=(l[0] - th) / l[1]))
+    s0 = p["base_noise"]
     for s in p["query_scale"]:
-        (l, o), sc = _sim_errors(sim, A, Lambda, M, B, Lambda_q=s * Lambda)
-        th = theory.query_shift_error(Lambda, N, M, s * Lambda) / sc
+        (l, o), sc = _sim_errors(sim, A, Lambda, M, B, Lambda_q=s * Lambda, noise=s0)
+        th = theory.query_shift_error(Lambda, N, M, s * Lambda, noise_std=s0) / sc
         rows.append(dict(shift="query (x_q ~ N(0, sΛ))", size=s, lsa=l[0], lsa_se=l[1], ols=o[0],
                          ols_se=o[1], theory=th, z=(l[0] - th) / l[1]))
     for c in p["covariate_scale"]:
-        (l, o), sc = _sim_errors(sim, A, c * Lambda, M, B)
-        th = theory.covariate_shift_error(Lambda, N, M, c * Lambda) / sc
+        (l, o), sc = _sim_errors(sim, A, c * Lambda, M, B, noise=s0)
+        th = theory.covariate_shift_error(Lambda, N, M, c * Lambda, noise_std=s0) / sc
         rows.append(dict(shift="covariate (x ~ N(0, cΛ))", size=c, lsa=l[0], lsa_se=l[1], ols=o[0],
                          ols_se=o[1], theory=th, z=(l[0] - th) / l[1]))
     ctx.save_csv("table.csv", list(rows[0]), [list(r.values()) for r in rows])
@@ -291,7 +294,7 @@ def zfb_shifts(ctx, p):
     c1 = min(cv, key=lambda r: abs(r["size"] - 1))
     cmax = max(cv, key=lambda r: r["size"])
     cov_ratio = cmax["lsa"] / c1["lsa"]
-    ols_ratio = max(r["ols"] for r in cv) / min(r["ols"] for r in cv)
+    ols_ratio = cmax["ols"] / c1["ols"]
 
     plt = _plt()
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.3))
@@ -303,15 +306,19 @@ def zfb_shifts(ctx, p):
                     color="C0", capsize=2, label="LSA, simulation (±3 SE)")
         ax.errorbar(x, [r["ols"] for r in rs], yerr=[3 * r["ols_se"] for r in rs], fmt="s--",
                     color="C1", capsize=2, label="OLS, simulation")
-        ax.set(xscale="log", yscale="log", xlabel=rs[0]["shift"], ylabel="E(ŷ − y_q)² / E y_q²",
+        ax.set_xscale("log")
+        ax.set_xticks(x, [f"{v:g}" for v in x])
+        ax.minorticks_off()
+        ax.set(yscale="log", xlabel=rs[0]["shift"], ylabel="E(ŷ − y_q)² / E y_q²",
                title={"task": "Task shift: tolerated", "query": "Query shift: tolerated",
                       "covariate": "Covariate shift: not tolerated"}[kind])
         ax.legend(fontsize=8)
-    fig.suptitle(f"ZFB §4.2 shifts: Theorem 4.1 limit trained on N(0, Λ), d={d}, N={N}, test M={M}")
+    fig.suptitle(f"ZFB §4.2 shifts: Theorem 4.1 limit trained on N(0, Λ), d={d}, N={N}, test M={M} "
+                 f"(query/covariate panels: label noise σ={s0:g})")
     fig.tight_layout()
     ctx.save_figure(fig)
 
-    passed = zmax < zk and q_var < 0.10 and cov_ratio >= 10 and ols_ratio <= 2
+    passed = zmax < zk and q_var < 0.10 and cov_ratio >= 10 and ols_ratio <= 1.1
     measured = (f"max |z| {zmax:.2f}; query-shift spread {100 * q_var:.1f}%; covariate c={cmax['size']:g}: "
                 f"LSA x{cov_ratio:.1f}, OLS x{ols_ratio:.2f}")
     return passed, measured, {"rows": rows, "max_abs_z": zmax, "z_threshold": zk,
