@@ -263,7 +263,7 @@ def ccs_prop31(ctx, p):
     axes[1].set(yscale="log", ylabel="max |−TF_ℓ − f_ℓ| / max |f_ℓ|",
                 title="Construction vs functional GD (float64)")
     axes[1].legend()
-    fig.suptitle(f"CCS Proposition 3.1: d={d}, n={n}, L={L}, K-GP labels, Σ of H.1")
+    fig.suptitle(f"CCS Proposition 3.1: d={d}, n={n}, L={L}, K-GP labels, Σ of H.1", fontsize=10)
     fig.tight_layout()
     ctx.save_figure(fig)
     return worst < 1e-12, f"max relative difference {worst:.1e}", {"rows": rows}
@@ -311,7 +311,7 @@ def ccs_fig1(ctx, p):
     rows = [dict(kernel=k, activation=a[0], n=n, loss=v[0][-1], bayes=v[1]) for (k, a, n), v in agg.items()]
     ctx.save_csv("table.csv", list(rows[0]), [list(r.values()) for r in rows])
     plt = _plt()
-    fig, axes = plt.subplots(1, len(p["kernels"]), figsize=(5 * len(p["kernels"]), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(p["kernels"]), figsize=(max(7, 5 * len(p["kernels"])), 4.3), squeeze=False)
     for ax, k in zip(axes[0], p["kernels"]):
         for i, a in enumerate(p["activations"]):
             rs = [r for r in rows if r["kernel"] == k and r["activation"] == a]
@@ -326,7 +326,7 @@ def ccs_fig1(ctx, p):
         ax.set(xlabel="number of demonstrations n", ylabel="log(test ICL loss)", title=f"K^{k} labels")
         ax.legend(fontsize=8)
     fig.suptitle(f"CCS Figure 1: {p['layers']}-layer transformers, {p['steps']} Adam steps "
-                 f"(lr {p['lr']}→{p['lr_final']}, clip {p['clip']}), batch {p['batch']}, {p['seeds']} seed(s)")
+                 f"(lr {p['lr']}→{p['lr_final']}, clip {p['clip']}), batch {p['batch']}, {p['seeds']} seed(s)", fontsize=10)
     fig.tight_layout()
     ctx.save_figure(fig)
 
@@ -382,7 +382,7 @@ def ccs_fig2(ctx, p):
     ctx.save_csv("table.csv", list(rows[0]), [list(r.values()) for r in rows])
     plt = _plt()
     panels = [(n, k) for n in p["contexts"] for k in p["kernels"]]
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.6 * len(panels), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(7, 4.6 * len(panels)), 4.3), squeeze=False)
     for ax, (n, k) in zip(axes[0], panels):
         for i, a in enumerate(p["activations"]):
             rs = [r for r in rows if r["n"] == n and r["kernel"] == k and r["activation"] == a]
@@ -392,7 +392,7 @@ def ccs_fig2(ctx, p):
         ax.set(xlabel="number of layers", ylabel="log(test ICL loss)", title=f"K^{k} labels, n = {n}")
         ax.legend(fontsize=8)
     fig.suptitle(f"CCS Figure 2: {p['steps']} Adam steps per model (lr {p['lr']}→{p['lr_final']}, "
-                 f"clip {p['clip']}), batch {p['batch']}, {p['seeds']} seed(s)")
+                 f"clip {p['clip']}), batch {p['batch']}, {p['seeds']} seed(s)", fontsize=10)
     fig.tight_layout()
     ctx.save_figure(fig)
 
@@ -483,7 +483,7 @@ def ccs_fig3_5_6(ctx, p):
         ax.set(xlabel="training iteration", ylabel="dist(M, I)", title=f"({key[1]}, {key[2]}), {key[0]}")
         ax.legend(fontsize=7)
     fig.suptitle(f"CCS Figures 3/5/6: n = {p['context']}, {p['steps']} Adam steps (lr {p['lr']}→{p['lr_final']}), "
-                 f"batch {p['batch']}, {p['seeds']} seed(s)")
+                 f"batch {p['batch']}, {p['seeds']} seed(s)", fontsize=10)
     fig.tight_layout()
     ctx.save_figure(fig)
     if summary:
@@ -520,7 +520,7 @@ def ccs_fig4(ctx, p):
     rows = [dict(target=k[5:], model=name_of[a], layers=L, loss=v[0][-1], bayes=v[1]) for (k, a, L), v in agg.items()]
     ctx.save_csv("table.csv", list(rows[0]), [list(r.values()) for r in rows])
     plt = _plt()
-    fig, axes = plt.subplots(1, len(p["targets"]), figsize=(5 * len(p["targets"]), 4), squeeze=False)
+    fig, axes = plt.subplots(1, len(p["targets"]), figsize=(max(7, 5 * len(p["targets"])), 4.3), squeeze=False)
     for ax, t in zip(axes[0], p["targets"]):
         for i, m in enumerate(models):
             rs = [r for r in rows if r["target"] == t and r["model"] == m]
@@ -530,7 +530,7 @@ def ccs_fig4(ctx, p):
         ax.set(xlabel="number of layers", ylabel="log(test ICL loss)", title=f"K♦ = {t}")
         ax.legend(fontsize=8)
     fig.suptitle(f"CCS Figure 4: n = {p['context']}, {p['steps']} Adam steps (lr {p['lr']}→{p['lr_final']}), "
-                 f"batch {p['batch']}, {p['seeds']} seed(s)")
+                 f"batch {p['batch']}, {p['seeds']} seed(s)", fontsize=10)
     fig.tight_layout()
     ctx.save_figure(fig)
     Lmax = max(p["depths"])
