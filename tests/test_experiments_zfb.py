@@ -95,7 +95,7 @@ def test_zfb_shifts_quick(tmp_path):
 
 def test_zfb_random_cov_quick(tmp_path):
     r = experiments.zfb_random_cov(tmp_path, slope_samples=200000, test_lengths=[1, 5, 20],
-                                   curve_samples=4000, flow_time=200.0)
+                                   curve_samples=4000, flow_time=200.0, tf_steps=20, tf_batch=200)
     assert r.details["limit_distance"] < 1e-6
     assert r.details["curves_max_abs_z"] < r.details["z_threshold"]
     # Slopes: each within z_K of its own standard errors of the formula (the reproduction's 1%
