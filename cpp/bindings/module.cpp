@@ -13,6 +13,7 @@ namespace lsa_native::bindings {
 void bind_lsa(py::module_& m);
 void bind_population(py::module_& m);
 void bind_kernel_attention(py::module_& m);
+void bind_cuda(py::module_& m);
 }  // namespace lsa_native::bindings
 
 namespace {
@@ -47,4 +48,5 @@ PYBIND11_MODULE(_core, m) {
   lsa_native::bindings::bind_lsa(m);
   lsa_native::bindings::bind_population(m);
   lsa_native::bindings::bind_kernel_attention(m);
+  lsa_native::bindings::bind_cuda(m);
 }

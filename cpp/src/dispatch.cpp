@@ -22,7 +22,8 @@ namespace {
 }
 }  // namespace
 bool cuda_available() { return false; }
-void* cuda_allocate(std::size_t) { no_cuda(); }
+void* cuda_allocate(std::size_t, int) { no_cuda(); }
+int cuda_pointer_device(const void*) { return -1; }
 void cuda_free(void*) noexcept {}
 void cuda_copy(void*, const void*, std::size_t) { no_cuda(); }
 int cuda_current_device() { no_cuda(); }

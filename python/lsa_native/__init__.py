@@ -4,7 +4,7 @@ Submodules: ``lsa`` (native batched LSA), ``population`` (exact population losse
 samplers), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` (``lsa-native``).
 """
 from . import _core
-from . import baselines, data, kernel_attention, lsa, population, reference, theory, train
+from . import baselines, cuda, data, kernel_attention, lsa, population, reference, theory, train
 
 __version__ = _core.__version__
 
@@ -16,6 +16,7 @@ cpu_kernel_isa = _core.cpu_kernel_isa
 
 __all__ = [
     "lsa",
+    "cuda",
     "kernel_attention",
     "baselines",
     "population",

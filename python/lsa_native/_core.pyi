@@ -6,7 +6,58 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_vjp', 'num_threads', 'population_loss', 'reduced_loss', 'set_num_threads', 'stream_sum']
+import typing_extensions
+__all__: list[str] = ['DeviceArray', 'LsaShape', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_pointer_device', 'cuda_synchronize', 'dlpack_info', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'lsa_forward', 'lsa_forward_cuda', 'lsa_loss_and_grad', 'lsa_loss_and_grad_cuda', 'lsa_predict', 'lsa_predict_cuda', 'lsa_vjp', 'lsa_vjp_cuda', 'num_threads', 'population_loss', 'reduced_loss', 'set_num_threads', 'stream_sum']
+class LsaShape:
+    def __init__(self, batch: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex, context: typing.SupportsInt | typing.SupportsIndex) -> None:
+        ...
+    @property
+    def batch(self) -> int:
+        ...
+    @property
+    def context(self) -> int:
+        ...
+    @property
+    def dim(self) -> int:
+        ...
+class DeviceArray:
+    """
+    Owning C-contiguous CUDA device array (float32/float64). CuPy (cupy.asarray) and PyTorch (torch.as_tensor, torch.from_dlpack) wrap it without copies.
+    """
+    def __dlpack__(self, *, stream: typing.Any = None) -> typing.Any:
+        ...
+    def __dlpack_device__(self) -> tuple[int, int]:
+        ...
+    def __init__(self, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], dtype: numpy.dtype[typing.Any], device: typing.SupportsInt | typing.SupportsIndex = -1) -> None:
+        ...
+    def __repr__(self) -> str:
+        ...
+    def copy_from_host(self, src: numpy.ndarray) -> None:
+        """
+        Overwrite with a C-contiguous numpy array of the same dtype and size.
+        """
+    def copy_to_host(self) -> numpy.ndarray:
+        """
+        A numpy copy of the array.
+        """
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        ...
+    @property
+    def device(self) -> int:
+        ...
+    @property
+    def dtype(self) -> numpy.dtype[typing.Any]:
+        ...
+    @property
+    def nbytes(self) -> int:
+        ...
+    @property
+    def ptr(self) -> int:
+        ...
+    @property
+    def shape(self) -> tuple:
+        ...
 def cpu_kernel_isa() -> str:
     """
     Instruction set the CPU kernels dispatched to.
@@ -18,6 +69,18 @@ def cuda_available() -> bool:
 def cuda_compiled() -> bool:
     """
     True when CUDA kernels were compiled in.
+    """
+def cuda_pointer_device(ptr: typing.SupportsInt | typing.SupportsIndex) -> int:
+    """
+    CUDA device owning the pointer (device or managed memory), else -1.
+    """
+def cuda_synchronize() -> None:
+    """
+    Wait for all work on the current CUDA device.
+    """
+def dlpack_info(capsule: typing_extensions.CapsuleType) -> dict:
+    """
+    Pointer, shape, strides, dtype and device of a DLPack capsule (not consumed).
     """
 def gradient_flow_population(kind: str, W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], data: numpy.typing.NDArray[numpy.float64], N: typing.SupportsInt | typing.SupportsIndex, times: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], method: str, rtol: typing.SupportsFloat | typing.SupportsIndex, atol: typing.SupportsFloat | typing.SupportsIndex, step: typing.SupportsFloat | typing.SupportsIndex, grad_tol: typing.SupportsFloat | typing.SupportsIndex, loss_target: typing.SupportsFloat | typing.SupportsIndex, gap_tol: typing.SupportsFloat | typing.SupportsIndex, max_steps: typing.SupportsInt | typing.SupportsIndex) -> dict:
     ...
@@ -41,11 +104,15 @@ def lsa_forward(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArr
 @typing.overload
 def lsa_forward(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], out: numpy.typing.NDArray[numpy.float64]) -> None:
     ...
+def lsa_forward_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, out: typing.SupportsInt | typing.SupportsIndex) -> None:
+    ...
 @typing.overload
 def lsa_loss_and_grad(E: numpy.typing.NDArray[numpy.float32], y_q: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32], y_hat: numpy.typing.NDArray[numpy.float32] | None = None) -> float:
     ...
 @typing.overload
 def lsa_loss_and_grad(E: numpy.typing.NDArray[numpy.float64], y_q: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64], y_hat: numpy.typing.NDArray[numpy.float64] | None = None) -> float:
+    ...
+def lsa_loss_and_grad_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, y_q: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, d_W_pv: typing.SupportsInt | typing.SupportsIndex, d_W_kq: typing.SupportsInt | typing.SupportsIndex, y_hat: typing.SupportsInt | typing.SupportsIndex) -> float:
     ...
 @typing.overload
 def lsa_predict(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32]) -> None:
@@ -53,11 +120,15 @@ def lsa_predict(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArr
 @typing.overload
 def lsa_predict(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], out: numpy.typing.NDArray[numpy.float64]) -> None:
     ...
+def lsa_predict_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, out: typing.SupportsInt | typing.SupportsIndex) -> None:
+    ...
 @typing.overload
 def lsa_vjp(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_F: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32], d_E: numpy.typing.NDArray[numpy.float32] | None = None) -> None:
     ...
 @typing.overload
 def lsa_vjp(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_F: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64], d_E: numpy.typing.NDArray[numpy.float64] | None = None) -> None:
+    ...
+def lsa_vjp_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, d_F: typing.SupportsInt | typing.SupportsIndex, d_W_pv: typing.SupportsInt | typing.SupportsIndex, d_W_kq: typing.SupportsInt | typing.SupportsIndex, d_E: typing.SupportsInt | typing.SupportsIndex) -> None:
     ...
 def num_threads() -> int:
     """

@@ -24,10 +24,11 @@ enum class Device { cpu, cuda };
 
 // Device memory for callers without a CUDA array library (the Python lsa_native.cuda module).
 // All throw Error when CUDA was not compiled in, or on any CUDA failure.
-void* cuda_allocate(std::size_t bytes);                        // cudaMalloc on the current device
+void* cuda_allocate(std::size_t bytes, int device = -1);  // cudaMalloc on `device` (-1: current)
 void cuda_free(void* p) noexcept;                              // cudaFree; null is a no-op
 void cuda_copy(void* dst, const void* src, std::size_t bytes);  // any direction, synchronous
 int cuda_current_device();
+int cuda_pointer_device(const void* p);  // the device owning p (device/managed memory), else -1
 void cuda_synchronize();  // waits for all work on the current device
 
 // Number of CPU threads the batched kernels use (default: std::thread::hardware_concurrency()).

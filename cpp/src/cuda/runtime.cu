@@ -14,7 +14,6 @@ void check(cudaError_t status, const char* what) {
               cudaGetErrorString(status) + ")");
 }
 
-namespace {
 // Device of p when the kernels can address it in place, else -1 (host memory).
 int device_of(const void* p) {
   cudaPointerAttributes a{};
@@ -26,7 +25,6 @@ int device_of(const void* p) {
   if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) return a.device;
   return -1;
 }
-}  // namespace
 
 DeviceScope::DeviceScope(std::initializer_list<const void*> pointers) {
   LSA_CUDA_CHECK(cudaGetDevice(&previous_));
@@ -72,11 +70,19 @@ bool cuda_available() {
   return n > 0;
 }
 
-void* cuda_allocate(std::size_t bytes) {
+void* cuda_allocate(std::size_t bytes, int device) {
+  int previous = 0;
+  LSA_CUDA_CHECK(cudaGetDevice(&previous));
+  if (device < 0) device = previous;
+  if (device != previous) LSA_CUDA_CHECK(cudaSetDevice(device));
   void* p = nullptr;
-  if (bytes > 0) LSA_CUDA_CHECK(cudaMalloc(&p, bytes));
+  const cudaError_t status = bytes > 0 ? cudaMalloc(&p, bytes) : cudaSuccess;
+  if (device != previous) cudaSetDevice(previous);
+  cuda::check(status, "cudaMalloc");
   return p;
 }
+
+int cuda_pointer_device(const void* p) { return p == nullptr ? -1 : cuda::device_of(p); }
 
 void cuda_free(void* p) noexcept {
   if (p != nullptr) cudaFree(p);

@@ -16,6 +16,9 @@ namespace lsa_native::cuda {
 void check(cudaError_t status, const char* what);
 #define LSA_CUDA_CHECK(call) ::lsa_native::cuda::check((call), #call)
 
+// The device owning p when the kernels can address it in place (device or managed memory), else -1.
+int device_of(const void* p);
+
 // Kernels run on the legacy default stream: ordered after the work PyTorch and CuPy queue on their
 // default streams, so device inputs produced there are ready without extra synchronisation.
 inline cudaStream_t stream() { return cudaStreamLegacy; }
