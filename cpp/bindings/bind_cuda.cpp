@@ -104,7 +104,10 @@ class DeviceArray {
   }
 
   // DLPack export: the capsule keeps the device memory alive until the consumer's deleter runs.
-  py::object dlpack(py::object stream) const {
+  py::object dlpack(py::object stream, py::object /*max_version*/, py::object /*dl_device*/,
+                    py::object copy) const {
+    if (!copy.is_none() && copy.cast<bool>())
+      throw Error("DeviceArray.__dlpack__: copy=True is not supported (the export never copies)");
     // Work is queued on the legacy default stream; a consumer on another stream gets the data
     // once that work is done.
     if (!stream.is_none() && !(py::isinstance<py::int_>(stream) && stream.cast<long long>() == 1))
@@ -193,7 +196,10 @@ void bind_cuda(py::module_& m) {
       .def_property_readonly("device", &DeviceArray::device)
       .def_property_readonly("nbytes", &DeviceArray::nbytes)
       .def_property_readonly("__cuda_array_interface__", &DeviceArray::cuda_array_interface)
-      .def("__dlpack__", &DeviceArray::dlpack, py::kw_only(), py::arg("stream") = py::none())
+      .def("__dlpack__", &DeviceArray::dlpack, py::kw_only(), py::arg("stream") = py::none(),
+           py::arg("max_version") = py::none(), py::arg("dl_device") = py::none(),
+           py::arg("copy") = py::none(),
+           "DLPack export (an unversioned 'dltensor' capsule, which every consumer accepts).")
       .def("__dlpack_device__",
            [](const DeviceArray& a) { return py::make_tuple(kDLCUDA, a.device()); })
       .def("copy_to_host", &DeviceArray::copy_to_host, "A numpy copy of the array.")

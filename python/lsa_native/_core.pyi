@@ -24,8 +24,10 @@ class DeviceArray:
     """
     Owning C-contiguous CUDA device array (float32/float64). CuPy (cupy.asarray) and PyTorch (torch.as_tensor, torch.from_dlpack) wrap it without copies.
     """
-    def __dlpack__(self, *, stream: typing.Any = None) -> typing.Any:
-        ...
+    def __dlpack__(self, *, stream: typing.Any = None, max_version: typing.Any = None, dl_device: typing.Any = None, copy: typing.Any = None) -> typing.Any:
+        """
+        DLPack export (an unversioned 'dltensor' capsule, which every consumer accepts).
+        """
     def __dlpack_device__(self) -> tuple[int, int]:
         ...
     def __init__(self, shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], dtype: numpy.dtype[typing.Any], device: typing.SupportsInt | typing.SupportsIndex = -1) -> None:

@@ -59,8 +59,8 @@ class _Prompts:
         fresh array on E's side."""
         if self.on_gpu:
             if out is None:
-                buf = cuda.DeviceArray(list(shape), self.dtype, self.device)
-                return _Arg(buf.ptr, buf), cuda.like(self.source, buf)
+                buf = cuda.empty(self.source, shape, self.dtype, self.device)
+                return _Arg(cuda.view(buf, name).ptr, buf), buf
             if not cuda.is_cuda_array(out):
                 raise TypeError(f"{name}: expected a CUDA array (E is one), got {type(out).__name__}")
             v = cuda.view(out, name)

@@ -4,8 +4,8 @@ owning device array for results.
 No CuPy or PyTorch import is needed. Arrays are read through ``__cuda_array_interface__`` (CuPy,
 PyTorch CUDA tensors, Numba) or, failing that, ``__dlpack__`` with a CUDA device (JAX, ...); they
 must be C-contiguous float32/float64 (no implicit copies on the device). Results of calls on CUDA
-arrays are CUDA arrays: a tensor of the caller's library when the inputs came from PyTorch or CuPy
-(wrapped without a copy), else a :class:`DeviceArray`.
+arrays are CUDA arrays: of the caller's library when E came from PyTorch or CuPy (allocated by it),
+else a :class:`DeviceArray`.
 
 The kernels run on the legacy default stream (PyTorch's and CuPy's default stream), so results are
 ordered before later work on those streams.
@@ -136,15 +136,19 @@ def pointer_device(ptr: int) -> int:
     return int(_core.cuda_pointer_device(int(ptr)))
 
 
-def like(template, array: DeviceArray):
-    """`array` as an array of `template`'s library (PyTorch or CuPy, wrapped without a copy through
-    ``__cuda_array_interface__``), else `array` itself."""
+def empty(template, shape: tuple, dtype, device: int):
+    """An uninitialised C-contiguous CUDA array for a result: from `template`'s library when it is
+    PyTorch or CuPy (their caching allocators, their array type), else a :class:`DeviceArray`."""
     library = type(template).__module__.split(".")[0]
+    dtype = np.dtype(dtype)
     if library == "torch" and "torch" in sys.modules:
-        return sys.modules["torch"].as_tensor(array, device=template.device)
+        torch = sys.modules["torch"]
+        return torch.empty(tuple(shape), dtype=getattr(torch, dtype.name), device=template.device)
     if library == "cupy" and "cupy" in sys.modules:
-        return sys.modules["cupy"].asarray(array)
-    return array
+        cp = sys.modules["cupy"]
+        with cp.cuda.Device(device if device >= 0 else cp.cuda.Device().id):
+            return cp.empty(tuple(shape), dtype)
+    return DeviceArray(list(shape), dtype, device)
 
 
 def to_device(a, dtype=None, *, device: int = -1) -> DeviceArray:

@@ -152,8 +152,9 @@ __global__ void lsa_prediction_kernel(LsaShape sh, PredictionLayout lay, const T
         e_q[r] = double(Ep(r, N));
       }
       __syncwarp();
-      double* d_K = acc + 1 + rows;
-      for (int i = lane; i < rows * rows; i += kWarp) d_K[i] += coef[i / rows] * e_q[i % rows];
+      double* d_K = acc + 1 + rows;  // += coef e_q^T, lanes along the columns (no div/mod)
+      for (int r = 0; r < rows; ++r)
+        for (int c = lane; c < rows; c += kWarp) d_K[r * rows + c] += coef[r] * e_q[c];
     }
     __syncwarp();  // the next prompt overwrites the staged one
   }
