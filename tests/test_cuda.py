@@ -235,10 +235,9 @@ def test_cuda_more_than_2_to_the_31_elements():
     lsa.predict(E, W_pv, W_kq, out=y)
     P, K = W_pv.cpu().numpy(), W_kq.cpu().numpy()
     for sl in (slice(0, 512), slice(B - 2048, B)):
-        E_host = E[sl].cpu().numpy()
-        E64 = E_host.astype(np.float64)
-        assert_within_rounding(y[sl].cpu().numpy(), ref.predict_tokens(E64, P.astype(np.float64), K.astype(np.float64)),
-                               ref.predict_tokens(np.abs(E64), np.abs(P.astype(np.float64)), np.abs(K.astype(np.float64))),
+        E64, P64, K64 = (a.astype(np.float64) for a in (E[sl].cpu().numpy(), P, K))
+        assert_within_rounding(y[sl].cpu().numpy(), ref.predict_naive(E64, P64, K64),
+                               ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64)),
                                n_ops(d, N), np.float32, f"predict {sl}")
     assert bool(torch.isfinite(y).all())
     del E

@@ -90,33 +90,43 @@ def bench_dtype(dtype, B: int, B_full: int, d: int, N: int, warmup: int, repeat:
     e_bytes = E.numel() * E.element_size()
     rows = []
 
-    def row(op, impl, ms, bytes_moved, size, batch=B):
+    def row(op, impl, fn, bytes_moved, size, batch=B):
+        """Times fn; a failure (e.g. out of memory in a baseline) is recorded, not fatal."""
+        try:
+            ms = timed(fn, warmup=warmup, repeat=repeat)
+        except Exception as exc:  # noqa: BLE001 - report and go on with the other rows
+            print(f"[{name}] {op} {impl}: FAILED {type(exc).__name__}: {exc}", flush=True)
+            rows.append({"op": op, "impl": impl, "dtype": name, "size": size, "error": str(exc)})
+            torch.cuda.empty_cache()
+            return
         rows.append({"op": op, "impl": impl, "dtype": name, "size": size, "median_ms": ms,
                      "GB_per_s": bytes_moved / ms / 1e6, "prompts_per_s": batch / ms * 1e3})
 
     size = f"d={d} N={N} B=2^{B.bit_length() - 1}"
     dst = torch.empty_like(E)
-    copy_ms = timed(lambda: dst.copy_(E), warmup=warmup, repeat=repeat)
+    row("copy", "torch D2D", lambda: dst.copy_(E), 2 * e_bytes, size)
     del dst
-    row("copy", "torch D2D", copy_ms, 2 * e_bytes, size)
 
     # Correctness at the benchmark size (a wrong fast kernel is not a result).
-    loss, g_pv, g_kq = lsa.loss_and_grad(E, y_q, W_pv, W_kq)
-    loss_t, gp_t, gk_t = torch_prediction_fb(E, y_q, W_pv, W_kq)
-    rel = max(abs(loss - loss_t) / abs(loss_t),
-              float((g_pv[-1] - gp_t).abs().max() / gp_t.abs().max()),
-              float((g_kq[:, :d] - gk_t).abs().max() / gk_t.abs().max()))
-    print(f"[{name}] native vs torch at the benchmark size: max relative difference {rel:.2e}", flush=True)
+    try:
+        loss, g_pv, g_kq = lsa.loss_and_grad(E, y_q, W_pv, W_kq)
+        loss_t, gp_t, gk_t = torch_prediction_fb(E, y_q, W_pv, W_kq)
+        rel = max(abs(loss - loss_t) / abs(loss_t),
+                  float((g_pv[-1] - gp_t).abs().max() / gp_t.abs().max()),
+                  float((g_kq[:, :d] - gk_t).abs().max() / gk_t.abs().max()))
+        print(f"[{name}] native vs torch at the benchmark size: max relative difference {rel:.2e}",
+              flush=True)
+        rows.append({"op": "check", "impl": "native vs torch", "dtype": name, "size": size,
+                     "max_rel_diff": rel})
+    except Exception as exc:  # noqa: BLE001
+        print(f"[{name}] correctness check FAILED: {type(exc).__name__}: {exc}", flush=True)
+        torch.cuda.empty_cache()
 
-    ms = timed(lambda: lsa.loss_and_grad(E, y_q, W_pv, W_kq), warmup=warmup, repeat=repeat)
-    row("pred fwd+bwd", "native", ms, e_bytes, size)
-    ms = timed(lambda: torch_prediction_fb(E, y_q, W_pv, W_kq), warmup=warmup, repeat=repeat)
-    row("pred fwd+bwd", "torch", ms, e_bytes, size)
+    row("pred fwd+bwd", "native", lambda: lsa.loss_and_grad(E, y_q, W_pv, W_kq), e_bytes, size)
+    row("pred fwd+bwd", "torch", lambda: torch_prediction_fb(E, y_q, W_pv, W_kq), e_bytes, size)
     y = torch.empty(B, device="cuda", dtype=tdtype)
-    ms = timed(lambda: lsa.predict(E, W_pv, W_kq, out=y), warmup=warmup, repeat=repeat)
-    row("pred fwd", "native", ms, e_bytes, size)
-    ms = timed(lambda: torch_prediction(E, W_pv, W_kq), warmup=warmup, repeat=repeat)
-    row("pred fwd", "torch", ms, e_bytes, size)
+    row("pred fwd", "native", lambda: lsa.predict(E, W_pv, W_kq, out=y), e_bytes, size)
+    row("pred fwd", "torch", lambda: torch_prediction(E, W_pv, W_kq), e_bytes, size)
     del E, y
     torch.cuda.empty_cache()
 
@@ -126,30 +136,33 @@ def bench_dtype(dtype, B: int, B_full: int, d: int, N: int, warmup: int, repeat:
     fb = E.numel() * E.element_size()
     size_f = f"d={d} N={N} B=2^{B_full.bit_length() - 1}"
     F = torch.empty_like(E)
-    ms = timed(lambda: lsa.forward(E, W_pv, W_kq, out=F), warmup=warmup, repeat=repeat)
-    row("full fwd", "native", ms, 2 * fb, size_f, B_full)
-    ms = timed(lambda: torch_forward(E, W_pv, W_kq), warmup=warmup, repeat=repeat)
-    row("full fwd", "torch", ms, 2 * fb, size_f, B_full)
-    ms = timed(lambda: lsa.vjp(E, W_pv, W_kq, d_F), warmup=warmup, repeat=repeat)
-    row("vjp", "native", ms, 3 * fb, size_f, B_full)
-    ms = timed(lambda: torch_vjp(E, W_pv, W_kq, d_F), warmup=warmup, repeat=repeat)
-    row("vjp", "torch", ms, 3 * fb, size_f, B_full)
+    row("full fwd", "native", lambda: lsa.forward(E, W_pv, W_kq, out=F), 2 * fb, size_f, B_full)
+    row("full fwd", "torch", lambda: torch_forward(E, W_pv, W_kq), 2 * fb, size_f, B_full)
+    row("vjp", "native", lambda: lsa.vjp(E, W_pv, W_kq, d_F), 3 * fb, size_f, B_full)
+    row("vjp", "torch", lambda: torch_vjp(E, W_pv, W_kq, d_F), 3 * fb, size_f, B_full)
     del E, d_F, F
     torch.cuda.empty_cache()
-    return rows, copy_ms
+    return rows
 
 
 def table(rows) -> str:
+    errors = [r for r in rows if "error" in r]
+    checks = [r for r in rows if r["op"] == "check"]
+    rows = [r for r in rows if "median_ms" in r]
     copy = {(r["dtype"]): r["GB_per_s"] for r in rows if r["op"] == "copy"}
     lines = [f"{'op':<13} {'dtype':<8} {'size':<22} {'impl':<10} {'median ms':>10} {'GB/s':>8} "
              f"{'% copy':>7} {'vs torch':>9}"]
     ms_of = {(r["op"], r["dtype"], r["impl"]): r["median_ms"] for r in rows}
     for r in rows:
-        frac = 100 * r["GB_per_s"] / copy[r["dtype"]] if r["op"] != "copy" else 100.0
+        frac = 100 * r["GB_per_s"] / copy[r["dtype"]] if r["dtype"] in copy else float("nan")
         torch_ms = ms_of.get((r["op"], r["dtype"], "torch"))
         speedup = f"{torch_ms / r['median_ms']:.1f}x" if r["impl"] == "native" and torch_ms else ""
         lines.append(f"{r['op']:<13} {r['dtype']:<8} {r['size']:<22} {r['impl']:<10} "
                      f"{r['median_ms']:>10.3f} {r['GB_per_s']:>8.0f} {frac:>6.0f}% {speedup:>9}")
+    lines += [f"{r['op']:<13} {r['dtype']:<8} {r['size']:<22} {r['impl']:<10} FAILED: {r['error'][:60]}"
+              for r in errors]
+    lines += [f"check: {r['dtype']} {r['size']} native vs torch loss/gradients, max relative "
+              f"difference {r['max_rel_diff']:.1e}" for r in checks]
     return "\n".join(lines)
 
 
@@ -165,7 +178,7 @@ def main(argv=None) -> int:
     B_full = 2**14 if args.quick else 2**18
     rows = []
     for dtype in (np.float32, np.float64):
-        r, _ = bench_dtype(dtype, B, B_full, 20, 100, warmup=3, repeat=10 if dtype == np.float64 else 15)
+        r = bench_dtype(dtype, B, B_full, 20, 100, warmup=3, repeat=10 if dtype == np.float64 else 15)
         rows += r
     text = table(rows)
     info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
