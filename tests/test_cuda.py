@@ -7,6 +7,7 @@ top run everywhere (device selection and the errors that need no GPU).
 """
 from __future__ import annotations
 
+import ctypes
 import os
 
 import numpy as np
@@ -103,6 +104,104 @@ def test_bad_cuda_arrays_are_clear_errors_before_any_gpu_call(rng):
         fake = FakeCudaArray(E.shape)
         fake.__cuda_array_interface__["mask"] = object()
         lsa.predict(fake, W_pv, W_kq)
+
+
+# ---- the Python device path on an emulated GPU (runs everywhere) --------------------------------
+# Host memory presented through __cuda_array_interface__, and the native CUDA entry points replaced
+# by the CPU kernels reading the same addresses: checks the glue of lsa.py / _lsa_cuda.py (which
+# address goes where, outputs on the right side, out=, optional outputs) without a GPU.
+
+class HostBackedCudaArray:
+    def __init__(self, a):
+        self.a = np.ascontiguousarray(a)
+        self.__cuda_array_interface__ = {"shape": self.a.shape, "typestr": self.a.dtype.str,
+                                         "data": (self.a.ctypes.data, False), "strides": None,
+                                         "version": 3}
+
+
+def _at(address, shape, dtype):
+    """The numpy array at a raw address (None for 0)."""
+    if address == 0:
+        return None
+    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    return np.frombuffer((ctypes.c_byte * n).from_address(address), dtype=dtype).reshape(shape)
+
+
+@pytest.fixture
+def emulated_gpu(monkeypatch):
+    from lsa_native import _core
+
+    def dims(dtype, shape):
+        B, n, cols = shape.batch, shape.dim + 1, shape.context + 1
+        return np.dtype(dtype), (B, n, cols), (n, n), (B,)
+
+    def predict(dtype, shape, E, W_pv, W_kq, out):
+        dt, e, w, b = dims(dtype, shape)
+        _core.lsa_predict(_at(E, e, dt), _at(W_pv, w, dt), _at(W_kq, w, dt), _at(out, b, dt))
+
+    def loss_and_grad(dtype, shape, E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat):
+        dt, e, w, b = dims(dtype, shape)
+        return _core.lsa_loss_and_grad(_at(E, e, dt), _at(y_q, b, dt), _at(W_pv, w, dt), _at(W_kq, w, dt),
+                                       _at(d_W_pv, w, dt), _at(d_W_kq, w, dt), _at(y_hat, b, dt))
+
+    def forward(dtype, shape, E, W_pv, W_kq, out):
+        dt, e, w, b = dims(dtype, shape)
+        _core.lsa_forward(_at(E, e, dt), _at(W_pv, w, dt), _at(W_kq, w, dt), _at(out, e, dt))
+
+    def vjp(dtype, shape, E, W_pv, W_kq, d_F, d_W_pv, d_W_kq, d_E):
+        dt, e, w, b = dims(dtype, shape)
+        _core.lsa_vjp(_at(E, e, dt), _at(W_pv, w, dt), _at(W_kq, w, dt), _at(d_F, e, dt),
+                      _at(d_W_pv, w, dt), _at(d_W_kq, w, dt), _at(d_E, e, dt))
+
+    for name, fn in (("lsa_predict_cuda", predict), ("lsa_loss_and_grad_cuda", loss_and_grad),
+                     ("lsa_forward_cuda", forward), ("lsa_vjp_cuda", vjp)):
+        monkeypatch.setattr(_core, name, fn)
+    monkeypatch.setattr(cuda, "pointer_device", lambda ptr: 0)
+    monkeypatch.setattr(cuda, "empty", lambda template, shape, dtype, device:
+                        HostBackedCudaArray(np.full(shape, np.nan, dtype)))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_device_path_glue_on_an_emulated_gpu(rng, emulated_gpu, dtype):
+    (E, W_pv, W_kq, y_q), _ = random_problem(rng, 9, 3, 6, dtype)
+    d_F = rng.standard_normal(E.shape).astype(dtype)
+    g = HostBackedCudaArray
+    cpu = dict(device="cpu")
+    # Every input on the "device"; results are device arrays equal to the CPU's bit for bit.
+    y = lsa.predict(g(E), g(W_pv), g(W_kq))
+    assert isinstance(y, HostBackedCudaArray)
+    np.testing.assert_array_equal(y.a, lsa.predict(E, W_pv, W_kq, **cpu))
+    loss, d_pv, d_kq, y_hat = lsa.loss_and_grad(g(E), g(y_q), g(W_pv), g(W_kq), return_predictions=True)
+    loss_c, d_pv_c, d_kq_c, y_hat_c = lsa.loss_and_grad(E, y_q, W_pv, W_kq, return_predictions=True, **cpu)
+    assert loss == loss_c
+    for a, b in ((d_pv, d_pv_c), (d_kq, d_kq_c), (y_hat, y_hat_c)):
+        np.testing.assert_array_equal(a.a, b)
+    assert len(lsa.loss_and_grad(g(E), y_q, W_pv, g(W_kq))) == 3
+    F = lsa.forward(g(E), W_pv, g(W_kq))  # mixed: host parameters
+    np.testing.assert_array_equal(F.a, lsa.forward(E, W_pv, W_kq, **cpu))
+    got = lsa.vjp(g(E), g(W_pv), g(W_kq), g(d_F))
+    for a, b in zip(got, lsa.vjp(E, W_pv, W_kq, d_F, **cpu)):
+        np.testing.assert_array_equal(a.a, b)
+    d_pv, d_kq, d_E = lsa.vjp(g(E), W_pv, W_kq, d_F, with_input_grad=False)
+    assert d_E is None
+    np.testing.assert_array_equal(d_kq.a, got[1].a)
+    # out= device arrays are written in place and returned.
+    out = g(np.full(E.shape[0], np.nan, dtype))
+    assert lsa.predict(g(E), W_pv, W_kq, out=out) is out
+    np.testing.assert_array_equal(out.a, y.a)
+    F_out = g(np.full(E.shape, np.nan, dtype))
+    assert lsa.forward(g(E), W_pv, W_kq, out=F_out) is F_out
+    np.testing.assert_array_equal(F_out.a, F.a)
+    # numpy with device="cuda": numpy results.
+    y_np = lsa.predict(E, W_pv, W_kq, device="cuda")
+    assert isinstance(y_np, np.ndarray)
+    np.testing.assert_array_equal(y_np, y.a)
+    loss_np, d_pv_np, _ = lsa.loss_and_grad(E, y_q, W_pv, W_kq, device="cuda")
+    assert loss_np == loss_c and isinstance(d_pv_np, np.ndarray)
+    np.testing.assert_array_equal(lsa.vjp(E, W_pv, W_kq, d_F, device="cuda")[2], got[2].a)
+    # Host parameters are converted to E's dtype like on the CPU path.
+    np.testing.assert_array_equal(lsa.predict(g(E), W_pv.astype(np.float16), W_kq).a,
+                                  lsa.predict(E, W_pv.astype(np.float16), W_kq, **cpu))
 
 
 # ---- on a GPU -----------------------------------------------------------------------------------
