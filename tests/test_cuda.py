@@ -205,6 +205,21 @@ def test_device_path_glue_on_an_emulated_gpu(rng, emulated_gpu, dtype):
 
 
 # ---- on a GPU -----------------------------------------------------------------------------------
+def interop(test):
+    """Ignore the warnings PyTorch and CuPy emit from their own modules (deprecations, version
+    notes): they are not about this package, and pytest turns warnings into errors."""
+    for category in ("DeprecationWarning", "UserWarning", "FutureWarning"):
+        for module in ("torch", "cupy", "cupyx"):
+            test = pytest.mark.filterwarnings(f"ignore::{category}:{module}")(test)
+    return test
+
+
+def _import_or_skip(name):
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return pytest.importorskip(name)
+
 
 def _host(a):
     return cuda.to_host(a)
@@ -316,12 +331,13 @@ def test_cuda_batch_sums_are_deterministic(rng):
         np.testing.assert_array_equal(a, b)
 
 
+@interop
 @needs_gpu
 @pytest.mark.cuda
 def test_cuda_more_than_2_to_the_31_elements():
     """B (d+1)(N+1) > 2^31 (d = 20, N = 100, B = 2^20, float32, 8.9 GB): 64-bit indexing. Checked
     on the first and last prompts (the last ones start beyond element 2^31) against the CPU."""
-    torch = pytest.importorskip("torch")
+    torch = _import_or_skip("torch")
     B, d, N = 2**20, 20, 100
     assert B * (d + 1) * (N + 1) > 2**31
     if torch.cuda.mem_get_info()[0] < 12 * 2**30:
@@ -343,11 +359,12 @@ def test_cuda_more_than_2_to_the_31_elements():
     torch.cuda.empty_cache()
 
 
+@interop
 @needs_gpu
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_torch_tensors(rng, dtype):
-    torch = pytest.importorskip("torch")
+    torch = _import_or_skip("torch")
     (E, W_pv, W_kq, y_q), (E64, P64, K64, y64) = random_problem(rng, 77, 6, 19, dtype)
     t = lambda a: torch.from_numpy(a).cuda()
     y = lsa.predict(t(E), t(W_pv), t(W_kq))
@@ -379,11 +396,12 @@ def test_cuda_torch_tensors(rng, dtype):
     np.testing.assert_array_equal(via_dlpack.cpu().numpy(), E)
 
 
+@interop
 @needs_gpu
 @pytest.mark.cuda
 def test_cuda_dlpack_only_inputs(rng):
     """Arrays that expose only __dlpack__ (e.g. JAX) are read through the DLPack capsule."""
-    torch = pytest.importorskip("torch")
+    torch = _import_or_skip("torch")
 
     class OnlyDLPack:
         def __init__(self, tensor):
@@ -404,11 +422,12 @@ def test_cuda_dlpack_only_inputs(rng):
                     W_pv, W_kq)
 
 
+@interop
 @needs_gpu
 @pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_cuda_cupy_arrays(rng, dtype):
-    cp = pytest.importorskip("cupy")
+    cp = _import_or_skip("cupy")
     (E, W_pv, W_kq, y_q), (E64, P64, K64, _) = random_problem(rng, 41, 4, 11, dtype)
     y = lsa.predict(cp.asarray(E), cp.asarray(W_pv), cp.asarray(W_kq))
     assert isinstance(y, cp.ndarray) and y.dtype == dtype
