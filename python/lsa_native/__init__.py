@@ -4,6 +4,7 @@ Submodules: ``lsa`` (native batched LSA), ``population`` (exact population losse
 samplers), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` (``lsa-native``).
 """
 from . import _core
+from ._validation import positive_int
 from . import baselines, cuda, data, kernel_attention, lsa, population, reference, theory, train
 
 __version__ = _core.__version__
@@ -11,7 +12,14 @@ __version__ = _core.__version__
 cuda_compiled = _core.cuda_compiled
 cuda_available = _core.cuda_available
 num_threads = _core.num_threads
-set_num_threads = _core.set_num_threads
+
+
+def set_num_threads(n: int) -> None:
+    """Use ``n`` CPU threads in the batched kernels (0 restores the default: all cores).
+    Results never depend on it: batch reductions run over fixed chunks in a fixed order."""
+    _core.set_num_threads(positive_int(n, "n", minimum=0, maximum=4096))
+
+
 cpu_kernel_isa = _core.cpu_kernel_isa
 
 __all__ = [

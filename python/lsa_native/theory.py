@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import positive_int
+from ._validation import as_real, positive_float, positive_int
 from .data import check_covariance
 
 __all__ = ["gamma", "thm41_limits", "assumption33_init", "sigma_bound", "limit_prediction",
@@ -88,7 +88,14 @@ def pl_constant(Lambda, N: int, sigma: float, ThetaThetaT) -> float:
     L = check_covariance(Lambda)
     d = L.shape[0]
     G = gamma(L, N)
-    TT = np.asarray(ThetaThetaT, dtype=np.float64)
+    sigma = positive_float(sigma, "sigma")
+    bound = sigma_bound(L, N)
+    if sigma >= bound:
+        raise ValueError(f"sigma: Lemma 5.4 needs σ < {bound:.6g} (Assumption 3.3's bound "
+                         f"σ² < 2/(√d ‖Γ‖_op)); μ is not a PL constant for σ = {sigma}")
+    TT = as_real(ThetaThetaT, "ThetaThetaT")
+    if TT.shape != (d, d) or not np.all(np.isfinite(TT)):
+        raise ValueError(f"ThetaThetaT: expected a finite ({d}, {d}) array, got shape {TT.shape}")
     theta_norm2 = float(np.trace(L @ L @ TT))  # ‖ΛΘ‖_F² = tr(Λ² ΘΘ^T)
     L_inv = np.linalg.inv(L)
     denom = np.sqrt(d) * np.linalg.norm(L, 2) ** 2 * np.trace(np.linalg.inv(G) @ L_inv) * np.trace(L_inv)
@@ -125,8 +132,12 @@ def cor43_thresholds(Lambda, eps: float) -> tuple[float, float]:
 
 def _diagonal_random_cov_matrices(moments, N: int):
     """(E Λτ², E Γτ Λτ²) for diagonal Λτ with independent entries, moments [3, d]."""
-    m = np.asarray(moments, dtype=np.float64)
-    m1, m2, m3 = m
+    from .population import diagonal_moments
+
+    m = as_real(moments, "moments")
+    if m.ndim != 2 or m.shape[0] != 3:
+        raise ValueError(f"moments: expected shape (3, d), got {m.shape}")
+    m1, m2, m3 = diagonal_moments(*m)
     n = positive_int(N, "N")
     # E[Γτ Λτ²]_ii = (1 + 1/N) E λ_i³ + (1/N) E[tr(Λτ) λ_i²] with E[tr(Λτ) λ_i²] = E λ_i³ + Σ_{j≠i} E λ_j E λ_i²
     E_GL2 = (1 + 1 / n) * m3 + (m3 + (m1.sum() - m1) * m2) / n
