@@ -388,6 +388,8 @@ def test_cuda_torch_tensors(rng, dtype):
         lsa.predict(t(E), t(W_pv).to(other), t(W_kq))
     with pytest.raises(ValueError, match="device='cpu'"):
         lsa.predict(t(E), W_pv, W_kq, device="cpu")
+    with pytest.raises(TypeError, match="E: cannot read the CUDA array"):
+        lsa.predict(t(E).requires_grad_(True), W_pv, W_kq)
     # DeviceArray → torch without copies, both protocols.
     buf = cuda.to_device(E)
     via_cai = torch.as_tensor(buf, device="cuda")

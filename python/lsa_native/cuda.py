@@ -55,11 +55,13 @@ def is_cuda_array(a) -> bool:
     """Whether `a` is an array in CUDA device (or managed) memory."""
     if a is None or isinstance(a, (np.ndarray, np.generic, int, float, list, tuple)):
         return False
+    if hasattr(type(a), "__dlpack_device__"):  # asks no export (works for tensors needing grad)
+        try:
+            return int(a.__dlpack_device__()[0]) in (_KDL_CUDA, _KDL_CUDA_MANAGED)
+        except Exception:
+            pass
     try:
-        if hasattr(a, "__cuda_array_interface__"):  # False for PyTorch CPU tensors
-            return True
-        dev = getattr(a, "__dlpack_device__", None)
-        return dev is not None and int(dev()[0]) in (_KDL_CUDA, _KDL_CUDA_MANAGED)
+        return hasattr(a, "__cuda_array_interface__")  # False for PyTorch CPU tensors
     except Exception:
         return False
 
@@ -93,7 +95,10 @@ class View(NamedTuple):
 def view(a, name: str) -> View:
     """The device view of CUDA array `a`; TypeError/ValueError naming `name` unless it is a
     C-contiguous float32/float64 array."""
-    cai = getattr(a, "__cuda_array_interface__", None)
+    try:
+        cai = getattr(a, "__cuda_array_interface__", None)
+    except Exception as exc:  # e.g. PyTorch refuses to export tensors that require grad
+        raise TypeError(f"{name}: cannot read the CUDA array ({exc})") from exc
     if cai is not None:
         if cai.get("mask") is not None:
             raise ValueError(f"{name}: masked CUDA arrays are not supported")
