@@ -56,7 +56,7 @@ TAIL=0 OPTIONAL=1 stage ncu 120 ncu --kernel-name regex:lsa_prediction_kernel --
 grep -E "lsa_prediction_kernel|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Registers Per|Theoretical Occupancy|ERR|rror" \
   "$OUT/ncu.log" | head -n 24
 
-stage test_cpu 240 "$PY" -m pytest -p no:cacheprovider -q -x -m "not cuda" tests
+stage test_cpu 240 "$PY" -m pytest -p no:cacheprovider -q -m "not cuda" tests
 
 echo "=== done in $(( $(date +%s) - t_start ))s"
 if [ "${#failures[@]}" -gt 0 ]; then
