@@ -41,7 +41,7 @@ inline std::size_t align16(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
 template <class T>
 __device__ __forceinline__ void stage(const T* __restrict__ src, T* __restrict__ dst, int n,
                                       int tid, int nthreads) {
-  constexpr int kUnroll = 64 / sizeof(T);  // 64 bytes in flight per thread
+  constexpr int kUnroll = 128 / sizeof(T);  // 128 bytes in flight per thread (memory parallelism)
   int i = tid;
   for (; i + (kUnroll - 1) * nthreads < n; i += kUnroll * nthreads) {
     T v[kUnroll];
