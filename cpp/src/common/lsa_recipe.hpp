@@ -33,7 +33,7 @@ LSA_HD Mat<T> rows_of(const T* p, int ld) {
 
 // 1/N in the prompt's dtype: ρ = N   [ZFB (3.3)]
 template <class T>
-LSA_HD T inv_context(int N) {
+LSA_HD T inv_context(long long N) {
   return T(1) / T(N);
 }
 
@@ -63,7 +63,7 @@ LSA_HD void token_scalars(Mat<T> E, int rows, const T* p, const T* q, int j, T& 
 
 // ŷ = E[d, N] + (1/N) Σ_j t_j s_j: the label slot of the query plus p^T G q  [ZFB (3.6)].
 template <class T>
-LSA_HD T prediction(T label_slot, T sum_ts, int N) {
+LSA_HD T prediction(T label_slot, T sum_ts, long long N) {
   return label_slot + sum_ts * inv_context<T>(N);
 }
 
@@ -85,7 +85,7 @@ LSA_HD void weighted_row_sums(Mat<T> E, int cols, const T* t, const T* s, int r,
 // L_b = res², ∂L_b/∂p = res · g_p / N, ∂L_b/∂W^KQ[r, c] = res · (g_k[r] / N) · e_q[c]  [ZFB (3.7)]
 // (the factor ½ and 1/B of (3.7) are applied once to the batch sums).
 template <class T>
-LSA_HD double residual_scale(double res, int N) {
+LSA_HD double residual_scale(double res, long long N) {
   return res * double(inv_context<T>(N));
 }
 
