@@ -5,7 +5,8 @@ samplers), ``sampling`` (native samplers by seed and step), ``theory`` (ZFB clos
 """
 from . import _core
 from ._validation import positive_int
-from . import baselines, data, kernel_attention, lsa, population, reference, sampling, theory, train
+from . import (baselines, cuda, data, kernel_attention, lsa, population, reference, sampling, theory,
+               train)
 
 __version__ = _core.__version__
 
@@ -24,6 +25,7 @@ cpu_kernel_isa = _core.cpu_kernel_isa
 
 __all__ = [
     "lsa",
+    "cuda",
     "kernel_attention",
     "baselines",
     "population",
