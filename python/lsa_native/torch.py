@@ -35,6 +35,7 @@ from torch.autograd.function import once_differentiable
 from . import _core
 from . import kernel_attention as _ka
 from . import lsa as _lsa
+from . import theory as _theory
 from ._lsa_vjp import predict_vjp as _predict_vjp
 
 __all__ = [
@@ -191,37 +192,26 @@ def sparse_value(A: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     return pad(A, (0, 1, 0, 1)) + pad(r[..., None, None], (d, 0, d, 0))
 
 
-def _generator(seed):
-    return None if seed is None else torch.Generator().manual_seed(int(seed))
-
-
 class LinearSelfAttention(torch.nn.Module):
     """One-layer linear self-attention of ZFB (3.3) with parameters W_pv, W_kq [d+1, d+1].
 
-    Initialization: ZFB Assumption 3.3 (3.10), W^PV(0) = σ [[0, 0], [0, 1]],
-    W^KQ(0) = σ [[ΘΘᵀ, 0], [0, 0]] with ΘΘᵀ = MMᵀ/‖MMᵀ‖_F, M i.i.d. N(0, 1) (the paper's random
-    scheme; Θ Λ ≠ 0 almost surely). ``output="prediction"`` returns ŷ [B] (3.6),
+    Initialization: ZFB Assumption 3.3 (3.10) via ``theory.assumption33_init``:
+    W^PV(0) = σ [[0, 0], [0, 1]], W^KQ(0) = σ [[ΘΘᵀ, 0], [0, 0]], ‖ΘΘᵀ‖_F = 1, with the given
+    ``Theta`` or ΘΘᵀ = MMᵀ/‖MMᵀ‖_F for M i.i.d. N(0, 1) from ``np.random.default_rng(seed)``. ``output="prediction"`` returns ŷ [B] (3.6),
     ``output="full"`` the full F [B, d+1, N+1] (3.3).
     """
 
     def __init__(self, dim: int, *, sigma: float = 0.1, output: str = "prediction",
-                 dtype: torch.dtype = torch.float32, seed: int | None = None):
+                 dtype: torch.dtype = torch.float32, seed=None, Theta=None):
         super().__init__()
         if output not in ("prediction", "full"):
             raise ValueError(f"output: expected 'prediction' or 'full', got {output!r}")
         if not (isinstance(sigma, (int, float)) and sigma > 0 and math.isfinite(sigma)):
             raise ValueError(f"sigma: expected a finite number > 0, got {sigma!r}")
-        d = int(dim)
-        if d < 1:
-            raise ValueError(f"dim: expected an integer >= 1, got {dim}")
-        M = torch.randn(d, d, dtype=torch.float64, generator=_generator(seed))
-        MMt = M @ M.T
-        W_pv = torch.zeros(d + 1, d + 1, dtype=torch.float64)
-        W_pv[d, d] = sigma
-        W_kq = torch.zeros(d + 1, d + 1, dtype=torch.float64)
-        W_kq[:d, :d] = sigma * MMt / torch.linalg.norm(MMt)
-        self.W_pv = torch.nn.Parameter(W_pv.to(dtype))
-        self.W_kq = torch.nn.Parameter(W_kq.to(dtype))
+        W_pv, W_kq = _theory.assumption33_init(dim, sigma, rng=np.random.default_rng(seed),
+                                               Theta=Theta)
+        self.W_pv = torch.nn.Parameter(torch.from_numpy(W_pv).to(dtype))
+        self.W_kq = torch.nn.Parameter(torch.from_numpy(W_kq).to(dtype))
         self.output = output
 
     def forward(self, E: torch.Tensor) -> torch.Tensor:
@@ -234,8 +224,9 @@ class KernelAttention(torch.nn.Module):
     """L-layer, H-head kernel attention of CCS (3) with per-head activations (CCS (12)).
 
     Parameters: ``A`` [L, H, d, d] and ``r`` [L, H] (``sparse=True``, V = [[A, 0], [0, r]] of CCS
-    Assumption 4.4) or ``V`` [L, H, d+1, d+1]; ``B``, ``C`` [L, H, d, d]. Initialization: i.i.d.
-    N(0, scale²) entries, as ``KernelAttentionParams.gaussian`` (CCS H.1).
+    Assumption 4.4) or ``V`` [L, H, d+1, d+1]; ``B``, ``C`` [L, H, d, d]. Initialization:
+    ``KernelAttentionParams.gaussian`` (i.i.d. N(0, scale²) entries, CCS H.1) with
+    ``np.random.default_rng(seed)``.
     ``output="prediction"`` returns CCS's prediction −TF = −Z_L[:, d, n] [B] (4); ``"full"`` Z_L.
     """
 
@@ -246,21 +237,15 @@ class KernelAttention(torch.nn.Module):
         super().__init__()
         if output not in ("prediction", "full"):
             raise ValueError(f"output: expected 'prediction' or 'full', got {output!r}")
-        d, L, H = int(dim), int(layers), int(heads)
-        for v, name in ((d, "dim"), (L, "layers"), (H, "heads")):
-            if v < 1:
-                raise ValueError(f"{name}: expected an integer >= 1, got {v}")
-        names = [activations] * H if isinstance(activations, str) else list(activations)
-        _ka._activation_codes(names, H)
-        g = _generator(seed)
-        normal = lambda *shape: torch.nn.Parameter(
-            (scale * torch.randn(*shape, dtype=torch.float64, generator=g)).to(dtype))
+        p = _ka.KernelAttentionParams.gaussian(np.random.default_rng(seed), dim, layers, heads,
+                                               activations, sparse=sparse, scale=scale)
+        as_param = lambda a: torch.nn.Parameter(torch.from_numpy(a).to(dtype))
         if sparse:
-            self.A, self.r = normal(L, H, d, d), normal(L, H)
+            self.A, self.r = as_param(p.A), as_param(p.r)
         else:
-            self.V = normal(L, H, d + 1, d + 1)
-        self.B, self.C = normal(L, H, d, d), normal(L, H, d, d)
-        self.activations, self.sparse, self.output = names, sparse, output
+            self.V = as_param(p.V)
+        self.B, self.C = as_param(p.B), as_param(p.C)
+        self.activations, self.sparse, self.output = list(p.activations), sparse, output
         self.save_context = save_context
 
     def value(self) -> torch.Tensor:
