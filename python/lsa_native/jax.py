@@ -5,9 +5,9 @@ run the native CPU code through ``jax.pure_callback`` (so they work under ``jax.
 
 - :func:`lsa_forward` (E, W_pv, W_kq) → F [ZFB (3.3)]; backward: the native ``lsa.vjp``.
 - :func:`lsa_predict` (E, W_pv, W_kq) → ŷ [B] [ZFB (3.6)]; backward: ``_lsa_vjp.predict_vjp``.
-- :func:`kernel_attention` (Z0, V, B, C, activation) → Z_L of CCS (3); the forward's native
-  context is kept as a residual (``kernel_attention.context_size`` values per prompt) so the
-  backward runs only the native VJP.
+- :func:`kernel_attention` (Z0, V, B, C, activation) → Z_L of CCS (3); the backward runs the
+  native VJP that recomputes the forward per prompt (a saved context would have to be copied
+  into a JAX buffer and back, and is not faster on CPU: see ``lsa_native.torch``).
 
 The callbacks copy between JAX and numpy buffers where JAX requires it (outputs are handed to
 JAX as new arrays). Higher-order derivatives are not supported (the VJPs are not differentiable:
@@ -101,36 +101,24 @@ def kernel_attention(Z0, V, B, C, activation="softmax"):
     return _kernel_attention(names, Z0, V, B, C)
 
 
-def _ka_context(names, Z0, V):
-    Bsz, d, n = Z0.shape[0], Z0.shape[1] - 1, Z0.shape[2] - 1
-    return _spec((Bsz, _ka.context_size(d, n, V.shape[0], V.shape[1], Z0.dtype)), Z0.dtype)
-
-
 @partial(jax.custom_vjp, nondiff_argnums=(0,))
 def _kernel_attention(names, Z0, V, B, C):
     return _call(lambda *a: _ka.forward(*a, list(names)), _spec(Z0.shape, Z0.dtype), Z0, V, B, C)
 
 
 def _ka_fwd(names, Z0, V, B, C):
-    def run(*a):
-        Z_L, ctx = _ka.forward(*a, list(names), return_context=True)
-        return Z_L, ctx.data
-
-    Z_L, ctx = _call(run, (_spec(Z0.shape, Z0.dtype), _ka_context(names, Z0, V)), Z0, V, B, C)
-    return Z_L, (Z0, V, B, C, ctx)
+    return _kernel_attention(names, Z0, V, B, C), (Z0, V, B, C)
 
 
 def _ka_bwd(names, res, d_Z):
-    Z0, V, B, C, ctx = res
+    Z0, V, B, C = res
 
-    def run(Z0, V, B, C, ctx, d_Z):
-        shape = (Z0.shape[0], Z0.shape[1] - 1, Z0.shape[2] - 1) + tuple(V.shape[:2])
-        dV, dB, dC, dZ0 = _ka.vjp(Z0, V, B, C, list(names), d_Z,
-                                  context=_ka.ForwardContext(np.asarray(ctx), shape))
+    def run(Z0, V, B, C, d_Z):
+        dV, dB, dC, dZ0 = _ka.vjp(Z0, V, B, C, list(names), d_Z)
         return dZ0, dV, dB, dC
 
     out = tuple(_spec(a.shape, Z0.dtype) for a in (Z0, V, B, C))
-    return _call(run, out, Z0, V, B, C, ctx, d_Z)
+    return _call(run, out, Z0, V, B, C, d_Z)
 
 
 _kernel_attention.defvjp(_ka_fwd, _ka_bwd)
