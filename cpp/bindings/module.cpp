@@ -6,6 +6,7 @@
 #include "lsa_native/bench.hpp"
 #include "lsa_native/config.hpp"
 #include "lsa_native/device.hpp"
+#include "lsa_native/interrupt.hpp"
 
 namespace py = pybind11;
 
@@ -13,7 +14,9 @@ namespace lsa_native::bindings {
 void bind_lsa(py::module_& m);
 void bind_population(py::module_& m);
 void bind_kernel_attention(py::module_& m);
+void bind_kernel_gp(py::module_& m);
 void bind_sampling(py::module_& m);
+void bind_cuda(py::module_& m);
 }  // namespace lsa_native::bindings
 
 namespace {
@@ -30,11 +33,26 @@ void bind_stream_sum(py::module_& m) {
       py::arg("x").noconvert(),
       "Sum of an array read once on all threads: the read-bandwidth probe of the benchmarks.");
 }
+// Native calls release the GIL; this check, run by the entering thread every few milliseconds,
+// takes it back to run Python's signal handlers, so Ctrl-C interrupts a long kernel or flow.
+bool python_signal_pending() {
+  py::gil_scoped_acquire gil;
+  return PyErr_CheckSignals() != 0;  // the handler's exception (KeyboardInterrupt) stays set
+}
 }  // namespace
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "Compiled core of lsa_native (private; use the lsa_native package).";
   m.attr("__version__") = LSA_NATIVE_VERSION_STRING;
+  lsa_native::set_interrupt_check(&python_signal_pending);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const lsa_native::Interrupted&) {
+      // The signal handler's exception is already set; raise KeyboardInterrupt if it was cleared.
+      if (!PyErr_Occurred()) PyErr_SetNone(PyExc_KeyboardInterrupt);
+    }
+  });
   m.def("cuda_compiled", &lsa_native::cuda_compiled, "True when CUDA kernels were compiled in.");
   m.def("cuda_available", &lsa_native::cuda_available,
         "True when CUDA kernels were compiled in and a GPU is visible.");
@@ -48,5 +66,7 @@ PYBIND11_MODULE(_core, m) {
   lsa_native::bindings::bind_lsa(m);
   lsa_native::bindings::bind_population(m);
   lsa_native::bindings::bind_kernel_attention(m);
+  lsa_native::bindings::bind_kernel_gp(m);
   lsa_native::bindings::bind_sampling(m);
+  lsa_native::bindings::bind_cuda(m);
 }

@@ -3,6 +3,7 @@
 // do not pay for thread creation on every call.
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <exception>
 #include <memory>
@@ -15,6 +16,7 @@
 #define LSA_HAVE_PTHREAD_ATFORK 1
 #endif
 
+#include "common/interrupt.hpp"
 #include "common/parallel.hpp"
 #include "lsa_native/device.hpp"
 
@@ -22,6 +24,7 @@ namespace lsa_native {
 namespace {
 
 std::atomic<int> g_num_threads{0};  // 0: hardware default
+std::atomic<InterruptCheck> g_interrupt_check{nullptr};
 
 int default_threads() {
   const unsigned hw = std::thread::hardware_concurrency();
@@ -133,15 +136,35 @@ int num_threads() {
 
 void set_num_threads(int n) { g_num_threads.store(n > 0 ? n : 0); }
 
+void set_interrupt_check(InterruptCheck check) { g_interrupt_check.store(check); }
+
 namespace detail {
+
+void poll_interrupt() {
+  const InterruptCheck check = g_interrupt_check.load(std::memory_order_relaxed);
+  if (check == nullptr) return;
+  using Clock = std::chrono::steady_clock;
+  thread_local Clock::time_point last{};
+  const Clock::time_point now = Clock::now();
+  if (now - last < std::chrono::duration<double>(kInterruptPollSeconds)) return;
+  last = now;
+  if (check()) throw Interrupted();
+}
 
 void parallel_for(index_t n_tasks, const std::function<void(index_t)>& fn) {
   if (n_tasks <= 0) return;
+  // Only the entering thread polls: the host's check (Python's signal handlers) runs there. An
+  // Interrupted thrown by a task stops the remaining tasks like any other exception.
+  const std::thread::id caller = std::this_thread::get_id();
+  const std::function<void(index_t)> polled = [&](index_t i) {
+    if (std::this_thread::get_id() == caller) poll_interrupt();
+    fn(i);
+  };
   const index_t n_workers = std::min<index_t>(num_threads(), n_tasks);
   // Results never depend on which thread ran a task, so running inline (one thread, one task, or
   // the pool busy with a concurrent caller's job) is always correct.
-  if (n_workers > 1 && pool().run(n_tasks, static_cast<int>(n_workers - 1), fn)) return;
-  for (index_t i = 0; i < n_tasks; ++i) fn(i);
+  if (n_workers > 1 && pool().run(n_tasks, static_cast<int>(n_workers - 1), polled)) return;
+  for (index_t i = 0; i < n_tasks; ++i) polled(i);
 }
 
 }  // namespace detail

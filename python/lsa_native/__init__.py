@@ -4,18 +4,28 @@ Submodules: ``lsa`` (native batched LSA), ``population`` (exact population losse
 samplers), ``sampling`` (native samplers by seed and step), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` (``lsa-native``).
 """
 from . import _core
-from . import baselines, data, kernel_attention, lsa, population, reference, sampling, theory, train
+from ._validation import positive_int
+from . import (baselines, cuda, data, kernel_attention, lsa, population, reference, sampling, theory,
+               train)
 
 __version__ = _core.__version__
 
 cuda_compiled = _core.cuda_compiled
 cuda_available = _core.cuda_available
 num_threads = _core.num_threads
-set_num_threads = _core.set_num_threads
+
+
+def set_num_threads(n: int) -> None:
+    """Use ``n`` CPU threads in the batched kernels (0 restores the default: all cores).
+    Results never depend on it: batch reductions run over fixed chunks in a fixed order."""
+    _core.set_num_threads(positive_int(n, "n", minimum=0, maximum=4096))
+
+
 cpu_kernel_isa = _core.cpu_kernel_isa
 
 __all__ = [
     "lsa",
+    "cuda",
     "kernel_attention",
     "baselines",
     "population",

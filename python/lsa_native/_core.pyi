@@ -6,7 +6,19 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_vjp', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
+__all__: list[str] = ['batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_gp_sample', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_vjp', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
+@typing.overload
+def batched_cholesky(a: numpy.typing.NDArray[numpy.float32], ok: numpy.typing.NDArray[numpy.int32]) -> None:
+    ...
+@typing.overload
+def batched_cholesky(a: numpy.typing.NDArray[numpy.float64], ok: numpy.typing.NDArray[numpy.int32]) -> None:
+    ...
+@typing.overload
+def batched_symmetric_eigen(a: numpy.typing.NDArray[numpy.float32], w: numpy.typing.NDArray[numpy.float32], v: numpy.typing.NDArray[numpy.float32], sweeps: numpy.typing.NDArray[numpy.int32], max_sweeps: typing.SupportsInt | typing.SupportsIndex = 30) -> None:
+    ...
+@typing.overload
+def batched_symmetric_eigen(a: numpy.typing.NDArray[numpy.float64], w: numpy.typing.NDArray[numpy.float64], v: numpy.typing.NDArray[numpy.float64], sweeps: numpy.typing.NDArray[numpy.int32], max_sweeps: typing.SupportsInt | typing.SupportsIndex = 30) -> None:
+    ...
 def cpu_kernel_isa() -> str:
     """
     Instruction set the CPU kernels dispatched to.
@@ -34,6 +46,12 @@ def kernel_attention_loss_and_grad(Z0: numpy.typing.NDArray[numpy.float32], y_q:
     ...
 @typing.overload
 def kernel_attention_loss_and_grad(Z0: numpy.typing.NDArray[numpy.float64], y_q: numpy.typing.NDArray[numpy.float64], V: numpy.typing.NDArray[numpy.float64], B: numpy.typing.NDArray[numpy.float64], C: numpy.typing.NDArray[numpy.float64], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], d_V: numpy.typing.NDArray[numpy.float64], d_B: numpy.typing.NDArray[numpy.float64], d_C: numpy.typing.NDArray[numpy.float64], d_Z0: numpy.typing.NDArray[numpy.float64] | None = None, predictions: numpy.typing.NDArray[numpy.float64] | None = None) -> float:
+    ...
+@typing.overload
+def kernel_gp_sample(seed: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, kernel: typing.SupportsInt | typing.SupportsIndex, bandwidth: typing.SupportsFloat | typing.SupportsIndex, Sigma: numpy.typing.NDArray[numpy.float64] | None, Z0: numpy.typing.NDArray[numpy.float32], y_q: numpy.typing.NDArray[numpy.float32], xi: numpy.typing.NDArray[numpy.float32] | None = None, method: numpy.typing.NDArray[numpy.int32] | None = None) -> None:
+    ...
+@typing.overload
+def kernel_gp_sample(seed: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, kernel: typing.SupportsInt | typing.SupportsIndex, bandwidth: typing.SupportsFloat | typing.SupportsIndex, Sigma: numpy.typing.NDArray[numpy.float64] | None, Z0: numpy.typing.NDArray[numpy.float64], y_q: numpy.typing.NDArray[numpy.float64], xi: numpy.typing.NDArray[numpy.float64] | None = None, method: numpy.typing.NDArray[numpy.int32] | None = None) -> None:
     ...
 @typing.overload
 def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32]) -> float:

@@ -43,6 +43,15 @@ def as_array(a, shape: tuple, dtype, name: str, *, finite: bool = True) -> np.nd
     return a
 
 
+def as_real(a, name: str, dtype=np.float64) -> np.ndarray:
+    """a as a C-contiguous real array of `dtype`; complex, object and string input is refused
+    (numpy would silently drop an imaginary part with only a warning)."""
+    a = np.asarray(a)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected a real-valued array, got dtype {a.dtype}")
+    return np.ascontiguousarray(a, dtype=dtype)
+
+
 def as_out(out, shape: tuple, dtype, name: str = "out") -> np.ndarray:
     """A fresh output array, or `out` checked to be usable without a copy."""
     if out is None:
@@ -68,19 +77,42 @@ def check_finite_result(result, inputs: dict) -> None:
     raise FloatingPointError("result overflowed to a non-finite value from finite inputs")
 
 
-def positive_int(value, name: str, minimum: int = 1) -> int:
+# Native sizes and counts are 64-bit signed integers.
+INDEX_MAX = 2**63 - 1
+
+
+def positive_int(value, name: str, minimum: int = 1, maximum: int = INDEX_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
     if value < minimum:
         raise ValueError(f"{name}: expected an integer >= {minimum}, got {value}")
+    if value > maximum:
+        raise ValueError(f"{name}: expected an integer <= {maximum}, got {value}")
     return int(value)
 
 
-def positive_float(value, name: str) -> float:
+def real_float(value, name: str) -> float:
+    """A finite real number (bool, complex, strings and NaN/inf refused)."""
+    if isinstance(value, (bool, complex, np.complexfloating, str, bytes)):
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
     try:
         v = float(value)
     except (TypeError, ValueError):
         raise TypeError(f"{name}: expected a real number, got {type(value).__name__}") from None
-    if not np.isfinite(v) or v <= 0:
+    if not np.isfinite(v):
+        raise ValueError(f"{name}: expected a finite number, got {value}")
+    return v
+
+
+def positive_float(value, name: str) -> float:
+    v = real_float(value, name)
+    if v <= 0:
         raise ValueError(f"{name}: expected a finite number > 0, got {value}")
+    return v
+
+
+def nonnegative_float(value, name: str) -> float:
+    v = real_float(value, name)
+    if v < 0:
+        raise ValueError(f"{name}: expected a finite number >= 0, got {value}")
     return v

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _core
-from ._validation import positive_float, positive_int
+from ._validation import as_real, nonnegative_float, positive_float, positive_int, real_float
 from .data import check_covariance
 
 __all__ = [
@@ -33,8 +33,8 @@ __all__ = [
 
 
 def _params(W_pv, W_kq):
-    W_pv = np.ascontiguousarray(W_pv, dtype=np.float64)
-    W_kq = np.ascontiguousarray(W_kq, dtype=np.float64)
+    W_pv = as_real(W_pv, "W_pv")
+    W_kq = as_real(W_kq, "W_kq")
     if W_pv.ndim != 2 or W_pv.shape[0] != W_pv.shape[1] or W_pv.shape[0] < 2:
         raise ValueError(f"W_pv: expected shape (d+1, d+1) with d >= 1, got {W_pv.shape}")
     if W_kq.shape != W_pv.shape:
@@ -44,7 +44,7 @@ def _params(W_pv, W_kq):
 
 def _covariance(Lambda, d: int) -> np.ndarray:
     """Λ as C-contiguous float64 [d, d]; symmetry and positive definiteness are checked natively."""
-    L = np.ascontiguousarray(Lambda, dtype=np.float64)
+    L = as_real(Lambda, "Lambda")
     if L.shape != (d, d):
         raise ValueError(f"Lambda: expected shape {(d, d)}, got {L.shape}")
     return L
@@ -52,16 +52,19 @@ def _covariance(Lambda, d: int) -> np.ndarray:
 
 def _covariance_samples(Lambdas, d: int) -> np.ndarray:
     """Samples as float64 [S, d, d]; each is checked natively (symmetric, positive definite)."""
-    L = np.ascontiguousarray(Lambdas, dtype=np.float64)
+    L = as_real(Lambdas, "Lambdas")
     if L.ndim != 3 or L.shape[1:] != (d, d) or L.shape[0] < 1:
         raise ValueError(f"Lambdas: expected shape (S, {d}, {d}) with S >= 1, got {L.shape}")
     return L
 
 
 def diagonal_moments(mean, second, third) -> np.ndarray:
-    """Moments [3, d] = (E λ_i, E λ_i², E λ_i³) of independent diagonal entries, validated: means > 0,
-    variances E λ² − (E λ)² >= 0, finite."""
-    m = np.ascontiguousarray(np.stack([np.asarray(v, dtype=np.float64) for v in (mean, second, third)]))
+    """Moments [3, d] = (E λ_i, E λ_i², E λ_i³) of independent diagonal entries, validated as the
+    moments of a positive random variable: means > 0, variances E λ² − (E λ)² >= 0, and
+    E λ³ · E λ >= (E λ²)² (Cauchy–Schwarz on λ^{1/2}·λ^{3/2}), finite."""
+    m = np.ascontiguousarray(np.stack([as_real(v, name)
+                                       for v, name in ((mean, "mean"), (second, "second"),
+                                                       (third, "third"))]))
     if m.ndim != 2 or m.shape[1] < 1:
         raise ValueError(f"moments: expected three vectors of length d >= 1, got shape {m.shape}")
     if not np.all(np.isfinite(m)):
@@ -70,7 +73,19 @@ def diagonal_moments(mean, second, third) -> np.ndarray:
         raise ValueError("moments: E[λ_i] must be > 0 (covariance entries are positive)")
     if np.any(m[1] - m[0] ** 2 < -1e-12 * np.maximum(1, m[1])):
         raise ValueError("moments: E[λ_i²] − E[λ_i]² must be >= 0 (a variance)")
+    if np.any(m[2] * m[0] - m[1] ** 2 < -1e-12 * np.maximum(1, m[1] ** 2)):
+        raise ValueError("moments: E[λ_i³]·E[λ_i] must be >= E[λ_i²]² (no positive random variable "
+                         "has these moments)")
     return m
+
+
+def _checked(result, what: str):
+    """(loss, *gradients) from the core, or FloatingPointError when finite parameters overflowed
+    (the loss is quartic in the parameters: |W| ~ 1e80 already overflows float64)."""
+    if all(np.all(np.isfinite(r)) for r in result):
+        return result
+    raise FloatingPointError(f"{what}: the loss or its gradient overflowed to a non-finite value "
+                             "from finite parameters; rescale W_pv/W_kq (or U11, u)")
 
 
 def exponential_moments(d: int, scale: float = 1.0) -> np.ndarray:
@@ -81,7 +96,7 @@ def exponential_moments(d: int, scale: float = 1.0) -> np.ndarray:
 
 
 def _as_moments(moments, d: int) -> np.ndarray:
-    m = np.asarray(moments, dtype=np.float64)
+    m = as_real(moments, "moments")
     if m.shape != (3, d):
         raise ValueError(f"moments: expected shape (3, {d}), got {m.shape}")
     return diagonal_moments(*m)
@@ -105,8 +120,8 @@ def loss_and_grad(W_pv, W_kq, Lambda, N: int, *, noise_std: float = 0.0, query_n
     ``noise_std`` = σ: labels y_i = <w, x_i> + σ ε_i (exact extra terms, docs/population.md "Label
     noise"); ``query_noise``: the target is y_q = <w, x_q> + σ ε_q too (adds σ²/2)."""
     W_pv, W_kq, d = _params(W_pv, W_kq)
-    return _core.population_loss("fixed", W_pv, W_kq, _covariance(Lambda, d), positive_int(N, "N"),
-                                 _noise(noise_std), bool(query_noise))
+    return _checked(_core.population_loss("fixed", W_pv, W_kq, _covariance(Lambda, d), positive_int(N, "N"),
+                                          _noise(noise_std), bool(query_noise)), "loss_and_grad")
 
 
 def loss_and_grad_random_diagonal(W_pv, W_kq, moments, N: int, *, noise_std: float = 0.0,
@@ -115,8 +130,8 @@ def loss_and_grad_random_diagonal(W_pv, W_kq, moments, N: int, *, noise_std: flo
     moments [3, d] = (E λ, E λ², E λ³)  [ZFB (4.9), Appendix C]. Exact: L is cubic in the λ_i
     (with label noise too)."""
     W_pv, W_kq, d = _params(W_pv, W_kq)
-    return _core.population_loss("random_diagonal", W_pv, W_kq, _as_moments(moments, d),
-                                 positive_int(N, "N"), _noise(noise_std), bool(query_noise))
+    return _checked(_core.population_loss("random_diagonal", W_pv, W_kq, _as_moments(moments, d),
+                                          positive_int(N, "N"), _noise(noise_std), bool(query_noise)), "loss_and_grad_random_diagonal")
 
 
 def loss_and_grad_samples(W_pv, W_kq, Lambdas, N: int, *, noise_std: float = 0.0,
@@ -124,17 +139,26 @@ def loss_and_grad_samples(W_pv, W_kq, Lambdas, N: int, *, noise_std: float = 0.0
     """(1/S) Σ_s L(·; Λ_s, N) and its gradient: the exact conditional loss averaged over supplied
     covariance samples Lambdas [S, d, d] (quadrature over Λ only)."""
     W_pv, W_kq, d = _params(W_pv, W_kq)
-    return _core.population_loss("samples", W_pv, W_kq, _covariance_samples(Lambdas, d),
-                                 positive_int(N, "N"), _noise(noise_std), bool(query_noise))
+    return _checked(_core.population_loss("samples", W_pv, W_kq, _covariance_samples(Lambdas, d),
+                                          positive_int(N, "N"), _noise(noise_std), bool(query_noise)), "loss_and_grad_samples")
 
 
 def reduced_loss_and_grad(U11, u: float, Lambda, N: int):
     """ℓ̃(U11, u_{-1}) = tr[½ u² ΓΛU11ΛU11^T − u Λ²U11^T] of ZFB Lemma A.1 with its gradient:
     returns (ℓ̃, ∂ℓ̃/∂U11, ∂ℓ̃/∂u). On the manifold p1 = 0, k2 = 0: L = ℓ̃ + ½ tr(Λ)."""
-    U11 = np.ascontiguousarray(U11, dtype=np.float64)
-    if U11.ndim != 2 or U11.shape[0] != U11.shape[1]:
-        raise ValueError(f"U11: expected a square (d, d) array, got shape {U11.shape}")
-    return _core.reduced_loss(U11, float(u), _covariance(Lambda, U11.shape[0]), positive_int(N, "N"))
+    U11 = _reduced_params(U11, u)
+    return _checked(_core.reduced_loss(U11, real_float(u, "u"), _covariance(Lambda, U11.shape[0]),
+                                       positive_int(N, "N")), "reduced_loss_and_grad")
+
+
+def _reduced_params(U11, u) -> np.ndarray:
+    U11 = as_real(U11, "U11")
+    if U11.ndim != 2 or U11.shape[0] != U11.shape[1] or U11.shape[0] < 1:
+        raise ValueError(f"U11: expected a square (d, d) array with d >= 1, got shape {U11.shape}")
+    if not np.all(np.isfinite(U11)):
+        raise ValueError("U11: contains non-finite values (NaN or inf)")
+    real_float(u, "u")
+    return U11
 
 
 def minimum_loss(Lambda, N: int) -> float:
@@ -170,6 +194,16 @@ class FlowTrajectory:
     final_U11: np.ndarray | None = None
     final_u: float | None = None
 
+    def history(self):
+        """The records as a ``train.History`` (the type ``fit`` returns): ``step`` = index of
+        the recorded time, ``loss``, and the column ``time``."""
+        from .train import History
+
+        h = History()
+        for i, (t, L) in enumerate(zip(self.times, self.losses)):
+            h.record(i, float(L), time=float(t))
+        return h
+
 
 def _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_target, max_steps):
     times = np.asarray(times, dtype=np.float64).ravel()
@@ -178,8 +212,10 @@ def _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_targe
     if method not in ("dopri5", "rk4"):
         raise ValueError(f"method: expected 'dopri5' or 'rk4', got {method!r}")
     return dict(times=times.tolist(), method=method, rtol=positive_float(rtol, "rtol"),
-                atol=float(atol), step=positive_float(step, "step"), grad_tol=float(grad_tol),
-                loss_target=float(loss_target), gap_tol=float(gap_tol),
+                atol=nonnegative_float(atol, "atol"), step=positive_float(step, "step"),
+                grad_tol=nonnegative_float(grad_tol, "grad_tol"),
+                loss_target=real_float(loss_target, "loss_target"),
+                gap_tol=nonnegative_float(gap_tol, "gap_tol"),
                 max_steps=positive_int(max_steps, "max_steps"))
 
 
@@ -222,13 +258,11 @@ def reduced_gradient_flow(U11, u: float, Lambda, N: int, *, times, method: str =
                           grad_tol: float = 0.0, gap_tol: float = 0.0, loss_target: float = 0.0,
                           max_steps: int = 10_000_000) -> FlowTrajectory:
     """Gradient flow on ℓ̃(U11, u_{-1}) of ZFB Lemma A.1: the dynamics (5.4) of Lemma 5.2."""
-    U11 = np.ascontiguousarray(U11, dtype=np.float64)
-    if U11.ndim != 2 or U11.shape[0] != U11.shape[1]:
-        raise ValueError(f"U11: expected a square (d, d) array, got shape {U11.shape}")
+    U11 = _reduced_params(U11, u)
     d = U11.shape[0]
     Lam = _covariance(Lambda, d)
     opts = _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_target, max_steps)
-    r = _core.gradient_flow_reduced(U11, float(u), Lam, positive_int(N, "N"), **opts)
+    r = _core.gradient_flow_reduced(U11, real_float(u, "u"), Lam, positive_int(N, "N"), **opts)
     th = r["thetas"]
     return FlowTrajectory(
         times=r["times"], losses=r["losses"], final_time=r["final_time"],
@@ -241,24 +275,23 @@ def reduced_gradient_flow(U11, u: float, Lambda, N: int, *, times, method: str =
 
 def gradient_descent(W_pv, W_kq, Lambda, N: int, *, step: float, n_steps: int,
                      record_every: int = 1):
-    """Plain GD θ ← θ − η ∇L(θ) on the exact population loss (the discrete gradient flow).
-    Returns (W_pv, W_kq, steps [K], losses [K]) recorded every ``record_every`` steps."""
+    """Plain GD θ ← θ − η ∇L(θ) on the exact population loss (the discrete gradient flow): a thin
+    call of ``train.fit`` (``PopulationObjective``, ``SGD(lr=step)``). Returns (W_pv, W_kq,
+    steps [K], losses [K]) recorded every ``record_every`` steps and at ``n_steps`` (the final
+    parameters). A non-finite loss raises ``train.TrainingDiverged`` (a FloatingPointError)."""
+    from . import train
+
     W_pv, W_kq, d = _params(W_pv, W_kq)
-    Lam = _covariance(Lambda, d)
     eta = positive_float(step, "step")
     n_steps = positive_int(n_steps, "n_steps", minimum=0)
     record_every = positive_int(record_every, "record_every")
-    N = positive_int(N, "N")
-    steps, losses = [], []
-    W_pv, W_kq = W_pv.copy(), W_kq.copy()
-    for k in range(n_steps + 1):
-        L, g_pv, g_kq = _core.population_loss("fixed", W_pv, W_kq, Lam, N)
+    objective = train.PopulationObjective(W_pv, W_kq, positive_int(N, "N"), Lambda=_covariance(Lambda, d))
+    if n_steps == 0:
+        L = objective.evaluate(objective.theta0)
         if not np.isfinite(L):
-            raise FloatingPointError(f"gradient_descent diverged at step {k}: reduce step")
-        if k % record_every == 0 or k == n_steps:
-            steps.append(k)
-            losses.append(L)
-        if k < n_steps:
-            W_pv -= eta * g_pv
-            W_kq -= eta * g_kq
-    return W_pv, W_kq, np.array(steps), np.array(losses)
+            raise FloatingPointError("gradient_descent: non-finite loss at the initial parameters")
+        return W_pv.copy(), W_kq.copy(), np.array([0]), np.array([L])
+    res = train.fit(objective, train.SGD(lr=eta), steps=n_steps, record_every=record_every,
+                    progress=False)
+    W_pv, W_kq = objective.unpack(res.theta)
+    return W_pv.copy(), W_kq.copy(), res.history["step"], res.history["loss"]

@@ -5,11 +5,13 @@ a ``lsa_native.data.PromptBatch`` that depends only on (seed, step) — never on
 
 - ``LinearPrompts``: linear-regression prompts [ZFB 3.3, 4.2, 4.3; CCS H.1] and the fused LSA step
   ``spec.lsa_loss_and_grad(W_pv, W_kq, batch=B, step=k, method="tokens" | "wishart")``.
+- ``KernelGPPrompts``: K Gaussian-process prompts [CCS Definition 3.3, H.1].
 - ``philox4x32``, ``normals``, ``uniforms``, ``gammas``: the raw generator (Philox4x32-10) and its
   variate streams.
 """
+from .kernel_gp import KernelGPPrompts
 from .linear import COVARIANCE_LAWS, LinearPrompts
 from .random import STREAMS, gammas, normals, philox4x32, uniforms
 
-__all__ = ["LinearPrompts", "COVARIANCE_LAWS", "STREAMS", "philox4x32", "normals", "uniforms",
-           "gammas"]
+__all__ = ["LinearPrompts", "KernelGPPrompts", "COVARIANCE_LAWS", "STREAMS", "philox4x32",
+           "normals", "uniforms", "gammas"]
