@@ -304,3 +304,18 @@ def test_training_trajectory_independent_of_thread_count(method):
         ln.set_num_threads(before)
     np.testing.assert_array_equal(runs[0][0], runs[1][0])
     np.testing.assert_array_equal(runs[0][1], runs[1][1])
+
+
+def test_gradient_flow_with_label_noise_reaches_a_stationary_point():
+    rng = np.random.default_rng(17)
+    d, N = 2, 6
+    Lam = _spd(rng, d)
+    W_pv, W_kq = ln.theory.assumption33_init(d, 0.1, rng=rng)
+    traj = population.gradient_flow(W_pv, W_kq, N, Lambda=Lam, times=[0, 1e4], grad_tol=1e-9,
+                                    noise_std=0.5)
+    L, g_pv, g_kq = population.loss_and_grad(traj.final_W_pv, traj.final_W_kq, Lam, N, noise_std=0.5)
+    assert np.sqrt((g_pv**2).sum() + (g_kq**2).sum()) <= 1e-8
+    assert traj.final_loss == pytest.approx(L, rel=1e-12)
+    # the noisy optimum differs from the noiseless one (the flow really sees the noise terms)
+    _, h_pv, h_kq = population.loss_and_grad(traj.final_W_pv, traj.final_W_kq, Lam, N)
+    assert np.sqrt((h_pv**2).sum() + (h_kq**2).sum()) > 1e-4
