@@ -319,3 +319,20 @@ def test_gradient_flow_with_label_noise_reaches_a_stationary_point():
     # the noisy optimum differs from the noiseless one (the flow really sees the noise terms)
     _, h_pv, h_kq = population.loss_and_grad(traj.final_W_pv, traj.final_W_kq, Lam, N)
     assert np.sqrt((h_pv**2).sum() + (h_kq**2).sum()) > 1e-4
+
+
+def test_batch_carries_its_law():
+    rng = np.random.default_rng(23)
+    d = 3
+    Lam = _spd(rng, d)
+    b = LinearPrompts(d, 4, Lam, noise_std=0.2, seed=5).sample(20000, dtype=np.float64)
+    np.testing.assert_allclose(b.Lambda, Lam)
+    assert b.noise_std == 0.2 and b.query_noise is False
+    # ξ = Λ^{-1/2} x: identity covariance (z-test per entry); power: Λ^{-1/2} replaced by I fails
+    xi = b.xi.reshape(-1, d)
+    assert np.abs(_zmean(np.einsum("ni,nj->nij", xi, xi).reshape(len(xi), -1), np.eye(d).ravel())).max() < Z_MAX
+    X = b.X.reshape(-1, d)
+    assert np.abs(_zmean(np.einsum("ni,nj->nij", X, X).reshape(len(X), -1), np.eye(d).ravel())).max() > Z_MAX
+    s = LinearPrompts(d, 4, Lam, covariates="sphere", seed=5).sample(10, dtype=np.float64)
+    np.testing.assert_allclose(np.linalg.norm(s.xi, axis=-1), 1.0, rtol=1e-12)  # Σ^{-1/2}x on the sphere
+    np.testing.assert_allclose(s.Sigma, Lam)
