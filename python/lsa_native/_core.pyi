@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_gp_sample', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_vjp', 'num_threads', 'population_loss', 'reduced_loss', 'set_num_threads', 'stream_sum']
+__all__: list[str] = ['batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_vjp', 'num_threads', 'population_loss', 'reduced_loss', 'set_num_threads', 'stream_sum']
 @typing.overload
 def batched_cholesky(a: numpy.typing.NDArray[numpy.float32], ok: numpy.typing.NDArray[numpy.int32]) -> None:
     ...
@@ -100,3 +100,4 @@ def stream_sum(x: numpy.typing.NDArray[numpy.float64]) -> float:
     Sum of an array read once on all threads: the read-bandwidth probe of the benchmarks.
     """
 __version__: str = '0.1.0'
+kernel_gp_max_exp_scale: float = 600.0
