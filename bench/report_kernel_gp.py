@@ -124,7 +124,11 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--skip-numpy-loop", action="store_true", help="skip training with numpy sampling")
     p.add_argument("--skip-sampling", action="store_true", help="skip the sampler table")
+    p.add_argument("--torch-threads", type=int, default=0,
+                   help="torch.set_num_threads (0: torch's default; 1 is faster on a busy machine)")
     args = p.parse_args(argv)
+    if torch is not None and args.torch_threads > 0:
+        torch.set_num_threads(args.torch_threads)
     rng = np.random.default_rng(0)
     Bsz = args.batch
     Sigma = ccs_sigma(rng)
