@@ -3,7 +3,15 @@
     Z_{ℓ+1} = Z_ℓ + Σ_s V_ℓ^s Z_ℓ M h̃^s(B_ℓ^s X_ℓ, C_ℓ^s X_ℓ)                      (3)
 
 with h̃ in {linear, relu, exp, softmax} per head [CCS (12)], M = diag(1, …, 1, 0). TF = Z_L[d, n]
-predicts −y_q; the in-context loss is (1/B) Σ (TF + y_q)² (5); :func:`predict` returns −TF.
+predicts −y_q (CCS (4)); :func:`predict` returns −TF.
+
+Conventions (the package's, shared with ``lsa`` and ``population``):
+
+- loss: **½ · mean squared error**, f = (1/(2B)) Σ_b (TF_b + y_q,b)² — half of CCS (5), which has no
+  ½; the ½ matches ZFB (3.7). (The C++ core computes CCS (5); the wrappers here halve it.)
+- signs: ``r`` is the entry of V = [[A, 0], [0, r]] of CCS Assumption 4.4. The functional-GD
+  construction of CCS Prop. 3.1 has V = [[0, 0], [0, −r_ℓ]] with step sizes r_ℓ > 0, i.e.
+  ``r = −step_sizes`` (:meth:`KernelAttentionParams.functional_gd` takes the step sizes).
 
 Array API: Z0 [B, d+1, n+1] (the layout of ``lsa``), V [L, H, d+1, d+1], B, C [L, H, d, d],
 ``activation`` one name or a list of H names (one per head, shared by the layers). float32 or
@@ -23,6 +31,9 @@ from ._validation import as_array, as_prompts, positive_float, positive_int
 __all__ = [
     "ACTIVATIONS",
     "forward",
+    "vjp",
+    "ForwardContext",
+    "context_size",
     "predict",
     "loss_and_grad",
     "sparse_value",
@@ -67,16 +78,70 @@ def _check_output(result, Z0, activation_codes):
     raise FloatingPointError("kernel attention overflowed to a non-finite value")
 
 
-def forward(Z0, V, B, C, activation, *, return_predictions: bool = False):
+@dataclass(frozen=True)
+class ForwardContext:
+    """The per-prompt state saved by ``forward(..., return_context=True)`` for :func:`vjp`: the
+    padded Z_ℓ, U = B X, W = C X, h̃ and Y = Z_ℓ M h̃ of every layer and head, ``data``
+    [B, context_size] in Z0's dtype (Tt·((L+1)(d+1) + L·H·(2d+n+d+1)) values per prompt, Tt =
+    n+1 rounded up to 8 floats / 4 doubles: 20 KiB per prompt at d = 5, n = 30, L = 3, float32).
+    Valid only with the same Z0, V, B, C and activations as the forward that made it."""
+
+    data: np.ndarray
+    shape: tuple  # (B, d, n, L, H)
+
+
+def context_size(dim: int, context: int, layers: int, heads: int, dtype=np.float32) -> int:
+    """Values per prompt of a :class:`ForwardContext` (multiply by the itemsize for bytes)."""
+    return _core.kernel_attention_context_size(dim, context, layers, heads,
+                                               np.dtype(dtype) == np.float64)
+
+
+def forward(Z0, V, B, C, activation, *, return_predictions: bool = False,
+            return_context: bool = False):
     """Z_L of (3) [B, d+1, n+1]; with ``return_predictions`` also TF_ℓ = Z_ℓ[d, n] for
-    ℓ = 0..L [B, L+1] (CCS Figure 2's loss vs depth). O(L·H·n²·d) per prompt."""
+    ℓ = 0..L [B, L+1] (CCS Figure 2's loss vs depth); with ``return_context`` also a
+    :class:`ForwardContext` for :func:`vjp` (then the VJP skips the forward recomputation, at the
+    price of the context's memory). O(L·H·n²·d) per prompt.
+    Returns Z_L, or a tuple (Z_L, [predictions], [context]) in that order."""
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
     Z = np.empty_like(Z0)
     preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype) if return_predictions else None
-    _core.kernel_attention_forward(Z0, V, B, C, codes, Z, preds)
+    ctx = None
+    if return_context:
+        Bsz, d, n, (L, H) = Z0.shape[0], Z0.shape[1] - 1, Z0.shape[2] - 1, V.shape[:2]
+        ctx = ForwardContext(np.empty((Bsz, context_size(d, n, L, H, Z0.dtype)), Z0.dtype),
+                             (Bsz, d, n, L, H))
+    _core.kernel_attention_forward(Z0, V, B, C, codes, Z, preds, None if ctx is None else ctx.data)
     _check_output(Z[:, -1, -1], Z0, codes)
-    return (Z, preds) if return_predictions else Z
+    if not (return_predictions or return_context):
+        return Z
+    return (Z,) + ((preds,) if return_predictions else ()) + ((ctx,) if return_context else ())
+
+
+def vjp(Z0, V, B, C, activation, d_Z_out, *, context: ForwardContext | None = None,
+        input_grad: bool = True):
+    """Vector-Jacobian product of :func:`forward`'s Z_L for the upstream d_Z_out = ∂ℓ/∂Z_L
+    [B, d+1, n+1]: (dV, dB, dC, dZ0) (dZ0 None without ``input_grad``); parameter gradients are
+    batch sums in float64, fixed chunk order. With ``context`` (from ``forward(...,
+    return_context=True)`` on the same inputs) only the backward runs; without it the forward is
+    recomputed per prompt (≈ 1/3 more time, no extra memory). Both give bitwise equal results."""
+    Z0, V, B, C = _params(Z0, V, B, C)
+    codes = _activation_codes(activation, V.shape[1])
+    d_Z_out = as_array(d_Z_out, Z0.shape, Z0.dtype, "d_Z_out", finite=False)
+    if context is not None:
+        shape = (Z0.shape[0], Z0.shape[1] - 1, Z0.shape[2] - 1) + tuple(V.shape[:2])
+        if not isinstance(context, ForwardContext) or context.shape != shape \
+                or context.data.dtype != Z0.dtype:
+            raise ValueError("context: expected the ForwardContext of forward(..., "
+                             f"return_context=True) for shape (B, d, n, L, H) = {shape} and dtype "
+                             f"{Z0.dtype}")
+    dV, dB, dC = np.empty_like(V), np.empty_like(B), np.empty_like(C)
+    dZ0 = np.empty_like(Z0) if input_grad else None
+    _core.kernel_attention_vjp(Z0, V, B, C, codes, d_Z_out, dV, dB, dC, dZ0,
+                               None if context is None else context.data)
+    _check_output(dV, Z0, codes)
+    return dV, dB, dC, dZ0
 
 
 def predict(Z0, V, B, C, activation, *, every_layer: bool = False):
@@ -91,8 +156,8 @@ def predict(Z0, V, B, C, activation, *, every_layer: bool = False):
 
 def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
                   return_predictions: bool = False):
-    """In-context loss (1/B) Σ (TF + y_q)² (5) and its gradients (dV, dB, dC) [+ dZ0]
-    [+ TF_ℓ for every layer, B x (L+1)]. Backward costs ≈ 2-3x the forward."""
+    """In-context loss f = (1/(2B)) Σ (TF + y_q)² (½ × CCS (5), the package convention) and its
+    gradients (dV, dB, dC) [+ dZ0] [+ TF_ℓ for every layer, B x (L+1)]. Backward ≈ 2-3x forward."""
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
     y_q = as_array(y_q, (Z0.shape[0],), Z0.dtype, "y_q")
@@ -101,6 +166,10 @@ def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
     preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype)
     loss = _core.kernel_attention_loss_and_grad(Z0, y_q, V, B, C, codes, dV, dB, dC, dZ0, preds)
     _check_output(np.array([loss]), Z0, codes)
+    # The core computes CCS (5), (1/B) Σ (TF + y_q)²; the package loss is half of it.
+    loss *= 0.5
+    for g in (dV, dB, dC) + ((dZ0,) if input_grad else ()):
+        g *= 0.5
     out = (loss, dV, dB, dC) + ((dZ0,) if input_grad else ())
     return out + ((preds,) if return_predictions else ())
 
@@ -121,8 +190,9 @@ def sparse_value(A, r):
 
 
 def loss_and_grad_sparse(Z0, y_q, A, r, B, C, activation, *, return_predictions: bool = False):
-    """Loss and gradients in the sparse parametrization: (loss, dA, dr, dB, dC). The gradient of
-    a linear embedding V(A, r) is the matching block of dV, so this is exact."""
+    """Loss (1/(2B)) Σ (TF + y_q)² and gradients in the sparse parametrization V = [[A, 0],[0, r]]
+    (CCS Assumption 4.4): (loss, dA, dr, dB, dC). The gradient of a linear embedding V(A, r) is
+    the matching block of dV, so this is exact."""
     V = sparse_value(A, r)
     out = loss_and_grad(Z0, y_q, V, B, C, activation, return_predictions=return_predictions)
     loss, dV, dB, dC = out[:4]
@@ -136,7 +206,9 @@ class KernelAttentionParams:
     """Parameters of an L-layer, H-head kernel-attention model.
 
     ``V`` [L, H, d+1, d+1] (full) or ``A`` [L, H, d, d] and ``r`` [L, H] (sparse, CCS Assumption
-    4.4); ``B``, ``C`` [L, H, d, d]; ``activations``: H names.
+    4.4: V = [[A, 0],[0, r]], so ``r`` is the paper's r of Assumption 4.4 and the *negative* of the
+    step size r_ℓ of Prop. 3.1); ``B``, ``C`` [L, H, d, d]; ``activations``: H names.
+    Losses are ½ · mean squared error, (1/(2B)) Σ (TF + y_q)² (the package convention).
     """
 
     B: np.ndarray
@@ -206,8 +278,15 @@ class KernelAttentionParams:
     def predict(self, Z0, **kw):
         return predict(Z0, self.value(), self.B, self.C, self.activations, **kw)
 
+    def loss(self, Z0, y_q) -> float:
+        """(1/(2B)) Σ (TF + y_q)² from the forward pass only (float64 sum)."""
+        y_q = as_array(y_q, (np.shape(Z0)[0],), np.float64, "y_q")
+        residual = y_q - self.predict(Z0).astype(np.float64)  # y_q − (−TF) = TF + y_q
+        return float(0.5 * np.mean(residual**2))
+
     def loss_and_grad(self, Z0, y_q):
-        """(loss, gradient as a flat vector in the order of :meth:`to_vector`)."""
+        """(loss (1/(2B)) Σ (TF + y_q)², gradient as a flat vector in the order of
+        :meth:`to_vector`)."""
         if self.sparse:
             loss, dA, dr, dB, dC = loss_and_grad_sparse(Z0, y_q, self.A, self.r, self.B, self.C,
                                                         self.activations)

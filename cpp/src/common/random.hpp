@@ -37,16 +37,16 @@ namespace lsa_native::rng {
 // 0x100-0x1FF are reserved for the kernel-GP samplers, 0x1000 and up for tests and users.
 enum Stream : std::uint32_t {
   kStreamRaw = 0,            // raw words / generic test stream
-  kStreamX = 1,              // context covariates x_i (Gaussian or spherical direction)
-  kStreamQuery = 2,          // query covariate x_q
-  kStreamTask = 3,           // task vector w (fresh Gaussian tasks)
+  kStreamX = 1,              // linear prompts: x_i[k] at k·N+i, x_q[k] at N·d+k, fresh w at (N+1)·d+k
+  kStreamQuery = 2,          // reserved (query draws of other samplers)
+  kStreamTask = 3,           // reserved (fresh tasks are drawn with the covariates)
   kStreamNoise = 4,          // label noise ε_i
   kStreamQueryNoise = 5,     // query target noise (optional)
   kStreamCovariance = 6,     // per-prompt random diagonal covariance entries (ZFB 4.3)
   kStreamTaskPool = 7,       // the κ fixed tasks: prompt field = task index, step field = 0
   kStreamTaskChoice = 8,     // which of the κ tasks a prompt uses
-  kStreamBartlettNormal = 9, // off-diagonal Bartlett normals (Wishart path)
-  kStreamBartlettChi2 = 10,  // diagonal Bartlett chi-squares (Wishart path)
+  kStreamBartlettNormal = 9, // Wishart step: x_q, the Bartlett T_ij (i > j), fresh w, ε_q
+  kStreamBartlettChi2 = 10,  // Wishart step: the diagonal chi-squares T_ii²
   kStreamRadius = 11,        // spare: radial parts
   kStreamKernelGPFirst = 0x100,
   kStreamUserFirst = 0x1000,
