@@ -245,13 +245,14 @@ def test_vjp_matches_reference_and_context_is_bitwise(rng, act, L, H, d, n, dtyp
 
 
 def test_loss_and_grad_is_forward_then_vjp(rng):
-    """loss_and_grad's gradients = the VJP seeded with ∂loss/∂Z_L (2 r / B at [d, n])."""
+    """loss_and_grad's gradients = the VJP seeded with ∂loss/∂Z_L (r / B at [d, n]: the loss is
+    (1/(2B)) Σ r², the package's ½ convention)."""
     Z0, y, V, B, C = random_problem(rng, 7, 3, 8, 2, 2)
     acts = ["exp", "softmax"]
     loss, dV, dB, dC, dZ0 = ka.loss_and_grad(Z0, y, V, B, C, acts, input_grad=True)
     Z_L = ka.forward(Z0, V, B, C, acts)
     seed = np.zeros_like(Z0)
-    seed[:, -1, -1] = 2 * (Z_L[:, -1, -1] + y) / len(y)
+    seed[:, -1, -1] = (Z_L[:, -1, -1] + y) / len(y)
     for a, b in zip(ka.vjp(Z0, V, B, C, acts, seed), (dV, dB, dC, dZ0)):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
 
