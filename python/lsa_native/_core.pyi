@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['DeviceArray', 'LsaShape', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_pointer_device', 'cuda_synchronize', 'dlpack_info', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_gp_sample', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_forward_cuda', 'lsa_loss_and_grad', 'lsa_loss_and_grad_cuda', 'lsa_predict', 'lsa_predict_cuda', 'lsa_vjp', 'lsa_vjp_cuda', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
+__all__: list[str] = ['DeviceArray', 'LsaShape', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_synchronize', 'dlpack_info', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_gp_sample', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_forward_cuda', 'lsa_loss_and_grad', 'lsa_loss_and_grad_cuda', 'lsa_predict', 'lsa_predict_cuda', 'lsa_vjp', 'lsa_vjp_cuda', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
 class LsaShape:
     def __init__(self, batch: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex, context: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
@@ -84,9 +84,17 @@ def cuda_compiled() -> bool:
     """
     True when CUDA kernels were compiled in.
     """
+def cuda_philox4x32(counters: numpy.typing.NDArray[numpy.uint32], seed: typing.SupportsInt | typing.SupportsIndex, out: numpy.typing.NDArray[numpy.uint32]) -> None:
+    """
+    Philox4x32-10 words computed on the GPU (host arrays, copied in and out).
+    """
 def cuda_pointer_device(ptr: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
     CUDA device owning the pointer (device or managed memory), else -1.
+    """
+def cuda_random_variates(dtype: str, normal: bool, seed: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, prompt: typing.SupportsInt | typing.SupportsIndex, stream: typing.SupportsInt | typing.SupportsIndex, start: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, out: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    Normals or uniforms of a stream computed on the GPU into the address `out` (device or host).
     """
 def cuda_synchronize() -> None:
     """
