@@ -37,6 +37,19 @@ for dtype, tol in ((np.float32, 2e-4), (np.float64, 1e-12)):
                 err = float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-30))
                 if not err <= tol:
                     bad.append(f"{op} {np.dtype(dtype).name} B={B} d={d} N={N}: relative error {err:.2e}")
+# Counter-based variates on the GPU vs the CPU streams (words and uniforms exactly).
+from lsa_native.sampling import random as srandom  # noqa: E402
+
+counters = rng.integers(0, 2**32, size=(257, 4), dtype=np.uint64)
+if not np.array_equal(cuda.philox4x32(counters, 99), srandom.philox4x32(counters, 99)):
+    bad.append("philox4x32 words differ from the CPU")
+for dtype in (np.float32, np.float64):
+    if not np.array_equal(cuda.to_host(cuda.random_uniforms(1001, seed=5, start=3, dtype=dtype)),
+                          srandom.uniforms(1001, seed=5, start=3, dtype=dtype)):
+        bad.append(f"uniforms {np.dtype(dtype).name} differ from the CPU")
+    z = cuda.to_host(cuda.random_normals(1001, seed=5, start=3, dtype=dtype))
+    if not np.max(np.abs(z - srandom.normals(1001, seed=5, start=3, dtype=dtype))) <= 1e-5:
+        bad.append(f"normals {np.dtype(dtype).name} differ from the CPU")
 cuda.synchronize()
 print("\n".join(bad) if bad else "sanitize_run: all CUDA results match the CPU")
 sys.exit(1 if bad else 0)

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "lsa_native/cuda_random.hpp"
 #include "lsa_native/device.hpp"
 #include "lsa_native/types.hpp"
 
@@ -219,6 +220,45 @@ void bind_cuda(py::module_& m) {
         [](std::uintptr_t p) { return cuda_pointer_device(reinterpret_cast<const void*>(p)); },
         py::arg("ptr"), "CUDA device owning the pointer (device or managed memory), else -1.");
   m.def("cuda_synchronize", &cuda_synchronize, "Wait for all work on the current CUDA device.");
+  using Words = py::array_t<std::uint32_t, py::array::c_style>;
+  m.def(
+      "cuda_philox4x32",
+      [](const Words& counters, std::uint64_t seed, Words out) {
+        if (counters.ndim() != 2 || counters.shape(1) != 4 || out.ndim() != 2 ||
+            out.shape(0) != counters.shape(0) || out.shape(1) != 4)
+          throw Error("counters, out: expected shape (n, 4)");
+        const std::uint32_t* c = counters.data();
+        std::uint32_t* o = out.mutable_data();
+        const index_t n = counters.shape(0);
+        py::gil_scoped_release release;
+        cuda_philox4x32_10(c, n, seed, o);
+      },
+      py::arg("counters").noconvert(), py::arg("seed"), py::arg("out").noconvert(),
+      "Philox4x32-10 words computed on the GPU (host arrays, copied in and out).");
+  m.def(
+      "cuda_random_variates",
+      [](const std::string& dtype, bool normal, std::uint64_t seed, std::uint32_t step,
+         std::uint32_t prompt, std::uint32_t stream, std::uint64_t start, index_t n,
+         std::uintptr_t out) {
+        StreamId id;
+        id.seed = seed;
+        id.step = step;
+        id.prompt = prompt;
+        id.stream = stream;
+        py::gil_scoped_release release;
+        if (dtype == "float32") {
+          auto* o = reinterpret_cast<float*>(out);
+          normal ? cuda_random_normals(id, start, n, o) : cuda_random_uniforms(id, start, n, o);
+        } else if (dtype == "float64") {
+          auto* o = reinterpret_cast<double*>(out);
+          normal ? cuda_random_normals(id, start, n, o) : cuda_random_uniforms(id, start, n, o);
+        } else {
+          throw Error("dtype: expected 'float32' or 'float64', got '" + dtype + "'");
+        }
+      },
+      py::arg("dtype"), py::arg("normal"), py::arg("seed"), py::arg("step"), py::arg("prompt"),
+      py::arg("stream"), py::arg("start"), py::arg("n"), py::arg("out"),
+      "Normals or uniforms of a stream computed on the GPU into the address `out` (device or host).");
 }
 
 }  // namespace lsa_native::bindings

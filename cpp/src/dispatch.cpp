@@ -5,10 +5,12 @@
 #include <string>
 
 #include "cpu/lsa_cpu.hpp"
+#include "lsa_native/cuda_random.hpp"
 #include "lsa_native/device.hpp"
 #include "lsa_native/lsa.hpp"
 #if LSA_NATIVE_HAVE_CUDA
 #include "cuda/lsa_cuda.hpp"
+#include "cuda/random_cuda.hpp"
 #endif
 
 namespace lsa_native {
@@ -117,6 +119,56 @@ void lsa_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, co
   LSA_NATIVE_BACKEND(device, lsa_vjp, shape, E, W_pv, W_kq, d_F, d_W_pv, d_W_kq, d_E);
 }
 #undef LSA_NATIVE_BACKEND
+
+// ---- counter-based variates on the GPU (cuda_random.hpp) ----
+namespace {
+void require_stream_range(std::uint64_t start, index_t n, std::uint64_t per_block) {
+  detail::require(n >= 0, "n: expected >= 0, got " + std::to_string(n));
+  detail::require(start + std::uint64_t(n) <= (std::uint64_t(1) << 32) * per_block,
+                  "start + n: beyond the stream");
+}
+}  // namespace
+
+void cuda_philox4x32_10(const std::uint32_t* counters, index_t n, std::uint64_t seed,
+                        std::uint32_t* out) {
+  detail::require(n >= 0, "n: expected >= 0, got " + std::to_string(n));
+  detail::require(n == 0 || (counters != nullptr && out != nullptr), "counters, out: null pointer");
+  use_cuda(Device::cuda);
+#if LSA_NATIVE_HAVE_CUDA
+  cuda::philox4x32_10(counters, n, seed, out);
+#else
+  (void)seed;
+#endif
+}
+
+template <class T>
+void cuda_random_normals(const StreamId& id, std::uint64_t start, index_t n, T* out) {
+  require_stream_range(start, n, 16 / sizeof(T));  // normals per block: 4 (float), 2 (double)
+  detail::require(n == 0 || out != nullptr, "out: null pointer");
+  use_cuda(Device::cuda);
+#if LSA_NATIVE_HAVE_CUDA
+  cuda::random_variates(id, start, n, out, true);
+#else
+  (void)id;
+#endif
+}
+
+template <class T>
+void cuda_random_uniforms(const StreamId& id, std::uint64_t start, index_t n, T* out) {
+  require_stream_range(start, n, 16 / sizeof(T));  // uniforms per block: 4 (float), 2 (double)
+  detail::require(n == 0 || out != nullptr, "out: null pointer");
+  use_cuda(Device::cuda);
+#if LSA_NATIVE_HAVE_CUDA
+  cuda::random_variates(id, start, n, out, false);
+#else
+  (void)id;
+#endif
+}
+
+template void cuda_random_normals<float>(const StreamId&, std::uint64_t, index_t, float*);
+template void cuda_random_normals<double>(const StreamId&, std::uint64_t, index_t, double*);
+template void cuda_random_uniforms<float>(const StreamId&, std::uint64_t, index_t, float*);
+template void cuda_random_uniforms<double>(const StreamId&, std::uint64_t, index_t, double*);
 
 #define LSA_NATIVE_INSTANTIATE(T)                                                                  \
   template void lsa_predict<T>(const LsaShape&, const T*, const T*, const T*, T*, Device);         \

@@ -27,6 +27,9 @@ __all__ = [
     "to_device",
     "to_host",
     "synchronize",
+    "philox4x32",
+    "random_normals",
+    "random_uniforms",
 ]
 
 DeviceArray = _core.DeviceArray
@@ -178,3 +181,50 @@ def to_host(a) -> np.ndarray:
     if library == "torch":
         return a.detach().cpu().numpy()
     return np.asarray(a)
+
+
+# ---- counter-based variates on the GPU (the streams of lsa_native.sampling.random) -------------
+
+def philox4x32(counters, seed) -> np.ndarray:
+    """Philox4x32-10 words of ``counters`` [n, 4] computed on the GPU: equal to
+    :func:`lsa_native.sampling.random.philox4x32` bit for bit. Host arrays in and out."""
+    from .sampling import random as _random
+
+    c = np.asarray(counters)
+    if c.ndim != 2 or c.shape[1] != 4:
+        raise ValueError(f"counters: expected shape (n, 4), got {c.shape}")
+    if not np.issubdtype(c.dtype, np.integer) or (c.size and (c.min() < 0 or c.max() >= 2**32)):
+        raise ValueError("counters: expected integers in [0, 2**32)")
+    c = np.ascontiguousarray(c, dtype=np.uint32)
+    out = np.empty_like(c)
+    _core.cuda_philox4x32(c, _random.check_seed(seed), out)
+    return out
+
+
+def _variates(normal: bool, n, seed, step, prompt, stream, start, dtype, device) -> DeviceArray:
+    from .sampling import random as _random
+
+    dt = np.dtype(dtype)
+    if dt not in _FLOATS:
+        raise TypeError(f"dtype: expected float32 or float64, got {dt}")
+    n = int(n)
+    if n < 0:
+        raise ValueError(f"n: expected >= 0, got {n}")
+    args = _random._stream_args(seed, step, prompt, stream, start)
+    out = DeviceArray([n], dt, device)
+    _core.cuda_random_variates(dt.name, normal, *args, n, out.ptr)
+    return out
+
+
+def random_normals(n: int, *, seed=0, step=0, prompt=0, stream=0x1000, start=0, dtype=np.float64,
+                   device: int = -1) -> DeviceArray:
+    """Standard normals at positions start .. start+n−1 of a stream, computed on the GPU: the
+    variates of :func:`lsa_native.sampling.random.normals` up to the rounding of the GPU's
+    log/sin/cos (same Philox words, same Box–Muller pairing)."""
+    return _variates(True, n, seed, step, prompt, stream, start, dtype, device)
+
+
+def random_uniforms(n: int, *, seed=0, step=0, prompt=0, stream=0x1000, start=0, dtype=np.float64,
+                    device: int = -1) -> DeviceArray:
+    """Uniforms on (0, 1) of a stream computed on the GPU (as :func:`lsa_native.sampling.random.uniforms`)."""
+    return _variates(False, n, seed, step, prompt, stream, start, dtype, device)
