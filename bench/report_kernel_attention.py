@@ -25,9 +25,8 @@ except ImportError:
     torch = None
 
 
-def torch_loss_and_grad(Z0, y, V, B, C, act):
-    """The same model in PyTorch with autograd (the formulation a researcher writes by hand)."""
-    V, B, C = (t.clone().requires_grad_(True) for t in (V, B, C))
+def torch_loss(Z0, y, V, B, C, act):
+    """The model in PyTorch, differentiable (the formulation a researcher writes by hand)."""
     d, n = Z0.shape[1] - 1, Z0.shape[2] - 1
     Z = Z0
     for l in range(V.shape[0]):
@@ -43,7 +42,13 @@ def torch_loss_and_grad(Z0, y, V, B, C, act):
         else:
             Hm = torch.softmax(Sm, dim=1)
         Z = Z + V[l, 0] @ (Z[:, :, :n] @ Hm)
-    loss = ((Z[:, d, n] + y) ** 2).mean()
+    return ((Z[:, d, n] + y) ** 2).mean()
+
+
+def torch_loss_and_grad(Z0, y, V, B, C, act):
+    """torch_loss with autograd."""
+    V, B, C = (t.clone().requires_grad_(True) for t in (V, B, C))
+    loss = torch_loss(Z0, y, V, B, C, act)
     loss.backward()
     return loss.item()
 

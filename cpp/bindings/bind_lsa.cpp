@@ -4,7 +4,9 @@
 
 #include <pybind11/stl.h>
 
+#include <cstdint>
 #include <optional>
+#include <string>
 
 namespace lsa_native::bindings {
 namespace {
@@ -90,11 +92,97 @@ void bind_dtype(py::module_& m) {
       py::arg("d_E").noconvert() = py::none());
 }
 
+// ---- Device::cuda entry points on raw addresses ----
+// The Python layer (lsa_native._lsa_cuda) checks shapes, dtypes and layouts of CUDA arrays
+// (__cuda_array_interface__ / __dlpack__) and of host arrays and passes their addresses here; the
+// C++ dispatcher validates the shape, and the CUDA backend uses device memory in place and copies
+// host memory in and out. Address 0 = argument absent.
+template <class T>
+const T* in_addr(std::uintptr_t a) {
+  return reinterpret_cast<const T*>(a);
+}
+template <class T>
+T* out_addr(std::uintptr_t a) {
+  return reinterpret_cast<T*>(a);
+}
+
+// Calls f.template operator()<T>() for T = float ("float32") or double ("float64").
+template <class F>
+auto with_dtype(const std::string& dtype, F&& f) {
+  if (dtype == "float32") return f(float{});
+  if (dtype == "float64") return f(double{});
+  throw Error("dtype: expected 'float32' or 'float64', got '" + dtype + "'");
+}
+
+using Addr = std::uintptr_t;
+
+void bind_cuda_entry_points(py::module_& m) {
+  m.def(
+      "lsa_predict_cuda",
+      [](const std::string& dtype, const LsaShape& s, Addr E, Addr W_pv, Addr W_kq, Addr y_hat) {
+        with_dtype(dtype, [&](auto t) {
+          using T = decltype(t);
+          py::gil_scoped_release release;
+          lsa_predict(s, in_addr<T>(E), in_addr<T>(W_pv), in_addr<T>(W_kq), out_addr<T>(y_hat),
+                      Device::cuda);
+        });
+      },
+      py::arg("dtype"), py::arg("shape"), py::arg("E"), py::arg("W_pv"), py::arg("W_kq"),
+      py::arg("out"));
+  m.def(
+      "lsa_loss_and_grad_cuda",
+      [](const std::string& dtype, const LsaShape& s, Addr E, Addr y_q, Addr W_pv, Addr W_kq,
+         Addr d_W_pv, Addr d_W_kq, Addr y_hat) {
+        return with_dtype(dtype, [&](auto t) {
+          using T = decltype(t);
+          py::gil_scoped_release release;
+          return lsa_loss_and_grad(s, in_addr<T>(E), in_addr<T>(y_q), in_addr<T>(W_pv),
+                                   in_addr<T>(W_kq), out_addr<T>(d_W_pv), out_addr<T>(d_W_kq),
+                                   out_addr<T>(y_hat), Device::cuda);
+        });
+      },
+      py::arg("dtype"), py::arg("shape"), py::arg("E"), py::arg("y_q"), py::arg("W_pv"),
+      py::arg("W_kq"), py::arg("d_W_pv"), py::arg("d_W_kq"), py::arg("y_hat"));
+  m.def(
+      "lsa_forward_cuda",
+      [](const std::string& dtype, const LsaShape& s, Addr E, Addr W_pv, Addr W_kq, Addr F) {
+        with_dtype(dtype, [&](auto t) {
+          using T = decltype(t);
+          py::gil_scoped_release release;
+          lsa_forward(s, in_addr<T>(E), in_addr<T>(W_pv), in_addr<T>(W_kq), out_addr<T>(F),
+                      Device::cuda);
+        });
+      },
+      py::arg("dtype"), py::arg("shape"), py::arg("E"), py::arg("W_pv"), py::arg("W_kq"),
+      py::arg("out"));
+  m.def(
+      "lsa_vjp_cuda",
+      [](const std::string& dtype, const LsaShape& s, Addr E, Addr W_pv, Addr W_kq, Addr d_F,
+         Addr d_W_pv, Addr d_W_kq, Addr d_E) {
+        with_dtype(dtype, [&](auto t) {
+          using T = decltype(t);
+          py::gil_scoped_release release;
+          lsa_vjp(s, in_addr<T>(E), in_addr<T>(W_pv), in_addr<T>(W_kq), in_addr<T>(d_F),
+                  out_addr<T>(d_W_pv), out_addr<T>(d_W_kq), out_addr<T>(d_E), Device::cuda);
+        });
+      },
+      py::arg("dtype"), py::arg("shape"), py::arg("E"), py::arg("W_pv"), py::arg("W_kq"),
+      py::arg("d_F"), py::arg("d_W_pv"), py::arg("d_W_kq"), py::arg("d_E"));
+}
+
 }  // namespace
 
 void bind_lsa(py::module_& m) {
   bind_dtype<float>(m);
   bind_dtype<double>(m);
+  // (B, d, N) of a batch, as the CUDA entry points take it.
+  py::class_<LsaShape>(m, "LsaShape")
+      .def(py::init([](index_t B, index_t d, index_t N) { return LsaShape{B, d, N}; }),
+           py::arg("batch"), py::arg("dim"), py::arg("context"))
+      .def_readonly("batch", &LsaShape::batch)
+      .def_readonly("dim", &LsaShape::dim)
+      .def_readonly("context", &LsaShape::context);
+  bind_cuda_entry_points(m);
 }
 
 }  // namespace lsa_native::bindings

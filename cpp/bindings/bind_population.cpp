@@ -21,17 +21,20 @@ index_t param_dim(const Arr& W_pv, const Arr& W_kq) {
 
 // The objective selected by `kind` over θ = (W_pv.flat, W_kq.flat), reading `data`:
 // "fixed": Λ [d, d]; "random_diagonal": moments [3, d]; "samples": Λ samples [S, d, d].
-LossAndGrad population_objective(const std::string& kind, index_t d, const Arr& data, index_t N) {
+LossAndGrad population_objective(const std::string& kind, index_t d, const Arr& data, index_t N,
+                                 const LabelNoise& noise = {}) {
   const double* p = data.data();
   const index_t n2 = (d + 1) * (d + 1);
   if (kind == "fixed") {
     require_shape(data, {d, d}, "Lambda");
-    return [=](const double* th, double* g) { return population_loss(d, th, th + n2, p, N, g, g + n2); };
+    return [=](const double* th, double* g) {
+      return population_loss(d, th, th + n2, p, N, g, g + n2, noise);
+    };
   }
   if (kind == "random_diagonal") {
     require_shape(data, {3, d}, "moments");
     return [=](const double* th, double* g) {
-      return population_loss_random_diagonal(d, th, th + n2, p, N, g, g + n2);
+      return population_loss_random_diagonal(d, th, th + n2, p, N, g, g + n2, noise);
     };
   }
   if (kind == "samples") {
@@ -39,7 +42,7 @@ LossAndGrad population_objective(const std::string& kind, index_t d, const Arr& 
     require_shape(data, {data.shape(0), d, d}, "Lambdas");
     const index_t S = data.shape(0);
     return [=](const double* th, double* g) {
-      return population_loss_samples(d, th, th + n2, p, S, N, g, g + n2);
+      return population_loss_samples(d, th, th + n2, p, S, N, g, g + n2, noise);
     };
   }
   throw Error("kind: expected 'fixed', 'random_diagonal' or 'samples', got '" + kind + "'");
@@ -87,9 +90,13 @@ py::dict run_flow(const LossAndGrad& f, std::vector<double> theta0, const std::v
 void bind_population(py::module_& m) {
   m.def(
       "population_loss",
-      [](const std::string& kind, const Arr& W_pv, const Arr& W_kq, const Arr& data, index_t N) {
+      [](const std::string& kind, const Arr& W_pv, const Arr& W_kq, const Arr& data, index_t N,
+         double noise_std, bool query_noise) {
         const index_t d = param_dim(W_pv, W_kq);
-        const LossAndGrad f = population_objective(kind, d, data, N);
+        LabelNoise noise;
+        noise.std = noise_std;
+        noise.query = query_noise;
+        const LossAndGrad f = population_objective(kind, d, data, N, noise);
         Arr d_W_pv({d + 1, d + 1}), d_W_kq({d + 1, d + 1});
         std::vector<double> theta(W_pv.data(), W_pv.data() + W_pv.size());
         theta.insert(theta.end(), W_kq.data(), W_kq.data() + W_kq.size());
@@ -104,7 +111,8 @@ void bind_population(py::module_& m) {
         return py::make_tuple(loss, d_W_pv, d_W_kq);
       },
       py::arg("kind"), py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(),
-      py::arg("data").noconvert(), py::arg("N"));
+      py::arg("data").noconvert(), py::arg("N"), py::arg("noise_std") = 0.0,
+      py::arg("query_noise") = false);
   m.def(
       "reduced_loss",
       [](const Arr& U11, double u, const Arr& Lambda, index_t N) {

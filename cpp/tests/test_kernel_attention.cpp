@@ -75,6 +75,29 @@ TEST(KernelAttention, GradientsMatchCentralDifferences) {
   }
 }
 
+// Softmax with logits ~1e4 (exp overflows without the max subtracted): the attention of the query
+// is one-hot on the source maximizing S_iq = (b x_i)(c x_q), so TF = V[d, :]·z_{i*} exactly.
+template <class T>
+void check_saturated_softmax() {
+  const index_t n = 3;
+  const lsa_native::KernelAttentionShape shape{1, 1, n, 1, 1};
+  // Z0 [2, 4]: x = (0.3, 0.9, −0.5; x_q = 1.0), y = (1.5, −2.0, 0.7; 0).
+  const std::vector<T> Z0 = {T(0.3), T(0.9), T(-0.5), T(1.0), T(1.5), T(-2.0), T(0.7), T(0)};
+  const std::vector<T> V = {T(0), T(0), T(0.25), T(-0.75)};  // V[d, :] = (0.25, −0.75)
+  const std::vector<T> Bq = {T(100)}, Ck = {T(100)};         // S_iq = 1e4 x_i x_q
+  const lsa_native::Activation act[] = {lsa_native::Activation::softmax};
+  std::vector<T> preds(2);
+  lsa_native::kernel_attention_forward(shape, Z0.data(), V.data(), Bq.data(), Ck.data(), act,
+                                       static_cast<T*>(nullptr), preds.data());
+  const double expected = 0.25 * 0.9 - 0.75 * -2.0;  // source 1 (x = 0.9) wins
+  EXPECT_NEAR(double(preds[1]), expected, 1e-5 * std::fabs(expected));
+}
+
+TEST(KernelAttention, SoftmaxWithHugeLogitsIsOneHot) {
+  check_saturated_softmax<float>();
+  check_saturated_softmax<double>();
+}
+
 // loss_and_grad is forward + VJP seeded with ∂loss/∂Z_L = 2 r / B at [d, n]; the VJP from a saved
 // context equals the recomputing VJP bitwise.
 TEST(KernelAttention, VjpWithAndWithoutContextComposeToLossGradient) {

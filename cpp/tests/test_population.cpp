@@ -95,6 +95,40 @@ TEST(PopulationLoss, InvalidArgumentsThrowError) {
                lsa_native::Error);
 }
 
+// Random diagonal Λτ with the two-point law λ_i ∈ {a, b} (probability ½ each): the exact expectation
+// is the average over the 2^d diagonals, which the moment formula must reproduce (L is cubic in λ).
+TEST(PopulationLoss, RandomDiagonalEqualsTwoPointEnumeration) {
+  const index_t d = 2, N = 3, n2 = (d + 1) * (d + 1);
+  const double a = 0.5, b = 2.5;
+  const auto W_pv = random_matrix(d + 1, d + 1, 11, 0.5), W_kq = random_matrix(d + 1, d + 1, 12, 0.5);
+  std::vector<double> moments(3 * d);
+  for (index_t i = 0; i < d; ++i) {
+    moments[0 * d + i] = (a + b) / 2;
+    moments[1 * d + i] = (a * a + b * b) / 2;
+    moments[2 * d + i] = (a * a * a + b * b * b) / 2;
+  }
+  std::vector<double> g_pv(n2), g_kq(n2), e_pv(n2, 0.0), e_kq(n2, 0.0), t_pv(n2), t_kq(n2);
+  const double L = lsa_native::population_loss_random_diagonal(d, W_pv.data(), W_kq.data(),
+                                                               moments.data(), N, g_pv.data(),
+                                                               g_kq.data());
+  double expected = 0;
+  for (double l0 : {a, b})
+    for (double l1 : {a, b}) {
+      const std::vector<double> Lam = {l0, 0, 0, l1};
+      expected += 0.25 * lsa_native::population_loss(d, W_pv.data(), W_kq.data(), Lam.data(), N,
+                                                     t_pv.data(), t_kq.data());
+      for (index_t i = 0; i < n2; ++i) {
+        e_pv[i] += 0.25 * t_pv[i];
+        e_kq[i] += 0.25 * t_kq[i];
+      }
+    }
+  EXPECT_NEAR(L, expected, 1e-11 * std::fabs(expected));
+  for (index_t i = 0; i < n2; ++i) {
+    EXPECT_NEAR(g_pv[i], e_pv[i], 1e-10 * (1 + std::fabs(e_pv[i])));
+    EXPECT_NEAR(g_kq[i], e_kq[i], 1e-10 * (1 + std::fabs(e_kq[i])));
+  }
+}
+
 TEST(GradientFlow, ReachesTheorem41LimitOnTheScalarProblem) {
   // d = 1, Λ = λ: the limit is u = |Γ^{-1}|^{1/2}, K = |Γ^{-1}|^{-1/2} Γ^{-1}, i.e. u = K = Γ^{-1/2}.
   const double lambda = 2.0;

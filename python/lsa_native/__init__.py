@@ -1,11 +1,12 @@
 """lsa_native: fast, exact in-context-learning research on attention models.
 
 Submodules: ``lsa`` (native batched LSA), ``population`` (exact population losses, gradient flow), ``reference`` (numpy oracles), ``data`` (prompt
-samplers), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` (``lsa-native``).
+samplers), ``sampling`` (native samplers by seed and step), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` (``lsa-native``).
 """
 from . import _core
 from ._validation import positive_int
-from . import baselines, data, kernel_attention, lsa, population, reference, theory, train
+from . import (baselines, cuda, data, kernel_attention, lsa, population, reference, sampling, theory,
+               train)
 
 __version__ = _core.__version__
 
@@ -24,11 +25,13 @@ cpu_kernel_isa = _core.cpu_kernel_isa
 
 __all__ = [
     "lsa",
+    "cuda",
     "kernel_attention",
     "baselines",
     "population",
     "reference",
     "data",
+    "sampling",
     "theory",
     "train",
     "cuda_compiled",

@@ -1,29 +1,47 @@
 """Baseline predictors for in-context regression, batched over prompts (SPEC 3.4).
 
 Arrays: X [B, n, d] context inputs, y [B, n] labels, x_q [B, d] queries; each returns ŷ [B]
-(or [B, L+1] for iterative methods).
+(or [B, L+1] for iterative methods). The kernel baselines also take a
+:class:`~lsa_native.data.PromptBatch` and then evaluate the kernel on its whitened inputs
+ξ = Σ^{-1/2} x (CCS Definition 3.3); see :data:`BANDWIDTH_CONVENTION`.
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["KERNELS", "kernel_matrix", "psd_part", "bayes_estimator", "functional_gd",
-           "zero_estimator", "ols", "ridge"]
+from ._validation import positive_float
+from .data import PromptBatch, inverse_sqrtm
+
+__all__ = ["KERNELS", "BANDWIDTH_CONVENTION", "check_kernel", "kernel_matrix", "psd_part",
+           "bayes_estimator", "functional_gd", "zero_estimator", "ols", "ridge"]
 
 KERNELS = ("linear", "relu", "exp")
 
+BANDWIDTH_CONVENTION = """Kernels and bandwidth [CCS (12), (14)]: K^linear(u, w) = <u, w>,
+K^relu(u, w) = max(<u, w>, 0), K^exp_σ(u, w) = exp(<u, w>/σ²) with σ = ``bandwidth`` (only "exp"
+uses it). K is evaluated on the whitened inputs ξ = Σ^{-1/2} x (CCS Definition 3.3), read from a
+:class:`~lsa_native.data.PromptBatch` or from ``Sigma=``. The same σ makes
+:meth:`lsa_native.kernel_attention.KernelAttentionParams.functional_gd` equal :func:`functional_gd`."""
+
+
+def check_kernel(kernel) -> str:
+    """``kernel`` if it names a kernel of :data:`KERNELS`, else a ValueError."""
+    if not isinstance(kernel, str) or kernel not in KERNELS:
+        raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
+    return kernel
+
 
 def kernel_matrix(kernel: str, X1, X2, bandwidth: float = 1.0) -> np.ndarray:
-    """K(x, x') for all pairs: linear <x, x'>, relu max(<x, x'>, 0), exp exp(<x, x'>/σ²)  [CCS (12)].
-    X1 [B, m, d], X2 [B, k, d] → [B, m, k]."""
+    """K(u, w) for all pairs of rows: linear <u, w>, relu max(<u, w>, 0), exp exp(<u, w>/σ²) with
+    σ = ``bandwidth`` (exp only)  [CCS (12), (14)]. Pass whitened points ξ = Σ^{-1/2} x for the
+    kernel of CCS Definition 3.3. X1 [B, m, d], X2 [B, k, d] → [B, m, k]."""
+    check_kernel(kernel)
     G = np.asarray(X1) @ np.swapaxes(np.asarray(X2), -1, -2)
     if kernel == "linear":
         return G
     if kernel == "relu":
         return np.maximum(G, 0)
-    if kernel == "exp":
-        return np.exp(G / bandwidth**2)
-    raise ValueError(f"kernel: expected one of {KERNELS}, got {kernel!r}")
+    return np.exp(G / positive_float(bandwidth, "bandwidth") ** 2)
 
 
 def psd_part(K) -> np.ndarray:
@@ -33,14 +51,46 @@ def psd_part(K) -> np.ndarray:
     return (U * np.abs(w)[..., None, :]) @ np.swapaxes(U, -1, -2)
 
 
-def bayes_estimator(X, y, x_q, kernel: str, bandwidth: float = 1.0, jitter: float = 0.0):
-    """f^bayes(x_q) = ν^T K̂^{-1} Ŷ with [[K̂, ν],[ν^T, μ]] = K_+ of the n+1 points  [CCS (13)]:
-    the posterior mean of the K Gaussian process. ``jitter`` adds ε·I to K̂ for ill-conditioned
-    kernels (e.g. linear with n > d)."""
-    X, y, x_q = np.asarray(X), np.asarray(y), np.asarray(x_q)
-    pts = np.concatenate([X, x_q[:, None, :]], axis=1)
+def _kernel_problem(X, y, x_q, kernel, bandwidth, Sigma):
+    """(ξ [B, n, d], y [B, n], ξ_q [B, d], kernel, bandwidth): whitened inputs and the kernel, from
+    a PromptBatch (its law; explicit arguments override it) or from arrays and ``Sigma``."""
+    if isinstance(X, PromptBatch):
+        b = X
+        if y is not None or x_q is not None:
+            raise TypeError("y, x_q: pass either a PromptBatch or the arrays X, y, x_q, not both")
+        if Sigma is not None:
+            raise TypeError("Sigma: a PromptBatch carries its own law; pass arrays to override it")
+        xi, xi_q = b.whitened()
+        kernel = b.kernel if kernel is None else kernel
+        if bandwidth is None:
+            bandwidth = b.bandwidth if (b.bandwidth is not None and kernel == b.kernel) else 1.0
+        y = b.y
+    else:
+        if y is None or x_q is None:
+            raise TypeError("y, x_q: required when X is an array (or pass a PromptBatch as X)")
+        xi, y, xi_q = np.asarray(X), np.asarray(y), np.asarray(x_q)
+        if Sigma is not None:
+            W = inverse_sqrtm(Sigma, "Sigma", xi.shape[-1])
+            xi, xi_q = xi @ W, xi_q @ W
+        bandwidth = 1.0 if bandwidth is None else bandwidth
+    if kernel is None:
+        raise ValueError("kernel: required (the batch does not say which kernel made its labels)")
+    return xi, y, xi_q, check_kernel(kernel), positive_float(bandwidth, "bandwidth")
+
+
+def bayes_estimator(X, y=None, x_q=None, kernel: str | None = None, bandwidth: float | None = None,
+                    jitter: float = 0.0, *, Sigma=None):
+    """f^bayes(x_q) = ν^T K̂^{-1} Ŷ with [[K̂, ν],[ν^T, μ]] = K_+ of the n+1 whitened points
+    ξ = Σ^{-1/2} x  [CCS (13), Definition 3.3]: the posterior mean of the K Gaussian process.
+
+    ``bayes_estimator(batch)`` reads the kernel, σ and Σ from a PromptBatch (the safe call);
+    ``bayes_estimator(X, y, x_q, kernel, bandwidth, Sigma=Σ)`` takes arrays (Σ = I when omitted).
+    K_+ (eigenvalues made absolute), not K: they differ for relu. ``jitter`` adds ε·I to K̂ for
+    ill-conditioned kernels (e.g. linear with n > d). Bandwidth: exp(<u, w>/σ²) [CCS (14)]."""
+    xi, y, xi_q, kernel, bandwidth = _kernel_problem(X, y, x_q, kernel, bandwidth, Sigma)
+    pts = np.concatenate([xi, xi_q[:, None, :]], axis=1)
     Kp = psd_part(kernel_matrix(kernel, pts, pts, bandwidth))
-    n = X.shape[1]
+    n = xi.shape[1]
     K_hat = Kp[:, :n, :n] + jitter * np.eye(n)
     nu = Kp[:, :n, n]
     # Minimum-norm solve: K̂ may be singular (linear kernel with n > d); pinv gives ν^T K̂^+ Ŷ.
@@ -48,16 +98,25 @@ def bayes_estimator(X, y, x_q, kernel: str, bandwidth: float = 1.0, jitter: floa
     return np.einsum("bi,bi->b", nu, coef)
 
 
-def functional_gd(X, y, x_q, kernel: str, step_sizes, bandwidth: float = 1.0) -> np.ndarray:
+def functional_gd(X, y=None, x_q=None, kernel: str | None = None, step_sizes=None,
+                  bandwidth: float | None = None, *, Sigma=None) -> np.ndarray:
     """Kernel functional gradient descent f_{ℓ+1} = f_ℓ + r_ℓ Σ_i (y_i − f_ℓ(x_i)) K(·, x_i),
-    f_0 = 0  [CCS (9)]. Returns f_ℓ(x_q) for ℓ = 0..L [B, L+1]."""
-    X, y, x_q = np.asarray(X), np.asarray(y), np.asarray(x_q)
-    K_ctx = kernel_matrix(kernel, X, X, bandwidth)  # [B, n, n]
-    K_q = kernel_matrix(kernel, x_q[:, None, :], X, bandwidth)[:, 0, :]  # [B, n]
+    f_0 = 0  [CCS (9)], with K evaluated on ξ = Σ^{-1/2} x and exp(<u, w>/σ²) [CCS (14)].
+    Returns f_ℓ(x_q) for ℓ = 0..L [B, L+1].
+
+    ``functional_gd(batch, step_sizes=r)`` reads Σ, the kernel and σ from a PromptBatch (``kernel=``
+    or ``bandwidth=`` override them); with arrays, Σ = I unless ``Sigma=`` is given. Equals
+    ``KernelAttentionParams.functional_gd(d, r, kernel, bandwidth=σ, Sigma=Σ).predict(E,
+    every_layer=True)`` (CCS Prop. 3.1)."""
+    if step_sizes is None:
+        raise TypeError("step_sizes: required (one step size r_ℓ per iteration)")
+    xi, y, xi_q, kernel, bandwidth = _kernel_problem(X, y, x_q, kernel, bandwidth, Sigma)
+    K_ctx = kernel_matrix(kernel, xi, xi, bandwidth)  # [B, n, n]
+    K_q = kernel_matrix(kernel, xi_q[:, None, :], xi, bandwidth)[:, 0, :]  # [B, n]
     f_ctx = np.zeros_like(y, dtype=np.float64)
-    f_q = np.zeros(X.shape[0])
+    f_q = np.zeros(xi.shape[0])
     out = [f_q.copy()]
-    for r in np.asarray(step_sizes, dtype=np.float64):
+    for r in np.asarray(step_sizes, dtype=np.float64).ravel():
         resid = y - f_ctx
         f_q = f_q + r * np.einsum("bi,bi->b", K_q, resid)
         f_ctx = f_ctx + r * np.einsum("bji,bi->bj", K_ctx, resid)

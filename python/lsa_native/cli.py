@@ -1,85 +1,162 @@
-"""The ``lsa-native`` console command."""
+"""The ``lsa-native`` console command: ``lsa-native reproduce <id>|all`` (and ``demo``, an alias of
+``reproduce zfb-thm41``)."""
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
-
-import numpy as np
+import time
 
 __all__ = ["main"]
 
+EXIT_FAIL = 1   # a reproduction ran and did not meet its pass condition
+EXIT_USAGE = 2  # bad arguments (unknown id, bad size, unwritable folder, unreachable scheduler)
+
+
+class UsageError(ValueError):
+    """Bad command-line arguments, detected before anything runs."""
+
+
+def _parse_value(text: str, ref):
+    if isinstance(ref, bool):
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"expected true/false, got {text!r}")
+    if isinstance(ref, (list, tuple)):
+        proto = ref[0] if ref else 0.0
+        return [_parse_value(t, proto) for t in text.split(",") if t.strip()]
+    if isinstance(ref, int):
+        return int(text)
+    if isinstance(ref, float):
+        return float(text)
+    return text
+
+
+def _sizes(entry, assignments):
+    sizes = {}
+    for a in assignments or []:
+        if "=" not in a:
+            raise ValueError(f"--set: expected NAME=VALUE, got {a!r}")
+        key, text = a.split("=", 1)
+        key = key.strip().replace("-", "_")
+        if key not in entry.quick:
+            raise ValueError(f"--set: {entry.id} has no size {key!r}; expected one of {sorted(entry.quick)}")
+        try:
+            sizes[key] = _parse_value(text.strip(), entry.quick[key])
+        except ValueError as e:
+            raise ValueError(f"--set {key}: {e}") from None
+    return sizes
+
+
+def _print_table(results) -> None:
+    from .experiments.runner import table
+
+    print(table(results))
+
+
+def _validate(args, experiments, _common, sweep) -> dict:
+    """{id: size overrides} for the ids to run; raises on any bad argument before work starts."""
+    known = experiments.ids()
+    if args.id != "all" and args.id not in known:
+        raise ValueError(f"unknown reproduction id {args.id!r}; expected one of {known} or 'all'")
+    if args.seed < 0:
+        raise ValueError(f"--seed: expected an integer >= 0, got {args.seed}")
+    if args.workers < 0:
+        raise ValueError(f"--workers: expected an integer >= 0, got {args.workers}")
+    if args.id == "all" and args.set:
+        raise ValueError("--set applies to one reproduction id, not 'all'")
+    _common.prepare_output(args.out)
+    if args.scheduler:
+        sweep.check_scheduler(args.scheduler).close()
+    per_id = {}
+    for i in (known if args.id == "all" else [args.id]):
+        entry = experiments.REGISTRY[i]
+        sizes = _sizes(entry, args.set)
+        _common.check_sizes({**entry.quick, **(entry.full if args.full else {})}, sizes)
+        per_id[i] = sizes
+    return per_id
+
+
+def _reproduce(args) -> int:
+    from . import experiments
+    from .experiments import _common, runner, sweep
+
+    try:
+        per_id = _validate(args, experiments, _common, sweep)
+    except (ValueError, TypeError) as e:
+        raise UsageError(str(e)) from None
+    chosen = list(per_id)
+    command = "lsa-native " + " ".join(shlex.quote(a) for a in (args.argv or []))
+    kw = dict(full=args.full, seed=args.seed, progress=not args.quiet, scheduler=args.scheduler,
+              workers=args.workers)
+    t0 = time.perf_counter()
+    results = []
+    for i in chosen:
+        if not args.quiet:
+            print(f"[{i}] running ({'full' if args.full else 'quick'} size) ...", flush=True)
+        r = runner.run(i, args.out, **kw, **per_id[i])
+        print(f"[{i}] {r.status}: {r.measured} ({r.wall_time:.1f} s)", flush=True)
+        results.append(r)
+    index = runner.write_index(args.out, results, command=command,
+                               total_time=time.perf_counter() - t0)
+    print()
+    _print_table(results)
+    print(f"\nresults, plots and {index.name} written to {args.out}")
+    return 0 if all(r.passed for r in results) else EXIT_FAIL
+
 
 def _demo(args) -> int:
-    """ZFB Theorem 4.1 on an anisotropic Λ: exact population gradient flow from Assumption 3.3
-    (native DOPRI5) and SGD on sampled prompts (native LSA), both against the closed-form limit."""
-    from . import cpu_kernel_isa, data, population, theory, train
+    """``demo``: ``reproduce zfb-thm41`` with the historical flags (--plot PNG)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
 
-    rng = np.random.default_rng(args.seed)
-    d, N = args.dim, args.context
-    Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
-    Lambda = Q @ np.diag(np.linspace(0.5, 2.0, d)) @ Q.T  # eigenvalues spread over [0.5, 2]
-    sigma = 0.5 * theory.sigma_bound(Lambda, N)
-    W_pv0, W_kq0 = theory.assumption33_init(d, sigma, rng=rng)
-    W_pv_star, W_kq_star = theory.thm41_limits(Lambda, N)
-    L_min = population.minimum_loss(Lambda, N)
-    mu = theory.pl_constant(Lambda, N, sigma, W_kq0[:d, :d] / sigma)
-    print(f"lsa_native demo: d={d}, N={N}, CPU kernels {cpu_kernel_isa()}; "
-          f"σ = {sigma:.3f}, PL constant μ = {mu:.4f} (ZFB Lemma 5.4)")
+    from .experiments import zfb_thm41
 
-    # 1. Exact gradient flow on the closed-form population loss.
-    times = np.linspace(0, args.flow_time, 201)
-    flow = population.gradient_flow(W_pv0, W_kq0, N, Lambda=Lambda, times=times)
-    flow_dist = [theory.relative_distance(P, K, W_pv_star, W_kq_star) for P, K in zip(flow.W_pv, flow.W_kq)]
-    gap = flow.losses - L_min
-    pl_ok = bool(np.all(gap <= np.exp(-mu * flow.times) * gap[0] * (1 + 1e-9) + 1e-13))
-    print(f"  exact gradient flow to t={times[-1]:g}: {flow.steps} steps, "
-          f"‖θ − θ*‖/‖θ*‖ = {flow_dist[-1]:.2e}, loss gap {gap[-1]:.2e}, "
-          f"gap <= e^(−μt)·gap(0) throughout: {pl_ok}")
-
-    # 2. SGD on sampled prompts with the native LSA loss and gradient.
-    def sample(r):
-        return data.linear_regression_prompts(r, args.batch, d, N, Lambda, dtype=np.float32)
-
-    def metrics(W_pv, W_kq):
-        return {"dist": theory.relative_distance(W_pv, W_kq, W_pv_star, W_kq_star),
-                "gap": population.loss(W_pv, W_kq, Lambda, N) - L_min}
-
-    W_pv, W_kq, hist = train.sgd_lsa(W_pv0, W_kq0, sample, steps=args.steps, lr=args.lr, rng=rng,
-                                     lr_decay_to=0.1, metric=metrics, record_every=25,
-                                     progress=not args.quiet)
-    print(f"  SGD, {args.steps} steps of {args.batch} prompts: ‖θ − θ*‖/‖θ*‖ = "
-          f"{hist.metrics['dist'][-1]:.4f}, exact population loss gap {hist.metrics['gap'][-1]:.2e}")
-    print(f"distance to the ZFB Theorem 4.1 limit: flow {flow_dist[-1]:.2e}, SGD {hist.metrics['dist'][-1]:.4f}")
-
+    sizes = dict(dim=args.dim, context=args.context, batch=args.batch, steps=args.steps,
+                 lr=args.lr, flow_time=args.flow_time)
+    with tempfile.TemporaryDirectory() as tmp:
+        r = zfb_thm41(tmp if args.plot else None, seed=args.seed, progress=not args.quiet, **sizes)
+        if args.plot:
+            shutil.copy(Path(tmp) / "zfb-thm41_figure.png", args.plot)
+    d = r.details
+    print(f"lsa_native demo (= lsa-native reproduce zfb-thm41): d={args.dim}, N={args.context}; "
+          f"σ = {d['sigma']:.3f}, PL constant μ = {d['mu']:.4f} (ZFB Lemma 5.4)")
+    print(f"  exact gradient flow: {d['flow_steps']} steps, loss gap {d['final_gap']:.2e}, "
+          f"gap <= e^(−μt)·gap(0) throughout: {d['pl_bound_held']}")
+    print(f"distance to the ZFB Theorem 4.1 limit: flow {d['flow_distance']:.2e}, SGD {d['sgd_distance']:.4f}")
+    print(f"{r.status}: {r.condition}")
     if args.plot:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-        axes[0].semilogy(flow.times, np.maximum(gap, 1e-16), label="exact gradient flow")
-        axes[0].semilogy(flow.times, np.exp(-mu * flow.times) * gap[0], "--",
-                         label=r"$e^{-\mu t}\,$gap(0) (Lemma 5.4)")
-        axes[0].set(xlabel="t", ylabel="L(θ(t)) − min L", title="Loss gap, population flow")
-        axes[1].semilogy(flow.times, flow_dist)
-        axes[1].set(xlabel="t", ylabel="‖θ − θ*‖/‖θ*‖", title="Distance to the Theorem 4.1 limit")
-        axes[2].semilogy(hist.step, hist.metrics["dist"], label="‖θ − θ*‖/‖θ*‖")
-        axes[2].semilogy(hist.step, np.maximum(hist.metrics["gap"], 1e-16), label="exact loss gap")
-        axes[2].set(xlabel="SGD step", title=f"SGD on sampled prompts (B={args.batch})")
-        for ax in axes[[0, 2]]:
-            ax.legend()
-        fig.suptitle(f"ZFB Theorem 4.1, d={d}, N={N}, anisotropic Λ")
-        fig.tight_layout()
-        fig.savefig(args.plot, dpi=110)
         print(f"plot written to {args.plot}")
     return 0
 
 
-def main(argv=None) -> int:
+def _parser() -> argparse.ArgumentParser:
+    from . import experiments
+
     parser = argparse.ArgumentParser(prog="lsa-native", description="lsa_native command line")
     sub = parser.add_subparsers(dest="command", required=True)
-    demo = sub.add_parser("demo", help="ZFB Theorem 4.1: exact gradient flow and SGD vs the limit")
+    rep = sub.add_parser(
+        "reproduce", help="reproduce a claim of ZFB / CCS (plots, JSON/CSV, PASS/FAIL)",
+        description="Run a reproduction (quick size by default) and print PASS/FAIL. ids: "
+                    + ", ".join(experiments.ids()) + ", or 'all' (writes index.md).")
+    rep.add_argument("id", help="reproduction id or 'all'")
+    rep.add_argument("--full", action="store_true", help="the paper's sizes (slow)")
+    rep.add_argument("--out", default="reproductions", help="output folder (default: reproductions)")
+    rep.add_argument("--seed", type=int, default=0)
+    rep.add_argument("--set", action="append", metavar="NAME=VALUE",
+                     help="override a size, e.g. --set steps=400 --set contexts=10,20 (repeatable)")
+    rep.add_argument("--scheduler", metavar="ADDRESS",
+                     help="Dask scheduler for sweeps (default: a LocalCluster for --full grids)")
+    rep.add_argument("--workers", type=int, default=2,
+                     help="LocalCluster worker processes for sweeps (0: run cells in this process)")
+    rep.add_argument("--quiet", action="store_true", help="no progress bars")
+    rep.set_defaults(func=_reproduce)
+    lst = sub.add_parser("list", help="list reproduction ids with their claims and sizes")
+    lst.set_defaults(func=_list)
+    demo = sub.add_parser("demo", help="alias of 'reproduce zfb-thm41' (ZFB Theorem 4.1)")
     demo.add_argument("--dim", type=int, default=5)
     demo.add_argument("--context", type=int, default=20)
     demo.add_argument("--batch", type=int, default=4096)
@@ -90,8 +167,26 @@ def main(argv=None) -> int:
     demo.add_argument("--plot", metavar="PNG", help="write a figure of both runs to this file")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=_demo)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    return parser
+
+
+def _list(args) -> int:
+    from . import experiments
+
+    for i, e in experiments.REGISTRY.items():
+        print(f"{i}: {e.claim}\n    pass: {e.condition}\n    quick: {e.quick}\n    full:  {e.full}")
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(argv)
+    args.argv = argv
+    try:
+        return args.func(args)
+    except UsageError as e:
+        print(f"lsa-native: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -5,18 +5,32 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import positive_int
+from ._validation import positive_float, positive_int
 
 __all__ = ["PromptBatch", "embed", "linear_regression_prompts", "kernel_gp_prompts",
-           "unit_sphere", "check_covariance"]
+           "unit_sphere", "check_covariance", "sqrtm", "inverse_sqrtm"]
 
 
 @dataclass(frozen=True)
 class PromptBatch:
-    """A batch of in-context regression prompts.
+    """A batch of in-context regression prompts and the law that made it.
 
-    X [B, N, d] context inputs, y [B, N] labels, x_q [B, d] queries, y_q [B] query targets,
+    Arrays: X [B, N, d] context inputs, y [B, N] labels, x_q [B, d] queries, y_q [B] query targets,
     w [B, d] task weights (None when labels are not linear), E [B, d+1, N+1] the embedding (3.4).
+
+    The law (all optional, None when unknown; existing constructor calls keep working):
+
+    - ``Lambda`` [d, d]: covariance of Gaussian covariates x ~ N(0, Λ) [ZFB 3.3];
+    - ``Sigma`` [d, d]: shape matrix of sphere covariates x = Σ^{1/2} ξ, ξ uniform on the unit sphere
+      [CCS H.1] (then Cov x = Σ/d);
+    - ``xi`` [B, N, d], ``xi_q`` [B, d]: the whitened inputs ξ = M^{-1/2} x with M = Σ or Λ (the
+      symmetric root): the points a kernel of CCS Definition 3.3 is evaluated on;
+    - ``kernel`` ("linear" | "relu" | "exp") and ``bandwidth`` σ: the kernel K whose Gaussian process
+      made the labels, K(ξ_i, ξ_j), exp(<u, w>/σ²) for "exp" [CCS (12), (14)];
+    - ``noise_std``: label noise y_i = f(x_i) + noise_std·ε_i; ``query_noise``: whether the query
+      target y_q carries the same noise (False: y_q is the noiseless f(x_q)).
+
+    Baselines that take a batch (:mod:`lsa_native.baselines`) read the law from it.
     """
 
     X: np.ndarray
@@ -25,6 +39,14 @@ class PromptBatch:
     y_q: np.ndarray
     w: np.ndarray | None
     E: np.ndarray
+    Lambda: np.ndarray | None = None
+    Sigma: np.ndarray | None = None
+    xi: np.ndarray | None = None
+    xi_q: np.ndarray | None = None
+    kernel: str | None = None
+    bandwidth: float | None = None
+    noise_std: float = 0.0
+    query_noise: bool = False
 
     @property
     def batch(self) -> int:
@@ -37,6 +59,22 @@ class PromptBatch:
     @property
     def context(self) -> int:
         return self.X.shape[1]
+
+    @property
+    def shape_matrix(self) -> np.ndarray | None:
+        """The matrix M whose inverse root whitens the inputs (Σ for sphere covariates, else Λ)."""
+        return self.Sigma if self.Sigma is not None else self.Lambda
+
+    def whitened(self) -> tuple[np.ndarray, np.ndarray]:
+        """(ξ [B, N, d], ξ_q [B, d]) = M^{-1/2}(X, x_q): the stored ``xi``, or computed from the law
+        (the raw inputs when the batch carries no covariance, i.e. M = I)."""
+        if self.xi is not None and self.xi_q is not None:
+            return self.xi, self.xi_q
+        M = self.shape_matrix
+        if M is None:
+            return self.X, self.x_q
+        W = inverse_sqrtm(M, "Sigma" if self.Sigma is not None else "Lambda", self.dim)
+        return self.X @ W, self.x_q @ W
 
 
 def embed(X, y, x_q, dtype=np.float64) -> np.ndarray:
@@ -82,13 +120,17 @@ def linear_regression_prompts(
     Lambda=None,
     *,
     noise_std: float = 0.0,
+    query_noise: bool = False,
     dtype=np.float64,
 ) -> PromptBatch:
-    """Training prompts of ZFB 3.3: w ~ N(0, I_d), x_i, x_q iid N(0, Λ), y_i = <w, x_i> (+ noise),
-    target y_q = <w, x_q> (noiseless). Λ defaults to I_d."""
+    """Training prompts of ZFB 3.3: w ~ N(0, I_d), x_i, x_q iid N(0, Λ), y_i = <w, x_i> + σ ε_i
+    with σ = ``noise_std``; the target y_q = <w, x_q> is noiseless unless ``query_noise`` (then
+    y_q = <w, x_q> + σ ε_q, the target of the noisy population loss). Λ defaults to I_d."""
     B, d, N = (positive_int(batch, "batch"), positive_int(dim, "dim"),
                positive_int(context, "context"))
-    chol = np.eye(d) if Lambda is None else np.linalg.cholesky(check_covariance(Lambda, d=d))
+    noise_std = _nonnegative(noise_std, "noise_std")
+    Lam = np.eye(d) if Lambda is None else check_covariance(Lambda, d=d)
+    chol = np.linalg.cholesky(Lam)
     w = rng.standard_normal((B, d))
     X = rng.standard_normal((B, N, d)) @ chol.T
     x_q = rng.standard_normal((B, d)) @ chol.T
@@ -96,14 +138,17 @@ def linear_regression_prompts(
     if noise_std > 0:
         y = y + noise_std * rng.standard_normal((B, N))
     y_q = np.einsum("bd,bd->b", x_q, w)
-    return PromptBatch(X=X, y=y, x_q=x_q, y_q=y_q.astype(dtype), w=w, E=embed(X, y, x_q, dtype))
+    if query_noise and noise_std > 0:
+        y_q = y_q + noise_std * rng.standard_normal(B)
+    return PromptBatch(X=X, y=y, x_q=x_q, y_q=y_q.astype(dtype), w=w, E=embed(X, y, x_q, dtype),
+                       Lambda=Lam, noise_std=noise_std, query_noise=bool(query_noise))
 
 
 def unit_sphere(rng: np.random.Generator, shape: tuple, dim: int, Sigma=None) -> np.ndarray:
     """Σ^{1/2} ξ with ξ uniform on the unit sphere in R^dim (CCS H.1); shape + (dim,)."""
     xi = rng.standard_normal(tuple(shape) + (dim,))
     xi /= np.linalg.norm(xi, axis=-1, keepdims=True)
-    return xi if Sigma is None else xi @ _sqrtm(Sigma, dim)
+    return xi if Sigma is None else xi @ sqrtm(Sigma, "Sigma", dim)
 
 
 def kernel_gp_prompts(
@@ -118,20 +163,44 @@ def kernel_gp_prompts(
     dtype=np.float64,
 ) -> PromptBatch:
     """Prompts with labels from the K Gaussian process Y | X ~ N(0, K_+(X)) of CCS Definition 3.3,
-    K_ij = K(Σ^{-1/2} x_i, Σ^{-1/2} x_j), covariates x = Σ^{1/2} ξ with ξ uniform on the sphere."""
-    from .baselines import kernel_matrix
+    K_ij = K(ξ_i, ξ_j) on the whitened inputs ξ = Σ^{-1/2} x, covariates x = Σ^{1/2} ξ with ξ
+    uniform on the sphere (CCS H.1). K is linear <u, w>, relu max(<u, w>, 0) or exp exp(<u, w>/σ²)
+    with σ = ``bandwidth`` (used by "exp" only) [CCS (12), (14)]. K_+ = U|D|Uᵀ by a batched eigh.
+    This is the numpy reference of :class:`lsa_native.sampling.KernelGPPrompts`."""
+    from .baselines import kernel_matrix, check_kernel
 
     B, d, n = positive_int(batch, "batch"), positive_int(dim, "dim"), positive_int(context, "context")
-    xi = unit_sphere(rng, (B, n + 1), d)  # Σ^{-1/2} x
-    X_all = xi if Sigma is None else xi @ _sqrtm(Sigma, d)
+    kernel = check_kernel(kernel)
+    bandwidth = positive_float(bandwidth, "bandwidth")
+    S = None if Sigma is None else check_covariance(Sigma, "Sigma", d)
+    xi = unit_sphere(rng, (B, n + 1), d)  # ξ = Σ^{-1/2} x
+    X_all = xi if S is None else xi @ sqrtm(S, "Sigma", d)
     K = kernel_matrix(kernel, xi, xi, bandwidth)
     w, U = np.linalg.eigh(0.5 * (K + np.swapaxes(K, 1, 2)))
     Y = np.einsum("bij,bj->bi", U * np.sqrt(np.abs(w))[:, None, :], rng.standard_normal((B, n + 1)))
     X, x_q = X_all[:, :n], X_all[:, n]
     return PromptBatch(X=X, y=Y[:, :n], x_q=x_q, y_q=Y[:, n].astype(dtype), w=None,
-                       E=embed(X, Y[:, :n], x_q, dtype))
+                       E=embed(X, Y[:, :n], x_q, dtype), Sigma=np.eye(d) if S is None else S,
+                       xi=xi[:, :n], xi_q=xi[:, n], kernel=kernel, bandwidth=bandwidth)
 
 
-def _sqrtm(Sigma, d: int) -> np.ndarray:
-    w, U = np.linalg.eigh(check_covariance(Sigma, "Sigma", d))
+def sqrtm(M, name: str = "Sigma", d: int | None = None) -> np.ndarray:
+    """The symmetric root M^{1/2} of an SPD matrix (checked by :func:`check_covariance`)."""
+    w, U = np.linalg.eigh(check_covariance(M, name, d))
     return (U * np.sqrt(w)) @ U.T
+
+
+def inverse_sqrtm(M, name: str = "Sigma", d: int | None = None) -> np.ndarray:
+    """The symmetric inverse root M^{-1/2}: ξ = M^{-1/2} x whitens x (row vectors: x @ M^{-1/2})."""
+    w, U = np.linalg.eigh(check_covariance(M, name, d))
+    return (U / np.sqrt(w)) @ U.T
+
+
+def _nonnegative(value, name: str) -> float:
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}") from None
+    if not np.isfinite(v) or v < 0:
+        raise ValueError(f"{name}: expected a finite number >= 0, got {value}")
+    return v

@@ -3,7 +3,15 @@
     Z_{ℓ+1} = Z_ℓ + Σ_s V_ℓ^s Z_ℓ M h̃^s(B_ℓ^s X_ℓ, C_ℓ^s X_ℓ)                      (3)
 
 with h̃ in {linear, relu, exp, softmax} per head [CCS (12)], M = diag(1, …, 1, 0). TF = Z_L[d, n]
-predicts −y_q; the in-context loss is (1/B) Σ (TF + y_q)² (5); :func:`predict` returns −TF.
+predicts −y_q (CCS (4)); :func:`predict` returns −TF.
+
+Conventions (the package's, shared with ``lsa`` and ``population``):
+
+- loss: **½ · mean squared error**, f = (1/(2B)) Σ_b (TF_b + y_q,b)² — half of CCS (5), which has no
+  ½; the ½ matches ZFB (3.7). (The C++ core computes CCS (5); the wrappers here halve it.)
+- signs: ``r`` is the entry of V = [[A, 0], [0, r]] of CCS Assumption 4.4. The functional-GD
+  construction of CCS Prop. 3.1 has V = [[0, 0], [0, −r_ℓ]] with step sizes r_ℓ > 0, i.e.
+  ``r = −step_sizes`` (:meth:`KernelAttentionParams.functional_gd` takes the step sizes).
 
 Array API: Z0 [B, d+1, n+1] (the layout of ``lsa``), V [L, H, d+1, d+1], B, C [L, H, d, d],
 ``activation`` one name or a list of H names (one per head, shared by the layers). float32 or
@@ -18,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _core
-from ._validation import as_array, as_prompts, positive_int
+from ._validation import as_array, as_prompts, positive_float, positive_int
 
 __all__ = [
     "ACTIVATIONS",
@@ -148,8 +156,8 @@ def predict(Z0, V, B, C, activation, *, every_layer: bool = False):
 
 def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
                   return_predictions: bool = False):
-    """In-context loss (1/B) Σ (TF + y_q)² (5) and its gradients (dV, dB, dC) [+ dZ0]
-    [+ TF_ℓ for every layer, B x (L+1)]. Backward costs ≈ 2-3x the forward."""
+    """In-context loss f = (1/(2B)) Σ (TF + y_q)² (½ × CCS (5), the package convention) and its
+    gradients (dV, dB, dC) [+ dZ0] [+ TF_ℓ for every layer, B x (L+1)]. Backward ≈ 2-3x forward."""
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
     y_q = as_array(y_q, (Z0.shape[0],), Z0.dtype, "y_q")
@@ -158,6 +166,10 @@ def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
     preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype)
     loss = _core.kernel_attention_loss_and_grad(Z0, y_q, V, B, C, codes, dV, dB, dC, dZ0, preds)
     _check_output(np.array([loss]), Z0, codes)
+    # The core computes CCS (5), (1/B) Σ (TF + y_q)²; the package loss is half of it.
+    loss *= 0.5
+    for g in (dV, dB, dC) + ((dZ0,) if input_grad else ()):
+        g *= 0.5
     out = (loss, dV, dB, dC) + ((dZ0,) if input_grad else ())
     return out + ((preds,) if return_predictions else ())
 
@@ -178,8 +190,9 @@ def sparse_value(A, r):
 
 
 def loss_and_grad_sparse(Z0, y_q, A, r, B, C, activation, *, return_predictions: bool = False):
-    """Loss and gradients in the sparse parametrization: (loss, dA, dr, dB, dC). The gradient of
-    a linear embedding V(A, r) is the matching block of dV, so this is exact."""
+    """Loss (1/(2B)) Σ (TF + y_q)² and gradients in the sparse parametrization V = [[A, 0],[0, r]]
+    (CCS Assumption 4.4): (loss, dA, dr, dB, dC). The gradient of a linear embedding V(A, r) is
+    the matching block of dV, so this is exact."""
     V = sparse_value(A, r)
     out = loss_and_grad(Z0, y_q, V, B, C, activation, return_predictions=return_predictions)
     loss, dV, dB, dC = out[:4]
@@ -193,7 +206,9 @@ class KernelAttentionParams:
     """Parameters of an L-layer, H-head kernel-attention model.
 
     ``V`` [L, H, d+1, d+1] (full) or ``A`` [L, H, d, d] and ``r`` [L, H] (sparse, CCS Assumption
-    4.4); ``B``, ``C`` [L, H, d, d]; ``activations``: H names.
+    4.4: V = [[A, 0],[0, r]], so ``r`` is the paper's r of Assumption 4.4 and the *negative* of the
+    step size r_ℓ of Prop. 3.1); ``B``, ``C`` [L, H, d, d]; ``activations``: H names.
+    Losses are ½ · mean squared error, (1/(2B)) Σ (TF + y_q)² (the package convention).
     """
 
     B: np.ndarray
@@ -231,17 +246,30 @@ class KernelAttentionParams:
         return cls(B=g(L, H, d, d), C=g(L, H, d, d), activations=names, V=g(L, H, d + 1, d + 1))
 
     @classmethod
-    def functional_gd(cls, dim: int, step_sizes, activations="exp", *, bandwidth: float = 1.0):
-        """The construction of CCS Prop. 3.1 / D.1: B = C = I/σ, V_ℓ^s = [[0, 0],[0, −r_ℓ]], so that
+    def functional_gd(cls, dim: int, step_sizes, activations="exp", *, bandwidth: float = 1.0,
+                      Sigma=None):
+        """The construction of CCS Prop. 3.1 / D.1: V_ℓ^s = [[0, 0],[0, −r_ℓ]] and B = C = Σ^{-1/2}
+        for linear / relu heads, B = C = Σ^{-1/2}/σ for exp / softmax heads (CCS 3.1.2), so that
         −TF_ℓ is the ℓ-th iterate of functional GD f_{ℓ+1} = f_ℓ + r_ℓ Σ_i (y_i − f_ℓ(x_i)) K(·, x_i)
-        with K the (sum over heads of the) kernels h̃^s. step_sizes: [L] or [L, H]."""
+        with K the sum over heads of the kernels on the whitened inputs ξ = Σ^{-1/2} x.
+
+        Bandwidth convention (one for the package, :data:`lsa_native.baselines.BANDWIDTH_CONVENTION`):
+        K^exp_σ(u, w) = exp(<u, w>/σ²) [CCS (14)]; linear and relu kernels have no bandwidth. Then
+        ``predict(E, every_layer=True)`` equals ``baselines.functional_gd(batch, step_sizes=r)``.
+        step_sizes: [L] or [L, H]; Sigma [d, d] SPD (default I)."""
+        from .data import inverse_sqrtm
+
         d = positive_int(dim, "dim")
+        sigma = positive_float(bandwidth, "bandwidth")
         r = np.asarray(step_sizes, dtype=np.float64)
         names = [activations] if isinstance(activations, str) else list(activations)
+        _activation_codes(names, len(names))
         H = len(names)
         r = np.broadcast_to(r.reshape(len(r), -1), (len(r), H)).copy() if r.ndim == 1 else r
         L = r.shape[0]
-        eye = np.broadcast_to(np.eye(d) / bandwidth, (L, H, d, d)).copy()
+        root = np.eye(d) if Sigma is None else inverse_sqrtm(Sigma, "Sigma", d)
+        scale = np.array([1 / sigma if name in ("exp", "softmax") else 1.0 for name in names])
+        eye = np.broadcast_to(scale[:, None, None] * root, (L, H, d, d)).copy()
         return cls(B=eye, C=eye.copy(), activations=names, A=np.zeros((L, H, d, d)), r=-r)
 
     def forward(self, Z0, **kw):
@@ -250,8 +278,15 @@ class KernelAttentionParams:
     def predict(self, Z0, **kw):
         return predict(Z0, self.value(), self.B, self.C, self.activations, **kw)
 
+    def loss(self, Z0, y_q) -> float:
+        """(1/(2B)) Σ (TF + y_q)² from the forward pass only (float64 sum)."""
+        y_q = as_array(y_q, (np.shape(Z0)[0],), np.float64, "y_q")
+        residual = y_q - self.predict(Z0).astype(np.float64)  # y_q − (−TF) = TF + y_q
+        return float(0.5 * np.mean(residual**2))
+
     def loss_and_grad(self, Z0, y_q):
-        """(loss, gradient as a flat vector in the order of :meth:`to_vector`)."""
+        """(loss (1/(2B)) Σ (TF + y_q)², gradient as a flat vector in the order of
+        :meth:`to_vector`)."""
         if self.sparse:
             loss, dA, dr, dB, dC = loss_and_grad_sparse(Z0, y_q, self.A, self.r, self.B, self.C,
                                                         self.activations)

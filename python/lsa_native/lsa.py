@@ -8,12 +8,20 @@ other layout is copied once (visibly, with ``np.ascontiguousarray``). Parameters
 
 Accuracy: per-prompt token sums run in ``E``'s dtype with SIMD partial sums; the batch sums of the
 loss and the parameter gradients run in float64 for both dtypes.
+
+Devices: every function takes ``device="auto" | "cpu" | "cuda"``. ``"auto"`` runs where the arrays
+live: on the GPU when any argument is a CUDA array (CuPy, PyTorch CUDA tensors, anything with
+``__cuda_array_interface__`` or a CUDA ``__dlpack__``), else on the CPU. ``"cuda"`` with numpy
+arrays copies them to the GPU and the results back. CUDA arrays must be C-contiguous with E's
+dtype; results for CUDA inputs are CUDA arrays of the same library (see :mod:`lsa_native.cuda`).
+On the GPU the batch sums are reduced in a fixed order (two runs are bitwise equal).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import _core
+from . import _core, _lsa_cuda
+from .cuda import resolve_device
 from ._validation import as_array, as_out, as_prompts, check_finite_result
 
 __all__ = ["predict", "loss_and_grad", "forward", "vjp", "split_shape"]
@@ -33,7 +41,7 @@ def _params(E, W_pv, W_kq):
     return E, W_pv, W_kq
 
 
-def predict(E, W_pv, W_kq, *, out=None) -> np.ndarray:
+def predict(E, W_pv, W_kq, *, out=None, device="auto") -> np.ndarray:
     """Predictions ŷ = [f_LSA(E)]_{d+1,N+1} = p^T G q for every prompt  [ZFB (3.6)].
 
     p is the last row of W^PV, K the first d columns of W^KQ, q = K x_q, G = E E^T / N.
@@ -42,6 +50,8 @@ def predict(E, W_pv, W_kq, *, out=None) -> np.ndarray:
 
     Returns ŷ [B] in E's dtype (written into ``out`` when given).
     """
+    if resolve_device(device, E=E, W_pv=W_pv, W_kq=W_kq, out=out) == "cuda":
+        return _lsa_cuda.predict(E, W_pv, W_kq, out)
     E, W_pv, W_kq = _params(E, W_pv, W_kq)
     y_hat = as_out(out, (E.shape[0],), E.dtype)
     _core.lsa_predict(E, W_pv, W_kq, y_hat)
@@ -49,7 +59,7 @@ def predict(E, W_pv, W_kq, *, out=None) -> np.ndarray:
     return y_hat
 
 
-def loss_and_grad(E, y_q, W_pv, W_kq, *, return_predictions: bool = False):
+def loss_and_grad(E, y_q, W_pv, W_kq, *, return_predictions: bool = False, device="auto"):
     """Empirical loss L = (1/(2B)) Σ_b (ŷ_b − y_q,b)^2 [ZFB (3.7)] and its gradients.
 
     Returns ``(L, dW_pv, dW_kq)`` (plus ŷ [B] when ``return_predictions``): L is a float (batch sum
@@ -58,6 +68,8 @@ def loss_and_grad(E, y_q, W_pv, W_kq, *, return_predictions: bool = False):
     the query label slots E[:, d, N] are 0 (prompts of (3.4)).
     Forward and backward read each prompt once from memory.
     """
+    if resolve_device(device, E=E, y_q=y_q, W_pv=W_pv, W_kq=W_kq) == "cuda":
+        return _lsa_cuda.loss_and_grad(E, y_q, W_pv, W_kq, return_predictions)
     E, W_pv, W_kq = _params(E, W_pv, W_kq)
     B, n = E.shape[0], E.shape[1]
     y_q = as_array(y_q, (B,), E.dtype, "y_q")
@@ -71,12 +83,14 @@ def loss_and_grad(E, y_q, W_pv, W_kq, *, return_predictions: bool = False):
     return loss, d_W_pv, d_W_kq
 
 
-def forward(E, W_pv, W_kq, *, out=None) -> np.ndarray:
+def forward(E, W_pv, W_kq, *, out=None, device="auto") -> np.ndarray:
     """Full LSA output f(E) = E + W^PV E (E^T W^KQ E)/N  [ZFB (3.3)], computed Gram-first as
     E + (W^PV G W^KQ) E with G = E E^T / N: O(N d^2) per prompt, never the O(N^2 d) attention matrix.
 
     Returns F [B, d+1, N+1] in E's dtype (written into ``out`` when given).
     """
+    if resolve_device(device, E=E, W_pv=W_pv, W_kq=W_kq, out=out) == "cuda":
+        return _lsa_cuda.forward(E, W_pv, W_kq, out)
     E, W_pv, W_kq = _params(E, W_pv, W_kq)
     F = as_out(out, E.shape, E.dtype)
     _core.lsa_forward(E, W_pv, W_kq, F)
@@ -86,7 +100,7 @@ def forward(E, W_pv, W_kq, *, out=None) -> np.ndarray:
     return F
 
 
-def vjp(E, W_pv, W_kq, d_F, *, with_input_grad: bool = True):
+def vjp(E, W_pv, W_kq, d_F, *, with_input_grad: bool = True, device="auto"):
     """Vector-Jacobian product of :func:`forward` for the upstream gradient ``d_F`` [B, d+1, N+1].
 
     With P = W^PV G W^KQ and dP = d_F E^T:  dW^PV = Σ_b dP (G W^KQ)^T,  dW^KQ = Σ_b (W^PV G)^T dP,
@@ -94,6 +108,8 @@ def vjp(E, W_pv, W_kq, d_F, *, with_input_grad: bool = True):
 
     Returns ``(dW_pv, dW_kq, dE)``; dE is None when ``with_input_grad`` is False.
     """
+    if resolve_device(device, E=E, W_pv=W_pv, W_kq=W_kq, d_F=d_F) == "cuda":
+        return _lsa_cuda.vjp(E, W_pv, W_kq, d_F, with_input_grad)
     E, W_pv, W_kq = _params(E, W_pv, W_kq)
     d_F = as_array(d_F, E.shape, E.dtype, "d_F", finite=False)
     n = E.shape[1]

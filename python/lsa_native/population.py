@@ -102,32 +102,45 @@ def _as_moments(moments, d: int) -> np.ndarray:
     return diagonal_moments(*m)
 
 
-def loss(W_pv, W_kq, Lambda, N: int) -> float:
+def _noise(noise_std) -> float:
+    s = float(noise_std)
+    if not (np.isfinite(s) and s >= 0):
+        raise ValueError(f"noise_std: expected sigma >= 0, got {noise_std}")
+    return s
+
+
+def loss(W_pv, W_kq, Lambda, N: int, *, noise_std: float = 0.0, query_noise: bool = False) -> float:
     """Population loss L(W^PV, W^KQ; Λ, N)  [ZFB (3.8)], exact for any parameters."""
-    return loss_and_grad(W_pv, W_kq, Lambda, N)[0]
+    return loss_and_grad(W_pv, W_kq, Lambda, N, noise_std=noise_std, query_noise=query_noise)[0]
 
 
-def loss_and_grad(W_pv, W_kq, Lambda, N: int):
-    """(L, ∂L/∂W^PV, ∂L/∂W^KQ) for fixed Λ (symmetric positive definite [d, d])."""
+def loss_and_grad(W_pv, W_kq, Lambda, N: int, *, noise_std: float = 0.0, query_noise: bool = False):
+    """(L, ∂L/∂W^PV, ∂L/∂W^KQ) for fixed Λ (symmetric positive definite [d, d]).
+
+    ``noise_std`` = σ: labels y_i = <w, x_i> + σ ε_i (exact extra terms, docs/population.md "Label
+    noise"); ``query_noise``: the target is y_q = <w, x_q> + σ ε_q too (adds σ²/2)."""
     W_pv, W_kq, d = _params(W_pv, W_kq)
-    return _checked(_core.population_loss("fixed", W_pv, W_kq, _covariance(Lambda, d),
-                                          positive_int(N, "N")), "loss_and_grad")
+    return _checked(_core.population_loss("fixed", W_pv, W_kq, _covariance(Lambda, d), positive_int(N, "N"),
+                                          _noise(noise_std), bool(query_noise)), "loss_and_grad")
 
 
-def loss_and_grad_random_diagonal(W_pv, W_kq, moments, N: int):
+def loss_and_grad_random_diagonal(W_pv, W_kq, moments, N: int, *, noise_std: float = 0.0,
+                                  query_noise: bool = False):
     """E_Λτ L(·; Λτ, N) and its gradient for Λτ = diag(λ) with independent entries given by
-    moments [3, d] = (E λ, E λ², E λ³)  [ZFB (4.9), Appendix C]. Exact: L is cubic in the λ_i."""
+    moments [3, d] = (E λ, E λ², E λ³)  [ZFB (4.9), Appendix C]. Exact: L is cubic in the λ_i
+    (with label noise too)."""
     W_pv, W_kq, d = _params(W_pv, W_kq)
     return _checked(_core.population_loss("random_diagonal", W_pv, W_kq, _as_moments(moments, d),
-                                          positive_int(N, "N")), "loss_and_grad_random_diagonal")
+                                          positive_int(N, "N"), _noise(noise_std), bool(query_noise)), "loss_and_grad_random_diagonal")
 
 
-def loss_and_grad_samples(W_pv, W_kq, Lambdas, N: int):
+def loss_and_grad_samples(W_pv, W_kq, Lambdas, N: int, *, noise_std: float = 0.0,
+                          query_noise: bool = False):
     """(1/S) Σ_s L(·; Λ_s, N) and its gradient: the exact conditional loss averaged over supplied
     covariance samples Lambdas [S, d, d] (quadrature over Λ only)."""
     W_pv, W_kq, d = _params(W_pv, W_kq)
     return _checked(_core.population_loss("samples", W_pv, W_kq, _covariance_samples(Lambdas, d),
-                                          positive_int(N, "N")), "loss_and_grad_samples")
+                                          positive_int(N, "N"), _noise(noise_std), bool(query_noise)), "loss_and_grad_samples")
 
 
 def reduced_loss_and_grad(U11, u: float, Lambda, N: int):
@@ -180,6 +193,16 @@ class FlowTrajectory:
     u: np.ndarray | None = None
     final_U11: np.ndarray | None = None
     final_u: float | None = None
+
+    def history(self):
+        """The records as a ``train.History`` (the type ``fit`` returns): ``step`` = index of
+        the recorded time, ``loss``, and the column ``time``."""
+        from .train import History
+
+        h = History()
+        for i, (t, L) in enumerate(zip(self.times, self.losses)):
+            h.record(i, float(L), time=float(t))
+        return h
 
 
 def _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_target, max_steps):
@@ -252,24 +275,23 @@ def reduced_gradient_flow(U11, u: float, Lambda, N: int, *, times, method: str =
 
 def gradient_descent(W_pv, W_kq, Lambda, N: int, *, step: float, n_steps: int,
                      record_every: int = 1):
-    """Plain GD θ ← θ − η ∇L(θ) on the exact population loss (the discrete gradient flow).
-    Returns (W_pv, W_kq, steps [K], losses [K]) recorded every ``record_every`` steps."""
+    """Plain GD θ ← θ − η ∇L(θ) on the exact population loss (the discrete gradient flow): a thin
+    call of ``train.fit`` (``PopulationObjective``, ``SGD(lr=step)``). Returns (W_pv, W_kq,
+    steps [K], losses [K]) recorded every ``record_every`` steps and at ``n_steps`` (the final
+    parameters). A non-finite loss raises ``train.TrainingDiverged`` (a FloatingPointError)."""
+    from . import train
+
     W_pv, W_kq, d = _params(W_pv, W_kq)
-    Lam = _covariance(Lambda, d)
     eta = positive_float(step, "step")
     n_steps = positive_int(n_steps, "n_steps", minimum=0)
     record_every = positive_int(record_every, "record_every")
-    N = positive_int(N, "N")
-    steps, losses = [], []
-    W_pv, W_kq = W_pv.copy(), W_kq.copy()
-    for k in range(n_steps + 1):
-        L, g_pv, g_kq = _core.population_loss("fixed", W_pv, W_kq, Lam, N)
+    objective = train.PopulationObjective(W_pv, W_kq, positive_int(N, "N"), Lambda=_covariance(Lambda, d))
+    if n_steps == 0:
+        L = objective.evaluate(objective.theta0)
         if not np.isfinite(L):
-            raise FloatingPointError(f"gradient_descent diverged at step {k}: reduce step")
-        if k % record_every == 0 or k == n_steps:
-            steps.append(k)
-            losses.append(L)
-        if k < n_steps:
-            W_pv -= eta * g_pv
-            W_kq -= eta * g_kq
-    return W_pv, W_kq, np.array(steps), np.array(losses)
+            raise FloatingPointError("gradient_descent: non-finite loss at the initial parameters")
+        return W_pv.copy(), W_kq.copy(), np.array([0]), np.array([L])
+    res = train.fit(objective, train.SGD(lr=eta), steps=n_steps, record_every=record_every,
+                    progress=False)
+    W_pv, W_kq = objective.unpack(res.theta)
+    return W_pv.copy(), W_kq.copy(), res.history["step"], res.history["loss"]

@@ -8,7 +8,9 @@ from .data import check_covariance
 
 __all__ = ["gamma", "thm41_limits", "assumption33_init", "sigma_bound", "limit_prediction",
            "relative_distance", "pl_constant", "thm42_prediction_error", "cor43_thresholds",
-           "thm45_limits", "random_cov_prediction_matrix"]
+           "thm45_limits", "random_cov_prediction_matrix", "thm42_error",
+           "quadratic_task_moments", "limit_predictor_error", "query_shift_error",
+           "covariate_shift_error", "random_cov_slopes", "random_diagonal_error"]
 
 
 def gamma(Lambda, N: int) -> np.ndarray:
@@ -165,3 +167,144 @@ def random_cov_prediction_matrix(moments, N: int) -> np.ndarray:
     which is ⅓ <w, x_q> for Exponential(1) entries."""
     EL2, EGL2 = _diagonal_random_cov_matrices(moments, N)
     return EL2 @ np.linalg.inv(EGL2)
+
+
+def thm42_error(Lambda, N: int, M: int, a, Sigma, best_linear_error: float = 0.0) -> float:
+    """E(ŷ − y_q)² of the Theorem 4.1 limit on test prompts of length M drawn iid from any D with
+    x ~ N(0, Λ), ZFB Theorem 4.2 (4.6): best-linear error + (1/M) tr[Σ Γ^{-2} Λ]
+    + (1/N²)[‖a‖²_{Γ^{-2}Λ³} + 2 tr(Λ)‖a‖²_{Γ^{-2}Λ²} + tr(Λ)²‖a‖²_{Γ^{-2}Λ}],
+    with a = Λ^{-1}E[xy] and Σ = Cov(xy) of (4.5). For linear labels a = w and
+    Σ = ‖w‖²_Λ Λ + Λww^TΛ (:func:`thm42_prediction_error`); :func:`quadratic_task_moments` gives
+    (a, Σ, best-linear error) of a nonlinear task."""
+    L = check_covariance(Lambda)
+    d = L.shape[0]
+    M = positive_int(M, "M")
+    a = np.asarray(a, dtype=np.float64)
+    S = np.asarray(Sigma, dtype=np.float64)
+    if a.shape != (d,):
+        raise ValueError(f"a: expected shape {(d,)}, got {a.shape}")
+    if S.shape != (d, d):
+        raise ValueError(f"Sigma: expected shape {(d, d)}, got {S.shape}")
+    Gi = np.linalg.inv(gamma(L, N))
+    G2 = Gi @ Gi
+    trL = np.trace(L)
+    q = lambda A: float(a @ A @ a)
+    train = (q(G2 @ L @ L @ L) + 2 * trL * q(G2 @ L @ L) + trL**2 * q(G2 @ L)) / N**2
+    return float(best_linear_error) + float(np.trace(S @ G2 @ L)) / M + train
+
+
+def quadratic_task_moments(Lambda, w, v, beta: float):
+    """(a, Σ, best-linear error) of (4.5) for the nonlinear task y = <w, x> + β((v^Tx)² − s),
+    x ~ N(0, Λ), s = v^TΛv (a task shift of ZFB 4.2). By Gaussian moments (x = (Λv/s)u + z with
+    u = v^Tx independent of z): a = w, best-linear error β² Var(u²) = 2β²s², and
+    Σ = ‖w‖²_Λ Λ + Λww^TΛ + β²(2s²Λ + 8sΛvv^TΛ)."""
+    L = check_covariance(Lambda)
+    w = np.asarray(w, dtype=np.float64)
+    v = np.asarray(v, dtype=np.float64)
+    Lw, Lv = L @ w, L @ v
+    s = float(v @ Lv)
+    Sigma = (w @ Lw) * L + np.outer(Lw, Lw) + beta**2 * (2 * s**2 * L + 8 * s * np.outer(Lv, Lv))
+    return w.copy(), Sigma, 2 * beta**2 * s**2
+
+
+def _psd_stack(Lambdas, d, name):
+    arr = np.asarray(Lambdas, dtype=np.float64)
+    if arr.ndim == 2:
+        arr = arr[None]
+    if arr.ndim != 3 or arr.shape[1:] != (d, d):
+        raise ValueError(f"{name}: expected shape ({d}, {d}) or (S, {d}, {d}), got {arr.shape}")
+    return [check_covariance(x, name) for x in arr]
+
+
+def limit_predictor_error(A, M: int, Lambda_test, *, Lambda_query=None, w=None,
+                          noise_std: float = 0.0) -> float:
+    """Exact E(ŷ − y_q)² of a trained one-layer LSA ŷ = x_q^T A ((1/M) Σ_i y_i x_i) — the form of
+    every limit of ZFB: A = Γ^{-1} (4.3), A = [EΛτ²][EΓτΛτ²]^{-1} (4.12) — on test prompts with
+    x_i ~ N(0, Λ_test), y_i = <w, x_i> + ε_i (ε ~ N(0, noise_std²)), a query x_q ~ N(0, Λ_query)
+    independent of the x_i (Λ_query = Λ_test when None) and target y_q = <w, x_q> + ε_q.
+
+    With m = (1/M)Σ y_i x_i (E m = Λ_t w, Cov m = Σ/M, Σ = ‖w‖²_{Λt}Λ_t + Λ_t ww^TΛ_t + σ²Λ_t):
+      E(ŷ − y_q)² = (AΛ_t w − w)^T Λ_q (AΛ_t w − w) + (1/M) tr(A^TΛ_q A Σ) + σ²,
+    which is Theorem 4.2 for Λ_t = Λ_q = Λ and A = Γ^{-1}, the query shift of ZFB 4.2 for
+    Λ_q ≠ Λ_t, and the covariate shift for Λ_t ≠ Λ. w=None averages over w ~ N(0, I_d)
+    (ww^T → I). Λ_test may be a stack [S, d, d] (with Λ_query None): the error is averaged over
+    it, e.g. over samples of a random Λ_new."""
+    A = np.asarray(A, dtype=np.float64)
+    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+        raise ValueError(f"A: expected a square (d, d) array, got shape {A.shape}")
+    d = A.shape[0]
+    M = positive_int(M, "M")
+    s2 = float(noise_std) ** 2
+    tests = _psd_stack(Lambda_test, d, "Lambda_test")
+    if Lambda_query is not None and len(tests) > 1:
+        raise ValueError("Lambda_query: only with a single Lambda_test")
+    WW = np.eye(d) if w is None else np.outer(w, w)
+    total = 0.0
+    for Lt in tests:
+        Lq = Lt if Lambda_query is None else check_covariance(Lambda_query, "Lambda_query", d)
+        R = A @ Lt - np.eye(d)
+        bias = np.trace(R.T @ Lq @ R @ WW)
+        Sigma = np.trace(WW @ Lt) * Lt + Lt @ WW @ Lt + s2 * Lt
+        total += bias + np.trace(A.T @ Lq @ A @ Sigma) / M + s2
+    return float(total / len(tests))
+
+
+def random_diagonal_error(a, M: int, moments, *, noise_std: float = 0.0) -> float:
+    """:func:`limit_predictor_error` for a diagonal A = diag(a), averaged exactly over a random
+    diagonal test covariance Λ_new = diag(λ) with independent entries of moments [3, d]
+    (E λ, E λ², E λ³), the query drawn with the context, w ~ N(0, I_d). Per coordinate
+    (AΛ − I)Λ(AΛ − I) → a_i² Eλ_i³ − 2a_i Eλ_i² + Eλ_i, and tr(AΛAΣ) with
+    Σ = tr(Λ)Λ + Λ² + σ²Λ → Σ_i a_i² (2Eλ_i³ + Eλ_i² Σ_{j≠i} Eλ_j + σ² Eλ_i²): the error is
+    cubic in the λ_i, so three moments make it exact (e.g. JMLR Figure 1's curves)."""
+    a = np.asarray(a, dtype=np.float64)
+    m1, m2, m3 = np.asarray(moments, dtype=np.float64)
+    if a.ndim != 1 or m1.shape != a.shape:
+        raise ValueError(f"a: expected a vector matching moments [3, d], got {a.shape} and {m1.shape}")
+    M = positive_int(M, "M")
+    s2 = float(noise_std) ** 2
+    bias = np.sum(a**2 * m3 - 2 * a * m2 + m1)
+    var = np.sum(a**2 * (2 * m3 + m2 * (m1.sum() - m1) + s2 * m2)) / M
+    return float(bias + var + s2)
+
+
+def query_shift_error(Lambda, N: int, M: int, Lambda_query, *, w=None, noise_std: float = 0.0):
+    """Query shift of ZFB 4.2: the Theorem 4.1 limit (trained on N(0, Λ), length N) on test prompts
+    x_i ~ N(0, Λ) with an independent query x_q ~ N(0, Λ_query). Exact, any M
+    (:func:`limit_predictor_error` with A = Γ^{-1}); relative to E y_q² it does not grow with
+    the shift: tolerated."""
+    A = np.linalg.inv(gamma(Lambda, N))
+    return limit_predictor_error(A, M, Lambda, Lambda_query=Lambda_query, w=w, noise_std=noise_std)
+
+
+def covariate_shift_error(Lambda, N: int, M: int, Lambda_test, *, w=None, noise_std: float = 0.0):
+    """Covariate shift of ZFB 4.2: the Theorem 4.1 limit trained on N(0, Λ), tested on prompts with
+    x_i, x_q ~ N(0, Λ_test) (e.g. cΛ: ŷ → c<w, x_q> as M, N → ∞, not tolerated). Λ_test may be a
+    stack of samples of a random Λ_new (averaged). Exact, any M."""
+    A = np.linalg.inv(gamma(Lambda, N))
+    return limit_predictor_error(A, M, Lambda_test, w=w, noise_std=noise_std)
+
+
+def random_cov_slopes(moments, N: int, new_moments=None) -> dict:
+    """Slopes of E ŷ on <w, x_q> for the Theorem 4.5 limit as M → ∞ (ZFB (4.12)), ŷ → x_q^T B Λ_new w
+    with B = [EΛτ²][EΓτΛτ²]^{-1}, Λ_new diagonal with independent entries of moments
+    ``new_moments`` [3, d] (default: the training law ``moments``):
+
+    - ``"fixed_query"``: w and x_q fixed, expectation over Λ_new (and the context):
+      E[ŷ | w, x_q] = x_q^T B [EΛ_new] w; for isotropic laws a scalar times <w, x_q>. With N → ∞
+      and Exponential(1) entries it is ⅓ (the paper's display after (4.12)). Returned as the
+      scalar tr(B EΛ_new)/d, exact when B EΛ_new is a multiple of I (iid entries).
+    - ``"in_distribution"``: x_q ~ N(0, Λ_new) drawn with the context, w ~ N(0, I):
+      the regression slope E[ŷ <w,x_q>] / E[<w,x_q>²] = tr(B EΛ_new²) / tr(EΛ_new); ⅔ for
+      Exponential(1) as N → ∞ (the query shares the covariance, so Λ_new enters twice).
+
+    Also returns the N → ∞ values (``*_limit``)."""
+    m = np.asarray(moments, dtype=np.float64)
+    nm = m if new_moments is None else np.asarray(new_moments, dtype=np.float64)
+    d = m.shape[1]
+    B = random_cov_prediction_matrix(m, N)
+    B_inf = np.diag(m[1] / m[2])  # Γτ → Λτ
+    out = {}
+    for key, BB in (("", B), ("_limit", B_inf)):
+        out["fixed_query" + key] = float(np.trace(BB @ np.diag(nm[0])) / d)
+        out["in_distribution" + key] = float(np.trace(BB @ np.diag(nm[1])) / nm[0].sum())
+    return out

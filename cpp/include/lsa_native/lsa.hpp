@@ -5,14 +5,17 @@
 //                         column is the query token (x_q; 0)            [ZFB (3.4)]
 //   W_pv   [d+1, d+1]     C-contiguous, W^PV
 //   W_kq   [d+1, d+1]     C-contiguous, W^KQ
-// T is float or double. Outputs never alias inputs. All functions are thread-safe, run on the CPU
-// over num_threads() threads (device.hpp), and give results that do not depend on the thread count.
-// Invalid shapes or null pointers throw lsa_native::Error.
+// T is float or double. Outputs never alias inputs. All functions are thread-safe and run where
+// `device` says (device.hpp): Device::cpu (default) over num_threads() threads, with results that
+// do not depend on the thread count; Device::cuda on a GPU, with pointers to device or host memory,
+// batch sums reduced in a fixed order (two runs give bitwise equal results). Invalid shapes or null
+// pointers throw lsa_native::Error, and so does Device::cuda where no GPU can run it.
 //
 // Accuracy: per-prompt sums over tokens run in T with SIMD partial sums; sums over the batch
 // (losses, parameter gradients) run in double for both T, in a fixed chunk order.
 #pragma once
 
+#include "lsa_native/device.hpp"
 #include "lsa_native/types.hpp"
 
 namespace lsa_native {
@@ -33,7 +36,8 @@ void validate(const LsaShape& shape);
 // One pass over the tokens: O(N d) per prompt.
 //   y_hat [B] (written)
 template <class T>
-void lsa_predict(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* y_hat);
+void lsa_predict(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* y_hat,
+                 Device device = Device::cpu);
 
 // L = (1/(2B)) Σ_b (ŷ_b − y_q,b)^2  [ZFB (3.7)] and its full-size gradients. Only the last row of
 // dW_pv (∂L/∂p) can be nonzero, the rest is written as 0; the last column of dW_kq is exactly 0
@@ -44,12 +48,14 @@ void lsa_predict(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq
 // Returns L.
 template <class T>
 double lsa_loss_and_grad(const LsaShape& shape, const T* E, const T* y_q, const T* W_pv,
-                         const T* W_kq, T* d_W_pv, T* d_W_kq, T* y_hat = nullptr);
+                         const T* W_kq, T* d_W_pv, T* d_W_kq, T* y_hat = nullptr,
+                         Device device = Device::cpu);
 
 // Full output f(E) = E + W^PV E (E^T W^KQ E)/N = E + (W^PV G W^KQ) E, Gram-first: O(N d^2).
 //   F [B, d+1, N+1] (written)
 template <class T>
-void lsa_forward(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* F);
+void lsa_forward(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* F,
+                 Device device = Device::cpu);
 
 // Vector-Jacobian product of lsa_forward for an upstream gradient d_F = ∂ℓ/∂F:
 // with P = W^PV G W^KQ and dP = d_F E^T (summed over the batch where it is a parameter),
@@ -58,15 +64,15 @@ void lsa_forward(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq
 //   d_F [B, d+1, N+1], d_W_pv, d_W_kq [d+1, d+1] (written), d_E [B, d+1, N+1] (written if not null)
 template <class T>
 void lsa_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, const T* d_F,
-             T* d_W_pv, T* d_W_kq, T* d_E = nullptr);
+             T* d_W_pv, T* d_W_kq, T* d_E = nullptr, Device device = Device::cpu);
 
 #define LSA_NATIVE_DECLARE_LSA(T)                                                                 \
-  extern template void lsa_predict<T>(const LsaShape&, const T*, const T*, const T*, T*);         \
+  extern template void lsa_predict<T>(const LsaShape&, const T*, const T*, const T*, T*, Device); \
   extern template double lsa_loss_and_grad<T>(const LsaShape&, const T*, const T*, const T*,      \
-                                              const T*, T*, T*, T*);                              \
-  extern template void lsa_forward<T>(const LsaShape&, const T*, const T*, const T*, T*);         \
+                                              const T*, T*, T*, T*, Device);                      \
+  extern template void lsa_forward<T>(const LsaShape&, const T*, const T*, const T*, T*, Device); \
   extern template void lsa_vjp<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, T*, \
-                                  T*);
+                                  T*, Device);
 LSA_NATIVE_DECLARE_LSA(float)
 LSA_NATIVE_DECLARE_LSA(double)
 #undef LSA_NATIVE_DECLARE_LSA

@@ -17,9 +17,18 @@
 
 namespace lsa_native {
 
+// Label noise y_i = <w, x_i> + σ ε_i, ε_i ~ N(0, 1) iid; with `query`, also the target
+// y_q = <w, x_q> + σ ε_q (default: the noiseless target). Adds the exact terms of
+// docs/population.md ("Label noise") to every population loss below.
+struct LabelNoise {
+  double std = 0;  // σ >= 0
+  bool query = false;
+};
+
 // L(W^PV, W^KQ; Λ, N); gradients written when d_W_pv and d_W_kq are not null.
 double population_loss(index_t d, const double* W_pv, const double* W_kq, const double* Lambda,
-                       index_t N, double* d_W_pv = nullptr, double* d_W_kq = nullptr);
+                       index_t N, double* d_W_pv = nullptr, double* d_W_kq = nullptr,
+                       const LabelNoise& noise = {});
 
 // E_Λτ L(·; Λτ, N) for Λτ = diag(λ_1..λ_d) with independent entries given by their raw moments
 // moments [3, d] = (E λ_i, E λ_i², E λ_i³). Exact: L is a cubic polynomial in the λ_i, so
@@ -27,13 +36,14 @@ double population_loss(index_t d, const double* W_pv, const double* W_kq, const 
 // cubic's derivatives are taken exactly from 4 evaluations (ZFB 4.3 / Appendix C, any parameters).
 double population_loss_random_diagonal(index_t d, const double* W_pv, const double* W_kq,
                                        const double* moments, index_t N, double* d_W_pv = nullptr,
-                                       double* d_W_kq = nullptr);
+                                       double* d_W_kq = nullptr, const LabelNoise& noise = {});
 
 // (1/S) Σ_s L(·; Λ_s, N) for samples Lambdas [S, d, d]: the exact conditional loss averaged over
 // the supplied covariances (parallel over samples, deterministic order).
 double population_loss_samples(index_t d, const double* W_pv, const double* W_kq,
                                const double* Lambdas, index_t n_samples, index_t N,
-                               double* d_W_pv = nullptr, double* d_W_kq = nullptr);
+                               double* d_W_pv = nullptr, double* d_W_kq = nullptr,
+                               const LabelNoise& noise = {});
 
 // Reduced objective on the invariant manifold [ZFB Lemma A.1]:
 // ℓ̃(U11, u) = tr[½ u² Γ Λ U11 Λ U11^T − u Λ² U11^T], Γ = (1 + 1/N)Λ + tr(Λ)/N · I, so that

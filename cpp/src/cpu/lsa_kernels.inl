@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/lsa_recipe.hpp"
 #include "cpu/lsa_kernels.hpp"
 #include "cpu/simd.hpp"
 
@@ -175,10 +176,9 @@ void predict_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq,
   const index_t d = sh.dim, N = sh.context, rows = d + 1, cols = N + 1;
   PredictionScratch<T> w(d, N, W_kq);
   const T* p = W_pv + d * rows;  // last row of W^PV
-  const T inv_n = T(1) / T(N);
   for (index_t b = b0; b < b1; ++b) {
     const T dot = w.load_and_forward(E + b * rows * cols, p);
-    y_hat[b] = w.query_label_slot() + dot * inv_n;
+    y_hat[b] = recipe::prediction(w.query_label_slot(), dot, N);  // the recipe's epilogue
   }
 }
 
@@ -194,17 +194,16 @@ void loss_grad_range(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv
   double *e_q = acc.data(), *d_p = e_q + ld, *d_K = d_p + ld;
   double loss = 0;
   const T* p = W_pv + d * rows;
-  const T inv_n = T(1) / T(N);
   for (index_t b = b0; b < b1; ++b) {
     const T dot = w.load_and_forward(E + b * rows * cols, p);
-    const T pred = w.query_label_slot() + dot * inv_n;
+    const T pred = recipe::prediction(w.query_label_slot(), dot, N);
     if (y_hat) y_hat[b] = pred;
     const double residual = double(pred) - double(y_q[b]);
     loss += residual * residual;
     // g_p = (1/N) Σ_j s_j e_j, g_k = (1/N) Σ_j t_j e_j: the second (L1) read of the prompt.
     weighted_row_sums(w.prompt, rows, w.ld, w.t, w.s, w.g_p, w.g_k);
     // d_p += r g_p;  d_K += (r g_k) e_q^T   (SPEC 3.2)
-    const double scaled = residual * double(inv_n);
+    const double scaled = recipe::residual_scale<T>(residual, N);
     for (index_t r = 0; r < rows; ++r) {
       e_q[r] = double(w.prompt[r * w.ld + N]);
       d_p[r] += scaled * double(w.g_p[r]);

@@ -197,7 +197,7 @@ struct Grad {
 };
 
 // 2L and, when g is not null, ∂(2L): the sum of the six terms of docs/population.md.
-double twice_loss(const Params& P, const Mat& Lam, index_t N, Grad* g) {
+double twice_loss_noiseless(const Params& P, const Mat& Lam, index_t N, Grad* g) {
   const index_t d = Lam.n;
   const double n = double(N);
   const Mat& K1 = P.K1;
@@ -325,31 +325,94 @@ double twice_loss(const Params& P, const Mat& Lam, index_t N, Grad* g) {
   return T1 + T2 + T3 + T4 + X + F6;
 }
 
+// 2ΔL and, when g is not null, ∂(2ΔL) added to g: the label-noise terms of docs/population.md
+// ("Label noise"). With y_i = <w, x_i> + σ ε_i, a = p1 + p2 w, β = k2ᵀx_q, m = p1ᵀΛK1Λk2,
+// κ2 = k2ᵀΛk2, π = p1ᵀΛp1, τ = tr(K1ᵀΛK1Λ), t = tr Λ, and the query term's 4th moment
+// X4 = ρθ + m + m' (ρ = p1ᵀΛk2, θ = tr(K1Λ), m' = p1ᵀΛK1ᵀΛk2):
+//   ΔL = σ²(1 + 1/N) p2 m + C κ2 + σ² p2² τ/(2N) + σ² p2 X4/N + ½σ² [query noise],
+//   C  = (1 + 2/N) p2² (σ² t + σ⁴/2) + σ² π/(2N).
+double twice_noise_loss(const Params& P, const Mat& Lam, index_t N, const LabelNoise& noise, Grad* g) {
+  const double s2 = noise.std * noise.std;
+  if (s2 == 0) return 0.0;
+  const double n = double(N);
+  const Mat& K1 = P.K1;
+  const Vecd &p1 = P.p1, &k2 = P.k2;
+  const double p2 = P.p2;
+  const double t = trace(Lam);
+  const Vecd Lp1 = matvec(Lam, p1), Lk2 = matvec(Lam, k2);
+  const Vecd KLk2 = matvec(K1, Lk2);      // K1 Λ k2
+  const Mat LK1L = matmul(matmul(Lam, K1), Lam);
+  const double m = dot(Lp1, KLk2);        // p1ᵀ Λ K1 Λ k2
+  const double kappa2 = dot(k2, Lk2);
+  const double pi = dot(p1, Lp1);
+  const double tau = frobenius_dot(K1, LK1L);  // tr(K1ᵀ Λ K1 Λ)
+  const double c1 = s2 * (1 + 1 / n);
+  const double C = (1 + 2 / n) * p2 * p2 * (s2 * t + 0.5 * s2 * s2) + s2 * pi / (2 * n);
+  const double q = noise.query ? s2 : 0.0;
+  const Vecd KtLp1 = matvec_t(K1, Lp1);  // K1ᵀ Λ p1
+  const Vecd KtLk2 = matvec_t(K1, Lk2);  // K1ᵀ Λ k2
+  const double rho = dot(p1, Lk2), theta = trace_product(K1, Lam), m2 = dot(Lp1, KtLk2);
+  const double X4 = rho * theta + m + m2;
+  const double e = s2 * p2 / n;
+  if (g) {
+    g->p2 += 2 * s2 * X4 / n;
+    add_scaled(g->p1, 2 * e * theta, Lk2);
+    add_scaled(g->p1, 2 * e, matvec(Lam, KLk2));
+    add_scaled(g->p1, 2 * e, matvec(Lam, KtLk2));
+    add_scaled(g->K1, 2 * e * rho, Lam);
+    add_outer(g->K1, 2 * e, Lp1, Lk2);
+    add_outer(g->K1, 2 * e, Lk2, Lp1);
+    add_scaled(g->k2, 2 * e * theta, Lp1);
+    add_scaled(g->k2, 2 * e, matvec(Lam, KtLp1));
+    add_scaled(g->k2, 2 * e, matvec(Lam, matvec(K1, Lp1)));
+    g->p2 += 2 * c1 * m + 4 * (1 + 2 / n) * p2 * (s2 * t + 0.5 * s2 * s2) * kappa2 + 2 * s2 * p2 * tau / n;
+    add_scaled(g->p1, 2 * c1 * p2, matvec(Lam, KLk2));
+    add_scaled(g->p1, 2 * s2 * kappa2 / n, Lp1);
+    add_outer(g->K1, 2 * c1 * p2, Lp1, Lk2);
+    add_scaled(g->K1, 2 * s2 * p2 * p2 / n, LK1L);
+    add_scaled(g->k2, 2 * c1 * p2, matvec(Lam, KtLp1));
+    add_scaled(g->k2, 4 * C, Lk2);
+  }
+  return 2 * c1 * p2 * m + 2 * C * kappa2 + s2 * p2 * p2 * tau / n + 2 * e * X4 + q;
+}
+
 Mat to_mat(index_t d, const double* Lambda) {
   Mat L(d);
   std::copy(Lambda, Lambda + d * d, L.a.begin());
   return L;
 }
 
+// 2L with label noise: the noiseless six terms plus the noise terms.
+double twice_loss(const Params& P, const Mat& Lam, index_t N, Grad* g, const LabelNoise& noise) {
+  return twice_loss_noiseless(P, Lam, N, g) + twice_noise_loss(P, Lam, N, noise, g);
+}
+
+void check_noise(const LabelNoise& noise) {
+  detail::require(std::isfinite(noise.std) && noise.std >= 0,
+                  "noise_std: expected sigma >= 0, got " + std::to_string(noise.std));
+}
+
 }  // namespace
 
 double population_loss(index_t d, const double* W_pv, const double* W_kq, const double* Lambda,
-                       index_t N, double* d_W_pv, double* d_W_kq) {
+                       index_t N, double* d_W_pv, double* d_W_kq, const LabelNoise& noise) {
   check_common(d, W_pv, W_kq, N);
+  check_noise(noise);
   detail::require(Lambda != nullptr, "Lambda must not be null");
   check_covariance(d, Lambda, "Lambda");
   const Params P(d, W_pv, W_kq);
   const bool want_grad = d_W_pv && d_W_kq;
   Grad g(d);
-  const double twice = twice_loss(P, to_mat(d, Lambda), N, want_grad ? &g : nullptr);
+  const double twice = twice_loss(P, to_mat(d, Lambda), N, want_grad ? &g : nullptr, noise);
   if (want_grad) g.write(d, 0.5, d_W_pv, d_W_kq);
   return 0.5 * twice;
 }
 
 double population_loss_random_diagonal(index_t d, const double* W_pv, const double* W_kq,
                                        const double* moments, index_t N, double* d_W_pv,
-                                       double* d_W_kq) {
+                                       double* d_W_kq, const LabelNoise& noise) {
   check_common(d, W_pv, W_kq, N);
+  check_noise(noise);
   detail::require(moments != nullptr, "moments must not be null");
   const double* m1 = moments;
   const double* m2 = moments + d;
@@ -365,7 +428,7 @@ double population_loss_random_diagonal(index_t d, const double* W_pv, const doub
     if (i >= 0) L(i, i) += h;
     Grad g(d);
     std::vector<double> out(width);
-    out[0] = twice_loss(P, L, N, want_grad ? &g : nullptr);
+    out[0] = twice_loss(P, L, N, want_grad ? &g : nullptr, noise);
     if (want_grad) {
       std::copy(g.p1.begin(), g.p1.end(), out.begin() + 1);
       std::copy(g.k2.begin(), g.k2.end(), out.begin() + 1 + d);
@@ -406,8 +469,9 @@ double population_loss_random_diagonal(index_t d, const double* W_pv, const doub
 
 double population_loss_samples(index_t d, const double* W_pv, const double* W_kq,
                                const double* Lambdas, index_t n_samples, index_t N,
-                               double* d_W_pv, double* d_W_kq) {
+                               double* d_W_pv, double* d_W_kq, const LabelNoise& noise) {
   check_common(d, W_pv, W_kq, N);
+  check_noise(noise);
   detail::require(Lambdas != nullptr, "Lambdas must not be null");
   detail::require(n_samples >= 1,
                   "need at least one covariance sample, got " + std::to_string(n_samples));
@@ -418,7 +482,7 @@ double population_loss_samples(index_t d, const double* W_pv, const double* W_kq
   std::vector<double> losses(static_cast<size_t>(n_samples));
   std::vector<Grad> grads(static_cast<size_t>(want_grad ? n_samples : 0), Grad(d));
   detail::parallel_for(n_samples, [&](index_t s) {
-    losses[s] = twice_loss(P, to_mat(d, Lambdas + s * d * d), N, want_grad ? &grads[s] : nullptr);
+    losses[s] = twice_loss(P, to_mat(d, Lambdas + s * d * d), N, want_grad ? &grads[s] : nullptr, noise);
   });
   double total = 0;
   Grad g(d);

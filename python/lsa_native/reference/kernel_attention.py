@@ -78,15 +78,16 @@ def vjp(Z0, V, B, C, activations, d_Z_out):
 
 
 def loss_and_grad(Z0, y_q, V, B, C, activations):
-    """f = (1/B) Σ (TF + y_q)² (5) and (dV, dB, dC, dZ0)."""
+    """f = (1/(2B)) Σ (TF + y_q)² (½ × CCS (5): the package's loss convention, as ZFB (3.7)) and
+    (dV, dB, dC, dZ0)."""
     Bsz = Z0.shape[0]
     d = Z0.shape[1] - 1
     n = Z0.shape[2] - 1
     Z, _, saved = forward(Z0, V, B, C, activations, keep=True)
     residual = Z[:, d, n] + y_q
-    loss = float(np.mean(residual**2))
+    loss = float(0.5 * np.mean(residual**2))
     dZ = np.zeros_like(Z)
-    dZ[:, d, n] = 2 * residual / Bsz
+    dZ[:, d, n] = residual / Bsz
     return (loss,) + _backward(saved, V, B, C, activations, dZ)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["loss_and_grad", "reduced_loss_and_grad", "split_params"]
+__all__ = ["loss_and_grad", "noise_loss_and_grad", "reduced_loss_and_grad", "split_params"]
 
 
 def split_params(W_pv, W_kq):
@@ -16,8 +16,56 @@ def split_params(W_pv, W_kq):
     return W_pv[d, :d], W_pv[d, d], W_kq[:d, :d], W_kq[d, :d]
 
 
-def loss_and_grad(W_pv, W_kq, Lambda, N):
-    """(L, dW_pv, dW_kq) of L = ½ E[(ŷ − <w, x_q>)^2] under w ~ N(0, I), x ~ N(0, Λ)."""
+def noise_loss_and_grad(W_pv, W_kq, Lambda, N, noise_std, query_noise=False):
+    """(ΔL, dW_pv, dW_kq): the label-noise part of the loss (docs/population.md, "Label noise").
+
+    With y_i = <w, x_i> + σ ε_i, ŷ gains σ (1/N) Σ ε_i c·x_i + p2 σ² β (1/N) Σ ε_i², where
+    c = β a + p2 (K1 + w k2ᵀ) x_q, a = p1 + p2 w, β = k2ᵀx_q; the cross terms with the noiseless
+    residual vanish except through E[ε²] = 1, and Var((1/N)Σ ε_i²) = 2/N."""
+    p1, p2, K1, k2 = split_params(np.asarray(W_pv, float), np.asarray(W_kq, float))
+    Lam = np.asarray(Lambda, float)
+    d, n, s2 = Lam.shape[0], float(N), float(noise_std) ** 2
+    t = np.trace(Lam)
+    Lp1, Lk2 = Lam @ p1, Lam @ k2
+    m = p1 @ Lam @ K1 @ Lam @ k2          # E[R0 β] part: p1ᵀΛK1Λk2
+    kappa2 = k2 @ Lk2                      # E[β²]
+    pi = p1 @ Lp1
+    tau = np.trace(K1.T @ Lam @ K1 @ Lam)
+    # ½E[(R0 + p2σ²β s)²] − ½E[R0²] = p2σ²E[R0β] + ½p2²σ⁴(1 + 2/N)E[β²]  (s = (1/N)Σε², E s² = 1 + 2/N)
+    # ½σ²E[(1/N)Σ ε_i² (c·x_i)²]/N = σ²/(2N) E[cᵀΛc]
+    #   E[cᵀΛc] = κ2(π + 4p2² t) + p2² τ + 2 p2 m
+    # the query's own term of ŷ, (1/N)(p1ᵀx_q)(x_qᵀK1x_q), meets β in a 4th moment (Isserlis):
+    # E[(p1ᵀx)(xᵀK1x)(k2ᵀx)] = ρθ + m + m' with ρ = p1ᵀΛk2, θ = tr(K1Λ), m' = p1ᵀΛK1ᵀΛk2
+    rho, theta, m2 = p1 @ Lk2, np.trace(K1 @ Lam), p1 @ Lam @ K1.T @ Lk2
+    X4 = rho * theta + m + m2
+    dL = (s2 * p2 * (m + p2 * t * kappa2 + X4 / n) + 0.5 * p2**2 * s2**2 * (1 + 2 / n) * kappa2
+          + s2 / (2 * n) * (kappa2 * (pi + 4 * p2**2 * t) + p2**2 * tau + 2 * p2 * m)
+          + (0.5 * s2 if query_noise else 0.0))
+    c1 = s2 * (1 + 1 / n)
+    C = (1 + 2 / n) * p2**2 * (s2 * t + 0.5 * s2**2) + s2 * pi / (2 * n)
+    e = s2 * p2 / n  # coefficient of X4
+    g_p2 = (c1 * m + 2 * (1 + 2 / n) * p2 * (s2 * t + 0.5 * s2**2) * kappa2 + s2 * p2 * tau / n
+            + s2 * X4 / n)
+    g_p1 = (c1 * p2 * Lam @ K1 @ Lk2 + s2 * kappa2 / n * Lp1
+            + e * (theta * Lk2 + Lam @ K1 @ Lk2 + Lam @ K1.T @ Lk2))
+    g_K1 = (c1 * p2 * np.outer(Lp1, Lk2) + s2 * p2**2 / n * Lam @ K1 @ Lam
+            + e * (rho * Lam + np.outer(Lp1, Lk2) + np.outer(Lk2, Lp1)))
+    g_k2 = (c1 * p2 * Lam @ K1.T @ Lp1 + 2 * C * Lk2
+            + e * (theta * Lp1 + Lam @ K1.T @ Lp1 + Lam @ K1 @ Lp1))
+    d_W_pv = np.zeros((d + 1, d + 1))
+    d_W_kq = np.zeros((d + 1, d + 1))
+    d_W_pv[d, :d], d_W_pv[d, d] = g_p1, g_p2
+    d_W_kq[:d, :d], d_W_kq[d, :d] = g_K1, g_k2
+    return dL, d_W_pv, d_W_kq
+
+
+def loss_and_grad(W_pv, W_kq, Lambda, N, noise_std=0.0, query_noise=False):
+    """(L, dW_pv, dW_kq) of L = ½ E[(ŷ − y_q)^2] under w ~ N(0, I), x ~ N(0, Λ), labels with noise
+    σ = noise_std (target y_q = <w, x_q>, + σ ε_q with query_noise)."""
+    if noise_std:
+        L0, g0, h0 = loss_and_grad(W_pv, W_kq, Lambda, N)
+        L1, g1, h1 = noise_loss_and_grad(W_pv, W_kq, Lambda, N, noise_std, query_noise)
+        return L0 + L1, g0 + g1, h0 + h1
     p1, p2, K1, k2 = split_params(np.asarray(W_pv, float), np.asarray(W_kq, float))
     Lam = np.asarray(Lambda, float)
     d, n = Lam.shape[0], float(N)

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# GPU checks of the CUDA backend, for a lent GPU machine (no network, ~7 minutes): versions, build
+# with `pip install --no-build-isolation .`, the GPU tests, the CPU suite, compute-sanitizer, and the
+# benchmark. Every stage runs even when an earlier one fails; failures are listed at the end, and
+# the benchmark table is printed last. Full logs (and bench_cuda.json) go to $OUT (default ./gpu-out).
+#   bash bench/gpu/run_gpu_checks.sh
+set -u
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+PY=${PYTHON:-python3}
+export CMAKE_BUILD_PARALLEL_LEVEL=${CMAKE_BUILD_PARALLEL_LEVEL:-16}
+export LSA_NATIVE_EXPECT_CUDA=1
+failures=()
+t_start=$(date +%s)
+
+# stage NAME TIMEOUT_S CMD...: runs CMD with its output in $OUT/NAME.log, prints the log's tail.
+stage() {
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name (limit ${limit}s, at +$(( $(date +%s) - t_start ))s)"
+  local t0=$(date +%s)
+  timeout --signal=KILL "$limit" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "--- $name: rc=$rc in $(( $(date +%s) - t0 ))s"
+  [ "${TAIL:-6}" -gt 0 ] && tail -n "${TAIL:-6}" "$OUT/$name.log"
+  if [ "$rc" -ne 0 ]; then
+    if [ -n "${OPTIONAL:-}" ]; then echo "(optional stage: not counted as a failure)"
+    else failures+=("$name (rc=$rc, log $OUT/$name.log)"); fi
+  fi
+}
+
+TAIL=14 stage versions 60 bash -c "nvidia-smi; $PY --version; $PY -c 'import numpy, torch; print(\"numpy\", numpy.__version__, \"torch\", torch.__version__, torch.version.cuda, torch.cuda.get_device_name())'; $PY -c 'import cupy; print(\"cupy\", cupy.__version__)'; nvcc --version | tail -2; cmake --version | head -1; compute-sanitizer --version | tail -1"
+
+TAIL=4 stage build 300 "$PY" -m pip install --no-build-isolation --no-deps -v . \
+  -C cmake.define.LSA_NATIVE_CUDA=ON -C cmake.define.LSA_NATIVE_CUDA_ARCHITECTURES=90 \
+  -C cmake.define.CMAKE_CUDA_FLAGS=-Xptxas=-v
+# ptxas resource usage of the kernels (registers, spills, shared memory), when the log has it.
+grep -E "ptxas info|spill" "$OUT/build.log" >"$OUT/ptxas.txt" || true
+echo "ptxas (sm_90, all kernels): $(grep -c 'Compiling entry' "$OUT/ptxas.txt") entries; spills: $(grep -E 'spill (stores|loads)' "$OUT/ptxas.txt" | grep -vc ' 0 bytes spill stores, 0 bytes spill loads')"
+
+stage import 60 "$PY" -c "import lsa_native as ln; print('cuda_compiled', ln.cuda_compiled(), 'cuda_available', ln.cuda_available()); assert ln.cuda_compiled() and ln.cuda_available()"
+
+TAIL=25 stage test_cuda 240 "$PY" -m pytest -p no:cacheprovider -q -rs tests/test_cuda.py
+
+stage memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_run.py
+stage racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 3 "$PY" bench/gpu/sanitize_run.py
+stage synccheck 120 compute-sanitizer --tool synccheck --error-exitcode 3 "$PY" bench/gpu/sanitize_run.py
+
+TAIL=8 stage bench 240 "$PY" bench/gpu/bench_cuda.py --out "$OUT/bench_cuda.json"
+
+# Nsight Compute on the prediction kernels (optional: needs GPU performance-counter permission).
+TAIL=0 OPTIONAL=1 stage ncu 120 ncu --kernel-name regex:lsa_prediction_kernel --launch-skip 1 --launch-count 2 \
+  --section SpeedOfLight --section Occupancy --section LaunchStats --section MemoryWorkloadAnalysis \
+  "$PY" bench/gpu/profile_once.py
+grep -E "lsa_prediction_kernel|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Registers Per|Theoretical Occupancy|ERR|rror" \
+  "$OUT/ncu.log" | head -n 24
+
+stage test_cpu 240 "$PY" -m pytest -p no:cacheprovider -q -m "not cuda" tests
+
+echo "=== done in $(( $(date +%s) - t_start ))s"
+if [ "${#failures[@]}" -gt 0 ]; then
+  echo "FAILED stages:"
+  printf '  %s\n' "${failures[@]}"
+else
+  echo "all stages passed"
+fi
+echo "=== benchmark (median of CUDA-event timings; % copy = achieved bandwidth / D2D copy bandwidth)"
+cat "$OUT/bench_cuda.txt" 2>/dev/null || echo "(no benchmark table)"
+[ "${#failures[@]}" -eq 0 ]

@@ -1,0 +1,42 @@
+"""A small run of every CUDA LSA kernel (both dtypes, device arrays and host copies) for
+compute-sanitizer (memcheck, racecheck, synccheck). No torch/cupy import: fast under the tool.
+Exits 1 when a result differs from the CPU kernels beyond rounding."""
+import sys
+
+import numpy as np
+
+from lsa_native import cuda, lsa
+
+rng = np.random.default_rng(7)
+bad = []
+for dtype, tol in ((np.float32, 2e-4), (np.float64, 1e-12)):
+    for B, d, N in ((3, 1, 1), (9, 3, 7), (5, 20, 100), (2, 5, 40)):
+        E = rng.standard_normal((B, d + 1, N + 1)).astype(dtype)
+        W_pv, W_kq = (rng.standard_normal((d + 1, d + 1)).astype(dtype) for _ in range(2))
+        y_q = rng.standard_normal(B).astype(dtype)
+        d_F = rng.standard_normal(E.shape).astype(dtype)
+        dev = [cuda.to_device(a) for a in (E, y_q, W_pv, W_kq, d_F)]
+        got = {
+            "predict": [cuda.to_host(lsa.predict(dev[0], dev[2], dev[3]))],
+            "loss_and_grad": [np.asarray(r) if np.isscalar(r) else cuda.to_host(r)
+                              for r in lsa.loss_and_grad(*dev[:4], return_predictions=True)],
+            "forward": [cuda.to_host(lsa.forward(dev[0], dev[2], dev[3]))],
+            "vjp": [cuda.to_host(r) for r in lsa.vjp(dev[0], dev[2], dev[3], dev[4])],
+            "vjp host": list(lsa.vjp(E, W_pv, W_kq, d_F, device="cuda")),
+        }
+        want = {
+            "predict": [lsa.predict(E, W_pv, W_kq, device="cpu")],
+            "loss_and_grad": [np.asarray(r) for r in
+                              lsa.loss_and_grad(E, y_q, W_pv, W_kq, return_predictions=True, device="cpu")],
+            "forward": [lsa.forward(E, W_pv, W_kq, device="cpu")],
+            "vjp": list(lsa.vjp(E, W_pv, W_kq, d_F, device="cpu")),
+        }
+        want["vjp host"] = want["vjp"]
+        for op in got:
+            for a, b in zip(got[op], want[op]):
+                err = float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-30))
+                if not err <= tol:
+                    bad.append(f"{op} {np.dtype(dtype).name} B={B} d={d} N={N}: relative error {err:.2e}")
+cuda.synchronize()
+print("\n".join(bad) if bad else "sanitize_run: all CUDA results match the CPU")
+sys.exit(1 if bad else 0)

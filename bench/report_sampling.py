@@ -1,0 +1,145 @@
+"""Benchmark of training LSA on fresh prompts (issue 8): SGD steps per second at (d=5, N=20,
+B=4096) and (d=20, N=100, B=1024), and ns per normal variate, all in one run.
+
+Drivers compared per size (float32, one SGD step = fresh prompts + loss + gradients + update):
+  fused tokens   spec.lsa_loss_and_grad(method="tokens"): prompts generated in cache, E never stored
+  fused wishart  spec.lsa_loss_and_grad(method="wishart"): Bartlett sufficient statistics, O(d²)/prompt
+  native+kernel  spec.sample_embedding (native sampler writes E) then lsa.loss_and_grad
+  numpy driver   data.linear_regression_prompts (numpy rng) then lsa.loss_and_grad (train.sgd_lsa's path)
+  pre-sampled    lsa.loss_and_grad alone on one fixed batch (the kernel's ceiling)
+  torch loop     torch.randn sampling + LSA prediction + autograd + torch.optim.SGD (if installed)
+
+    python bench/report_sampling.py [--repeats 7] [--threads 2]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from timing import median_seconds  # noqa: E402
+
+import lsa_native as ln
+from lsa_native import data, lsa
+from lsa_native.sampling import LinearPrompts, normals
+
+SIZES = [(5, 20, 4096), (20, 100, 1024)]
+LR = 1e-3
+
+
+def _sgd(step_fn, W):
+    state = {"k": 0}
+
+    def run():
+        loss, g_pv, g_kq = step_fn(state["k"], W[0], W[1])
+        W[0] -= LR * g_pv
+        W[1] -= LR * g_kq
+        state["k"] += 1
+    return run
+
+
+def torch_loop(d, N, B):
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(ln.num_threads())
+    W_pv = torch.nn.Parameter(0.01 * torch.randn(d + 1, d + 1))
+    W_kq = torch.nn.Parameter(0.01 * torch.randn(d + 1, d + 1))
+    opt = torch.optim.SGD([W_pv, W_kq], lr=LR)
+
+    def run():
+        w = torch.randn(B, d)
+        X = torch.randn(B, N + 1, d)  # N context covariates and the query
+        y = torch.einsum("bnd,bd->bn", X, w)
+        E = torch.empty(B, d + 1, N + 1)               # [B, d+1, N+1]   [ZFB (3.4)]
+        E[:, :d, :] = X.transpose(1, 2)
+        E[:, d, :N] = y[:, :N]
+        E[:, d, N] = 0
+        y_q = y[:, N]
+        G = E @ E.transpose(1, 2) / N
+        q = W_kq @ E[:, :, N:]                     # [B, d+1, 1]
+        y_hat = (G @ q).squeeze(-1) @ W_pv[d]       # p^T G q   [ZFB (3.6)], [B]
+        loss = 0.5 * ((y_hat - y_q) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return run
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=0, help="threads for lsa_native and torch (0: default)")
+    args = parser.parse_args(argv)
+    if args.threads > 0:
+        ln.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    print(f"lsa_native {ln.__version__}, {ln.num_threads()} threads, CPU kernels: {ln.cpu_kernel_isa()}")
+    rows = []
+    for d, N, B in SIZES:
+        spec = LinearPrompts(d, N, seed=1)
+        W0 = [0.01 * rng.standard_normal((d + 1, d + 1)).astype(np.float32) for _ in range(2)]
+        inner = 20 if d == 5 else 40
+        res = {}
+        for method in ("tokens", "wishart"):
+            W = [w.copy() for w in W0]
+            res[f"fused {method}"] = median_seconds(_sgd(
+                lambda k, a, b, m=method: spec.lsa_loss_and_grad(a, b, batch=B, step=k, method=m), W),
+                args.repeats, inner)
+        E = np.empty((B, d + 1, N + 1), np.float32)
+        y_q = np.empty(B, np.float32)
+
+        def native_kernel(k, a, b):
+            spec.sample_embedding(B, step=k, E=E, y_q=y_q)
+            return lsa.loss_and_grad(E, y_q, a, b)
+        res["native sampler + kernel"] = median_seconds(_sgd(native_kernel, [w.copy() for w in W0]),
+                                                        args.repeats, inner)
+        g = np.random.default_rng(2)
+
+        def numpy_driver(k, a, b):
+            batch = data.linear_regression_prompts(g, B, d, N)
+            return lsa.loss_and_grad(batch.E.astype(np.float32), batch.y_q.astype(np.float32), a, b)
+        res["numpy sampler + kernel"] = median_seconds(_sgd(numpy_driver, [w.copy() for w in W0]),
+                                                       args.repeats, max(1, inner // 10))
+        E0, yq0 = spec.sample_embedding(B, step=0)
+        res["pre-sampled kernel"] = median_seconds(
+            _sgd(lambda k, a, b: lsa.loss_and_grad(E0, yq0, a, b), [w.copy() for w in W0]),
+            args.repeats, inner)
+        tl = torch_loop(d, N, B)
+        if tl is not None:
+            res["torch loop"] = median_seconds(tl, args.repeats, max(1, inner // 4))
+        rows.append(((d, N, B), res))
+
+    print("\n| size | driver | steps/s | prompts/s | vs torch | vs pre-sampled |")
+    print("|---|---|---|---|---|---|")
+    for (d, N, B), res in rows:
+        t_torch = res.get("torch loop")
+        for name, t in res.items():
+            vs_t = f"{t_torch / t:.1f}x" if t_torch else "-"
+            print(f"| d={d}, N={N}, B={B} | {name} | {1 / t:.0f} | {B / t:.3g} | {vs_t} | "
+                  f"{res['pre-sampled kernel'] / t:.2f} |")
+
+    n = 2**22
+    print("\n| normals | ns per variate |")
+    print("|---|---|")
+    for dt in (np.float32, np.float64):
+        t = median_seconds(lambda: normals(n, seed=3, dtype=dt), args.repeats)
+        print(f"| native {np.dtype(dt).name}, {ln.num_threads()} threads | {t / n * 1e9:.2f} |")
+    g = np.random.default_rng(0)
+    t = median_seconds(lambda: g.standard_normal(n, dtype=np.float32), args.repeats)
+    print(f"| numpy Generator.standard_normal float32 (1 thread) | {t / n * 1e9:.2f} |")
+    try:
+        import torch
+        t = median_seconds(lambda: torch.randn(n), args.repeats)
+        print(f"| torch.randn float32 | {t / n * 1e9:.2f} |")
+    except ImportError:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

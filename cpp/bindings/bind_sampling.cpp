@@ -1,0 +1,188 @@
+// Bindings of the native samplers (sampling.hpp): raw Philox words, variate streams, linear
+// prompts and the fused LSA steps. The spec arrives as a dict built by lsa_native.sampling.
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "lsa_native/sampling.hpp"
+#include "numpy_views.hpp"
+
+namespace lsa_native::bindings {
+namespace {
+
+// A LinearPromptSpec viewing the arrays of `d` (which the caller keeps alive).
+LinearPromptSpec spec_from_dict(const py::dict& d) {
+  LinearPromptSpec s;
+  s.dim = d["dim"].cast<index_t>();
+  s.context = d["context"].cast<index_t>();
+  s.seed = d["seed"].cast<std::uint64_t>();
+  auto factor = [&](const char* key, const char* name) -> const double* {
+    if (!d.contains(key) || d[key].is_none()) return nullptr;
+    py::object obj = d[key];
+    if (!py::isinstance<CArray<double>>(obj))
+      throw Error(std::string(name) + ": expected a C-contiguous float64 array");
+    auto a = obj.cast<CArray<double>>();  // a view: no copy for a matching array
+    require_shape(a, {s.dim, s.dim}, name);
+    return a.data();  // the dict's array owns the data
+  };
+  s.chol = factor("chol", "Lambda");
+  s.query_chol = factor("query_chol", "query_Lambda");
+  s.noise_std = d["noise_std"].cast<double>();
+  s.query_noise = d["query_noise"].cast<bool>();
+  s.tasks = d["tasks"].cast<index_t>();
+  const std::string law = d["law"].cast<std::string>();
+  if (law == "fixed") s.law = CovarianceLaw::fixed;
+  else if (law == "exponential") s.law = CovarianceLaw::exponential;
+  else if (law == "gamma") s.law = CovarianceLaw::gamma;
+  else if (law == "uniform") s.law = CovarianceLaw::uniform;
+  else if (law == "two_point") s.law = CovarianceLaw::two_point;
+  else throw Error("covariance_law: unknown law '" + law + "'");
+  s.law_a = d["law_a"].cast<double>();
+  s.law_b = d["law_b"].cast<double>();
+  s.law_p = d["law_p"].cast<double>();
+  const std::string cov = d["covariates"].cast<std::string>();
+  if (cov == "gaussian") s.covariates = Covariates::gaussian;
+  else if (cov == "sphere") s.covariates = Covariates::sphere;
+  else throw Error("covariates: expected 'gaussian' or 'sphere', got '" + cov + "'");
+  validate(s);
+  return s;
+}
+
+StreamId stream_id(std::uint64_t seed, std::uint32_t step, std::uint32_t prompt, std::uint32_t stream) {
+  StreamId id;
+  id.seed = seed;
+  id.step = step;
+  id.prompt = prompt;
+  id.stream = stream;
+  return id;
+}
+
+template <class T>
+void bind_dtype(py::module_& m) {
+  m.def(
+      "random_normals",
+      [](std::uint64_t seed, std::uint32_t step, std::uint32_t prompt, std::uint32_t stream,
+         std::uint64_t start, CArray<T> out) {
+        T* o = out_ptr(out, "out");
+        const auto n = static_cast<index_t>(out.size());
+        py::gil_scoped_release release;
+        random_normals(stream_id(seed, step, prompt, stream), start, n, o);
+      },
+      py::arg("seed"), py::arg("step"), py::arg("prompt"), py::arg("stream"), py::arg("start"),
+      py::arg("out").noconvert());
+  m.def(
+      "random_uniforms",
+      [](std::uint64_t seed, std::uint32_t step, std::uint32_t prompt, std::uint32_t stream,
+         std::uint64_t start, CArray<T> out) {
+        T* o = out_ptr(out, "out");
+        const auto n = static_cast<index_t>(out.size());
+        py::gil_scoped_release release;
+        random_uniforms(stream_id(seed, step, prompt, stream), start, n, o);
+      },
+      py::arg("seed"), py::arg("step"), py::arg("prompt"), py::arg("stream"), py::arg("start"),
+      py::arg("out").noconvert());
+  m.def(
+      "random_gammas",
+      [](std::uint64_t seed, std::uint32_t step, std::uint32_t prompt, std::uint32_t stream,
+         std::uint64_t start, double shape, CArray<T> out) {
+        T* o = out_ptr(out, "out");
+        const auto n = static_cast<index_t>(out.size());
+        py::gil_scoped_release release;
+        random_gammas(stream_id(seed, step, prompt, stream), start, n, T(shape), o);
+      },
+      py::arg("seed"), py::arg("step"), py::arg("prompt"), py::arg("stream"), py::arg("start"),
+      py::arg("shape"), py::arg("out").noconvert());
+  m.def(
+      "simd_log",
+      [](const CArray<T>& x, CArray<T> out) {
+        require_shape(out, {static_cast<index_t>(x.size())}, "out");
+        T* o = out_ptr(out, "out");
+        py::gil_scoped_release release;
+        simd_log(x.data(), static_cast<index_t>(x.size()), o);
+      },
+      py::arg("x").noconvert(), py::arg("out").noconvert());
+  m.def(
+      "simd_sincos_2pi",
+      [](const CArray<T>& u, CArray<T> s, CArray<T> c) {
+        const auto n = static_cast<index_t>(u.size());
+        require_shape(s, {n}, "s");
+        require_shape(c, {n}, "c");
+        T* sp = out_ptr(s, "s");
+        T* cp = out_ptr(c, "c");
+        py::gil_scoped_release release;
+        simd_sincos_2pi(u.data(), n, sp, cp);
+      },
+      py::arg("u").noconvert(), py::arg("s").noconvert(), py::arg("c").noconvert());
+  m.def(
+      "sample_linear_prompts",
+      [](const py::dict& spec_dict, index_t batch, std::uint32_t step, std::optional<CArray<T>> E,
+         std::optional<CArray<T>> y_q, std::optional<CArray<T>> X, std::optional<CArray<T>> y,
+         std::optional<CArray<T>> w, std::optional<CArray<T>> x_q, std::optional<CArray<T>> lam) {
+        const LinearPromptSpec s = spec_from_dict(spec_dict);
+        if (batch < 1) throw Error("batch: expected >= 1, got " + std::to_string(batch));
+        const index_t d = s.dim, N = s.context;
+        LinearPromptOutputs<T> o;
+        o.E = optional_out(E, {batch, d + 1, N + 1}, "E");
+        o.y_q = optional_out(y_q, {batch}, "y_q");
+        o.X = optional_out(X, {batch, N, d}, "X");
+        o.y = optional_out(y, {batch, N}, "y");
+        o.w = optional_out(w, {batch, d}, "w");
+        o.x_q = optional_out(x_q, {batch, d}, "x_q");
+        o.lambda = optional_out(lam, {batch, d}, "lambda");
+        py::gil_scoped_release release;
+        sample_linear_prompts(s, batch, step, o);
+      },
+      py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("E").noconvert() = py::none(),
+      py::arg("y_q").noconvert() = py::none(), py::arg("X").noconvert() = py::none(),
+      py::arg("y").noconvert() = py::none(), py::arg("w").noconvert() = py::none(),
+      py::arg("x_q").noconvert() = py::none(), py::arg("lam").noconvert() = py::none());
+  m.def(
+      "linear_prompts_lsa_loss_and_grad",
+      [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const std::string& method,
+         const CArray<T>& W_pv, const CArray<T>& W_kq, CArray<T> d_W_pv, CArray<T> d_W_kq) {
+        const LinearPromptSpec s = spec_from_dict(spec_dict);
+        FusedMethod fm;
+        if (method == "tokens") fm = FusedMethod::tokens;
+        else if (method == "wishart") fm = FusedMethod::wishart;
+        else throw Error("method: expected 'tokens' or 'wishart', got '" + method + "'");
+        const index_t r = s.dim + 1;
+        require_shape(W_pv, {r, r}, "W_pv");
+        require_shape(W_kq, {r, r}, "W_kq");
+        require_shape(d_W_pv, {r, r}, "d_W_pv");
+        require_shape(d_W_kq, {r, r}, "d_W_kq");
+        T* dpv = out_ptr(d_W_pv, "d_W_pv");
+        T* dkq = out_ptr(d_W_kq, "d_W_kq");
+        py::gil_scoped_release release;
+        return linear_prompts_lsa_loss_and_grad(s, batch, step, fm, W_pv.data(), W_kq.data(), dpv, dkq);
+      },
+      py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("method"),
+      py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(), py::arg("d_W_pv").noconvert(),
+      py::arg("d_W_kq").noconvert());
+}
+
+}  // namespace
+
+void bind_sampling(py::module_& m) {
+  m.def(
+      "philox4x32",
+      [](const CArray<std::uint32_t>& counters, std::uint64_t seed) {
+        if (counters.ndim() != 2 || counters.shape(1) != 4)
+          throw Error("counters: expected shape (n, 4), got " + shape_string(counters));
+        const index_t n = counters.shape(0);
+        CArray<std::uint32_t> out({static_cast<py::ssize_t>(n), py::ssize_t(4)});
+        std::uint32_t* o = out.mutable_data();
+        {
+          py::gil_scoped_release release;
+          philox4x32_10(counters.data(), n, seed, o);
+        }
+        return out;
+      },
+      py::arg("counters").noconvert(), py::arg("seed"),
+      "Philox4x32-10 words of counters [n, 4] under key = (low, high) words of the 64-bit seed.");
+  bind_dtype<float>(m);
+  bind_dtype<double>(m);
+}
+
+}  // namespace lsa_native::bindings

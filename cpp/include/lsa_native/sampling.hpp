@@ -1,0 +1,106 @@
+// Native random prompts: counter-based variates (Philox4x32-10), linear-regression prompt samplers
+// writing straight into the kernels' layout, and fused sampled LSA training steps.
+//
+// Every variate is a pure function of (seed, step, prompt index, stream, position) (layout in
+// cpp/src/common/philox.hpp and random.hpp), so outputs never depend on the thread count, the
+// chunking or the device. All functions run on the CPU over num_threads() threads, are
+// thread-safe, and throw lsa_native::Error for invalid arguments. T is float or double; float
+// batches draw float variates (they are not the double batch rounded).
+#pragma once
+
+#include <cstdint>
+
+#include "lsa_native/types.hpp"
+
+namespace lsa_native {
+
+// Philox4x32-10 of n counters under the 64-bit seed (key = (low, high) words).
+//   counters [n, 4], out [n, 4] (written; may alias counters)
+void philox4x32_10(const std::uint32_t* counters, index_t n, std::uint64_t seed, std::uint32_t* out);
+
+// One stream of variates: (seed, step, prompt, stream tag).
+struct StreamId {
+  std::uint64_t seed = 0;
+  std::uint32_t step = 0, prompt = 0, stream = 0;
+};
+
+// out[i] = the variate at position start + i of the stream, i < n; start + n <= 2^32 · per-block.
+//   out [n] (written)
+template <class T>
+void random_normals(const StreamId& id, std::uint64_t start, index_t n, T* out);
+template <class T>
+void random_uniforms(const StreamId& id, std::uint64_t start, index_t n, T* out);
+// Gamma(shape, 1) variates number start .. start+n−1 (Marsaglia–Tsang), shape > 0, start + n <= 2^25.
+template <class T>
+void random_gammas(const StreamId& id, std::uint64_t start, index_t n, T shape, T* out);
+
+// The CPU SIMD math behind the normals (exposed for tests): out = log(x) for positive normal x;
+// s = sin(2πu), c = cos(2πu) for u in [0, 1].
+template <class T>
+void simd_log(const T* x, index_t n, T* out);
+template <class T>
+void simd_sincos_2pi(const T* u, index_t n, T* s, T* c);
+
+// ---- linear-regression prompts [ZFB 3.3, 4.2, 4.3; CCS H.1] ------------------------------------
+
+// Law of the per-prompt random diagonal covariance Λ_τ = diag(λ_1..λ_d), λ_k iid [ZFB 4.3]:
+//   exponential: λ = a·Exp(1) (scale a > 0; JMLR Fig. 1 uses a = c)
+//   gamma:       λ = b·Gamma(a) (shape a > 0, scale b > 0)
+//   uniform:     λ ~ U(a, b) (0 <= a < b)
+//   two_point:   λ = a with probability p, else b (a, b >= 0, 0 <= p <= 1)
+enum class CovarianceLaw { fixed, exponential, gamma, uniform, two_point };
+// Covariates: x = L z with z ~ N(0, I) (gaussian), or x = L ξ with ξ uniform on the unit sphere
+// (sphere; CCS H.1: L ξ has the law of Σ^{1/2} ξ since ξ is rotation invariant).
+enum class Covariates { gaussian, sphere };
+
+struct LinearPromptSpec {
+  index_t dim = 1;      // d >= 1
+  index_t context = 1;  // N >= 1
+  std::uint64_t seed = 0;
+  const double* chol = nullptr;        // [d, d] lower Cholesky factor L of Λ = L Lᵀ; null: Λ = I
+  const double* query_chol = nullptr;  // [d, d] the query's factor (query shift); null: = chol
+  double noise_std = 0;                // σ >= 0: y_i = <w, x_i> + σ ε_i
+  bool query_noise = false;            // also y_q = <w, x_q> + σ ε_q (off: the noiseless target)
+  index_t tasks = 0;                   // κ >= 1: w uniform over κ fixed tasks w_j ~ N(0, I) drawn
+                                       // from the seed; 0: a fresh w ~ N(0, I) per prompt
+  CovarianceLaw law = CovarianceLaw::fixed;  // not fixed: Λ_τ per prompt (then chol must be null)
+  double law_a = 0, law_b = 0, law_p = 0;
+  Covariates covariates = Covariates::gaussian;
+};
+
+// Throws Error naming the field unless the spec is valid.
+void validate(const LinearPromptSpec& spec);
+
+// Outputs of sample_linear_prompts; any may be null (nothing written there).
+template <class T>
+struct LinearPromptOutputs {
+  T* E = nullptr;       // [B, d+1, N+1]  tokens (x_i; y_i), last column (x_q; 0)   [ZFB (3.4)]
+  T* y_q = nullptr;     // [B]            query targets
+  T* X = nullptr;       // [B, N, d]
+  T* y = nullptr;       // [B, N]
+  T* w = nullptr;       // [B, d]
+  T* x_q = nullptr;     // [B, d]
+  T* lambda = nullptr;  // [B, d]         diagonal of Λ_τ (law != fixed; else the diagonal of Λ)
+};
+
+// Prompts b = 0..B−1 of training step `step` (prompt index b in the counter).
+template <class T>
+void sample_linear_prompts(const LinearPromptSpec& spec, index_t batch, std::uint32_t step,
+                           const LinearPromptOutputs<T>& out);
+
+// Fused sampled step: L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² [ZFB (3.7)] over the prompts of `step` and its
+// gradients, without materializing the batch.
+//   tokens:  each prompt is generated into a per-thread scratch (the very values
+//            sample_linear_prompts writes) and consumed by the LSA loss/gradient kernel.
+//   wishart: the prompt enters only through G = A S Aᵀ + e_q e_qᵀ/N (SPEC 3.4a); S is drawn by the
+//            Bartlett decomposition and the loss/gradients cost O(d²) per prompt, independent of N.
+//            Same law as tokens (not the same draws); needs Gaussian covariates and N >= d (+1 with
+//            noise).
+//   d_W_pv, d_W_kq [d+1, d+1] (written). Returns L.
+enum class FusedMethod { tokens, wishart };
+template <class T>
+double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t batch,
+                                        std::uint32_t step, FusedMethod method, const T* W_pv,
+                                        const T* W_kq, T* d_W_pv, T* d_W_kq);
+
+}  // namespace lsa_native

@@ -1,0 +1,111 @@
+// Per-prompt math of the sufficient-statistics ("wishart") LSA step, for CPU and CUDA (LSA_HD).
+//
+// For Gaussian linear prompts the one-layer LSA sees a prompt only through G = (1/N) Σ_{j<=N+1}
+// e_j e_jᵀ, x_q and y_q (SPEC 3.4a). With z_i = (x_i; ε_i) (ε_i only when σ > 0, d' = d + 1;
+// else z_i = x_i, d' = d), e_i = Ã z_i with Ã = [[I, 0], [wᵀ, σ]], and
+//   G = Ã S̃ Ãᵀ + e_q e_qᵀ/N,  S̃ = (1/N) Σ_i z_i z_iᵀ = L̃ T Tᵀ L̃ᵀ / N   (Bartlett),
+// L̃ = diag(L, 1) the Cholesky factor of Cov z, T lower triangular with T_ii = sqrt(χ²_{N−i})
+// (0-based i) and T_ij ~ N(0, 1) for i > j [Bartlett 1933; valid for N >= d']. With
+// M = Ã L̃ T / √N (a (d+1) x d' product of triangular factors, never formed):
+//   ŷ = pᵀ G q = (Mᵀp)·(Mᵀq) + (p·e_q)(q·e_q)/N                                    [ZFB (3.6)]
+//   ∂ŷ/∂p = G q = M (Mᵀq) + e_q (q·e_q)/N,   ∂ŷ/∂W^KQ = (G p) e_qᵀ,  G p = M (Mᵀp) + e_q (p·e_q)/N
+// Each product with M or Mᵀ is two triangular mat-vecs: O(d²) per prompt, independent of N.
+#pragma once
+
+#include "common/hd.hpp"
+#include "lsa_native/types.hpp"
+
+namespace lsa_native::wishart {
+
+// One prompt's factors. Arrays are row-major; `L` (lower, [d, d]) or `lam_sqrt` ([d], a diagonal
+// factor) or neither (identity) gives L; `Tm` is [dp, dp] lower triangular.
+template <class T>
+struct Prompt {
+  index_t d, dp;        // d' = dp = d or d + 1 (noise coordinate)
+  const T* L;           // [d, d] or null
+  const T* lam_sqrt;    // [d] or null
+  const T* w;           // [d]
+  T sigma;              // noise scale (used when dp == d + 1)
+  const T* Tm;          // [dp, dp]
+  T inv_sqrt_n;         // 1/√N
+};
+
+// out = Mᵀ u = Tᵀ L̃ᵀ Ãᵀ u / √N.   u [d+1], out [dp], tmp [dp]
+template <class T>
+LSA_HD void mt_times(const Prompt<T>& P, const T* u, T* out, T* tmp) {
+  const index_t d = P.d;
+  // Ãᵀ u = (u_x + u_y w; σ u_y)
+  for (index_t k = 0; k < d; ++k) tmp[k] = u[k] + u[d] * P.w[k];
+  if (P.dp > d) tmp[d] = P.sigma * u[d];
+  // L̃ᵀ: (Lᵀ a)_m = Σ_{k>=m} L_km a_k (in place, m ascending reads only k >= m)
+  if (P.L) {
+    for (index_t m = 0; m < d; ++m) {
+      T acc = T(0);
+      for (index_t k = m; k < d; ++k) acc += P.L[k * d + m] * tmp[k];
+      tmp[m] = acc;
+    }
+  } else if (P.lam_sqrt) {
+    for (index_t k = 0; k < d; ++k) tmp[k] *= P.lam_sqrt[k];
+  }
+  // Tᵀ: (Tᵀ b)_m = Σ_{i>=m} T_im b_i
+  for (index_t m = 0; m < P.dp; ++m) {
+    T acc = T(0);
+    for (index_t i = m; i < P.dp; ++i) acc += P.Tm[i * P.dp + m] * tmp[i];
+    out[m] = acc * P.inv_sqrt_n;
+  }
+}
+
+// out = M c = Ã L̃ T c / √N.   c [dp], out [d+1], tmp [dp]
+template <class T>
+LSA_HD void m_times(const Prompt<T>& P, const T* c, T* out, T* tmp) {
+  const index_t d = P.d;
+  // T c (lower triangular)
+  for (index_t i = 0; i < P.dp; ++i) {
+    T acc = T(0);
+    for (index_t m = 0; m <= i; ++m) acc += P.Tm[i * P.dp + m] * c[m];
+    tmp[i] = acc * P.inv_sqrt_n;
+  }
+  // L̃ (lower): (L a)_k = Σ_{m<=k} L_km a_m, computed k descending in place
+  if (P.L) {
+    for (index_t k = d; k-- > 0;) {
+      T acc = T(0);
+      for (index_t m = 0; m <= k; ++m) acc += P.L[k * d + m] * tmp[m];
+      tmp[k] = acc;
+    }
+  } else if (P.lam_sqrt) {
+    for (index_t k = 0; k < d; ++k) tmp[k] *= P.lam_sqrt[k];
+  }
+  // Ã: (x; wᵀx + σ ε)
+  T y = P.dp > d ? P.sigma * tmp[d] : T(0);
+  for (index_t k = 0; k < d; ++k) {
+    out[k] = tmp[k];
+    y += P.w[k] * tmp[k];
+  }
+  out[d] = y;
+}
+
+// ŷ and the two backward vectors g_p = G q, g_k = G p for p, q [d+1], e_q = (x_q; 0) [d+1].
+//   g_p, g_k [d+1] (written), scratch [3·dp]
+template <class T>
+LSA_HD T predict_and_grads(const Prompt<T>& P, const T* p, const T* q, const T* e_q, T inv_n,
+                           T* g_p, T* g_k, T* scratch) {
+  const index_t rows = P.d + 1;
+  T *a = scratch, *c = scratch + P.dp, *tmp = scratch + 2 * P.dp;
+  mt_times(P, p, a, tmp);
+  mt_times(P, q, c, tmp);
+  T pe = T(0), qe = T(0), ac = T(0);
+  for (index_t k = 0; k < rows; ++k) {
+    pe += p[k] * e_q[k];
+    qe += q[k] * e_q[k];
+  }
+  for (index_t m = 0; m < P.dp; ++m) ac += a[m] * c[m];
+  m_times(P, c, g_p, tmp);
+  m_times(P, a, g_k, tmp);
+  for (index_t k = 0; k < rows; ++k) {
+    g_p[k] += e_q[k] * qe * inv_n;
+    g_k[k] += e_q[k] * pe * inv_n;
+  }
+  return ac + pe * qe * inv_n;
+}
+
+}  // namespace lsa_native::wishart

@@ -1,0 +1,114 @@
+// CPU K-GP sampler (kernel_gp.hpp): argument checks, then common/kernel_gp.hpp per prompt, in
+// parallel over fixed chunks of prompts.
+#include "lsa_native/kernel_gp.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/kernel_gp.hpp"
+#include "common/parallel.hpp"
+#include "common/small_matrix.hpp"
+
+namespace lsa_native {
+
+void symmetric_sqrt(const double* sigma, index_t d, double* root, const char* name) {
+  const std::string nm(name);
+  double scale = 0;
+  for (index_t i = 0; i < d * d; ++i) {
+    detail::require(std::isfinite(sigma[i]), nm + ": contains non-finite values");
+    scale = std::max(scale, std::fabs(sigma[i]));
+  }
+  for (index_t i = 0; i < d; ++i)
+    for (index_t j = 0; j < i; ++j)
+      detail::require(std::fabs(sigma[i * d + j] - sigma[j * d + i]) <= 1e-10 * scale + 1e-300,
+                      nm + ": must be symmetric");
+  const int n = static_cast<int>(d);
+  std::vector<double> a(sigma, sigma + d * d), v(d * d), w(d), chol(sigma, sigma + d * d);
+  detail::require(detail::cholesky_in_place(chol.data(), n), nm + ": must be positive definite");
+  detail::require(detail::jacobi_eigen(a.data(), n, w.data(), v.data()) >= 0,
+                  nm + ": eigensolver did not converge");
+  for (int j = 0; j < n; ++j)
+    detail::require(w[j] > 0, nm + ": must be positive definite");
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int k = 0; k < n; ++k) s += v[i * n + k] * std::sqrt(w[k]) * v[j * n + k];
+      root[i * n + j] = s;
+    }
+}
+
+template <class T>
+void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, const KernelGPLaw& law,
+                      T* Z0, T* y_q, T* xi_out, std::int32_t* method) {
+  const index_t d = law.dim, n = law.context;
+  detail::require(batch >= 1, "batch: expected B >= 1, got " + std::to_string(batch));
+  detail::require(batch <= (index_t(1) << 32), "batch: at most 2^32 prompts (the prompt counter)");
+  detail::require(d >= 1, "dim: expected d >= 1, got " + std::to_string(d));
+  detail::require(n >= 1, "context: expected n >= 1, got " + std::to_string(n));
+  detail::require(n + 1 <= 4096, "context: expected n + 1 <= 4096, got " + std::to_string(n));
+  detail::require(d * (n + 1) <= (index_t(1) << 31), "dim * (context + 1) too large");
+  detail::require(step < (std::uint64_t(1) << 32), "step: expected 0 <= step < 2^32");
+  const int kern = static_cast<int>(law.kernel);
+  detail::require(kern >= 0 && kern <= 2, "kernel: unknown kernel code " + std::to_string(kern));
+  detail::require(std::isfinite(law.bandwidth) && law.bandwidth > 0,
+                  "bandwidth: expected a finite number > 0, got " + std::to_string(law.bandwidth));
+  const double inv_bw2 = 1.0 / (law.bandwidth * law.bandwidth);
+  detail::require(kern != detail::kgp::kExp || inv_bw2 <= 600.0,
+                  "bandwidth: exp kernel needs 1/bandwidth^2 <= 600 (exp overflows), got bandwidth " +
+                      std::to_string(law.bandwidth));
+  detail::require(Z0 != nullptr && y_q != nullptr, "Z0, y_q must not be null");
+  std::vector<double> root;
+  if (law.sigma != nullptr) {
+    root.resize(static_cast<size_t>(d * d));
+    symmetric_sqrt(law.sigma, d, root.data(), "Sigma");
+  }
+  const double* R = law.sigma != nullptr ? root.data() : nullptr;
+  const int di = static_cast<int>(d), n1 = static_cast<int>(n + 1);
+  const rng::PhiloxKey key = rng::philox_key(seed);
+  const auto st = static_cast<std::uint32_t>(step);
+  std::atomic<bool> unconverged{false};
+
+  detail::for_each_chunk(batch, [&](index_t, index_t b0, index_t b1) {
+    std::vector<double> xi(static_cast<size_t>(n1 * di)), y(static_cast<size_t>(n1)),
+        work(static_cast<size_t>(detail::kgp::gp_workspace(n1)));
+    for (index_t b = b0; b < b1; ++b) {
+      const auto p = static_cast<std::uint32_t>(b);
+      detail::kgp::sphere_points({key, p, st, detail::kgp::kStreamGPPoints}, n1, di, xi.data());
+      const int m = detail::kgp::gp_labels(kern, inv_bw2, xi.data(), n1, di,
+                                           {key, p, st, detail::kgp::kStreamGPLabels},
+                                           work.data(), y.data());
+      if (m == detail::kgp::kMethodJacobiUnconverged) unconverged = true;
+      if (method) method[b] = m;
+      T* z = Z0 + b * (d + 1) * n1;  // [d+1, n+1]
+      for (int j = 0; j < n1; ++j) {
+        const double* x = &xi[static_cast<size_t>(j * di)];
+        for (int k = 0; k < di; ++k) {
+          double s = x[k];
+          if (R) {  // x = Σ^{1/2} ξ
+            s = 0;
+            for (int l = 0; l < di; ++l) s += R[k * di + l] * x[l];
+          }
+          z[k * n1 + j] = static_cast<T>(s);
+        }
+        z[di * n1 + j] = j < n1 - 1 ? static_cast<T>(y[j]) : T(0);
+      }
+      y_q[b] = static_cast<T>(y[n1 - 1]);
+      if (xi_out) {
+        T* o = xi_out + b * n1 * d;
+        for (int i = 0; i < n1 * di; ++i) o[i] = static_cast<T>(xi[i]);
+      }
+    }
+  });
+  detail::require(!unconverged, "kernel_gp: the Jacobi eigensolver did not converge on some prompt");
+}
+
+template void sample_kernel_gp<float>(std::uint64_t, std::uint64_t, index_t, const KernelGPLaw&,
+                                      float*, float*, float*, std::int32_t*);
+template void sample_kernel_gp<double>(std::uint64_t, std::uint64_t, index_t, const KernelGPLaw&,
+                                       double*, double*, double*, std::int32_t*);
+
+}  // namespace lsa_native

@@ -1,0 +1,3 @@
+// Sampling CPU kernels compiled with -mavx2 -mfma; chosen at run time when the CPU supports them.
+#define LSA_ISA_NS isa_avx2
+#include "cpu/sampling_kernels.inl"

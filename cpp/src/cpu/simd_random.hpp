@@ -1,0 +1,336 @@
+// SIMD policies for the RNG recipes of common/philox.hpp and common/random.hpp: Philox on 8 lanes
+// of uint32 (8 counters at once), vectorized log and sin/cos(2πu) next to simd.hpp's exp, and
+// range fills of normals in the stream order random.hpp fixes.
+// Internal linkage throughout (see simd.hpp): each ISA's translation unit keeps its own copy.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
+
+#include "common/random.hpp"
+#include "cpu/simd.hpp"
+
+namespace lsa_native::cpu::simd {
+namespace {
+
+typedef std::uint32_t U32x8 __attribute__((vector_size(32)));
+typedef std::uint32_t U32x4 __attribute__((vector_size(16)));
+typedef std::uint64_t U64x4 __attribute__((vector_size(32)));
+typedef std::int32_t I32x4 __attribute__((vector_size(16)));
+
+template <class To, class From>
+inline To bit_cast(const From& f) {
+  static_assert(sizeof(To) == sizeof(From), "bit_cast: sizes differ");
+  To t;
+  std::memcpy(&t, &f, sizeof t);
+  return t;
+}
+
+// Philox word policy for 8 independent counters: the 32x32->64 products of even and odd lanes as
+// two 4-lane 64-bit products (vpmuludq under AVX2).
+struct WordOpsU32x8 {
+  static void mulhilo(std::uint32_t m, U32x8 a, U32x8& hi, U32x8& lo) {
+#if defined(__AVX2__)
+    const __m256i va = bit_cast<__m256i>(a);
+    const __m256i vm = _mm256_set1_epi32(static_cast<int>(m));
+    const __m256i even = _mm256_mul_epu32(va, vm);                         // lanes 0, 2, 4, 6
+    const __m256i odd = _mm256_mul_epu32(_mm256_srli_epi64(va, 32), vm);   // lanes 1, 3, 5, 7
+    hi = bit_cast<U32x8>(_mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA));
+    lo = bit_cast<U32x8>(_mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA));
+#else
+    const U64x4 a64 = bit_cast<U64x4>(a);
+    const U64x4 even = (a64 & 0xffffffffull) * static_cast<std::uint64_t>(m);
+    const U64x4 odd = (a64 >> 32) * static_cast<std::uint64_t>(m);
+    hi = bit_cast<U32x8>((even >> 32) | (odd & 0xffffffff00000000ull));
+    lo = bit_cast<U32x8>((even & 0xffffffffull) | (odd << 32));
+#endif
+  }
+};
+
+// ---- vectorized math -------------------------------------------------------------------------
+
+inline Vec<float> sqrt(Vec<float> x) {
+#if defined(__AVX__)
+  return bit_cast<Vec<float>>(_mm256_sqrt_ps(bit_cast<__m256>(x)));
+#elif defined(__SSE2__)
+  __m128 h[2];
+  std::memcpy(h, &x, sizeof x);
+  h[0] = _mm_sqrt_ps(h[0]);
+  h[1] = _mm_sqrt_ps(h[1]);
+  std::memcpy(&x, h, sizeof x);
+  return x;
+#else
+  for (int i = 0; i < 8; ++i) x[i] = __builtin_sqrtf(x[i]);
+  return x;
+#endif
+}
+inline Vec<double> sqrt(Vec<double> x) {
+#if defined(__AVX__)
+  return bit_cast<Vec<double>>(_mm256_sqrt_pd(bit_cast<__m256d>(x)));
+#elif defined(__SSE2__)
+  __m128d h[2];
+  std::memcpy(h, &x, sizeof x);
+  h[0] = _mm_sqrt_pd(h[0]);
+  h[1] = _mm_sqrt_pd(h[1]);
+  std::memcpy(&x, h, sizeof x);
+  return x;
+#else
+  for (int i = 0; i < 4; ++i) x[i] = __builtin_sqrt(x[i]);
+  return x;
+#endif
+}
+
+// Natural log of positive normal finite numbers (the uniforms of random.hpp are), fdlibm's method:
+// x = 2^k·m with m in [√½, √2), f = m − 1, s = f/(2 + f), log(1+f) = 2 atanh(s) = f − hfsq +
+// s(hfsq + R(s²)) with hfsq = f²/2, and log x = k ln2 + log(1+f) with ln2 split in two parts.
+// double: fdlibm's minimax R (|s| < 0.1716, error < 2^-58.45); float: the atanh series to s^9.
+// Accurate to ~1 ulp; zero, negative, subnormal or non-finite inputs are outside the contract.
+inline Vec<double> log(Vec<double> x) {
+  const I64x4 bits = bit_cast<I64x4>(x);
+  I64x4 m_bits = (bits & 0x000fffffffffffffll) | 0x3ff0000000000000ll;
+  I64x4 e = (bits >> 52) & 0x7ff;
+  Vec<double> m = bit_cast<Vec<double>>(m_bits);
+  const I64x4 big = m > 1.4142135623730951;  // m in [√2, 2): halve it
+  m = big ? m * 0.5 : m;
+  e = e - big;  // big is −1 where true: k + 1
+  // k as double: 2^52 + e (exact, built in the bits) minus 2^52 + 1023.
+  const Vec<double> k = bit_cast<Vec<double>>(e | 0x4330000000000000ll) - (4503599627370496.0 + 1023.0);
+  const Vec<double> f = m - 1.0;
+  const Vec<double> s = f / (f + 2.0);
+  const Vec<double> z = s * s;
+  const Vec<double> w = z * z;
+  const Vec<double> t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
+  const Vec<double> t2 =
+      z * (6.666666666666735130e-01 +
+           w * (2.857142874366239149e-01 + w * (1.818357216161805012e-01 + w * 1.479819860511658591e-01)));
+  const Vec<double> R = t1 + t2;
+  const Vec<double> hfsq = 0.5 * f * f;
+  return k * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + R) + k * 1.90821492927058770002e-10)) - f);
+}
+inline Vec<float> log(Vec<float> x) {
+  const I32x8 bits = bit_cast<I32x8>(x);
+  const I32x8 m_bits = (bits & 0x007fffff) | 0x3f800000;
+  I32x8 e = ((bits >> 23) & 0xff) - 127;
+  Vec<float> m = bit_cast<Vec<float>>(m_bits);
+  const I32x8 big = m > 1.41421356f;
+  m = big ? m * 0.5f : m;
+  e = e - big;  // big is −1 where true
+  const Vec<float> k = __builtin_convertvector(e, Vec<float>);
+  const Vec<float> f = m - 1.0f;
+  const Vec<float> s = f / (f + 2.0f);
+  const Vec<float> z = s * s;
+  // 2 atanh(s) = 2s + s·z·(2/3 + 2z/5 + 2z²/7 + 2z³/9 + …); the next term is < 1e-9 relative.
+  const Vec<float> R = z * (0.66666666666f + z * (0.4f + z * (0.28571428571f + z * 0.22222222222f)));
+  const Vec<float> hfsq = 0.5f * f * f;
+  return k * 0.693359375f - ((hfsq - (s * (hfsq + R) + k * -2.12194440e-4f)) - f);
+}
+
+// s = sin(2πu), c = cos(2πu) for u in [0, 1]: q = round(4u) (the 1.5·2^p rounding trick),
+// r = u − q/4 exactly, a = 2πr in [−π/4, π/4], Taylor polynomials of sin a and cos a (double: to
+// a^15 and a^16, truncation < 5e-17; float: to a^9 and a^10, < 2e-9), then the quarter turn q.
+inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
+  const Vec<double> magic = broadcast(6755399441055744.0);  // 1.5 · 2^52
+  const Vec<double> t = u * 4.0 + magic;
+  const Vec<double> q = t - magic;
+  const I64x4 qi = bit_cast<I64x4>(t) & 3;
+  const Vec<double> a = (u - q * 0.25) * 6.283185307179586476925;
+  const Vec<double> x2 = a * a;
+  Vec<double> sp = broadcast(-1.0 / 1307674368000.0);  // −1/15!
+  const double sin_c[7] = {1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0, -1.0 / 5040.0,
+                           1.0 / 120.0,        -1.0 / 6.0,         1.0};
+  for (double k : sin_c) sp = sp * x2 + k;
+  const Vec<double> sa = sp * a;
+  Vec<double> cp = broadcast(1.0 / 20922789888000.0);  // 1/16!
+  const double cos_c[8] = {-1.0 / 87178291200.0, 1.0 / 479001600.0, -1.0 / 3628800.0, 1.0 / 40320.0,
+                           -1.0 / 720.0,         1.0 / 24.0,        -0.5,              1.0};
+  for (double k : cos_c) cp = cp * x2 + k;
+  const Vec<double> ca = cp;
+  const I64x4 swap = (qi & 1) != 0;
+  Vec<double> ss = swap ? ca : sa;
+  Vec<double> cc = swap ? sa : ca;
+  s = (qi & 2) != 0 ? -ss : ss;
+  c = ((qi + 1) & 2) != 0 ? -cc : cc;
+}
+inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
+  const Vec<float> magic = broadcast(12582912.0f);  // 1.5 · 2^23
+  const Vec<float> t = u * 4.0f + magic;
+  const Vec<float> q = t - magic;
+  const I32x8 qi = bit_cast<I32x8>(t) & 3;
+  const Vec<float> a = (u - q * 0.25f) * 6.28318530717958647f;
+  const Vec<float> x2 = a * a;
+  Vec<float> sp = broadcast(1.0f / 362880.0f);  // 1/9!
+  const float sin_c[4] = {-1.0f / 5040.0f, 1.0f / 120.0f, -1.0f / 6.0f, 1.0f};
+  for (float k : sin_c) sp = sp * x2 + k;
+  const Vec<float> sa = sp * a;
+  Vec<float> cp = broadcast(-1.0f / 3628800.0f);  // −1/10!
+  const float cos_c[5] = {1.0f / 40320.0f, -1.0f / 720.0f, 1.0f / 24.0f, -0.5f, 1.0f};
+  for (float k : cos_c) cp = cp * x2 + k;
+  const Vec<float> ca = cp;
+  const I32x8 swap = (qi & 1) != 0;
+  const Vec<float> ss = swap ? ca : sa;
+  const Vec<float> cc = swap ? sa : ca;
+  s = (qi & 2) != 0 ? -ss : ss;
+  c = ((qi + 1) & 2) != 0 ? -cc : cc;
+}
+
+// Math policy of random.hpp's recipes on vectors.
+struct SimdMath {
+  template <class V>
+  static V log(V x) { return simd::log(x); }
+  template <class V>
+  static V sqrt(V x) { return simd::sqrt(x); }
+  template <class V>
+  static void sincos_2pi(V u, V& s, V& c) { simd::sincos_2pi(u, s, c); }
+  // Words -> reals, exactly: 8 words to 8 floats (only values < 2^24 occur: the signed conversion
+  // is exact), 4 words to 4 doubles (full 32 bits through the sign flip).
+  template <class V>
+  static V to_real(U32x8 w) { return __builtin_convertvector(bit_cast<I32x8>(w), V); }
+  template <class V>
+  static V to_real(U32x4 w) {
+    return __builtin_convertvector(bit_cast<I32x4>(w ^ 0x80000000u), V) + 2147483648.0;
+  }
+};
+
+// ---- range fills ---------------------------------------------------------------------------
+
+// Philox on 8 blocks of a stream: w[j][lane] = word j of block blocks[lane].
+inline void philox_blocks(const rng::StreamAddress& a, U32x8 blocks, U32x8 (&w)[4]) {
+  w[0] = blocks;
+  w[1] = U32x8{} + a.prompt;
+  w[2] = U32x8{} + a.step;
+  w[3] = U32x8{} + a.stream;
+  rng::philox4x32_10<U32x8, WordOpsU32x8>(w, a.key.k0, a.key.k1);
+}
+// The 8 consecutive blocks b0..b0+7.
+inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[4]) {
+  const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  philox_blocks(a, lane + b0, w);
+}
+
+// 32 float normals of blocks b0..b0+7 in stream order (z[4·lane + j] = normal j of block b0+lane).
+inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, float (&z)[32]) {
+  U32x8 w[4];
+  philox_8_blocks(a, b0, w);
+  Vec<float> n[4];
+  for (int h = 0; h < 2; ++h) {
+    const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h]);
+    const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h + 1]);
+    rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, n[2 * h], n[2 * h + 1]);
+  }
+  for (int lane = 0; lane < 8; ++lane)
+    for (int j = 0; j < 4; ++j) z[4 * lane + j] = n[j][lane];
+}
+// 16 double normals of blocks b0..b0+7 in stream order (z[2·lane + j]).
+inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, double (&z)[16]) {
+  U32x8 w[4];
+  philox_8_blocks(a, b0, w);
+  for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
+    U32x4 q[4];
+    for (int j = 0; j < 4; ++j)
+      q[j] = h == 0 ? __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3) : __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+    const Vec<double> u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[0], q[1]);
+    const Vec<double> u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[2], q[3]);
+    Vec<double> z0, z1;
+    rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, z0, z1);
+    for (int l = 0; l < 4; ++l) {
+      z[2 * (4 * h + l)] = z0[l];
+      z[2 * (4 * h + l) + 1] = z1[l];
+    }
+  }
+}
+
+// out[i] = normal at position p0 + i of stream a, i < n (the values random.hpp's normal_at defines,
+// up to the rounding of this file's log/sin/cos).
+template <class T>
+inline void fill_normals(const rng::StreamAddress& a, std::uint64_t p0, index_t n, T* out) {
+  constexpr std::uint64_t per = rng::NormalsPerBlock<T>::value;
+  constexpr std::uint64_t group = 8 * per;  // normals per 8-block call
+  T z[group];
+  std::uint64_t p = p0;
+  const std::uint64_t end = p0 + static_cast<std::uint64_t>(n);
+  while (p < end) {
+    const std::uint64_t g0 = p / group * group;  // first position of this group
+    normals_8_blocks(a, static_cast<std::uint32_t>(g0 / per), z);
+    const std::uint64_t stop = end < g0 + group ? end : g0 + group;
+    for (; p < stop; ++p) *out++ = z[p - g0];
+  }
+}
+
+// ---- chi-square variates of the Bartlett factor ---------------------------------------------
+
+// One Marsaglia–Tsang attempt on vectors (rng::gamma_variate's attempt 0, shape >= 1): returns the
+// acceptance mask and writes x = d·v.
+template <class S, class V, class M>
+inline M gamma_attempt(V shape, V z, V u, V& x) {
+  const V d = shape - S(1) / S(3);
+  const V c = S(1) / simd::sqrt(d * S(9));
+  const V one_cz = c * z + S(1);
+  const M positive = one_cz > S(0);
+  const V v = positive ? one_cz * one_cz * one_cz : V{} + S(1);
+  x = d * v;
+  const M accept = simd::log(u) < S(0.5) * z * z + d - d * v + d * simd::log(v);
+  return positive & accept;
+}
+
+// out[i] = χ²_{N−i} = 2·Gamma((N − i)/2) for i < n: variate i of the stream as
+// rng::chi_square_variate defines it (attempt 0 in SIMD, 8 or 4 variates at a time; lanes that
+// reject, or whose shape is below 1 and needs the boost, take the scalar recipe). The SIMD
+// log/sin/cos round differently from libm, so values agree with the scalar recipe up to rounding.
+inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t n, float* out) {
+  constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
+  const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (index_t i0 = 0; i0 < n; i0 += 8) {
+    U32x8 w[4];
+    philox_blocks(a, (lane + static_cast<std::uint32_t>(i0)) * stride, w);
+    const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
+    const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
+    const Vec<float> u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
+    Vec<float> z, z_unused, x;
+    rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, z, z_unused);
+    Vec<float> shape;
+    for (int l = 0; l < 8; ++l) shape[l] = 0.5f * static_cast<float>(N - (i0 + l));
+    const I32x8 ok = gamma_attempt<float, Vec<float>, I32x8>(shape, z, u, x);
+    for (int l = 0; l < 8 && i0 + l < n; ++l) {
+      const index_t i = i0 + l;
+      out[i] = (ok[l] && shape[l] >= 1.0f)
+                   ? 2.0f * x[l]
+                   : rng::chi_square_variate<float>(a, static_cast<std::uint32_t>(i), float(N - i));
+    }
+  }
+}
+inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t n, double* out) {
+  constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
+  // lanes 0-3: block A (the normal) of variates i0..i0+3; lanes 4-7: their block B (the uniform)
+  const U32x8 lane = {0, 1, 2, 3, 0, 1, 2, 3};
+  const U32x8 second = {0, 0, 0, 0, 1, 1, 1, 1};
+  for (index_t i0 = 0; i0 < n; i0 += 4) {
+    U32x8 w[4];
+    philox_blocks(a, (lane + static_cast<std::uint32_t>(i0)) * stride + second, w);
+    U32x4 lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
+      hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+    }
+    const Vec<double> u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
+    const Vec<double> u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
+    const Vec<double> u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
+    Vec<double> z, z_unused, x;
+    rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, z, z_unused);
+    Vec<double> shape;
+    for (int l = 0; l < 4; ++l) shape[l] = 0.5 * static_cast<double>(N - (i0 + l));
+    const I64x4 ok = gamma_attempt<double, Vec<double>, I64x4>(shape, z, u, x);
+    for (int l = 0; l < 4 && i0 + l < n; ++l) {
+      const index_t i = i0 + l;
+      out[i] = (ok[l] && shape[l] >= 1.0)
+                   ? 2.0 * x[l]
+                   : rng::chi_square_variate<double>(a, static_cast<std::uint32_t>(i), double(N - i));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace lsa_native::cpu::simd

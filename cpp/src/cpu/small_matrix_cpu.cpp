@@ -1,0 +1,45 @@
+// Batched small-matrix routines (small_matrix.hpp) over common/small_matrix.hpp.
+#include "lsa_native/small_matrix.hpp"
+
+#include <string>
+
+#include "common/parallel.hpp"
+#include "common/small_matrix.hpp"
+
+namespace lsa_native {
+namespace {
+void check(index_t batch, index_t n, int max_sweeps = 0) {
+  detail::require(batch >= 1, "batch: expected B >= 1, got " + std::to_string(batch));
+  detail::require(n >= 1 && n <= 4096, "n: expected 1 <= n <= 4096, got " + std::to_string(n));
+  detail::require(max_sweeps >= 0, "max_sweeps: expected >= 0, got " + std::to_string(max_sweeps));
+}
+}  // namespace
+
+template <class T>
+void batched_cholesky(index_t batch, index_t n, T* a, std::int32_t* ok) {
+  check(batch, n);
+  detail::for_each_chunk(batch, [&](index_t, index_t b0, index_t b1) {
+    for (index_t b = b0; b < b1; ++b)
+      ok[b] = detail::cholesky_in_place(a + b * n * n, static_cast<int>(n)) ? 1 : 0;
+  });
+}
+
+template <class T>
+void batched_symmetric_eigen(index_t batch, index_t n, T* a, T* w, T* v, std::int32_t* sweeps,
+                             int max_sweeps) {
+  check(batch, n, max_sweeps);
+  detail::for_each_chunk(batch, [&](index_t, index_t b0, index_t b1) {
+    for (index_t b = b0; b < b1; ++b)
+      sweeps[b] = detail::jacobi_eigen(a + b * n * n, static_cast<int>(n), w + b * n,
+                                       v + b * n * n, max_sweeps);
+  });
+}
+
+template void batched_cholesky<float>(index_t, index_t, float*, std::int32_t*);
+template void batched_cholesky<double>(index_t, index_t, double*, std::int32_t*);
+template void batched_symmetric_eigen<float>(index_t, index_t, float*, float*, float*,
+                                             std::int32_t*, int);
+template void batched_symmetric_eigen<double>(index_t, index_t, double*, double*, double*,
+                                              std::int32_t*, int);
+
+}  // namespace lsa_native

@@ -1,0 +1,171 @@
+// CUDA backend of the batched LSA (lsa.hpp): staging of host arrays, launch geometry and the
+// fixed-order reductions around the kernels of lsa_kernels.cuh.
+#include <algorithm>
+#include <string>
+
+#include "cuda/lsa_cuda.hpp"
+#include "cuda/runtime.cuh"
+#include "cuda/lsa_kernels.cuh"
+
+namespace lsa_native::cuda {
+namespace {
+
+using namespace kernels;  // NOLINT: the kernels and their layout helpers
+
+// fits, and as many blocks as are resident at once (capped by the work).
+template <class Kernel>
+void prepare(Kernel kernel, std::size_t smem, const DeviceScope& scope, const char* what,
+             const LsaShape& sh) {
+  if (smem > std::size_t(scope.max_shared_bytes()))
+    throw Error(std::string(what) + ": prompts with d = " + std::to_string(sh.dim) + ", N = " +
+                std::to_string(sh.context) + " need " + std::to_string(smem) +
+                " bytes of shared memory per block; the CUDA device allows " +
+                std::to_string(scope.max_shared_bytes()) + " (use device='cpu' for such prompts)");
+  LSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+}
+
+template <class Kernel>
+int resident_blocks(Kernel kernel, int threads, std::size_t smem, const DeviceScope& scope,
+                    index_t work_blocks) {
+  int per_sm = 0;
+  LSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
+  const index_t resident = index_t(std::max(per_sm, 1)) * scope.sm_count();
+  return int(std::max<index_t>(1, std::min(resident, work_blocks)));
+}
+
+void check_prompt_size(const LsaShape& sh) {
+  // Staged prompts are indexed with int inside a kernel.
+  detail::require((sh.dim + 1) * (sh.context + 1) < (index_t(1) << 30),
+                  "CUDA: a prompt (d+1)(N+1) must have fewer than 2^30 entries");
+}
+
+template <class T, bool kLoss>
+void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E, const T* y_q,
+                       const T* W_pv, const T* W_kq, T* y_hat, Scratch* partial, int* blocks_out) {
+  check_prompt_size(sh);
+  const int rows = int(sh.dim + 1), cols = int(sh.context + 1);
+  auto kernel = lsa_prediction_kernel<T, kLoss>;
+  PredictionLayout lay{};
+  for (int warps = 4; warps >= 1; warps /= 2) {
+    lay = PredictionLayout::make<T>(rows, cols, warps, kLoss);
+    if (lay.total() <= std::size_t(scope.max_shared_bytes()) || warps == 1) break;
+  }
+  prepare(kernel, lay.total(), scope, kLoss ? "lsa_loss_and_grad" : "lsa_predict", sh);
+  const int threads = lay.warps * kWarp;
+  const int blocks = resident_blocks(kernel, threads, lay.total(), scope,
+                                     (sh.batch + lay.warps - 1) / lay.warps);
+  double* partial_ptr = nullptr;
+  if (kLoss) {
+    *partial = Scratch(sizeof(double) * std::size_t(blocks) * std::size_t(lay.acc_width()));
+    partial_ptr = static_cast<double*>(partial->get());
+    *blocks_out = blocks;
+  }
+  kernel<<<blocks, threads, lay.total(), stream()>>>(sh, lay, E, y_q, W_pv, W_kq, y_hat, partial_ptr);
+  check_launch("lsa_prediction_kernel");
+}
+
+// Fixed-order reduction of [count, width] partials into a fresh device array [width].
+Scratch reduce_partials(const double* partial, int count, int width) {
+  Scratch total(sizeof(double) * std::size_t(width));
+  reduce_partials_kernel<<<width, kReduceThreads, 0, stream()>>>(
+      partial, count, width, static_cast<double*>(total.get()));
+  check_launch("reduce_partials_kernel");
+  return total;
+}
+
+}  // namespace
+
+template <class T>
+void lsa_predict(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* y_hat) {
+  DeviceScope scope({E, W_pv, W_kq, y_hat});
+  const index_t rc = (sh.dim + 1) * (sh.context + 1), n2 = (sh.dim + 1) * (sh.dim + 1);
+  DeviceInput<T> e(scope, E, sh.batch * rc), pv(scope, W_pv, n2), kq(scope, W_kq, n2);
+  DeviceOutput<T> out(scope, y_hat, sh.batch);
+  launch_prediction<T, false>(sh, scope, e.get(), nullptr, pv.get(), kq.get(), out.get(), nullptr,
+                              nullptr);
+  out.finish();
+}
+
+template <class T>
+double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv,
+                         const T* W_kq, T* d_W_pv, T* d_W_kq, T* y_hat) {
+  DeviceScope scope({E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat});
+  const index_t rc = (sh.dim + 1) * (sh.context + 1), n2 = (sh.dim + 1) * (sh.dim + 1);
+  DeviceInput<T> e(scope, E, sh.batch * rc), y(scope, y_q, sh.batch), pv(scope, W_pv, n2),
+      kq(scope, W_kq, n2);
+  DeviceOutput<T> dpv(scope, d_W_pv, n2), dkq(scope, d_W_kq, n2), yh(scope, y_hat, sh.batch);
+  Scratch partial;
+  int blocks = 0;
+  launch_prediction<T, true>(sh, scope, e.get(), y.get(), pv.get(), kq.get(), yh.get(), &partial,
+                             &blocks);
+  const int rows = int(sh.dim + 1), width = 1 + rows + rows * rows;
+  Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks, width);
+  Scratch loss_dev(sizeof(double));
+  loss_grad_epilogue_kernel<T><<<1, kReduceThreads, 0, stream()>>>(
+      static_cast<const double*>(total.get()), rows, sh.batch, dpv.get(), dkq.get(),
+      static_cast<double*>(loss_dev.get()));
+  check_launch("loss_grad_epilogue_kernel");
+  double loss = 0;
+  LSA_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_dev.get(), sizeof(double), cudaMemcpyDeviceToHost, stream()));
+  LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the loss is returned: wait (reports faults)
+  dpv.finish();
+  dkq.finish();
+  yh.finish();
+  return loss;
+}
+
+template <class T>
+void lsa_forward(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* F) {
+  check_prompt_size(sh);
+  DeviceScope scope({E, W_pv, W_kq, F});
+  const int rows = int(sh.dim + 1), cols = int(sh.context + 1);
+  const index_t rc = index_t(rows) * cols, n2 = index_t(rows) * rows;
+  DeviceInput<T> e(scope, E, sh.batch * rc), pv(scope, W_pv, n2), kq(scope, W_kq, n2);
+  DeviceOutput<T> out(scope, F, sh.batch * rc);
+  auto kernel = lsa_forward_kernel<T>;
+  const std::size_t smem = forward_smem<T>(rows, cols);
+  prepare(kernel, smem, scope, "lsa_forward", sh);
+  const int blocks = resident_blocks(kernel, kBlockThreads, smem, scope, sh.batch);
+  kernel<<<blocks, kBlockThreads, smem, stream()>>>(sh, e.get(), pv.get(), kq.get(), out.get());
+  check_launch("lsa_forward_kernel");
+  out.finish();
+}
+
+template <class T>
+void lsa_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_F,
+             T* d_W_pv, T* d_W_kq, T* d_E) {
+  check_prompt_size(sh);
+  DeviceScope scope({E, W_pv, W_kq, d_F, d_W_pv, d_W_kq, d_E});
+  const int rows = int(sh.dim + 1), cols = int(sh.context + 1);
+  const index_t rc = index_t(rows) * cols, n2 = index_t(rows) * rows;
+  DeviceInput<T> e(scope, E, sh.batch * rc), pv(scope, W_pv, n2), kq(scope, W_kq, n2),
+      df(scope, d_F, sh.batch * rc);
+  DeviceOutput<T> dpv(scope, d_W_pv, n2), dkq(scope, d_W_kq, n2), de(scope, d_E, sh.batch * rc);
+  auto kernel = lsa_vjp_kernel<T>;
+  const std::size_t smem = vjp_smem<T>(rows, cols);
+  prepare(kernel, smem, scope, "lsa_vjp", sh);
+  const int blocks = resident_blocks(kernel, kBlockThreads, smem, scope, sh.batch);
+  Scratch partial(sizeof(double) * std::size_t(blocks) * std::size_t(2 * n2));
+  kernel<<<blocks, kBlockThreads, smem, stream()>>>(sh, e.get(), pv.get(), kq.get(), df.get(),
+                                                    de.get(), static_cast<double*>(partial.get()));
+  check_launch("lsa_vjp_kernel");
+  Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks, int(2 * n2));
+  vjp_epilogue_kernel<T><<<1, kReduceThreads, 0, stream()>>>(static_cast<const double*>(total.get()),
+                                                             int(n2), dpv.get(), dkq.get());
+  check_launch("vjp_epilogue_kernel");
+  dpv.finish();
+  dkq.finish();
+  de.finish();
+}
+
+#define LSA_NATIVE_INSTANTIATE(T)                                                                   \
+  template void lsa_predict<T>(const LsaShape&, const T*, const T*, const T*, T*);                  \
+  template double lsa_loss_and_grad<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, \
+                                       T*, T*);                                                     \
+  template void lsa_forward<T>(const LsaShape&, const T*, const T*, const T*, T*);                  \
+  template void lsa_vjp<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, T*, T*);
+LSA_NATIVE_INSTANTIATE(float)
+LSA_NATIVE_INSTANTIATE(double)
+#undef LSA_NATIVE_INSTANTIATE
+
+}  // namespace lsa_native::cuda

@@ -1,0 +1,343 @@
+// The CUDA kernels of the batched LSA (included by lsa_cuda.cu, and by the CPU emulation test
+// cpp/tests/test_cuda_emulated.cpp, which runs them on host threads). Launch geometry, memory
+// movement and reductions only: every per-entry formula is recipe::* (common/lsa_recipe.hpp).
+//
+// Prediction and loss gradient: one warp per prompt (grid-stride over the batch). The warp copies
+// its prompt into shared memory with coalesced, unrolled streaming loads (E is read from global
+// memory exactly once), then lanes take tokens (t_j, s_j) and rows (the backward row sums).
+// Full forward and VJP: one block per prompt (grid-stride), E (and d_F) staged in shared memory,
+// the (d+1)² Gram and small products spread over the block's threads.
+// Batch sums (loss, parameter gradients) accumulate per warp/block in double, are combined per
+// block in a fixed order and reduced across blocks by reduce_partials_kernel in a fixed order: no
+// atomics, so two runs on one device give bitwise equal results.
+#pragma once
+
+#include <cstddef>
+
+#include "common/lsa_recipe.hpp"
+#include "lsa_native/lsa.hpp"
+
+#if defined(__CUDACC__)
+#define LSA_UNROLL _Pragma("unroll")
+#define LSA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#define LSA_STATIC_SHARED(type, name, n) __shared__ type name[n]
+#endif
+
+// Internal linkage: each including translation unit (the CUDA backend, the emulation test) has
+// its own copy.
+namespace lsa_native::cuda::kernels {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kReduceThreads = 256;
+
+using recipe::Mat;
+using recipe::rows_of;
+
+inline std::size_t align16(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+// Copies n contiguous values src → dst with the threads [0, nthreads) of a warp or block,
+// kUnroll independent streaming loads in flight per thread (E is read once: evict-first).
+template <class T>
+__device__ __forceinline__ void stage(const T* __restrict__ src, T* __restrict__ dst, int n,
+                                      int tid, int nthreads) {
+  constexpr int kUnroll = 128 / sizeof(T);  // 128 bytes in flight per thread (memory parallelism)
+  int i = tid;
+  for (; i + (kUnroll - 1) * nthreads < n; i += kUnroll * nthreads) {
+    T v[kUnroll];
+LSA_UNROLL
+    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(src + i + u * nthreads);
+LSA_UNROLL
+    for (int u = 0; u < kUnroll; ++u) dst[i + u * nthreads] = v[u];
+  }
+  for (; i < n; i += nthreads) dst[i] = __ldcs(src + i);
+}
+
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+LSA_UNROLL
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;  // every lane holds the sum (same order on every lane)
+}
+
+// total[i] = Σ_k partial[k, i] over count rows, in a fixed order (one block per column i):
+// thread t sums rows t, t + 256, ... in order, then a fixed binary tree.
+__global__ void reduce_partials_kernel(const double* __restrict__ partial, int count, int width,
+                                       double* __restrict__ total) {
+  LSA_STATIC_SHARED(double, buf, kReduceThreads);
+  const int i = int(blockIdx.x), tid = int(threadIdx.x);
+  double s = 0;
+  for (int k = tid; k < count; k += kReduceThreads) s += partial[index_t(k) * width + i];
+  buf[tid] = s;
+  __syncthreads();
+  for (int h = kReduceThreads / 2; h > 0; h /= 2) {
+    if (tid < h) buf[tid] += buf[tid + h];
+    __syncthreads();
+  }
+  if (tid == 0) total[i] = buf[0];
+}
+
+// ---- prediction and loss gradient: one warp per prompt -----------------------------------------
+
+// Shared memory of the prediction kernels, in bytes: per block W^KQ [rows, rows] and p [rows];
+// per warp the double accumulators (loss gradient only) and the T scratch.
+struct PredictionLayout {
+  int rows, cols, warps;
+  bool loss;
+  std::size_t block_bytes, warp_bytes;
+  // Per-warp doubles: acc = [loss, d_p (rows), d_K (rows²)] then coef (rows), e_q (rows).
+  __host__ __device__ int acc_width() const { return 1 + rows + rows * rows; }
+  __host__ __device__ std::size_t warp_doubles() const { return loss ? std::size_t(acc_width() + 2 * rows) : 0; }
+  // Per-warp T: prompt [rows, cols], q [rows], t [cols], s [cols].
+  template <class T>
+  static PredictionLayout make(int rows, int cols, int warps, bool loss) {
+    PredictionLayout l{rows, cols, warps, loss, 0, 0};
+    l.block_bytes = align16(sizeof(T) * std::size_t(rows * rows + rows));
+    l.warp_bytes = align16(sizeof(double) * l.warp_doubles() +
+                           sizeof(T) * std::size_t(rows * cols + rows + 2 * cols));
+    return l;
+  }
+  __host__ __device__ std::size_t total() const { return block_bytes + std::size_t(warps) * warp_bytes; }
+};
+
+// kLoss = false: y_hat only. kLoss = true: also the per-block partial sums
+// partial [gridDim.x, 1 + rows + rows²] = [Σ res², Σ res g_p/N, Σ res (g_k/N) e_q^T] (SPEC 3.2).
+template <class T, bool kLoss>
+__global__ void lsa_prediction_kernel(LsaShape sh, PredictionLayout lay, const T* __restrict__ E,
+                                      const T* __restrict__ y_q, const T* __restrict__ W_pv,
+                                      const T* __restrict__ W_kq, T* __restrict__ y_hat,
+                                      double* __restrict__ partial) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int rows = lay.rows, cols = lay.cols, N = cols - 1, size = rows * cols;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  T* sW_kq = reinterpret_cast<T*>(smem);  // [rows, rows]
+  T* sp = sW_kq + rows * rows;            // [rows] last row of W^PV
+  unsigned char* mine = smem + lay.block_bytes + std::size_t(warp) * lay.warp_bytes;
+  double* acc = reinterpret_cast<double*>(mine);  // [acc_width]
+  double* coef = acc + lay.acc_width();           // [rows] res g_k / N
+  double* e_q = coef + rows;                      // [rows]
+  T* prompt = reinterpret_cast<T*>(mine + sizeof(double) * lay.warp_doubles());  // [rows, cols]
+  T* q = prompt + size;                           // [rows]
+  T* t = q + rows;                                // [cols]
+  T* s = t + cols;                                // [cols]
+
+  for (int i = threadIdx.x; i < rows * rows; i += blockDim.x) sW_kq[i] = W_kq[i];
+  for (int i = threadIdx.x; i < rows; i += blockDim.x) sp[i] = W_pv[(rows - 1) * rows + i];
+  if (kLoss)
+    for (int i = lane; i < lay.acc_width(); i += kWarp) acc[i] = 0;
+  __syncthreads();
+
+  const Mat<T> Ep = rows_of<T>(prompt, cols), Wk = rows_of<T>(sW_kq, rows);
+  double loss = 0;  // lane 0's running Σ res²
+  const index_t n_warps = index_t(gridDim.x) * lay.warps;
+  for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < sh.batch; b += n_warps) {
+    stage(E + b * size, prompt, size, lane, kWarp);
+    __syncwarp();
+    for (int r = lane; r < rows; r += kWarp) q[r] = recipe::query_entry(Wk, Ep, rows, N, r);
+    __syncwarp();
+    T sum_ts = T(0);
+    for (int j = lane; j < cols; j += kWarp) {
+      T tj, sj;
+      recipe::token_scalars(Ep, rows, sp, q, j, tj, sj);
+      if (kLoss) {
+        t[j] = tj;
+        s[j] = sj;
+      }
+      sum_ts += tj * sj;
+    }
+    sum_ts = warp_sum(sum_ts);
+    const T pred = recipe::prediction(Ep(rows - 1, N), sum_ts, N);
+    if (lane == 0 && y_hat != nullptr) y_hat[b] = pred;
+    if (kLoss) {
+      __syncwarp();  // t, s complete
+      const double res = double(pred) - double(y_q[b]);
+      const double scale = recipe::residual_scale<T>(res, N);
+      if (lane == 0) loss += res * res;
+      for (int r = lane; r < rows; r += kWarp) {
+        T g_p, g_k;
+        recipe::weighted_row_sums(Ep, cols, t, s, r, g_p, g_k);
+        acc[1 + r] += scale * double(g_p);  // ∂L_b/∂p
+        coef[r] = scale * double(g_k);
+        e_q[r] = double(Ep(r, N));
+      }
+      __syncwarp();
+      double* d_K = acc + 1 + rows;  // += coef e_q^T, lanes along the columns (no div/mod)
+      for (int r = 0; r < rows; ++r)
+        for (int c = lane; c < rows; c += kWarp) d_K[r * rows + c] += coef[r] * e_q[c];
+    }
+    __syncwarp();  // the next prompt overwrites the staged one
+  }
+  if (!kLoss) return;
+  if (lane == 0) acc[0] = loss;
+  __syncthreads();
+  // Block partial: warps combined in order 0, 1, ...
+  const int width = lay.acc_width();
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {
+    double sum = 0;
+    for (int w = 0; w < lay.warps; ++w)
+      sum += reinterpret_cast<const double*>(smem + lay.block_bytes + std::size_t(w) * lay.warp_bytes)[i];
+    partial[index_t(blockIdx.x) * width + i] = sum;
+  }
+}
+
+// d_W_pv = 0 but its last row = d_p / B; d_W_kq = d_K / B; loss = ½ Σ res² / B  [ZFB (3.7)].
+template <class T>
+__global__ void loss_grad_epilogue_kernel(const double* __restrict__ total, int rows, index_t batch,
+                                          T* __restrict__ d_W_pv, T* __restrict__ d_W_kq,
+                                          double* __restrict__ loss) {
+  const double inv_b = 1.0 / double(batch);
+  const double* d_p = total + 1;
+  const double* d_K = d_p + rows;
+  for (int i = threadIdx.x; i < rows * rows; i += blockDim.x) {
+    const int r = i / rows, c = i % rows;
+    d_W_pv[i] = r == rows - 1 ? T(d_p[c] * inv_b) : T(0);
+    d_W_kq[i] = T(d_K[i] * inv_b);
+  }
+  if (threadIdx.x == 0) *loss = 0.5 * total[0] * inv_b;
+}
+
+// Launch geometry shared by the kernels: the largest warps-per-block (≤ 4) whose shared memory
+// ---- full forward and VJP: one block per prompt --------------------------------------------------
+
+constexpr int kBlockThreads = 256;
+
+// F = E + P E with P = W^PV G W^KQ, G = E E^T / N   [ZFB (3.3)], Gram-first.
+// Shared T: W^PV, W^KQ, G, GW, P [rows, rows] each, then the prompt [rows, cols].
+template <class T>
+__global__ void lsa_forward_kernel(LsaShape sh, const T* __restrict__ E, const T* __restrict__ W_pv,
+                                   const T* __restrict__ W_kq, T* __restrict__ F) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int rows = int(sh.dim + 1), cols = int(sh.context + 1), N = cols - 1;
+  const int n2 = rows * rows, size = rows * cols;
+  T* sW_pv = reinterpret_cast<T*>(smem);
+  T* sW_kq = sW_pv + n2;
+  T* G = sW_kq + n2;
+  T* GW = G + n2;
+  T* P = GW + n2;
+  T* prompt = P + n2;
+  for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+    sW_pv[i] = W_pv[i];
+    sW_kq[i] = W_kq[i];
+  }
+  const Mat<T> Ep = rows_of<T>(prompt, cols);
+  const T inv_n = recipe::inv_context<T>(N);
+  for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
+    __syncthreads();  // parameters loaded / previous prompt done
+    stage(E + b * size, prompt, size, threadIdx.x, blockDim.x);
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x)
+      G[i] = recipe::token_product(Ep, Ep, cols, i / rows, i % rows) * inv_n;  // G = E E^T / N
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x)  // G W^KQ
+      GW[i] = recipe::product_entry(rows_of<T>(G, rows), rows_of<T>(sW_kq, rows), rows,
+                                    i / rows, i % rows);
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x)  // P = W^PV (G W^KQ)
+      P[i] = recipe::product_entry(rows_of<T>(sW_pv, rows), rows_of<T>(GW, rows), rows,
+                                   i / rows, i % rows);
+    __syncthreads();
+    T* Fb = F + b * size;
+    for (int i = threadIdx.x; i < size; i += blockDim.x) {  // F = E + P E
+      const int r = i / cols, j = i % cols;
+      Fb[i] = recipe::row_combination_entry(Ep(r, j), rows_of<T>(P, rows), Ep, rows, r, j);
+    }
+  }
+}
+
+// VJP of lsa_forward (SPEC 3.2; the steps are listed at the end of lsa_recipe.hpp).
+// Shared: double accumulators dW^PV, dW^KQ [rows, rows] each; T: W^PV, W^KQ, G, dP, T1, T2, Pt,
+// Tmp, dG [rows, rows] each, then E and d_F [rows, cols]. partial [gridDim.x, 2 rows²].
+template <class T>
+__global__ void lsa_vjp_kernel(LsaShape sh, const T* __restrict__ E, const T* __restrict__ W_pv,
+                               const T* __restrict__ W_kq, const T* __restrict__ d_F,
+                               T* __restrict__ d_E, double* __restrict__ partial) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int rows = int(sh.dim + 1), cols = int(sh.context + 1), N = cols - 1;
+  const int n2 = rows * rows, size = rows * cols;
+  double* acc = reinterpret_cast<double*>(smem);  // [2 n2]
+  T* sW_pv = reinterpret_cast<T*>(acc + 2 * n2);
+  T* sW_kq = sW_pv + n2;
+  T* G = sW_kq + n2;
+  T* dP = G + n2;
+  T* T1 = dP + n2;
+  T* T2 = T1 + n2;
+  T* Pt = T2 + n2;
+  T* Tmp = Pt + n2;
+  T* dG = Tmp + n2;
+  T* e = dG + n2;
+  T* df = e + size;
+  for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+    sW_pv[i] = W_pv[i];
+    sW_kq[i] = W_kq[i];
+    acc[i] = acc[n2 + i] = 0;
+  }
+  auto M = [rows](const T* p) { return rows_of<T>(p, rows); };
+  const Mat<T> Ep = rows_of<T>(e, cols), dFp = rows_of<T>(df, cols);
+  const Mat<T> W_pv_t = M(sW_pv).transposed(), W_kq_t = M(sW_kq).transposed();
+  const T inv_n = recipe::inv_context<T>(N);
+  for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
+    __syncthreads();
+    stage(E + b * size, e, size, threadIdx.x, blockDim.x);
+    stage(d_F + b * size, df, size, threadIdx.x, blockDim.x);
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+      const int r = i / rows, c = i % rows;
+      G[i] = recipe::token_product(Ep, Ep, cols, r, c) * inv_n;  // G = E E^T / N
+      dP[i] = recipe::token_product(dFp, Ep, cols, r, c);        // dP = d_F E^T
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+      const int r = i / rows, c = i % rows;
+      T1[i] = recipe::product_entry(W_kq_t, M(G), rows, r, c);  // W^KQ^T G = (G W^KQ)^T
+      T2[i] = recipe::product_entry(M(G), W_pv_t, rows, r, c);  // G W^PV^T = (W^PV G)^T
+    }
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+      const int r = i / rows, c = i % rows;
+      acc[i] += double(recipe::product_entry(M(dP), M(T1), rows, r, c));       // dW^PV += dP T1
+      acc[n2 + i] += double(recipe::product_entry(M(T2), M(dP), rows, r, c));  // dW^KQ += T2 dP
+      if (d_E != nullptr) {
+        Pt[i] = recipe::product_entry(W_kq_t, M(T2), rows, r, c);   // P^T = W^KQ^T T2
+        Tmp[i] = recipe::product_entry(W_pv_t, M(dP), rows, r, c);  // W^PV^T dP
+      }
+    }
+    if (d_E == nullptr) continue;  // uniform across the block
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x)  // dG = (W^PV^T dP) W^KQ^T
+      dG[i] = recipe::product_entry(M(Tmp), W_kq_t, rows, i / rows, i % rows);
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x)  // (dG + dG^T) / N, into G (free now)
+      G[i] = recipe::symmetric_part_entry(M(dG), N, i / rows, i % rows);
+    __syncthreads();
+    T* dEb = d_E + b * size;
+    for (int i = threadIdx.x; i < size; i += blockDim.x) {  // dE = (d_F + P^T d_F) + ((dG+dG^T)/N) E
+      const int r = i / cols, j = i % cols;
+      const T first = recipe::row_combination_entry(dFp(r, j), M(Pt), dFp, rows, r, j);
+      dEb[i] = recipe::row_combination_entry(first, M(G), Ep, rows, r, j);
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 2 * n2; i += blockDim.x) partial[index_t(blockIdx.x) * 2 * n2 + i] = acc[i];
+}
+
+template <class T>
+__global__ void vjp_epilogue_kernel(const double* __restrict__ total, int n2, T* __restrict__ d_W_pv,
+                                    T* __restrict__ d_W_kq) {
+  for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+    d_W_pv[i] = T(total[i]);
+    d_W_kq[i] = T(total[n2 + i]);
+  }
+}
+
+template <class T>
+std::size_t forward_smem(int rows, int cols) {
+  return sizeof(T) * std::size_t(5 * rows * rows + rows * cols);
+}
+template <class T>
+std::size_t vjp_smem(int rows, int cols) {
+  return sizeof(double) * std::size_t(2 * rows * rows) +
+         sizeof(T) * std::size_t(9 * rows * rows + 2 * rows * cols);
+}
+
+}  // namespace
+}  // namespace lsa_native::cuda::kernels

@@ -1,0 +1,104 @@
+// CUDA runtime glue (runtime.cuh) and the device-memory part of the public API (device.hpp).
+#include <string>
+
+#include "cuda/runtime.cuh"
+#include "lsa_native/device.hpp"
+
+namespace lsa_native {
+namespace cuda {
+
+void check(cudaError_t status, const char* what) {
+  if (status == cudaSuccess) return;
+  cudaGetLastError();  // clear a non-sticky error so later calls start clean
+  throw Error(std::string("CUDA error in ") + what + ": " + cudaGetErrorName(status) + " (" +
+              cudaGetErrorString(status) + ")");
+}
+
+// Device of p when the kernels can address it in place, else -1 (host memory).
+int device_of(const void* p) {
+  cudaPointerAttributes a{};
+  const cudaError_t status = cudaPointerGetAttributes(&a, p);
+  if (status != cudaSuccess) {
+    cudaGetLastError();
+    return -1;
+  }
+  if (a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged) return a.device;
+  return -1;
+}
+
+DeviceScope::DeviceScope(std::initializer_list<const void*> pointers) {
+  LSA_CUDA_CHECK(cudaGetDevice(&previous_));
+  device_ = -1;
+  for (const void* p : pointers) {
+    if (p == nullptr) continue;
+    const int dev = device_of(p);
+    if (dev < 0) continue;
+    if (device_ >= 0 && dev != device_)
+      throw Error("arrays on different CUDA devices (" + std::to_string(device_) + " and " +
+                  std::to_string(dev) + "); move them to one device");
+    device_ = dev;
+  }
+  if (device_ < 0) device_ = previous_;
+  if (device_ != previous_) LSA_CUDA_CHECK(cudaSetDevice(device_));
+  LSA_CUDA_CHECK(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_));
+  LSA_CUDA_CHECK(cudaDeviceGetAttribute(&max_shared_, cudaDevAttrMaxSharedMemoryPerBlockOptin, device_));
+}
+
+DeviceScope::~DeviceScope() {
+  if (device_ != previous_) cudaSetDevice(previous_);
+}
+
+bool DeviceScope::on_device(const void* p) const { return device_of(p) == device_; }
+
+Scratch::Scratch(std::size_t bytes) {
+  if (bytes > 0) LSA_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream()));
+}
+
+void Scratch::release() noexcept {
+  if (ptr_ != nullptr) cudaFreeAsync(ptr_, stream());
+  ptr_ = nullptr;
+}
+
+}  // namespace cuda
+
+bool cuda_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // no driver or no device: not an error for the caller
+    return false;
+  }
+  return n > 0;
+}
+
+void* cuda_allocate(std::size_t bytes, int device) {
+  int previous = 0;
+  LSA_CUDA_CHECK(cudaGetDevice(&previous));
+  if (device < 0) device = previous;
+  if (device != previous) LSA_CUDA_CHECK(cudaSetDevice(device));
+  void* p = nullptr;
+  const cudaError_t status = bytes > 0 ? cudaMalloc(&p, bytes) : cudaSuccess;
+  if (device != previous) cudaSetDevice(previous);
+  cuda::check(status, "cudaMalloc");
+  return p;
+}
+
+int cuda_pointer_device(const void* p) { return p == nullptr ? -1 : cuda::device_of(p); }
+
+void cuda_free(void* p) noexcept {
+  if (p != nullptr) cudaFree(p);
+}
+
+void cuda_copy(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  LSA_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+}
+
+int cuda_current_device() {
+  int dev = 0;
+  LSA_CUDA_CHECK(cudaGetDevice(&dev));
+  return dev;
+}
+
+void cuda_synchronize() { LSA_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+}  // namespace lsa_native

@@ -1,0 +1,114 @@
+// CUDA runtime glue of the kernels: error checks, the device a call runs on, host/device staging.
+// Included by .cu files only.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <initializer_list>
+#include <utility>
+
+#include "lsa_native/types.hpp"
+
+namespace lsa_native::cuda {
+
+// Every CUDA runtime call goes through check(): a failure becomes lsa_native::Error naming the call.
+void check(cudaError_t status, const char* what);
+#define LSA_CUDA_CHECK(call) ::lsa_native::cuda::check((call), #call)
+
+// The device owning p when the kernels can address it in place (device or managed memory), else -1.
+int device_of(const void* p);
+
+// Kernels run on the legacy default stream: ordered after the work PyTorch and CuPy queue on their
+// default streams, so device inputs produced there are ready without extra synchronisation.
+inline cudaStream_t stream() { return cudaStreamLegacy; }
+
+// The device of a call: the device owning the device pointers among the arguments (they must all
+// live on one device), else the current device. It is current for the scope's lifetime.
+class DeviceScope {
+ public:
+  explicit DeviceScope(std::initializer_list<const void*> pointers);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  int device() const { return device_; }
+  int sm_count() const { return sm_count_; }
+  int max_shared_bytes() const { return max_shared_; }  // opt-in dynamic shared memory per block
+  // Whether the kernels can use p in place (device or managed memory of this device).
+  bool on_device(const void* p) const;
+
+ private:
+  int device_ = 0, previous_ = 0, sm_count_ = 0, max_shared_ = 0;
+};
+
+// Stream-ordered scratch memory (cudaMallocAsync / cudaFreeAsync on stream()).
+class Scratch {
+ public:
+  Scratch() = default;
+  explicit Scratch(std::size_t bytes);
+  ~Scratch() { release(); }
+  Scratch(Scratch&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)) {}
+  Scratch& operator=(Scratch&& o) noexcept {
+    if (this != &o) {
+      release();
+      ptr_ = std::exchange(o.ptr_, nullptr);
+    }
+    return *this;
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* get() const { return ptr_; }
+
+ private:
+  void release() noexcept;
+  void* ptr_ = nullptr;
+};
+
+// An input array [count] as a device pointer: itself when it is on the device, else a device copy.
+template <class T>
+class DeviceInput {
+ public:
+  DeviceInput(const DeviceScope& scope, const T* p, index_t count) : ptr_(p) {
+    if (p == nullptr || scope.on_device(p)) return;
+    const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(count);
+    copy_ = Scratch(bytes);
+    LSA_CUDA_CHECK(cudaMemcpyAsync(copy_.get(), p, bytes, cudaMemcpyHostToDevice, stream()));
+    ptr_ = static_cast<const T*>(copy_.get());
+  }
+  const T* get() const { return ptr_; }
+
+ private:
+  const T* ptr_;
+  Scratch copy_;
+};
+
+// An output array [count] as a device pointer: itself when it is on the device, else device
+// scratch copied back to the host pointer by finish() (which then waits for the copy).
+template <class T>
+class DeviceOutput {
+ public:
+  DeviceOutput(const DeviceScope& scope, T* p, index_t count) : ptr_(p) {
+    if (p == nullptr || scope.on_device(p)) return;
+    bytes_ = sizeof(T) * static_cast<std::size_t>(count);
+    host_ = p;
+    copy_ = Scratch(bytes_);
+    ptr_ = static_cast<T*>(copy_.get());
+  }
+  T* get() const { return ptr_; }
+  void finish() {
+    if (host_ == nullptr) return;
+    LSA_CUDA_CHECK(cudaMemcpyAsync(host_, ptr_, bytes_, cudaMemcpyDeviceToHost, stream()));
+    LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+
+ private:
+  T* ptr_;
+  T* host_ = nullptr;
+  std::size_t bytes_ = 0;
+  Scratch copy_;
+};
+
+// Launch check: configuration errors now, execution errors at the next synchronising call.
+inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+}  // namespace lsa_native::cuda

@@ -1,0 +1,102 @@
+// K-GP sampler (kernel_gp.hpp) and its per-prompt recipe (common/kernel_gp.hpp): layout, sphere
+// points, the Cholesky / Jacobi roots, determinism across thread counts, argument errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "common/kernel_gp.hpp"
+#include "lsa_native/device.hpp"
+#include "lsa_native/kernel_gp.hpp"
+
+namespace {
+
+using namespace lsa_native;
+
+TEST(KernelGP, SpherePointsHaveUnitNorm) {
+  const int n1 = 9, d = 4;
+  std::vector<double> xi(n1 * d);
+  detail::kgp::sphere_points({rng::philox_key(3), 5, 1, detail::kgp::kStreamGPPoints}, n1, d, xi.data());
+  for (int i = 0; i < n1; ++i) {
+    double s = 0;
+    for (int k = 0; k < d; ++k) s += xi[i * d + k] * xi[i * d + k];
+    EXPECT_NEAR(s, 1.0, 4e-16);
+  }
+}
+
+// Y = R z with R R^T = K_+: rebuild R from the recipe's own z and check the labels for each method.
+TEST(KernelGP, LabelsAreRootTimesNormals) {
+  const int n1 = 8, d = 3;
+  std::vector<double> xi(n1 * d), y(n1), work(detail::kgp::gp_workspace(n1)), z(n1), K(n1 * n1);
+  const rng::StreamAddress pts{rng::philox_key(11), 2, 0, detail::kgp::kStreamGPPoints};
+  const rng::StreamAddress lab{rng::philox_key(11), 2, 0, detail::kgp::kStreamGPLabels};
+  detail::kgp::sphere_points(pts, n1, d, xi.data());
+  detail::kgp::stream_normals(lab, n1, z.data());
+  for (int kernel : {detail::kgp::kExp, detail::kgp::kRelu, detail::kgp::kLinear}) {
+    const int m = detail::kgp::gp_labels(kernel, 0.8, xi.data(), n1, d, lab, work.data(), y.data());
+    detail::kgp::kernel_matrix(kernel, 0.8, xi.data(), n1, d, K.data());
+    std::vector<double> want(n1, 0.0);
+    if (kernel == detail::kgp::kExp) {
+      ASSERT_EQ(m, detail::kgp::kMethodCholesky);
+      ASSERT_TRUE(detail::cholesky_in_place(K.data(), n1));
+      detail::lower_matvec(K.data(), n1, z.data(), want.data());
+    } else if (kernel == detail::kgp::kRelu) {
+      ASSERT_EQ(m, detail::kgp::kMethodJacobi);
+      std::vector<double> w(n1), V(n1 * n1);
+      ASSERT_GE(detail::jacobi_eigen(K.data(), n1, w.data(), V.data()), 0);
+      for (int i = 0; i < n1; ++i)
+        for (int j = 0; j < n1; ++j) want[i] += V[i * n1 + j] * std::sqrt(std::fabs(w[j])) * z[j];
+    } else {
+      ASSERT_EQ(m, detail::kgp::kMethodGram);
+      for (int i = 0; i < n1; ++i)
+        for (int k = 0; k < d; ++k) want[i] += xi[i * d + k] * z[k];  // θ = the first d normals
+    }
+    for (int i = 0; i < n1; ++i) EXPECT_NEAR(y[i], want[i], 1e-12) << "kernel " << kernel;
+  }
+}
+
+TEST(KernelGP, LayoutAndThreadCountIndependence) {
+  const index_t B = 300, d = 5, n = 30;
+  std::vector<double> sigma(d * d, 0.0);
+  for (index_t i = 0; i < d; ++i) sigma[i * d + i] = 1.0 + 0.25 * static_cast<double>(i);
+  const KernelGPLaw law{d, n, GPKernel::exp, 1.0, sigma.data()};
+  std::vector<double> z1(B * (d + 1) * (n + 1)), z2(z1.size()), y1(B), y2(B), xi(B * (n + 1) * d);
+  const int before = num_threads();
+  set_num_threads(1);
+  sample_kernel_gp<double>(9, 4, B, law, z1.data(), y1.data(), xi.data(), nullptr);
+  set_num_threads(2);
+  sample_kernel_gp<double>(9, 4, B, law, z2.data(), y2.data(), nullptr, nullptr);
+  set_num_threads(before);
+  EXPECT_EQ(z1, z2);
+  EXPECT_EQ(y1, y2);
+  for (index_t b = 0; b < B; ++b) {
+    EXPECT_EQ(z1[b * (d + 1) * (n + 1) + d * (n + 1) + n], 0.0);  // (x_q; 0)
+    for (index_t k = 0; k < d; ++k)  // x = Σ^{1/2} ξ with diagonal Σ
+      EXPECT_NEAR(z1[b * (d + 1) * (n + 1) + k * (n + 1) + 3],
+                  std::sqrt(sigma[k * d + k]) * xi[b * (n + 1) * d + 3 * d + k], 1e-15);
+  }
+}
+
+TEST(KernelGP, RejectsBadArguments) {
+  std::vector<double> z(2 * 3 * 4), y(2);
+  KernelGPLaw law{2, 3, GPKernel::exp, 1.0, nullptr};
+  law.bandwidth = 0.0;
+  EXPECT_THROW(sample_kernel_gp<double>(0, 0, 2, law, z.data(), y.data(), nullptr, nullptr), Error);
+  law.bandwidth = NAN;
+  EXPECT_THROW(sample_kernel_gp<double>(0, 0, 2, law, z.data(), y.data(), nullptr, nullptr), Error);
+  law.bandwidth = 1.0;
+  law.kernel = static_cast<GPKernel>(5);
+  EXPECT_THROW(sample_kernel_gp<double>(0, 0, 2, law, z.data(), y.data(), nullptr, nullptr), Error);
+  law.kernel = GPKernel::relu;
+  const double bad[4] = {1.0, 2.0, 2.0, 1.0};
+  law.sigma = bad;
+  EXPECT_THROW(sample_kernel_gp<double>(0, 0, 2, law, z.data(), y.data(), nullptr, nullptr), Error);
+  law.sigma = nullptr;
+  law.context = 0;
+  EXPECT_THROW(sample_kernel_gp<double>(0, 0, 2, law, z.data(), y.data(), nullptr, nullptr), Error);
+  law.context = 3;
+  EXPECT_THROW(sample_kernel_gp<double>(0, std::uint64_t(1) << 32, 2, law, z.data(), y.data(),
+                                        nullptr, nullptr), Error);
+}
+
+}  // namespace

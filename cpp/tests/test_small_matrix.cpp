@@ -1,0 +1,145 @@
+// The small-matrix kit of common/small_matrix.hpp: Cholesky, cyclic Jacobi, triangular products
+// and solves, on random matrices of odd sizes and n = 1, in float and double.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/small_matrix.hpp"
+
+namespace {
+
+using namespace lsa_native::detail;
+
+template <class T>
+std::vector<T> random_symmetric(int n, std::mt19937_64& gen, bool spd) {
+  std::normal_distribution<double> g;
+  std::vector<double> m(n * n);
+  for (auto& x : m) x = g(gen);
+  std::vector<T> a(n * n);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      if (spd) {
+        for (int k = 0; k < n; ++k) s += m[i * n + k] * m[j * n + k];  // M Mᵀ + I
+        s += (i == j);
+      } else {
+        s = 0.5 * (m[i * n + j] + m[j * n + i]);
+      }
+      a[i * n + j] = static_cast<T>(s);
+    }
+  return a;
+}
+
+template <class T>
+double frob(const std::vector<T>& a) {
+  double s = 0;
+  for (T x : a) s += double(x) * double(x);
+  return std::sqrt(s);
+}
+
+template <class T>
+class SmallMatrix : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(SmallMatrix, Types);
+
+TYPED_TEST(SmallMatrix, CholeskyReconstructsAndSolves) {
+  using T = TypeParam;
+  const double eps = SmallEps<T>::value;
+  std::mt19937_64 gen(11);
+  for (int n : {1, 2, 3, 7, 13, 31}) {
+    auto a = random_symmetric<T>(n, gen, true);
+    auto l = a;
+    ASSERT_TRUE(cholesky_in_place(l.data(), n)) << n;
+    double err = 0;
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < n; ++j) {
+        double s = 0;
+        for (int k = 0; k < n; ++k) s += double(l[i * n + k]) * double(l[j * n + k]);
+        err = std::max(err, std::fabs(s - double(a[i * n + j])));
+        if (j > i) {
+          EXPECT_EQ(l[i * n + j], T(0));
+        }
+      }
+    EXPECT_LE(err, 8 * n * eps * frob(a)) << "n = " << n;
+    // L (L⁻¹ b) = b and Lᵀ (L⁻ᵀ b) = b.
+    std::vector<T> b(n), x(n), y(n);
+    for (int i = 0; i < n; ++i) b[i] = static_cast<T>(std::sin(1.0 + i));
+    x = b;
+    lower_solve(l.data(), n, x.data());
+    lower_matvec(l.data(), n, x.data(), y.data());
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], b[i], 1e3 * n * eps) << n;
+    x = b;
+    lower_t_solve(l.data(), n, x.data());
+    lower_t_matvec(l.data(), n, x.data(), y.data());
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(y[i], b[i], 1e3 * n * eps) << n;
+  }
+}
+
+TYPED_TEST(SmallMatrix, CholeskyRejectsNonPositiveDefinite) {
+  using T = TypeParam;
+  std::vector<T> a = {T(1), T(2), T(2), T(1)};  // eigenvalues 3, −1
+  EXPECT_FALSE(cholesky_in_place(a.data(), 2));
+  std::vector<T> z = {T(0)};
+  EXPECT_FALSE(cholesky_in_place(z.data(), 1));
+  std::vector<T> nan = {T(NAN)};
+  EXPECT_FALSE(cholesky_in_place(nan.data(), 1));
+  std::vector<T> singular = {T(1), T(1), T(1), T(1)};  // rank 1: pivot 0 (or rounding below it)
+  EXPECT_FALSE(cholesky_in_place(singular.data(), 2));
+}
+
+TYPED_TEST(SmallMatrix, JacobiDiagonalizesToRounding) {
+  using T = TypeParam;
+  const double eps = SmallEps<T>::value;
+  std::mt19937_64 gen(5);
+  for (int n : {1, 2, 3, 5, 9, 17, 31}) {
+    for (bool spd : {false, true}) {
+      auto a = random_symmetric<T>(n, gen, spd);
+      auto work = a;
+      std::vector<T> w(n), v(n * n);
+      const int sweeps = jacobi_eigen(work.data(), n, w.data(), v.data());
+      ASSERT_GE(sweeps, 0) << "n = " << n;
+      EXPECT_LE(sweeps, 15) << "n = " << n;
+      double rec = 0, orth = 0;
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j) {
+          double s = 0, o = 0;
+          for (int k = 0; k < n; ++k) {
+            s += double(v[i * n + k]) * double(w[k]) * double(v[j * n + k]);
+            o += double(v[k * n + i]) * double(v[k * n + j]);
+          }
+          rec = std::max(rec, std::fabs(s - double(a[i * n + j])));
+          orth = std::max(orth, std::fabs(o - double(i == j)));
+        }
+      // Rounding level: a few n·eps of ‖A‖_F (each of O(n) sweeps' rotations is orthogonal to eps).
+      EXPECT_LE(rec, 20 * n * eps * frob(a)) << "n = " << n;
+      EXPECT_LE(orth, 20 * n * eps) << "n = " << n;
+    }
+  }
+}
+
+TYPED_TEST(SmallMatrix, JacobiOnDiagonalAndRepeatedEigenvalues) {
+  using T = TypeParam;
+  std::vector<T> d = {T(3), T(0), T(0), T(0), T(-2), T(0), T(0), T(0), T(3)};
+  std::vector<T> w(3), v(9);
+  EXPECT_EQ(jacobi_eigen(d.data(), 3, w.data(), v.data()), 0);  // already diagonal: no sweep
+  EXPECT_EQ(w[0], T(3));
+  EXPECT_EQ(w[1], T(-2));
+  EXPECT_EQ(w[2], T(3));
+  std::vector<T> ones(16, T(1));  // eigenvalues 4, 0, 0, 0
+  std::vector<T> w4(4), v4(16);
+  ASSERT_GE(jacobi_eigen(ones.data(), 4, w4.data(), v4.data()), 0);
+  std::sort(w4.begin(), w4.end());
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(w4[i], 0, 40 * SmallEps<T>::value);
+  EXPECT_NEAR(w4[3], 4, 40 * SmallEps<T>::value);
+}
+
+TEST(SmallMatrix, JacobiReportsNonConvergence) {
+  std::vector<double> a = {1, 2, 2, 1};
+  std::vector<double> w(2), v(4);
+  EXPECT_EQ(jacobi_eigen(a.data(), 2, w.data(), v.data(), 0), -1);  // zero sweeps allowed
+}
+
+}  // namespace

@@ -1,0 +1,180 @@
+"""CUDA arrays for lsa_native: which arrays live on a GPU, reading them without copies, and an
+owning device array for results.
+
+No CuPy or PyTorch import is needed. Arrays are read through ``__cuda_array_interface__`` (CuPy,
+PyTorch CUDA tensors, Numba) or, failing that, ``__dlpack__`` with a CUDA device (JAX, ...); they
+must be C-contiguous float32/float64 (no implicit copies on the device). Results of calls on CUDA
+arrays are CUDA arrays: of the caller's library when E came from PyTorch or CuPy (allocated by it),
+else a :class:`DeviceArray`.
+
+The kernels run on the legacy default stream (PyTorch's and CuPy's default stream), so results are
+ordered before later work on those streams.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _core
+
+__all__ = [
+    "compiled",
+    "available",
+    "DeviceArray",
+    "is_cuda_array",
+    "to_device",
+    "to_host",
+    "synchronize",
+]
+
+DeviceArray = _core.DeviceArray
+
+_DEVICES = ("auto", "cpu", "cuda")
+_KDL_CUDA, _KDL_CUDA_MANAGED = 2, 13
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def compiled() -> bool:
+    """True when this build has CUDA kernels."""
+    return bool(_core.cuda_compiled())
+
+
+def available() -> bool:
+    """True when CUDA kernels were compiled and a GPU is visible."""
+    return bool(_core.cuda_available())
+
+
+def synchronize() -> None:
+    """Wait for all work queued on the current CUDA device."""
+    _core.cuda_synchronize()
+
+
+def is_cuda_array(a) -> bool:
+    """Whether `a` is an array in CUDA device (or managed) memory."""
+    if a is None or isinstance(a, (np.ndarray, np.generic, int, float, list, tuple)):
+        return False
+    if hasattr(type(a), "__dlpack_device__"):  # asks no export (works for tensors needing grad)
+        try:
+            return int(a.__dlpack_device__()[0]) in (_KDL_CUDA, _KDL_CUDA_MANAGED)
+        except Exception:
+            pass
+    try:
+        return hasattr(a, "__cuda_array_interface__")  # False for PyTorch CPU tensors
+    except Exception:
+        return False
+
+
+def resolve_device(device, **arrays) -> str:
+    """'cpu' or 'cuda' for a call on `arrays` (None entries ignored): 'auto' follows the arrays
+    (any CUDA array → 'cuda'); 'cpu' refuses CUDA arrays."""
+    if not isinstance(device, str) or device not in _DEVICES:
+        raise ValueError(f"device: expected one of {_DEVICES}, got {device!r}")
+    on_gpu = [name for name, a in arrays.items() if is_cuda_array(a)]
+    if device == "auto":
+        return "cuda" if on_gpu else "cpu"
+    if device == "cpu" and on_gpu:
+        raise ValueError(
+            f"device='cpu' but {on_gpu[0]} is a CUDA array; copy it to the host first "
+            "(e.g. tensor.cpu().numpy(), cupy.asnumpy) or use device='cuda'"
+        )
+    return device
+
+
+class View(NamedTuple):
+    """A C-contiguous float array in device memory, as the native entry points take it."""
+
+    ptr: int
+    shape: tuple
+    dtype: np.dtype
+    readonly: bool
+    owner: Any  # keeps the memory (and a DLPack capsule) alive while the view is used
+
+
+def view(a, name: str) -> View:
+    """The device view of CUDA array `a`; TypeError/ValueError naming `name` unless it is a
+    C-contiguous float32/float64 array."""
+    try:
+        cai = getattr(a, "__cuda_array_interface__", None)
+    except Exception as exc:  # e.g. PyTorch refuses to export tensors that require grad
+        raise TypeError(f"{name}: cannot read the CUDA array ({exc})") from exc
+    if cai is not None:
+        if cai.get("mask") is not None:
+            raise ValueError(f"{name}: masked CUDA arrays are not supported")
+        shape = tuple(int(s) for s in cai["shape"])
+        dtype = np.dtype(cai["typestr"])
+        ptr, readonly = cai["data"]
+        strides = cai.get("strides")
+        byte_strides = None if strides is None else tuple(int(s) for s in strides)
+        owner = a
+    else:
+        capsule = a.__dlpack__(stream=None)
+        info = _core.dlpack_info(capsule)
+        code, bits, lanes = info["dtype"]
+        if code != 2 or lanes != 1:
+            raise TypeError(f"{name}: expected dtype float32 or float64, got DLPack dtype {info['dtype']}")
+        dtype = np.dtype(f"<f{bits // 8}")
+        shape = tuple(int(s) for s in info["shape"])
+        ptr, readonly = int(info["ptr"]), False
+        strides = info["strides"]
+        byte_strides = None if strides is None else tuple(int(s) * dtype.itemsize for s in strides)
+        owner = (a, capsule)
+    if dtype not in _FLOATS:
+        raise TypeError(f"{name}: expected dtype float32 or float64, got {dtype}")
+    if byte_strides is not None:
+        expected, step = [], dtype.itemsize
+        for extent in reversed(shape):
+            expected.append(step)
+            step *= extent
+        expected = tuple(reversed(expected))
+        if any(n > 1 and s != e for n, s, e in zip(shape, byte_strides, expected)):
+            raise ValueError(
+                f"{name}: CUDA arrays must be C-contiguous (byte strides {expected}), got "
+                f"{byte_strides}; pass a contiguous copy (tensor.contiguous(), cupy.ascontiguousarray)"
+            )
+    return View(int(ptr), shape, dtype, bool(readonly), owner)
+
+
+def pointer_device(ptr: int) -> int:
+    """The CUDA device owning address `ptr`, or -1 for host memory."""
+    return int(_core.cuda_pointer_device(int(ptr)))
+
+
+def empty(template, shape: tuple, dtype, device: int):
+    """An uninitialised C-contiguous CUDA array for a result: from `template`'s library when it is
+    PyTorch or CuPy (their caching allocators, their array type), else a :class:`DeviceArray`."""
+    library = type(template).__module__.split(".")[0]
+    dtype = np.dtype(dtype)
+    if library == "torch" and "torch" in sys.modules:
+        torch = sys.modules["torch"]
+        return torch.empty(tuple(shape), dtype=getattr(torch, dtype.name), device=template.device)
+    if library == "cupy" and "cupy" in sys.modules:
+        cp = sys.modules["cupy"]
+        with cp.cuda.Device(device if device >= 0 else cp.cuda.Device().id):
+            return cp.empty(tuple(shape), dtype)
+    return DeviceArray(list(shape), dtype, device)
+
+
+def to_device(a, dtype=None, *, device: int = -1) -> DeviceArray:
+    """A :class:`DeviceArray` copy of host array `a` (converted to `dtype`, default `a`'s float
+    dtype) on CUDA device `device` (-1: the current one)."""
+    a = np.ascontiguousarray(a, dtype=dtype)
+    if a.dtype not in _FLOATS:
+        raise TypeError(f"a: expected dtype float32 or float64, got {a.dtype}")
+    out = DeviceArray(list(a.shape), a.dtype, device)
+    out.copy_from_host(a)
+    return out
+
+
+def to_host(a) -> np.ndarray:
+    """A numpy copy of a :class:`DeviceArray`, a CuPy array or a PyTorch tensor (or any array
+    numpy can read)."""
+    if isinstance(a, DeviceArray):
+        return a.copy_to_host()
+    library = type(a).__module__.split(".")[0]
+    if library == "cupy":
+        return a.get()
+    if library == "torch":
+        return a.detach().cpu().numpy()
+    return np.asarray(a)

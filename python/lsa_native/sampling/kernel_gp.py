@@ -1,0 +1,104 @@
+"""Native K Gaussian-process prompts [CCS Definition 3.3, Appendix H.1], addressed by (seed, step).
+
+Covariates x = Σ^{1/2} ξ with ξ uniform on the unit sphere; labels Y | X ~ N(0, K_+(X)) with
+K_ij = K(ξ_i, ξ_j) on the whitened inputs ξ = Σ^{-1/2} x and K_+ = U|D|Uᵀ. Kernels [CCS (12), (14)]:
+linear <u, w>, relu max(<u, w>, 0), exp exp(<u, w>/σ²) with σ = ``bandwidth`` (exp only; the
+convention of :data:`lsa_native.baselines.BANDWIDTH_CONVENTION`). The numpy reference with the same
+law is :func:`lsa_native.data.kernel_gp_prompts`.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _core
+from .._validation import FLOAT_DTYPES, as_out, positive_float, positive_int
+from ..baselines import check_kernel
+from ..data import PromptBatch, check_covariance
+
+__all__ = ["KernelGPPrompts", "GP_KERNELS"]
+
+# Kernel codes of lsa_native::GPKernel (cpp/include/lsa_native/kernel_gp.hpp).
+GP_KERNELS = {"linear": 0, "relu": 1, "exp": 2}
+
+
+def _counter(value, name: str, bits: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
+    if not 0 <= int(value) < 2**bits:
+        raise ValueError(f"{name}: expected 0 <= {name} < 2^{bits}, got {value}")
+    return int(value)
+
+
+class KernelGPPrompts:
+    """Immutable spec of the K-GP prompt law plus a seed; :meth:`sample` draws batches natively.
+
+    ``spec = KernelGPPrompts(dim, context, kernel="exp", bandwidth=σ, Sigma=Σ, seed=s)``;
+    ``batch = spec.sample(batch=B, step=k, dtype=np.float32)`` returns a
+    :class:`~lsa_native.data.PromptBatch` whose ``E`` is the kernel-attention input Z0
+    [B, d+1, n+1] (columns (x_j; y_j), last column (x_q; 0)), ``y_q`` [B] the query labels, and
+    which carries its law (Σ, ξ, kernel, σ). Prompt b of step k is a pure function of
+    (seed, k, b): bitwise the same for any thread count or batch chunking, and float32 and
+    float64 batches are the same draws (computed in double, rounded once).
+
+    Labels: Gram root Y = Ξθ for linear, Cholesky of K for exp (Jacobi eigendecomposition when the
+    Cholesky fails at rounding level), cyclic Jacobi K = UDUᵀ, Y = U|D|^{1/2}z for relu.
+    """
+
+    __slots__ = ("_dim", "_context", "_kernel", "_bandwidth", "_Sigma", "_seed")
+
+    def __init__(self, dim: int, context: int, kernel: str = "exp", *, bandwidth: float = 1.0,
+                 Sigma=None, seed: int = 0):
+        d = positive_int(dim, "dim")
+        object.__setattr__(self, "_dim", d)
+        object.__setattr__(self, "_context", positive_int(context, "context"))
+        object.__setattr__(self, "_kernel", check_kernel(kernel))
+        bw = positive_float(bandwidth, "bandwidth")
+        if kernel == "exp" and 1 / bw**2 > 600:
+            raise ValueError(f"bandwidth: the exp kernel needs 1/bandwidth² <= 600 (exp overflows), "
+                             f"got {bandwidth}")
+        object.__setattr__(self, "_bandwidth", bw)
+        S = None if Sigma is None else check_covariance(Sigma, "Sigma", d)
+        if S is not None:
+            S.setflags(write=False)
+        object.__setattr__(self, "_Sigma", S)
+        object.__setattr__(self, "_seed", _counter(seed, "seed", 64))
+
+    def __setattr__(self, name, value):
+        raise AttributeError("KernelGPPrompts is immutable")
+
+    dim = property(lambda self: self._dim, doc="d")
+    context = property(lambda self: self._context, doc="n (context points per prompt)")
+    kernel = property(lambda self: self._kernel, doc="'linear' | 'relu' | 'exp'")
+    bandwidth = property(lambda self: self._bandwidth, doc="σ of exp(<u, w>/σ²)")
+    Sigma = property(lambda self: self._Sigma, doc="Σ [d, d] (None: identity)")
+    seed = property(lambda self: self._seed, doc="the 64-bit Philox seed")
+
+    def __repr__(self) -> str:
+        return (f"KernelGPPrompts(dim={self._dim}, context={self._context}, kernel={self._kernel!r}, "
+                f"bandwidth={self._bandwidth}, Sigma={'None' if self._Sigma is None else '<array>'}, "
+                f"seed={self._seed})")
+
+    def sample(self, batch: int, step: int = 0, dtype=np.float32, *, out=None,
+               return_xi: bool = True) -> PromptBatch:
+        """Prompts b = 0..batch−1 of training step ``step`` (0 <= step < 2^32).
+
+        ``out=(Z0, y_q)``: preallocated C-contiguous arrays [B, d+1, n+1] and [B] of ``dtype`` to
+        write into (no allocation in training loops). ``return_xi=False`` skips storing ξ (the
+        batch then recomputes it from Σ when a baseline asks)."""
+        B = positive_int(batch, "batch")
+        k = _counter(step, "step", 32)
+        dt = np.dtype(dtype)
+        if dt not in FLOAT_DTYPES:
+            raise TypeError(f"dtype: expected float32 or float64, got {dt}")
+        d, n = self._dim, self._context
+        Z0, y_q = (None, None) if out is None else out
+        Z0 = as_out(Z0, (B, d + 1, n + 1), dt, "out[0] (Z0)")
+        y_q = as_out(y_q, (B,), dt, "out[1] (y_q)")
+        xi = np.empty((B, n + 1, d), dt) if return_xi else None
+        _core.kernel_gp_sample(self._seed, k, GP_KERNELS[self._kernel], self._bandwidth,
+                               self._Sigma, Z0, y_q, xi)
+        Sigma = np.eye(d) if self._Sigma is None else self._Sigma
+        return PromptBatch(X=np.swapaxes(Z0[:, :d, :n], 1, 2), y=Z0[:, d, :n], x_q=Z0[:, :d, n],
+                           y_q=y_q, w=None, E=Z0, Sigma=Sigma,
+                           xi=None if xi is None else xi[:, :n], xi_q=None if xi is None else xi[:, n],
+                           kernel=self._kernel, bandwidth=self._bandwidth)

@@ -1,0 +1,243 @@
+"""Native linear-regression prompts [ZFB 3.3, 4.2, 4.3; CCS H.1] and fused sampled LSA steps.
+
+``LinearPrompts`` is an immutable spec (the law and a seed). ``spec.sample(batch=B, step=k)`` draws
+the prompts of step k — a pure function of (seed, step, prompt index), identical for any thread
+count — and ``spec.lsa_loss_and_grad(W_pv, W_kq, batch=B, step=k)`` is the training step on them
+without materializing E. The rng-based numpy samplers of ``lsa_native.data`` are the references.
+"""
+from __future__ import annotations
+
+import dataclasses
+import numbers
+from typing import Callable, Optional
+
+import numpy as np
+
+from .. import _core
+from .._validation import as_array, positive_int
+from ..data import PromptBatch, check_covariance
+from .random import check_seed, check_step
+
+__all__ = ["LinearPrompts", "COVARIANCE_LAWS"]
+
+#: Laws of the per-prompt random diagonal covariance Λ_τ = diag(λ) [ZFB 4.3] and their parameters:
+#: exponential(scale) — λ = scale·Exp(1), JMLR Fig. 1 —, gamma(shape, scale), uniform(lo, hi),
+#: two_point(a, b, p) — λ = a with probability p, else b.
+COVARIANCE_LAWS = {"exponential": ("scale",), "gamma": ("shape", "scale"), "uniform": ("lo", "hi"),
+                   "two_point": ("a", "b", "p")}
+
+
+def _law(law):
+    """(name, a, b, p) of a covariance law given as None, a name, or a tuple (name, *params)."""
+    if law is None:
+        return ("fixed", 0.0, 0.0, 0.0)
+    if isinstance(law, str):
+        law = (law,) if law != "exponential" else (law, 1.0)
+    if not isinstance(law, (tuple, list)) or not law or not isinstance(law[0], str):
+        raise TypeError("covariance_law: expected None, a law name, or a tuple (name, *params), "
+                        f"got {law!r}")
+    name, params = law[0], tuple(float(v) for v in law[1:])
+    if name not in COVARIANCE_LAWS:
+        raise ValueError(f"covariance_law: unknown law {name!r}; expected one of {sorted(COVARIANCE_LAWS)}")
+    expected = COVARIANCE_LAWS[name]
+    if len(params) != len(expected):
+        raise ValueError(f"covariance_law: {name} takes parameters {expected}, got {params}")
+    a, b, p = (params + (0.0, 0.0, 0.0))[:3]
+    return (name, a, b, p)
+
+
+def _factor(Lambda, d, name):
+    if Lambda is None:
+        return None
+    return np.ascontiguousarray(np.linalg.cholesky(check_covariance(Lambda, name, d)))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LinearPrompts:
+    """Law of ZFB 3.3 training prompts, with the options of ZFB 4.2-4.3 and CCS H.1.
+
+    w ~ N(0, I_d) (or uniform over ``tasks`` = κ fixed tasks drawn from the seed), x_i, x_q iid
+    N(0, Λ) (``covariates="sphere"``: Λ^{1/2} ξ with ξ uniform on the unit sphere, CCS H.1),
+    y_i = <w, x_i> + σ ε_i with σ = ``noise_std``, target y_q = <w, x_q> (+ σ ε_q only with
+    ``query_noise=True``: off by default, the noiseless target of ZFB 3.3).
+    ``covariance_law``: a random diagonal Λ_τ per prompt [ZFB 4.3], e.g. ``("exponential", c)``;
+    then ``Lambda`` must be None. ``query_Lambda``: the query's own covariance (query shift, ZFB 4.2).
+    Immutable; ``replace(**changes)`` returns a modified copy (covariate shift: another Λ; test
+    length M ≠ N: ``context=M``).
+    """
+
+    dim: int
+    context: int
+    Lambda: Optional[np.ndarray] = None
+    noise_std: float = 0.0
+    tasks: Optional[int] = None
+    covariance_law: object = None
+    covariates: str = "gaussian"
+    seed: int = 0
+    query_noise: bool = False
+    query_Lambda: Optional[np.ndarray] = None
+
+    def __init__(self, dim, context, Lambda=None, *, noise_std=0.0, tasks=None, covariance_law=None,
+                 covariates="gaussian", seed=0, query_noise=False, query_Lambda=None):
+        d = positive_int(dim, "dim")
+        n = positive_int(context, "context")
+        noise = float(noise_std)
+        if not (np.isfinite(noise) and noise >= 0):
+            raise ValueError(f"noise_std: expected sigma >= 0, got {noise_std}")
+        if tasks is not None:
+            if isinstance(tasks, bool) or not isinstance(tasks, numbers.Integral):
+                raise TypeError(f"tasks: expected an integer kappa >= 1 or None, got {tasks!r}")
+            if not 1 <= int(tasks) <= 2**32:
+                raise ValueError(f"tasks: expected 1 <= kappa <= 2**32 (None: fresh tasks), got {tasks}")
+        if covariates not in ("gaussian", "sphere"):
+            raise ValueError(f"covariates: expected 'gaussian' or 'sphere', got {covariates!r}")
+        law = _law(covariance_law)
+        if law[0] != "fixed" and Lambda is not None:
+            raise ValueError("Lambda: a random covariance law replaces Lambda; pass one or the other")
+        chol = _factor(Lambda, d, "Lambda")
+        qchol = _factor(query_Lambda, d, "query_Lambda")
+        set_ = object.__setattr__
+        set_(self, "dim", d)
+        set_(self, "context", n)
+        set_(self, "Lambda", None if Lambda is None else check_covariance(Lambda, "Lambda", d))
+        set_(self, "noise_std", noise)
+        set_(self, "tasks", None if tasks is None else int(tasks))
+        set_(self, "covariance_law", covariance_law)
+        set_(self, "covariates", covariates)
+        set_(self, "seed", check_seed(seed))
+        set_(self, "query_noise", bool(query_noise))
+        set_(self, "query_Lambda", None if query_Lambda is None else check_covariance(query_Lambda, "query_Lambda", d))
+        spec = {"dim": d, "context": n, "seed": self.seed, "chol": chol, "query_chol": qchol,
+                "noise_std": noise, "query_noise": bool(query_noise), "tasks": self.tasks or 0,
+                "law": law[0], "law_a": law[1], "law_b": law[2], "law_p": law[3],
+                "covariates": covariates}
+        set_(self, "_spec", spec)
+        _core.sample_linear_prompts(spec, 1, 0)  # native validation of the whole spec, once
+
+    def replace(self, **changes) -> "LinearPrompts":
+        """A copy with some fields changed (e.g. ``Lambda=c * Lambda``, ``context=M``, ``seed=``)."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        fields.update(changes)
+        return LinearPrompts(fields.pop("dim"), fields.pop("context"), **fields)
+
+    # ---- sampling ------------------------------------------------------------------------------
+
+    def sample(self, batch: int, step: int = 0, dtype=np.float32, *,
+               label_fn: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+               query: str = "iid") -> PromptBatch:
+        """The B prompts of training step ``step`` as a PromptBatch (X, y, x_q, y_q, w, E).
+
+        Evaluation shifts [ZFB 4.2] (Python compositions of the native draws):
+        ``label_fn``: nonlinear labels y = f(<w, x>) + σ ε (task shift), applied to context and
+        query targets; ``query="orthogonal"``: x_q replaced by its projection onto the orthogonal
+        complement of span(x_1..x_N) (needs N < d), y_q = <w, x_q> recomputed (query shift).
+        """
+        B = positive_int(batch, "batch")
+        dt = _float_dtype(dtype)
+        d, N = self.dim, self.context
+        E = np.empty((B, d + 1, N + 1), dt)
+        y_q = np.empty(B, dt)
+        X = np.empty((B, N, d), dt)
+        y = np.empty((B, N), dt)
+        w = np.empty((B, d), dt)
+        x_q = np.empty((B, d), dt)
+        _core.sample_linear_prompts(self._spec, B, check_step(step), E=E, y_q=y_q, X=X, y=y, w=w, x_q=x_q)
+        if query not in ("iid", "orthogonal"):
+            raise ValueError(f"query: expected 'iid' or 'orthogonal', got {query!r}")
+        if query == "orthogonal":
+            if N >= d:
+                raise ValueError(f"query='orthogonal' needs context N < dim d, got N={N}, d={d}")
+            Q, _ = np.linalg.qr(np.swapaxes(X, 1, 2).astype(np.float64))  # [B, d, N] orthonormal span
+            xq = x_q.astype(np.float64)
+            xq = xq - np.einsum("bdn,bn->bd", Q, np.einsum("bdn,bd->bn", Q, xq))
+            x_q[...] = xq
+            E[:, :d, N] = x_q
+            y_q[...] = np.einsum("bd,bd->b", xq, w)
+        if label_fn is not None:
+            noise = y.astype(np.float64) - np.einsum("bnd,bd->bn", X.astype(np.float64), w.astype(np.float64))
+            lin_q = np.einsum("bd,bd->b", x_q.astype(np.float64), w.astype(np.float64))
+            q_noise = y_q.astype(np.float64) - lin_q
+            y[...] = np.asarray(label_fn(y.astype(np.float64) - noise)) + noise
+            y_q[...] = np.asarray(label_fn(lin_q)) + q_noise
+            E[:, d, :N] = y
+        return PromptBatch(X=X, y=y, x_q=x_q, y_q=y_q, w=w, E=E)
+
+    def sample_embedding(self, batch: int, step: int = 0, dtype=np.float32, *, E=None, y_q=None):
+        """(E [B, d+1, N+1], y_q [B]) of step ``step`` only: the training fast path (optional
+        preallocated ``E``/``y_q`` of the exact dtype are filled in place)."""
+        B = positive_int(batch, "batch")
+        dt = _float_dtype(dtype)
+        d, N = self.dim, self.context
+        E = _out(E, (B, d + 1, N + 1), dt, "E")
+        y_q = _out(y_q, (B,), dt, "y_q")
+        _core.sample_linear_prompts(self._spec, B, check_step(step), E=E, y_q=y_q)
+        return E, y_q
+
+    def sample_lambdas(self, batch: int, step: int = 0, dtype=np.float64) -> np.ndarray:
+        """Diagonals [B, d] of the per-prompt Λ_τ of step ``step`` (the diagonal of Λ when fixed)."""
+        B = positive_int(batch, "batch")
+        lam = np.empty((B, self.dim), _float_dtype(dtype))
+        _core.sample_linear_prompts(self._spec, B, check_step(step), lam=lam)
+        return lam
+
+    # ---- fused training step -------------------------------------------------------------------
+
+    def lsa_loss_and_grad(self, W_pv, W_kq, *, batch: int, step: int = 0, method: str = "tokens",
+                          dtype=np.float32):
+        """(L, ∂L/∂W^PV, ∂L/∂W^KQ) of L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² [ZFB (3.7)] on the prompts of
+        ``step``, as ``lsa.loss_and_grad`` would give on ``sample_embedding(batch, step)``.
+
+        ``method="tokens"``: each prompt is generated in a per-thread scratch and consumed by the
+        LSA kernel, E never written to memory (the same prompts as ``sample``). ``"wishart"``: the
+        prompt enters only through G = A S Aᵀ + e_q e_qᵀ/N with S drawn by the Bartlett
+        decomposition, O(d²) per prompt whatever N (same law, other draws; Gaussian covariates,
+        N >= d, or d + 1 with label noise). ``"auto"``: wishart where it applies, else tokens.
+        """
+        B = positive_int(batch, "batch")
+        dt = _float_dtype(dtype)
+        r = self.dim + 1
+        W_pv = as_array(W_pv, (r, r), dt, "W_pv")
+        W_kq = as_array(W_kq, (r, r), dt, "W_kq")
+        if method not in ("tokens", "wishart", "auto"):
+            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
+        if method == "auto":
+            method = "wishart" if self.wishart_applies else "tokens"
+        d_pv = np.empty((r, r), dt)
+        d_kq = np.empty((r, r), dt)
+        loss = _core.linear_prompts_lsa_loss_and_grad(self._spec, B, check_step(step), method,
+                                                      W_pv, W_kq, d_pv, d_kq)
+        return float(loss), d_pv, d_kq
+
+    @property
+    def wishart_applies(self) -> bool:
+        """True when method="wishart" is exact for this law: Gaussian covariates and N >= d (d + 1
+        with label noise), so that the Bartlett decomposition exists."""
+        need = self.dim + (1 if self.noise_std > 0 else 0)
+        return self.covariates == "gaussian" and self.context >= need
+
+    def __repr__(self) -> str:
+        opts = [f"noise_std={self.noise_std}"] if self.noise_std else []
+        for name in ("tasks", "covariance_law", "query_Lambda"):
+            if getattr(self, name) is not None:
+                opts.append(f"{name}={getattr(self, name)!r}")
+        if self.covariates != "gaussian":
+            opts.append(f"covariates={self.covariates!r}")
+        if self.query_noise:
+            opts.append("query_noise=True")
+        lam = "" if self.Lambda is None else ", Lambda=..."
+        return f"LinearPrompts({self.dim}, {self.context}{lam}, {', '.join(opts + [f'seed={self.seed}'])})"
+
+
+def _float_dtype(dtype) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"dtype: expected float32 or float64, got {dt}")
+    return dt
+
+
+def _out(a, shape, dt, name):
+    if a is None:
+        return np.empty(shape, dt)
+    if not isinstance(a, np.ndarray) or a.dtype != dt or a.shape != shape or not a.flags.c_contiguous:
+        raise ValueError(f"{name}: expected a C-contiguous {dt} array of shape {shape}")
+    return a

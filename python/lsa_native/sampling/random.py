@@ -1,0 +1,92 @@
+"""Counter-based random variates (native Philox4x32-10), addressed by (seed, step, prompt, stream,
+position): a variate never depends on thread count, chunking or device.
+
+Layout (``cpp/src/common/philox.hpp``): key = the 64-bit ``seed`` (low word first); counter =
+(block, prompt, step, stream). Float streams draw uniforms with 24 significant bits and float
+Box–Muller normals, double streams 53-bit uniforms and double normals (``cpp/src/common/random.hpp``).
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from .. import _core
+
+__all__ = ["STREAMS", "philox4x32", "normals", "uniforms", "gammas", "check_seed", "check_step"]
+
+#: Stream tags (counter word 3) of the samplers; ``user`` and above are free for users and tests.
+STREAMS = {
+    "raw": 0, "x": 1, "query": 2, "task": 3, "noise": 4, "query_noise": 5, "covariance": 6,
+    "task_pool": 7, "task_choice": 8, "bartlett_normal": 9, "bartlett_chi2": 10,
+    "kernel_gp_first": 0x100, "user": 0x1000,
+}
+
+
+def _uint(value, bits: int, name: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
+    value = int(value)
+    if not 0 <= value < 2**bits:
+        raise ValueError(f"{name}: expected 0 <= {name} < 2**{bits}, got {value}")
+    return value
+
+
+def check_seed(seed) -> int:
+    """The seed as a Python int in [0, 2^64), or a TypeError/ValueError."""
+    return _uint(seed, 64, "seed")
+
+
+def check_step(step) -> int:
+    """The step as a Python int in [0, 2^32) (counter word 2), or a TypeError/ValueError."""
+    return _uint(step, 32, "step")
+
+
+def _dtype(dtype) -> np.dtype:
+    dt = np.dtype(dtype)
+    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise TypeError(f"dtype: expected float32 or float64, got {dt}")
+    return dt
+
+
+def philox4x32(counters, seed) -> np.ndarray:
+    """Philox4x32-10 words of ``counters`` [n, 4] (uint32) under the key of ``seed``: [n, 4] uint32."""
+    c = np.asarray(counters)
+    if c.ndim != 2 or c.shape[1] != 4:
+        raise ValueError(f"counters: expected shape (n, 4), got {c.shape}")
+    if not np.issubdtype(c.dtype, np.integer) or (c.size and (c.min() < 0 or c.max() >= 2**32)):
+        raise ValueError("counters: expected integers in [0, 2**32)")
+    return _core.philox4x32(np.ascontiguousarray(c, dtype=np.uint32), check_seed(seed))
+
+
+def _stream_args(seed, step, prompt, stream, start):
+    return (check_seed(seed), check_step(step), _uint(prompt, 32, "prompt"), _uint(stream, 32, "stream"),
+            _uint(start, 64, "start"))
+
+
+def normals(n: int, *, seed=0, step=0, prompt=0, stream=STREAMS["user"], start=0,
+            dtype=np.float64) -> np.ndarray:
+    """Standard normals at positions start .. start+n−1 of a stream (Box–Muller)."""
+    out = np.empty(int(n), dtype=_dtype(dtype))
+    _core.random_normals(*_stream_args(seed, step, prompt, stream, start), out)
+    return out
+
+
+def uniforms(n: int, *, seed=0, step=0, prompt=0, stream=STREAMS["user"], start=0,
+             dtype=np.float64) -> np.ndarray:
+    """Uniforms on (0, 1) at positions start .. start+n−1 of a stream."""
+    out = np.empty(int(n), dtype=_dtype(dtype))
+    _core.random_uniforms(*_stream_args(seed, step, prompt, stream, start), out)
+    return out
+
+
+def gammas(n: int, shape: float, *, seed=0, step=0, prompt=0, stream=STREAMS["user"], start=0,
+           dtype=np.float64) -> np.ndarray:
+    """Gamma(shape, 1) variates number start .. start+n−1 of a stream (Marsaglia–Tsang; shape < 1
+    through the U^(1/a) boost). Chi-square(k) is 2·gammas(n, k/2)."""
+    shape = float(shape)
+    if not (np.isfinite(shape) and shape > 0):
+        raise ValueError(f"shape: expected > 0, got {shape}")
+    out = np.empty(int(n), dtype=_dtype(dtype))
+    _core.random_gammas(*_stream_args(seed, step, prompt, stream, start), shape, out)
+    return out

@@ -1,0 +1,252 @@
+"""Objectives for :func:`~lsa_native.train.fit`: a model's loss and gradient on a flat parameter
+vector θ (float64).
+
+The protocol (duck-typed; :class:`Objective` is the base):
+
+- ``theta0``: the initial θ [P] (float64);
+- ``loss_and_grad(theta, step, data) -> (loss, grad [P])``: the training loss at step ``step``
+  on the prompts the data source gives for that step (``data`` is None for exact objectives);
+- ``evaluate(theta, batch) -> float``: the loss on a held-out :class:`~lsa_native.data.PromptBatch`
+  (exact objectives ignore ``batch``);
+- ``unpack(theta)``: the model's parameters (what metrics and callbacks receive);
+- ``config() -> dict``: JSON-able identity (run directories refuse a checkpoint of another one);
+- ``needs_data``: whether ``fit`` must be given ``data=``.
+
+**Loss convention (one for the whole package): ½ · mean squared error of the prediction of
+y_q** — ZFB (3.7) L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² for LSA, its expectation ZFB (3.8) for the
+population loss, and for kernel attention (1/(2B)) Σ_b (TF_b + y_q,b)² = ½ × CCS (5) (CCS writes
+(5) without the ½; TF predicts −y_q, CCS (4)).
+"""
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from .. import kernel_attention as ka
+from .. import lsa, population
+from .._validation import positive_int
+from .data import Prompts
+
+__all__ = ["Objective", "LSAObjective", "KernelAttentionObjective", "PopulationObjective",
+           "CallableObjective", "as_objective"]
+
+
+def _sha(*arrays) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a, dtype=np.float64)
+        h.update(str(a.shape).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def _float_dtype(dtype):
+    if dtype is None:
+        return None
+    dt = np.dtype(dtype)
+    if dt not in (np.float32, np.float64):
+        raise TypeError(f"dtype: expected float32, float64 or None, got {dt}")
+    return dt
+
+
+class Objective:
+    """Base of the objectives; see the module docstring for the protocol."""
+
+    needs_data = True
+    theta0: np.ndarray
+
+    def loss_and_grad(self, theta, step: int, data):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def evaluate(self, theta, batch) -> float:
+        raise TypeError(f"{type(self).__name__} has no held-out evaluation")
+
+    def unpack(self, theta):
+        return theta
+
+    def config(self) -> dict:
+        return {"type": type(self).__name__}
+
+
+class _WeightPair:
+    """θ = (Vec W^PV, Vec W^KQ) of a one-layer LSA, both [d+1, d+1]."""
+
+    def _init_pair(self, W_pv, W_kq):
+        W_pv = np.array(W_pv, dtype=np.float64)
+        W_kq = np.array(W_kq, dtype=np.float64)
+        if W_pv.ndim != 2 or W_pv.shape[0] != W_pv.shape[1] or W_pv.shape[0] < 2:
+            raise ValueError(f"W_pv: expected shape (d+1, d+1) with d >= 1, got {W_pv.shape}")
+        if W_kq.shape != W_pv.shape:
+            raise ValueError(f"W_kq: expected shape {W_pv.shape}, got {W_kq.shape}")
+        self.n = W_pv.shape[0]
+        self.theta0 = np.concatenate([W_pv.ravel(), W_kq.ravel()])
+
+    def unpack(self, theta):
+        """(W_pv, W_kq) as views of θ."""
+        k = self.n * self.n
+        return theta[:k].reshape(self.n, self.n), theta[k:].reshape(self.n, self.n)
+
+
+class LSAObjective(_WeightPair, Objective):
+    """One-layer LSA on sampled prompts, L = (1/(2B)) Σ (ŷ − y_q)² [ZFB (3.7)], θ = (W^PV, W^KQ).
+
+    With a :class:`~lsa_native.train.data.Prompts` source whose spec has ``lsa_loss_and_grad``
+    (the native ``sampling.LinearPrompts``), the fused path runs (no prompts materialized;
+    ``method`` "tokens", "wishart" or "auto", see ``LinearPrompts.lsa_loss_and_grad``); otherwise ``lsa.loss_and_grad`` on the step's batch, its
+    E cast to ``dtype`` (None: the batch's dtype).
+    """
+
+    def __init__(self, W_pv, W_kq, *, dtype=None, method: str = "tokens", fused: bool = True):
+        self._init_pair(W_pv, W_kq)
+        self.dtype = _float_dtype(dtype)
+        if method not in ("tokens", "wishart", "auto"):
+            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
+        self.method, self.fused = method, bool(fused)
+
+    def _fused(self, data) -> bool:
+        return (self.fused and isinstance(data, Prompts)
+                and callable(getattr(data.spec, "lsa_loss_and_grad", None)))
+
+    def loss_and_grad(self, theta, step, data):
+        W_pv, W_kq = self.unpack(theta)
+        if self._fused(data):
+            loss, g_pv, g_kq = data.spec.lsa_loss_and_grad(
+                W_pv, W_kq, batch=data.batch, step=data.sample_index(step), method=self.method,
+                dtype=self.dtype or data.dtype)
+        else:
+            batch = data.at(step)
+            E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
+            loss, g_pv, g_kq = lsa.loss_and_grad(E, batch.y_q, W_pv, W_kq)
+        return loss, np.concatenate([g_pv.ravel(), g_kq.ravel()])
+
+    def evaluate(self, theta, batch):
+        W_pv, W_kq = self.unpack(theta)
+        E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
+        return lsa.loss_and_grad(E, batch.y_q, W_pv, W_kq)[0]
+
+    def config(self):
+        return {"type": "LSAObjective", "dim": self.n - 1, "dtype": getattr(self.dtype, "name", None),
+                "method": self.method, "fused": self.fused}
+
+
+class KernelAttentionObjective(Objective):
+    """Kernel attention [CCS (3)] on sampled prompts, loss (1/(2B)) Σ (TF + y_q)² (½ × CCS (5)).
+
+    ``params``: a :class:`~lsa_native.kernel_attention.KernelAttentionParams` (initial value),
+    full V or the sparse V = [[A, 0], [0, r]] of CCS Assumption 4.4. ``hold_A_zero`` (sparse only,
+    CCS Theorem 4.5 / H.2): A is fixed at 0 and left out of θ, so θ = (r, B, C); otherwise θ is
+    ``params.to_vector()``. E is cast to ``dtype`` (None: the batch's dtype).
+    """
+
+    def __init__(self, params: ka.KernelAttentionParams, *, hold_A_zero: bool = False, dtype=None):
+        if not isinstance(params, ka.KernelAttentionParams):
+            raise TypeError(f"params: expected KernelAttentionParams, got {type(params).__name__}")
+        self.hold_A_zero = bool(hold_A_zero)
+        if self.hold_A_zero:
+            if not params.sparse:
+                raise ValueError("hold_A_zero: needs sparse parameters (A, r), not a full V")
+            params = ka.KernelAttentionParams(B=params.B, C=params.C, activations=list(params.activations),
+                                              A=np.zeros_like(params.A, dtype=np.float64), r=params.r)
+        self.template = params
+        self.dtype = _float_dtype(dtype)
+        full = params.to_vector()
+        self._nA = params.A.size if self.hold_A_zero else 0
+        self.theta0 = full[self._nA:].copy()
+
+    def unpack(self, theta) -> ka.KernelAttentionParams:
+        theta = np.asarray(theta, dtype=np.float64)
+        if self._nA:
+            theta = np.concatenate([np.zeros(self._nA), theta])
+        return self.template.from_vector(theta)
+
+    def loss_and_grad(self, theta, step, data):
+        batch = data.at(step)
+        E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
+        loss, grad = self.unpack(theta).loss_and_grad(E, batch.y_q)
+        return loss, grad[self._nA:]
+
+    def evaluate(self, theta, batch):
+        E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
+        return self.unpack(theta).loss(E, batch.y_q)
+
+    def config(self):
+        p = self.template
+        return {"type": "KernelAttentionObjective", "layers": p.layers, "heads": p.heads,
+                "dim": p.B.shape[-1], "activations": list(p.activations), "sparse": p.sparse,
+                "hold_A_zero": self.hold_A_zero, "dtype": getattr(self.dtype, "name", None)}
+
+
+class PopulationObjective(_WeightPair, Objective):
+    """The exact population loss L(W^PV, W^KQ; Λ, N) = ½ E[(ŷ − y_q)²] [ZFB (3.8)] and its
+    gradient (native, O(d³)): fixed Λ (``Lambda``), random diagonal Λτ (``moments`` [3, d],
+    ZFB Appendix C) or covariance samples (``samples`` [S, d, d]) — exactly one. No data."""
+
+    needs_data = False
+
+    def __init__(self, W_pv, W_kq, N: int, *, Lambda=None, moments=None, samples=None):
+        self._init_pair(W_pv, W_kq)
+        self.N = positive_int(N, "N")
+        d = self.n - 1
+        given = [x is not None for x in (Lambda, moments, samples)]
+        if sum(given) != 1:
+            raise ValueError("PopulationObjective: pass exactly one of Lambda, moments, samples")
+        if Lambda is not None:
+            self.kind, self.law = "fixed", population._covariance(Lambda, d)
+        elif moments is not None:
+            self.kind, self.law = "random_diagonal", population._as_moments(moments, d)
+        else:
+            self.kind, self.law = "samples", population._covariance_samples(samples, d)
+
+    def loss_and_grad(self, theta, step, data=None):
+        W_pv, W_kq = self.unpack(theta)
+        L, g_pv, g_kq = population._core.population_loss(
+            self.kind, np.ascontiguousarray(W_pv), np.ascontiguousarray(W_kq), self.law, self.N)
+        return L, np.concatenate([g_pv.ravel(), g_kq.ravel()])
+
+    def evaluate(self, theta, batch=None):
+        return self.loss_and_grad(theta, 0)[0]
+
+    def config(self):
+        return {"type": "PopulationObjective", "dim": self.n - 1, "N": self.N, "kind": self.kind,
+                "law_sha256": _sha(self.law)}
+
+
+class CallableObjective(Objective):
+    """Any ``fn(theta, step) -> (loss, grad)`` with an initial ``theta0``; ``eval_fn(theta, batch)``
+    (optional) gives held-out losses. ``name`` identifies it in run directories."""
+
+    needs_data = False
+
+    def __init__(self, fn, theta0, *, eval_fn=None, name: str | None = None):
+        if not callable(fn):
+            raise TypeError(f"fn: expected a callable fn(theta, step) -> (loss, grad), got {type(fn).__name__}")
+        theta0 = np.array(theta0, dtype=np.float64)
+        if theta0.ndim != 1 or theta0.size < 1:
+            raise ValueError(f"theta0: expected a non-empty flat vector, got shape {theta0.shape}")
+        self.fn, self.eval_fn, self.theta0 = fn, eval_fn, theta0
+        self.name = name or getattr(fn, "__qualname__", "callable")
+
+    def loss_and_grad(self, theta, step, data=None):
+        loss, grad = self.fn(theta, step)
+        return float(loss), np.asarray(grad, dtype=np.float64).reshape(theta.shape)
+
+    def evaluate(self, theta, batch):
+        if self.eval_fn is None:
+            return super().evaluate(theta, batch)
+        return float(self.eval_fn(theta, batch))
+
+    def config(self):
+        return {"type": "CallableObjective", "name": self.name, "size": int(self.theta0.size)}
+
+
+def as_objective(objective, theta0=None) -> Objective:
+    """An objective instance, or a plain callable ``fn(theta, step)`` wrapped with ``theta0``."""
+    if hasattr(objective, "loss_and_grad") and hasattr(objective, "theta0"):
+        return objective
+    if callable(objective):
+        if theta0 is None:
+            raise ValueError("theta0: required when the objective is a plain callable")
+        return CallableObjective(objective, theta0)
+    raise TypeError("objective: expected an Objective (LSAObjective, KernelAttentionObjective, "
+                    f"PopulationObjective, CallableObjective) or a callable, got {type(objective).__name__}")

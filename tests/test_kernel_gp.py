@@ -1,0 +1,310 @@
+"""Native K-GP prompts [CCS Def. 3.3, H.1] (sampling.KernelGPPrompts) and the small-matrix kit:
+native vs numpy.linalg, label covariance = K_+ (z-tests with power checks), two-sample tests
+against the numpy reference sampler data.kernel_gp_prompts, sphere moments, determinism, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lsa_native as ln
+from lsa_native import _core, baselines, data
+from lsa_native.sampling import KernelGPPrompts
+from lsa_native.sampling.kernel_gp import GP_KERNELS
+
+
+def fresh_seed(rng) -> int:
+    return int(rng.integers(0, 2**63))
+
+
+def ccs_h1_sigma(rng, d=5):
+    Q, R = np.linalg.qr(rng.standard_normal((d, d)))
+    Q = Q * np.sign(np.diag(R))
+    return Q.T @ np.diag([1.0, 1.0, 0.25, 2.25, 1.0][:d]) @ Q
+
+
+# ---------------- small-matrix kit vs numpy.linalg ----------------
+
+def random_sym(rng, B, n, spd, dtype):
+    M = rng.standard_normal((B, n, n))
+    A = M @ np.swapaxes(M, 1, 2) + np.eye(n) if spd else 0.5 * (M + np.swapaxes(M, 1, 2))
+    return A.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 2, 5, 13, 31])
+def test_batched_cholesky_matches_numpy(rng, n, dtype):
+    A = random_sym(rng, 40, n, True, dtype)
+    L = A.copy()
+    ok = np.empty(40, np.int32)
+    _core.batched_cholesky(L, ok)
+    assert ok.all()
+    want = np.linalg.cholesky(A.astype(np.float64))
+    # Cholesky is backward stable: ‖L − L_ref‖ ≲ κ(A)·n·u·‖L‖; κ of M Mᵀ + I stays below ~10³·n.
+    eps = np.finfo(dtype).eps
+    cond = np.linalg.cond(A.astype(np.float64))
+    err = np.abs(L - want).max(axis=(1, 2)) / np.abs(want).max(axis=(1, 2))
+    assert np.all(err <= 10 * n * eps * cond), err.max()
+    assert np.all(np.triu(L, 1) == 0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_batched_cholesky_flags_non_pd(rng, dtype):
+    A = random_sym(rng, 30, 6, False, dtype)  # indefinite (almost surely)
+    ok = np.empty(30, np.int32)
+    _core.batched_cholesky(A.copy(), ok)
+    expected = np.all(np.linalg.eigvalsh(A.astype(np.float64)) > 0, axis=1)
+    np.testing.assert_array_equal(ok.astype(bool), expected)
+    assert not expected.all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 16, 31])
+@pytest.mark.parametrize("spd", [False, True])
+def test_batched_jacobi_matches_numpy(rng, n, dtype, spd):
+    A = random_sym(rng, 25, n, spd, dtype)
+    a, w, V = A.copy(), np.empty((25, n), dtype), np.empty((25, n, n), dtype)
+    sweeps = np.empty(25, np.int32)
+    _core.batched_symmetric_eigen(a, w, V, sweeps)
+    assert np.all(sweeps >= 0) and np.all(sweeps <= 15)
+    eps = np.finfo(dtype).eps
+    A64, w64, V64 = A.astype(np.float64), w.astype(np.float64), V.astype(np.float64)
+    scale = np.linalg.norm(A64, axis=(1, 2))
+    # Eigenvalues: within a few n·u·‖A‖_F of LAPACK's (Weyl's bound for a backward-stable method).
+    err_w = np.abs(np.sort(w64, axis=1) - np.linalg.eigvalsh(A64)).max(axis=1)
+    assert np.all(err_w <= 20 * n * eps * scale), (err_w / scale).max()
+    rec = np.abs(V64 * w64[:, None, :] @ np.swapaxes(V64, 1, 2) - A64).max(axis=(1, 2))
+    assert np.all(rec <= 20 * n * eps * scale)
+    orth = np.abs(np.swapaxes(V64, 1, 2) @ V64 - np.eye(n)).max()
+    assert orth <= 20 * n * eps
+
+
+def test_small_matrix_bad_input():
+    with pytest.raises(ValueError, match="a: expected shape"):
+        _core.batched_cholesky(np.zeros((2, 3, 4)), np.zeros(2, np.int32))
+    with pytest.raises(ValueError, match="ok: expected shape"):
+        _core.batched_cholesky(np.zeros((2, 3, 3)), np.zeros(3, np.int32))
+    with pytest.raises(ValueError, match="max_sweeps"):
+        _core.batched_symmetric_eigen(np.eye(2)[None].copy(), np.zeros((1, 2)), np.zeros((1, 2, 2)),
+                                      np.zeros(1, np.int32), -1)
+
+
+# ---------------- labels: covariance K_+ ----------------
+
+def kplus(b, kernel, bandwidth=1.0, points=None):
+    pts = np.concatenate([b.xi, b.xi_q[:, None]], axis=1) if points is None else points
+    return baselines.psd_part(baselines.kernel_matrix(kernel, pts, pts, bandwidth))
+
+
+def label_cov_z(b, K):
+    """z-scores of mean_b[Y_i Y_j − K_ij(X_b)] for all i <= j: each has mean 0 iff Cov(Y | X) = K."""
+    Y = np.concatenate([b.y, b.y_q[:, None]], axis=1).astype(np.float64)
+    D = Y[:, :, None] * Y[:, None, :] - K
+    iu = np.triu_indices(Y.shape[1])
+    D = D[:, iu[0], iu[1]]
+    return D.mean(axis=0) / (D.std(axis=0, ddof=1) / np.sqrt(D.shape[0]))
+
+
+def trace_z(b, K):
+    """z-score of mean_b[‖Y‖² − tr K(X_b)]: the aggregate (most powerful) diagonal check."""
+    Y = np.concatenate([b.y, b.y_q[:, None]], axis=1).astype(np.float64)
+    D = np.sum(Y**2, axis=1) - np.trace(K, axis1=1, axis2=2)
+    return D.mean() / (D.std(ddof=1) / np.sqrt(D.size))
+
+
+# Up to 91 correlated z-scores per test: |z| < 5 keeps the false-alarm rate below 1e-4 per test.
+Z_MAX = 5.0
+
+
+@pytest.mark.parametrize("kernel, d, n, bandwidth", [("exp", 5, 5, 1.0), ("exp", 3, 5, 0.7),
+                                                     ("relu", 3, 12, 1.0), ("linear", 3, 5, 1.0)])
+def test_label_covariance_is_k_plus(rng, kernel, d, n, bandwidth):
+    Sigma = ccs_h1_sigma(rng, d) if d == 5 else None
+    spec = KernelGPPrompts(d, n, kernel, bandwidth=bandwidth, Sigma=Sigma, seed=fresh_seed(rng))
+    b = spec.sample(40000, step=3, dtype=np.float64)
+    Kp = kplus(b, kernel, bandwidth)
+    z = label_cov_z(b, Kp)
+    assert np.abs(z).max() < Z_MAX, z
+    assert abs(trace_z(b, Kp)) < 4
+    if kernel == "relu":
+        # Power: K is indefinite for relu (tr K_+ − tr K ≈ 0.8 here); K in place of K_+ must fail.
+        pts = np.concatenate([b.xi, b.xi_q[:, None]], axis=1)
+        assert trace_z(b, baselines.kernel_matrix("relu", pts, pts)) > 2 * Z_MAX  # expected z ≈ 14
+    if Sigma is not None:
+        # Power: the kernel on raw x instead of ξ = Σ^{-1/2}x must fail.
+        pts = np.concatenate([b.X, b.x_q[:, None]], axis=1)
+        assert np.abs(label_cov_z(b, kplus(b, kernel, bandwidth, pts))).max() > 2 * Z_MAX
+
+
+def test_k_plus_is_psd_and_equals_k_for_psd_kernels(rng):
+    b = data.kernel_gp_prompts(rng, 200, 3, 9, "exp")
+    pts = np.concatenate([b.xi, b.xi_q[:, None]], axis=1)
+    for kernel in ("linear", "exp"):
+        K = baselines.kernel_matrix(kernel, pts, pts, 1.3)
+        Kp = baselines.psd_part(K)
+        np.testing.assert_allclose(Kp, K, rtol=0, atol=1e-12 * np.abs(K).max())
+    K = baselines.kernel_matrix("relu", pts, pts)
+    Kp = baselines.psd_part(K)
+    assert np.linalg.eigvalsh(Kp).min() > -1e-12 * np.abs(K).max()
+    assert np.abs(Kp - K).max() > 1e-2  # relu: K itself is indefinite
+
+
+def test_label_methods(rng):
+    """Gram root for linear, Cholesky for exp, Jacobi for relu (CCS Def. 3.3 K_+ roots)."""
+    for kernel, code in (("linear", 0), ("exp", 1), ("relu", 2)):
+        Z0, y = np.empty((300, 4, 8)), np.empty(300)
+        m = np.empty(300, np.int32)
+        _core.kernel_gp_sample(fresh_seed(rng), 0, GP_KERNELS[kernel], 1.0, None, Z0, y, None, m)
+        if kernel == "exp":
+            assert np.mean(m == code) > 0.99 and np.all((m == 1) | (m == 2))
+        else:
+            assert np.all(m == code)
+
+
+# ---------------- two-sample tests against the numpy reference ----------------
+
+def ks_two_sample(a, b) -> float:
+    """Kolmogorov–Smirnov D scaled by sqrt(nm/(n+m)); > 2.23 rejects at level 1e-4 (asymptotic)."""
+    a, b = np.sort(a), np.sort(b)
+    allv = np.concatenate([a, b])
+    Fa = np.searchsorted(a, allv, side="right") / a.size
+    Fb = np.searchsorted(b, allv, side="right") / b.size
+    return np.abs(Fa - Fb).max() * np.sqrt(a.size * b.size / (a.size + b.size))
+
+
+KS_CRIT = 2.23
+
+
+@pytest.mark.parametrize("kernel", ["linear", "relu", "exp"])
+def test_native_matches_numpy_reference_in_distribution(rng, kernel):
+    d, n, B = 5, 6, 20000
+    Sigma = ccs_h1_sigma(rng)
+    nat = KernelGPPrompts(d, n, kernel, bandwidth=1.5, Sigma=Sigma, seed=fresh_seed(rng)).sample(B, 0, np.float64)
+    ref = data.kernel_gp_prompts(rng, B, d, n, kernel, bandwidth=1.5, Sigma=Sigma)
+    stats = {
+        "y_q": (nat.y_q, ref.y_q),
+        "y_0": (nat.y[:, 0], ref.y[:, 0]),
+        "y_0 y_1": (nat.y[:, 0] * nat.y[:, 1], ref.y[:, 0] * ref.y[:, 1]),
+        "y_q y_0": (nat.y_q * nat.y[:, 0], ref.y_q * ref.y[:, 0]),
+        "x_0[2]": (nat.X[:, 0, 2], ref.X[:, 0, 2]),
+        "<x_q, x_0>": (np.einsum("bd,bd->b", nat.x_q, nat.X[:, 0]), np.einsum("bd,bd->b", ref.x_q, ref.X[:, 0])),
+    }
+    for name, (a, r) in stats.items():
+        assert ks_two_sample(a, r) < KS_CRIT, name
+    if kernel == "exp":  # power: another bandwidth must be told apart
+        other = data.kernel_gp_prompts(rng, B, d, n, kernel, bandwidth=1.0, Sigma=Sigma)
+        assert ks_two_sample(nat.y_q, other.y_q) > 2 * KS_CRIT
+
+
+# ---------------- sphere covariates ----------------
+
+def test_sphere_covariates(rng):
+    d, n, B = 5, 4, 30000
+    Sigma = ccs_h1_sigma(rng)
+    b = KernelGPPrompts(d, n, "exp", Sigma=Sigma, seed=fresh_seed(rng)).sample(B, 7, np.float64)
+    xi = np.concatenate([b.xi, b.xi_q[:, None]], axis=1).reshape(-1, d)
+    np.testing.assert_allclose(np.linalg.norm(xi, axis=1), 1, rtol=0, atol=4e-16 * np.sqrt(d))
+    # E ξξᵀ = I/d; Var(ξ_i ξ_j) from the sphere's moments: E ξ_i⁴ = 3/(d(d+2)), E ξ_i²ξ_j² = 1/(d(d+2)).
+    m = np.einsum("si,sj->ij", xi, xi) / xi.shape[0]
+    var = np.where(np.eye(d, dtype=bool), 3 / (d * (d + 2)) - 1 / d**2, 1 / (d * (d + 2)))
+    z = (m - np.eye(d) / d) / np.sqrt(var / xi.shape[0])  # points of a prompt are independent
+    assert np.abs(z).max() < 4.5, z
+    assert np.abs(xi.mean(axis=0)).max() / np.sqrt(1 / d / xi.shape[0]) < 4.5
+    root = data.sqrtm(Sigma)
+    np.testing.assert_allclose(b.X, b.xi @ root, rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(b.x_q, b.xi_q @ root, rtol=1e-12, atol=1e-14)
+    # Power: Gaussian (unnormalized) directions would have E‖g‖² = d, not 1, and fail the norm check;
+    # a wrong covariance scale (I instead of I/d) would give z of order sqrt(B·n).
+    assert np.abs((m - np.eye(d)) / np.sqrt(var / xi.shape[0])).max() > 100
+
+
+def test_batch_layout_and_law(rng):
+    d, n = 3, 4
+    spec = KernelGPPrompts(d, n, "relu", seed=fresh_seed(rng))
+    b = spec.sample(6, 1, np.float32)
+    assert b.E.shape == (6, d + 1, n + 1) and b.E.dtype == np.float32 and b.y_q.dtype == np.float32
+    assert np.all(b.E[:, d, n] == 0)
+    np.testing.assert_array_equal(b.X, np.swapaxes(b.E[:, :d, :n], 1, 2))
+    np.testing.assert_array_equal(b.y, b.E[:, d, :n])
+    assert b.kernel == "relu" and b.bandwidth == 1.0 and np.array_equal(b.Sigma, np.eye(d))
+    # Baselines read the law from the batch (and agree with the explicit call).
+    np.testing.assert_allclose(baselines.bayes_estimator(b),
+                               baselines.bayes_estimator(b.X, b.y, b.x_q, "relu"), rtol=1e-4, atol=1e-5)
+
+
+# ---------------- determinism ----------------
+
+def test_deterministic_across_threads_chunks_and_dtypes(rng):
+    seed = fresh_seed(rng)
+    spec = KernelGPPrompts(5, 30, "exp", Sigma=ccs_h1_sigma(rng), seed=seed)
+    before = ln.num_threads()
+    try:
+        ln.set_num_threads(1)
+        one = spec.sample(700, 11, np.float64)
+        ln.set_num_threads(2)
+        two = spec.sample(700, 11, np.float64)
+    finally:
+        ln.set_num_threads(before)
+    np.testing.assert_array_equal(one.E, two.E)
+    np.testing.assert_array_equal(one.y_q, two.y_q)
+    # Prompt b does not depend on the batch size (chunking): a shorter batch is a prefix.
+    short = spec.sample(129, 11, np.float64)
+    np.testing.assert_array_equal(short.E, one.E[:129])
+    # float32 is the rounded float64 draw.
+    f32 = spec.sample(700, 11, np.float32)
+    np.testing.assert_array_equal(f32.E, one.E.astype(np.float32))
+    # Other steps and seeds are other draws.
+    assert not np.any(spec.sample(700, 12, np.float64).y_q == one.y_q)
+    other = KernelGPPrompts(5, 30, "exp", Sigma=spec.Sigma, seed=(seed + 1) % 2**64)
+    assert not np.any(other.sample(700, 11, np.float64).y_q == one.y_q)
+    # out= writes in place.
+    Z0, y_q = np.empty_like(one.E), np.empty_like(one.y_q)
+    got = spec.sample(700, 11, np.float64, out=(Z0, y_q))
+    assert got.E is Z0 and got.y_q is y_q
+    np.testing.assert_array_equal(Z0, one.E)
+
+
+# ---------------- bad input ----------------
+
+def test_bad_input():
+    with pytest.raises(ValueError, match="kernel"):
+        KernelGPPrompts(3, 4, "rbf")
+    for bw in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="bandwidth"):
+            KernelGPPrompts(3, 4, "exp", bandwidth=bw)
+    with pytest.raises(ValueError, match="bandwidth"):
+        KernelGPPrompts(3, 4, "exp", bandwidth=0.01)  # exp(1/σ²) overflows
+    with pytest.raises(ValueError, match="Sigma: must be positive definite"):
+        KernelGPPrompts(2, 4, Sigma=[[1.0, 2.0], [2.0, 1.0]])
+    with pytest.raises(ValueError, match="Sigma: must be symmetric"):
+        KernelGPPrompts(2, 4, Sigma=[[1.0, 0.5], [0.0, 1.0]])
+    with pytest.raises(ValueError, match="Sigma"):
+        KernelGPPrompts(2, 4, Sigma=np.eye(3))
+    with pytest.raises(ValueError, match="context"):
+        KernelGPPrompts(2, 0)
+    with pytest.raises(ValueError, match="dim"):
+        KernelGPPrompts(0, 3)
+    with pytest.raises(ValueError, match="seed"):
+        KernelGPPrompts(2, 3, seed=-1)
+    with pytest.raises(ValueError, match="seed"):
+        KernelGPPrompts(2, 3, seed=2**64)
+    spec = KernelGPPrompts(2, 3)
+    with pytest.raises(ValueError, match="step"):
+        spec.sample(4, step=2**32)
+    with pytest.raises(ValueError, match="batch"):
+        spec.sample(0)
+    with pytest.raises(TypeError, match="dtype"):
+        spec.sample(4, dtype=np.int32)
+    with pytest.raises(TypeError, match="out"):
+        spec.sample(4, dtype=np.float32, out=(np.empty((4, 3, 4)), np.empty(4)))
+    with pytest.raises(AttributeError):
+        spec.seed = 3
+    # The native layer checks too (bindings map lsa_native::Error to ValueError).
+    Z0, y = np.empty((2, 3, 4)), np.empty(2)
+    with pytest.raises(ValueError, match="kernel"):
+        _core.kernel_gp_sample(0, 0, 7, 1.0, None, Z0, y)
+    with pytest.raises(ValueError, match="bandwidth"):
+        _core.kernel_gp_sample(0, 0, 2, float("nan"), None, Z0, y)
+    with pytest.raises(ValueError, match="Sigma"):
+        _core.kernel_gp_sample(0, 0, 2, 1.0, -np.eye(2), Z0, y)
+    with pytest.raises(ValueError, match="Sigma"):
+        _core.kernel_gp_sample(0, 0, 2, 1.0, np.array([[1.0, np.nan], [np.nan, 1.0]]), Z0, y)
