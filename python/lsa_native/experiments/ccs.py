@@ -175,6 +175,12 @@ def _cells_run(ctx, cells, desc):
     """Run cells: in this process for quick sizes, on Dask (LocalCluster or ``scheduler``) for full
     sizes or when a scheduler is given; cached under the output folder."""
     use_dask = ctx.full or ctx.scheduler is not None
+    cache = ctx.cache_dir()
+    if cache is not None:
+        from .sweep import cell_key
+
+        cached = sum((cache / f"{cell_key(train_cell, c)}.json").exists() for c in cells)
+        ctx.notes["cells"] = f"{len(cells)} cells, {cached} read from the cache"
     return run_cells(train_cell, cells, ctx.cache_dir(), scheduler=ctx.scheduler,
                      workers=ctx.workers if use_dask else 0, progress=ctx.progress, desc=desc)
 
