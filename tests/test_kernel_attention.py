@@ -213,3 +213,76 @@ def test_bad_input_raises_clear_errors(rng, make, exc, match):
     Z0, y, V, B, C = random_problem(rng, 5, 3, 6, 2, 1)
     with pytest.raises(exc, match=match):
         make(Z0, y, V, B, C)
+
+
+# --- forward with saved context / VJP for an arbitrary upstream gradient ---------------------
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-11), (np.float32, 2e-4)])
+@pytest.mark.parametrize("d,n", [(1, 1), (4, 9), (1, 30)])
+@pytest.mark.parametrize("L,H", [(1, 1), (2, 2)])
+@pytest.mark.parametrize("act", ACTS)
+def test_vjp_matches_reference_and_context_is_bitwise(rng, act, L, H, d, n, dtype, tol):
+    """Native VJP vs the reference VJP (same relative tolerances as the loss gradients above);
+    the VJP from a saved context equals the recomputing VJP bitwise, and the saving forward
+    returns the same Z_L bitwise as the plain one."""
+    Z0, _, V, B, C = random_problem(rng, 5, d, n, L, H, dtype)
+    acts = [act] * H if H == 1 else [act, ACTS[(ACTS.index(act) + 3) % 4]]
+    G = rng.standard_normal(Z0.shape).astype(dtype)
+    Z_L, ctx = ka.forward(Z0, V, B, C, acts, return_context=True)
+    np.testing.assert_array_equal(Z_L, ka.forward(Z0, V, B, C, acts))
+    assert ctx.data.shape == (5, ka.context_size(d, n, L, H, dtype)) and ctx.data.dtype == dtype
+    with_ctx = ka.vjp(Z0, V, B, C, acts, G, context=ctx)
+    without = ka.vjp(Z0, V, B, C, acts, G)
+    for a, b in zip(with_ctx, without):
+        np.testing.assert_array_equal(a, b)
+    want = ref.vjp(*[a.astype(np.float64) for a in (Z0, V, B, C)], acts, G.astype(np.float64))
+    for name, g, w in zip(("dV", "dB", "dC", "dZ0"), with_ctx, want):
+        assert g.dtype == dtype
+        if np.abs(w).max() == 0:  # softmax over one source (n = 1) is constant: dB = dC = 0
+            assert np.abs(g).max() == 0, name
+            continue
+        assert rel_err(g, w) < tol, (name, rel_err(g, w))
+
+
+def test_loss_and_grad_is_forward_then_vjp(rng):
+    """loss_and_grad's gradients = the VJP seeded with ∂loss/∂Z_L (r / B at [d, n]: the loss is
+    (1/(2B)) Σ r², the package's ½ convention)."""
+    Z0, y, V, B, C = random_problem(rng, 7, 3, 8, 2, 2)
+    acts = ["exp", "softmax"]
+    loss, dV, dB, dC, dZ0 = ka.loss_and_grad(Z0, y, V, B, C, acts, input_grad=True)
+    Z_L = ka.forward(Z0, V, B, C, acts)
+    seed = np.zeros_like(Z0)
+    seed[:, -1, -1] = (Z_L[:, -1, -1] + y) / len(y)
+    for a, b in zip(ka.vjp(Z0, V, B, C, acts, seed), (dV, dB, dC, dZ0)):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
+
+
+@pytest.mark.parametrize("act", ACTS)
+def test_reference_vjp_matches_finite_differences(rng, act):
+    """⟨G, Z_L(θ)⟩ differentiated by central differences (h = 1e-6, float64) vs reference.vjp."""
+    Z0, _, V, B, C = random_problem(rng, 2, 2, 4, 2, 2)
+    acts = [act, "exp"]
+    G = rng.standard_normal(Z0.shape)
+    f = lambda V_, B_, C_, Z_: float(np.sum(G * ref.forward(Z_, V_, B_, C_, acts)[0]))
+    grads = ref.vjp(Z0, V, B, C, acts, G)
+    h = 1e-6
+    for which, (X, Gx) in enumerate(zip((V, B, C, Z0), grads)):
+        for idx in list(np.ndindex(X.shape))[:: max(1, X.size // 25)]:
+            args_p, args_m = [V, B, C, Z0], [V, B, C, Z0]
+            Xp, Xm = X.copy(), X.copy()
+            Xp[idx] += h
+            Xm[idx] -= h
+            args_p[which], args_m[which] = Xp, Xm
+            fd = (f(*args_p) - f(*args_m)) / (2 * h)
+            assert abs(Gx[idx] - fd) <= 1e-6 * (1 + abs(fd)), (which, idx, Gx[idx], fd)
+
+
+def test_vjp_rejects_a_foreign_context(rng):
+    Z0, _, V, B, C = random_problem(rng, 3, 2, 5, 1, 1)
+    _, ctx = ka.forward(Z0, V, B, C, "exp", return_context=True)
+    with pytest.raises(ValueError, match="context"):
+        ka.vjp(Z0[:2], V, B, C, "exp", np.ones_like(Z0[:2]), context=ctx)
+    with pytest.raises(ValueError, match="context"):
+        ka.vjp(Z0.astype(np.float32), V, B, C, "exp", np.ones_like(Z0), context=ctx)
+    with pytest.raises(ValueError, match="d_Z_out"):
+        ka.vjp(Z0, V, B, C, "exp", np.ones((3, 3, 5)))

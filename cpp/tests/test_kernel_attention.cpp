@@ -98,6 +98,47 @@ TEST(KernelAttention, SoftmaxWithHugeLogitsIsOneHot) {
   check_saturated_softmax<double>();
 }
 
+// loss_and_grad is forward + VJP seeded with ∂loss/∂Z_L = 2 r / B at [d, n]; the VJP from a saved
+// context equals the recomputing VJP bitwise.
+TEST(KernelAttention, VjpWithAndWithoutContextComposeToLossGradient) {
+  const index_t Bsz = 5, d = 3, n = 6, L = 2, H = 2, D = d + 1, per = D * (n + 1);
+  std::mt19937_64 gen(5);
+  std::normal_distribution<double> normal;
+  auto fill = [&](index_t size, double scale) {
+    std::vector<double> v(static_cast<size_t>(size));
+    for (auto& x : v) x = scale * normal(gen);
+    return v;
+  };
+  const auto Z0 = fill(Bsz * per, 0.5), y = fill(Bsz, 1.0);
+  const auto V = fill(L * H * D * D, 0.1), Bq = fill(L * H * d * d, 0.3), Ck = fill(L * H * d * d, 0.3);
+  const Activation acts[2] = {Activation::relu, Activation::softmax};
+  const KernelAttentionShape shape{Bsz, d, n, L, H};
+  std::vector<double> ctx(static_cast<size_t>(Bsz * lsa_native::kernel_attention_context_size<double>(shape)));
+  std::vector<double> Z(Z0.size()), preds(static_cast<size_t>(Bsz * (L + 1)));
+  lsa_native::kernel_attention_forward(shape, Z0.data(), V.data(), Bq.data(), Ck.data(), acts,
+                                       Z.data(), preds.data(), ctx.data());
+  std::vector<double> seed(Z0.size(), 0.0);
+  for (index_t b = 0; b < Bsz; ++b) seed[b * per + per - 1] = 2 * (preds[b * (L + 1) + L] + y[b]) / Bsz;
+  std::vector<double> gV(V.size()), gB(Bq.size()), gC(Ck.size()), gZ(Z0.size());
+  std::vector<double> hV(V.size()), hB(Bq.size()), hC(Ck.size()), hZ(Z0.size());
+  std::vector<double> lV(V.size()), lB(Bq.size()), lC(Ck.size()), lZ(Z0.size());
+  lsa_native::kernel_attention_vjp(shape, Z0.data(), V.data(), Bq.data(), Ck.data(), acts,
+                                   seed.data(), gV.data(), gB.data(), gC.data(), gZ.data(),
+                                   ctx.data());
+  lsa_native::kernel_attention_vjp(shape, Z0.data(), V.data(), Bq.data(), Ck.data(), acts,
+                                   seed.data(), hV.data(), hB.data(), hC.data(), hZ.data(),
+                                   static_cast<const double*>(nullptr));
+  lsa_native::kernel_attention_loss_and_grad(shape, Z0.data(), y.data(), V.data(), Bq.data(),
+                                             Ck.data(), acts, lV.data(), lB.data(), lC.data(),
+                                             lZ.data(), static_cast<double*>(nullptr));
+  EXPECT_EQ(gV, hV);
+  EXPECT_EQ(gB, hB);
+  EXPECT_EQ(gC, hC);
+  EXPECT_EQ(gZ, hZ);
+  for (auto [a, b] : {std::pair{&gV, &lV}, {&gB, &lB}, {&gC, &lC}, {&gZ, &lZ}})
+    for (size_t i = 0; i < a->size(); ++i) EXPECT_NEAR((*a)[i], (*b)[i], 1e-13 * (1 + std::fabs((*b)[i])));
+}
+
 TEST(KernelAttention, InvalidArgumentsThrowError) {
   const std::vector<double> Z(12, 0.0), V(9, 0.0), B(4, 0.0);
   const Activation bad = static_cast<Activation>(7), ok = Activation::exp;

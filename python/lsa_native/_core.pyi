@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['DeviceArray', 'LsaShape', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_synchronize', 'dlpack_info', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_gp_sample', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_forward_cuda', 'lsa_loss_and_grad', 'lsa_loss_and_grad_cuda', 'lsa_predict', 'lsa_predict_cuda', 'lsa_vjp', 'lsa_vjp_cuda', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
+__all__: list[str] = ['DeviceArray', 'LsaShape', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_synchronize', 'dlpack_info', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_attention_vjp', 'kernel_gp_sample', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_forward_cuda', 'lsa_loss_and_grad', 'lsa_loss_and_grad_cuda', 'lsa_predict', 'lsa_predict_cuda', 'lsa_vjp', 'lsa_vjp_cuda', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
 class LsaShape:
     def __init__(self, batch: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex, context: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
@@ -108,17 +108,27 @@ def gradient_flow_population(kind: str, W_pv: numpy.typing.NDArray[numpy.float64
     ...
 def gradient_flow_reduced(U11: numpy.typing.NDArray[numpy.float64], u: typing.SupportsFloat | typing.SupportsIndex, Lambda: numpy.typing.NDArray[numpy.float64], N: typing.SupportsInt | typing.SupportsIndex, times: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], method: str, rtol: typing.SupportsFloat | typing.SupportsIndex, atol: typing.SupportsFloat | typing.SupportsIndex, step: typing.SupportsFloat | typing.SupportsIndex, grad_tol: typing.SupportsFloat | typing.SupportsIndex, loss_target: typing.SupportsFloat | typing.SupportsIndex, gap_tol: typing.SupportsFloat | typing.SupportsIndex, max_steps: typing.SupportsInt | typing.SupportsIndex) -> dict:
     ...
+def kernel_attention_context_size(dim: typing.SupportsInt | typing.SupportsIndex, context: typing.SupportsInt | typing.SupportsIndex, layers: typing.SupportsInt | typing.SupportsIndex, heads: typing.SupportsInt | typing.SupportsIndex, float64: bool) -> int:
+    """
+    Values per prompt of the saved forward context (see kernel_attention.hpp).
+    """
 @typing.overload
-def kernel_attention_forward(Z0: numpy.typing.NDArray[numpy.float32], V: numpy.typing.NDArray[numpy.float32], B: numpy.typing.NDArray[numpy.float32], C: numpy.typing.NDArray[numpy.float32], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], Z_out: numpy.typing.NDArray[numpy.float32] | None = None, predictions: numpy.typing.NDArray[numpy.float32] | None = None) -> None:
+def kernel_attention_forward(Z0: numpy.typing.NDArray[numpy.float32], V: numpy.typing.NDArray[numpy.float32], B: numpy.typing.NDArray[numpy.float32], C: numpy.typing.NDArray[numpy.float32], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], Z_out: numpy.typing.NDArray[numpy.float32] | None = None, predictions: numpy.typing.NDArray[numpy.float32] | None = None, context: numpy.typing.NDArray[numpy.float32] | None = None) -> None:
     ...
 @typing.overload
-def kernel_attention_forward(Z0: numpy.typing.NDArray[numpy.float64], V: numpy.typing.NDArray[numpy.float64], B: numpy.typing.NDArray[numpy.float64], C: numpy.typing.NDArray[numpy.float64], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], Z_out: numpy.typing.NDArray[numpy.float64] | None = None, predictions: numpy.typing.NDArray[numpy.float64] | None = None) -> None:
+def kernel_attention_forward(Z0: numpy.typing.NDArray[numpy.float64], V: numpy.typing.NDArray[numpy.float64], B: numpy.typing.NDArray[numpy.float64], C: numpy.typing.NDArray[numpy.float64], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], Z_out: numpy.typing.NDArray[numpy.float64] | None = None, predictions: numpy.typing.NDArray[numpy.float64] | None = None, context: numpy.typing.NDArray[numpy.float64] | None = None) -> None:
     ...
 @typing.overload
 def kernel_attention_loss_and_grad(Z0: numpy.typing.NDArray[numpy.float32], y_q: numpy.typing.NDArray[numpy.float32], V: numpy.typing.NDArray[numpy.float32], B: numpy.typing.NDArray[numpy.float32], C: numpy.typing.NDArray[numpy.float32], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], d_V: numpy.typing.NDArray[numpy.float32], d_B: numpy.typing.NDArray[numpy.float32], d_C: numpy.typing.NDArray[numpy.float32], d_Z0: numpy.typing.NDArray[numpy.float32] | None = None, predictions: numpy.typing.NDArray[numpy.float32] | None = None) -> float:
     ...
 @typing.overload
 def kernel_attention_loss_and_grad(Z0: numpy.typing.NDArray[numpy.float64], y_q: numpy.typing.NDArray[numpy.float64], V: numpy.typing.NDArray[numpy.float64], B: numpy.typing.NDArray[numpy.float64], C: numpy.typing.NDArray[numpy.float64], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], d_V: numpy.typing.NDArray[numpy.float64], d_B: numpy.typing.NDArray[numpy.float64], d_C: numpy.typing.NDArray[numpy.float64], d_Z0: numpy.typing.NDArray[numpy.float64] | None = None, predictions: numpy.typing.NDArray[numpy.float64] | None = None) -> float:
+    ...
+@typing.overload
+def kernel_attention_vjp(Z0: numpy.typing.NDArray[numpy.float32], V: numpy.typing.NDArray[numpy.float32], B: numpy.typing.NDArray[numpy.float32], C: numpy.typing.NDArray[numpy.float32], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], d_Z_out: numpy.typing.NDArray[numpy.float32], d_V: numpy.typing.NDArray[numpy.float32], d_B: numpy.typing.NDArray[numpy.float32], d_C: numpy.typing.NDArray[numpy.float32], d_Z0: numpy.typing.NDArray[numpy.float32] | None = None, context: numpy.typing.NDArray[numpy.float32] | None = None) -> None:
+    ...
+@typing.overload
+def kernel_attention_vjp(Z0: numpy.typing.NDArray[numpy.float64], V: numpy.typing.NDArray[numpy.float64], B: numpy.typing.NDArray[numpy.float64], C: numpy.typing.NDArray[numpy.float64], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], d_Z_out: numpy.typing.NDArray[numpy.float64], d_V: numpy.typing.NDArray[numpy.float64], d_B: numpy.typing.NDArray[numpy.float64], d_C: numpy.typing.NDArray[numpy.float64], d_Z0: numpy.typing.NDArray[numpy.float64] | None = None, context: numpy.typing.NDArray[numpy.float64] | None = None) -> None:
     ...
 @typing.overload
 def kernel_gp_sample(seed: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, kernel: typing.SupportsInt | typing.SupportsIndex, bandwidth: typing.SupportsFloat | typing.SupportsIndex, Sigma: numpy.typing.NDArray[numpy.float64] | None, Z0: numpy.typing.NDArray[numpy.float32], y_q: numpy.typing.NDArray[numpy.float32], xi: numpy.typing.NDArray[numpy.float32] | None = None, method: numpy.typing.NDArray[numpy.int32] | None = None) -> None:

@@ -31,6 +31,9 @@ from ._validation import as_array, as_prompts, positive_float, positive_int
 __all__ = [
     "ACTIVATIONS",
     "forward",
+    "vjp",
+    "ForwardContext",
+    "context_size",
     "predict",
     "loss_and_grad",
     "sparse_value",
@@ -75,16 +78,70 @@ def _check_output(result, Z0, activation_codes):
     raise FloatingPointError("kernel attention overflowed to a non-finite value")
 
 
-def forward(Z0, V, B, C, activation, *, return_predictions: bool = False):
+@dataclass(frozen=True)
+class ForwardContext:
+    """The per-prompt state saved by ``forward(..., return_context=True)`` for :func:`vjp`: the
+    padded Z_ℓ, U = B X, W = C X, h̃ and Y = Z_ℓ M h̃ of every layer and head, ``data``
+    [B, context_size] in Z0's dtype (Tt·((L+1)(d+1) + L·H·(2d+n+d+1)) values per prompt, Tt =
+    n+1 rounded up to 8 floats / 4 doubles: 20 KiB per prompt at d = 5, n = 30, L = 3, float32).
+    Valid only with the same Z0, V, B, C and activations as the forward that made it."""
+
+    data: np.ndarray
+    shape: tuple  # (B, d, n, L, H)
+
+
+def context_size(dim: int, context: int, layers: int, heads: int, dtype=np.float32) -> int:
+    """Values per prompt of a :class:`ForwardContext` (multiply by the itemsize for bytes)."""
+    return _core.kernel_attention_context_size(dim, context, layers, heads,
+                                               np.dtype(dtype) == np.float64)
+
+
+def forward(Z0, V, B, C, activation, *, return_predictions: bool = False,
+            return_context: bool = False):
     """Z_L of (3) [B, d+1, n+1]; with ``return_predictions`` also TF_ℓ = Z_ℓ[d, n] for
-    ℓ = 0..L [B, L+1] (CCS Figure 2's loss vs depth). O(L·H·n²·d) per prompt."""
+    ℓ = 0..L [B, L+1] (CCS Figure 2's loss vs depth); with ``return_context`` also a
+    :class:`ForwardContext` for :func:`vjp` (then the VJP skips the forward recomputation, at the
+    price of the context's memory). O(L·H·n²·d) per prompt.
+    Returns Z_L, or a tuple (Z_L, [predictions], [context]) in that order."""
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
     Z = np.empty_like(Z0)
     preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype) if return_predictions else None
-    _core.kernel_attention_forward(Z0, V, B, C, codes, Z, preds)
+    ctx = None
+    if return_context:
+        Bsz, d, n, (L, H) = Z0.shape[0], Z0.shape[1] - 1, Z0.shape[2] - 1, V.shape[:2]
+        ctx = ForwardContext(np.empty((Bsz, context_size(d, n, L, H, Z0.dtype)), Z0.dtype),
+                             (Bsz, d, n, L, H))
+    _core.kernel_attention_forward(Z0, V, B, C, codes, Z, preds, None if ctx is None else ctx.data)
     _check_output(Z[:, -1, -1], Z0, codes)
-    return (Z, preds) if return_predictions else Z
+    if not (return_predictions or return_context):
+        return Z
+    return (Z,) + ((preds,) if return_predictions else ()) + ((ctx,) if return_context else ())
+
+
+def vjp(Z0, V, B, C, activation, d_Z_out, *, context: ForwardContext | None = None,
+        input_grad: bool = True):
+    """Vector-Jacobian product of :func:`forward`'s Z_L for the upstream d_Z_out = ∂ℓ/∂Z_L
+    [B, d+1, n+1]: (dV, dB, dC, dZ0) (dZ0 None without ``input_grad``); parameter gradients are
+    batch sums in float64, fixed chunk order. With ``context`` (from ``forward(...,
+    return_context=True)`` on the same inputs) only the backward runs; without it the forward is
+    recomputed per prompt (≈ 1/3 more time, no extra memory). Both give bitwise equal results."""
+    Z0, V, B, C = _params(Z0, V, B, C)
+    codes = _activation_codes(activation, V.shape[1])
+    d_Z_out = as_array(d_Z_out, Z0.shape, Z0.dtype, "d_Z_out", finite=False)
+    if context is not None:
+        shape = (Z0.shape[0], Z0.shape[1] - 1, Z0.shape[2] - 1) + tuple(V.shape[:2])
+        if not isinstance(context, ForwardContext) or context.shape != shape \
+                or context.data.dtype != Z0.dtype:
+            raise ValueError("context: expected the ForwardContext of forward(..., "
+                             f"return_context=True) for shape (B, d, n, L, H) = {shape} and dtype "
+                             f"{Z0.dtype}")
+    dV, dB, dC = np.empty_like(V), np.empty_like(B), np.empty_like(C)
+    dZ0 = np.empty_like(Z0) if input_grad else None
+    _core.kernel_attention_vjp(Z0, V, B, C, codes, d_Z_out, dV, dB, dC, dZ0,
+                               None if context is None else context.data)
+    _check_output(dV, Z0, codes)
+    return dV, dB, dC, dZ0
 
 
 def predict(Z0, V, B, C, activation, *, every_layer: bool = False):

@@ -10,13 +10,31 @@ inline index_t ka_partial_size(const KernelAttentionShape& s) {
   return 1 + s.layers * s.heads * ((s.dim + 1) * (s.dim + 1) + 2 * s.dim * s.dim);
 }
 
+// Tokens per padded row: n+1 rounded up to a whole number of `lanes`-wide vectors.
+inline index_t ka_padded_tokens(const KernelAttentionShape& s, index_t lanes) {
+  return (s.context + lanes) / lanes * lanes;
+}
+// Values of T in one prompt's saved forward context: Z_0..Z_L [D, Tt], then per (ℓ, head)
+// U, W [d, Tt], h̃ [n, Tt] and Y = Z_ℓ M h̃ [D, Tt] (D = d+1, Tt = ka_padded_tokens).
+inline index_t ka_context_size(const KernelAttentionShape& s, index_t lanes) {
+  const index_t d = s.dim, D = d + 1, LH = s.layers * s.heads;
+  return ka_padded_tokens(s, lanes) * ((s.layers + 1) * D + LH * (2 * d + s.context + D));
+}
+
 template <class T>
 struct KaKernels {
+  index_t lanes;  // vector width of the padded rows (fixes the context layout)
+  // context: null, or B · ka_context_size values to save the forward state into.
   void (*forward)(const KernelAttentionShape&, const T* Z0, const T* V, const T* Bq, const T* Ck,
-                  const Activation* acts, T* Z_out, T* predictions, index_t b0, index_t b1);
+                  const Activation* acts, T* Z_out, T* predictions, T* context, index_t b0,
+                  index_t b1);
   void (*loss_grad)(const KernelAttentionShape&, const T* Z0, const T* y_q, const T* V,
                     const T* Bq, const T* Ck, const Activation* acts, T* d_Z0, T* predictions,
                     index_t b0, index_t b1, double* partial);
+  // partial: as loss_grad's with slot 0 (the loss) left 0. context: null (recompute) or saved.
+  void (*vjp)(const KernelAttentionShape&, const T* Z0, const T* V, const T* Bq, const T* Ck,
+              const Activation* acts, const T* d_Z_out, T* d_Z0, const T* context, index_t b0,
+              index_t b1, double* partial);
 };
 
 namespace isa_baseline {

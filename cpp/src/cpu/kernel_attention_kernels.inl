@@ -129,30 +129,40 @@ void activation_backward(Activation a, const T* H, T* dH, index_t n, index_t Tt,
 }
 
 // Per-prompt state: Z_ℓ for ℓ = 0..L [D, T]; per (ℓ, s) the saved U, W [d, T], H [n, T] and
-// Y = Z_ℓ M H [D, T]; backward scratch. Rows are padded from n+1 tokens to Tt = a whole number of
-// vectors (short rows would otherwise spend most of their time in scalar tails); the padding
-// stays exactly zero because H's padding columns are zeroed after every activation.
+// Y = Z_ℓ M H [D, T] — the "context" of the forward, ka_context_size(shape, lanes) values laid out
+// [Z | U | W | H | Y] — and backward scratch. The context lives in the workspace's own buffer or,
+// with use_context, in a caller's slice (a forward that saves it, a VJP that reuses it). Rows are
+// padded from n+1 tokens to Tt = a whole number of vectors (short rows would otherwise spend most
+// of their time in scalar tails); the padding stays exactly zero: stage() zeroes it in Z_0 and
+// H's padding columns are zeroed after every activation.
 template <class T>
 struct Workspace {
   index_t d, n, D, cols, Tt, L, H;
-  std::vector<T> Z, U, W, Hm, Y, dZ, dZprev, dY, dH, dU, dW, col, prod;
+  std::vector<T> own, dZ, dZprev, dY, dH, dU, dW, col, prod;
+  T* state;
   explicit Workspace(const KernelAttentionShape& s)
       : d(s.dim), n(s.context), D(s.dim + 1), cols(s.context + 1),
-        Tt((s.context + simd::kLanes<T>) / simd::kLanes<T> * simd::kLanes<T>), L(s.layers), H(s.heads),
-        Z(static_cast<size_t>((L + 1) * D * Tt)), U(static_cast<size_t>(L * H * d * Tt)),
-        W(U.size()), Hm(static_cast<size_t>(L * H * n * Tt)),
-        Y(static_cast<size_t>(L * H * D * Tt)), dZ(static_cast<size_t>(D * Tt)),
-        dZprev(dZ.size()), dY(dZ.size()), dH(static_cast<size_t>(n * Tt)),
-        dU(static_cast<size_t>(d * Tt)), dW(dU.size()), col(static_cast<size_t>(Tt)),
-        prod(static_cast<size_t>(D * std::max(D, n))) {}
-  T* z(index_t l) { return Z.data() + l * D * Tt; }
-  T* u(index_t l, index_t s) { return U.data() + (l * H + s) * d * Tt; }
-  T* w(index_t l, index_t s) { return W.data() + (l * H + s) * d * Tt; }
-  T* h(index_t l, index_t s) { return Hm.data() + (l * H + s) * n * Tt; }
-  T* y(index_t l, index_t s) { return Y.data() + (l * H + s) * D * Tt; }
-  // Unpadded [D, n+1] ↔ padded [D, Tt] copies.
+        Tt(ka_padded_tokens(s, simd::kLanes<T>)), L(s.layers), H(s.heads),
+        own(static_cast<size_t>(ka_context_size(s, simd::kLanes<T>))),
+        dZ(static_cast<size_t>(D * Tt)), dZprev(dZ.size()), dY(dZ.size()),
+        dH(static_cast<size_t>(n * Tt)), dU(static_cast<size_t>(d * Tt)), dW(dU.size()),
+        col(static_cast<size_t>(Tt)), prod(static_cast<size_t>(D * std::max(D, n))),
+        state(own.data()) {}
+  // Point the context at a caller's slice of ka_context_size values (nullptr: the own buffer).
+  // The backward only reads the context, so a const slice may back it there.
+  void use_context(T* slice) { state = slice ? slice : own.data(); }
+  void use_context(const T* slice) { use_context(const_cast<T*>(slice)); }
+  T* z(index_t l) { return state + l * D * Tt; }
+  T* u(index_t l, index_t s) { return z(L + 1) + (l * H + s) * d * Tt; }
+  T* w(index_t l, index_t s) { return z(L + 1) + (L * H + l * H + s) * d * Tt; }
+  T* h(index_t l, index_t s) { return z(L + 1) + 2 * L * H * d * Tt + (l * H + s) * n * Tt; }
+  T* y(index_t l, index_t s) { return h(L, 0) + (l * H + s) * D * Tt; }
+  // Unpadded [D, n+1] ↔ padded [D, Tt] copies (stage zeroes the padding).
   void stage(const T* src, T* dst) const {
-    for (index_t r = 0; r < D; ++r) std::copy(src + r * cols, src + (r + 1) * cols, dst + r * Tt);
+    for (index_t r = 0; r < D; ++r) {
+      std::copy(src + r * cols, src + (r + 1) * cols, dst + r * Tt);
+      std::fill(dst + r * Tt + cols, dst + (r + 1) * Tt, T(0));
+    }
   }
   void unstage(const T* src, T* dst) const {
     for (index_t r = 0; r < D; ++r) std::copy(src + r * Tt, src + r * Tt + cols, dst + r * cols);
@@ -242,11 +252,13 @@ void backward_prompt(Workspace<T>& w, const T* V, const T* Bq, const T* Ck, cons
 
 template <class T>
 void forward_range(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
-                   const T* Ck, const Activation* acts, T* Z_out, T* predictions, index_t b0,
-                   index_t b1) {
+                   const T* Ck, const Activation* acts, T* Z_out, T* predictions, T* context,
+                   index_t b0, index_t b1) {
   const index_t per = (sh.dim + 1) * (sh.context + 1);
+  const index_t ctx = ka_context_size(sh, simd::kLanes<T>);
   Workspace<T> w(sh);
   for (index_t b = b0; b < b1; ++b) {
+    w.use_context(context ? context + b * ctx : nullptr);
     forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
     if (Z_out) w.unstage(w.z(sh.layers), Z_out + b * per);
     if (predictions)
@@ -254,13 +266,25 @@ void forward_range(const KernelAttentionShape& sh, const T* Z0, const T* V, cons
   }
 }
 
+// Parameter-gradient slots of a chunk's partial sums (slot 0 is the loss).
+inline void gradient_slots(const KernelAttentionShape& sh, double* partial, double*& gV,
+                           double*& gB, double*& gC) {
+  const index_t d = sh.dim;
+  const index_t nV = sh.layers * sh.heads * (d + 1) * (d + 1), nB = sh.layers * sh.heads * d * d;
+  gV = partial + 1;
+  gB = gV + nV;
+  gC = gB + nB;
+}
+
+// loss_and_grad = forward_prompt, then backward_prompt seeded with ∂ℓ/∂Z_L = 2 r/B at [d, n]   (5)
 template <class T>
 void loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, const T* V,
                      const T* Bq, const T* Ck, const Activation* acts, T* d_Z0, T* predictions,
                      index_t b0, index_t b1, double* partial) {
   const index_t d = sh.dim, per = (d + 1) * (sh.context + 1);
-  const index_t nV = sh.layers * sh.heads * (d + 1) * (d + 1), nB = sh.layers * sh.heads * d * d;
   std::fill(partial, partial + ka_partial_size(sh), 0.0);
+  double *gV, *gB, *gC;
+  gradient_slots(sh, partial, gV, gB, gC);
   const double inv_b = 1.0 / double(sh.batch);
   Workspace<T> w(sh);
   for (index_t b = b0; b < b1; ++b) {
@@ -272,7 +296,31 @@ void loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, 
       for (index_t l = 0; l <= sh.layers; ++l) predictions[b * (sh.layers + 1) + l] = w.query_label(l);
     std::fill(w.dZ.begin(), w.dZ.end(), T(0));
     w.dZ[d * w.Tt + sh.context] = T(2 * residual * inv_b);
-    backward_prompt(w, V, Bq, Ck, acts, partial + 1, partial + 1 + nV, partial + 1 + nV + nB);
+    backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC);
+    if (d_Z0) w.unstage(w.dZ.data(), d_Z0 + b * per);
+  }
+}
+
+// VJP for an upstream ∂ℓ/∂Z_L [B, d+1, n+1]: the context saved by forward_range, or the forward
+// recomputed per prompt when context is null; then the same backward_prompt.
+template <class T>
+void vjp_range(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq, const T* Ck,
+               const Activation* acts, const T* d_Z_out, T* d_Z0, const T* context, index_t b0,
+               index_t b1, double* partial) {
+  const index_t per = (sh.dim + 1) * (sh.context + 1);
+  const index_t ctx = ka_context_size(sh, simd::kLanes<T>);
+  std::fill(partial, partial + ka_partial_size(sh), 0.0);
+  double *gV, *gB, *gC;
+  gradient_slots(sh, partial, gV, gB, gC);
+  Workspace<T> w(sh);
+  for (index_t b = b0; b < b1; ++b) {
+    if (context) {
+      w.use_context(context + b * ctx);
+    } else {
+      forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
+    }
+    w.stage(d_Z_out + b * per, w.dZ.data());
+    backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC);
     if (d_Z0) w.unstage(w.dZ.data(), d_Z0 + b * per);
   }
 }
@@ -281,7 +329,7 @@ void loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, 
 
 template <class T>
 KaKernels<T> ka_kernels() {
-  return {&forward_range<T>, &loss_grad_range<T>};
+  return {simd::kLanes<T>, &forward_range<T>, &loss_grad_range<T>, &vjp_range<T>};
 }
 template KaKernels<float> ka_kernels<float>();
 template KaKernels<double> ka_kernels<double>();

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["activation_forward", "forward", "loss_and_grad"]
+__all__ = ["activation_forward", "forward", "vjp", "loss_and_grad"]
 
 
 def activation_forward(name, S, n):
@@ -70,6 +70,13 @@ def forward(Z0, V, B, C, activations, *, keep=False):
     return (Z, preds, saved) if keep else (Z, preds)
 
 
+def vjp(Z0, V, B, C, activations, d_Z_out):
+    """VJP of Z_L = :func:`forward` for an arbitrary upstream d_Z_out = ∂ℓ/∂Z_L [B, d+1, n+1]:
+    (dV, dB, dC, dZ0)."""
+    _, _, saved = forward(Z0, V, B, C, activations, keep=True)
+    return _backward(saved, V, B, C, activations, np.array(d_Z_out, dtype=np.result_type(Z0, d_Z_out)))
+
+
 def loss_and_grad(Z0, y_q, V, B, C, activations):
     """f = (1/(2B)) Σ (TF + y_q)² (½ × CCS (5): the package's loss convention, as ZFB (3.7)) and
     (dV, dB, dC, dZ0)."""
@@ -81,6 +88,14 @@ def loss_and_grad(Z0, y_q, V, B, C, activations):
     loss = float(0.5 * np.mean(residual**2))
     dZ = np.zeros_like(Z)
     dZ[:, d, n] = residual / Bsz
+    return (loss,) + _backward(saved, V, B, C, activations, dZ)
+
+
+def _backward(saved, V, B, C, activations, dZ):
+    """Reverse pass of :func:`forward` (``keep=True``'s ``saved``) from dZ = ∂ℓ/∂Z_L:
+    (dV, dB, dC, dZ0)."""
+    d = B.shape[2]
+    n = dZ.shape[2] - 1
     dV, dB, dC = np.zeros_like(V), np.zeros_like(B), np.zeros_like(C)
     for l in reversed(range(V.shape[0])):
         Zl, layer = saved[l]
@@ -98,4 +113,4 @@ def loss_and_grad(Z0, y_q, V, B, C, activations):
             dC[l, s] = np.sum(dW @ np.swapaxes(X, 1, 2), axis=0)
             dZprev[:, :d, :] += B[l, s].T @ dU + C[l, s].T @ dW
         dZ = dZprev
-    return loss, dV, dB, dC, dZ
+    return dV, dB, dC, dZ

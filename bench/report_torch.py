@@ -1,0 +1,173 @@
+"""PyTorch training loop with pure-PyTorch attention vs the wrapped native one (lsa_native.torch):
+the same Adam loop (forward, ½-MSE loss, backward, optimizer step) on a fixed batch, steps/s as
+medians over the steps of one run, and the wrapper overhead: time inside the autograd Functions
+but outside the native calls, as a percentage of the native step.
+
+    python bench/report_torch.py [--steps 7] [--lsa-batch 8192] [--ka-batch 30000]
+
+LSA: d = 20, N = 100, B = 8192, full forward (ZFB (3.3)) + backward; pure PyTorch both in the
+papers' attention-matrix form E + W^PV E (Eᵀ W^KQ E)/N (O(N² d) per prompt) and in the best
+Gram-first form E + (W^PV G W^KQ) E. Kernel attention: CCS size d = 5, n = 30, L = 3, one head,
+B = 30000, softmax and exp.
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+import torch
+
+import lsa_native as ln
+import lsa_native.torch as lt
+from lsa_native import _core
+
+
+class TorchLSA(torch.nn.Module):
+    """The same parameters as lt.LinearSelfAttention(output='full'), pure PyTorch."""
+
+    def __init__(self, native: lt.LinearSelfAttention, gram_first: bool):
+        super().__init__()
+        self.W_pv = torch.nn.Parameter(native.W_pv.detach().clone())
+        self.W_kq = torch.nn.Parameter(native.W_kq.detach().clone())
+        self.gram_first = gram_first
+
+    def forward(self, E):
+        N = E.shape[-1] - 1
+        if self.gram_first:
+            G = E @ E.transpose(1, 2) / N
+            return E + (self.W_pv @ G @ self.W_kq) @ E
+        return E + self.W_pv @ E @ (E.transpose(1, 2) @ self.W_kq @ E) / N
+
+
+class TorchKA(torch.nn.Module):
+    """The same parameters as lt.KernelAttention (sparse, one head), pure PyTorch (CCS (3))."""
+
+    def __init__(self, native: lt.KernelAttention):
+        super().__init__()
+        for name in ("A", "r", "B", "C"):
+            setattr(self, name, torch.nn.Parameter(getattr(native, name).detach().clone()))
+        self.act = native.activations[0]
+
+    def forward(self, Z):
+        d, n = Z.shape[1] - 1, Z.shape[2] - 1
+        V = lt.sparse_value(self.A, self.r)
+        for l in range(V.shape[0]):
+            X = Z[:, :d]
+            S = ((self.B[l, 0] @ X).transpose(1, 2) @ (self.C[l, 0] @ X))[:, :n, :]
+            H = torch.softmax(S, dim=1) if self.act == "softmax" else torch.exp(S)
+            Z = Z + V[l, 0] @ (Z[:, :, :n] @ H)
+        return -Z[:, -1, -1]
+
+
+class Timers:
+    """Wall time inside the autograd Functions' forward/backward and inside the native _core calls
+    (wrapped in place for the measurement)."""
+
+    def __init__(self):
+        self.wrapper = 0.0
+        self.native = 0.0
+        self._undo = []
+
+    def _wrap(self, owner, name, attr):
+        fn = getattr(owner, name)
+        raw = fn.__func__ if isinstance(fn, staticmethod) else fn
+
+        def timed(*a, **k):
+            t0 = time.perf_counter()
+            try:
+                return raw(*a, **k)
+            finally:
+                setattr(self, attr, getattr(self, attr) + time.perf_counter() - t0)
+
+        setattr(owner, name, staticmethod(timed) if isinstance(owner, type) else timed)
+        self._undo.append((owner, name, fn))
+
+    def __enter__(self):
+        for cls in (lt._LSAForward, lt._LSAPredict, lt._KernelAttention):
+            for m in ("forward", "backward"):
+                self._wrap(cls, m, "wrapper")
+        for name in ("lsa_forward", "lsa_vjp", "lsa_predict", "kernel_attention_forward",
+                     "kernel_attention_vjp"):
+            self._wrap(_core, name, "native")
+        return self
+
+    def __exit__(self, *exc):
+        for owner, name, fn in reversed(self._undo):
+            setattr(owner, name, fn)
+
+
+def train_steps(model, x, y, steps, target=None):
+    """Median seconds per Adam step (one warm-up step first)."""
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+    def step():
+        out = model(x)
+        pred = out[:, -1, -1] if out.ndim == 3 else out
+        loss = 0.5 * (pred - y).square().mean()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    step()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def overhead(model, x, y, steps):
+    """Percent of the loop's wall time spent in the wrapper outside the native calls."""
+    with Timers() as t:
+        t0 = time.perf_counter()
+        train_steps(model, x, y, steps)
+        wall = time.perf_counter() - t0
+    return 100.0 * (t.wrapper - t.native) / wall
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--steps", type=int, default=7)
+    p.add_argument("--lsa-batch", type=int, default=8192)
+    p.add_argument("--ka-batch", type=int, default=30000)
+    args = p.parse_args(argv)
+    rng = np.random.default_rng(0)
+    print(f"lsa_native {ln.__version__} ({_core.cpu_kernel_isa()}, {ln.num_threads()} threads), "
+          f"torch {torch.__version__} ({torch.get_num_threads()} threads), float32, "
+          f"median of {args.steps} Adam steps after 1 warm-up")
+    print("| model | size | pure PyTorch steps/s | native steps/s | speedup | wrapper overhead |")
+    print("| --- | --- | --- | --- | --- | --- |")
+
+    d, N, B = 20, 100, args.lsa_batch
+    batch = ln.data.linear_regression_prompts(rng, B, d, N, dtype=np.float32)
+    E, y = torch.from_numpy(batch.E), torch.from_numpy(batch.y_q)
+    native = lt.LinearSelfAttention(d, output="full", seed=0)
+    t_native = train_steps(native, E, y, args.steps)
+    ovh = overhead(lt.LinearSelfAttention(d, output="full", seed=0), E, y, args.steps)
+    for form, gram in (("attention-matrix form", False), ("Gram-first form", True)):
+        t_torch = train_steps(TorchLSA(native, gram), E, y, args.steps)
+        print(f"| LSA full fwd+bwd vs PyTorch {form} | d={d} N={N} B={B} | {1 / t_torch:.2f} | "
+              f"{1 / t_native:.2f} | {t_torch / t_native:.1f}x | {ovh:.1f}% |")
+
+    d, n, L = 5, 30, 3
+    Bk = args.ka_batch
+    Z0 = rng.standard_normal((Bk, d + 1, n + 1)).astype(np.float32)
+    Z0[:, :d] /= np.linalg.norm(Z0[:, :d], axis=1, keepdims=True)  # unit-sphere covariates (H.1)
+    Z0[:, d, n] = 0
+    yk = torch.from_numpy(rng.standard_normal(Bk).astype(np.float32))
+    Z0 = torch.from_numpy(Z0)
+    for act in ("softmax", "exp"):
+        native = lt.KernelAttention(d, L, 1, act, seed=0)
+        t_native = train_steps(native, Z0, yk, args.steps)
+        ovh = overhead(lt.KernelAttention(d, L, 1, act, seed=0), Z0, yk, args.steps)
+        t_torch = train_steps(TorchKA(native), Z0, yk, args.steps)
+        print(f"| kernel attention ({act}) | d={d} n={n} L={L} B={Bk} | {1 / t_torch:.2f} | "
+              f"{1 / t_native:.2f} | {t_torch / t_native:.1f}x | {ovh:.1f}% |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

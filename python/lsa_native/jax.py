@@ -1,0 +1,124 @@
+"""JAX wrappers over the native kernels: ``jax.custom_vjp`` functions whose forward and backward
+run the native CPU code through ``jax.pure_callback`` (so they work under ``jax.jit`` and
+``jax.grad``; ``jax.vmap`` runs the callback once per mapped element). float32, or float64 with
+``jax_enable_x64``; all inputs one dtype.
+
+- :func:`lsa_forward` (E, W_pv, W_kq) → F [ZFB (3.3)]; backward: the native ``lsa.vjp``.
+- :func:`lsa_predict` (E, W_pv, W_kq) → ŷ [B] [ZFB (3.6)]; backward: ``_lsa_vjp.predict_vjp``.
+- :func:`kernel_attention` (Z0, V, B, C, activation) → Z_L of CCS (3); the backward runs the
+  native VJP that recomputes the forward per prompt (a saved context would have to be copied
+  into a JAX buffer and back, and is not faster on CPU: see ``lsa_native.torch``).
+
+The callbacks copy between JAX and numpy buffers where JAX requires it (outputs are handed to
+JAX as new arrays). Higher-order derivatives are not supported (the VJPs are not differentiable:
+JAX raises when differentiating the callback).
+"""
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import numpy as np
+
+from . import kernel_attention as _ka
+from . import lsa as _lsa
+from ._lsa_vjp import predict_vjp as _predict_vjp
+
+__all__ = ["lsa_forward", "lsa_predict", "kernel_attention"]
+
+
+def _spec(shape, dtype):
+    return jax.ShapeDtypeStruct(tuple(shape), dtype)
+
+
+def _call(fn, out, *args):
+    return jax.pure_callback(fn, out, *args, vmap_method="sequential")
+
+
+def _check_dtypes(names, arrays):
+    dt = arrays[0].dtype
+    if dt not in (np.float32, np.float64):
+        raise TypeError(f"{names[0]}: expected float32 or float64, got {dt}")
+    for n, a in zip(names[1:], arrays[1:]):
+        if a.dtype != dt:
+            raise TypeError(f"{n}: expected dtype {dt} (the dtype of {names[0]}), got {a.dtype}")
+
+
+# --- LSA ---------------------------------------------------------------------------------------
+
+@jax.custom_vjp
+def lsa_forward(E, W_pv, W_kq):
+    """F = E + W^PV E (Eᵀ W^KQ E)/N [ZFB (3.3)] for E [B, d+1, N+1], W [d+1, d+1]."""
+    _check_dtypes(("E", "W_pv", "W_kq"), (E, W_pv, W_kq))
+    return _call(lambda *a: _lsa.forward(*a), _spec(E.shape, E.dtype), E, W_pv, W_kq)
+
+
+def _lsa_forward_fwd(E, W_pv, W_kq):
+    return lsa_forward(E, W_pv, W_kq), (E, W_pv, W_kq)
+
+
+def _lsa_forward_bwd(res, d_F):
+    E, W_pv, W_kq = res
+    out = (_spec(W_pv.shape, E.dtype), _spec(W_kq.shape, E.dtype), _spec(E.shape, E.dtype))
+    d_W_pv, d_W_kq, d_E = _call(lambda *a: _lsa.vjp(*a), out, E, W_pv, W_kq, d_F)
+    return d_E, d_W_pv, d_W_kq
+
+
+lsa_forward.defvjp(_lsa_forward_fwd, _lsa_forward_bwd)
+
+
+@jax.custom_vjp
+def lsa_predict(E, W_pv, W_kq):
+    """ŷ = F[:, d, N] [ZFB (3.6)], shape [B]."""
+    _check_dtypes(("E", "W_pv", "W_kq"), (E, W_pv, W_kq))
+    return _call(lambda *a: _lsa.predict(*a), _spec(E.shape[:1], E.dtype), E, W_pv, W_kq)
+
+
+def _lsa_predict_fwd(E, W_pv, W_kq):
+    return lsa_predict(E, W_pv, W_kq), (E, W_pv, W_kq)
+
+
+def _lsa_predict_bwd(res, d_y):
+    E, W_pv, W_kq = res
+    out = (_spec(W_pv.shape, E.dtype), _spec(W_kq.shape, E.dtype), _spec(E.shape, E.dtype))
+    d_W_pv, d_W_kq, d_E = _call(lambda *a: _predict_vjp(*a), out, E, W_pv, W_kq, d_y)
+    return d_E, d_W_pv, d_W_kq
+
+
+lsa_predict.defvjp(_lsa_predict_fwd, _lsa_predict_bwd)
+
+
+# --- kernel attention ----------------------------------------------------------------------------
+
+def kernel_attention(Z0, V, B, C, activation="softmax"):
+    """Z_L of CCS (3) for Z0 [B, d+1, n+1], V [L, H, d+1, d+1], B, C [L, H, d, d]; ``activation``
+    one name or H names (static). Differentiable in Z0, V, B, C. CCS's prediction is −Z_L[:, d, n]."""
+    if getattr(V, "ndim", None) != 4:
+        raise ValueError(f"V: expected shape [L, H, d+1, d+1], got {getattr(V, 'shape', V)}")
+    names = (activation,) * V.shape[1] if isinstance(activation, str) else tuple(activation)
+    _ka._activation_codes(list(names), V.shape[1])
+    _check_dtypes(("Z0", "V", "B", "C"), (Z0, V, B, C))
+    return _kernel_attention(names, Z0, V, B, C)
+
+
+@partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _kernel_attention(names, Z0, V, B, C):
+    return _call(lambda *a: _ka.forward(*a, list(names)), _spec(Z0.shape, Z0.dtype), Z0, V, B, C)
+
+
+def _ka_fwd(names, Z0, V, B, C):
+    return _kernel_attention(names, Z0, V, B, C), (Z0, V, B, C)
+
+
+def _ka_bwd(names, res, d_Z):
+    Z0, V, B, C = res
+
+    def run(Z0, V, B, C, d_Z):
+        dV, dB, dC, dZ0 = _ka.vjp(Z0, V, B, C, list(names), d_Z)
+        return dZ0, dV, dB, dC
+
+    out = tuple(_spec(a.shape, Z0.dtype) for a in (Z0, V, B, C))
+    return _call(run, out, Z0, V, B, C, d_Z)
+
+
+_kernel_attention.defvjp(_ka_fwd, _ka_bwd)

@@ -1,0 +1,261 @@
+"""PyTorch autograd wrappers over the native kernels: keep a PyTorch training loop (optimizer,
+schedulers, mixed models) and swap its attention block for the native one.
+
+Functions (``torch.autograd.Function`` s, float32 or float64 CPU tensors, all inputs one dtype):
+
+- :func:`lsa_forward` (E, W_pv, W_kq) → F = E + W^PV E (Eᵀ W^KQ E)/N [ZFB (3.3)]; backward: the
+  native ``lsa.vjp`` (gradients for W_pv, W_kq and E).
+- :func:`lsa_predict` (E, W_pv, W_kq) → ŷ = F[:, d, N] [ZFB (3.6)], O(N d) per prompt; backward:
+  ``_lsa_vjp.predict_vjp``.
+- :func:`kernel_attention` (Z0, V, B, C, activation) → Z_L of CCS (3) (all activations, layers,
+  heads). With ``save_context=True`` the forward saves the native per-prompt context (≈ 20 KiB
+  per prompt at d = 5, n = 30, L = 3, float32: 0.6 GB at B = 30000) and the backward runs only
+  the native VJP; by default (``save_context=False``) the backward recomputes the forward per
+  prompt, in cache. Measured on our 2-core machine at CCS size, writing and re-reading the context
+  from memory costs more than the recomputation it saves (forward 2x slower, VJP ≈ 10 % faster:
+  the step is ≈ 10 % slower with the context), so recomputation is the default; the context pays
+  off where memory bandwidth is plentiful relative to compute.
+  Gradients for V, B, C and Z0. The sparse V = [[A, 0], [0, r]] of CCS Assumption 4.4 goes
+  through the full V (:func:`sparse_value`, differentiable torch ops).
+
+Modules: :class:`LinearSelfAttention` (ZFB's W^PV, W^KQ with the Assumption 3.3 initialization)
+and :class:`KernelAttention` (CCS's A, r or V, and B, C with the Gaussian initialization of
+``KernelAttentionParams.gaussian``).
+
+Memory: contiguous CPU tensors are shared with the core without copies (``Tensor.numpy()`` views;
+outputs are ``torch.from_numpy`` of the core's arrays); a non-contiguous input is copied once
+(``Tensor.contiguous()``). CUDA tensors raise a clear error until the CUDA backend is wired here.
+Double backward is refused (``once_differentiable``): the native VJPs are not differentiable.
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import torch
+from torch.autograd.function import once_differentiable
+
+from . import _core
+from . import kernel_attention as _ka
+from . import lsa as _lsa
+from . import theory as _theory
+from ._lsa_vjp import predict_vjp as _predict_vjp
+
+__all__ = [
+    "lsa_forward",
+    "lsa_predict",
+    "kernel_attention",
+    "sparse_value",
+    "LinearSelfAttention",
+    "KernelAttention",
+]
+
+_DTYPES = (torch.float32, torch.float64)
+
+
+def _refuse_device(t: torch.Tensor, name: str):
+    if t.device.type == "cuda":
+        where = ("the CUDA backend is compiled and a GPU is visible, but lsa_native.torch does not "
+                 "route CUDA tensors to it yet" if _core.cuda_available() else
+                 "lsa_native was built without CUDA or sees no GPU")
+        raise ValueError(f"{name}: CUDA tensors are not supported here ({where}); "
+                         "move the tensors to the CPU with .cpu()")
+    raise ValueError(f"{name}: expected a CPU tensor, got device {t.device}")
+
+
+def _numpy(t, name: str, dtype: torch.dtype | None = None) -> np.ndarray:
+    """A numpy view of a CPU float tensor (no copy when contiguous; one copy otherwise)."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.device.type != "cpu":
+        _refuse_device(t, name)
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"{name}: expected dtype torch.float32 or torch.float64, got {t.dtype}")
+    if dtype is not None and t.dtype != dtype:
+        raise TypeError(f"{name}: expected dtype {dtype} (the dtype of the input prompts), "
+                        f"got {t.dtype}")
+    t = t.detach().resolve_conj().resolve_neg()
+    if not t.is_contiguous():
+        t = t.contiguous()  # the one visible copy for a non-contiguous input
+    return t.numpy()
+
+
+def _first_order(backward):
+    """Refuse double backward with a clear message: backward under create_graph=True runs with
+    grad mode on, and the native VJPs have no derivative of their own."""
+    inner = once_differentiable(backward)
+
+    @functools.wraps(backward)
+    def wrapper(ctx, *grads):
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "lsa_native.torch: double backward (create_graph=True, gradgradcheck, Hessian-"
+                "vector products) is not supported: the native VJPs are first-order only. Use a "
+                "pure-PyTorch implementation for higher derivatives.")
+        return inner(ctx, *grads)
+
+    return wrapper
+
+
+def _tensor(a) -> torch.Tensor | None:
+    return None if a is None else torch.from_numpy(a)
+
+
+def _lsa_args(E, W_pv, W_kq):
+    return _numpy(E, "E"), _numpy(W_pv, "W_pv", E.dtype), _numpy(W_kq, "W_kq", E.dtype)
+
+
+# Inputs are kept with save_for_backward (autograd then refuses a backward after an in-place
+# change of an input) and viewed as numpy again in backward.
+class _LSAForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, E, W_pv, W_kq):
+        ctx.save_for_backward(E, W_pv, W_kq)
+        return torch.from_numpy(_lsa.forward(*_lsa_args(E, W_pv, W_kq)))
+
+    @staticmethod
+    @_first_order
+    def backward(ctx, d_F):
+        d_W_pv, d_W_kq, d_E = _lsa.vjp(*_lsa_args(*ctx.saved_tensors), _numpy(d_F, "d_F"),
+                                       with_input_grad=ctx.needs_input_grad[0])
+        return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
+
+
+class _LSAPredict(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, E, W_pv, W_kq):
+        ctx.save_for_backward(E, W_pv, W_kq)
+        return torch.from_numpy(_lsa.predict(*_lsa_args(E, W_pv, W_kq)))
+
+    @staticmethod
+    @_first_order
+    def backward(ctx, d_y):
+        d_W_pv, d_W_kq, d_E = _predict_vjp(*_lsa_args(*ctx.saved_tensors), _numpy(d_y, "d_y"),
+                                           with_input_grad=ctx.needs_input_grad[0])
+        return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
+
+
+def _ka_args(Z0, V, B, C):
+    dt = Z0.dtype
+    return _numpy(Z0, "Z0"), _numpy(V, "V", dt), _numpy(B, "B", dt), _numpy(C, "C", dt)
+
+
+class _KernelAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, Z0, V, B, C, activations, save_context):
+        ctx.save_for_backward(Z0, V, B, C)
+        args = _ka_args(Z0, V, B, C)
+        ctx.activations = activations
+        if save_context:
+            Z_L, ctx.context = _ka.forward(*args, activations, return_context=True)
+        else:
+            Z_L, ctx.context = _ka.forward(*args, activations), None
+        return torch.from_numpy(Z_L)
+
+    @staticmethod
+    @_first_order
+    def backward(ctx, d_Z):
+        dV, dB, dC, dZ0 = _ka.vjp(*_ka_args(*ctx.saved_tensors), ctx.activations,
+                                  _numpy(d_Z, "d_Z_out"),
+                                  context=ctx.context, input_grad=ctx.needs_input_grad[0])
+        return _tensor(dZ0), _tensor(dV), _tensor(dB), _tensor(dC), None, None
+
+
+def lsa_forward(E: torch.Tensor, W_pv: torch.Tensor, W_kq: torch.Tensor) -> torch.Tensor:
+    """F = E + W^PV E (Eᵀ W^KQ E)/N [ZFB (3.3)] for E [B, d+1, N+1], W [d+1, d+1]; differentiable
+    in all three (native forward and VJP, O(N d²) per prompt)."""
+    return _LSAForward.apply(E, W_pv, W_kq)
+
+
+def lsa_predict(E: torch.Tensor, W_pv: torch.Tensor, W_kq: torch.Tensor) -> torch.Tensor:
+    """ŷ = F[:, d, N] = E[:, d, N] + pᵀ G q [ZFB (3.6)], shape [B]; differentiable in all three."""
+    return _LSAPredict.apply(E, W_pv, W_kq)
+
+
+def kernel_attention(Z0: torch.Tensor, V: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                     activation="softmax", *, save_context: bool = False) -> torch.Tensor:
+    """Z_L of CCS (3) for Z0 [B, d+1, n+1], V [L, H, d+1, d+1], B, C [L, H, d, d] and one
+    activation name or H names (linear, relu, exp, softmax); differentiable in Z0, V, B, C.
+    CCS's prediction of y_q is −Z_L[:, d, n] (4)."""
+    if not isinstance(V, torch.Tensor) or V.ndim != 4:
+        raise ValueError(f"V: expected a tensor [L, H, d+1, d+1], got {getattr(V, 'shape', V)}")
+    names = [activation] * V.shape[1] if isinstance(activation, str) else list(activation)
+    _ka._activation_codes(names, V.shape[1])  # validates
+    return _KernelAttention.apply(Z0, V, B, C, names, bool(save_context))
+
+
+def sparse_value(A: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """V = [[A, 0], [0, r]] of CCS Assumption 4.4 from A [L, H, d, d] and r [L, H], with torch
+    ops (gradients flow back to A and r as the matching blocks of dV)."""
+    if A.ndim != 4 or A.shape[2] != A.shape[3] or r.shape != A.shape[:2]:
+        raise ValueError(f"A, r: expected shapes [L, H, d, d] and [L, H], got {tuple(A.shape)} "
+                         f"and {tuple(r.shape)}")
+    d = A.shape[2]
+    pad = torch.nn.functional.pad
+    return pad(A, (0, 1, 0, 1)) + pad(r[..., None, None], (d, 0, d, 0))
+
+
+class LinearSelfAttention(torch.nn.Module):
+    """One-layer linear self-attention of ZFB (3.3) with parameters W_pv, W_kq [d+1, d+1].
+
+    Initialization: ZFB Assumption 3.3 (3.10) via ``theory.assumption33_init``:
+    W^PV(0) = σ [[0, 0], [0, 1]], W^KQ(0) = σ [[ΘΘᵀ, 0], [0, 0]], ‖ΘΘᵀ‖_F = 1, with the given
+    ``Theta`` or ΘΘᵀ = MMᵀ/‖MMᵀ‖_F for M i.i.d. N(0, 1) from ``np.random.default_rng(seed)``. ``output="prediction"`` returns ŷ [B] (3.6),
+    ``output="full"`` the full F [B, d+1, N+1] (3.3).
+    """
+
+    def __init__(self, dim: int, *, sigma: float = 0.1, output: str = "prediction",
+                 dtype: torch.dtype = torch.float32, seed=None, Theta=None):
+        super().__init__()
+        if output not in ("prediction", "full"):
+            raise ValueError(f"output: expected 'prediction' or 'full', got {output!r}")
+        if not (isinstance(sigma, (int, float)) and sigma > 0 and math.isfinite(sigma)):
+            raise ValueError(f"sigma: expected a finite number > 0, got {sigma!r}")
+        W_pv, W_kq = _theory.assumption33_init(dim, sigma, rng=np.random.default_rng(seed),
+                                               Theta=Theta)
+        self.W_pv = torch.nn.Parameter(torch.from_numpy(W_pv).to(dtype))
+        self.W_kq = torch.nn.Parameter(torch.from_numpy(W_kq).to(dtype))
+        self.output = output
+
+    def forward(self, E: torch.Tensor) -> torch.Tensor:
+        if self.output == "prediction":
+            return lsa_predict(E, self.W_pv, self.W_kq)
+        return lsa_forward(E, self.W_pv, self.W_kq)
+
+
+class KernelAttention(torch.nn.Module):
+    """L-layer, H-head kernel attention of CCS (3) with per-head activations (CCS (12)).
+
+    Parameters: ``A`` [L, H, d, d] and ``r`` [L, H] (``sparse=True``, V = [[A, 0], [0, r]] of CCS
+    Assumption 4.4) or ``V`` [L, H, d+1, d+1]; ``B``, ``C`` [L, H, d, d]. Initialization:
+    ``KernelAttentionParams.gaussian`` (i.i.d. N(0, scale²) entries, CCS H.1) with
+    ``np.random.default_rng(seed)``.
+    ``output="prediction"`` returns CCS's prediction −TF = −Z_L[:, d, n] [B] (4); ``"full"`` Z_L.
+    """
+
+    def __init__(self, dim: int, layers: int, heads: int = 1, activations="softmax", *,
+                 sparse: bool = True, scale: float = 0.1, output: str = "prediction",
+                 save_context: bool = False, dtype: torch.dtype = torch.float32,
+                 seed: int | None = None):
+        super().__init__()
+        if output not in ("prediction", "full"):
+            raise ValueError(f"output: expected 'prediction' or 'full', got {output!r}")
+        p = _ka.KernelAttentionParams.gaussian(np.random.default_rng(seed), dim, layers, heads,
+                                               activations, sparse=sparse, scale=scale)
+        as_param = lambda a: torch.nn.Parameter(torch.from_numpy(a).to(dtype))
+        if sparse:
+            self.A, self.r = as_param(p.A), as_param(p.r)
+        else:
+            self.V = as_param(p.V)
+        self.B, self.C = as_param(p.B), as_param(p.C)
+        self.activations, self.sparse, self.output = list(p.activations), sparse, output
+        self.save_context = save_context
+
+    def value(self) -> torch.Tensor:
+        return sparse_value(self.A, self.r) if self.sparse else self.V
+
+    def forward(self, Z0: torch.Tensor) -> torch.Tensor:
+        Z_L = kernel_attention(Z0, self.value(), self.B, self.C, self.activations,
+                               save_context=self.save_context)
+        return -Z_L[:, -1, -1] if self.output == "prediction" else Z_L

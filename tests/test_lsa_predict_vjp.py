@@ -1,0 +1,58 @@
+"""VJP of the LSA prediction (lsa_native._lsa_vjp.predict_vjp): vs the naive full-output VJP of
+the numpy reference with the upstream gradient on [d, N] only, and vs central differences of the
+native prediction."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lsa_native import lsa
+from lsa_native._lsa_vjp import predict_vjp
+from lsa_native.reference import lsa as ref
+
+
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+@pytest.mark.parametrize("B,d,N", [(1, 1, 1), (5, 1, 9), (4, 6, 13), (3, 20, 40)])
+@pytest.mark.parametrize("label_slot", [False, True])
+def test_predict_vjp_matches_reference(rng, B, d, N, dtype, tol, label_slot):
+    """Tolerance relative to the largest entry: float64 rounding of N-term sums ~1e-15, float32
+    ~1e-6."""
+    E = rng.standard_normal((B, d + 1, N + 1))
+    if not label_slot:
+        E[:, d, N] = 0  # prompts of ZFB (3.4)
+    W_pv, W_kq = rng.standard_normal((2, d + 1, d + 1))
+    g = rng.standard_normal(B)
+    d_F = np.zeros_like(E)
+    d_F[:, d, N] = g
+    want = ref.vjp_naive(E, W_pv, W_kq, d_F)
+    got = predict_vjp(*(a.astype(dtype) for a in (E, W_pv, W_kq, g)))
+    for name, a, w in zip(("dW_pv", "dW_kq", "dE"), got, want):
+        assert a.dtype == dtype and a.shape == w.shape
+        assert np.abs(a - w).max() <= tol * np.abs(w).max(), name
+    assert predict_vjp(E, W_pv, W_kq, g, with_input_grad=False)[2] is None
+
+
+def test_predict_vjp_matches_central_differences(rng):
+    B, d, N = 3, 2, 5
+    E = rng.standard_normal((B, d + 1, N + 1))
+    W_pv, W_kq = rng.standard_normal((2, d + 1, d + 1))
+    g = rng.standard_normal(B)
+    f = lambda E_, P_, K_: float(g @ lsa.predict(E_, P_, K_))
+    grads = predict_vjp(E, W_pv, W_kq, g)
+    h = 1e-6
+    for which, X in enumerate((W_pv, W_kq, E)):
+        for idx in np.ndindex(X.shape):
+            args_p, args_m = [W_pv, W_kq, E], [W_pv, W_kq, E]
+            Xp, Xm = X.copy(), X.copy()
+            Xp[idx] += h
+            Xm[idx] -= h
+            args_p[which], args_m[which] = Xp, Xm
+            fd = (f(args_p[2], args_p[0], args_p[1]) - f(args_m[2], args_m[0], args_m[1])) / (2 * h)
+            assert abs(grads[which][idx] - fd) <= 1e-7 * (1 + abs(fd)), (which, idx)
+
+
+def test_predict_vjp_checks_d_y(rng):
+    E = rng.standard_normal((3, 2, 4))
+    W = np.eye(2)
+    with pytest.raises(ValueError, match="d_y"):
+        predict_vjp(E, W, W, np.ones(4))
