@@ -14,8 +14,13 @@ Drivers compared per size (float32, one SGD step = fresh prompts + loss + gradie
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
+
+# torch's OpenMP threads spin while waiting; on a shared (oversubscribed) machine that made the torch
+# loop 8x slower in our runs. Passive waiting is the fair setting there (set before torch loads).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np
 

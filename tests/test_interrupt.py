@@ -52,16 +52,18 @@ def test_sigint_interrupts_native_call(name):
         call(*short_args)
         print("OK", flush=True)
     """)
+    # Unbuffered binary pipes: communicate() reads the raw descriptor, so lines that a buffered
+    # readline() had already pulled in (OK right after INTERRUPTED) would be lost.
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, bufsize=0)
     try:
-        assert proc.stdout.readline().strip() == "READY", proc.stderr.read()
+        assert proc.stdout.readline().decode().strip() == "READY", proc.stderr.read().decode()
         time.sleep(0.5)  # well inside the long call (it runs for tens of seconds)
         sent = time.perf_counter()
         proc.send_signal(signal.SIGINT)
-        line = proc.stdout.readline().strip()
+        line = proc.stdout.readline().decode().strip()
         latency = time.perf_counter() - sent
-        out, err = proc.communicate(timeout=30)
+        out, err = (b.decode() for b in proc.communicate(timeout=30))
     finally:
         proc.kill()
     assert line.startswith("INTERRUPTED"), (line, err)

@@ -308,3 +308,22 @@ def test_bad_input():
         _core.kernel_gp_sample(0, 0, 2, 1.0, -np.eye(2), Z0, y)
     with pytest.raises(ValueError, match="Sigma"):
         _core.kernel_gp_sample(0, 0, 2, 1.0, np.array([[1.0, np.nan], [np.nan, 1.0]]), Z0, y)
+
+
+def test_numpy_fallback_has_the_same_duck_type(rng):
+    from lsa_native.sampling import NumpyKernelGPPrompts
+
+    seed = fresh_seed(rng)
+    spec = NumpyKernelGPPrompts(3, 5, "relu", bandwidth=1.2, seed=seed)
+    b = spec.sample(batch=20, step=4, dtype=np.float64)
+    want = data.kernel_gp_prompts(np.random.default_rng([seed, 4]), 20, 3, 5, "relu", bandwidth=1.2)
+    np.testing.assert_array_equal(b.E, want.E)
+    np.testing.assert_array_equal(spec.sample(batch=20, step=4, dtype=np.float64).y_q, b.y_q)
+    assert b.kernel == "relu" and b.bandwidth == 1.2
+
+
+def test_float32_overflow_is_reported():
+    spec = KernelGPPrompts(2, 3, "exp", bandwidth=0.07)  # 1/σ² ≈ 204: labels ~ e^102 > float32 max
+    with pytest.raises(FloatingPointError, match="overflowed"):
+        spec.sample(50, 0, np.float32)
+    assert np.all(np.isfinite(spec.sample(50, 0, np.float64).y_q))

@@ -1,6 +1,7 @@
-"""VJP of the LSA prediction (lsa_native._lsa_vjp.predict_vjp): vs the naive full-output VJP of
-the numpy reference with the upstream gradient on [d, N] only, and vs central differences of the
-native prediction."""
+"""VJP of the LSA prediction (native lsa_predict_vjp via lsa_native._lsa_vjp.predict_vjp): vs the
+naive full-output VJP of the numpy reference with the upstream gradient on [d, N] only (and the
+token-form reference vs the same), vs central differences of the native prediction; thread-count
+independence."""
 from __future__ import annotations
 
 import numpy as np
@@ -29,6 +30,8 @@ def test_predict_vjp_matches_reference(rng, B, d, N, dtype, tol, label_slot):
     for name, a, w in zip(("dW_pv", "dW_kq", "dE"), got, want):
         assert a.dtype == dtype and a.shape == w.shape
         assert np.abs(a - w).max() <= tol * np.abs(w).max(), name
+    for name, a, w in zip(("dW_pv", "dW_kq", "dE"), ref.predict_vjp_tokens(E, W_pv, W_kq, g), want):
+        assert np.abs(a - w).max() <= 1e-12 * np.abs(w).max(), ("token reference", name)
     assert predict_vjp(E, W_pv, W_kq, g, with_input_grad=False)[2] is None
 
 
@@ -56,3 +59,21 @@ def test_predict_vjp_checks_d_y(rng):
     W = np.eye(2)
     with pytest.raises(ValueError, match="d_y"):
         predict_vjp(E, W, W, np.ones(4))
+
+
+def test_predict_vjp_does_not_depend_on_the_thread_count(rng):
+    import lsa_native as ln
+
+    E = rng.standard_normal((1000, 4, 9)).astype(np.float32)  # several chunks of prompts
+    W_pv, W_kq = rng.standard_normal((2, 4, 4)).astype(np.float32)
+    g = rng.standard_normal(1000).astype(np.float32)
+    before = ln.num_threads()
+    try:
+        ln.set_num_threads(1)
+        one = predict_vjp(E, W_pv, W_kq, g)
+        ln.set_num_threads(2)
+        two = predict_vjp(E, W_pv, W_kq, g)
+    finally:
+        ln.set_num_threads(before)
+    for a, b in zip(one, two):
+        np.testing.assert_array_equal(a, b)

@@ -304,3 +304,35 @@ def test_training_trajectory_independent_of_thread_count(method):
         ln.set_num_threads(before)
     np.testing.assert_array_equal(runs[0][0], runs[1][0])
     np.testing.assert_array_equal(runs[0][1], runs[1][1])
+
+
+def test_gradient_flow_with_label_noise_reaches_a_stationary_point():
+    rng = np.random.default_rng(17)
+    d, N = 2, 6
+    Lam = _spd(rng, d)
+    W_pv, W_kq = ln.theory.assumption33_init(d, 0.1, rng=rng)
+    traj = population.gradient_flow(W_pv, W_kq, N, Lambda=Lam, times=[0, 1e4], grad_tol=1e-9,
+                                    noise_std=0.5)
+    L, g_pv, g_kq = population.loss_and_grad(traj.final_W_pv, traj.final_W_kq, Lam, N, noise_std=0.5)
+    assert np.sqrt((g_pv**2).sum() + (g_kq**2).sum()) <= 1e-8
+    assert traj.final_loss == pytest.approx(L, rel=1e-12)
+    # the noisy optimum differs from the noiseless one (the flow really sees the noise terms)
+    _, h_pv, h_kq = population.loss_and_grad(traj.final_W_pv, traj.final_W_kq, Lam, N)
+    assert np.sqrt((h_pv**2).sum() + (h_kq**2).sum()) > 1e-4
+
+
+def test_batch_carries_its_law():
+    rng = np.random.default_rng(23)
+    d = 3
+    Lam = _spd(rng, d)
+    b = LinearPrompts(d, 4, Lam, noise_std=0.2, seed=5).sample(20000, dtype=np.float64)
+    np.testing.assert_allclose(b.Lambda, Lam)
+    assert b.noise_std == 0.2 and b.query_noise is False
+    # ξ = Λ^{-1/2} x: identity covariance (z-test per entry); power: Λ^{-1/2} replaced by I fails
+    xi = b.xi.reshape(-1, d)
+    assert np.abs(_zmean(np.einsum("ni,nj->nij", xi, xi).reshape(len(xi), -1), np.eye(d).ravel())).max() < Z_MAX
+    X = b.X.reshape(-1, d)
+    assert np.abs(_zmean(np.einsum("ni,nj->nij", X, X).reshape(len(X), -1), np.eye(d).ravel())).max() > Z_MAX
+    s = LinearPrompts(d, 4, Lam, covariates="sphere", seed=5).sample(10, dtype=np.float64)
+    np.testing.assert_allclose(np.linalg.norm(s.xi, axis=-1), 1.0, rtol=1e-12)  # Σ^{-1/2}x on the sphere
+    np.testing.assert_allclose(s.Sigma, Lam)

@@ -72,6 +72,7 @@ void bind_dtype(py::module_& m) {
 }  // namespace
 
 void bind_kernel_gp(py::module_& m) {
+  m.attr("kernel_gp_max_exp_scale") = kKernelGPMaxExpScale;
   bind_dtype<float>(m);
   bind_dtype<double>(m);
 }

@@ -134,17 +134,22 @@ void bind_population(py::module_& m) {
       "gradient_flow_population",
       [](const std::string& kind, const Arr& W_pv, const Arr& W_kq, const Arr& data, index_t N,
          const std::vector<double>& times, const std::string& method, double rtol, double atol,
-         double step, double grad_tol, double loss_target, double gap_tol, index_t max_steps) {
+         double step, double grad_tol, double loss_target, double gap_tol, index_t max_steps,
+         double noise_std, bool query_noise) {
         const index_t d = param_dim(W_pv, W_kq);
         std::vector<double> theta(W_pv.data(), W_pv.data() + W_pv.size());
         theta.insert(theta.end(), W_kq.data(), W_kq.data() + W_kq.size());
-        return run_flow(population_objective(kind, d, data, N), theta, times, method, rtol, atol,
-                        step, grad_tol, loss_target, gap_tol, max_steps);
+        LabelNoise noise;
+        noise.std = noise_std;
+        noise.query = query_noise;
+        return run_flow(population_objective(kind, d, data, N, noise), theta, times, method, rtol,
+                        atol, step, grad_tol, loss_target, gap_tol, max_steps);
       },
       py::arg("kind"), py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(),
       py::arg("data").noconvert(), py::arg("N"), py::arg("times"), py::arg("method"),
       py::arg("rtol"), py::arg("atol"), py::arg("step"), py::arg("grad_tol"),
-      py::arg("loss_target"), py::arg("gap_tol"), py::arg("max_steps"));
+      py::arg("loss_target"), py::arg("gap_tol"), py::arg("max_steps"), py::arg("noise_std") = 0.0,
+      py::arg("query_noise") = false);
   m.def(
       "gradient_flow_reduced",
       [](const Arr& U11, double u, const Arr& Lambda, index_t N, const std::vector<double>& times,

@@ -5,8 +5,7 @@ samplers), ``sampling`` (native samplers by seed and step), ``theory`` (ZFB clos
 """
 from . import _core
 from ._validation import positive_int
-from . import (baselines, cuda, data, kernel_attention, lsa, population, reference, sampling, theory,
-               train)
+from . import baselines, cuda, data, kernel_attention, lsa, population, reference, sampling, theory, train
 
 __version__ = _core.__version__
 

@@ -15,6 +15,7 @@ from .data import PromptBatch, inverse_sqrtm
 __all__ = ["KERNELS", "BANDWIDTH_CONVENTION", "check_kernel", "kernel_matrix", "psd_part",
            "bayes_estimator", "functional_gd", "zero_estimator", "ols", "ridge"]
 
+# Order = the codes of lsa_native::GPKernel (cpp/include/lsa_native/kernel_gp.hpp).
 KERNELS = ("linear", "relu", "exp")
 
 BANDWIDTH_CONVENTION = """Kernels and bandwidth [CCS (12), (14)]: K^linear(u, w) = <u, w>,

@@ -222,9 +222,11 @@ def _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_targe
 def gradient_flow(W_pv, W_kq, N: int, *, Lambda=None, moments=None, samples=None, times,
                   method: str = "dopri5", rtol: float = 1e-12, atol: float = 1e-14,
                   step: float = 1e-2, grad_tol: float = 0.0, gap_tol: float = 0.0,
-                  loss_target: float = 0.0, max_steps: int = 10_000_000) -> FlowTrajectory:
+                  loss_target: float = 0.0, max_steps: int = 10_000_000, noise_std: float = 0.0,
+                  query_noise: bool = False) -> FlowTrajectory:
     """Gradient flow dθ/dt = −∇L(θ) [ZFB (3.9)] on the exact population loss, integrated natively
     (GIL released) by adaptive Dormand–Prince 5(4) (``rtol``, ``atol``) or fixed-step RK4 (``step``).
+    ``noise_std``, ``query_noise``: label noise, as in :func:`loss_and_grad`.
 
     The objective is fixed Λ (``Lambda``), random diagonal Λτ (``moments`` [3, d]) or covariance
     samples (``samples`` [S, d, d]) — exactly one. θ is recorded at ``times``; integration stops
@@ -241,7 +243,8 @@ def gradient_flow(W_pv, W_kq, N: int, *, Lambda=None, moments=None, samples=None
     else:
         kind, data = "samples", _covariance_samples(samples, d)
     opts = _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_target, max_steps)
-    r = _core.gradient_flow_population(kind, W_pv, W_kq, data, positive_int(N, "N"), **opts)
+    r = _core.gradient_flow_population(kind, W_pv, W_kq, data, positive_int(N, "N"), **opts,
+                                       noise_std=_noise(noise_std), query_noise=bool(query_noise))
     n = d + 1
     thetas = r["thetas"].reshape(-1, 2, n, n)
     final = r["final_theta"].reshape(2, n, n)

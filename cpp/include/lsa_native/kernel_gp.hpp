@@ -15,13 +15,19 @@
 
 namespace lsa_native {
 
+// Codes in the order of lsa_native.baselines.KERNELS (the Python table they are generated from).
 enum class GPKernel : int { linear = 0, relu = 1, exp = 2 };
+
+// Largest 1/σ² the exp kernel accepts (σ >= 0.041): K = exp(<ξ, ξ'>/σ²) <= e^600 stays finite in
+// the double arithmetic. Labels of size ~e^{1/(2σ²)} still overflow float32 outputs beyond
+// 1/σ² ≈ 176; the Python layer reports that.
+constexpr double kKernelGPMaxExpScale = 600.0;
 
 struct KernelGPLaw {
   index_t dim;              // d >= 1
   index_t context;          // n >= 1 context points (n+1 with the query), n+1 <= 4096
   GPKernel kernel;
-  double bandwidth = 1.0;   // σ > 0 (exp: 1/σ² <= 600, so exp(<ξ, ξ'>/σ²) stays finite)
+  double bandwidth = 1.0;   // σ > 0 (exp: 1/σ² <= kKernelGPMaxExpScale)
   const double* sigma = nullptr;  // Σ [d, d] symmetric positive definite; nullptr: Σ = I
 };
 

@@ -77,4 +77,18 @@ LSA_NATIVE_DECLARE_LSA(float)
 LSA_NATIVE_DECLARE_LSA(double)
 #undef LSA_NATIVE_DECLARE_LSA
 
+// Vector-Jacobian product of lsa_predict for an upstream d_y = ∂ℓ/∂ŷ [B] (cpu/lsa_predict_vjp.cpp):
+//   d_W_pv [d+1, d+1] (written; only the last row, Σ_b dŷ_b G_b q_b, is nonzero),
+//   d_W_kq [d+1, d+1] (written; Σ_b dŷ_b (G_b p) e_q,bᵀ, exact for any E),
+//   d_E [B, d+1, N+1] (written when not null; (1/N)(s_j p + t_j q) dŷ per column j, plus
+//   W^KQᵀ G p dŷ on the query column and dŷ on the query-label slot).  O(N d) per prompt.
+template <class T>
+void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq,
+                     const T* d_y, T* d_W_pv, T* d_W_kq, T* d_E = nullptr);
+extern template void lsa_predict_vjp<float>(const LsaShape&, const float*, const float*,
+                                            const float*, const float*, float*, float*, float*);
+extern template void lsa_predict_vjp<double>(const LsaShape&, const double*, const double*,
+                                             const double*, const double*, double*, double*,
+                                             double*);
+
 }  // namespace lsa_native

@@ -57,8 +57,9 @@ void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, con
   detail::require(std::isfinite(law.bandwidth) && law.bandwidth > 0,
                   "bandwidth: expected a finite number > 0, got " + std::to_string(law.bandwidth));
   const double inv_bw2 = 1.0 / (law.bandwidth * law.bandwidth);
-  detail::require(kern != detail::kgp::kExp || inv_bw2 <= 600.0,
-                  "bandwidth: exp kernel needs 1/bandwidth^2 <= 600 (exp overflows), got bandwidth " +
+  detail::require(kern != detail::kgp::kExp || inv_bw2 <= kKernelGPMaxExpScale,
+                  "bandwidth: the exp kernel needs 1/bandwidth^2 <= " +
+                      std::to_string(kKernelGPMaxExpScale) + " (exp overflows), got bandwidth " +
                       std::to_string(law.bandwidth));
   detail::require(Z0 != nullptr && y_q != nullptr, "Z0, y_q must not be null");
   std::vector<double> root;

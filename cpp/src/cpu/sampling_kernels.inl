@@ -258,12 +258,13 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
     // pool), the query noise ε_q last. The same law as the tokens path, other draws.
     simd::fill_normals(P.address(b, rng::kStreamBartlettNormal), 0, 2 * d + n_off + 1, z.data());
     if (P.tasks) draw_task(P, b, w.data());
-    else std::memcpy(w.data(), z.data() + d + n_off, sizeof(T) * d);
+    else
+      for (index_t k = 0; k < d; ++k) w[k] = z[d + n_off + k];
     if (random_cov) {
       draw_lambda(P, b, lam.data());
       for (index_t k = 0; k < d; ++k) lam_sqrt[k] = std::sqrt(lam[k]);
     }
-    std::memcpy(x_q.data(), z.data(), sizeof(T) * d);
+    for (index_t k = 0; k < d; ++k) x_q[k] = z[k];
     covariate(P, Fq, pr.lam_sqrt, x_q.data());
     for (index_t k = 0; k < d; ++k) e_q[k] = x_q[k];
     e_q[d] = T(0);

@@ -212,7 +212,7 @@ inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8
 }
 
 // 32 float normals of blocks b0..b0+7 in stream order (z[4·lane + j] = normal j of block b0+lane).
-inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, float (&z)[32]) {
+inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, float* z) {  // z [32]
   U32x8 w[4];
   philox_8_blocks(a, b0, w);
   Vec<float> n[4];
@@ -225,7 +225,7 @@ inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, floa
     for (int j = 0; j < 4; ++j) z[4 * lane + j] = n[j][lane];
 }
 // 16 double normals of blocks b0..b0+7 in stream order (z[2·lane + j]).
-inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, double (&z)[16]) {
+inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, double* z) {  // z [16]
   U32x8 w[4];
   philox_8_blocks(a, b0, w);
   for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
@@ -254,6 +254,12 @@ inline void fill_normals(const rng::StreamAddress& a, std::uint64_t p0, index_t 
   const std::uint64_t end = p0 + static_cast<std::uint64_t>(n);
   while (p < end) {
     const std::uint64_t g0 = p / group * group;  // first position of this group
+    if (g0 == p && p + group <= end) {  // a whole group: straight into out
+      normals_8_blocks(a, static_cast<std::uint32_t>(g0 / per), out);
+      out += group;
+      p += group;
+      continue;
+    }
     normals_8_blocks(a, static_cast<std::uint32_t>(g0 / per), z);
     const std::uint64_t stop = end < g0 + group ? end : g0 + group;
     for (; p < stop; ++p) *out++ = z[p - g0];

@@ -81,6 +81,7 @@ class Context:
         self.scheduler = scheduler
         self.workers = workers
         self.files: list[str] = []
+        self.notes: dict = {}  # added to the result's details (e.g. how many cells were cached)
 
     def rng(self, *stream) -> np.random.Generator:
         """An independent generator per (seed, stream) — e.g. ctx.rng(1) for the test prompts."""
@@ -207,6 +208,7 @@ def reproduction(id: str, *, claim: str, condition: str, quick: dict, full: dict
                           workers=workers)
             t0 = time.perf_counter()
             passed, measured, details = body(ctx, params)
+            details = {**details, **ctx.notes}
             result = Result(id=id, claim=claim, condition=condition if not full else condition_full,
                             passed=bool(passed), measured=measured, details=details,
                             params={"seed": seed, **params}, wall_time=time.perf_counter() - t0,

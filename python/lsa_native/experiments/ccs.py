@@ -95,11 +95,11 @@ FIG4_KERNELS = {
 }
 
 
-def _spec(kernel: str, d: int, n: int, Sigma, seed: int):
+def _spec(kernel: str, d: int, n: int, Sigma, seed: int, kernel_params=None):
     from .. import sampling
 
     if kernel.startswith("fig4-"):
-        alpha, g1, g2 = FIG4_KERNELS[kernel[5:]]
+        alpha, g1, g2 = kernel_params if kernel_params is not None else FIG4_KERNELS[kernel[5:]]
         return CompositeGPPrompts(d, n, alpha, g1[:d], g2[:d], Sigma=Sigma, seed=seed)
     return sampling.KernelGPPrompts(d, n, kernel, Sigma=Sigma, seed=seed)
 
@@ -123,8 +123,9 @@ def train_cell(cfg: dict) -> dict:
     d, n, seed, L = cfg["dim"], cfg["context"], cfg["seed"], cfg["layers"]
     acts = list(cfg["activations"])
     Sigma = ccs_sigma(seed, d)
-    spec = _spec(cfg["kernel"], d, n, Sigma, 2 * seed)
-    test_spec = _spec(cfg["kernel"], d, n, Sigma, 2 * seed + 1)
+    kp = cfg.get("kernel_params")
+    spec = _spec(cfg["kernel"], d, n, Sigma, 2 * seed, kp)
+    test_spec = _spec(cfg["kernel"], d, n, Sigma, 2 * seed + 1, kp)
     rng = np.random.default_rng([seed, 99])
     params0 = ka.KernelAttentionParams.gaussian(rng, d, L, len(acts), acts, sparse=True,
                                                 scale=cfg["init_scale"])
@@ -175,6 +176,12 @@ def _cells_run(ctx, cells, desc):
     """Run cells: in this process for quick sizes, on Dask (LocalCluster or ``scheduler``) for full
     sizes or when a scheduler is given; cached under the output folder."""
     use_dask = ctx.full or ctx.scheduler is not None
+    cache = ctx.cache_dir()
+    if cache is not None:
+        from .sweep import cell_key
+
+        cached = sum((cache / f"{cell_key(train_cell, c)}.json").exists() for c in cells)
+        ctx.notes["cells"] = f"{len(cells)} cells, {cached} read from the cache"
     return run_cells(train_cell, cells, ctx.cache_dir(), scheduler=ctx.scheduler,
                      workers=ctx.workers if use_dask else 0, progress=ctx.progress, desc=desc)
 
@@ -512,7 +519,10 @@ def ccs_fig4(ctx, p):
     n = 14, for 1-head h̃^linear, 1-head h̃^exp and a 2-head (linear, exp) transformer: (a) α = 1
     (K^linear), (b) α = 0 (K^exp), (c) K♦(u, v) = ½(u1v1 + u2v2) + ½exp(½(u3v3 + u4v4 + u5v5))."""
     models = {"1-head linear": ["linear"], "1-head exp": ["exp"], "2-head linear+exp": ["linear", "exp"]}
-    cells = [_base(p, kernel=f"fig4-{t}", activations=acts, layers=L, context=p["context"], seed=ctx.seed + s)
+    # The kernel's parameters are part of each cell's configuration (and so of its cache key).
+    cells = [_base(p, kernel=f"fig4-{t}", activations=acts, layers=L, context=p["context"], seed=ctx.seed + s,
+                   kernel_params=[FIG4_KERNELS[t][0], [float(g) for g in FIG4_KERNELS[t][1]],
+                                  [float(g) for g in FIG4_KERNELS[t][2]]])
              for t in p["targets"] for acts in models.values() for L in p["depths"] for s in range(p["seeds"])]
     results = _cells_run(ctx, cells, "ccs-fig4 trainings")
     agg = _mean_over_seeds(results, cells, ("kernel", "activations", "layers"))

@@ -38,7 +38,8 @@ def write_index(out, results, *, command: str = "", total_time: float | None = N
     for r in results:
         parts += [f"## {r.id}: {r.status}", "", r.claim, "", f"- condition: {r.condition}",
                   f"- measured: {r.measured}", f"- sizes: `{r.params}`",
-                  f"- wall time: {r.wall_time:.1f} s", ""]
+                  f"- wall time: {r.wall_time:.1f} s"
+                  + (f" ({r.details['cells']})" if "cells" in r.details else ""), ""]
         for f in r.files:
             if f.endswith(".png"):
                 parts += [f"![{r.id}]({f})", ""]

@@ -126,7 +126,7 @@ def _run_dask(name, cells, files, pending, results, scheduler, workers, bar):
         threads = 0
     else:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
-                               dashboard_address=None)
+                               dashboard_address=":0")  # a free port: never clash with another cluster
         client = Client(cluster)
         threads = max(1, (os.cpu_count() or 1) // workers)
     try:

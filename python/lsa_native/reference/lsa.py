@@ -20,6 +20,7 @@ __all__ = [
     "predict_tokens",
     "loss_and_grad_tokens",
     "quadratic_form",
+    "predict_vjp_tokens",
 ]
 
 
@@ -132,3 +133,25 @@ def quadratic_form(E, W_pv, W_kq):
         H = 0.5 * np.kron(X, E[b] @ E[b].T / N)
         out[b] = u @ H @ u
     return out
+
+
+def predict_vjp_tokens(E, W_pv, W_kq, d_y):
+    """VJP of the prediction ŷ = E[d, N] + (1/N) Σ_j t_j s_j for an upstream d_y [B], in the token
+    form (t_j = p·e_j, s_j = q·e_j, q = W^KQ e_q; G = E Eᵀ/N): dW^PV's last row Σ_b dŷ G q,
+    dW^KQ = Σ_b dŷ (G p) e_qᵀ, dE[:, j] = dŷ (s_j p + t_j q)/N + dŷ W^KQᵀ G p on the query column
+    + dŷ on the query-label slot. Returns (dW_pv, dW_kq, dE)."""
+    B, D, cols = E.shape
+    N = cols - 1
+    p = W_pv[-1]
+    q = E[:, :, -1] @ W_kq.T
+    t = np.einsum("r,brj->bj", p, E)
+    s = np.einsum("br,brj->bj", q, E)
+    Gq = np.einsum("brj,bj->br", E, s) / N
+    Gp = np.einsum("brj,bj->br", E, t) / N
+    d_W_pv = np.zeros((D, D), dtype=np.result_type(E, W_pv))
+    d_W_pv[-1] = d_y @ Gq
+    d_W_kq = (d_y[:, None] * Gp).T @ E[:, :, -1]
+    d_E = (d_y / N)[:, None, None] * (p[None, :, None] * s[:, None, :] + q[:, :, None] * t[:, None, :])
+    d_E[:, :, -1] += d_y[:, None] * (Gp @ W_kq)
+    d_E[:, -1, -1] += d_y
+    return d_W_pv, d_W_kq, d_E

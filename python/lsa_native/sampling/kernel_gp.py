@@ -12,13 +12,14 @@ import numpy as np
 
 from .. import _core
 from .._validation import FLOAT_DTYPES, as_out, positive_float, positive_int
-from ..baselines import check_kernel
+from ..baselines import KERNELS, check_kernel
 from ..data import PromptBatch, check_covariance
+from ..data import kernel_gp_prompts as data_kernel_gp_prompts
 
-__all__ = ["KernelGPPrompts", "GP_KERNELS"]
+__all__ = ["KernelGPPrompts", "NumpyKernelGPPrompts", "GP_KERNELS"]
 
-# Kernel codes of lsa_native::GPKernel (cpp/include/lsa_native/kernel_gp.hpp).
-GP_KERNELS = {"linear": 0, "relu": 1, "exp": 2}
+# Codes of lsa_native::GPKernel (cpp/include/lsa_native/kernel_gp.hpp): positions in KERNELS.
+GP_KERNELS = {name: code for code, name in enumerate(KERNELS)}
 
 
 def _counter(value, name: str, bits: int) -> int:
@@ -53,9 +54,9 @@ class KernelGPPrompts:
         object.__setattr__(self, "_context", positive_int(context, "context"))
         object.__setattr__(self, "_kernel", check_kernel(kernel))
         bw = positive_float(bandwidth, "bandwidth")
-        if kernel == "exp" and 1 / bw**2 > 600:
-            raise ValueError(f"bandwidth: the exp kernel needs 1/bandwidth² <= 600 (exp overflows), "
-                             f"got {bandwidth}")
+        if kernel == "exp" and 1 / bw**2 > _core.kernel_gp_max_exp_scale:
+            raise ValueError(f"bandwidth: the exp kernel needs 1/bandwidth² <= "
+                             f"{_core.kernel_gp_max_exp_scale:g} (exp overflows), got {bandwidth}")
         object.__setattr__(self, "_bandwidth", bw)
         S = None if Sigma is None else check_covariance(Sigma, "Sigma", d)
         if S is not None:
@@ -97,8 +98,27 @@ class KernelGPPrompts:
         xi = np.empty((B, n + 1, d), dt) if return_xi else None
         _core.kernel_gp_sample(self._seed, k, GP_KERNELS[self._kernel], self._bandwidth,
                                self._Sigma, Z0, y_q, xi)
+        if not np.all(np.isfinite(y_q)):  # only float32 with a tiny exp bandwidth can get here
+            raise FloatingPointError(f"labels overflowed {dt}: bandwidth {self._bandwidth} makes "
+                                     f"exp(<u, w>/σ²) too large; use float64 or a larger bandwidth")
         Sigma = np.eye(d) if self._Sigma is None else self._Sigma
         return PromptBatch(X=np.swapaxes(Z0[:, :d, :n], 1, 2), y=Z0[:, d, :n], x_q=Z0[:, :d, n],
                            y_q=y_q, w=None, E=Z0, Sigma=Sigma,
                            xi=None if xi is None else xi[:, :n], xi_q=None if xi is None else xi[:, n],
                            kernel=self._kernel, bandwidth=self._bandwidth)
+
+
+class NumpyKernelGPPrompts(KernelGPPrompts):
+    """The same spec drawn by the numpy reference :func:`lsa_native.data.kernel_gp_prompts` with
+    ``np.random.default_rng([seed, step])`` (batched eigh): same law, other draws; for comparisons
+    and machines without the native module's speed needs."""
+
+    __slots__ = ()
+
+    def sample(self, batch: int, step: int = 0, dtype=np.float32, *, out=None,
+               return_xi: bool = True) -> PromptBatch:
+        if out is not None:
+            raise TypeError("out: not supported by the numpy sampler")
+        rng = np.random.default_rng([self._seed, _counter(step, "step", 32)])
+        return data_kernel_gp_prompts(rng, batch, self._dim, self._context, self._kernel,
+                                      bandwidth=self._bandwidth, Sigma=self._Sigma, dtype=dtype)

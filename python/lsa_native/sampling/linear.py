@@ -160,7 +160,23 @@ class LinearPrompts:
             y[...] = np.asarray(label_fn(y.astype(np.float64) - noise)) + noise
             y_q[...] = np.asarray(label_fn(lin_q)) + q_noise
             E[:, d, :N] = y
-        return PromptBatch(X=X, y=y, x_q=x_q, y_q=y_q, w=w, E=E)
+        return self._batch(X=X, y=y, x_q=x_q, y_q=y_q, w=w, E=E)
+
+    def _batch(self, **arrays) -> PromptBatch:
+        """A PromptBatch carrying the law where PromptBatch has the fields for it (Λ or Σ, the
+        whitened inputs ξ = M^{-1/2} x with the symmetric root, the noise)."""
+        names = {f.name for f in dataclasses.fields(PromptBatch)}
+        law = {"noise_std": self.noise_std, "query_noise": self.query_noise}
+        if self.covariance_law is None:  # one covariance for all prompts
+            M = np.eye(self.dim) if self.Lambda is None else self.Lambda
+            law["Sigma" if self.covariates == "sphere" else "Lambda"] = M
+            if "xi" in names:
+                w_, U = np.linalg.eigh(M)
+                inv_root = (U / np.sqrt(w_)) @ U.T  # M^{-1/2}
+                law["xi"] = arrays["X"].astype(np.float64) @ inv_root
+                if self.query_Lambda is None:
+                    law["xi_q"] = arrays["x_q"].astype(np.float64) @ inv_root
+        return PromptBatch(**arrays, **{k: v for k, v in law.items() if k in names})
 
     def sample_embedding(self, batch: int, step: int = 0, dtype=np.float32, *, E=None, y_q=None):
         """(E [B, d+1, N+1], y_q [B]) of step ``step`` only: the training fast path (optional
