@@ -44,11 +44,13 @@ def test_quadratic_task_moments_by_monte_carlo(rng):
     xy = x * y[:, None]
     C = np.einsum("ni,nj->nij", xy - L @ a, xy - L @ a)  # E[xy] = Λa
     m, se = C.mean(0), C.std(0, ddof=1) / np.sqrt(n)
-    zk = z_threshold(d * d + 1)
+    # Products up to degree 8 in x are heavy-tailed: a stricter family-wise level (1e-4) keeps the
+    # test from flaking on a correct formula; the missing-term model still fails by a wide margin.
+    zk = z_threshold(d * d + 1, alpha=1e-4)
     assert np.all(np.abs((m - Sigma) / se) < zk)
     Lv = L @ v
     wrong = Sigma - beta**2 * 8 * s * np.outer(Lv, Lv)
-    assert np.max(np.abs((m - wrong) / se)) > zk
+    assert np.max(np.abs((m - wrong) / se)) > 2 * zk
     r = (y - x @ a) ** 2
     assert abs(r.mean() - floor) / (r.std() / np.sqrt(n)) < zk
 

@@ -181,7 +181,7 @@ def _cells_run(ctx, cells, desc):
         from .sweep import cell_key
 
         cached = sum((cache / f"{cell_key(train_cell, c)}.json").exists() for c in cells)
-        ctx.notes["cells"] = f"{len(cells)} cells, {cached} read from the cache"
+        ctx.notes["sweep_cells"] = f"{len(cells)} cells, {cached} read from the cache"
     return run_cells(train_cell, cells, ctx.cache_dir(), scheduler=ctx.scheduler,
                      workers=ctx.workers if use_dask else 0, progress=ctx.progress, desc=desc)
 

@@ -39,7 +39,7 @@ def write_index(out, results, *, command: str = "", total_time: float | None = N
         parts += [f"## {r.id}: {r.status}", "", r.claim, "", f"- condition: {r.condition}",
                   f"- measured: {r.measured}", f"- sizes: `{r.params}`",
                   f"- wall time: {r.wall_time:.1f} s"
-                  + (f" ({r.details['cells']})" if "cells" in r.details else ""), ""]
+                  + (f" ({r.details['sweep_cells']})" if "sweep_cells" in r.details else ""), ""]
         for f in r.files:
             if f.endswith(".png"):
                 parts += [f"![{r.id}]({f})", ""]
