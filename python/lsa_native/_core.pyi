@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['DeviceArray', 'LsaShape', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_pointer_device', 'cuda_synchronize', 'dlpack_info', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_attention_vjp', 'kernel_gp_sample', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_forward_cuda', 'lsa_loss_and_grad', 'lsa_loss_and_grad_cuda', 'lsa_predict', 'lsa_predict_cuda', 'lsa_predict_vjp', 'lsa_vjp', 'lsa_vjp_cuda', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
+__all__: list[str] = ['DeviceArray', 'LsaShape', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_synchronize', 'dlpack_info', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_attention_vjp', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_forward_cuda', 'lsa_loss_and_grad', 'lsa_loss_and_grad_cuda', 'lsa_predict', 'lsa_predict_cuda', 'lsa_predict_vjp', 'lsa_vjp', 'lsa_vjp_cuda', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
 class LsaShape:
     def __init__(self, batch: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex, context: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
@@ -84,9 +84,17 @@ def cuda_compiled() -> bool:
     """
     True when CUDA kernels were compiled in.
     """
+def cuda_philox4x32(counters: numpy.typing.NDArray[numpy.uint32], seed: typing.SupportsInt | typing.SupportsIndex, out: numpy.typing.NDArray[numpy.uint32]) -> None:
+    """
+    Philox4x32-10 words computed on the GPU (host arrays, copied in and out).
+    """
 def cuda_pointer_device(ptr: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
     CUDA device owning the pointer (device or managed memory), else -1.
+    """
+def cuda_random_variates(dtype: str, normal: bool, seed: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, prompt: typing.SupportsInt | typing.SupportsIndex, stream: typing.SupportsInt | typing.SupportsIndex, start: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, out: typing.SupportsInt | typing.SupportsIndex) -> None:
+    """
+    Normals or uniforms of a stream computed on the GPU into the address `out` (device or host).
     """
 def cuda_synchronize() -> None:
     """
@@ -96,7 +104,7 @@ def dlpack_info(capsule: typing_extensions.CapsuleType) -> dict:
     """
     Pointer, shape, strides, dtype and device of a DLPack capsule (not consumed).
     """
-def gradient_flow_population(kind: str, W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], data: numpy.typing.NDArray[numpy.float64], N: typing.SupportsInt | typing.SupportsIndex, times: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], method: str, rtol: typing.SupportsFloat | typing.SupportsIndex, atol: typing.SupportsFloat | typing.SupportsIndex, step: typing.SupportsFloat | typing.SupportsIndex, grad_tol: typing.SupportsFloat | typing.SupportsIndex, loss_target: typing.SupportsFloat | typing.SupportsIndex, gap_tol: typing.SupportsFloat | typing.SupportsIndex, max_steps: typing.SupportsInt | typing.SupportsIndex) -> dict:
+def gradient_flow_population(kind: str, W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], data: numpy.typing.NDArray[numpy.float64], N: typing.SupportsInt | typing.SupportsIndex, times: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], method: str, rtol: typing.SupportsFloat | typing.SupportsIndex, atol: typing.SupportsFloat | typing.SupportsIndex, step: typing.SupportsFloat | typing.SupportsIndex, grad_tol: typing.SupportsFloat | typing.SupportsIndex, loss_target: typing.SupportsFloat | typing.SupportsIndex, gap_tol: typing.SupportsFloat | typing.SupportsIndex, max_steps: typing.SupportsInt | typing.SupportsIndex, noise_std: typing.SupportsFloat | typing.SupportsIndex = 0.0, query_noise: bool = False) -> dict:
     ...
 def gradient_flow_reduced(U11: numpy.typing.NDArray[numpy.float64], u: typing.SupportsFloat | typing.SupportsIndex, Lambda: numpy.typing.NDArray[numpy.float64], N: typing.SupportsInt | typing.SupportsIndex, times: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], method: str, rtol: typing.SupportsFloat | typing.SupportsIndex, atol: typing.SupportsFloat | typing.SupportsIndex, step: typing.SupportsFloat | typing.SupportsIndex, grad_tol: typing.SupportsFloat | typing.SupportsIndex, loss_target: typing.SupportsFloat | typing.SupportsIndex, gap_tol: typing.SupportsFloat | typing.SupportsIndex, max_steps: typing.SupportsInt | typing.SupportsIndex) -> dict:
     ...
@@ -235,3 +243,4 @@ def stream_sum(x: numpy.typing.NDArray[numpy.float64]) -> float:
     Sum of an array read once on all threads: the read-bandwidth probe of the benchmarks.
     """
 __version__: str = '0.1.0'
+kernel_gp_max_exp_scale: float = 600.0
