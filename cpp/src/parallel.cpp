@@ -71,8 +71,10 @@ class Pool {
       }
     }
   }
-  void loop() {
-    unsigned long seen = 0;
+  // `seen` is the generation current when the worker was started: a worker added by resize()
+  // between two jobs must wait for the next job, not run the finished one (which would count it
+  // twice in active_: a hang, or the caller returning while a worker still runs its task).
+  void loop(unsigned long seen) {
     for (;;) {
       {
         std::unique_lock<std::mutex> lock(m_);
@@ -95,7 +97,8 @@ class Pool {
     for (auto& t : threads_) t.join();
     threads_.clear();
     stop_ = false;
-    for (int w = 0; w < workers; ++w) threads_.emplace_back([this] { loop(); });
+    const unsigned long current = generation_;  // stable: only run() changes it, under busy_
+    for (int w = 0; w < workers; ++w) threads_.emplace_back([this, current] { loop(current); });
   }
 
   std::mutex busy_, m_;
