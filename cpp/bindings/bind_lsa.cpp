@@ -90,6 +90,24 @@ void bind_dtype(py::module_& m) {
       py::arg("E").noconvert(), py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(),
       py::arg("d_F").noconvert(), py::arg("d_W_pv").noconvert(), py::arg("d_W_kq").noconvert(),
       py::arg("d_E").noconvert() = py::none());
+  m.def(
+      "lsa_predict_vjp",
+      [](const CArray<T>& E, const CArray<T>& W_pv, const CArray<T>& W_kq, const CArray<T>& d_y,
+         CArray<T> d_W_pv, CArray<T> d_W_kq, std::optional<CArray<T>> d_E) {
+        const LsaShape s = prompt_shape(E);
+        require_params(s, W_pv, W_kq);
+        require_shape(d_y, {s.batch}, "d_y");
+        require_shape(d_W_pv, {s.dim + 1, s.dim + 1}, "d_W_pv");
+        require_shape(d_W_kq, {s.dim + 1, s.dim + 1}, "d_W_kq");
+        T* de = optional_out(d_E, {s.batch, s.dim + 1, s.context + 1}, "d_E");
+        T* dpv = out_ptr(d_W_pv, "d_W_pv");
+        T* dkq = out_ptr(d_W_kq, "d_W_kq");
+        py::gil_scoped_release release;
+        lsa_predict_vjp(s, E.data(), W_pv.data(), W_kq.data(), d_y.data(), dpv, dkq, de);
+      },
+      py::arg("E").noconvert(), py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(),
+      py::arg("d_y").noconvert(), py::arg("d_W_pv").noconvert(), py::arg("d_W_kq").noconvert(),
+      py::arg("d_E").noconvert() = py::none());
 }
 
 // ---- Device::cuda entry points on raw addresses ----

@@ -17,7 +17,6 @@ void bind_kernel_attention(py::module_& m);
 void bind_kernel_gp(py::module_& m);
 void bind_sampling(py::module_& m);
 void bind_cuda(py::module_& m);
-void bind_lsa_predict_vjp(py::module_& m);
 }  // namespace lsa_native::bindings
 
 namespace {
@@ -70,5 +69,4 @@ PYBIND11_MODULE(_core, m) {
   lsa_native::bindings::bind_kernel_gp(m);
   lsa_native::bindings::bind_sampling(m);
   lsa_native::bindings::bind_cuda(m);
-  lsa_native::bindings::bind_lsa_predict_vjp(m);
 }
