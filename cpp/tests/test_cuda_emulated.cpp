@@ -14,6 +14,7 @@
 #include "cuda/lsa_kernels.cuh"
 #include "cuda/random_kernels.cuh"
 #include "lsa_native/lsa.hpp"
+#include "lsa_problem.hpp"
 #include "lsa_native/sampling.hpp"
 
 namespace {
@@ -23,22 +24,8 @@ using lsa_native::LsaShape;
 namespace k = lsa_native::cuda::kernels;
 
 template <class T>
-struct Problem {
-  LsaShape shape;
-  std::vector<T> E, y_q, W_pv, W_kq, d_F;
-};
-
-template <class T>
-Problem<T> random_problem(index_t B, index_t d, index_t N, unsigned seed) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> normal;
-  const index_t rc = (d + 1) * (N + 1), n2 = (d + 1) * (d + 1);
-  Problem<T> p{{B, d, N}, std::vector<T>(B * rc), std::vector<T>(B), std::vector<T>(n2),
-               std::vector<T>(n2), std::vector<T>(B * rc)};
-  for (auto* v : {&p.E, &p.y_q, &p.W_pv, &p.W_kq, &p.d_F})
-    for (auto& x : *v) x = T(normal(gen));
-  return p;
-}
+using Problem = lsa_native::testing::LsaProblem<T>;
+using lsa_native::testing::random_lsa_problem;
 
 template <class T>
 double tolerance() {
@@ -99,7 +86,7 @@ template <class T>
 void check_prediction(const Config& c) {
   SCOPED_TRACE(testing::Message() << "B=" << c.B << " d=" << c.d << " N=" << c.N << " warps="
                                   << c.warps << " grid=" << c.grid << " bytes=" << sizeof(T));
-  auto pr = random_problem<T>(c.B, c.d, c.N, unsigned(c.B * 131 + c.d * 7 + c.N));
+  auto pr = random_lsa_problem<T>(c.B, c.d, c.N, unsigned(c.B * 131 + c.d * 7 + c.N));
   const int rows = int(c.d + 1), cols = int(c.N + 1), n2 = rows * rows;
   const T nan = std::numeric_limits<T>::quiet_NaN();
   std::vector<T> y_cpu(c.B), g_pv(n2), g_kq(n2), y_loss_cpu(c.B);
@@ -135,7 +122,7 @@ template <class T>
 void check_forward_and_vjp(const Config& c, bool with_input_grad) {
   SCOPED_TRACE(testing::Message() << "B=" << c.B << " d=" << c.d << " N=" << c.N << " grid="
                                   << c.grid << " bytes=" << sizeof(T));
-  auto pr = random_problem<T>(c.B, c.d, c.N, unsigned(c.B * 17 + c.d * 5 + c.N));
+  auto pr = random_lsa_problem<T>(c.B, c.d, c.N, unsigned(c.B * 17 + c.d * 5 + c.N));
   const int rows = int(c.d + 1), cols = int(c.N + 1), n2 = rows * rows;
   const index_t size = c.B * rows * cols;
   const T nan = std::numeric_limits<T>::quiet_NaN();

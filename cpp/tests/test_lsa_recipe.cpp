@@ -10,6 +10,7 @@
 
 #include "common/lsa_recipe.hpp"
 #include "lsa_native/lsa.hpp"
+#include "lsa_problem.hpp"
 
 namespace {
 
@@ -19,22 +20,8 @@ namespace recipe = lsa_native::recipe;
 using recipe::rows_of;
 
 template <class T>
-struct Problem {
-  LsaShape shape;
-  std::vector<T> E, y_q, W_pv, W_kq, d_F;
-};
-
-template <class T>
-Problem<T> random_problem(index_t B, index_t d, index_t N, unsigned seed) {
-  std::mt19937_64 gen(seed);
-  std::normal_distribution<double> normal;
-  const index_t rc = (d + 1) * (N + 1), n2 = (d + 1) * (d + 1);
-  Problem<T> p{{B, d, N}, std::vector<T>(B * rc), std::vector<T>(B), std::vector<T>(n2),
-               std::vector<T>(n2), std::vector<T>(B * rc)};
-  for (auto* v : {&p.E, &p.y_q, &p.W_pv, &p.W_kq, &p.d_F})
-    for (auto& x : *v) x = T(normal(gen));
-  return p;
-}
+using Problem = lsa_native::testing::LsaProblem<T>;
+using lsa_native::testing::random_lsa_problem;
 
 // ---- scalar host driver: the steps of the CUDA kernels, one entry at a time ----
 
@@ -165,7 +152,7 @@ const Size kSizes[] = {{1, 1, 1}, {3, 1, 5}, {5, 4, 1}, {7, 3, 7}, {4, 20, 100},
 // catches any wrong term (errors O(1)).
 TEST(LsaRecipe, PredictionAndLossGradientMatchTheCpuKernels) {
   for (const Size& z : kSizes) {
-    auto pr = random_problem<double>(z.B, z.d, z.N, unsigned(17 + z.d * 31 + z.N));
+    auto pr = random_lsa_problem<double>(z.B, z.d, z.N, unsigned(17 + z.d * 31 + z.N));
     const int rows = int(z.d + 1), cols = int(z.N + 1);
     std::vector<double> y(z.B), y_recipe(z.B), t(cols), s(cols);
     lsa_native::lsa_predict(pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), y.data());
@@ -188,7 +175,7 @@ TEST(LsaRecipe, PredictionAndLossGradientMatchTheCpuKernels) {
 
 TEST(LsaRecipe, PredictionEqualsTheAttentionFormula) {
   // ŷ = [E + W^PV E (E^T W^KQ E)/N]_{d, N}, evaluated directly (the label slot is random here).
-  auto pr = random_problem<double>(6, 3, 4, 5);
+  auto pr = random_lsa_problem<double>(6, 3, 4, 5);
   const int rows = 4, cols = 5, N = 4;
   std::vector<double> t(cols), s(cols);
   for (index_t b = 0; b < 6; ++b) {
@@ -207,7 +194,7 @@ TEST(LsaRecipe, PredictionEqualsTheAttentionFormula) {
 
 TEST(LsaRecipe, ForwardAndVjpMatchTheCpuKernels) {
   for (const Size& z : kSizes) {
-    auto pr = random_problem<double>(z.B, z.d, z.N, unsigned(99 + z.d * 7 + z.N));
+    auto pr = random_lsa_problem<double>(z.B, z.d, z.N, unsigned(99 + z.d * 7 + z.N));
     const int rows = int(z.d + 1), cols = int(z.N + 1), rc = rows * cols, n2 = rows * rows;
     std::vector<double> F(z.B * rc), F_recipe;
     lsa_native::lsa_forward(pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), F.data());
@@ -231,7 +218,7 @@ TEST(LsaRecipe, ForwardAndVjpMatchTheCpuKernels) {
 
 TEST(LsaRecipe, Float32PredictionWithinRounding) {
   // float32 instantiation vs the float64 one on the same (float-representable) inputs.
-  auto pr = random_problem<float>(5, 20, 100, 3);
+  auto pr = random_lsa_problem<float>(5, 20, 100, 3);
   const int rows = 21, cols = 101;
   std::vector<float> t(cols), s(cols);
   std::vector<double> t64(cols), s64(cols);
