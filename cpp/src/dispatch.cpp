@@ -141,28 +141,30 @@ void cuda_philox4x32_10(const std::uint32_t* counters, index_t n, std::uint64_t 
 #endif
 }
 
+namespace {
+// Normals or uniforms of one stream on the GPU: checks, then the kernel.
 template <class T>
-void cuda_random_normals(const StreamId& id, std::uint64_t start, index_t n, T* out) {
-  require_stream_range(start, n, 16 / sizeof(T));  // normals per block: 4 (float), 2 (double)
+void cuda_variates(const StreamId& id, std::uint64_t start, index_t n, T* out, bool normal) {
+  require_stream_range(start, n, 16 / sizeof(T));  // variates per block: 4 (float), 2 (double)
   detail::require(n == 0 || out != nullptr, "out: null pointer");
   use_cuda(Device::cuda);
 #if LSA_NATIVE_HAVE_CUDA
-  cuda::random_variates(id, start, n, out, true);
+  cuda::random_variates(id, start, n, out, normal);
 #else
   (void)id;
+  (void)normal;
 #endif
+}
+}  // namespace
+
+template <class T>
+void cuda_random_normals(const StreamId& id, std::uint64_t start, index_t n, T* out) {
+  cuda_variates(id, start, n, out, true);
 }
 
 template <class T>
 void cuda_random_uniforms(const StreamId& id, std::uint64_t start, index_t n, T* out) {
-  require_stream_range(start, n, 16 / sizeof(T));  // uniforms per block: 4 (float), 2 (double)
-  detail::require(n == 0 || out != nullptr, "out: null pointer");
-  use_cuda(Device::cuda);
-#if LSA_NATIVE_HAVE_CUDA
-  cuda::random_variates(id, start, n, out, false);
-#else
-  (void)id;
-#endif
+  cuda_variates(id, start, n, out, false);
 }
 
 template void cuda_random_normals<float>(const StreamId&, std::uint64_t, index_t, float*);
