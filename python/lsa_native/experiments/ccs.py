@@ -206,6 +206,19 @@ def _plt():
     return plt
 
 
+def _plot_loss_vs_layers(ax, rows, field, values, label, *, title):
+    """CCS Figures 2 and 4: log test loss against depth, one curve per ``rows[field]`` value, with
+    the Bayes loss (the same for every curve; read from the first)."""
+    for i, v in enumerate(values):
+        rs = [r for r in rows if r[field] == v]
+        ax.plot([r["layers"] for r in rs], np.log([r["loss"] for r in rs]), "o-", color=f"C{i}",
+                label=label(v))
+    rs = [r for r in rows if r[field] == values[0]]
+    ax.plot([r["layers"] for r in rs], np.log([r["bayes"] for r in rs]), "k-", lw=2, label="Bayes")
+    ax.set(xlabel="number of layers", ylabel="log(test ICL loss)", title=title)
+    ax.legend(fontsize=8)
+
+
 def _mean_over_seeds(results, cells, key_fields):
     """{key: (mean loss per layer [L+1], mean Bayes loss)} averaged over seeds."""
     groups = {}
@@ -391,13 +404,9 @@ def ccs_fig2(ctx, p):
     panels = [(n, k) for n in p["contexts"] for k in p["kernels"]]
     fig, axes = plt.subplots(1, len(panels), figsize=(max(7, 4.6 * len(panels)), 4.3), squeeze=False)
     for ax, (n, k) in zip(axes[0], panels):
-        for i, a in enumerate(p["activations"]):
-            rs = [r for r in rows if r["n"] == n and r["kernel"] == k and r["activation"] == a]
-            ax.plot([r["layers"] for r in rs], np.log([r["loss"] for r in rs]), "o-", color=f"C{i}", label=f"h̃ = {a}")
-        rs = [r for r in rows if r["n"] == n and r["kernel"] == k and r["activation"] == p["activations"][0]]
-        ax.plot([r["layers"] for r in rs], np.log([r["bayes"] for r in rs]), "k-", lw=2, label="Bayes")
-        ax.set(xlabel="number of layers", ylabel="log(test ICL loss)", title=f"K^{k} labels, n = {n}")
-        ax.legend(fontsize=8)
+        panel = [r for r in rows if r["n"] == n and r["kernel"] == k]
+        _plot_loss_vs_layers(ax, panel, "activation", p["activations"], lambda a: f"h̃ = {a}",
+                             title=f"K^{k} labels, n = {n}")
     fig.suptitle(f"CCS Figure 2: {p['steps']} Adam steps per model (lr {p['lr']}→{p['lr_final']}, "
                  f"clip {p['clip']}), batch {p['batch']}, {p['seeds']} seed(s)", fontsize=10)
     fig.tight_layout()
@@ -532,13 +541,8 @@ def ccs_fig4(ctx, p):
     plt = _plt()
     fig, axes = plt.subplots(1, len(p["targets"]), figsize=(max(7, 5 * len(p["targets"])), 4.3), squeeze=False)
     for ax, t in zip(axes[0], p["targets"]):
-        for i, m in enumerate(models):
-            rs = [r for r in rows if r["target"] == t and r["model"] == m]
-            ax.plot([r["layers"] for r in rs], np.log([r["loss"] for r in rs]), "o-", color=f"C{i}", label=m)
-        rs = [r for r in rows if r["target"] == t and r["model"] == "1-head linear"]
-        ax.plot([r["layers"] for r in rs], np.log([r["bayes"] for r in rs]), "k-", lw=2, label="Bayes")
-        ax.set(xlabel="number of layers", ylabel="log(test ICL loss)", title=f"K♦ = {t}")
-        ax.legend(fontsize=8)
+        panel = [r for r in rows if r["target"] == t]
+        _plot_loss_vs_layers(ax, panel, "model", list(models), str, title=f"K♦ = {t}")
     fig.suptitle(f"CCS Figure 4: n = {p['context']}, {p['steps']} Adam steps (lr {p['lr']}→{p['lr_final']}), "
                  f"batch {p['batch']}, {p['seeds']} seed(s)", fontsize=10)
     fig.tight_layout()
