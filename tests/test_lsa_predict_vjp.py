@@ -1,4 +1,4 @@
-"""VJP of the LSA prediction (native lsa_predict_vjp via lsa_native._lsa_vjp.predict_vjp): vs the
+"""VJP of the LSA prediction (native lsa_predict_vjp via lsa_native.lsa.predict_vjp): vs the
 naive full-output VJP of the numpy reference with the upstream gradient on [d, N] only (and the
 token-form reference vs the same), vs central differences of the native prediction; thread-count
 independence."""
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lsa_native import lsa
-from lsa_native._lsa_vjp import predict_vjp
+from lsa_native.lsa import predict_vjp
 from lsa_native.reference import lsa as ref
 
 

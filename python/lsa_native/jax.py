@@ -4,7 +4,7 @@ run the native CPU code through ``jax.pure_callback`` (so they work under ``jax.
 ``jax_enable_x64``; all inputs one dtype.
 
 - :func:`lsa_forward` (E, W_pv, W_kq) → F [ZFB (3.3)]; backward: the native ``lsa.vjp``.
-- :func:`lsa_predict` (E, W_pv, W_kq) → ŷ [B] [ZFB (3.6)]; backward: ``_lsa_vjp.predict_vjp``.
+- :func:`lsa_predict` (E, W_pv, W_kq) → ŷ [B] [ZFB (3.6)]; backward: ``lsa.predict_vjp``.
 - :func:`kernel_attention` (Z0, V, B, C, activation) → Z_L of CCS (3); the backward runs the
   native VJP that recomputes the forward per prompt (a saved context would have to be copied
   into a JAX buffer and back, and is not faster on CPU: see ``lsa_native.torch``).
@@ -22,7 +22,7 @@ import numpy as np
 
 from . import kernel_attention as _ka
 from . import lsa as _lsa
-from ._lsa_vjp import predict_vjp as _predict_vjp
+from .lsa import predict_vjp as _predict_vjp
 
 __all__ = ["lsa_forward", "lsa_predict", "kernel_attention"]
 

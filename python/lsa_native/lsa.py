@@ -24,7 +24,7 @@ from . import _core, _lsa_cuda
 from .cuda import resolve_device
 from ._validation import as_array, as_out, as_prompts, check_finite_result
 
-__all__ = ["predict", "loss_and_grad", "forward", "vjp", "split_shape"]
+__all__ = ["predict", "loss_and_grad", "forward", "vjp", "predict_vjp", "split_shape"]
 
 
 def split_shape(E: np.ndarray) -> tuple[int, int, int]:
@@ -118,4 +118,21 @@ def vjp(E, W_pv, W_kq, d_F, *, with_input_grad: bool = True, device="auto"):
     d_E = np.empty(E.shape, E.dtype) if with_input_grad else None
     _core.lsa_vjp(E, W_pv, W_kq, d_F, d_W_pv, d_W_kq, d_E)
     check_finite_result(d_W_pv, {"E": E, "d_F": d_F})
+    return d_W_pv, d_W_kq, d_E
+
+
+def predict_vjp(E, W_pv, W_kq, d_y, *, with_input_grad: bool = True):
+    """(dW_pv, dW_kq, dE) of Σ_b d_y[b] ŷ_b for ŷ = ``lsa.predict(E, W_pv, W_kq)``:
+    dW^PV's last row Σ_b dŷ_b G_b q_b (the rest 0), dW^KQ = Σ_b dŷ_b (G_b p) e_q,bᵀ (exact for any
+    E), dE [B, d+1, N+1] = dŷ (s_j p + t_j q)/N per column j + dŷ W^KQᵀ G p on the query column
+    + dŷ on the query-label slot (None without ``with_input_grad``). One pass over E per prompt,
+    O(N d); parameter gradients are batch sums in float64, returned in E's dtype."""
+    E, W_pv, W_kq = _params(E, W_pv, W_kq)
+    n = E.shape[1]
+    d_y = as_array(d_y, (E.shape[0],), E.dtype, "d_y", finite=False)
+    d_W_pv = np.empty((n, n), E.dtype)
+    d_W_kq = np.empty((n, n), E.dtype)
+    d_E = np.empty(E.shape, E.dtype) if with_input_grad else None
+    _core.lsa_predict_vjp(E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E)
+    check_finite_result(d_W_kq, {"E": E, "d_y": d_y})
     return d_W_pv, d_W_kq, d_E

@@ -6,7 +6,7 @@ Functions (``torch.autograd.Function`` s, float32 or float64 CPU tensors, all in
 - :func:`lsa_forward` (E, W_pv, W_kq) → F = E + W^PV E (Eᵀ W^KQ E)/N [ZFB (3.3)]; backward: the
   native ``lsa.vjp`` (gradients for W_pv, W_kq and E).
 - :func:`lsa_predict` (E, W_pv, W_kq) → ŷ = F[:, d, N] [ZFB (3.6)], O(N d) per prompt; backward:
-  the native ``lsa_predict_vjp`` (``_lsa_vjp.predict_vjp``), O(N d) per prompt.
+  the native ``lsa_predict_vjp`` (``lsa.predict_vjp``), O(N d) per prompt.
 - :func:`kernel_attention` (Z0, V, B, C, activation) → Z_L of CCS (3) (all activations, layers,
   heads). With ``save_context=True`` the forward saves the native per-prompt context (≈ 20 KiB
   per prompt at d = 5, n = 30, L = 3, float32: 0.6 GB at B = 30000) and the backward runs only
@@ -40,7 +40,7 @@ from . import _core
 from . import kernel_attention as _ka
 from . import lsa as _lsa
 from . import theory as _theory
-from ._lsa_vjp import predict_vjp as _predict_vjp
+from .lsa import predict_vjp as _predict_vjp
 
 __all__ = [
     "lsa_forward",
