@@ -106,11 +106,10 @@ def test_rk4_overflow_says_diverged_with_a_hint():
 
 def test_rk4_request_that_cannot_finish_is_refused_at_once():
     W_pv, W_kq = ln.theory.assumption33_init(2, 0.1, rng=np.random.default_rng(0))
-    t0 = time.perf_counter()
-    with pytest.raises(ValueError, match="step: reaching t = 1.0.*max_steps"):
+    # The up-front refusal ("needs … steps > max_steps"), not the run-time "max_steps … exceeded".
+    with pytest.raises(ValueError, match="step: reaching t = 1.0.*needs .* steps > max_steps"):
         ln.population.gradient_flow(W_pv, W_kq, 5, Lambda=np.eye(2), times=[0, 1.0], step=1e-300,
                                     method="rk4")
-    assert time.perf_counter() - t0 < 5.0  # refused before integrating, not after max_steps
 
 
 @pytest.mark.parametrize("name", ["grad_tol", "gap_tol", "loss_target", "atol"])
