@@ -227,9 +227,10 @@ def test_argument_errors(rng):
 
 # --- CUDA tensors: the native CUDA backend, same values and gradients as the CPU --------------
 
-needs_native_cuda = pytest.mark.skipif(
-    not (torch.cuda.is_available() and lt._core.cuda_available()),
-    reason="needs a CUDA device and lsa_native built with CUDA kernels")
+def needs_native_cuda(test):
+    return pytest.mark.cuda(pytest.mark.skipif(
+        not (torch.cuda.is_available() and lt._core.cuda_available()),
+        reason="needs a CUDA device and lsa_native built with CUDA kernels")(test))
 
 
 @pytest.mark.skipif(not torch.cuda.is_available() or lt._core.cuda_available(),
