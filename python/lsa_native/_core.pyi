@@ -148,7 +148,7 @@ def lsa_forward(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArr
 @typing.overload
 def lsa_forward(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], out: numpy.typing.NDArray[numpy.float64]) -> None:
     ...
-def lsa_forward_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, out: typing.SupportsInt | typing.SupportsIndex) -> None:
+def lsa_forward_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, F: typing.SupportsInt | typing.SupportsIndex) -> None:
     ...
 @typing.overload
 def lsa_loss_and_grad(E: numpy.typing.NDArray[numpy.float32], y_q: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32], y_hat: numpy.typing.NDArray[numpy.float32] | None = None) -> float:
@@ -164,7 +164,7 @@ def lsa_predict(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArr
 @typing.overload
 def lsa_predict(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], out: numpy.typing.NDArray[numpy.float64]) -> None:
     ...
-def lsa_predict_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, out: typing.SupportsInt | typing.SupportsIndex) -> None:
+def lsa_predict_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, y_hat: typing.SupportsInt | typing.SupportsIndex) -> None:
     ...
 @typing.overload
 def lsa_predict_vjp(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_y: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32], d_E: numpy.typing.NDArray[numpy.float32] | None = None) -> None:

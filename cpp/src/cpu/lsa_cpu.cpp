@@ -85,15 +85,9 @@ void lsa_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const
   }
 }
 
-#define LSA_NATIVE_INSTANTIATE(T)                                                                   \
-  template void lsa_predict<T>(const LsaShape&, const T*, const T*, const T*, T*);                  \
-  template double lsa_loss_and_grad<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, \
-                                       T*, T*);                                                     \
-  template void lsa_forward<T>(const LsaShape&, const T*, const T*, const T*, T*);                  \
-  template void lsa_vjp<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, T*, T*);
-LSA_NATIVE_INSTANTIATE(float)
-LSA_NATIVE_INSTANTIATE(double)
-#undef LSA_NATIVE_INSTANTIATE
+// lsa_predict_vjp is defined in lsa_predict_vjp.cpp and instantiated there.
+LSA_NATIVE_LSA_DEVICE_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, float)
+LSA_NATIVE_LSA_DEVICE_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, double)
 
 }  // namespace cpu
 

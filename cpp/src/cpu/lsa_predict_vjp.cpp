@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "common/parallel.hpp"
-#include "lsa_native/lsa.hpp"
+#include "cpu/lsa_cpu.hpp"
 
-namespace lsa_native {
+namespace lsa_native::cpu {
 namespace {
 
 template <class T>
@@ -80,9 +80,6 @@ void predict_vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W
 template <class T>
 void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
                      T* d_W_pv, T* d_W_kq, T* d_E) {
-  validate(sh);
-  detail::require(E && W_pv && W_kq && d_y && d_W_pv && d_W_kq,
-                  "E, W_pv, W_kq, d_y, d_W_pv and d_W_kq must not be null");
   const index_t D = sh.dim + 1, width = D + D * D;
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(sh.batch) * width));
   detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
@@ -94,9 +91,7 @@ void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_k
   for (index_t k = 0; k < D * D; ++k) d_W_kq[k] = T(total[D + k]);
 }
 
-template void lsa_predict_vjp<float>(const LsaShape&, const float*, const float*, const float*,
-                                     const float*, float*, float*, float*);
-template void lsa_predict_vjp<double>(const LsaShape&, const double*, const double*,
-                                      const double*, const double*, double*, double*, double*);
+LSA_NATIVE_LSA_CPU_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, float)
+LSA_NATIVE_LSA_CPU_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, double)
 
-}  // namespace lsa_native
+}  // namespace lsa_native::cpu

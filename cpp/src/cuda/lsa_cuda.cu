@@ -158,14 +158,7 @@ void lsa_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const
   de.finish();
 }
 
-#define LSA_NATIVE_INSTANTIATE(T)                                                                   \
-  template void lsa_predict<T>(const LsaShape&, const T*, const T*, const T*, T*);                  \
-  template double lsa_loss_and_grad<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, \
-                                       T*, T*);                                                     \
-  template void lsa_forward<T>(const LsaShape&, const T*, const T*, const T*, T*);                  \
-  template void lsa_vjp<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, T*, T*);
-LSA_NATIVE_INSTANTIATE(float)
-LSA_NATIVE_INSTANTIATE(double)
-#undef LSA_NATIVE_INSTANTIATE
+LSA_NATIVE_LSA_DEVICE_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, float)
+LSA_NATIVE_LSA_DEVICE_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, double)
 
 }  // namespace lsa_native::cuda
