@@ -129,9 +129,7 @@ void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* 
   require_pointer(d_y, "d_y");
   require_pointer(d_W_pv, "d_W_pv");
   require_pointer(d_W_kq, "d_W_kq");
-  detail::require(device == Device::cpu,
-                  "device='cuda': lsa_predict_vjp has no CUDA kernel yet; use device='cpu'");
-  cpu::lsa_predict_vjp(shape, E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E);
+  LSA_NATIVE_BACKEND(device, lsa_predict_vjp, shape, E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E);
 }
 #undef LSA_NATIVE_BACKEND
 

@@ -94,28 +94,46 @@ void check_prediction(const Config& c) {
   const double L = lsa_native::lsa_loss_and_grad(pr.shape, pr.E.data(), pr.y_q.data(), pr.W_pv.data(),
                                                  pr.W_kq.data(), g_pv.data(), g_kq.data(),
                                                  y_loss_cpu.data());
+  using Mode = k::PredictionMode;
   // Prediction only.
   auto lay = k::PredictionLayout::make<T>(rows, cols, c.warps, false);
   std::vector<T> y(c.B, nan);
-  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, false>,
-                  pr.shape, lay, pr.E.data(), static_cast<const T*>(nullptr), pr.W_pv.data(),
-                  pr.W_kq.data(), y.data(), static_cast<double*>(nullptr));
+  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(),
+                  k::lsa_prediction_kernel<T, Mode::predict>, pr.shape, lay, pr.E.data(),
+                  static_cast<const T*>(nullptr), pr.W_pv.data(), pr.W_kq.data(), y.data(),
+                  static_cast<double*>(nullptr), static_cast<T*>(nullptr));
   expect_close(y, y_cpu, tolerance<T>(), "predict");
   // Loss and gradient: kernel, fixed-order reduction, epilogue.
   lay = k::PredictionLayout::make<T>(rows, cols, c.warps, true);
   std::vector<T> y_loss(c.B, nan), d_pv(n2, nan), d_kq(n2, nan);
   std::vector<double> partial(c.grid * lay.acc_width(), std::numeric_limits<double>::quiet_NaN());
-  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, true>,
+  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, Mode::loss>,
                   pr.shape, lay, pr.E.data(), pr.y_q.data(), pr.W_pv.data(), pr.W_kq.data(),
-                  y_loss.data(), partial.data());
-  const auto total = reduce(partial, int(c.grid), lay.acc_width());
+                  y_loss.data(), partial.data(), static_cast<T*>(nullptr));
+  auto total = reduce(partial, int(c.grid), lay.acc_width());
   double loss = std::numeric_limits<double>::quiet_NaN();
-  lsa_emu::launch(1, k::kReduceThreads, 0, k::loss_grad_epilogue_kernel<T>, total.data(), rows,
-                  c.B, d_pv.data(), d_kq.data(), &loss);
+  lsa_emu::launch(1, k::kReduceThreads, 0, k::prediction_epilogue_kernel<T>, total.data(), rows,
+                  1.0 / double(c.B), d_pv.data(), d_kq.data(), &loss);
   expect_close(y_loss, y_loss_cpu, tolerance<T>(), "loss y_hat");
   EXPECT_NEAR(loss, L, tolerance<T>() * L) << "loss";
   expect_close(d_pv, g_pv, tolerance<T>(), "d_W_pv");
   expect_close(d_kq, g_kq, tolerance<T>(), "d_W_kq");
+  // Prediction VJP for the upstream d_y = y_q (any vector): kernel, reduction, epilogue vs the CPU.
+  std::vector<T> v_pv(n2), v_kq(n2), dE_cpu(c.B * rows * cols), dE(dE_cpu.size(), nan);
+  lsa_native::lsa_predict_vjp(pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(),
+                              pr.y_q.data(), v_pv.data(), v_kq.data(), dE_cpu.data());
+  std::fill(partial.begin(), partial.end(), std::numeric_limits<double>::quiet_NaN());
+  std::fill(d_pv.begin(), d_pv.end(), nan);
+  std::fill(d_kq.begin(), d_kq.end(), nan);
+  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, Mode::vjp>,
+                  pr.shape, lay, pr.E.data(), pr.y_q.data(), pr.W_pv.data(), pr.W_kq.data(),
+                  static_cast<T*>(nullptr), partial.data(), dE.data());
+  total = reduce(partial, int(c.grid), lay.acc_width());
+  lsa_emu::launch(1, k::kReduceThreads, 0, k::prediction_epilogue_kernel<T>, total.data(), rows,
+                  1.0, d_pv.data(), d_kq.data(), static_cast<double*>(nullptr));
+  expect_close(d_pv, v_pv, tolerance<T>(), "predict_vjp d_W_pv");
+  expect_close(d_kq, v_kq, tolerance<T>(), "predict_vjp d_W_kq");
+  expect_close(dE, dE_cpu, tolerance<T>(), "predict_vjp d_E");
 }
 
 template <class T>

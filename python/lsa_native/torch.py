@@ -27,8 +27,7 @@ outputs are ``torch.from_numpy`` of the core's arrays); a non-contiguous input i
 (``Tensor.contiguous()``). CUDA tensors run on the native CUDA backend in place (read through
 ``__cuda_array_interface__``, results allocated by PyTorch on the same device; all tensors of a
 call on one device, on the default stream); without CUDA kernels or a GPU they raise a clear
-``ValueError``. On the GPU the backward of :func:`lsa_predict` runs the full native VJP with a
-one-hot upstream (O(N d²) per prompt instead of O(N d)).
+``ValueError``.
 Double backward is refused (``once_differentiable``): the native VJPs are not differentiable.
 """
 from __future__ import annotations
@@ -157,17 +156,9 @@ class _LSAPredict(torch.autograd.Function):
     @_first_order
     def backward(ctx, d_y):
         E = ctx.saved_tensors[0]
-        args = _lsa_args(*ctx.saved_tensors)
-        if _device(E) == "cuda":
-            # No O(N d) prediction VJP on the GPU yet: the full VJP with the one-hot upstream
-            # d_F[:, d, N] = d_y gives the same gradients (ŷ = F[:, d, N]) at O(N d²) per prompt.
-            d_F = torch.zeros_like(E)
-            d_F[:, -1, -1] = d_y
-            d_W_pv, d_W_kq, d_E = _lsa.vjp(*args, d_F, with_input_grad=ctx.needs_input_grad[0],
-                                           device="cuda")
-        else:
-            d_W_pv, d_W_kq, d_E = _predict_vjp(*args, _operand(d_y, "d_y", E),
-                                               with_input_grad=ctx.needs_input_grad[0])
+        d_W_pv, d_W_kq, d_E = _predict_vjp(*_lsa_args(*ctx.saved_tensors), _operand(d_y, "d_y", E),
+                                           with_input_grad=ctx.needs_input_grad[0],
+                                           device=_device(E))
         return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
 
 

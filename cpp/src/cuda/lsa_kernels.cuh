@@ -79,34 +79,41 @@ __global__ void reduce_partials_kernel(const double* __restrict__ partial, int c
 
 // ---- prediction and loss gradient: one warp per prompt -----------------------------------------
 
+// What a prediction kernel computes: ŷ only; ŷ, the loss and its gradient partials (weight res per
+// prompt); or the prediction VJP (weight dŷ per prompt: the same partials, and dE).
+enum class PredictionMode { predict, loss, vjp };
+
 // Shared memory of the prediction kernels, in bytes: per block W^KQ [rows, rows] and p [rows];
-// per warp the double accumulators (loss gradient only) and the T scratch.
+// per warp the double accumulators (loss gradient / VJP only) and the T scratch.
 struct PredictionLayout {
   int rows, cols, warps;
-  bool loss;
+  bool sums;  // loss or vjp: the per-warp double accumulators exist
   std::size_t block_bytes, warp_bytes;
   // Per-warp doubles: acc = [loss, d_p (rows), d_K (rows²)] then coef (rows), e_q (rows).
   __host__ __device__ int acc_width() const { return 1 + rows + rows * rows; }
-  __host__ __device__ std::size_t warp_doubles() const { return loss ? std::size_t(acc_width() + 2 * rows) : 0; }
-  // Per-warp T: prompt [rows, cols], q [rows], t [cols], s [cols].
+  __host__ __device__ std::size_t warp_doubles() const { return sums ? std::size_t(acc_width() + 2 * rows) : 0; }
+  // Per-warp T: prompt [rows, cols], q [rows], t [cols], s [cols], G p [rows].
   template <class T>
-  static PredictionLayout make(int rows, int cols, int warps, bool loss) {
-    PredictionLayout l{rows, cols, warps, loss, 0, 0};
+  static PredictionLayout make(int rows, int cols, int warps, bool sums) {
+    PredictionLayout l{rows, cols, warps, sums, 0, 0};
     l.block_bytes = align16(sizeof(T) * std::size_t(rows * rows + rows));
     l.warp_bytes = align16(sizeof(double) * l.warp_doubles() +
-                           sizeof(T) * std::size_t(rows * cols + rows + 2 * cols));
+                           sizeof(T) * std::size_t(rows * cols + 2 * rows + 2 * cols));
     return l;
   }
   __host__ __device__ std::size_t total() const { return block_bytes + std::size_t(warps) * warp_bytes; }
 };
 
-// kLoss = false: y_hat only. kLoss = true: also the per-block partial sums
-// partial [gridDim.x, 1 + rows + rows²] = [Σ res², Σ res g_p/N, Σ res (g_k/N) e_q^T] (SPEC 3.2).
-template <class T, bool kLoss>
+// predict: y_hat. loss (weight w_b = res_b = ŷ_b − y_q,b): also the per-block partial sums
+// partial [gridDim.x, 1 + rows + rows²] = [Σ w², Σ w g_p/N, Σ w (g_k/N) e_q^T] (SPEC 3.2).
+// vjp (weight w_b = dŷ_b = upstream[b]): the same partials (slot 0 unused) and, when d_E is not
+// null, d_E [B, rows, cols] = dŷ ∂ŷ/∂E (recipe::prediction_input_grad_entry).
+template <class T, PredictionMode kMode>
 __global__ void lsa_prediction_kernel(LsaShape sh, PredictionLayout lay, const T* __restrict__ E,
-                                      const T* __restrict__ y_q, const T* __restrict__ W_pv,
+                                      const T* __restrict__ upstream, const T* __restrict__ W_pv,
                                       const T* __restrict__ W_kq, T* __restrict__ y_hat,
-                                      double* __restrict__ partial) {
+                                      double* __restrict__ partial, T* __restrict__ d_E) {
+  constexpr bool kSums = kMode != PredictionMode::predict;
   LSA_DYNAMIC_SHARED(smem);
   const int rows = lay.rows, cols = lay.cols, N = cols - 1, size = rows * cols;
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
@@ -114,20 +121,22 @@ __global__ void lsa_prediction_kernel(LsaShape sh, PredictionLayout lay, const T
   T* sp = sW_kq + rows * rows;            // [rows] last row of W^PV
   unsigned char* mine = smem + lay.block_bytes + std::size_t(warp) * lay.warp_bytes;
   double* acc = reinterpret_cast<double*>(mine);  // [acc_width]
-  double* coef = acc + lay.acc_width();           // [rows] res g_k / N
+  double* coef = acc + lay.acc_width();           // [rows] w g_k / N
   double* e_q = coef + rows;                      // [rows]
   T* prompt = reinterpret_cast<T*>(mine + sizeof(double) * lay.warp_doubles());  // [rows, cols]
   T* q = prompt + size;                           // [rows]
   T* t = q + rows;                                // [cols]
   T* s = t + cols;                                // [cols]
+  T* Gp = s + cols;                               // [rows] G p = g_k / N (vjp with d_E)
 
   for (int i = threadIdx.x; i < rows * rows; i += blockDim.x) sW_kq[i] = W_kq[i];
   for (int i = threadIdx.x; i < rows; i += blockDim.x) sp[i] = W_pv[(rows - 1) * rows + i];
-  if (kLoss)
+  if (kSums)
     for (int i = lane; i < lay.acc_width(); i += kWarp) acc[i] = 0;
   __syncthreads();
 
   const Mat<T> Ep = rows_of<T>(prompt, cols), Wk = rows_of<T>(sW_kq, rows);
+  const T inv_n = recipe::inv_context<T>(N);
   double loss = 0;  // lane 0's running Σ res²
   const index_t n_warps = index_t(gridDim.x) * lay.warps;
   for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < sh.batch; b += n_warps) {
@@ -139,35 +148,56 @@ __global__ void lsa_prediction_kernel(LsaShape sh, PredictionLayout lay, const T
     for (int j = lane; j < cols; j += kWarp) {
       T tj, sj;
       recipe::token_scalars(Ep, rows, sp, q, j, tj, sj);
-      if (kLoss) {
+      if (kSums) {
         t[j] = tj;
         s[j] = sj;
       }
       sum_ts += tj * sj;
     }
-    sum_ts = warp_sum(sum_ts);
-    const T pred = recipe::prediction(Ep(rows - 1, N), sum_ts, N);
-    if (lane == 0 && y_hat != nullptr) y_hat[b] = pred;
-    if (kLoss) {
-      __syncwarp();  // t, s complete
-      const double res = double(pred) - double(y_q[b]);
-      const double scale = recipe::residual_scale<T>(res, N);
-      if (lane == 0) loss += res * res;
-      for (int r = lane; r < rows; r += kWarp) {
-        T g_p, g_k;
-        recipe::weighted_row_sums(Ep, cols, t, s, r, g_p, g_k);
-        acc[1 + r] += scale * double(g_p);  // ∂L_b/∂p
-        coef[r] = scale * double(g_k);
-        e_q[r] = double(Ep(r, N));
+    if (kMode != PredictionMode::vjp) {
+      sum_ts = warp_sum(sum_ts);
+      const T pred = recipe::prediction(Ep(rows - 1, N), sum_ts, N);
+      if (lane == 0 && y_hat != nullptr) y_hat[b] = pred;
+      if (kMode == PredictionMode::predict) {
+        __syncwarp();  // the next prompt overwrites the staged one
+        continue;
       }
-      __syncwarp();
-      double* d_K = acc + 1 + rows;  // += coef e_q^T, lanes along the columns (no div/mod)
-      for (int r = 0; r < rows; ++r)
-        for (int c = lane; c < rows; c += kWarp) d_K[r * rows + c] += coef[r] * e_q[c];
+    }
+    __syncwarp();  // t, s complete
+    double w;      // the prompt's weight
+    if (kMode == PredictionMode::loss) {
+      const T pred = recipe::prediction(Ep(rows - 1, N), sum_ts, N);
+      w = double(pred) - double(upstream[b]);
+      if (lane == 0) loss += w * w;
+    } else {
+      w = double(upstream[b]);
+    }
+    const double scale = recipe::residual_scale<T>(w, N);
+    for (int r = lane; r < rows; r += kWarp) {
+      T g_p, g_k;
+      recipe::weighted_row_sums(Ep, cols, t, s, r, g_p, g_k);
+      acc[1 + r] += scale * double(g_p);  // w ∂ŷ_b/∂p
+      coef[r] = scale * double(g_k);
+      e_q[r] = double(Ep(r, N));
+      if (kMode == PredictionMode::vjp) Gp[r] = g_k * inv_n;
+    }
+    __syncwarp();
+    double* d_K = acc + 1 + rows;  // += coef e_q^T, lanes along the columns (no div/mod)
+    for (int r = 0; r < rows; ++r)
+      for (int c = lane; c < rows; c += kWarp) d_K[r * rows + c] += coef[r] * e_q[c];
+    if (kMode == PredictionMode::vjp && d_E != nullptr) {
+      const T dy = upstream[b];
+      T* out = d_E + b * size;
+      for (int r = 0; r < rows; ++r) {  // row by row: the lanes write consecutive tokens
+        const T through_q = recipe::through_query_entry(Wk, Gp, rows, r);
+        for (int j = lane; j < cols; j += kWarp)
+          out[r * cols + j] =
+              recipe::prediction_input_grad_entry(dy, inv_n, sp, q, t, s, through_q, rows, N, r, j);
+      }
     }
     __syncwarp();  // the next prompt overwrites the staged one
   }
-  if (!kLoss) return;
+  if (!kSums) return;
   if (lane == 0) acc[0] = loss;
   __syncthreads();
   // Block partial: warps combined in order 0, 1, ...
@@ -180,23 +210,22 @@ __global__ void lsa_prediction_kernel(LsaShape sh, PredictionLayout lay, const T
   }
 }
 
-// d_W_pv = 0 but its last row = d_p / B; d_W_kq = d_K / B; loss = ½ Σ res² / B  [ZFB (3.7)].
+// d_W_pv = 0 but its last row = d_p · scale; d_W_kq = d_K · scale; with scale = 1/B for the loss
+// gradient (then loss = ½ Σ res² / B  [ZFB (3.7)]) and 1 for the prediction VJP (loss null).
 template <class T>
-__global__ void loss_grad_epilogue_kernel(const double* __restrict__ total, int rows, index_t batch,
-                                          T* __restrict__ d_W_pv, T* __restrict__ d_W_kq,
-                                          double* __restrict__ loss) {
-  const double inv_b = 1.0 / double(batch);
+__global__ void prediction_epilogue_kernel(const double* __restrict__ total, int rows, double scale,
+                                           T* __restrict__ d_W_pv, T* __restrict__ d_W_kq,
+                                           double* __restrict__ loss) {
   const double* d_p = total + 1;
   const double* d_K = d_p + rows;
   for (int i = threadIdx.x; i < rows * rows; i += blockDim.x) {
     const int r = i / rows, c = i % rows;
-    d_W_pv[i] = r == rows - 1 ? T(d_p[c] * inv_b) : T(0);
-    d_W_kq[i] = T(d_K[i] * inv_b);
+    d_W_pv[i] = r == rows - 1 ? T(d_p[c] * scale) : T(0);
+    d_W_kq[i] = T(d_K[i] * scale);
   }
-  if (threadIdx.x == 0) *loss = 0.5 * total[0] * inv_b;
+  if (threadIdx.x == 0 && loss != nullptr) *loss = 0.5 * total[0] * scale;
 }
 
-// Launch geometry shared by the kernels: the largest warps-per-block (≤ 4) whose shared memory
 // ---- full forward and VJP: one block per prompt --------------------------------------------------
 
 constexpr int kBlockThreads = 256;
