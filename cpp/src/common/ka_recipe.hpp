@@ -33,6 +33,32 @@
 
 namespace lsa_native::recipe {
 
+// ---- the saved forward context of one prompt (shared by the CPU and CUDA backends) -------------
+// Rows of n+1 tokens padded to Tt = n+1 rounded up to kContextLanes<T> (the CPU's 32-byte vectors:
+// 8 floats / 4 doubles), padding exactly 0. Layout [Z_0..Z_L | U | W | h̃ | Y]: Z_ℓ [D, Tt] for
+// ℓ = 0..L, then per (ℓ, s) in order ℓ·H + s: U, W [d, Tt] (all U first, then all W), h̃ [n, Tt],
+// Y = Z_ℓ M h̃ [D, Tt]. Offsets in values of T.
+template <class T>
+inline constexpr int kContextLanes = int(32 / sizeof(T));
+
+struct KaContext {
+  int d, n, D, L, H, Tt;
+  LSA_HD static KaContext make(int d, int n, int L, int H, int lanes) {
+    return {d, n, d + 1, L, H, (n + lanes) / lanes * lanes};
+  }
+  LSA_HD long long z(int l) const { return (long long)l * D * Tt; }
+  LSA_HD long long u(int l, int s) const { return z(L + 1) + (long long)(l * H + s) * d * Tt; }
+  LSA_HD long long w(int l, int s) const { return u(L, 0) + (long long)(l * H + s) * d * Tt; }
+  LSA_HD long long h(int l, int s) const { return w(L, 0) + (long long)(l * H + s) * n * Tt; }
+  LSA_HD long long y(int l, int s) const { return h(L, 0) + (long long)(l * H + s) * D * Tt; }
+  LSA_HD long long size() const { return y(L, 0); }  // Tt ((L+1) D + L H (2d + n + D))
+};
+
+template <class T>
+KaContext context_layout(const KernelAttentionShape& s) {
+  return KaContext::make(int(s.dim), int(s.context), int(s.layers), int(s.heads), kContextLanes<T>);
+}
+
 // ---- the activations h̃ of CCS (12), one value and one gradient function per table entry -------
 // Element-wise, given the column's shift (softmax: the max over the n sources, else unused):
 //   value: linear s, relu max(s, 0), exp e^s, softmax e^(s − shift) (normalized afterwards by
@@ -184,6 +210,6 @@ LSA_HD T input_gradient_entry(T base, Mat<T> Bm, Mat<T> dU, int d, int b, int j)
 
 // Seed of the loss's backward: ∂/∂TF of (1/B) Σ (TF + y_q)² = 2 (TF + y_q) / B   [CCS (5)].
 LSA_HD double loss_residual(double tf, double y_q) { return tf + y_q; }
-LSA_HD double loss_seed(double residual, long long batch) { return 2 * residual / double(batch); }
+LSA_HD double loss_seed(double residual, long long batch) { return 2 * residual * (1.0 / double(batch)); }
 
 }  // namespace lsa_native::recipe
