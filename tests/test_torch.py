@@ -13,10 +13,11 @@ from torch.autograd.gradcheck import GradcheckError  # noqa: E402
 
 import lsa_native.torch as lt  # noqa: E402
 from lsa_native import data  # noqa: E402
+from lsa_native import kernel_attention as ka  # noqa: E402
 from lsa_native.reference import kernel_attention as ka_ref  # noqa: E402
 from lsa_native.reference import lsa as lsa_ref  # noqa: E402
 
-ACTS = ["linear", "relu", "exp", "softmax"]
+ACTS = list(ka.ACTIVATIONS)
 TOL = {torch.float64: 1e-11, torch.float32: 2e-4}  # relative to the largest entry
 
 

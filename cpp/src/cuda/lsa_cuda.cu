@@ -4,6 +4,7 @@
 #include <string>
 
 #include "cuda/lsa_cuda.hpp"
+#include "cuda/launch.cuh"
 #include "cuda/runtime.cuh"
 #include "cuda/lsa_kernels.cuh"
 
@@ -12,26 +13,12 @@ namespace {
 
 using namespace kernels;  // NOLINT: the kernels and their layout helpers
 
-// Launch geometry shared by the kernels: the largest warps-per-block (≤ 4) whose shared memory
-// fits, and as many blocks as are resident at once (capped by the work).
+// prepare_shared (launch.cuh) with the LSA shape in the message.
 template <class Kernel>
 void prepare(Kernel kernel, std::size_t smem, const DeviceScope& scope, const char* what,
              const LsaShape& sh) {
-  if (smem > std::size_t(scope.max_shared_bytes()))
-    throw Error(std::string(what) + ": prompts with d = " + std::to_string(sh.dim) + ", N = " +
-                std::to_string(sh.context) + " need " + std::to_string(smem) +
-                " bytes of shared memory per block; the CUDA device allows " +
-                std::to_string(scope.max_shared_bytes()) + " (use device='cpu' for such prompts)");
-  LSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-}
-
-template <class Kernel>
-int resident_blocks(Kernel kernel, int threads, std::size_t smem, const DeviceScope& scope,
-                    index_t work_blocks) {
-  int per_sm = 0;
-  LSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  const index_t resident = index_t(std::max(per_sm, 1)) * scope.sm_count();
-  return int(std::max<index_t>(1, std::min(resident, work_blocks)));
+  prepare_shared(kernel, smem, scope, std::string(what) + ": prompts with d = " +
+                                          std::to_string(sh.dim) + ", N = " + std::to_string(sh.context));
 }
 
 void check_prompt_size(const LsaShape& sh) {
@@ -67,15 +54,6 @@ void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E,
   kernel<<<blocks, threads, lay.total(), stream()>>>(sh, lay, E, upstream, W_pv, W_kq, y_hat,
                                                      partial_ptr, d_E);
   check_launch("lsa_prediction_kernel");
-}
-
-// Fixed-order reduction of [count, width] partials into a fresh device array [width].
-Scratch reduce_partials(const double* partial, int count, int width) {
-  Scratch total(sizeof(double) * std::size_t(width));
-  reduce_partials_kernel<<<width, kReduceThreads, 0, stream()>>>(
-      partial, count, width, static_cast<double*>(total.get()));
-  check_launch("reduce_partials_kernel");
-  return total;
 }
 
 }  // namespace
