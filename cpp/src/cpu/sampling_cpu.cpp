@@ -50,34 +50,6 @@ void check_lower_factor(const double* L, index_t d, const char* name) {
   }
 }
 
-template <class T>
-cpu::LinearPlan<T> make_plan(const LinearPromptSpec& s, std::uint32_t step) {
-  validate(s);
-  cpu::LinearPlan<T> P;
-  P.d = s.dim;
-  P.N = s.context;
-  P.key = rng::philox_key(s.seed);
-  P.step = step;
-  const index_t d = s.dim;
-  auto lower = [d](const double* L) {
-    std::vector<T> out(static_cast<size_t>(d * d), T(0));
-    for (index_t k = 0; k < d; ++k)
-      for (index_t m = 0; m <= k; ++m) out[k * d + m] = T(L[k * d + m]);
-    return out;
-  };
-  if (s.chol) P.L = lower(s.chol);
-  if (s.query_chol) P.Lq = lower(s.query_chol);
-  P.sigma = T(s.noise_std);
-  P.query_noise = s.query_noise;
-  P.tasks = static_cast<std::uint32_t>(s.tasks);
-  P.law = s.law;
-  P.law_a = T(s.law_a);
-  P.law_b = T(s.law_b);
-  P.law_p = T(s.law_p);
-  P.sphere = s.covariates == Covariates::sphere;
-  return P;
-}
-
 void check_batch(index_t batch, const LinearPromptSpec& s) {
   require(batch >= 1, "batch: expected >= 1, got " + std::to_string(batch));
   require(batch <= (index_t(1) << 32), "batch: expected <= 2^32 (prompt index field of the counter)");
@@ -183,7 +155,7 @@ template <class T>
 void sample_linear_prompts(const LinearPromptSpec& spec, index_t batch, std::uint32_t step,
                            const LinearPromptOutputs<T>& out) {
   check_batch(batch, spec);
-  const cpu::LinearPlan<T> P = make_plan<T>(spec, step);
+  const linear::Plan<T> P(spec, step);
   const auto& k = sampling<T>();
   const index_t d = P.d, N = P.N;
   detail::for_each_chunk(batch, [&](index_t, index_t b0, index_t b1) {
@@ -206,7 +178,7 @@ double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t ba
                                         const T* W_kq, T* d_W_pv, T* d_W_kq) {
   check_batch(batch, spec);
   require(W_pv && W_kq && d_W_pv && d_W_kq, "W_pv, W_kq, d_W_pv, d_W_kq: null pointer");
-  const cpu::LinearPlan<T> P = make_plan<T>(spec, step);
+  const linear::Plan<T> P(spec, step);
   const index_t d = P.d, N = P.N, rows = d + 1, cols = N + 1;
   const index_t width = cpu::fused_partial_size(d);
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(batch) * width));
