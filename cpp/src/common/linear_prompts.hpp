@@ -129,10 +129,11 @@ LSA_HD T label(const T* w, const T* x, index_t stride, index_t d) {
   return y;
 }
 
-// y + σ ε where the law has label noise (σ > 0), else y.
+// y_i = <w, x_i> + σ ε_i [ZFB 3.3]; *eps is read only when the law has label noise (σ > 0).
 template <class T>
-LSA_HD T with_noise(const Law<T>& P, T y, T eps) {
-  return P.sigma > T(0) ? y + P.sigma * eps : y;
+LSA_HD T noisy_label(const Law<T>& P, const T* w, const T* x, index_t stride, const T* eps) {
+  const T y = label(w, x, stride, P.d);
+  return P.sigma > T(0) ? y + P.sigma * *eps : y;
 }
 
 // The query target y_q = <w, x_q> (+ σ ε_q with query noise; ε_q passed by the caller, who draws it

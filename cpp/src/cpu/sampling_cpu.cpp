@@ -5,10 +5,15 @@
 
 #include "common/parallel.hpp"
 #include "common/philox.hpp"
+#include "common/wishart.hpp"
 #include "cpu/isa.hpp"
 #include "cpu/lsa_kernels.hpp"
 #include "cpu/sampling_kernels.hpp"
+#include "dispatch.hpp"
 #include "lsa_native/sampling.hpp"
+#if LSA_NATIVE_HAVE_CUDA
+#include "cuda/sampled_cuda.hpp"
+#endif
 
 namespace lsa_native {
 namespace {
@@ -175,18 +180,27 @@ void sample_linear_prompts(const LinearPromptSpec& spec, index_t batch, std::uin
 template <class T>
 double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t batch,
                                         std::uint32_t step, FusedMethod method, const T* W_pv,
-                                        const T* W_kq, T* d_W_pv, T* d_W_kq) {
+                                        const T* W_kq, T* d_W_pv, T* d_W_kq, Device device) {
   check_batch(batch, spec);
   require(W_pv && W_kq && d_W_pv && d_W_kq, "W_pv, W_kq, d_W_pv, d_W_kq: null pointer");
+  require(method == FusedMethod::tokens || method == FusedMethod::wishart,
+          "method: expected tokens or wishart");
   const linear::Plan<T> P(spec, step);
   const index_t d = P.d, N = P.N, rows = d + 1, cols = N + 1;
+  if (method == FusedMethod::wishart) {
+    require(!P.sphere, "method: 'wishart' needs Gaussian covariates (use method='tokens')");
+    const index_t dp = wishart::noise_dim(P);
+    require(N >= dp, "method: 'wishart' needs context N >= " + std::to_string(dp) +
+                         " (Bartlett); use method='tokens' for shorter prompts");
+  }
+  if (detail::use_cuda(device)) {
+#if LSA_NATIVE_HAVE_CUDA
+    return cuda::linear_prompts_lsa_loss_and_grad<T>(P, batch, method, W_pv, W_kq, d_W_pv, d_W_kq);
+#endif
+  }
   const index_t width = cpu::fused_partial_size(d);
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(batch) * width));
   if (method == FusedMethod::wishart) {
-    require(!P.sphere, "method: 'wishart' needs Gaussian covariates (use method='tokens')");
-    const index_t dp = P.sigma > T(0) ? d + 1 : d;
-    require(N >= dp, "method: 'wishart' needs context N >= " + std::to_string(dp) +
-                         " (Bartlett); use method='tokens' for shorter prompts");
     const auto& k = sampling<T>();
     detail::for_each_chunk(batch, [&](index_t c, index_t b0, index_t b1) {
       k.wishart_loss_grad(P, W_pv, W_kq, b0, b1, partials.data() + c * width);
@@ -232,7 +246,7 @@ double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t ba
                                          const LinearPromptOutputs<T>&);                          \
   template double linear_prompts_lsa_loss_and_grad<T>(const LinearPromptSpec&, index_t,           \
                                                       std::uint32_t, FusedMethod, const T*,       \
-                                                      const T*, T*, T*);
+                                                      const T*, T*, T*, Device);
 LSA_NATIVE_INSTANTIATE(float)
 LSA_NATIVE_INSTANTIATE(double)
 #undef LSA_NATIVE_INSTANTIATE

@@ -1,55 +1,22 @@
-// CUDA backend of the batched LSA (lsa.hpp): staging of host arrays, launch geometry and the
-// fixed-order reductions around the kernels of lsa_kernels.cuh.
+// CUDA backend of the batched LSA (lsa.hpp): staging of host arrays and launch geometry around the
+// kernels of lsa_kernels.cuh (shared launch helpers and reductions: lsa_launch.cuh).
 #include <algorithm>
 #include <string>
 
 #include "cuda/lsa_cuda.hpp"
+#include "cuda/lsa_launch.cuh"
 #include "cuda/runtime.cuh"
-#include "cuda/lsa_kernels.cuh"
 
 namespace lsa_native::cuda {
 namespace {
 
 using namespace kernels;  // NOLINT: the kernels and their layout helpers
 
-// fits, and as many blocks as are resident at once (capped by the work).
-template <class Kernel>
-void prepare(Kernel kernel, std::size_t smem, const DeviceScope& scope, const char* what,
-             const LsaShape& sh) {
-  if (smem > std::size_t(scope.max_shared_bytes()))
-    throw Error(std::string(what) + ": prompts with d = " + std::to_string(sh.dim) + ", N = " +
-                std::to_string(sh.context) + " need " + std::to_string(smem) +
-                " bytes of shared memory per block; the CUDA device allows " +
-                std::to_string(scope.max_shared_bytes()) + " (use device='cpu' for such prompts)");
-  LSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-}
-
-template <class Kernel>
-int resident_blocks(Kernel kernel, int threads, std::size_t smem, const DeviceScope& scope,
-                    index_t work_blocks) {
-  int per_sm = 0;
-  LSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  const index_t resident = index_t(std::max(per_sm, 1)) * scope.sm_count();
-  return int(std::max<index_t>(1, std::min(resident, work_blocks)));
-}
-
-void check_prompt_size(const LsaShape& sh) {
-  // Staged prompts are indexed with int inside a kernel.
-  detail::require((sh.dim + 1) * (sh.context + 1) < (index_t(1) << 30),
-                  "CUDA: a prompt (d+1)(N+1) must have fewer than 2^30 entries");
-}
-
 template <class T, bool kLoss>
 void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E, const T* y_q,
                        const T* W_pv, const T* W_kq, T* y_hat, Scratch* partial, int* blocks_out) {
-  check_prompt_size(sh);
-  const int rows = int(sh.dim + 1), cols = int(sh.context + 1);
   auto kernel = lsa_prediction_kernel<T, kLoss>;
-  PredictionLayout lay{};
-  for (int warps = 4; warps >= 1; warps /= 2) {
-    lay = PredictionLayout::make<T>(rows, cols, warps, kLoss);
-    if (lay.total() <= std::size_t(scope.max_shared_bytes()) || warps == 1) break;
-  }
+  const PredictionLayout lay = prediction_layout<T>(sh, kLoss, scope);
   prepare(kernel, lay.total(), scope, kLoss ? "lsa_loss_and_grad" : "lsa_predict", sh);
   const int threads = lay.warps * kWarp;
   const int blocks = resident_blocks(kernel, threads, lay.total(), scope,
@@ -62,15 +29,6 @@ void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E,
   }
   kernel<<<blocks, threads, lay.total(), stream()>>>(sh, lay, E, y_q, W_pv, W_kq, y_hat, partial_ptr);
   check_launch("lsa_prediction_kernel");
-}
-
-// Fixed-order reduction of [count, width] partials into a fresh device array [width].
-Scratch reduce_partials(const double* partial, int count, int width) {
-  Scratch total(sizeof(double) * std::size_t(width));
-  reduce_partials_kernel<<<width, kReduceThreads, 0, stream()>>>(
-      partial, count, width, static_cast<double*>(total.get()));
-  check_launch("reduce_partials_kernel");
-  return total;
 }
 
 }  // namespace
@@ -98,16 +56,8 @@ double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* 
   int blocks = 0;
   launch_prediction<T, true>(sh, scope, e.get(), y.get(), pv.get(), kq.get(), yh.get(), &partial,
                              &blocks);
-  const int rows = int(sh.dim + 1), width = 1 + rows + rows * rows;
-  Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks, width);
-  Scratch loss_dev(sizeof(double));
-  loss_grad_epilogue_kernel<T><<<1, kReduceThreads, 0, stream()>>>(
-      static_cast<const double*>(total.get()), rows, sh.batch, dpv.get(), dkq.get(),
-      static_cast<double*>(loss_dev.get()));
-  check_launch("loss_grad_epilogue_kernel");
-  double loss = 0;
-  LSA_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_dev.get(), sizeof(double), cudaMemcpyDeviceToHost, stream()));
-  LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the loss is returned: wait (reports faults)
+  const double loss = finish_loss_and_grad(partial, blocks, int(sh.dim + 1), sh.batch, dpv.get(),
+                                           dkq.get());
   dpv.finish();
   dkq.finish();
   yh.finish();
