@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cpu/lsa_cpu.hpp"
+#include "dispatch.hpp"
 #include "lsa_native/cuda_random.hpp"
 #include "lsa_native/device.hpp"
 #include "lsa_native/lsa.hpp"
@@ -190,5 +191,7 @@ template void cuda_random_uniforms<double>(const StreamId&, std::uint64_t, index
 LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE, float)
 LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE, double)
 #undef LSA_NATIVE_LSA_INSTANTIATE
+
+bool detail::use_cuda(Device device) { return ::lsa_native::use_cuda(device); }
 
 }  // namespace lsa_native

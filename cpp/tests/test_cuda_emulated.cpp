@@ -17,6 +17,7 @@
 #include "ka_problem.hpp"
 #include "lsa_native/kernel_attention.hpp"
 #include "lsa_native/lsa.hpp"
+#include "emulated_helpers.hpp"
 #include "lsa_problem.hpp"
 #include "lsa_native/sampling.hpp"
 
@@ -30,41 +31,9 @@ template <class T>
 using Problem = lsa_native::testing::LsaProblem<T>;
 using lsa_native::testing::random_lsa_problem;
 
-template <class T>
-double tolerance() {
-  return sizeof(T) == 4 ? 2e-4 : 1e-12;
-}
-
-// max |a − b| ≤ tol · max |b| (and no NaN: poisoned outputs must be overwritten).
-template <class A, class B>
-void expect_close(const std::vector<A>& a, const std::vector<B>& b, double tol, const char* what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(double(a[i]))) << what << ": entry " << i << " not written";
-    scale = std::max(scale, std::abs(double(b[i])));
-    err = std::max(err, std::abs(double(a[i]) - double(b[i])));
-  }
-  EXPECT_LE(err, tol * scale) << what;
-}
-
-// reduce_partials_kernel's order on the host (thread t sums rows t, t + 256, ...; then a binary
-// tree): the emulated kernel matches it bit for bit (ReducePartialsOrder), and the other tests use
-// it to keep the emulation fast.
-std::vector<double> reduce(const std::vector<double>& partial, int count, int width) {
-  std::vector<double> total(width);
-  for (int i = 0; i < width; ++i) {
-    double buf[k::kReduceThreads];
-    for (int t = 0; t < k::kReduceThreads; ++t) {
-      buf[t] = 0;
-      for (int r = t; r < count; r += k::kReduceThreads) buf[t] += partial[size_t(r) * width + i];
-    }
-    for (int h = k::kReduceThreads / 2; h > 0; h /= 2)
-      for (int t = 0; t < h; ++t) buf[t] += buf[t + h];
-    total[i] = buf[0];
-  }
-  return total;
-}
+using lsa_native::testing::expect_close;
+using lsa_native::testing::reduce;
+using lsa_native::testing::tolerance;
 
 TEST(CudaKernelsEmulated, ReducePartialsOrder) {
   const int count = 600, width = 3;

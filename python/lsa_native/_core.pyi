@@ -137,10 +137,10 @@ def kernel_gp_sample(seed: typing.SupportsInt | typing.SupportsIndex, step: typi
 def kernel_gp_sample(seed: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, kernel: typing.SupportsInt | typing.SupportsIndex, bandwidth: typing.SupportsFloat | typing.SupportsIndex, Sigma: numpy.typing.NDArray[numpy.float64] | None, Z0: numpy.typing.NDArray[numpy.float64], y_q: numpy.typing.NDArray[numpy.float64], xi: numpy.typing.NDArray[numpy.float64] | None = None, method: numpy.typing.NDArray[numpy.int32] | None = None) -> None:
     ...
 @typing.overload
-def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32]) -> float:
+def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32], device: str = 'cpu') -> float:
     ...
 @typing.overload
-def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64]) -> float:
+def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64], device: str = 'cpu') -> float:
     ...
 @typing.overload
 def lsa_forward(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32]) -> None:

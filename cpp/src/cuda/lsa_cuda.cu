@@ -1,31 +1,16 @@
-// CUDA backend of the batched LSA (lsa.hpp): staging of host arrays, launch geometry and the
-// fixed-order reductions around the kernels of lsa_kernels.cuh.
+// CUDA backend of the batched LSA (lsa.hpp): staging of host arrays and launch geometry around the
+// kernels of lsa_kernels.cuh (shared launch helpers and reductions: lsa_launch.cuh, launch.cuh).
 #include <algorithm>
 #include <string>
 
 #include "cuda/lsa_cuda.hpp"
-#include "cuda/launch.cuh"
+#include "cuda/lsa_launch.cuh"
 #include "cuda/runtime.cuh"
-#include "cuda/lsa_kernels.cuh"
 
 namespace lsa_native::cuda {
 namespace {
 
 using namespace kernels;  // NOLINT: the kernels and their layout helpers
-
-// prepare_shared (launch.cuh) with the LSA shape in the message.
-template <class Kernel>
-void prepare(Kernel kernel, std::size_t smem, const DeviceScope& scope, const char* what,
-             const LsaShape& sh) {
-  prepare_shared(kernel, smem, scope, std::string(what) + ": prompts with d = " +
-                                          std::to_string(sh.dim) + ", N = " + std::to_string(sh.context));
-}
-
-void check_prompt_size(const LsaShape& sh) {
-  // Staged prompts are indexed with int inside a kernel.
-  detail::require((sh.dim + 1) * (sh.context + 1) < (index_t(1) << 30),
-                  "CUDA: a prompt (d+1)(N+1) must have fewer than 2^30 entries");
-}
 
 template <class T, PredictionMode kMode>
 void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E, const T* upstream,
@@ -33,14 +18,8 @@ void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E,
                        int* blocks_out) {
   constexpr bool kSums = kMode != PredictionMode::predict;
   constexpr const char* kNames[] = {"lsa_predict", "lsa_loss_and_grad", "lsa_predict_vjp"};
-  check_prompt_size(sh);
-  const int rows = int(sh.dim + 1), cols = int(sh.context + 1);
   auto kernel = lsa_prediction_kernel<T, kMode>;
-  PredictionLayout lay{};
-  for (int warps = 4; warps >= 1; warps /= 2) {
-    lay = PredictionLayout::make<T>(rows, cols, warps, kSums);
-    if (lay.total() <= std::size_t(scope.max_shared_bytes()) || warps == 1) break;
-  }
+  const PredictionLayout lay = prediction_layout<T>(sh, kSums, scope);
   prepare(kernel, lay.total(), scope, kNames[int(kMode)], sh);
   const int threads = lay.warps * kWarp;
   const int blocks = resident_blocks(kernel, threads, lay.total(), scope,
@@ -81,16 +60,8 @@ double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* 
   int blocks = 0;
   launch_prediction<T, PredictionMode::loss>(sh, scope, e.get(), y.get(), pv.get(), kq.get(),
                                              yh.get(), nullptr, &partial, &blocks);
-  const int rows = int(sh.dim + 1), width = 1 + rows + rows * rows;
-  Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks, width);
-  Scratch loss_dev(sizeof(double));
-  prediction_epilogue_kernel<T><<<1, kReduceThreads, 0, stream()>>>(
-      static_cast<const double*>(total.get()), rows, 1.0 / double(sh.batch), dpv.get(), dkq.get(),
-      static_cast<double*>(loss_dev.get()));
-  check_launch("prediction_epilogue_kernel");
-  double loss = 0;
-  LSA_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_dev.get(), sizeof(double), cudaMemcpyDeviceToHost, stream()));
-  LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the loss is returned: wait (reports faults)
+  const double loss = finish_loss_and_grad(partial, blocks, int(sh.dim + 1), sh.batch, dpv.get(),
+                                           dkq.get());
   dpv.finish();
   dkq.finish();
   yh.finish();
@@ -109,11 +80,7 @@ void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_k
   int blocks = 0;
   launch_prediction<T, PredictionMode::vjp>(sh, scope, e.get(), dy.get(), pv.get(), kq.get(),
                                             nullptr, de.get(), &partial, &blocks);
-  const int rows = int(sh.dim + 1), width = 1 + rows + rows * rows;
-  Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks, width);
-  prediction_epilogue_kernel<T><<<1, kReduceThreads, 0, stream()>>>(
-      static_cast<const double*>(total.get()), rows, 1.0, dpv.get(), dkq.get(), nullptr);
-  check_launch("prediction_epilogue_kernel");
+  finish_prediction_sums(partial, blocks, int(sh.dim + 1), 1.0, dpv.get(), dkq.get(), false);
   dpv.finish();
   dkq.finish();
   de.finish();
