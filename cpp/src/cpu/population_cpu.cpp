@@ -1,4 +1,5 @@
-// Closed-form population loss of the one-layer LSA and its gradient (derivation: docs/population.md).
+// CPU implementation of the closed-form population losses of the one-layer LSA and their gradients
+// (population.hpp; derivation: docs/population.md). Arguments are validated by population.cpp.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -6,9 +7,9 @@
 #include <vector>
 
 #include "common/parallel.hpp"
-#include "lsa_native/population.hpp"
+#include "cpu/population_cpu.hpp"
 
-namespace lsa_native {
+namespace lsa_native::cpu {
 namespace {
 
 // Minimal dense row-major d x d matrix for the O(d^3) closed forms.
@@ -124,43 +125,6 @@ void add_scaled(Mat& M, double c, const Mat& A) {
 }
 void add_scaled(Vecd& v, double c, const Vecd& x) {
   for (size_t i = 0; i < v.size(); ++i) v[i] += c * x[i];
-}
-
-// Throws unless Λ [d, d] is symmetric (to 1e-10 relative) and positive definite (Cholesky).
-void check_covariance(index_t d, const double* L, const std::string& name) {
-  // Messages are built only on failure: this runs on every gradient evaluation.
-  double scale = 0;
-  for (index_t i = 0; i < d * d; ++i) {
-    if (!std::isfinite(L[i])) throw Error(name + ": contains non-finite values");
-    scale = std::max(scale, std::fabs(L[i]));
-  }
-  for (index_t i = 0; i < d; ++i)
-    for (index_t j = 0; j < i; ++j)
-      if (!(std::fabs(L[i * d + j] - L[j * d + i]) <= 1e-10 * scale))
-        throw Error(name + ": must be symmetric");
-  std::vector<double> c(L, L + d * d);  // in-place Cholesky of the lower triangle
-  for (index_t j = 0; j < d; ++j) {
-    double diag = c[j * d + j];
-    for (index_t k = 0; k < j; ++k) diag -= c[j * d + k] * c[j * d + k];
-    if (!(diag > 0)) throw Error(name + ": must be positive definite");
-    diag = std::sqrt(diag);
-    c[j * d + j] = diag;
-    for (index_t i = j + 1; i < d; ++i) {
-      double v = c[i * d + j];
-      for (index_t k = 0; k < j; ++k) v -= c[i * d + k] * c[j * d + k];
-      c[i * d + j] = v / diag;
-    }
-  }
-}
-
-void check_common(index_t d, const double* W_pv, const double* W_kq, index_t N) {
-  detail::require(d >= 1, "dimension d must be >= 1, got " + std::to_string(d));
-  detail::require(N >= 1, "training prompt length N must be >= 1, got " + std::to_string(N));
-  detail::require(W_pv != nullptr && W_kq != nullptr, "W_pv and W_kq must not be null");
-  for (index_t i = 0; i < (d + 1) * (d + 1); ++i) {
-    if (!std::isfinite(W_pv[i])) throw Error("W_pv: contains non-finite values (NaN or inf)");
-    if (!std::isfinite(W_kq[i])) throw Error("W_kq: contains non-finite values (NaN or inf)");
-  }
 }
 
 // The parameters that affect ŷ (SPEC 3.2/3.5): p = (p1; p2) last row of W^PV, K = [K1; k2^T] the
@@ -387,19 +351,10 @@ double twice_loss(const Params& P, const Mat& Lam, index_t N, Grad* g, const Lab
   return twice_loss_noiseless(P, Lam, N, g) + twice_noise_loss(P, Lam, N, noise, g);
 }
 
-void check_noise(const LabelNoise& noise) {
-  detail::require(std::isfinite(noise.std) && noise.std >= 0,
-                  "noise_std: expected sigma >= 0, got " + std::to_string(noise.std));
-}
-
 }  // namespace
 
 double population_loss(index_t d, const double* W_pv, const double* W_kq, const double* Lambda,
                        index_t N, double* d_W_pv, double* d_W_kq, const LabelNoise& noise) {
-  check_common(d, W_pv, W_kq, N);
-  check_noise(noise);
-  detail::require(Lambda != nullptr, "Lambda must not be null");
-  check_covariance(d, Lambda, "Lambda");
   const Params P(d, W_pv, W_kq);
   const bool want_grad = d_W_pv && d_W_kq;
   Grad g(d);
@@ -411,9 +366,6 @@ double population_loss(index_t d, const double* W_pv, const double* W_kq, const 
 double population_loss_random_diagonal(index_t d, const double* W_pv, const double* W_kq,
                                        const double* moments, index_t N, double* d_W_pv,
                                        double* d_W_kq, const LabelNoise& noise) {
-  check_common(d, W_pv, W_kq, N);
-  check_noise(noise);
-  detail::require(moments != nullptr, "moments must not be null");
   const double* m1 = moments;
   const double* m2 = moments + d;
   const double* m3 = moments + 2 * d;
@@ -442,8 +394,6 @@ double population_loss_random_diagonal(index_t d, const double* W_pv, const doub
   for (index_t i = 0; i < d; ++i) {
     const double var = m2[i] - m1[i] * m1[i];
     const double kappa = m3[i] - 3 * m1[i] * m2[i] + 2 * m1[i] * m1[i] * m1[i];  // E(λ − μ)³
-    detail::require(var >= -1e-12 * std::max(1.0, m2[i]),
-                    "moments: E[λ_i²] − E[λ_i]² must be >= 0, entry " + std::to_string(i));
     if (var <= 0 && kappa == 0) continue;  // deterministic entry
     // g(h) = 2L(μ + h e_i) is a cubic: g'' and g''' from 4 points are exact up to rounding, and a
     // step of the entry's own scale keeps the differences well conditioned.
@@ -470,13 +420,6 @@ double population_loss_random_diagonal(index_t d, const double* W_pv, const doub
 double population_loss_samples(index_t d, const double* W_pv, const double* W_kq,
                                const double* Lambdas, index_t n_samples, index_t N,
                                double* d_W_pv, double* d_W_kq, const LabelNoise& noise) {
-  check_common(d, W_pv, W_kq, N);
-  check_noise(noise);
-  detail::require(Lambdas != nullptr, "Lambdas must not be null");
-  detail::require(n_samples >= 1,
-                  "need at least one covariance sample, got " + std::to_string(n_samples));
-  for (index_t s = 0; s < n_samples; ++s)
-    check_covariance(d, Lambdas + s * d * d, "Lambdas[" + std::to_string(s) + "]");
   const Params P(d, W_pv, W_kq);
   const bool want_grad = d_W_pv && d_W_kq;
   std::vector<double> losses(static_cast<size_t>(n_samples));
@@ -501,10 +444,6 @@ double population_loss_samples(index_t d, const double* W_pv, const double* W_kq
 
 double reduced_loss(index_t d, const double* U11, double u, const double* Lambda, index_t N,
                     double* d_U11, double* d_u) {
-  detail::require(d >= 1, "dimension d must be >= 1, got " + std::to_string(d));
-  detail::require(N >= 1, "training prompt length N must be >= 1, got " + std::to_string(N));
-  detail::require(U11 != nullptr && Lambda != nullptr, "U11 and Lambda must not be null");
-  check_covariance(d, Lambda, "Lambda");
   const double n = double(N);
   const Mat Lam = to_mat(d, Lambda);
   const Mat U = to_mat(d, U11);
@@ -523,4 +462,4 @@ double reduced_loss(index_t d, const double* U11, double u, const double* Lambda
   return 0.5 * u * u * quad - u * lin;
 }
 
-}  // namespace lsa_native
+}  // namespace lsa_native::cpu
