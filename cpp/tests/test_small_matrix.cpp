@@ -174,12 +174,10 @@ TEST(SmallMatrixDense, ProductsMatchTheDefinitionAtOddSizes) {
     const auto a = random_matrix(n, n, gen), b = random_matrix(n, n, gen);
     const auto want = naive_product(a, b, n);
     // Poisoned outputs: every entry must be written.
-    std::vector<double> c_hd(want.size(), std::nan("")), c_simd(want.size(), std::nan(""));
-    matmul(a.data(), b.data(), c_hd.data(), n);
+    std::vector<double> c_simd(want.size(), std::nan(""));
     lsa_native::cpu::matmul(a.data(), b.data(), c_simd.data(), lsa_native::index_t(n));
     for (size_t i = 0; i < want.size(); ++i) {
       const double tol = 1e-13 * n;  // entries are O(√n); rounding grows at most like n·eps
-      EXPECT_NEAR(c_hd[i], want[i], tol) << "n = " << n << ", entry " << i;
       EXPECT_NEAR(c_simd[i], want[i], tol) << "n = " << n << ", entry " << i;
     }
   }

@@ -1,6 +1,6 @@
 // Small dense matrix kit for per-prompt math on both backends (LSA_HD): products, mat-vecs, traces
 // and updates of dense matrices, in-place Cholesky, cyclic Jacobi eigensolver, triangular mat-vecs
-// and solves. (The SIMD register-tile matmul of the CPU is cpu/small_matrix_kernels.hpp.) One thread (or one CUDA thread) owns a
+// and solves. (The CPU's matrix products are the SIMD register tiles of cpu/small_matrix_simd.hpp.) One thread (or one CUDA thread) owns a
 // matrix; sizes are a few dozen at most (a prompt's (n+1) x (n+1) kernel matrix, a d x d Λ).
 //
 // Layout: every matrix is dense row-major n x n, entry (i, j) at a[i * n + j], no aliasing between
@@ -75,14 +75,6 @@ LSA_HD void matvec_t(const T* a, int n, const T* x, T* y) {
 template <class T>
 LSA_HD void add_outer(T* m, int n, T c, const T* x, const T* y) {
   for (int i = 0; i < n; ++i) axpy(c * x[i], y, n, m + i * n);
-}
-
-// C = A B (C aliases neither), plain i-k-j loops.
-template <class T>
-LSA_HD void matmul(const T* a, const T* b, T* c, int n) {
-  for (int i = 0; i < n * n; ++i) c[i] = T(0);
-  for (int i = 0; i < n; ++i)
-    for (int k = 0; k < n; ++k) axpy(a[i * n + k], b + k * n, n, c + i * n);
 }
 
 // In-place Cholesky A = L Lᵀ of a symmetric positive-definite n x n matrix [a: n x n].
