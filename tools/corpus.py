@@ -122,6 +122,9 @@ POOLS = {
         ("{g} * 1e200", A), ("{g} * 1e-300", A), ("{g} * 0", E), ("{g}.astype(np.int32)", A),
         ("{g}[None]", E), ("np.eye(len({g}) + 1)", A),
     ],
+    "stack": [  # a covariance or a stack [S, d, d] of them
+        ("None", E), ("'abc'", E), ("{g} + 0j", E), ("{g}[:-1]", E), ("-{g}", E), ("{g}[None]", A),
+        ("nanify({g})", E), ("{g} * 1e200", A), ("{g} * 0", E)],
     "int": [
         ("0", E), ("-1", E), ("2.5", E), ("'3'", E), ("None", E), ("True", E), ("10**20", A),
         ("np.nan", E), ("np.int64({g})", A), ("float({g})", A), ("2**70", A),
@@ -139,7 +142,7 @@ POOLS = {
     ],
     "rfloat": [("np.nan", E), ("np.inf", E), ("'x'", E), ("None", E), ("1j", E), ("1e300", A),
                ("-1e300", A)],
-    "name": [("'nope'", E), ("None", E), ("3", E), ("''", E), ("['exp', 'exp', 'exp']", E)],
+    "name": [("'nope'", E), ("None", E), ("3", E), ("''", E), ("['exp', 'nope']", E)],
     "rng": [("None", E), ("0", E), ("'x'", E)],
     "dtype": [("np.int32", E), ("'nope'", E), ("np.float16", E), ("complex", E), ("None", A)],
 }
@@ -148,8 +151,9 @@ POOLS = {
 def _expand(kind: str, good: str):
     opt = kind.endswith("?")  # None allowed
     kind = kind.rstrip("?")
+    g = good if good.isidentifier() else f"np.asarray({good})"
     for tmpl, expect in POOLS[kind]:
-        code = tmpl.format(g=good)
+        code = tmpl.format(g=g)
         if opt and code == "None":
             expect = A
         yield code, expect
@@ -233,19 +237,19 @@ F = [
                                 "context": ("5", "int"), "kernel": ("'exp'", "name"),
                                 "bandwidth": ("1.0", "pfloat"), "Sigma": ("Lam", "cov?"),
                                 "dtype": ("np.float64", "dtype")}, []),
-    ("data.unit_sphere", {"rng": ("rng()", "rng"), "shape": ("(2, 3)", "array"), "dim": ("3", "int"),
+    ("data.unit_sphere", {"rng": ("rng()", "rng"), "shape": ("(2, 3)", "free"), "dim": ("3", "int"),
                           "Sigma": ("Lam", "cov?")}, []),
     ("data.sqrtm", {"M": ("Lam", "cov")}, ["Sigma"]),
     ("data.inverse_sqrtm", {"M": ("Lam", "cov")}, ["Sigma"]),
     ("bl.kernel_matrix", {"kernel": ("'exp'", "name"), "X1": ("X", "array"), "X2": ("X", "array"),
                           "bandwidth": ("1.0", "pfloat")}, ["K"]),
-    ("bl.psd_part", {"K": ("K", "array")}, []),
+    ("bl.psd_part", {"K": ("K", "free")}, []),
     ("bl.bayes_estimator", {"X": ("X", "array"), "y": ("y", "array"), "x_q": ("xq", "array"),
-                            "kernel": ("'exp'", "name"), "bandwidth": ("1.0", "pfloat"),
+                            "kernel": ("'exp'", "name"), "bandwidth": ("1.0", "pfloat?"),
                             "jitter": ("0.0", "nnfloat")}, []),
     ("bl.functional_gd", {"X": ("X", "array"), "y": ("y", "array"), "x_q": ("xq", "array"),
                           "kernel": ("'relu'", "name"), "step_sizes": ("np.array([0.1, 0.1])", "free"),
-                          "bandwidth": ("1.0", "pfloat")}, []),
+                          "bandwidth": ("1.0", "pfloat?")}, []),
     ("bl.ols", {"X": ("X", "array"), "y": ("y", "array"), "x_q": ("xq", "array")}, []),
     ("bl.ridge", {"X": ("X", "array"), "y": ("y", "array"), "x_q": ("xq", "array"), "lam": ("0.1", "pfloat")}, []),
     ("bl.zero_estimator", {"X": ("X", "array"), "y": ("y", "array"), "x_q": ("xq", "array")}, []),
@@ -260,16 +264,16 @@ F = [
     ("th.pl_constant", {"Lambda": ("Lam", "cov"), "N": ("5", "int"), "sigma": ("0.01", "pfloat"),
                         "ThetaThetaT": ("TT", "array")}, ["mu"]),
     ("th.thm42_prediction_error", {"Lambda": ("Lam", "cov"), "N": ("5", "int"), "M": ("7", "int"),
-                                   "w": ("w", "array")}, []),
+                                   "w": ("w", "array?")}, []),
     ("th.cor43_thresholds", {"Lambda": ("Lam", "cov"), "eps": ("0.1", "pfloat")}, []),
     ("th.thm45_limits", {"moments": ("mom", "free"), "N": ("5", "int")}, []),
     ("th.random_cov_prediction_matrix", {"moments": ("mom", "free"), "N": ("5", "int")}, []),
     ("th.quadratic_task_moments", {"Lambda": ("Lam", "cov"), "w": ("w", "array"), "v": ("v", "array"),
-                                   "beta": ("0.5", "rfloat")}, []),
+                                   "beta": ("0.5", "rfloat")}, ["Sigma", "best_linear_error"]),
     ("th.query_shift_error", {"Lambda": ("Lam", "cov"), "N": ("5", "int"), "M": ("7", "int"),
-                              "Lambda_query": ("2 * Lam", "cov"), "noise_std": ("0.1", "nnfloat")}, []),
+                              "Lambda_query": ("2 * Lam", "cov?"), "noise_std": ("0.1", "nnfloat")}, []),
     ("th.covariate_shift_error", {"Lambda": ("Lam", "cov"), "N": ("5", "int"), "M": ("7", "int"),
-                                  "Lambda_test": ("2 * Lam", "cov")}, []),
+                                  "Lambda_test": ("2 * Lam", "stack")}, []),
     ("th.random_cov_slopes", {"moments": ("mom", "free"), "N": ("5", "int")}, []),
     ("th.random_diagonal_error", {"a": ("np.ones(3) * 0.5", "array"), "M": ("7", "int"),
                                   "moments": ("mom", "array")}, []),
@@ -298,7 +302,7 @@ F = [
                                    "Lambda": ("Lam", "cov")}, []),
     ("train.LSAObjective", {"W_pv": ("W", "array"), "W_kq": ("W2", "array"), "method": ("'tokens'", "name")}, []),
     ("train.relative_distance", {"theta": ("np.ones(3)", "array"), "target": ("np.ones(3) * 2", "array")}, []),
-    ("train.dist_to_identity", {"M": ("Lam", "array")}, []),
+    ("train.dist_to_identity", {"M": ("Lam", "free")}, []),
     ("ln.set_num_threads", {"n": ("1", "int0")}, []),
 ]
 
@@ -326,10 +330,10 @@ SPECIAL = [
     ("lsa.vjp(E64, W, W2, nanify(dF))", E, ["d_F", "dE", "dW_kq", "dW_pv"]),
     ("lsa.predict_vjp(E64, W, W2, nanify(dy))", E, ["d_y", "dE", "dW_kq", "dW_pv"]),
     # kernel attention at large logits: 0·inf in exp attention.
-    ("ka.loss_and_grad(Z0 * 30, yq, V, Bk * 10, Ck * 10, 'exp')", A, ["dV", "dB", "dC", "loss", "B", "C", "Z0"]),
-    ("ka.loss_and_grad(Z0 * 30, yq, V, Bk * 10, Ck * 10, 'softmax')", A, ["dV", "dB", "dC", "loss"]),
-    ("ka.loss_and_grad(Z0.astype(np.float32) * 10, yq, V, Bk * 10, Ck * 10, 'exp')", A, ["dV", "dB", "dC", "loss"]),
-    ("ka.vjp(Z0 * 30, V, Bk * 10, Ck * 10, 'exp', dZ)", A, ["dV", "dB", "dC", "dZ0"]),
+    ("ka.loss_and_grad(Z0 * 30, yq, V, Bk * 10, Ck * 10, 'exp')", A, ["d_V", "d_B", "d_C", "loss", "predictions"]),
+    ("ka.loss_and_grad(Z0 * 30, yq, V, Bk * 10, Ck * 10, 'softmax')", A, ["d_V", "d_B", "d_C", "loss", "predictions"]),
+    ("ka.loss_and_grad(Z0.astype(np.float32) * 10, yq, V, Bk * 10, Ck * 10, 'exp')", A, ["d_V", "d_B", "d_C", "loss", "predictions"]),
+    ("ka.vjp(Z0 * 30, V, Bk * 10, Ck * 10, 'exp', dZ)", A, ["dV", "dB", "dC", "dZ0", "d_V", "d_B", "d_C", "d_Z0"]),
     ("ka.forward(Z0 * 30, V, Bk * 10, Ck * 10, 'exp')", A, ["Z", "Z_L", "exp"]),
     ("ka.vjp(Z0, V, Bk, Ck, 'exp', nanify(dZ))", E, ["d_Z_out"]),
     ("ka.loss_and_grad(Z0, yq, V, Bk, Ck, ['exp'])", A, ["activation"]),
@@ -384,7 +388,7 @@ SPECIAL = [
     ("th.thm42_error(Lam, 5, 7, np.ones(3), -Lam)", E, ["Sigma"]),
     ("th.limit_predictor_error(np.eye(3), 7, Lam)", A, []),
     ("th.limit_predictor_error(np.eye(3) * np.nan, 7, Lam)", E, ["A"]),
-    ("th.limit_predictor_error(np.eye(2), 7, Lam)", E, ["A"]),
+    ("th.limit_predictor_error(np.eye(2), 7, Lam)", E, ["A", "Lambda_test"]),
     ("th.limit_predictor_error(np.eye(3), 0, Lam)", E, ["M"]),
     ("th.limit_predictor_error(np.eye(3), 7, Lam, noise_std=-1)", E, ["noise_std"]),
     ("th.random_diagonal_error(np.ones(3), 7, mom, noise_std=np.nan)", E, ["noise_std"]),
@@ -419,7 +423,7 @@ SPECIAL = [
     ("pop.exponential_moments(3, scale=1e200)", A, ["scale", "moments"]),
     ("pop.diagonal_moments(1.0, 0.5, 1.0)", E, ["second", "mean", "moments"]),
     ("pop.diagonal_moments(1.0, 2.0, 1.0)", E, ["third", "moments"]),
-    ("pop.minimum_loss(Lam * 1e300, 5)", A, ["Lambda", "loss"]),
+    ("pop.minimum_loss(Lam * 1e300, 5)", A, ["Lambda", "loss", "minimum_loss"]),
     ("pop.loss_and_grad(W, W2, Lam, 5, noise_std=1e200)", A, ["noise_std", "loss"]),
     # sampling
     ("smp.LinearPrompts(3, 5).sample(2**62)", A, ["batch"]),
@@ -460,11 +464,11 @@ SPECIAL = [
     ("train.fit(train.PopulationObjective(W, W2, 5, Lambda=Lam), 'adam', steps=3, schedule='nope')", E, ["schedule"]),
     ("train.fit(train.LSAObjective(W, W2), 'adam', steps=3)", E, ["data"]),
     ("train.fit(train.LSAObjective(W, W2), 'adam', steps=3, data=42)", E, ["data"]),
-    ("train.fit(lambda th: (float(np.sum(th**2)), 2 * th), 'adam', steps=3, theta0=np.ones(3))", A, []),
-    ("train.fit(lambda th: (np.nan, th), 'adam', steps=3, theta0=np.ones(3))", A, ["loss", "diverged"]),
-    ("train.fit(lambda th: 1.0, 'adam', steps=3, theta0=np.ones(3))", E, ["objective"]),
+    ("train.fit(lambda th, step: (float(np.sum(th**2)), 2 * th), 'adam', steps=3, theta0=np.ones(3))", A, []),
+    ("train.fit(lambda th, step: (np.nan, th), 'adam', steps=3, theta0=np.ones(3))", A, ["loss", "diverged"]),
+    ("train.fit(lambda th, step: 1.0, 'adam', steps=3, theta0=np.ones(3))", E, ["objective"]),
     ("train.fit(42, 'adam', steps=3)", E, ["objective"]),
-    ("train.fit(train.KernelAttentionObjective(kp), 'adam', steps=3, data=smp.KernelGPPrompts(3, 5), lr=10.0)", A, ["loss", "diverged"]),
+    ("train.fit(train.KernelAttentionObjective(kp), 'adam', steps=3, data=train.Prompts(smp.KernelGPPrompts(3, 5), batch=8), lr=10.0)", A, ["loss", "diverged"]),
     ("train.Prompts(smp.LinearPrompts(3, 5), batch=0)", E, ["batch"]),
     ("train.Prompts(smp.LinearPrompts(3, 5), batch=4, resample_every=0)", E, ["resample_every"]),
     ("train.Prompts(42, batch=4)", E, ["spec"]),
@@ -491,7 +495,6 @@ SPECIAL = [
     ("train.relative_distance(np.ones(3), np.zeros(3))", A, ["target"]),
     ("train.relative_distance(np.ones(3), np.ones(4))", E, ["theta", "target"]),
     ("train.History().record(0, np.nan)", A, ["loss"]),
-    ("train.RunDir(42)", E, ["path", "run_dir"]),
     # experiments
     ("exps.run('nope')", E, ["id"]),
     ("exps.run('zfb-thm41', None, dim=0)", E, ["dim"]),
@@ -506,7 +509,7 @@ SPECIAL = [
     ("exps.run('zfb-shifts', None, noise=[-1.0])", E, ["noise"]),
     ("exps.run('zfb-random-cov', None, scales=[np.inf])", E, ["scales"]),
     ("exps.run('ccs-prop31', None, layers=-2)", E, ["layers"]),
-    ("exps.run('ccs-fig1', None, kernels=['nope'])", E, ["kernels"]),
+    ("exps.run('ccs-fig1', None, kernels=['nope'])", E, ["kernels", "kernel"]),
     ("exps.run('ccs-fig1', None, activations=['nope'])", E, ["activations"]),
     ("exps.run('ccs-fig2', None, depths=[0])", E, ["depths"]),
     ("exps.run('ccs-fig3-5-6', None, trace_every=0)", E, ["trace_every"]),
@@ -547,7 +550,7 @@ def build_cases() -> list[dict]:
 
     for func, args, outputs in F:
         area = func.split(".")[0]
-        names = list(args) + list(outputs)
+        names = list(args) + list(outputs) + [func.split(".")[-1]]
         base = ", ".join(f"{k}={g}" for k, (g, _) in args.items())
         add(area, f"{func}({base})", A, names)
         for arg, (good, kind) in args.items():

@@ -51,7 +51,7 @@ def kernel_matrix(kernel: str, X1, X2, bandwidth: float = 1.0) -> np.ndarray:
         K = np.maximum(G, 0)
     else:
         with np.errstate(over="ignore"):
-            K = np.exp(G / sigma**2)
+            K = np.exp(G / sigma / sigma)  # (σ² itself may overflow a Python float)
     return finite_output(K, "K", "exp(<u, w>/σ²) overflows: use a larger bandwidth")
 
 
@@ -161,5 +161,9 @@ def ridge(X, y, x_q, lam: float) -> np.ndarray:
     lam = positive_float(lam, "lam")
     d = X.shape[2]
     A = np.swapaxes(X, 1, 2) @ X + lam * np.eye(d)
-    w = np.linalg.solve(A, np.einsum("bnd,bn->bd", X, y)[..., None])[..., 0]
+    try:
+        w = np.linalg.solve(A, np.einsum("bnd,bn->bd", X, y)[..., None])[..., 0]
+    except np.linalg.LinAlgError:
+        raise ValueError("X, lam: XᵀX + λI is numerically singular (λ negligible against the "
+                         "scale of X); rescale X or raise lam") from None
     return finite_output(np.einsum("bi,bi->b", x_q, w), "ridge")

@@ -172,14 +172,16 @@ def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
 
 def sparse_value(A, r):
     """V = [[A, 0],[0, r]] of CCS Assumption 4.4 from A [L, H, d, d] and r [L, H]."""
-    A = np.asarray(A)
-    r = np.asarray(r)
-    if A.ndim != 4 or A.shape[2] != A.shape[3]:
+    A0, r0 = A, r
+    A = real_array(A, "A", ndim=4)
+    r = real_array(r, "r")
+    dtype = np.result_type(np.asarray(A0).dtype, np.asarray(r0).dtype, np.float32)
+    if A.shape[2] != A.shape[3]:
         raise ValueError(f"A: expected shape [L, H, d, d], got {A.shape}")
     if r.shape != A.shape[:2]:
         raise ValueError(f"r: expected shape {A.shape[:2]}, got {r.shape}")
     L, H, d, _ = A.shape
-    V = np.zeros((L, H, d + 1, d + 1), dtype=np.result_type(A, r, np.float32))
+    V = np.zeros((L, H, d + 1, d + 1), dtype=dtype)
     V[:, :, :d, :d] = A
     V[:, :, d, d] = r
     return V
@@ -296,9 +298,13 @@ class KernelAttentionParams:
 
     def loss(self, Z0, y_q) -> float:
         """(1/(2B)) Σ (TF + y_q)² from the forward pass only (float64 sum)."""
-        y_q = as_array(y_q, (np.shape(Z0)[0],), np.float64, "y_q")
-        residual = y_q - self.predict(Z0).astype(np.float64)  # y_q − (−TF) = TF + y_q
-        return float(0.5 * np.mean(residual**2))
+        from ._validation import finite_output
+
+        preds = self.predict(Z0).astype(np.float64)
+        y_q = as_array(y_q, preds.shape, np.float64, "y_q")
+        with np.errstate(over="ignore"):
+            residual = y_q - preds  # y_q − (−TF) = TF + y_q
+            return finite_output(float(0.5 * np.mean(residual**2)), "loss")
 
     def loss_and_grad(self, Z0, y_q):
         """(loss (1/(2B)) Σ (TF + y_q)², gradient as a flat vector in the order of

@@ -223,7 +223,7 @@ def quadratic_task_moments(Lambda, w, v, beta: float):
     v = real_array(v, "v", (d,))
     beta = real_float(beta, "beta")
     Lw, Lv = L @ w, L @ v
-    s = float(v @ Lv)
+    s = np.float64(v @ Lv)  # numpy floats overflow to inf (then reported), Python floats raise
     with np.errstate(over="ignore", invalid="ignore"):
         Sigma = (w @ Lw) * L + np.outer(Lw, Lw) + beta**2 * (2 * s**2 * L + 8 * s * np.outer(Lv, Lv))
         err = 2 * beta**2 * s**2
@@ -252,12 +252,18 @@ def limit_predictor_error(A, M: int, Lambda_test, *, Lambda_query=None, w=None,
     Λ_q ≠ Λ_t, and the covariate shift for Λ_t ≠ Λ. w=None averages over w ~ N(0, I_d)
     (ww^T → I). Λ_test may be a stack [S, d, d] (with Λ_query None): the error is averaged over
     it, e.g. over samples of a random Λ_new."""
+    return _limit_predictor_error(A, M, Lambda_test, Lambda_query, w, noise_std,
+                                  "limit_predictor_error")
+
+
+def _limit_predictor_error(A, M, Lambda_test, Lambda_query, w, noise_std, output: str) -> float:
+    """:func:`limit_predictor_error`; a non-finite result is reported as `output`."""
     A = real_array(A, "A", ndim=2)
     if A.shape[0] != A.shape[1]:
         raise ValueError(f"A: expected a square (d, d) array, got shape {A.shape}")
     d = A.shape[0]
     M = positive_int(M, "M")
-    s2 = nonnegative_float(noise_std, "noise_std") ** 2
+    s2 = np.float64(nonnegative_float(noise_std, "noise_std")) ** 2
     if w is not None:
         w = real_array(w, "w", (d,))
     tests = _psd_stack(Lambda_test, d, "Lambda_test")
@@ -271,7 +277,7 @@ def limit_predictor_error(A, M: int, Lambda_test, *, Lambda_query=None, w=None,
         bias = np.trace(R.T @ Lq @ R @ WW)
         Sigma = np.trace(WW @ Lt) * Lt + Lt @ WW @ Lt + s2 * Lt
         total += bias + np.trace(A.T @ Lq @ A @ Sigma) / M + s2
-    return finite_output(float(total / len(tests)), "limit_predictor_error")
+    return finite_output(float(total / len(tests)), output)
 
 
 def random_diagonal_error(a, M: int, moments, *, noise_std: float = 0.0) -> float:
@@ -289,7 +295,7 @@ def random_diagonal_error(a, M: int, moments, *, noise_std: float = 0.0) -> floa
         raise ValueError(f"moments: expected shape (3, {a.shape[0]}) (matching a), got {m.shape}")
     m1, m2, m3 = diagonal_moments(*m)
     M = positive_int(M, "M")
-    s2 = nonnegative_float(noise_std, "noise_std") ** 2
+    s2 = np.float64(nonnegative_float(noise_std, "noise_std")) ** 2
     bias = np.sum(a**2 * m3 - 2 * a * m2 + m1)
     var = np.sum(a**2 * (2 * m3 + m2 * (m1.sum() - m1) + s2 * m2)) / M
     return finite_output(float(bias + var + s2), "random_diagonal_error")
@@ -300,16 +306,16 @@ def query_shift_error(Lambda, N: int, M: int, Lambda_query, *, w=None, noise_std
     x_i ~ N(0, Λ) with an independent query x_q ~ N(0, Λ_query). Exact, any M
     (:func:`limit_predictor_error` with A = Γ^{-1}); relative to E y_q² it does not grow with
     the shift: tolerated."""
-    A = np.linalg.inv(gamma(Lambda, N))
-    return limit_predictor_error(A, M, Lambda, Lambda_query=Lambda_query, w=w, noise_std=noise_std)
+    A = finite_output(np.linalg.inv(gamma(Lambda, N)), "query_shift_error")
+    return _limit_predictor_error(A, M, Lambda, Lambda_query, w, noise_std, "query_shift_error")
 
 
 def covariate_shift_error(Lambda, N: int, M: int, Lambda_test, *, w=None, noise_std: float = 0.0):
     """Covariate shift of ZFB 4.2: the Theorem 4.1 limit trained on N(0, Λ), tested on prompts with
     x_i, x_q ~ N(0, Λ_test) (e.g. cΛ: ŷ → c<w, x_q> as M, N → ∞, not tolerated). Λ_test may be a
     stack of samples of a random Λ_new (averaged). Exact, any M."""
-    A = np.linalg.inv(gamma(Lambda, N))
-    return limit_predictor_error(A, M, Lambda_test, w=w, noise_std=noise_std)
+    A = finite_output(np.linalg.inv(gamma(Lambda, N)), "covariate_shift_error")
+    return _limit_predictor_error(A, M, Lambda_test, None, w, noise_std, "covariate_shift_error")
 
 
 def random_cov_slopes(moments, N: int, new_moments=None) -> dict:

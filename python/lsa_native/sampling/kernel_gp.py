@@ -54,7 +54,7 @@ class KernelGPPrompts:
         object.__setattr__(self, "_context", positive_int(context, "context"))
         object.__setattr__(self, "_kernel", check_kernel(kernel))
         bw = positive_float(bandwidth, "bandwidth")
-        if kernel == "exp" and 1 / bw**2 > _core.kernel_gp_max_exp_scale:
+        if kernel == "exp" and 1 / bw / bw > _core.kernel_gp_max_exp_scale:
             raise ValueError(f"bandwidth: the exp kernel needs 1/bandwidth² <= "
                              f"{_core.kernel_gp_max_exp_scale:g} (exp overflows), got {bandwidth}")
         object.__setattr__(self, "_bandwidth", bw)
