@@ -117,8 +117,18 @@ def as_real(a, name: str, dtype=np.float64) -> np.ndarray:
     return np.ascontiguousarray(a, dtype=dtype)
 
 
-def as_out(out, shape: tuple, dtype, name: str = "out") -> np.ndarray:
-    """A fresh output array, or `out` checked to be usable without a copy."""
+def check_no_overlap(name: str, out: np.ndarray, others: dict) -> None:
+    """ValueError naming `name` and the first of `others` ({name: array}) whose memory `out`
+    overlaps: a kernel writing `out` while reading (or writing) it would give wrong numbers."""
+    for other_name, a in others.items():
+        if isinstance(a, np.ndarray) and np.may_share_memory(out, a) and np.shares_memory(out, a):
+            raise ValueError(f"{name}: overlaps the memory of {other_name}; pass a separate output "
+                             f"array (or out=None)")
+
+
+def as_out(out, shape: tuple, dtype, name: str = "out", inputs: dict | None = None) -> np.ndarray:
+    """A fresh output array, or `out` checked to be usable without a copy and to overlap none of
+    `inputs` ({name: array}, the arrays the call reads or also writes)."""
     if out is None:
         return np.empty(shape, dtype=dtype)
     if not isinstance(out, np.ndarray):
@@ -129,6 +139,7 @@ def as_out(out, shape: tuple, dtype, name: str = "out") -> np.ndarray:
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {out.shape}")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError(f"{name}: must be C-contiguous and writeable")
+    check_no_overlap(name, out, inputs or {})
     return out
 
 

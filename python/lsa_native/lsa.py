@@ -53,7 +53,7 @@ def predict(E, W_pv, W_kq, *, out=None, device="auto") -> np.ndarray:
     if resolve_device(device, E=E, W_pv=W_pv, W_kq=W_kq, out=out) == "cuda":
         return _lsa_cuda.predict(E, W_pv, W_kq, out)
     E, W_pv, W_kq = _params(E, W_pv, W_kq)
-    y_hat = as_out(out, (E.shape[0],), E.dtype)
+    y_hat = as_out(out, (E.shape[0],), E.dtype, inputs={"E": E, "W_pv": W_pv, "W_kq": W_kq})
     _core.lsa_predict(E, W_pv, W_kq, y_hat)  # non-finite ŷ: flagged natively while written
     return y_hat
 
@@ -90,7 +90,7 @@ def forward(E, W_pv, W_kq, *, out=None, device="auto") -> np.ndarray:
     if resolve_device(device, E=E, W_pv=W_pv, W_kq=W_kq, out=out) == "cuda":
         return _lsa_cuda.forward(E, W_pv, W_kq, out)
     E, W_pv, W_kq = _params(E, W_pv, W_kq)
-    F = as_out(out, E.shape, E.dtype)
+    F = as_out(out, E.shape, E.dtype, inputs={"E": E, "W_pv": W_pv, "W_kq": W_kq})
     _core.lsa_forward(E, W_pv, W_kq, F)  # every value of F is tested natively as it is written
     return F
 

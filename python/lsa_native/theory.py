@@ -27,11 +27,13 @@ def thm41_limits(Lambda, N: int) -> tuple[np.ndarray, np.ndarray]:
     G = gamma(Lambda, N)
     d = G.shape[0]
     G_inv = np.linalg.inv(G)
-    scale = np.trace(G_inv @ G_inv) ** 0.25
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # reported just below
+        scale = np.trace(G_inv @ G_inv) ** 0.25
     W_pv = np.zeros((d + 1, d + 1))
     W_pv[d, d] = scale
     W_kq = np.zeros((d + 1, d + 1))
-    W_kq[:d, :d] = G_inv / scale
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        W_kq[:d, :d] = G_inv / scale
     return finite_output((W_pv, W_kq), "W_pv, W_kq", "Lambda is too ill-scaled")
 
 

@@ -94,7 +94,7 @@ class KernelGPPrompts:
         d, n = self._dim, self._context
         Z0, y_q = (None, None) if out is None else out
         Z0 = as_out(Z0, (B, d + 1, n + 1), dt, "out[0] (Z0)")
-        y_q = as_out(y_q, (B,), dt, "out[1] (y_q)")
+        y_q = as_out(y_q, (B,), dt, "out[1] (y_q)", inputs={"out[0] (Z0)": Z0})
         xi = np.empty((B, n + 1, d), dt) if return_xi else None
         _core.kernel_gp_sample(self._seed, k, GP_KERNELS[self._kernel], self._bandwidth,
                                self._Sigma, Z0, y_q, xi)

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import _core
-from .._validation import as_array, check_finite_result, float_dtype, nonnegative_float, positive_int
+from .._validation import as_array, check_finite_result, check_no_overlap, float_dtype, nonnegative_float, positive_int
 from ..data import PromptBatch, check_covariance
 from .random import check_seed, check_step
 
@@ -184,6 +184,7 @@ class LinearPrompts:
         d, N = self.dim, self.context
         E = _out(E, (B, d + 1, N + 1), dt, "E")
         y_q = _out(y_q, (B,), dt, "y_q")
+        check_no_overlap("y_q", y_q, {"E": E})
         _core.sample_linear_prompts(self._spec, B, check_step(step), E=E, y_q=y_q)
         return E, y_q
 
