@@ -51,10 +51,8 @@ MUTANTS = [
     Mutant("softmax-backward", "cpp/src/cpu/kernel_attention_kernels.inl",
            "dH[i * Tt + j] = H[i * Tt + j] * (dH[i * Tt + j] - col[j]);",
            "dH[i * Tt + j] = H[i * Tt + j] * dH[i * Tt + j];", "softmax Jacobian without the column term"),
-    Mutant("lsa-rho", "cpp/src/cpu/lsa_kernels.inl",
-           "  const T inv_n = T(1) / T(N);\n  for (index_t b = b0; b < b1; ++b) {\n    const T dot = w.load_and_forward(E + b * rows * cols, p);\n    const T pred",
-           "  const T inv_n = T(1) / T(N + 1);\n  for (index_t b = b0; b < b1; ++b) {\n    const T dot = w.load_and_forward(E + b * rows * cols, p);\n    const T pred",
-           "LSA loss with ρ = N+1 instead of N"),
+    Mutant("lsa-rho", "cpp/src/common/lsa_recipe.hpp", "  return T(1) / T(N);\n",
+           "  return T(1) / T(N + 1);\n", "LSA prediction and gradients with ρ = N+1 instead of N"),
     Mutant("lsa-grad-p", "cpp/src/cpu/lsa_kernels.inl", "d_p[r] += scaled * double(w.g_p[r]);",
            "d_p[r] += scaled * double(w.g_k[r]);", "∂ŷ/∂p uses Σ t_j e_j instead of Σ s_j e_j"),
     Mutant("wick-f6", "cpp/src/cpu/population.cpp", "add_outer(G.K1, inv_n2 * 4 * tau, a, a);",
@@ -63,8 +61,8 @@ MUTANTS = [
            "G.p2 += 2 * p2 * k2Lk2 * c3 * (1 + 1e-3);", "T3 gradient coefficient"),
     Mutant("random-diag-skew", "cpp/src/cpu/population.cpp", "kappa / 6.0 * third", "kappa / 3.0 * third",
            "random diagonal: third-cumulant term"),
-    Mutant("gamma", "python/lsa_native/theory.py", "return (1 + 1 / N) * L + np.trace(L) / N",
-           "return (1 + 1 / N) * L + np.trace(L) / (N + 1)", "Γ with tr(Λ)/(N+1)"),
+    Mutant("gamma", "python/lsa_native/theory.py", "(1 + 1 / N) * L + np.trace(L) / N * np.eye",
+           "(1 + 1 / N) * L + np.trace(L) / (N + 1) * np.eye", "Γ with tr(Λ)/(N+1)"),
     Mutant("thm41-scale", "python/lsa_native/theory.py", "scale = np.trace(G_inv @ G_inv) ** 0.25",
            "scale = np.trace(G_inv @ G_inv) ** 0.5", "Theorem 4.1 limit scale"),
     Mutant("psd-part", "python/lsa_native/baselines.py", "(U * np.abs(w)[..., None, :])",
@@ -87,9 +85,12 @@ def run(cmd, timeout):
         return -1, time.perf_counter() - t0, "timeout"
 
 
+PIP_CONFIG: list = []  # extra pip arguments (--config-setting), from the command line
+
+
 def rebuild(ctest_dir):
     code, _, out = run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "-q",
-                        "--no-deps", "-e", "."], 900)
+                        "--no-deps", *PIP_CONFIG, "-e", "."], 900)
     if code != 0:
         return False, out
     if ctest_dir:
@@ -117,7 +118,10 @@ def main(argv=None) -> int:
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--ctest", metavar="BUILD_DIR", help="also build and run ctest in BUILD_DIR")
     ap.add_argument("--timeout", type=float, default=900, help="seconds per suite run")
+    ap.add_argument("--config-setting", action="append", default=[], metavar="KEY=VALUE",
+                    help="passed to pip for the rebuilds, e.g. cmake.define.LSA_NATIVE_CUDA=OFF")
     args = ap.parse_args(argv)
+    PIP_CONFIG[:] = [f"--config-settings={c}" for c in args.config_setting]
     # SIGTERM unwinds like Ctrl-C, so the `finally` below always restores the mutated file.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(130))
     chosen = [m for m in MUTANTS if not args.only or m.name in args.only]

@@ -51,6 +51,8 @@ PYBIND11_MODULE(_core, m) {
     } catch (const lsa_native::Interrupted&) {
       // The signal handler's exception is already set; raise KeyboardInterrupt if it was cleared.
       if (!PyErr_Occurred()) PyErr_SetNone(PyExc_KeyboardInterrupt);
+    } catch (const lsa_native::NonFiniteError& e) {
+      PyErr_SetString(PyExc_FloatingPointError, e.what());
     }
   });
   m.def("cuda_compiled", &lsa_native::cuda_compiled, "True when CUDA kernels were compiled in.");

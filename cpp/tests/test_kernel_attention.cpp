@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "lsa_native/kernel_attention.hpp"
@@ -154,4 +155,47 @@ TEST(KernelAttention, InvalidArgumentsThrowError) {
                lsa_native::Error);
 }
 
+}  // namespace
+
+namespace {
+// exp attention at huge logits: exp overflows to inf, and 0·inf in the backward gives NaN
+// gradients even where the loss could stay finite. The entry points flag it while writing.
+TEST(KernelAttention, NonFiniteOutputsNameTheOutput) {
+  const index_t Bsz = 3, d = 2, n = 5, L = 1, H = 1, D = d + 1, per = D * (n + 1);
+  std::mt19937_64 gen(7);
+  std::normal_distribution<double> normal;
+  std::vector<double> Z0(Bsz * per), y(Bsz), V(L * H * D * D), Bq(d * d), Ck(d * d);
+  for (auto* v : {&Z0, &y, &V, &Bq, &Ck})
+    for (auto& x : *v) x = normal(gen);
+  for (auto& x : Z0) x *= 30;
+  for (auto& x : Bq) x *= 10;
+  for (auto& x : Ck) x *= 10;
+  const Activation acts[1] = {Activation::exp};
+  const KernelAttentionShape shape{Bsz, d, n, L, H};
+  std::vector<double> gV(V.size()), gB(Bq.size()), gC(Ck.size()), gZ(Z0.size());
+  std::string what;
+  try {
+    lsa_native::kernel_attention_loss_and_grad(shape, Z0.data(), y.data(), V.data(), Bq.data(),
+                                               Ck.data(), acts, gV.data(), gB.data(), gC.data(),
+                                               gZ.data(), static_cast<double*>(nullptr));
+  } catch (const lsa_native::NonFiniteError& e) {
+    what = e.what();
+  }
+  EXPECT_NE(what.find(": overflowed to non-finite values from finite inputs"), std::string::npos) << what;
+  const std::string output = what.substr(0, what.find(':'));
+  EXPECT_TRUE(output == "loss" || output == "d_V" || output == "d_B" || output == "d_C" ||
+              output == "d_Z0") << what;
+  // A NaN input is named instead.
+  Z0[4] = std::nan("");
+  for (auto& x : Bq) x /= 10;
+  for (auto& x : Ck) x /= 10;
+  try {
+    lsa_native::kernel_attention_forward(shape, Z0.data(), V.data(), Bq.data(), Ck.data(), acts,
+                                         gZ.data(), static_cast<double*>(nullptr));
+    what = "(no exception)";
+  } catch (const lsa_native::Error& e) {
+    what = e.what();
+  }
+  EXPECT_EQ(what.rfind("Z0: contains non-finite values", 0), 0u) << what;
+}
 }  // namespace

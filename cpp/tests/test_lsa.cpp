@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <string>
 #include <random>
 #include <thread>
 #include <vector>
@@ -85,6 +87,54 @@ TEST(LsaForward, BottomRightEntryIsThePrediction) {
   lsa_native::lsa_predict(p.shape, p.E.data(), p.W_pv.data(), p.W_kq.data(), y_hat.data());
   for (index_t b = 0; b < 300; ++b)
     EXPECT_NEAR(F[(b * 6 + 5) * 14 + 13], y_hat[b], 1e-12 * (1 + std::fabs(y_hat[b])));
+}
+
+// Outputs are tested while written: overflow from finite inputs -> NonFiniteError naming the
+// output; a NaN input -> Error naming the input. Odd sizes so the padded SIMD tails are exercised.
+std::string message_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "(no exception)";
+}
+
+TEST(LsaNonFinite, OutputsFlaggedInTheWritingPassNameTheOutput) {
+  Problem p = random_problem(37, 3, 11, 9);
+  const index_t n = p.E.size(), B = p.shape.batch;
+  std::vector<double> big(p.E), y(B), F(n), d_F(n, 1.0), g_pv(16), g_kq(16), g_E(n);
+  for (auto& x : big) x *= 1e120;  // ŷ ~ E³ overflows double; E stays finite
+  auto starts = [](const std::string& m, const std::string& prefix) { return m.rfind(prefix, 0) == 0; };
+  EXPECT_THROW(lsa_native::lsa_predict(p.shape, big.data(), p.W_pv.data(), p.W_kq.data(), y.data()),
+               lsa_native::NonFiniteError);
+  EXPECT_TRUE(starts(message_of([&] {
+    lsa_native::lsa_predict(p.shape, big.data(), p.W_pv.data(), p.W_kq.data(), y.data());
+  }), "y_hat: overflowed"));
+  EXPECT_TRUE(starts(message_of([&] {
+    lsa_native::lsa_forward(p.shape, big.data(), p.W_pv.data(), p.W_kq.data(), F.data());
+  }), "F: overflowed"));
+  // dE alone: P = W^PV G W^KQ huge, d_F moderate; the parameter gradients stay finite.
+  std::vector<double> W_pv(p.W_pv), W_kq(p.W_kq);
+  for (auto& x : W_pv) x *= 1e160;
+  for (auto& x : W_kq) x *= 1e160;
+  EXPECT_TRUE(starts(message_of([&] {
+    lsa_native::lsa_vjp(p.shape, p.E.data(), W_pv.data(), W_kq.data(), d_F.data(), g_pv.data(),
+                        g_kq.data(), g_E.data());
+  }), "dE: overflowed")) << "vjp";
+  EXPECT_NO_THROW(lsa_native::lsa_vjp(p.shape, p.E.data(), W_pv.data(), W_kq.data(), d_F.data(),
+                                      g_pv.data(), g_kq.data(), static_cast<double*>(nullptr)));
+  std::vector<double> nan_E(p.E);
+  nan_E[n - 5] = std::nan("");
+  EXPECT_THROW(lsa_native::lsa_forward(p.shape, nan_E.data(), p.W_pv.data(), p.W_kq.data(), F.data()),
+               lsa_native::Error);
+  EXPECT_TRUE(starts(message_of([&] {
+    lsa_native::lsa_forward(p.shape, nan_E.data(), p.W_pv.data(), p.W_kq.data(), F.data());
+  }), "E: contains non-finite values"));
+  EXPECT_TRUE(starts(message_of([&] {
+    lsa_native::lsa_loss_and_grad(p.shape, big.data(), p.y_q.data(), p.W_pv.data(), p.W_kq.data(),
+                                  g_pv.data(), g_kq.data(), y.data());
+  }), "loss: overflowed"));
 }
 
 TEST(LsaVjp, MatchesCentralDifferencesOfForward) {

@@ -30,30 +30,105 @@ def as_prompts(E, name: str = "E") -> np.ndarray:
     return np.ascontiguousarray(E)
 
 
+def _asarray(a, name: str) -> np.ndarray:
+    try:
+        return np.asarray(a)
+    except (ValueError, TypeError) as e:  # ragged nested lists and the like
+        raise TypeError(f"{name}: expected a real array, got {type(a).__name__} ({e})") from None
+
+
+def _cast(a: np.ndarray, dtype, name: str, finite: bool) -> np.ndarray:
+    """a as C-contiguous `dtype`; with `finite`, NaN/inf and values that overflow `dtype` refused."""
+    if finite and a.dtype.kind == "f" and not np.all(np.isfinite(a)):
+        raise ValueError(f"{name}: contains non-finite values (NaN or inf)")
+    with np.errstate(over="ignore"):
+        out = np.ascontiguousarray(a, dtype=dtype)
+    if finite and out.dtype.kind == "f" and not np.all(np.isfinite(out)):
+        big = float(np.max(np.abs(a.astype(np.float64))))
+        raise ValueError(f"{name}: values overflow {np.dtype(dtype)} (max |{name}| = {big:.3g} > "
+                         f"{float(np.finfo(dtype).max):.3g}); rescale it or use float64")
+    return out
+
+
 def as_array(a, shape: tuple, dtype, name: str, *, finite: bool = True) -> np.ndarray:
     """a converted to `dtype` (C-contiguous) after checking it is real-valued with `shape`."""
-    a = np.asarray(a)
+    a = _asarray(a, name)
     if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
         raise TypeError(f"{name}: expected a real floating-point array, got dtype {a.dtype}")
     if a.shape != tuple(shape):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
-    a = np.ascontiguousarray(a, dtype=dtype)
-    if finite and not np.all(np.isfinite(a)):
-        raise ValueError(f"{name}: contains non-finite values (NaN or inf)")
-    return a
+    return _cast(a, dtype, name, finite)
+
+
+def real_array(a, name: str, shape: tuple | None = None, *, ndim: int | None = None,
+               finite: bool = True, nonempty: bool = True, dtype=np.float64) -> np.ndarray:
+    """a as a C-contiguous real `dtype` array: complex, object, string and None refused (TypeError);
+    `shape` entries None match any size, `ndim` checks the rank only; empty arrays and (with
+    `finite`) NaN/inf refused (ValueError). Every message names the argument."""
+    a = _asarray(a, name)
+    if a.dtype.kind not in "biuf":
+        raise TypeError(f"{name}: expected a real-valued array, got dtype {a.dtype}")
+    if shape is not None:
+        shape = tuple(shape)
+        if a.ndim != len(shape) or any(s is not None and s != n for s, n in zip(shape, a.shape)):
+            want = "(" + ", ".join("*" if s is None else str(s) for s in shape) + ")"
+            raise ValueError(f"{name}: expected shape {want}, got {a.shape}")
+    if ndim is not None and a.ndim != ndim:
+        raise ValueError(f"{name}: expected a {ndim}-d array, got shape {a.shape}")
+    if nonempty and a.size == 0:
+        raise ValueError(f"{name}: expected a non-empty array, got shape {a.shape}")
+    return _cast(a, dtype, name, finite)
+
+
+def finite_output(result, output: str, hint: str = ""):
+    """`result` (an array, a number or a tuple of them) when all of it is finite, else
+    FloatingPointError naming `output`: finite, validated inputs overflowed."""
+    parts = result if isinstance(result, tuple) else (result,)
+    if all(np.all(np.isfinite(np.asarray(r, dtype=np.float64))) for r in parts):
+        return result
+    raise FloatingPointError(f"{output}: overflowed to a non-finite value from finite inputs"
+                             + (f" ({hint})" if hint else ""))
+
+
+def float_dtype(dtype, name: str = "dtype") -> np.dtype:
+    """float32 or float64, else TypeError naming the argument."""
+    try:
+        dt = np.dtype(dtype)
+    except TypeError:
+        raise TypeError(f"{name}: expected float32 or float64, got {dtype!r}") from None
+    if dt not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected float32 or float64, got {dt}")
+    return dt
+
+
+def check_rng(rng, name: str = "rng") -> np.random.Generator:
+    if not isinstance(rng, np.random.Generator):
+        raise TypeError(f"{name}: expected a numpy.random.Generator (np.random.default_rng(seed)), "
+                        f"got {type(rng).__name__}")
+    return rng
 
 
 def as_real(a, name: str, dtype=np.float64) -> np.ndarray:
     """a as a C-contiguous real array of `dtype`; complex, object and string input is refused
     (numpy would silently drop an imaginary part with only a warning)."""
-    a = np.asarray(a)
+    a = _asarray(a, name)
     if a.dtype.kind not in "biuf":
         raise TypeError(f"{name}: expected a real-valued array, got dtype {a.dtype}")
     return np.ascontiguousarray(a, dtype=dtype)
 
 
-def as_out(out, shape: tuple, dtype, name: str = "out") -> np.ndarray:
-    """A fresh output array, or `out` checked to be usable without a copy."""
+def check_no_overlap(name: str, out: np.ndarray, others: dict) -> None:
+    """ValueError naming `name` and the first of `others` ({name: array}) whose memory `out`
+    overlaps: a kernel writing `out` while reading (or writing) it would give wrong numbers."""
+    for other_name, a in others.items():
+        if isinstance(a, np.ndarray) and np.may_share_memory(out, a) and np.shares_memory(out, a):
+            raise ValueError(f"{name}: overlaps the memory of {other_name}; pass a separate output "
+                             f"array (or out=None)")
+
+
+def as_out(out, shape: tuple, dtype, name: str = "out", inputs: dict | None = None) -> np.ndarray:
+    """A fresh output array, or `out` checked to be usable without a copy and to overlap none of
+    `inputs` ({name: array}, the arrays the call reads or also writes)."""
     if out is None:
         return np.empty(shape, dtype=dtype)
     if not isinstance(out, np.ndarray):
@@ -64,17 +139,19 @@ def as_out(out, shape: tuple, dtype, name: str = "out") -> np.ndarray:
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {out.shape}")
     if not out.flags.c_contiguous or not out.flags.writeable:
         raise ValueError(f"{name}: must be C-contiguous and writeable")
+    check_no_overlap(name, out, inputs or {})
     return out
 
 
-def check_finite_result(result, inputs: dict) -> None:
-    """Raise ValueError naming the input that made `result` non-finite (cheap when it is finite)."""
+def check_finite_result(result, inputs: dict, output: str = "result") -> None:
+    """Raise ValueError naming the input that made `result` non-finite (cheap when it is finite),
+    or FloatingPointError naming `output` when the inputs were finite (overflow)."""
     if np.all(np.isfinite(result)):
         return
     for name, a in inputs.items():
         if not np.all(np.isfinite(a)):
             raise ValueError(f"{name}: contains non-finite values (NaN or inf)")
-    raise FloatingPointError("result overflowed to a non-finite value from finite inputs")
+    raise FloatingPointError(f"{output}: overflowed to a non-finite value from finite inputs")
 
 
 # Native sizes and counts are 64-bit signed integers.

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import positive_float
-from .data import PromptBatch, inverse_sqrtm
+from ._validation import finite_output, nonnegative_float, positive_float, real_array
+from .data import PromptBatch, inverse_sqrtm, prompt_arrays
 
 __all__ = ["KERNELS", "BANDWIDTH_CONVENTION", "check_kernel", "kernel_matrix", "psd_part",
            "bayes_estimator", "functional_gd", "zero_estimator", "ols", "ridge"]
@@ -37,16 +37,29 @@ def kernel_matrix(kernel: str, X1, X2, bandwidth: float = 1.0) -> np.ndarray:
     σ = ``bandwidth`` (exp only)  [CCS (12), (14)]. Pass whitened points ξ = Σ^{-1/2} x for the
     kernel of CCS Definition 3.3. X1 [B, m, d], X2 [B, k, d] → [B, m, k]."""
     check_kernel(kernel)
-    G = np.asarray(X1) @ np.swapaxes(np.asarray(X2), -1, -2)
+    sigma = positive_float(bandwidth, "bandwidth")
+    X1 = real_array(X1, "X1")
+    X2 = real_array(X2, "X2")
+    if X1.ndim < 2 or X2.ndim != X1.ndim or X1.shape[-1] != X2.shape[-1] \
+            or X1.shape[:-2] != X2.shape[:-2]:
+        raise ValueError(f"X1, X2: expected shapes [..., m, d] and [..., k, d] with the same batch "
+                         f"and d, got {X1.shape} and {X2.shape}")
+    G = X1 @ np.swapaxes(X2, -1, -2)
     if kernel == "linear":
-        return G
-    if kernel == "relu":
-        return np.maximum(G, 0)
-    return np.exp(G / positive_float(bandwidth, "bandwidth") ** 2)
+        K = G
+    elif kernel == "relu":
+        K = np.maximum(G, 0)
+    else:
+        with np.errstate(over="ignore"):
+            K = np.exp(G / sigma / sigma)  # (σ² itself may overflow a Python float)
+    return finite_output(K, "K", "exp(<u, w>/σ²) overflows: use a larger bandwidth")
 
 
 def psd_part(K) -> np.ndarray:
     """K_+ = U |D| U^T from K = U D U^T (eigenvalues made absolute)  [CCS Definition 3.3]."""
+    K = real_array(K, "K")
+    if K.ndim < 2 or K.shape[-1] != K.shape[-2]:
+        raise ValueError(f"K: expected square matrices [..., n, n], got shape {K.shape}")
     K = 0.5 * (K + np.swapaxes(K, -1, -2))
     w, U = np.linalg.eigh(K)
     return (U * np.abs(w)[..., None, :]) @ np.swapaxes(U, -1, -2)
@@ -69,7 +82,7 @@ def _kernel_problem(X, y, x_q, kernel, bandwidth, Sigma):
     else:
         if y is None or x_q is None:
             raise TypeError("y, x_q: required when X is an array (or pass a PromptBatch as X)")
-        xi, y, xi_q = np.asarray(X), np.asarray(y), np.asarray(x_q)
+        xi, y, xi_q = prompt_arrays(X, y, x_q)
         if Sigma is not None:
             W = inverse_sqrtm(Sigma, "Sigma", xi.shape[-1])
             xi, xi_q = xi @ W, xi_q @ W
@@ -89,6 +102,7 @@ def bayes_estimator(X, y=None, x_q=None, kernel: str | None = None, bandwidth: f
     K_+ (eigenvalues made absolute), not K: they differ for relu. ``jitter`` adds ε·I to K̂ for
     ill-conditioned kernels (e.g. linear with n > d). Bandwidth: exp(<u, w>/σ²) [CCS (14)]."""
     xi, y, xi_q, kernel, bandwidth = _kernel_problem(X, y, x_q, kernel, bandwidth, Sigma)
+    jitter = nonnegative_float(jitter, "jitter")
     pts = np.concatenate([xi, xi_q[:, None, :]], axis=1)
     Kp = psd_part(kernel_matrix(kernel, pts, pts, bandwidth))
     n = xi.shape[1]
@@ -96,7 +110,7 @@ def bayes_estimator(X, y=None, x_q=None, kernel: str | None = None, bandwidth: f
     nu = Kp[:, :n, n]
     # Minimum-norm solve: K̂ may be singular (linear kernel with n > d); pinv gives ν^T K̂^+ Ŷ.
     coef = np.einsum("bij,bj->bi", np.linalg.pinv(K_hat, hermitian=True), y)
-    return np.einsum("bi,bi->b", nu, coef)
+    return finite_output(np.einsum("bi,bi->b", nu, coef), "bayes_estimator")
 
 
 def functional_gd(X, y=None, x_q=None, kernel: str | None = None, step_sizes=None,
@@ -111,35 +125,45 @@ def functional_gd(X, y=None, x_q=None, kernel: str | None = None, step_sizes=Non
     every_layer=True)`` (CCS Prop. 3.1)."""
     if step_sizes is None:
         raise TypeError("step_sizes: required (one step size r_ℓ per iteration)")
+    steps = real_array(step_sizes, "step_sizes", ndim=1)
     xi, y, xi_q, kernel, bandwidth = _kernel_problem(X, y, x_q, kernel, bandwidth, Sigma)
     K_ctx = kernel_matrix(kernel, xi, xi, bandwidth)  # [B, n, n]
     K_q = kernel_matrix(kernel, xi_q[:, None, :], xi, bandwidth)[:, 0, :]  # [B, n]
     f_ctx = np.zeros_like(y, dtype=np.float64)
     f_q = np.zeros(xi.shape[0])
     out = [f_q.copy()]
-    for r in np.asarray(step_sizes, dtype=np.float64).ravel():
-        resid = y - f_ctx
-        f_q = f_q + r * np.einsum("bi,bi->b", K_q, resid)
-        f_ctx = f_ctx + r * np.einsum("bji,bi->bj", K_ctx, resid)
-        out.append(f_q.copy())
-    return np.stack(out, axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for r in steps:
+            resid = y - f_ctx
+            f_q = f_q + r * np.einsum("bi,bi->b", K_q, resid)
+            f_ctx = f_ctx + r * np.einsum("bji,bi->bj", K_ctx, resid)
+            out.append(f_q.copy())
+    return finite_output(np.stack(out, axis=1), "functional_gd", "the iteration diverged: use "
+                         "smaller step_sizes")
 
 
 def zero_estimator(X, y, x_q) -> np.ndarray:
     """ŷ = 0."""
-    return np.zeros(np.asarray(x_q).shape[0])
+    X, y, x_q = prompt_arrays(X, y, x_q)
+    return np.zeros(x_q.shape[0])
 
 
 def ols(X, y, x_q) -> np.ndarray:
     """Least squares (minimum-norm when n < d): ŷ = x_q^T X^+ y."""
-    w = np.einsum("bij,bj->bi", np.linalg.pinv(np.asarray(X)), np.asarray(y))
-    return np.einsum("bi,bi->b", np.asarray(x_q), w)
+    X, y, x_q = prompt_arrays(X, y, x_q)
+    w = np.einsum("bij,bj->bi", np.linalg.pinv(X), y)
+    return finite_output(np.einsum("bi,bi->b", x_q, w), "ols")
 
 
 def ridge(X, y, x_q, lam: float) -> np.ndarray:
     """Ridge regression ŷ = x_q^T (X^T X + λ I)^{-1} X^T y."""
-    X, y, x_q = np.asarray(X), np.asarray(y), np.asarray(x_q)
+    X, y, x_q = prompt_arrays(X, y, x_q)
+    lam = positive_float(lam, "lam")
     d = X.shape[2]
     A = np.swapaxes(X, 1, 2) @ X + lam * np.eye(d)
-    w = np.linalg.solve(A, np.einsum("bnd,bn->bd", X, y)[..., None])[..., 0]
-    return np.einsum("bi,bi->b", x_q, w)
+    try:
+        w = np.linalg.solve(A, np.einsum("bnd,bn->bd", X, y)[..., None])[..., 0]
+    except np.linalg.LinAlgError:
+        raise ValueError("X, lam: XᵀX + λI is numerically singular (λ negligible against the "
+                         "scale of X); rescale X or raise lam") from None
+    return finite_output(np.einsum("bi,bi->b", x_q, w), "ridge")

@@ -109,14 +109,27 @@ def _reproduce(args) -> int:
 
 def _demo(args) -> int:
     """``demo``: ``reproduce zfb-thm41`` with the historical flags (--plot PNG)."""
+    import os
     import shutil
     import tempfile
     from pathlib import Path
 
-    from .experiments import zfb_thm41
+    from . import experiments
+    from .experiments import _common, zfb_thm41
 
     sizes = dict(dim=args.dim, context=args.context, batch=args.batch, steps=args.steps,
                  lr=args.lr, flow_time=args.flow_time)
+    # Every argument is checked before the run: sizes, seed, and the plot's folder.
+    try:
+        _common.check_sizes(experiments.REGISTRY["zfb-thm41"].quick, sizes)
+        if args.seed < 0:
+            raise ValueError(f"--seed: expected an integer >= 0, got {args.seed}")
+        if args.plot:
+            folder = Path(args.plot).resolve().parent
+            if not folder.is_dir() or not os.access(folder, os.W_OK):
+                raise ValueError(f"--plot: folder {str(folder)!r} does not exist or is not writable")
+    except (ValueError, TypeError) as e:
+        raise UsageError(str(e)) from None
     with tempfile.TemporaryDirectory() as tmp:
         r = zfb_thm41(tmp if args.plot else None, seed=args.seed, progress=not args.quiet, **sizes)
         if args.plot:

@@ -5,7 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import positive_float, positive_int
+from ._validation import (as_real, check_rng, finite_output, float_dtype, nonnegative_float,
+                          positive_float, positive_int, real_array)
 
 __all__ = ["PromptBatch", "embed", "linear_regression_prompts", "kernel_gp_prompts",
            "unit_sphere", "check_covariance", "sqrtm", "inverse_sqrtm"]
@@ -81,22 +82,25 @@ def embed(X, y, x_q, dtype=np.float64) -> np.ndarray:
     """E = [[x_1 … x_N x_q],[y_1 … y_N 0]] ∈ R^{(d+1)x(N+1)} per prompt  [ZFB (3.4)].
 
     X [B, N, d], y [B, N], x_q [B, d] → E [B, d+1, N+1] (C-contiguous, the fast layout)."""
-    X, y, x_q = np.asarray(X), np.asarray(y), np.asarray(x_q)
+    X, y, x_q = prompt_arrays(X, y, x_q)
     B, N, d = X.shape
-    if y.shape != (B, N):
-        raise ValueError(f"y: expected shape {(B, N)}, got {y.shape}")
-    if x_q.shape != (B, d):
-        raise ValueError(f"x_q: expected shape {(B, d)}, got {x_q.shape}")
-    E = np.zeros((B, d + 1, N + 1), dtype=dtype)
+    E = np.zeros((B, d + 1, N + 1), dtype=float_dtype(dtype))
     E[:, :d, :N] = np.swapaxes(X, 1, 2)
     E[:, d, :N] = y
     E[:, :d, N] = x_q
     return E
 
 
+def prompt_arrays(X, y, x_q):
+    """(X [B, n, d], y [B, n], x_q [B, d]) as finite float64 arrays with matching sizes >= 1."""
+    X = real_array(X, "X", ndim=3)
+    B, n, d = X.shape
+    return X, real_array(y, "y", (B, n)), real_array(x_q, "x_q", (B, d))
+
+
 def check_covariance(Lambda, name: str = "Lambda", d: int | None = None) -> np.ndarray:
     """Λ as a float64 symmetric positive-definite [d, d] array, or a ValueError saying why not."""
-    L = np.asarray(Lambda, dtype=np.float64)
+    L = as_real(Lambda, name)
     if L.ndim != 2 or L.shape[0] != L.shape[1]:
         raise ValueError(f"{name}: expected a square [d, d] matrix, got shape {L.shape}")
     if d is not None and L.shape[0] != d:
@@ -126,9 +130,11 @@ def linear_regression_prompts(
     """Training prompts of ZFB 3.3: w ~ N(0, I_d), x_i, x_q iid N(0, Λ), y_i = <w, x_i> + σ ε_i
     with σ = ``noise_std``; the target y_q = <w, x_q> is noiseless unless ``query_noise`` (then
     y_q = <w, x_q> + σ ε_q, the target of the noisy population loss). Λ defaults to I_d."""
+    check_rng(rng)
     B, d, N = (positive_int(batch, "batch"), positive_int(dim, "dim"),
                positive_int(context, "context"))
-    noise_std = _nonnegative(noise_std, "noise_std")
+    noise_std = nonnegative_float(noise_std, "noise_std")
+    dtype = float_dtype(dtype)
     Lam = np.eye(d) if Lambda is None else check_covariance(Lambda, d=d)
     chol = np.linalg.cholesky(Lam)
     w = rng.standard_normal((B, d))
@@ -146,7 +152,14 @@ def linear_regression_prompts(
 
 def unit_sphere(rng: np.random.Generator, shape: tuple, dim: int, Sigma=None) -> np.ndarray:
     """Σ^{1/2} ξ with ξ uniform on the unit sphere in R^dim (CCS H.1); shape + (dim,)."""
-    xi = rng.standard_normal(tuple(shape) + (dim,))
+    check_rng(rng)
+    dim = positive_int(dim, "dim")
+    try:
+        shape = tuple(positive_int(n, "shape", minimum=0) for n in
+                      ((shape,) if isinstance(shape, (int, np.integer)) else shape))
+    except TypeError:
+        raise TypeError(f"shape: expected a tuple of integers >= 0, got {shape!r}") from None
+    xi = rng.standard_normal(shape + (dim,))
     xi /= np.linalg.norm(xi, axis=-1, keepdims=True)
     return xi if Sigma is None else xi @ sqrtm(Sigma, "Sigma", dim)
 
@@ -169,8 +182,10 @@ def kernel_gp_prompts(
     This is the numpy reference of :class:`lsa_native.sampling.KernelGPPrompts`."""
     from .baselines import kernel_matrix, check_kernel
 
+    check_rng(rng)
     B, d, n = positive_int(batch, "batch"), positive_int(dim, "dim"), positive_int(context, "context")
     kernel = check_kernel(kernel)
+    dtype = float_dtype(dtype)
     bandwidth = positive_float(bandwidth, "bandwidth")
     S = None if Sigma is None else check_covariance(Sigma, "Sigma", d)
     xi = unit_sphere(rng, (B, n + 1), d)  # ξ = Σ^{-1/2} x
@@ -178,6 +193,7 @@ def kernel_gp_prompts(
     K = kernel_matrix(kernel, xi, xi, bandwidth)
     w, U = np.linalg.eigh(0.5 * (K + np.swapaxes(K, 1, 2)))
     Y = np.einsum("bij,bj->bi", U * np.sqrt(np.abs(w))[:, None, :], rng.standard_normal((B, n + 1)))
+    finite_output(Y, "y", "the kernel matrix overflowed: use a larger bandwidth")
     X, x_q = X_all[:, :n], X_all[:, n]
     return PromptBatch(X=X, y=Y[:, :n], x_q=x_q, y_q=Y[:, n].astype(dtype), w=None,
                        E=embed(X, Y[:, :n], x_q, dtype), Sigma=np.eye(d) if S is None else S,
@@ -187,20 +203,10 @@ def kernel_gp_prompts(
 def sqrtm(M, name: str = "Sigma", d: int | None = None) -> np.ndarray:
     """The symmetric root M^{1/2} of an SPD matrix (checked by :func:`check_covariance`)."""
     w, U = np.linalg.eigh(check_covariance(M, name, d))
-    return (U * np.sqrt(w)) @ U.T
+    return finite_output((U * np.sqrt(w)) @ U.T, f"sqrtm({name})")
 
 
 def inverse_sqrtm(M, name: str = "Sigma", d: int | None = None) -> np.ndarray:
     """The symmetric inverse root M^{-1/2}: ξ = M^{-1/2} x whitens x (row vectors: x @ M^{-1/2})."""
     w, U = np.linalg.eigh(check_covariance(M, name, d))
-    return (U / np.sqrt(w)) @ U.T
-
-
-def _nonnegative(value, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}") from None
-    if not np.isfinite(v) or v < 0:
-        raise ValueError(f"{name}: expected a finite number >= 0, got {value}")
-    return v
+    return finite_output((U / np.sqrt(w)) @ U.T, f"inverse_sqrtm({name})")

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _core
-from ._validation import as_array, as_prompts, positive_float, positive_int
+from ._validation import (as_array, as_prompts, check_rng, positive_float, positive_int,
+                          real_array)
 
 __all__ = [
     "ACTIVATIONS",
@@ -45,13 +46,19 @@ __all__ = [
 ACTIVATIONS = {name: code for code, name in enumerate(_core.ACTIVATION_NAMES)}
 
 
-def _activation_codes(activation, heads: int) -> list[int]:
-    names = [activation] * heads if isinstance(activation, str) else list(activation)
+def _activation_codes(activation, heads: int, name: str = "activation") -> list[int]:
+    if isinstance(activation, str):
+        names = [activation] * heads
+    elif isinstance(activation, (list, tuple)):
+        names = list(activation)
+    else:
+        raise TypeError(f"{name}: expected a name or a list of names (one per head) from "
+                        f"{sorted(ACTIVATIONS)}, got {type(activation).__name__}")
     if len(names) != heads:
-        raise ValueError(f"activation: expected one name or {heads} names (one per head), got {len(names)}")
-    for name in names:
-        if name not in ACTIVATIONS:
-            raise ValueError(f"activation: unknown name {name!r}; expected one of {sorted(ACTIVATIONS)}")
+        raise ValueError(f"{name}: expected one name or {heads} names (one per head), got {len(names)}")
+    for n in names:
+        if not isinstance(n, str) or n not in ACTIVATIONS:
+            raise ValueError(f"{name}: unknown name {n!r}; expected one of {sorted(ACTIVATIONS)}")
     return [ACTIVATIONS[n] for n in names]
 
 
@@ -68,17 +75,6 @@ def _params(Z0, V, B, C):
     return Z0, V, B, C
 
 
-def _check_output(result, Z0, activation_codes):
-    if np.all(np.isfinite(result)):
-        return
-    if not np.all(np.isfinite(Z0)):
-        raise ValueError("Z0: contains non-finite values (NaN or inf)")
-    if ACTIVATIONS["exp"] in activation_codes:
-        raise FloatingPointError("exp activation overflowed (|S| too large): scale B, C or the "
-                                 "inputs down, or use float64")
-    raise FloatingPointError("kernel attention overflowed to a non-finite value")
-
-
 @dataclass(frozen=True)
 class ForwardContext:
     """The per-prompt state saved by ``forward(..., return_context=True)`` for :func:`vjp`: the
@@ -93,8 +89,11 @@ class ForwardContext:
 
 def context_size(dim: int, context: int, layers: int, heads: int, dtype=np.float32) -> int:
     """Values per prompt of a :class:`ForwardContext` (multiply by the itemsize for bytes)."""
-    return _core.kernel_attention_context_size(dim, context, layers, heads,
-                                               np.dtype(dtype) == np.float64)
+    from ._validation import float_dtype
+
+    return _core.kernel_attention_context_size(
+        positive_int(dim, "dim"), positive_int(context, "context"), positive_int(layers, "layers"),
+        positive_int(heads, "heads"), float_dtype(dtype) == np.float64)
 
 
 def forward(Z0, V, B, C, activation, *, return_predictions: bool = False,
@@ -113,8 +112,8 @@ def forward(Z0, V, B, C, activation, *, return_predictions: bool = False,
         Bsz, d, n, (L, H) = Z0.shape[0], Z0.shape[1] - 1, Z0.shape[2] - 1, V.shape[:2]
         ctx = ForwardContext(np.empty((Bsz, context_size(d, n, L, H, Z0.dtype)), Z0.dtype),
                              (Bsz, d, n, L, H))
+    # Non-finite outputs are flagged natively while written (FloatingPointError / ValueError).
     _core.kernel_attention_forward(Z0, V, B, C, codes, Z, preds, None if ctx is None else ctx.data)
-    _check_output(Z[:, -1, -1], Z0, codes)
     if not (return_predictions or return_context):
         return Z
     return (Z,) + ((preds,) if return_predictions else ()) + ((ctx,) if return_context else ())
@@ -141,7 +140,6 @@ def vjp(Z0, V, B, C, activation, d_Z_out, *, context: ForwardContext | None = No
     dZ0 = np.empty_like(Z0) if input_grad else None
     _core.kernel_attention_vjp(Z0, V, B, C, codes, d_Z_out, dV, dB, dC, dZ0,
                                None if context is None else context.data)
-    _check_output(dV, Z0, codes)
     return dV, dB, dC, dZ0
 
 
@@ -151,7 +149,6 @@ def predict(Z0, V, B, C, activation, *, every_layer: bool = False):
     codes = _activation_codes(activation, V.shape[1])
     preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype)
     _core.kernel_attention_forward(Z0, V, B, C, codes, None, preds)
-    _check_output(preds[:, -1], Z0, codes)
     return -preds if every_layer else -preds[:, -1]
 
 
@@ -166,7 +163,6 @@ def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
     dZ0 = np.empty_like(Z0) if input_grad else None
     preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype)
     loss = _core.kernel_attention_loss_and_grad(Z0, y_q, V, B, C, codes, dV, dB, dC, dZ0, preds)
-    _check_output(np.array([loss]), Z0, codes)
     # The core computes CCS (5), (1/B) Σ (TF + y_q)²; the package loss is half of it.
     loss *= 0.5
     for g in (dV, dB, dC) + ((dZ0,) if input_grad else ()):
@@ -177,14 +173,16 @@ def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
 
 def sparse_value(A, r):
     """V = [[A, 0],[0, r]] of CCS Assumption 4.4 from A [L, H, d, d] and r [L, H]."""
-    A = np.asarray(A)
-    r = np.asarray(r)
-    if A.ndim != 4 or A.shape[2] != A.shape[3]:
+    A0, r0 = A, r
+    A = real_array(A, "A", ndim=4)
+    r = real_array(r, "r")
+    dtype = np.result_type(np.asarray(A0).dtype, np.asarray(r0).dtype, np.float32)
+    if A.shape[2] != A.shape[3]:
         raise ValueError(f"A: expected shape [L, H, d, d], got {A.shape}")
     if r.shape != A.shape[:2]:
         raise ValueError(f"r: expected shape {A.shape[:2]}, got {r.shape}")
     L, H, d, _ = A.shape
-    V = np.zeros((L, H, d + 1, d + 1), dtype=np.result_type(A, r, np.float32))
+    V = np.zeros((L, H, d + 1, d + 1), dtype=dtype)
     V[:, :, :d, :d] = A
     V[:, :, d, d] = r
     return V
@@ -202,7 +200,7 @@ def loss_and_grad_sparse(Z0, y_q, A, r, B, C, activation, *, return_predictions:
     return res + (out[4],) if return_predictions else res
 
 
-@dataclass
+@dataclass(eq=False)
 class KernelAttentionParams:
     """Parameters of an L-layer, H-head kernel-attention model.
 
@@ -223,6 +221,17 @@ class KernelAttentionParams:
     def sparse(self) -> bool:
         return self.V is None
 
+    def __eq__(self, other) -> bool:
+        """Same parametrization, activations and array values (dtype-independent)."""
+        if not isinstance(other, KernelAttentionParams):
+            return NotImplemented
+        arrays = lambda p: (p.V, p.A, p.r, p.B, p.C)
+        return list(self.activations) == list(other.activations) and all(
+            (a is None) == (b is None) and (a is None or np.array_equal(a, b))
+            for a, b in zip(arrays(self), arrays(other)))
+
+    __hash__ = None
+
     @property
     def layers(self) -> int:
         return self.B.shape[0]
@@ -238,9 +247,11 @@ class KernelAttentionParams:
     def gaussian(cls, rng: np.random.Generator, dim: int, layers: int, heads: int = 1,
                  activations="softmax", *, sparse: bool = True, scale: float = 0.1):
         """Gaussian initialization (entries N(0, scale²)), as in CCS H.1."""
+        check_rng(rng)
         d, L, H = positive_int(dim, "dim"), positive_int(layers, "layers"), positive_int(heads, "heads")
+        scale = positive_float(scale, "scale")
+        _activation_codes(activations, H, "activations")
         names = [activations] * H if isinstance(activations, str) else list(activations)
-        _activation_codes(names, H)
         g = lambda *shape: scale * rng.standard_normal(shape)
         if sparse:
             return cls(B=g(L, H, d, d), C=g(L, H, d, d), activations=names, A=g(L, H, d, d), r=g(L, H))
@@ -262,11 +273,18 @@ class KernelAttentionParams:
 
         d = positive_int(dim, "dim")
         sigma = positive_float(bandwidth, "bandwidth")
-        r = np.asarray(step_sizes, dtype=np.float64)
-        names = [activations] if isinstance(activations, str) else list(activations)
-        _activation_codes(names, len(names))
+        r = real_array(step_sizes, "step_sizes")
+        if isinstance(activations, (list, tuple)) and not activations:
+            raise ValueError("activations: expected at least one name")
+        names = [activations] if isinstance(activations, str) else activations
+        _activation_codes(names, len(names) if isinstance(names, (list, tuple)) else 1, "activations")
+        names = list(names)
         H = len(names)
-        r = np.broadcast_to(r.reshape(len(r), -1), (len(r), H)).copy() if r.ndim == 1 else r
+        if r.ndim == 1:
+            r = np.broadcast_to(r[:, None], (len(r), H)).copy()
+        elif r.ndim != 2 or r.shape[1] != H:
+            raise ValueError(f"step_sizes: expected shape [L] or [L, {H}] (one per layer, or per "
+                             f"layer and head), got {r.shape}")
         L = r.shape[0]
         root = np.eye(d) if Sigma is None else inverse_sqrtm(Sigma, "Sigma", d)
         scale = np.array([1 / sigma if name in ("exp", "softmax") else 1.0 for name in names])
@@ -281,9 +299,13 @@ class KernelAttentionParams:
 
     def loss(self, Z0, y_q) -> float:
         """(1/(2B)) Σ (TF + y_q)² from the forward pass only (float64 sum)."""
-        y_q = as_array(y_q, (np.shape(Z0)[0],), np.float64, "y_q")
-        residual = y_q - self.predict(Z0).astype(np.float64)  # y_q − (−TF) = TF + y_q
-        return float(0.5 * np.mean(residual**2))
+        from ._validation import finite_output
+
+        preds = self.predict(Z0).astype(np.float64)
+        y_q = as_array(y_q, preds.shape, np.float64, "y_q")
+        with np.errstate(over="ignore"):
+            residual = y_q - preds  # y_q − (−TF) = TF + y_q
+            return finite_output(float(0.5 * np.mean(residual**2)), "loss")
 
     def loss_and_grad(self, Z0, y_q):
         """(loss (1/(2B)) Σ (TF + y_q)², gradient as a flat vector in the order of
@@ -301,7 +323,7 @@ class KernelAttentionParams:
 
     def from_vector(self, theta) -> "KernelAttentionParams":
         """A copy with parameters read from a flat vector (the layout of :meth:`to_vector`)."""
-        theta = np.asarray(theta, dtype=np.float64)
+        theta = real_array(theta, "theta", ndim=1)
         shapes = ([self.A.shape, self.r.shape] if self.sparse else [self.V.shape]) + [self.B.shape, self.C.shape]
         sizes = [int(np.prod(s)) for s in shapes]
         if theta.size != sum(sizes):

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import _core
-from ._validation import as_real, nonnegative_float, positive_float, positive_int, real_float
+from ._validation import (as_real, finite_output, real_array, nonnegative_float, positive_float, positive_int,
+                          real_float)
 from .data import check_covariance
 
 __all__ = [
@@ -62,9 +63,11 @@ def diagonal_moments(mean, second, third) -> np.ndarray:
     """Moments [3, d] = (E λ_i, E λ_i², E λ_i³) of independent diagonal entries, validated as the
     moments of a positive random variable: means > 0, variances E λ² − (E λ)² >= 0, and
     E λ³ · E λ >= (E λ²)² (Cauchy–Schwarz on λ^{1/2}·λ^{3/2}), finite."""
-    m = np.ascontiguousarray(np.stack([as_real(v, name)
-                                       for v, name in ((mean, "mean"), (second, "second"),
-                                                       (third, "third"))]))
+    parts = [as_real(v, name) for v, name in ((mean, "mean"), (second, "second"), (third, "third"))]
+    if not (parts[0].shape == parts[1].shape == parts[2].shape):
+        raise ValueError(f"mean, second, third: expected vectors of one length d, got shapes "
+                         f"{[p.shape for p in parts]}")
+    m = np.ascontiguousarray(np.stack(parts))
     if m.ndim != 2 or m.shape[1] < 1:
         raise ValueError(f"moments: expected three vectors of length d >= 1, got shape {m.shape}")
     if not np.all(np.isfinite(m)):
@@ -91,8 +94,10 @@ def _checked(result, what: str):
 def exponential_moments(d: int, scale: float = 1.0) -> np.ndarray:
     """Moments of λ_i iid scale·Exponential(1): (c, 2c², 6c³) [ZFB 4.3, the ⅓ example]."""
     d = positive_int(d, "d")
-    c = positive_float(scale, "scale")
-    return diagonal_moments(np.full(d, c), np.full(d, 2 * c**2), np.full(d, 6 * c**3))
+    c = np.float64(positive_float(scale, "scale"))
+    with np.errstate(over="ignore"):
+        m = (np.full(d, c), np.full(d, 2 * c**2), np.full(d, 6 * c**3))
+    return diagonal_moments(*finite_output(m, "moments", "scale³ overflows float64"))
 
 
 def _as_moments(moments, d: int) -> np.ndarray:
@@ -103,10 +108,7 @@ def _as_moments(moments, d: int) -> np.ndarray:
 
 
 def _noise(noise_std) -> float:
-    s = float(noise_std)
-    if not (np.isfinite(s) and s >= 0):
-        raise ValueError(f"noise_std: expected sigma >= 0, got {noise_std}")
-    return s
+    return nonnegative_float(noise_std, "noise_std")
 
 
 def loss(W_pv, W_kq, Lambda, N: int, *, noise_std: float = 0.0, query_noise: bool = False) -> float:
@@ -166,7 +168,9 @@ def minimum_loss(Lambda, N: int) -> float:
     from .theory import gamma
 
     Lam = check_covariance(Lambda)
-    return float(0.5 * np.trace(Lam) - 0.5 * np.trace(Lam @ Lam @ np.linalg.inv(gamma(Lam, N))))
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = float(0.5 * np.trace(Lam) - 0.5 * np.trace(Lam @ Lam @ np.linalg.inv(gamma(Lam, N))))
+    return finite_output(value, "minimum_loss")
 
 
 @dataclass
@@ -206,7 +210,7 @@ class FlowTrajectory:
 
 
 def _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_target, max_steps):
-    times = np.asarray(times, dtype=np.float64).ravel()
+    times = real_array(times, "times", ndim=1, finite=False, nonempty=False)
     if times.size == 0 or not np.all(np.isfinite(times)) or np.any(times < 0) or np.any(np.diff(times) < 0):
         raise ValueError("times: expected a non-empty, non-decreasing sequence of finite times >= 0")
     if method not in ("dopri5", "rk4"):

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._validation import as_real, positive_float, positive_int
-from .data import check_covariance
+from ._validation import (as_real, check_rng, finite_output, nonnegative_float, positive_float,
+                          positive_int, real_array, real_float)
+from .data import check_covariance, prompt_arrays
 
 __all__ = ["gamma", "thm41_limits", "assumption33_init", "sigma_bound", "limit_prediction",
            "relative_distance", "pl_constant", "thm42_prediction_error", "cor43_thresholds",
@@ -17,7 +18,7 @@ def gamma(Lambda, N: int) -> np.ndarray:
     """Γ = (1 + 1/N) Λ + tr(Λ)/N · I_d   [ZFB Theorem 4.1]."""
     L = check_covariance(Lambda)
     N = positive_int(N, "N")
-    return (1 + 1 / N) * L + np.trace(L) / N * np.eye(L.shape[0])
+    return finite_output((1 + 1 / N) * L + np.trace(L) / N * np.eye(L.shape[0]), "Gamma")
 
 
 def thm41_limits(Lambda, N: int) -> tuple[np.ndarray, np.ndarray]:
@@ -26,18 +27,20 @@ def thm41_limits(Lambda, N: int) -> tuple[np.ndarray, np.ndarray]:
     G = gamma(Lambda, N)
     d = G.shape[0]
     G_inv = np.linalg.inv(G)
-    scale = np.trace(G_inv @ G_inv) ** 0.25
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # reported just below
+        scale = np.trace(G_inv @ G_inv) ** 0.25
     W_pv = np.zeros((d + 1, d + 1))
     W_pv[d, d] = scale
     W_kq = np.zeros((d + 1, d + 1))
-    W_kq[:d, :d] = G_inv / scale
-    return W_pv, W_kq
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        W_kq[:d, :d] = G_inv / scale
+    return finite_output((W_pv, W_kq), "W_pv, W_kq", "Lambda is too ill-scaled")
 
 
 def sigma_bound(Lambda, N: int) -> float:
     """Largest admissible initialization scale: σ² < 2 / (√d ‖Γ‖_op)  [ZFB Theorem 4.1]."""
     G = gamma(Lambda, N)
-    return float(np.sqrt(2.0 / (np.sqrt(G.shape[0]) * np.linalg.norm(G, 2))))
+    return finite_output(float(np.sqrt(2.0 / (np.sqrt(G.shape[0]) * np.linalg.norm(G, 2)))), "sigma_bound")
 
 
 def assumption33_init(dim: int, sigma: float, *, rng: np.random.Generator | None = None,
@@ -46,15 +49,14 @@ def assumption33_init(dim: int, sigma: float, *, rng: np.random.Generator | None
     W^KQ(0) = σ [[ΘΘ^T, 0],[0, 0]] with ‖ΘΘ^T‖_F = 1. Θ is given, or drawn as M M^T/‖M M^T‖_F
     with M Gaussian from ``rng``."""
     d = positive_int(dim, "dim")
+    sigma = positive_float(sigma, "sigma")
     if Theta is None:
         if rng is None:
-            raise ValueError("assumption33_init: pass rng (to draw Θ) or Theta")
-        M = rng.standard_normal((d, d))
+            raise ValueError("rng, Theta: pass rng (to draw Θ) or Theta")
+        M = check_rng(rng).standard_normal((d, d))
         TT = M @ M.T
     else:
-        Theta = np.asarray(Theta, dtype=np.float64)
-        if Theta.shape != (d, d):
-            raise ValueError(f"Theta: expected shape {(d, d)}, got {Theta.shape}")
+        Theta = real_array(Theta, "Theta", (d, d))
         TT = Theta @ Theta.T
     norm = np.linalg.norm(TT)
     if norm == 0:
@@ -63,23 +65,31 @@ def assumption33_init(dim: int, sigma: float, *, rng: np.random.Generator | None
     W_pv[d, d] = sigma
     W_kq = np.zeros((d + 1, d + 1))
     W_kq[:d, :d] = sigma * TT / norm
-    return W_pv, W_kq
+    return finite_output((W_pv, W_kq), "W_pv, W_kq")
 
 
 def limit_prediction(X, y, x_q, Lambda, N: int) -> np.ndarray:
     """Prediction of the trained LSA at the Theorem 4.1 limit, ZFB (4.3):
     ŷ = x_q^T Γ^{-1} ((1/M) Σ_i y_i x_i) for test prompts X [B, M, d], y [B, M], x_q [B, d]."""
     G_inv = np.linalg.inv(gamma(Lambda, N))
-    X, y, x_q = np.asarray(X), np.asarray(y), np.asarray(x_q)
+    X, y, x_q = prompt_arrays(X, y, x_q)
+    if X.shape[2] != G_inv.shape[0]:
+        raise ValueError(f"X: expected d = {G_inv.shape[0]} (the size of Lambda), got shape {X.shape}")
     moment = np.einsum("bm,bmd->bd", y, X) / X.shape[1]
-    return np.einsum("bd,de,be->b", x_q, G_inv, moment)
+    return finite_output(np.einsum("bd,de,be->b", x_q, G_inv, moment), "limit_prediction")
 
 
 def relative_distance(W_pv, W_kq, W_pv_ref, W_kq_ref) -> float:
     """‖θ − θ*‖ / ‖θ*‖ over θ = (W^PV, W^KQ) (Frobenius)."""
+    W_pv_ref = real_array(W_pv_ref, "W_pv_ref", ndim=2)
+    W_kq_ref = real_array(W_kq_ref, "W_kq_ref", W_pv_ref.shape)
+    W_pv = real_array(W_pv, "W_pv", W_pv_ref.shape)
+    W_kq = real_array(W_kq, "W_kq", W_pv_ref.shape)
     num = np.sqrt(np.sum((W_pv - W_pv_ref) ** 2) + np.sum((W_kq - W_kq_ref) ** 2))
     den = np.sqrt(np.sum(W_pv_ref**2) + np.sum(W_kq_ref**2))
-    return float(num / den)
+    if den == 0:
+        raise ValueError("W_pv_ref, W_kq_ref: the reference θ* is zero (relative distance undefined)")
+    return finite_output(float(num / den), "relative_distance")
 
 
 def pl_constant(Lambda, N: int, sigma: float, ThetaThetaT) -> float:
@@ -95,13 +105,14 @@ def pl_constant(Lambda, N: int, sigma: float, ThetaThetaT) -> float:
     if sigma >= bound:
         raise ValueError(f"sigma: Lemma 5.4 needs σ < {bound:.6g} (Assumption 3.3's bound "
                          f"σ² < 2/(√d ‖Γ‖_op)); μ is not a PL constant for σ = {sigma}")
-    TT = as_real(ThetaThetaT, "ThetaThetaT")
-    if TT.shape != (d, d) or not np.all(np.isfinite(TT)):
-        raise ValueError(f"ThetaThetaT: expected a finite ({d}, {d}) array, got shape {TT.shape}")
+    TT = real_array(ThetaThetaT, "ThetaThetaT", (d, d))
+    if np.linalg.eigvalsh(0.5 * (TT + TT.T))[0] < -1e-12 * max(1.0, np.abs(TT).max()):
+        raise ValueError("ThetaThetaT: expected ΘΘ^T, a positive semi-definite matrix")
     theta_norm2 = float(np.trace(L @ L @ TT))  # ‖ΛΘ‖_F² = tr(Λ² ΘΘ^T)
     L_inv = np.linalg.inv(L)
     denom = np.sqrt(d) * np.linalg.norm(L, 2) ** 2 * np.trace(np.linalg.inv(G) @ L_inv) * np.trace(L_inv)
-    return float(sigma**2 * theta_norm2 * (2 - np.sqrt(d) * sigma**2 * np.linalg.norm(G, 2)) / denom)
+    mu = float(sigma**2 * theta_norm2 * (2 - np.sqrt(d) * sigma**2 * np.linalg.norm(G, 2)) / denom)
+    return finite_output(mu, "mu")
 
 
 def thm42_prediction_error(Lambda, N: int, M: int, w=None) -> float:
@@ -114,22 +125,25 @@ def thm42_prediction_error(Lambda, N: int, M: int, w=None) -> float:
     Gi = np.linalg.inv(gamma(L, N))
     G2 = Gi @ Gi
     trL = np.trace(L)
-    norm = (lambda A: float(np.trace(A))) if w is None else (
-        lambda A: float(np.asarray(w) @ A @ np.asarray(w)))
+    if w is not None:
+        w = real_array(w, "w", (L.shape[0],))
+    norm = (lambda A: float(np.trace(A))) if w is None else (lambda A: float(w @ A @ w))
     test = (norm(G2 @ L @ L @ L) + np.trace(G2 @ L @ L) * norm(L)) / M
     train = (norm(G2 @ L @ L @ L) + 2 * trL * norm(G2 @ L @ L) + trL**2 * norm(G2 @ L)) / N**2
-    return float(test + train)
+    return finite_output(float(test + train), "thm42_prediction_error")
 
 
 def cor43_thresholds(Lambda, eps: float) -> tuple[float, float]:
     """(M, N) thresholds of ZFB Corollary 4.3 for prediction error ε:
     M >= 2(d+1) tr(Λ)/ε and N >= sqrt(2(1+2d) tr(Λ) + d² κ) / √ε, κ the condition number of Λ."""
     L = check_covariance(Lambda)
+    eps = positive_float(eps, "eps")
     d = L.shape[0]
     ev = np.linalg.eigvalsh(L)
     kappa = ev[-1] / ev[0]
     trL = np.trace(L)
-    return float(2 * (d + 1) * trL / eps), float(np.sqrt(2 * (1 + 2 * d) * trL + d**2 * kappa) / np.sqrt(eps))
+    return finite_output((float(2 * (d + 1) * trL / eps),
+                          float(np.sqrt(2 * (1 + 2 * d) * trL + d**2 * kappa) / np.sqrt(eps))), "M, N")
 
 
 def _diagonal_random_cov_matrices(moments, N: int):
@@ -151,7 +165,7 @@ def thm45_limits(moments, N: int) -> tuple[np.ndarray, np.ndarray]:
     (moments [3, d] = E λ, E λ², E λ³): with A = [E Γτ Λτ²]^{-1} E[Λτ²],
     W*^KQ = ‖A‖_F^{-1/2} [[A, 0],[0, 0]], W*^PV = ‖A‖_F^{1/2} e_{d+1} e_{d+1}^T."""
     EL2, EGL2 = _diagonal_random_cov_matrices(moments, N)
-    A = np.linalg.solve(EGL2, EL2)
+    A = finite_output(np.linalg.solve(EGL2, EL2), "A")
     d = A.shape[0]
     s = np.linalg.norm(A)
     W_pv = np.zeros((d + 1, d + 1))
@@ -166,7 +180,7 @@ def random_cov_prediction_matrix(moments, N: int) -> np.ndarray:
     ŷ → x_q^T B Λ_new w. Averaged over Λ_new with N → ∞ too, E ŷ → x_q^T [EΛ²][EΛ³]^{-1}[EΛ] w,
     which is ⅓ <w, x_q> for Exponential(1) entries."""
     EL2, EGL2 = _diagonal_random_cov_matrices(moments, N)
-    return EL2 @ np.linalg.inv(EGL2)
+    return finite_output(EL2 @ np.linalg.inv(EGL2), "B")
 
 
 def thm42_error(Lambda, N: int, M: int, a, Sigma, best_linear_error: float = 0.0) -> float:
@@ -179,18 +193,25 @@ def thm42_error(Lambda, N: int, M: int, a, Sigma, best_linear_error: float = 0.0
     L = check_covariance(Lambda)
     d = L.shape[0]
     M = positive_int(M, "M")
-    a = np.asarray(a, dtype=np.float64)
-    S = np.asarray(Sigma, dtype=np.float64)
-    if a.shape != (d,):
-        raise ValueError(f"a: expected shape {(d,)}, got {a.shape}")
-    if S.shape != (d, d):
-        raise ValueError(f"Sigma: expected shape {(d, d)}, got {S.shape}")
+    a = real_array(a, "a", (d,))
+    S = _psd(Sigma, "Sigma", d)
+    best_linear_error = nonnegative_float(best_linear_error, "best_linear_error")
     Gi = np.linalg.inv(gamma(L, N))
     G2 = Gi @ Gi
     trL = np.trace(L)
     q = lambda A: float(a @ A @ a)
     train = (q(G2 @ L @ L @ L) + 2 * trL * q(G2 @ L @ L) + trL**2 * q(G2 @ L)) / N**2
-    return float(best_linear_error) + float(np.trace(S @ G2 @ L)) / M + train
+    return finite_output(best_linear_error + float(np.trace(S @ G2 @ L)) / M + train, "thm42_error")
+
+
+def _psd(S, name: str, d: int) -> np.ndarray:
+    """A finite symmetric positive semi-definite [d, d] matrix (a covariance that may be singular)."""
+    S = real_array(S, name, (d, d))
+    if not np.allclose(S, S.T, rtol=1e-10, atol=1e-12 * max(1.0, np.abs(S).max())):
+        raise ValueError(f"{name}: must be symmetric")
+    if np.linalg.eigvalsh(0.5 * (S + S.T))[0] < -1e-10 * max(1.0, np.abs(S).max()):
+        raise ValueError(f"{name}: must be positive semi-definite")
+    return S
 
 
 def quadratic_task_moments(Lambda, w, v, beta: float):
@@ -199,16 +220,20 @@ def quadratic_task_moments(Lambda, w, v, beta: float):
     u = v^Tx independent of z): a = w, best-linear error β² Var(u²) = 2β²s², and
     Σ = ‖w‖²_Λ Λ + Λww^TΛ + β²(2s²Λ + 8sΛvv^TΛ)."""
     L = check_covariance(Lambda)
-    w = np.asarray(w, dtype=np.float64)
-    v = np.asarray(v, dtype=np.float64)
+    d = L.shape[0]
+    w = real_array(w, "w", (d,))
+    v = real_array(v, "v", (d,))
+    beta = real_float(beta, "beta")
     Lw, Lv = L @ w, L @ v
-    s = float(v @ Lv)
-    Sigma = (w @ Lw) * L + np.outer(Lw, Lw) + beta**2 * (2 * s**2 * L + 8 * s * np.outer(Lv, Lv))
-    return w.copy(), Sigma, 2 * beta**2 * s**2
+    s = np.float64(v @ Lv)  # numpy floats overflow to inf (then reported), Python floats raise
+    with np.errstate(over="ignore", invalid="ignore"):
+        Sigma = (w @ Lw) * L + np.outer(Lw, Lw) + beta**2 * (2 * s**2 * L + 8 * s * np.outer(Lv, Lv))
+        err = 2 * beta**2 * s**2
+    return finite_output((w.copy(), Sigma, err), "Sigma, best_linear_error")
 
 
 def _psd_stack(Lambdas, d, name):
-    arr = np.asarray(Lambdas, dtype=np.float64)
+    arr = as_real(Lambdas, name)
     if arr.ndim == 2:
         arr = arr[None]
     if arr.ndim != 3 or arr.shape[1:] != (d, d):
@@ -229,12 +254,20 @@ def limit_predictor_error(A, M: int, Lambda_test, *, Lambda_query=None, w=None,
     Λ_q ≠ Λ_t, and the covariate shift for Λ_t ≠ Λ. w=None averages over w ~ N(0, I_d)
     (ww^T → I). Λ_test may be a stack [S, d, d] (with Λ_query None): the error is averaged over
     it, e.g. over samples of a random Λ_new."""
-    A = np.asarray(A, dtype=np.float64)
-    if A.ndim != 2 or A.shape[0] != A.shape[1]:
+    return _limit_predictor_error(A, M, Lambda_test, Lambda_query, w, noise_std,
+                                  "limit_predictor_error")
+
+
+def _limit_predictor_error(A, M, Lambda_test, Lambda_query, w, noise_std, output: str) -> float:
+    """:func:`limit_predictor_error`; a non-finite result is reported as `output`."""
+    A = real_array(A, "A", ndim=2)
+    if A.shape[0] != A.shape[1]:
         raise ValueError(f"A: expected a square (d, d) array, got shape {A.shape}")
     d = A.shape[0]
     M = positive_int(M, "M")
-    s2 = float(noise_std) ** 2
+    s2 = np.float64(nonnegative_float(noise_std, "noise_std")) ** 2
+    if w is not None:
+        w = real_array(w, "w", (d,))
     tests = _psd_stack(Lambda_test, d, "Lambda_test")
     if Lambda_query is not None and len(tests) > 1:
         raise ValueError("Lambda_query: only with a single Lambda_test")
@@ -246,7 +279,7 @@ def limit_predictor_error(A, M: int, Lambda_test, *, Lambda_query=None, w=None,
         bias = np.trace(R.T @ Lq @ R @ WW)
         Sigma = np.trace(WW @ Lt) * Lt + Lt @ WW @ Lt + s2 * Lt
         total += bias + np.trace(A.T @ Lq @ A @ Sigma) / M + s2
-    return float(total / len(tests))
+    return finite_output(float(total / len(tests)), output)
 
 
 def random_diagonal_error(a, M: int, moments, *, noise_std: float = 0.0) -> float:
@@ -256,15 +289,18 @@ def random_diagonal_error(a, M: int, moments, *, noise_std: float = 0.0) -> floa
     (AΛ − I)Λ(AΛ − I) → a_i² Eλ_i³ − 2a_i Eλ_i² + Eλ_i, and tr(AΛAΣ) with
     Σ = tr(Λ)Λ + Λ² + σ²Λ → Σ_i a_i² (2Eλ_i³ + Eλ_i² Σ_{j≠i} Eλ_j + σ² Eλ_i²): the error is
     cubic in the λ_i, so three moments make it exact (e.g. JMLR Figure 1's curves)."""
-    a = np.asarray(a, dtype=np.float64)
-    m1, m2, m3 = np.asarray(moments, dtype=np.float64)
-    if a.ndim != 1 or m1.shape != a.shape:
-        raise ValueError(f"a: expected a vector matching moments [3, d], got {a.shape} and {m1.shape}")
+    from .population import diagonal_moments
+
+    a = real_array(a, "a", ndim=1)
+    m = as_real(moments, "moments")
+    if m.shape != (3, a.shape[0]):
+        raise ValueError(f"moments: expected shape (3, {a.shape[0]}) (matching a), got {m.shape}")
+    m1, m2, m3 = diagonal_moments(*m)
     M = positive_int(M, "M")
-    s2 = float(noise_std) ** 2
+    s2 = np.float64(nonnegative_float(noise_std, "noise_std")) ** 2
     bias = np.sum(a**2 * m3 - 2 * a * m2 + m1)
     var = np.sum(a**2 * (2 * m3 + m2 * (m1.sum() - m1) + s2 * m2)) / M
-    return float(bias + var + s2)
+    return finite_output(float(bias + var + s2), "random_diagonal_error")
 
 
 def query_shift_error(Lambda, N: int, M: int, Lambda_query, *, w=None, noise_std: float = 0.0):
@@ -272,16 +308,16 @@ def query_shift_error(Lambda, N: int, M: int, Lambda_query, *, w=None, noise_std
     x_i ~ N(0, Λ) with an independent query x_q ~ N(0, Λ_query). Exact, any M
     (:func:`limit_predictor_error` with A = Γ^{-1}); relative to E y_q² it does not grow with
     the shift: tolerated."""
-    A = np.linalg.inv(gamma(Lambda, N))
-    return limit_predictor_error(A, M, Lambda, Lambda_query=Lambda_query, w=w, noise_std=noise_std)
+    A = finite_output(np.linalg.inv(gamma(Lambda, N)), "query_shift_error")
+    return _limit_predictor_error(A, M, Lambda, Lambda_query, w, noise_std, "query_shift_error")
 
 
 def covariate_shift_error(Lambda, N: int, M: int, Lambda_test, *, w=None, noise_std: float = 0.0):
     """Covariate shift of ZFB 4.2: the Theorem 4.1 limit trained on N(0, Λ), tested on prompts with
     x_i, x_q ~ N(0, Λ_test) (e.g. cΛ: ŷ → c<w, x_q> as M, N → ∞, not tolerated). Λ_test may be a
     stack of samples of a random Λ_new (averaged). Exact, any M."""
-    A = np.linalg.inv(gamma(Lambda, N))
-    return limit_predictor_error(A, M, Lambda_test, w=w, noise_std=noise_std)
+    A = finite_output(np.linalg.inv(gamma(Lambda, N)), "covariate_shift_error")
+    return _limit_predictor_error(A, M, Lambda_test, None, w, noise_std, "covariate_shift_error")
 
 
 def random_cov_slopes(moments, N: int, new_moments=None) -> dict:
@@ -298,13 +334,25 @@ def random_cov_slopes(moments, N: int, new_moments=None) -> dict:
       Exponential(1) as N → ∞ (the query shares the covariance, so Λ_new enters twice).
 
     Also returns the N → ∞ values (``*_limit``)."""
-    m = np.asarray(moments, dtype=np.float64)
-    nm = m if new_moments is None else np.asarray(new_moments, dtype=np.float64)
+    from .population import diagonal_moments
+
+    B = random_cov_prediction_matrix(moments, N)
+    m = diagonal_moments(*as_real(moments, "moments"))
     d = m.shape[1]
-    B = random_cov_prediction_matrix(m, N)
+    if new_moments is None:
+        nm = m
+    else:
+        nm = as_real(new_moments, "new_moments")
+        if nm.shape != (3, d):
+            raise ValueError(f"new_moments: expected shape (3, {d}), got {nm.shape}")
+        try:
+            nm = diagonal_moments(*nm)
+        except ValueError as e:
+            raise ValueError(f"new_moments: {e}") from None
     B_inf = np.diag(m[1] / m[2])  # Γτ → Λτ
     out = {}
     for key, BB in (("", B), ("_limit", B_inf)):
         out["fixed_query" + key] = float(np.trace(BB @ np.diag(nm[0])) / d)
         out["in_distribution" + key] = float(np.trace(BB @ np.diag(nm[1])) / nm[0].sum())
+    finite_output(tuple(out.values()), "random_cov_slopes")
     return out

@@ -17,6 +17,13 @@ class Error : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// Thrown when finite inputs produced a non-finite output (overflow, or 0·inf inside the math);
+// the message names the output. The Python bindings map it to FloatingPointError.
+class NonFiniteError : public std::overflow_error {
+ public:
+  using std::overflow_error::overflow_error;
+};
+
 namespace detail {
 inline void require(bool ok, const std::string& message) {
   if (!ok) throw Error(message);

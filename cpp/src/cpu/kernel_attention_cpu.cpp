@@ -1,5 +1,6 @@
 // Kernel attention entry points [CCS (3), (5)]: argument checks, ISA dispatch, chunks of prompts
 // over threads, parameter-gradient partials reduced in chunk order (thread-count independent).
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,12 @@ void check_arguments(const KernelAttentionShape& s, const T* Z0, const T* V, con
   for (index_t h = 0; h < s.heads; ++h) activation_from_code(static_cast<int>(acts[h]));
 }
 
+bool all_set(const std::vector<char>& flags) {
+  for (char f : flags)
+    if (!f) return false;
+  return true;
+}
+
 }  // namespace
 
 void validate(const KernelAttentionShape& s) {
@@ -52,9 +59,11 @@ void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const
                               T* context) {
   check_arguments(sh, Z0, V, Bq, Ck, acts);
   const auto& k = kernels<T>();
-  detail::for_each_chunk(sh.batch, [&](index_t, index_t b0, index_t b1) {
-    k.forward(sh, Z0, V, Bq, Ck, acts, Z_out, predictions, context, b0, b1);
+  std::vector<char> ok(static_cast<size_t>(detail::chunk_count(sh.batch)), 1);
+  detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
+    ok[c] = k.forward(sh, Z0, V, Bq, Ck, acts, Z_out, predictions, context, b0, b1);
   });
+  cpu::ka_check_output(all_set(ok), Z_out ? "Z_L" : "predictions", sh, Z0, V, Bq, Ck);
 }
 
 template <class T>
@@ -66,22 +75,35 @@ void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const
 namespace {
 
 // Chunked parameter-gradient partials reduced in chunk order into d_V, d_B, d_C; returns the
-// reduced slot 0 (the loss sum for loss_and_grad).
+// reduced slot 0 (the loss sum for loss_and_grad). `outputs_ok` is false when a chunk flagged a
+// non-finite d_Z0 or prediction; d_V, d_B, d_C (small) are tested as they are written.
+struct Reduced {
+  double slot0;
+  bool outputs_ok;
+  const char* bad_gradient;  // "d_V", "d_B", "d_C" or null
+};
+
 template <class T, class Chunk>
-double reduce_gradients(const KernelAttentionShape& sh, T* d_V, T* d_B, T* d_C, Chunk chunk) {
+Reduced reduce_gradients(const KernelAttentionShape& sh, T* d_V, T* d_B, T* d_C, Chunk chunk) {
   const index_t d = sh.dim, width = cpu::ka_partial_size(sh);
   const index_t nV = sh.layers * sh.heads * (d + 1) * (d + 1), nB = sh.layers * sh.heads * d * d;
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(sh.batch) * width));
+  std::vector<char> ok(static_cast<size_t>(detail::chunk_count(sh.batch)), 1);
   detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
-    chunk(b0, b1, partials.data() + c * width);
+    ok[c] = chunk(b0, b1, partials.data() + c * width);
   });
   const std::vector<double> total = detail::reduce_partials(partials, width);
-  for (index_t i = 0; i < nV; ++i) d_V[i] = T(total[1 + i]);
+  T poison_V = T(0), poison_B = T(0), poison_C = T(0);
+  for (index_t i = 0; i < nV; ++i) poison_V += detail::poison(d_V[i] = T(total[1 + i]));
   for (index_t i = 0; i < nB; ++i) {
-    d_B[i] = T(total[1 + nV + i]);
-    d_C[i] = T(total[1 + nV + nB + i]);
+    poison_B += detail::poison(d_B[i] = T(total[1 + nV + i]));
+    poison_C += detail::poison(d_C[i] = T(total[1 + nV + nB + i]));
   }
-  return total[0];
+  const char* bad = !detail::poison_clear(poison_V)   ? "d_V"
+                    : !detail::poison_clear(poison_B) ? "d_B"
+                    : !detail::poison_clear(poison_C) ? "d_C"
+                                                      : nullptr;
+  return {total[0], all_set(ok), bad};
 }
 
 }  // namespace
@@ -93,9 +115,12 @@ void kernel_attention_vjp(const KernelAttentionShape& sh, const T* Z0, const T* 
   check_arguments(sh, Z0, V, Bq, Ck, acts);
   detail::require(d_Z_out && d_V && d_B && d_C, "d_Z_out, d_V, d_B and d_C must not be null");
   const auto& k = kernels<T>();
-  reduce_gradients(sh, d_V, d_B, d_C, [&](index_t b0, index_t b1, double* partial) {
-    k.vjp(sh, Z0, V, Bq, Ck, acts, d_Z_out, d_Z0, context, b0, b1, partial);
+  const Reduced r = reduce_gradients(sh, d_V, d_B, d_C, [&](index_t b0, index_t b1, double* partial) {
+    return k.vjp(sh, Z0, V, Bq, Ck, acts, d_Z_out, d_Z0, context, b0, b1, partial);
   });
+  const index_t nZ = sh.batch * (sh.dim + 1) * (sh.context + 1);
+  cpu::ka_check_output(r.bad_gradient == nullptr, r.bad_gradient, sh, Z0, V, Bq, Ck, "d_Z_out", d_Z_out, nZ);
+  cpu::ka_check_output(r.outputs_ok, "d_Z0", sh, Z0, V, Bq, Ck, "d_Z_out", d_Z_out, nZ);
 }
 
 template <class T>
@@ -105,10 +130,14 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z
   check_arguments(sh, Z0, V, Bq, Ck, acts);
   detail::require(y_q && d_V && d_B && d_C, "y_q, d_V, d_B and d_C must not be null");
   const auto& k = kernels<T>();
-  const double sum = reduce_gradients(sh, d_V, d_B, d_C, [&](index_t b0, index_t b1, double* partial) {
-    k.loss_grad(sh, Z0, y_q, V, Bq, Ck, acts, d_Z0, predictions, b0, b1, partial);
+  const Reduced r = reduce_gradients(sh, d_V, d_B, d_C, [&](index_t b0, index_t b1, double* partial) {
+    return k.loss_grad(sh, Z0, y_q, V, Bq, Ck, acts, d_Z0, predictions, b0, b1, partial);
   });
-  return sum / double(sh.batch);
+  const double loss = r.slot0 / double(sh.batch);
+  cpu::ka_check_output(std::isfinite(loss), "loss", sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
+  cpu::ka_check_output(r.bad_gradient == nullptr, r.bad_gradient, sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
+  cpu::ka_check_output(r.outputs_ok, d_Z0 ? "d_Z0" : "predictions", sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
+  return loss;
 }
 
 #define LSA_NATIVE_INSTANTIATE(T)                                                                  \

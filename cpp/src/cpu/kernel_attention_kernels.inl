@@ -166,8 +166,12 @@ struct Workspace {
       std::fill(dst + r * Tt + cols, dst + (r + 1) * Tt, T(0));
     }
   }
-  void unstage(const T* src, T* dst) const {
-    for (index_t r = 0; r < D; ++r) std::copy(src + r * Tt, src + r * Tt + cols, dst + r * cols);
+  // Copies out and returns Σ (x − x) over the copied values: NaN iff one was non-finite.
+  T unstage(const T* src, T* dst) const {
+    T poison = T(0);
+    for (index_t r = 0; r < D; ++r)
+      for (index_t c = 0; c < cols; ++c) poison += detail::poison(dst[r * cols + c] = src[r * Tt + c]);
+    return poison;
   }
   T query_label(index_t l) { return z(l)[d * Tt + n]; }
 };
@@ -253,19 +257,27 @@ void backward_prompt(Workspace<T>& w, const T* V, const T* Bq, const T* Ck, cons
 }
 
 template <class T>
-void forward_range(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
+T store_predictions(Workspace<T>& w, T* predictions, index_t b) {  // TF_0..TF_L; returns the poison
+  T poison = T(0);
+  for (index_t l = 0; l <= w.L; ++l) poison += detail::poison(predictions[b * (w.L + 1) + l] = w.query_label(l));
+  return poison;
+}
+
+template <class T>
+bool forward_range(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
                    const T* Ck, const Activation* acts, T* Z_out, T* predictions, T* context,
                    index_t b0, index_t b1) {
   const index_t per = (sh.dim + 1) * (sh.context + 1);
   const index_t ctx = ka_context_size(sh, simd::kLanes<T>);
   Workspace<T> w(sh);
+  T poison = T(0);
   for (index_t b = b0; b < b1; ++b) {
     w.use_context(context ? context + b * ctx : nullptr);
     forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
-    if (Z_out) w.unstage(w.z(sh.layers), Z_out + b * per);
-    if (predictions)
-      for (index_t l = 0; l <= sh.layers; ++l) predictions[b * (sh.layers + 1) + l] = w.query_label(l);
+    if (Z_out) poison += w.unstage(w.z(sh.layers), Z_out + b * per);
+    if (predictions) poison += store_predictions(w, predictions, b);
   }
+  return detail::poison_clear(poison);
 }
 
 // Parameter-gradient slots of a chunk's partial sums (slot 0 is the loss).
@@ -280,7 +292,7 @@ inline void gradient_slots(const KernelAttentionShape& sh, double* partial, doub
 
 // loss_and_grad = forward_prompt, then backward_prompt seeded with ∂ℓ/∂Z_L = 2 r/B at [d, n]   (5)
 template <class T>
-void loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, const T* V,
+bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, const T* V,
                      const T* Bq, const T* Ck, const Activation* acts, T* d_Z0, T* predictions,
                      index_t b0, index_t b1, double* partial) {
   const index_t d = sh.dim, per = (d + 1) * (sh.context + 1);
@@ -289,24 +301,25 @@ void loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, 
   gradient_slots(sh, partial, gV, gB, gC);
   const double inv_b = 1.0 / double(sh.batch);
   Workspace<T> w(sh);
+  T poison = T(0);
   for (index_t b = b0; b < b1; ++b) {
     forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
     const T tf = w.query_label(sh.layers);
     const double residual = double(tf) + double(y_q[b]);  // TF predicts −y   (5)
     partial[0] += residual * residual;
-    if (predictions)
-      for (index_t l = 0; l <= sh.layers; ++l) predictions[b * (sh.layers + 1) + l] = w.query_label(l);
+    if (predictions) poison += store_predictions(w, predictions, b);
     std::fill(w.dZ.begin(), w.dZ.end(), T(0));
     w.dZ[d * w.Tt + sh.context] = T(2 * residual * inv_b);
     backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC);
-    if (d_Z0) w.unstage(w.dZ.data(), d_Z0 + b * per);
+    if (d_Z0) poison += w.unstage(w.dZ.data(), d_Z0 + b * per);
   }
+  return detail::poison_clear(poison);
 }
 
 // VJP for an upstream ∂ℓ/∂Z_L [B, d+1, n+1]: the context saved by forward_range, or the forward
 // recomputed per prompt when context is null; then the same backward_prompt.
 template <class T>
-void vjp_range(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq, const T* Ck,
+bool vjp_range(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq, const T* Ck,
                const Activation* acts, const T* d_Z_out, T* d_Z0, const T* context, index_t b0,
                index_t b1, double* partial) {
   const index_t per = (sh.dim + 1) * (sh.context + 1);
@@ -315,6 +328,7 @@ void vjp_range(const KernelAttentionShape& sh, const T* Z0, const T* V, const T*
   double *gV, *gB, *gC;
   gradient_slots(sh, partial, gV, gB, gC);
   Workspace<T> w(sh);
+  T poison = T(0);
   for (index_t b = b0; b < b1; ++b) {
     if (context) {
       w.use_context(context + b * ctx);
@@ -323,8 +337,9 @@ void vjp_range(const KernelAttentionShape& sh, const T* Z0, const T* V, const T*
     }
     w.stage(d_Z_out + b * per, w.dZ.data());
     backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC);
-    if (d_Z0) w.unstage(w.dZ.data(), d_Z0 + b * per);
+    if (d_Z0) poison += w.unstage(w.dZ.data(), d_Z0 + b * per);
   }
+  return detail::poison_clear(poison);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/finite.hpp"
 #include "common/lsa_recipe.hpp"
 #include "cpu/lsa_kernels.hpp"
 #include "cpu/simd.hpp"
@@ -46,6 +47,18 @@ struct PaddedRows {
   }
   void unstage(T* dst) const {
     for (index_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, data.data() + r * ld, sizeof(T) * cols);
+  }
+  // unstage() that also adds x − x of every value (padding included, 0 there) into `poison`: the
+  // output's finiteness flag, raised in the pass that writes it (the staged rows are L1-resident).
+  void unstage(T* dst, Vec<T>& poison) const {
+    for (index_t r = 0; r < rows; ++r) {
+      const T* row = data.data() + r * ld;
+      std::memcpy(dst + r * cols, row, sizeof(T) * cols);
+      for (index_t k = 0; k < ld; k += kLanes<T>) {
+        const Vec<T> x = load(row + k);
+        poison += x - x;
+      }
+    }
   }
 };
 
@@ -172,15 +185,18 @@ struct PredictionScratch {
 };
 
 template <class T>
-void predict_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* y_hat,
+bool predict_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* y_hat,
                    index_t b0, index_t b1) {
   const index_t d = sh.dim, N = sh.context, rows = d + 1, cols = N + 1;
   PredictionScratch<T> w(d, N, W_kq);
   const T* p = W_pv + d * rows;  // last row of W^PV
+  T poison = T(0);
   for (index_t b = b0; b < b1; ++b) {
     const T dot = w.load_and_forward(E + b * rows * cols, p);
     y_hat[b] = recipe::prediction(w.query_label_slot(), dot, N);  // the recipe's epilogue
+    poison += detail::poison(y_hat[b]);
   }
+  return detail::poison_clear(poison);
 }
 
 template <class T>
@@ -336,7 +352,7 @@ inline void accumulate(const S* M, index_t ld, index_t n, double* acc) {
 }
 
 template <class T>
-void forward_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* F, index_t b0,
+bool forward_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* F, index_t b0,
                    index_t b1) {
   const index_t d = sh.dim, N = sh.context, rows = d + 1, cols = N + 1;
   enum { kWpv, kWkq, kG, kGW, kP, kCount };
@@ -345,6 +361,7 @@ void forward_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq,
   m.set(m[kWkq], W_kq, false);
   std::vector<T> P(static_cast<size_t>(rows * rows));
   PaddedRows<T> e(rows, cols), f(rows, cols);
+  Vec<T> poison = simd::zero<T>();
   for (index_t b = b0; b < b1; ++b) {
     e.stage(E + b * rows * cols);
     token_products(e.get(), e.get(), rows, e.ld, T(1) / T(N), m[kG], m.ld, true);  // G = E E^T / N
@@ -352,12 +369,13 @@ void forward_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq,
     m.multiply(m[kWpv], m[kGW], m[kP]);  // P = W^PV G W^KQ
     m.get(P.data(), m[kP]);
     row_combination(e.get(), P.data(), e.get(), rows, e.ld, f.get());  // F = E + P E
-    f.unstage(F + b * rows * cols);
+    f.unstage(F + b * rows * cols, poison);
   }
+  return detail::poison_clear(hsum(poison));
 }
 
 template <class T>
-void vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_F, T* d_E,
+bool vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_F, T* d_E,
                index_t b0, index_t b1, double* partial) {
   const index_t d = sh.dim, N = sh.context, rows = d + 1, cols = N + 1, n2 = rows * rows;
   enum { kWpvT, kWkqT, kG, kT1, kT2, kPt, kdP, kTmp, kdG, kProduct, kCount };
@@ -367,6 +385,7 @@ void vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, con
   m.set(m[kWkqT], W_kq, true);
   std::vector<T> coef(static_cast<size_t>(n2));
   PaddedRows<T> e(rows, cols), df(rows, cols), tmp(rows, cols), de(rows, cols);
+  Vec<T> poison = simd::zero<T>();  // of d_E (the parameter gradients are checked when reduced)
   for (index_t b = b0; b < b1; ++b) {
     e.stage(E + b * rows * cols);
     df.stage(d_F + b * rows * cols);
@@ -390,9 +409,10 @@ void vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, con
       for (index_t c = 0; c < rows; ++c)
         coef[r * rows + c] = (m[kdG][r * m.ld + c] + m[kdG][c * m.ld + r]) / T(N);
     row_combination(tmp.get(), coef.data(), e.get(), rows, ld, de.get());
-    de.unstage(d_E + b * rows * cols);
+    de.unstage(d_E + b * rows * cols, poison);
   }
   std::copy(d_W.begin(), d_W.end(), partial);
+  return detail::poison_clear(hsum(poison));
 }
 
 }  // namespace

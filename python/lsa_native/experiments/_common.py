@@ -135,6 +135,11 @@ def prepare_output(out) -> Path:
     return p
 
 
+# Names a string-valued size may take (lists of them are checked element by element).
+CHOICES = {"kernels": ("linear", "relu", "exp"), "activations": ("linear", "relu", "exp", "softmax"),
+           "targets": ("linear", "exp", "composite")}
+
+
 def check_sizes(defaults: dict, overrides: dict) -> dict:
     """Overrides checked against the defaults: known names, same kind of value, sizes > 0."""
     sizes = dict(defaults)
@@ -160,6 +165,8 @@ def _check_value(key, value, ref):
     if isinstance(ref, str):
         if not isinstance(value, str):
             raise TypeError(f"{key}: expected a string, got {value!r}")
+        if key in CHOICES and value not in CHOICES[key]:
+            raise ValueError(f"{key}: unknown name {value!r}; expected one of {list(CHOICES[key])}")
         return value
     if isinstance(ref, (int, np.integer)):
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
@@ -200,6 +207,12 @@ def reproduction(id: str, *, claim: str, condition: str, quick: dict, full: dict
         @functools.wraps(body)
         def run(out=None, *, full: bool = False, seed: int = 0, progress: bool = False,
                 scheduler: str | None = None, workers: int = 2, **sizes) -> Result:
+            from .._validation import positive_int
+
+            if not isinstance(full, (bool, np.bool_)):
+                raise TypeError(f"full: expected True or False, got {full!r}")
+            seed = positive_int(seed, "seed", minimum=0)
+            workers = positive_int(workers, "workers", minimum=0)
             base = dict(quick)
             if full:
                 base.update(full_sizes)

@@ -54,7 +54,7 @@ class KernelGPPrompts:
         object.__setattr__(self, "_context", positive_int(context, "context"))
         object.__setattr__(self, "_kernel", check_kernel(kernel))
         bw = positive_float(bandwidth, "bandwidth")
-        if kernel == "exp" and 1 / bw**2 > _core.kernel_gp_max_exp_scale:
+        if kernel == "exp" and 1 / bw / bw > _core.kernel_gp_max_exp_scale:
             raise ValueError(f"bandwidth: the exp kernel needs 1/bandwidth² <= "
                              f"{_core.kernel_gp_max_exp_scale:g} (exp overflows), got {bandwidth}")
         object.__setattr__(self, "_bandwidth", bw)
@@ -94,7 +94,7 @@ class KernelGPPrompts:
         d, n = self._dim, self._context
         Z0, y_q = (None, None) if out is None else out
         Z0 = as_out(Z0, (B, d + 1, n + 1), dt, "out[0] (Z0)")
-        y_q = as_out(y_q, (B,), dt, "out[1] (y_q)")
+        y_q = as_out(y_q, (B,), dt, "out[1] (y_q)", inputs={"out[0] (Z0)": Z0})
         xi = np.empty((B, n + 1, d), dt) if return_xi else None
         _core.kernel_gp_sample(self._seed, k, GP_KERNELS[self._kernel], self._bandwidth,
                                self._Sigma, Z0, y_q, xi)

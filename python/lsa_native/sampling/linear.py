@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _core
 from .. import cuda as _cuda
-from .._validation import as_array, positive_int
+from .._validation import as_array, check_finite_result, check_no_overlap, float_dtype, nonnegative_float, positive_int
 from ..data import PromptBatch, check_covariance
 from .random import check_seed, check_step
 
@@ -82,9 +82,7 @@ class LinearPrompts:
                  covariates="gaussian", seed=0, query_noise=False, query_Lambda=None):
         d = positive_int(dim, "dim")
         n = positive_int(context, "context")
-        noise = float(noise_std)
-        if not (np.isfinite(noise) and noise >= 0):
-            raise ValueError(f"noise_std: expected sigma >= 0, got {noise_std}")
+        noise = nonnegative_float(noise_std, "noise_std")
         if tasks is not None:
             if isinstance(tasks, bool) or not isinstance(tasks, numbers.Integral):
                 raise TypeError(f"tasks: expected an integer kappa >= 1 or None, got {tasks!r}")
@@ -133,7 +131,7 @@ class LinearPrompts:
         query targets; ``query="orthogonal"``: x_q replaced by its projection onto the orthogonal
         complement of span(x_1..x_N) (needs N < d), y_q = <w, x_q> recomputed (query shift).
         """
-        B = positive_int(batch, "batch")
+        B = _batch(batch, self.dim, self.context)
         dt = _float_dtype(dtype)
         d, N = self.dim, self.context
         E = np.empty((B, d + 1, N + 1), dt)
@@ -187,6 +185,7 @@ class LinearPrompts:
         d, N = self.dim, self.context
         E = _out(E, (B, d + 1, N + 1), dt, "E")
         y_q = _out(y_q, (B,), dt, "y_q")
+        check_no_overlap("y_q", y_q, {"E": E})
         _core.sample_linear_prompts(self._spec, B, check_step(step), E=E, y_q=y_q)
         return E, y_q
 
@@ -233,6 +232,9 @@ class LinearPrompts:
         d_kq = np.empty((r, r), dt)
         loss = _core.linear_prompts_lsa_loss_and_grad(self._spec, B, check_step(step), method,
                                                       W_pv, W_kq, d_pv, d_kq, device)
+        # The fused sampler + LSA kernel raises no native flag: check the (small) outputs here.
+        for name, out in (("loss", loss), ("dW_pv", d_pv), ("dW_kq", d_kq)):
+            check_finite_result(out, {}, name)
         return float(loss), d_pv, d_kq
 
     @property
@@ -255,11 +257,16 @@ class LinearPrompts:
         return f"LinearPrompts({self.dim}, {self.context}{lam}, {', '.join(opts + [f'seed={self.seed}'])})"
 
 
+def _batch(batch, d: int, n: int) -> int:
+    """The prompt count, refused when the batch could never be allocated (over 2**50 values)."""
+    B = positive_int(batch, "batch")
+    if B * (d + 1) * (n + 1) > 2**50:
+        raise ValueError(f"batch: {B} prompts of {(d + 1) * (n + 1)} values exceed any memory")
+    return B
+
+
 def _float_dtype(dtype) -> np.dtype:
-    dt = np.dtype(dtype)
-    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"dtype: expected float32 or float64, got {dt}")
-    return dt
+    return float_dtype(dtype, "dtype")
 
 
 def _out(a, shape, dt, name):

@@ -12,6 +12,7 @@ import numbers
 import numpy as np
 
 from .. import _core
+from .._validation import float_dtype, positive_float, positive_int
 
 __all__ = ["STREAMS", "philox4x32", "normals", "uniforms", "gammas", "check_seed", "check_step"]
 
@@ -43,15 +44,19 @@ def check_step(step) -> int:
 
 
 def _dtype(dtype) -> np.dtype:
-    dt = np.dtype(dtype)
-    if dt not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise TypeError(f"dtype: expected float32 or float64, got {dt}")
-    return dt
+    return float_dtype(dtype, "dtype")
+
+
+def _count(n) -> int:
+    # 2**40 variates (8 TiB of float64) is far beyond memory; a larger n is a mistake, not a request.
+    return positive_int(n, "n", minimum=0, maximum=2**40)
 
 
 def philox4x32(counters, seed) -> np.ndarray:
     """Philox4x32-10 words of ``counters`` [n, 4] (uint32) under the key of ``seed``: [n, 4] uint32."""
     c = np.asarray(counters)
+    if c.dtype.kind not in "iu":
+        raise TypeError(f"counters: expected an integer array, got dtype {c.dtype}")
     if c.ndim != 2 or c.shape[1] != 4:
         raise ValueError(f"counters: expected shape (n, 4), got {c.shape}")
     if not np.issubdtype(c.dtype, np.integer) or (c.size and (c.min() < 0 or c.max() >= 2**32)):
@@ -67,7 +72,7 @@ def _stream_args(seed, step, prompt, stream, start):
 def normals(n: int, *, seed=0, step=0, prompt=0, stream=STREAMS["user"], start=0,
             dtype=np.float64) -> np.ndarray:
     """Standard normals at positions start .. start+n−1 of a stream (Box–Muller)."""
-    out = np.empty(int(n), dtype=_dtype(dtype))
+    out = np.empty(_count(n), dtype=_dtype(dtype))
     _core.random_normals(*_stream_args(seed, step, prompt, stream, start), out)
     return out
 
@@ -75,7 +80,7 @@ def normals(n: int, *, seed=0, step=0, prompt=0, stream=STREAMS["user"], start=0
 def uniforms(n: int, *, seed=0, step=0, prompt=0, stream=STREAMS["user"], start=0,
              dtype=np.float64) -> np.ndarray:
     """Uniforms on (0, 1) at positions start .. start+n−1 of a stream."""
-    out = np.empty(int(n), dtype=_dtype(dtype))
+    out = np.empty(_count(n), dtype=_dtype(dtype))
     _core.random_uniforms(*_stream_args(seed, step, prompt, stream, start), out)
     return out
 
@@ -84,9 +89,7 @@ def gammas(n: int, shape: float, *, seed=0, step=0, prompt=0, stream=STREAMS["us
            dtype=np.float64) -> np.ndarray:
     """Gamma(shape, 1) variates number start .. start+n−1 of a stream (Marsaglia–Tsang; shape < 1
     through the U^(1/a) boost). Chi-square(k) is 2·gammas(n, k/2)."""
-    shape = float(shape)
-    if not (np.isfinite(shape) and shape > 0):
-        raise ValueError(f"shape: expected > 0, got {shape}")
-    out = np.empty(int(n), dtype=_dtype(dtype))
+    shape = positive_float(shape, "shape")
+    out = np.empty(_count(n), dtype=_dtype(dtype))
     _core.random_gammas(*_stream_args(seed, step, prompt, stream, start), shape, out)
     return out

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .._validation import positive_int
+from .._validation import positive_int, real_array
 from ..data import PromptBatch
 from .data import FixedPrompts, as_data
 from .history import History
@@ -124,7 +124,8 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
     if data is None and getattr(objective, "needs_data", False):
         raise ValueError(f"data: {type(objective).__name__} trains on prompts; pass data= "
                          "(Prompts(spec, batch=...), FixedPrompts or a PromptBatch)")
-    theta = np.array(objective.theta0 if theta0 is None else theta0, dtype=np.float64)
+    theta = (np.array(objective.theta0, dtype=np.float64) if theta0 is None
+             else real_array(theta0, "theta0").copy())
     if theta.shape != np.shape(objective.theta0):
         raise ValueError(f"theta0: expected shape {np.shape(objective.theta0)}, got {theta.shape}")
     if eval_data is not None and eval_every is None:

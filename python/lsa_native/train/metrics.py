@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._validation import finite_output, real_array
+
 from ..data import check_covariance
 
 __all__ = ["dist_to_identity", "kernel_attention_identity_distances", "relative_distance",
@@ -21,10 +23,12 @@ __all__ = ["dist_to_identity", "kernel_attention_identity_distances", "relative_
 
 def dist_to_identity(M) -> np.ndarray:
     """min_α ‖M − αI‖_F / ‖M‖_F over the last two axes of M [..., d, d] (square); 0 for M = 0."""
-    M = np.asarray(M, dtype=np.float64)
+    M = real_array(M, "M")
     if M.ndim < 2 or M.shape[-1] != M.shape[-2] or M.shape[-1] < 1:
         raise ValueError(f"M: expected square matrices [..., d, d], got shape {M.shape}")
     d = M.shape[-1]
+    scale = np.max(np.abs(M), axis=(-2, -1), keepdims=True)  # the ratio is scale-free; M² may overflow
+    M = M / np.where(scale > 0, scale, 1.0)
     fro2 = np.sum(M * M, axis=(-2, -1))
     tr = np.trace(M, axis1=-2, axis2=-1)
     num = np.maximum(fro2 - tr * tr / d, 0.0)  # ‖M − (tr M/d) I‖_F², rounding kept ≥ 0
@@ -41,6 +45,10 @@ def _sqrtm(Sigma, d):
 def kernel_attention_identity_distances(params, Sigma=None) -> dict:
     """{"BC": dist(Σ^{1/2} B_ℓᵀ C_ℓ Σ^{1/2}, I) [L, H], "A": dist(A_ℓ, I) [L, H] (sparse V only)}
     for :class:`~lsa_native.kernel_attention.KernelAttentionParams` (CCS H.2; Σ defaults to I)."""
+    from ..kernel_attention import KernelAttentionParams
+
+    if not isinstance(params, KernelAttentionParams):
+        raise TypeError(f"params: expected a KernelAttentionParams, got {type(params).__name__}")
     B = np.asarray(params.B, dtype=np.float64)
     C = np.asarray(params.C, dtype=np.float64)
     if B.ndim != 4 or B.shape != C.shape or B.shape[-1] != B.shape[-2]:
@@ -55,14 +63,14 @@ def kernel_attention_identity_distances(params, Sigma=None) -> dict:
 
 def relative_distance(theta, target) -> float:
     """‖θ − θ*‖ / ‖θ*‖ (flattened; θ and θ* of one shape)."""
-    theta = np.asarray(theta, dtype=np.float64)
-    target = np.asarray(target, dtype=np.float64)
+    theta = real_array(theta, "theta")
+    target = real_array(target, "target")
     if theta.shape != target.shape:
         raise ValueError(f"target: expected shape {theta.shape} (the parameters'), got {target.shape}")
     denom = np.linalg.norm(target)
     if denom == 0:
         raise ValueError("target: must be non-zero (the distance is relative to its norm)")
-    return float(np.linalg.norm(theta - target) / denom)
+    return finite_output(float(np.linalg.norm(theta - target) / denom), "relative_distance")
 
 
 def bayes_loss(batch, jitter: float = 0.0) -> float:

@@ -25,7 +25,8 @@ import numpy as np
 
 from .. import kernel_attention as ka
 from .. import lsa, population
-from .._validation import positive_int
+from ..data import check_covariance
+from .._validation import positive_int, real_array
 from .data import Prompts
 
 __all__ = ["Objective", "LSAObjective", "KernelAttentionObjective", "PopulationObjective",
@@ -73,8 +74,8 @@ class _WeightPair:
     """θ = (Vec W^PV, Vec W^KQ) of a one-layer LSA, both [d+1, d+1]."""
 
     def _init_pair(self, W_pv, W_kq):
-        W_pv = np.array(W_pv, dtype=np.float64)
-        W_kq = np.array(W_kq, dtype=np.float64)
+        W_pv = real_array(W_pv, "W_pv").copy()
+        W_kq = real_array(W_kq, "W_kq").copy()
         if W_pv.ndim != 2 or W_pv.shape[0] != W_pv.shape[1] or W_pv.shape[0] < 2:
             raise ValueError(f"W_pv: expected shape (d+1, d+1) with d >= 1, got {W_pv.shape}")
         if W_kq.shape != W_pv.shape:
@@ -199,6 +200,7 @@ class PopulationObjective(_WeightPair, Objective):
         if sum(given) != 1:
             raise ValueError("PopulationObjective: pass exactly one of Lambda, moments, samples")
         if Lambda is not None:
+            check_covariance(Lambda, "Lambda", d)  # now, not at the first step (the raw Λ is kept)
             self.kind, self.law = "fixed", population._covariance(Lambda, d)
         elif moments is not None:
             self.kind, self.law = "random_diagonal", population._as_moments(moments, d)
@@ -235,8 +237,15 @@ class CallableObjective(Objective):
         self.name = name or getattr(fn, "__qualname__", "callable")
 
     def loss_and_grad(self, theta, step, data=None):
-        loss, grad = self.fn(theta, step)
-        return float(loss), np.asarray(grad, dtype=np.float64).reshape(theta.shape)
+        out = self.fn(theta, step)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(f"objective: a callable objective must return (loss, grad), got "
+                            f"{type(out).__name__}")
+        loss, grad = out
+        grad = np.asarray(grad, dtype=np.float64)
+        if grad.size != theta.size:
+            raise ValueError(f"objective: the gradient has {grad.size} values, θ has {theta.size}")
+        return float(loss), grad.reshape(theta.shape)
 
     def evaluate(self, theta, batch):
         if self.eval_fn is None:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import positive_float
+from .._validation import positive_float, real_array
 from .schedules import Schedule, make_schedule
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "make_optimizer", "clip_grad_norm", "OPTIMIZERS"]
@@ -35,7 +35,12 @@ _CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ adds it to the norm
 
 def clip_grad_norm(grad: np.ndarray, max_norm: float) -> tuple[np.ndarray, float]:
     """(g · min(1, max_norm/(‖g‖₂ + 1e-6)), ‖g‖₂) — ``torch.nn.utils.clip_grad_norm_``."""
+    grad = real_array(grad, "grad", nonempty=False)
+    max_norm = positive_float(max_norm, "max_norm")
     norm = float(np.linalg.norm(grad))
+    if not math.isfinite(norm):  # ‖g‖² overflowed (grad itself is finite): rescale first
+        big = float(np.max(np.abs(grad)))
+        norm = big * float(np.linalg.norm(grad / big))
     coef = max_norm / (norm + _CLIP_EPS)
     return (grad * coef if coef < 1.0 else grad), norm
 
