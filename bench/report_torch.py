@@ -98,6 +98,9 @@ class Timers:
             setattr(owner, name, fn)
 
 
+CLOCK = time.perf_counter  # --clock cpu: time.process_time (CPU seconds of all threads)
+
+
 def train_steps(model, x, y, steps, target=None):
     """Median seconds per Adam step (one warm-up step first)."""
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
@@ -113,10 +116,23 @@ def train_steps(model, x, y, steps, target=None):
     step()
     times = []
     for _ in range(steps):
-        t0 = time.perf_counter()
+        t0 = CLOCK()
         step()
-        times.append(time.perf_counter() - t0)
+        times.append(CLOCK() - t0)
     return statistics.median(times)
+
+
+def without_native_kernels(fn):
+    """fn() with the native LSA calls replaced by no-ops: the loop's cost outside the kernels
+    (autograd, allocation and first touch of the outputs, the loss, Adam), a floor for any kernel."""
+    saved = {name: getattr(_core, name) for name in ("lsa_forward", "lsa_vjp")}
+    try:
+        for name in saved:
+            setattr(_core, name, lambda *a, **k: None)
+        return fn()
+    finally:
+        for name, f in saved.items():
+            setattr(_core, name, f)
 
 
 def overhead(model, x, y, steps):
@@ -133,11 +149,16 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=7)
     p.add_argument("--lsa-batch", type=int, default=8192)
     p.add_argument("--ka-batch", type=int, default=30000)
+    p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                   help="cpu: CPU seconds of all threads (steadier on a shared, loaded machine)")
+    p.add_argument("--lsa-only", action="store_true")
     args = p.parse_args(argv)
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     rng = np.random.default_rng(0)
     print(f"lsa_native {ln.__version__} ({_core.cpu_kernel_isa()}, {ln.num_threads()} threads), "
           f"torch {torch.__version__} ({torch.get_num_threads()} threads), float32, "
-          f"median of {args.steps} Adam steps after 1 warm-up")
+          f"median of {args.steps} Adam steps after 1 warm-up, {args.clock} clock")
     print("| model | size | pure PyTorch steps/s | native steps/s | speedup | wrapper overhead |")
     print("| --- | --- | --- | --- | --- | --- |")
 
@@ -151,6 +172,12 @@ def main(argv=None) -> int:
         t_torch = train_steps(TorchLSA(native, gram), E, y, args.steps)
         print(f"| LSA full fwd+bwd vs PyTorch {form} | d={d} N={N} B={B} | {1 / t_torch:.2f} | "
               f"{1 / t_native:.2f} | {t_torch / t_native:.1f}x | {ovh:.1f}% |")
+    t_floor = without_native_kernels(lambda: train_steps(
+        lt.LinearSelfAttention(d, output="full", seed=0), E, y, args.steps))
+    print(f"| (LSA loop with no-op native kernels: the floor) | d={d} N={N} B={B} | | "
+          f"{1 / t_floor:.2f} | at most {t_torch / t_floor:.1f}x | |")
+    if args.lsa_only:
+        return 0
 
     d, n, L = 5, 30, 3
     Bk = args.ka_batch
