@@ -114,26 +114,7 @@ void bind_dtype(py::module_& m) {
 // The Python layer (lsa_native._lsa_cuda) checks shapes, dtypes and layouts of CUDA arrays
 // (__cuda_array_interface__ / __dlpack__) and of host arrays and passes their addresses here; the
 // C++ dispatcher validates the shape, and the CUDA backend uses device memory in place and copies
-// host memory in and out. Address 0 = argument absent.
-template <class T>
-const T* in_addr(std::uintptr_t a) {
-  return reinterpret_cast<const T*>(a);
-}
-template <class T>
-T* out_addr(std::uintptr_t a) {
-  return reinterpret_cast<T*>(a);
-}
-
-// Calls f.template operator()<T>() for T = float ("float32") or double ("float64").
-template <class F>
-auto with_dtype(const std::string& dtype, F&& f) {
-  if (dtype == "float32") return f(float{});
-  if (dtype == "float64") return f(double{});
-  throw Error("dtype: expected 'float32' or 'float64', got '" + dtype + "'");
-}
-
-using Addr = std::uintptr_t;
-
+// host memory in and out. Address 0 = argument absent (in_addr / out_addr, numpy_views.hpp).
 void bind_cuda_entry_points(py::module_& m) {
   m.def(
       "lsa_predict_cuda",

@@ -1,9 +1,10 @@
-// Public LSA entry points: argument checks once, then the backend the caller asked for. The only
-// place that asks "was CUDA compiled, is a GPU there?" (population and kernel attention are
-// CPU-only and check their own arguments).
+// Public LSA entry points: argument checks once, then the backend the caller asked for, and
+// detail::use_cuda (backend.hpp), the only place that asks "was CUDA compiled, is a GPU there?"
+// (kernel attention dispatches in kernel_attention_dispatch.cpp; population is CPU-only).
 #include <limits>
 #include <string>
 
+#include "backend.hpp"
 #include "cpu/lsa_cpu.hpp"
 #include "lsa_native/cuda_random.hpp"
 #include "lsa_native/device.hpp"
@@ -49,7 +50,9 @@ void require_pointer(const void* p, const char* name) {
   detail::require(p != nullptr, std::string(name) + " must not be null");
 }
 
-// True for Device::cuda once CUDA is known to be usable; throws a clear Error otherwise.
+}  // namespace
+
+namespace detail {
 bool use_cuda(Device device) {
   if (device == Device::cpu) return false;
   detail::require(cuda_compiled(),
@@ -60,15 +63,8 @@ bool use_cuda(Device device) {
                   "device='cpu'");
   return true;
 }
-}  // namespace
-
-// Backend call: CUDA when requested and compiled, else the CPU. CALL is the function name.
-#if LSA_NATIVE_HAVE_CUDA
-#define LSA_NATIVE_BACKEND(device, CALL, ...) \
-  (use_cuda(device) ? cuda::CALL(__VA_ARGS__) : cpu::CALL(__VA_ARGS__))
-#else
-#define LSA_NATIVE_BACKEND(device, CALL, ...) (use_cuda(device), cpu::CALL(__VA_ARGS__))
-#endif
+}  // namespace detail
+using detail::use_cuda;
 
 template <class T>
 void lsa_predict(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* y_hat,
