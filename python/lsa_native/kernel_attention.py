@@ -120,7 +120,8 @@ def forward(Z0, V, B, C, activation, *, return_predictions: bool = False,
     if resolve_device(device, Z0=Z0, V=V, B=B, C=C) == "cuda":
         out = _ka_cuda.forward(Z0, V, B, C, lambda H: _activation_codes(activation, H),
                                return_predictions, return_context, ForwardContext)
-        _check_cuda_output(out[0][:, -1, -1], Z0, V, activation)
+        if isinstance(out[0], np.ndarray):
+            _check_cuda_output(out[0][:, -1, -1], Z0, V, activation)
         return out if (return_predictions or return_context) else out[0]
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
