@@ -15,7 +15,6 @@ Also a correctness check at each size (native vs torch loss and gradients). Prin
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ from report_kernel_attention import torch_loss  # noqa: E402
 
 import lsa_native  # noqa: E402
 from lsa_native import kernel_attention as ka  # noqa: E402
-from bench_cuda import timed  # noqa: E402  (CUDA-event medians)
+from bench_cuda import publish, timed  # noqa: E402  (CUDA-event medians, the report)
 
 
 def torch_forward(Z0, V, B, C, act):
@@ -145,15 +144,7 @@ def main(argv=None) -> int:
         rows += bench_size(np.float32, small, act, warmup=3, repeat=15, with_torch=True)
     rows += bench_size(np.float64, small, "softmax", warmup=2, repeat=10, with_torch=True)
     rows += bench_size(np.float32, large, "softmax", warmup=1, repeat=5, with_torch=True)
-    text = table(rows)
-    info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "lsa_native": lsa_native.__version__}
-    if args.out:
-        with open(args.out, "w") as f:
-            json.dump({"info": info, "rows": rows}, f, indent=1)
-        with open(args.out.rsplit(".", 1)[0] + ".txt", "w") as f:
-            f.write(text + "\n")
-    print(f"\n{info}\n{text}")
+    publish(rows, table(rows), args.out)
     return 0
 
 
