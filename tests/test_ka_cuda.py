@@ -268,3 +268,30 @@ def test_cuda_torch_tensors(rng, dtype):
     for a, b in zip(got, ka.vjp(Z0, V, B, C, "relu", dZ, device="cpu")):
         assert isinstance(a, torch.Tensor)
         assert_close(a, b, dtype, "torch vjp")
+
+
+@needs_gpu
+@pytest.mark.cuda
+def test_cuda_more_than_2_to_the_31_elements(rng):
+    """64-bit batch offsets: B·(d+1)·(n+1) > 2^31 with d = n = 1. All prompts equal but the last
+    one, so the batch mean and the last prediction are checked against two CPU prompts."""
+    d, n, L = 1, 1, 1
+    B = 2**31 // ((d + 1) * (n + 1)) + 3
+    Z0, y, V, Bq, Ck, _ = problem(rng, 2, d, n, L, 1, np.float32, scale=1.0)
+    big = np.empty((B, d + 1, n + 1), np.float32)
+    big[:] = Z0[0]
+    big[-1] = Z0[1]
+    y_big = np.full(B, y[0], np.float32)
+    y_big[-1] = y[1]
+    Zd, yd = cuda.to_device(big), cuda.to_device(y_big)
+    del big, y_big
+    loss, dV, dB, dC, preds = ka.loss_and_grad(Zd, yd, V, Bq, Ck, "exp", return_predictions=True)
+    first = ka.loss_and_grad(Z0[:1], y[:1], V, Bq, Ck, "exp", return_predictions=True, device="cpu")
+    last = ka.loss_and_grad(Z0[1:], y[1:], V, Bq, Ck, "exp", return_predictions=True, device="cpu")
+    w = 1.0 / B
+    for got, a, b in zip((loss, dV, dB, dC), first[:4], last[:4]):
+        expected = (1 - w) * np.asarray(a, np.float64) + w * np.asarray(b, np.float64)
+        assert np.max(np.abs(cuda.to_host(got) - expected)) <= 1e-5 * np.max(np.abs(expected))
+    tail = cuda.to_host(preds)[-2:]
+    np.testing.assert_allclose(tail[0], first[4][0], rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(tail[1], last[4][0], rtol=2e-5, atol=1e-6)
