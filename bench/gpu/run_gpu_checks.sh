@@ -41,9 +41,7 @@ echo "ptxas (sm_90, all kernels): $(grep -c 'Compiling entry' "$OUT/ptxas.txt") 
 
 stage import 60 "$PY" -c "import lsa_native as ln; print('cuda_compiled', ln.cuda_compiled(), 'cuda_available', ln.cuda_available()); assert ln.cuda_compiled() and ln.cuda_available()"
 
-TAIL=25 stage test_cuda 240 "$PY" -m pytest -p no:cacheprovider -q -rs tests/test_cuda.py
-TAIL=12 stage test_ka_cuda 180 "$PY" -m pytest -p no:cacheprovider -q -rs tests/test_ka_cuda.py
-TAIL=12 OPTIONAL=1 stage ctest_cuda_device 240 bash -c "cmake -S . -B build-gpu -G Ninja -DLSA_NATIVE_BUILD_TESTS=ON -DCMAKE_BUILD_TYPE=Release -DLSA_NATIVE_CUDA=ON -DLSA_NATIVE_CUDA_ARCHITECTURES=90 >/dev/null && cmake --build build-gpu --target lsa_native_tests -j 16 >/dev/null && build-gpu/cpp/tests/lsa_native_tests --gtest_filter='CudaDevice.*'"
+TAIL=25 stage test_cuda 240 "$PY" -m pytest -p no:cacheprovider -q -rs -m cuda tests
 
 stage memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_run.py
 stage racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 3 "$PY" bench/gpu/sanitize_run.py
@@ -53,6 +51,7 @@ stage racecheck_ka 150 compute-sanitizer --tool racecheck --error-exitcode 3 "$P
 
 TAIL=8 stage bench 240 "$PY" bench/gpu/bench_cuda.py --out "$OUT/bench_cuda.json"
 TAIL=8 stage bench_ka 240 "$PY" bench/gpu/bench_ka_cuda.py --out "$OUT/bench_ka_cuda.json"
+TAIL=20 stage bench_sampled 150 "$PY" bench/gpu/bench_sampled.py --out "$OUT/bench_sampled.json"
 
 # Nsight Compute on the prediction kernels (optional: needs GPU performance-counter permission).
 TAIL=0 OPTIONAL=1 stage ncu 120 ncu --kernel-name regex:lsa_prediction_kernel --launch-skip 1 --launch-count 2 \
@@ -74,4 +73,6 @@ echo "=== benchmark (median of CUDA-event timings; % copy = achieved bandwidth /
 cat "$OUT/bench_cuda.txt" 2>/dev/null || echo "(no benchmark table)"
 echo "=== kernel attention benchmark (d=5 n=30 L=3 H=1; median of CUDA-event timings)"
 cat "$OUT/bench_ka_cuda.txt" 2>/dev/null || echo "(no kernel-attention benchmark table)"
+echo "=== fused sampled step (steps/s; native CUDA vs a PyTorch CUDA loop)"
+grep "^|" "$OUT/bench_sampled.log" 2>/dev/null || echo "(no sampled-step table)"
 [ "${#failures[@]}" -eq 0 ]

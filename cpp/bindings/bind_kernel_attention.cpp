@@ -115,8 +115,8 @@ void bind_dtype(py::module_& m) {
 void bind_cuda_entry_points(py::module_& m) {
   m.def(
       "kernel_attention_forward_cuda",
-      [](const std::string& dtype, const KernelAttentionShape& s, Addr Z0, Addr V, Addr Bq,
-         Addr Ck, const std::vector<int>& codes, Addr Z_out, Addr predictions, Addr context) {
+      [](const std::string& dtype, const KernelAttentionShape& s, Address Z0, Address V, Address Bq,
+         Address Ck, const std::vector<int>& codes, Address Z_out, Address predictions, Address context) {
         const auto acts = to_activations(codes, s.heads);
         with_dtype(dtype, [&](auto t) {
           using T = decltype(t);
@@ -130,9 +130,9 @@ void bind_cuda_entry_points(py::module_& m) {
       py::arg("activations"), py::arg("Z_out"), py::arg("predictions"), py::arg("context"));
   m.def(
       "kernel_attention_vjp_cuda",
-      [](const std::string& dtype, const KernelAttentionShape& s, Addr Z0, Addr V, Addr Bq,
-         Addr Ck, const std::vector<int>& codes, Addr d_Z_out, Addr d_V, Addr d_B, Addr d_C,
-         Addr d_Z0, Addr context) {
+      [](const std::string& dtype, const KernelAttentionShape& s, Address Z0, Address V, Address Bq,
+         Address Ck, const std::vector<int>& codes, Address d_Z_out, Address d_V, Address d_B, Address d_C,
+         Address d_Z0, Address context) {
         const auto acts = to_activations(codes, s.heads);
         with_dtype(dtype, [&](auto t) {
           using T = decltype(t);
@@ -148,9 +148,9 @@ void bind_cuda_entry_points(py::module_& m) {
       py::arg("d_Z0"), py::arg("context"));
   m.def(
       "kernel_attention_loss_and_grad_cuda",
-      [](const std::string& dtype, const KernelAttentionShape& s, Addr Z0, Addr y_q, Addr V,
-         Addr Bq, Addr Ck, const std::vector<int>& codes, Addr d_V, Addr d_B, Addr d_C, Addr d_Z0,
-         Addr predictions) {
+      [](const std::string& dtype, const KernelAttentionShape& s, Address Z0, Address y_q, Address V,
+         Address Bq, Address Ck, const std::vector<int>& codes, Address d_V, Address d_B, Address d_C, Address d_Z0,
+         Address predictions) {
         const auto acts = to_activations(codes, s.heads);
         return with_dtype(dtype, [&](auto t) {
           using T = decltype(t);

@@ -76,6 +76,6 @@ auto with_dtype(const std::string& dtype, F&& f) {
   throw Error("dtype: expected 'float32' or 'float64', got '" + dtype + "'");
 }
 
-using Addr = std::uintptr_t;
+using Address = std::uintptr_t;
 
 }  // namespace lsa_native::bindings

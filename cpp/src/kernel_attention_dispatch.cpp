@@ -1,11 +1,11 @@
 // Public kernel-attention entry points (kernel_attention.hpp): argument checks once, then the
-// backend the caller asked for (cpu/kernel_attention_cpu.cpp, cuda/ka_cuda.cu) via backend.hpp.
+// backend the caller asked for (cpu/kernel_attention_cpu.cpp, cuda/ka_cuda.cu) via dispatch.hpp.
 #include <limits>
 #include <string>
 
-#include "backend.hpp"
 #include "common/ka_recipe.hpp"
 #include "cpu/kernel_attention_cpu.hpp"
+#include "dispatch.hpp"
 #include "lsa_native/kernel_attention.hpp"
 #if LSA_NATIVE_HAVE_CUDA
 #include "cuda/ka_cuda.hpp"

@@ -17,6 +17,7 @@
 #include "ka_problem.hpp"
 #include "lsa_native/kernel_attention.hpp"
 #include "lsa_native/lsa.hpp"
+#include "emulated_helpers.hpp"
 #include "lsa_problem.hpp"
 #include "lsa_native/sampling.hpp"
 
@@ -30,41 +31,9 @@ template <class T>
 using Problem = lsa_native::testing::LsaProblem<T>;
 using lsa_native::testing::random_lsa_problem;
 
-template <class T>
-double tolerance() {
-  return sizeof(T) == 4 ? 2e-4 : 1e-12;
-}
-
-// max |a − b| ≤ tol · max |b| (and no NaN: poisoned outputs must be overwritten).
-template <class A, class B>
-void expect_close(const std::vector<A>& a, const std::vector<B>& b, double tol, const char* what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(double(a[i]))) << what << ": entry " << i << " not written";
-    scale = std::max(scale, std::abs(double(b[i])));
-    err = std::max(err, std::abs(double(a[i]) - double(b[i])));
-  }
-  EXPECT_LE(err, tol * scale) << what;
-}
-
-// reduce_partials_kernel's order on the host (thread t sums rows t, t + 256, ...; then a binary
-// tree): the emulated kernel matches it bit for bit (ReducePartialsOrder), and the other tests use
-// it to keep the emulation fast.
-std::vector<double> reduce(const std::vector<double>& partial, int count, int width) {
-  std::vector<double> total(width);
-  for (int i = 0; i < width; ++i) {
-    double buf[k::kReduceThreads];
-    for (int t = 0; t < k::kReduceThreads; ++t) {
-      buf[t] = 0;
-      for (int r = t; r < count; r += k::kReduceThreads) buf[t] += partial[size_t(r) * width + i];
-    }
-    for (int h = k::kReduceThreads / 2; h > 0; h /= 2)
-      for (int t = 0; t < h; ++t) buf[t] += buf[t + h];
-    total[i] = buf[0];
-  }
-  return total;
-}
+using lsa_native::testing::expect_close;
+using lsa_native::testing::reduce;
+using lsa_native::testing::tolerance;
 
 TEST(CudaKernelsEmulated, ReducePartialsOrder) {
   const int count = 600, width = 3;
@@ -97,28 +66,46 @@ void check_prediction(const Config& c) {
   const double L = lsa_native::lsa_loss_and_grad(pr.shape, pr.E.data(), pr.y_q.data(), pr.W_pv.data(),
                                                  pr.W_kq.data(), g_pv.data(), g_kq.data(),
                                                  y_loss_cpu.data());
+  using Mode = k::PredictionMode;
   // Prediction only.
   auto lay = k::PredictionLayout::make<T>(rows, cols, c.warps, false);
   std::vector<T> y(c.B, nan);
-  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, false>,
-                  pr.shape, lay, pr.E.data(), static_cast<const T*>(nullptr), pr.W_pv.data(),
-                  pr.W_kq.data(), y.data(), static_cast<double*>(nullptr));
+  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(),
+                  k::lsa_prediction_kernel<T, Mode::predict>, pr.shape, lay, pr.E.data(),
+                  static_cast<const T*>(nullptr), pr.W_pv.data(), pr.W_kq.data(), y.data(),
+                  static_cast<double*>(nullptr), static_cast<T*>(nullptr));
   expect_close(y, y_cpu, tolerance<T>(), "predict");
   // Loss and gradient: kernel, fixed-order reduction, epilogue.
   lay = k::PredictionLayout::make<T>(rows, cols, c.warps, true);
   std::vector<T> y_loss(c.B, nan), d_pv(n2, nan), d_kq(n2, nan);
   std::vector<double> partial(c.grid * lay.acc_width(), std::numeric_limits<double>::quiet_NaN());
-  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, true>,
+  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, Mode::loss>,
                   pr.shape, lay, pr.E.data(), pr.y_q.data(), pr.W_pv.data(), pr.W_kq.data(),
-                  y_loss.data(), partial.data());
-  const auto total = reduce(partial, int(c.grid), lay.acc_width());
+                  y_loss.data(), partial.data(), static_cast<T*>(nullptr));
+  auto total = reduce(partial, int(c.grid), lay.acc_width());
   double loss = std::numeric_limits<double>::quiet_NaN();
-  lsa_emu::launch(1, k::kReduceThreads, 0, k::loss_grad_epilogue_kernel<T>, total.data(), rows,
-                  c.B, d_pv.data(), d_kq.data(), &loss);
+  lsa_emu::launch(1, k::kReduceThreads, 0, k::prediction_epilogue_kernel<T>, total.data(), rows,
+                  1.0 / double(c.B), d_pv.data(), d_kq.data(), &loss);
   expect_close(y_loss, y_loss_cpu, tolerance<T>(), "loss y_hat");
   EXPECT_NEAR(loss, L, tolerance<T>() * L) << "loss";
   expect_close(d_pv, g_pv, tolerance<T>(), "d_W_pv");
   expect_close(d_kq, g_kq, tolerance<T>(), "d_W_kq");
+  // Prediction VJP for the upstream d_y = y_q (any vector): kernel, reduction, epilogue vs the CPU.
+  std::vector<T> v_pv(n2), v_kq(n2), dE_cpu(c.B * rows * cols), dE(dE_cpu.size(), nan);
+  lsa_native::lsa_predict_vjp(pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(),
+                              pr.y_q.data(), v_pv.data(), v_kq.data(), dE_cpu.data());
+  std::fill(partial.begin(), partial.end(), std::numeric_limits<double>::quiet_NaN());
+  std::fill(d_pv.begin(), d_pv.end(), nan);
+  std::fill(d_kq.begin(), d_kq.end(), nan);
+  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, Mode::vjp>,
+                  pr.shape, lay, pr.E.data(), pr.y_q.data(), pr.W_pv.data(), pr.W_kq.data(),
+                  static_cast<T*>(nullptr), partial.data(), dE.data());
+  total = reduce(partial, int(c.grid), lay.acc_width());
+  lsa_emu::launch(1, k::kReduceThreads, 0, k::prediction_epilogue_kernel<T>, total.data(), rows,
+                  1.0, d_pv.data(), d_kq.data(), static_cast<double*>(nullptr));
+  expect_close(d_pv, v_pv, tolerance<T>(), "predict_vjp d_W_pv");
+  expect_close(d_kq, v_kq, tolerance<T>(), "predict_vjp d_W_kq");
+  expect_close(dE, dE_cpu, tolerance<T>(), "predict_vjp d_E");
 }
 
 template <class T>

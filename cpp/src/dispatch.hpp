@@ -1,13 +1,13 @@
-// The backend choice shared by the dispatchers (dispatch.cpp, kernel_attention_dispatch.cpp): the
-// only place that asks "was CUDA compiled, is a GPU there?".
+// The device choice of dispatch.cpp, shared by the other dispatchers (kernel_attention_dispatch.cpp)
+// and by entry points defined beside their CPU code (the fused sampled steps of sampling_cpu.cpp).
 #pragma once
 
 #include "lsa_native/device.hpp"
 
 namespace lsa_native::detail {
 
-// True for Device::cuda once CUDA is known to be usable; throws a clear Error otherwise (no CUDA
-// kernels in this build, or no visible GPU); false for Device::cpu.
+// True for Device::cuda once CUDA is known to be usable; throws Error (naming device='cuda' and
+// what is missing: CUDA kernels in this build, or a visible GPU) otherwise. False for Device::cpu.
 bool use_cuda(Device device);
 
 }  // namespace lsa_native::detail
