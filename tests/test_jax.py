@@ -11,10 +11,11 @@ jax.config.update("jax_enable_x64", True)  # float64 tests; float32 inputs stay 
 import jax.numpy as jnp  # noqa: E402
 
 import lsa_native.jax as lj  # noqa: E402
+from lsa_native import kernel_attention as ka  # noqa: E402
 from lsa_native.reference import kernel_attention as ka_ref  # noqa: E402
 from lsa_native.reference import lsa as lsa_ref  # noqa: E402
 
-ACTS = ["linear", "relu", "exp", "softmax"]
+ACTS = list(ka.ACTIVATIONS)
 TOL = {np.float64: 1e-11, np.float32: 2e-4}  # relative to the largest entry
 
 

@@ -9,7 +9,7 @@ from lsa_native import baselines, data
 from lsa_native import kernel_attention as ka
 from lsa_native.reference import kernel_attention as ref
 
-ACTS = ["linear", "relu", "exp", "softmax"]
+ACTS = list(ka.ACTIVATIONS)
 
 
 def random_problem(rng, Bsz, d, n, L, H, dtype=np.float64, scale=0.3):

@@ -180,16 +180,21 @@ def main(argv=None) -> int:
     for dtype in (np.float32, np.float64):
         r = bench_dtype(dtype, B, B_full, 20, 100, warmup=3, repeat=10 if dtype == np.float64 else 15)
         rows += r
-    text = table(rows)
+    publish(rows, table(rows), args.out)
+    return 0
+
+
+def publish(rows, text: str, out) -> None:
+    """Prints the table with the device and versions; with `out`, writes the rows as JSON there
+    and the table beside it (.txt)."""
     info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
             "lsa_native": lsa_native.__version__}
-    if args.out:
-        with open(args.out, "w") as f:
+    if out:
+        with open(out, "w") as f:
             json.dump({"info": info, "rows": rows}, f, indent=1)
-        with open(args.out.rsplit(".", 1)[0] + ".txt", "w") as f:
+        with open(out.rsplit(".", 1)[0] + ".txt", "w") as f:
             f.write(text + "\n")
     print(f"\n{info}\n{text}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU checks of the CUDA backend, for a lent GPU machine (no network, ~8 minutes): versions, build
+# GPU checks of the CUDA backend, for a lent GPU machine (no network, ~10 minutes): versions, build
 # with `pip install --no-build-isolation .`, the GPU tests, the CPU suite, compute-sanitizer, and the
 # benchmark. Every stage runs even when an earlier one fails; failures are listed at the end, and
 # the benchmark table is printed last. Full logs (and bench_cuda.json) go to $OUT (default ./gpu-out).
@@ -46,8 +46,11 @@ TAIL=25 stage test_cuda 240 "$PY" -m pytest -p no:cacheprovider -q -rs -m cuda t
 stage memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_run.py
 stage racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 3 "$PY" bench/gpu/sanitize_run.py
 stage synccheck 120 compute-sanitizer --tool synccheck --error-exitcode 3 "$PY" bench/gpu/sanitize_run.py
+stage memcheck_ka 150 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_ka_run.py
+stage racecheck_ka 150 compute-sanitizer --tool racecheck --error-exitcode 3 "$PY" bench/gpu/sanitize_ka_run.py
 
 TAIL=8 stage bench 240 "$PY" bench/gpu/bench_cuda.py --out "$OUT/bench_cuda.json"
+TAIL=8 stage bench_ka 240 "$PY" bench/gpu/bench_ka_cuda.py --out "$OUT/bench_ka_cuda.json"
 TAIL=20 stage bench_sampled 150 "$PY" bench/gpu/bench_sampled.py --out "$OUT/bench_sampled.json"
 
 # Nsight Compute on the prediction kernels (optional: needs GPU performance-counter permission).
@@ -68,6 +71,8 @@ else
 fi
 echo "=== benchmark (median of CUDA-event timings; % copy = achieved bandwidth / D2D copy bandwidth)"
 cat "$OUT/bench_cuda.txt" 2>/dev/null || echo "(no benchmark table)"
+echo "=== kernel attention benchmark (d=5 n=30 L=3 H=1; median of CUDA-event timings)"
+cat "$OUT/bench_ka_cuda.txt" 2>/dev/null || echo "(no kernel-attention benchmark table)"
 echo "=== fused sampled step (steps/s; native CUDA vs a PyTorch CUDA loop)"
 grep "^|" "$OUT/bench_sampled.log" 2>/dev/null || echo "(no sampled-step table)"
 [ "${#failures[@]}" -eq 0 ]

@@ -1,6 +1,6 @@
-// Public LSA entry points: argument checks once, then the backend the caller asked for. The only
-// place that asks "was CUDA compiled, is a GPU there?" (population and kernel attention are
-// CPU-only and check their own arguments).
+// Public LSA entry points: argument checks once, then the backend the caller asked for, and
+// detail::use_cuda (dispatch.hpp), the only place that asks "was CUDA compiled, is a GPU there?"
+// (kernel attention dispatches in kernel_attention_dispatch.cpp; population is CPU-only).
 #include <limits>
 #include <string>
 
@@ -53,7 +53,9 @@ void require_pointer(const void* p, const char* name) {
   detail::require(p != nullptr, std::string(name) + ": must not be null");
 }
 
-// True for Device::cuda once CUDA is known to be usable; throws a clear Error otherwise.
+}  // namespace
+
+namespace detail {
 bool use_cuda(Device device) {
   if (device == Device::cpu) return false;
   detail::require(cuda_compiled(),
@@ -64,15 +66,8 @@ bool use_cuda(Device device) {
                   "device='cpu'");
   return true;
 }
-}  // namespace
-
-// Backend call: CUDA when requested and compiled, else the CPU. CALL is the function name.
-#if LSA_NATIVE_HAVE_CUDA
-#define LSA_NATIVE_BACKEND(device, CALL, ...) \
-  (use_cuda(device) ? cuda::CALL(__VA_ARGS__) : cpu::CALL(__VA_ARGS__))
-#else
-#define LSA_NATIVE_BACKEND(device, CALL, ...) (use_cuda(device), cpu::CALL(__VA_ARGS__))
-#endif
+}  // namespace detail
+using detail::use_cuda;
 
 template <class T>
 void lsa_predict(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* y_hat,
@@ -195,6 +190,5 @@ LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE, float)
 LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE, double)
 #undef LSA_NATIVE_LSA_INSTANTIATE
 
-bool detail::use_cuda(Device device) { return ::lsa_native::use_cuda(device); }
 
 }  // namespace lsa_native

@@ -1,5 +1,5 @@
-// The device choice of dispatch.cpp for entry points defined beside their CPU code (the fused
-// sampled steps of sampling_cpu.cpp).
+// The device choice of dispatch.cpp, shared by the other dispatchers (kernel_attention_dispatch.cpp)
+// and by entry points defined beside their CPU code (the fused sampled steps of sampling_cpu.cpp).
 #pragma once
 
 #include "lsa_native/device.hpp"
@@ -11,3 +11,12 @@ namespace lsa_native::detail {
 bool use_cuda(Device device);
 
 }  // namespace lsa_native::detail
+
+// Backend call: cuda::CALL when the device is CUDA (compiled in and available), else cpu::CALL.
+#if LSA_NATIVE_HAVE_CUDA
+#define LSA_NATIVE_BACKEND(device, CALL, ...) \
+  (::lsa_native::detail::use_cuda(device) ? cuda::CALL(__VA_ARGS__) : cpu::CALL(__VA_ARGS__))
+#else
+#define LSA_NATIVE_BACKEND(device, CALL, ...) \
+  (::lsa_native::detail::use_cuda(device), cpu::CALL(__VA_ARGS__))
+#endif

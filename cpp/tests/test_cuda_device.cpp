@@ -9,7 +9,9 @@
 #include <tuple>
 #include <vector>
 
+#include "ka_problem.hpp"
 #include "lsa_native/device.hpp"
+#include "lsa_native/kernel_attention.hpp"
 #include "lsa_native/lsa.hpp"
 
 namespace {
@@ -84,6 +86,112 @@ TEST(CudaDevice, MatchesTheCpuKernels) {
     compare_with_cpu<float>(B, d, N);
     compare_with_cpu<double>(B, d, N);
   }
+}
+
+// ---- kernel attention ----
+
+// A device buffer filled from host values (NaN-poisoned outputs: every entry must be written).
+template <class T>
+struct DeviceBuffer {
+  std::vector<T> host;
+  T* dev;
+  explicit DeviceBuffer(std::vector<T> values) : host(std::move(values)) {
+    dev = static_cast<T*>(lsa_native::cuda_allocate(sizeof(T) * host.size()));
+    lsa_native::cuda_copy(dev, host.data(), sizeof(T) * host.size());
+  }
+  DeviceBuffer(std::size_t n, T fill) : DeviceBuffer(std::vector<T>(n, fill)) {}
+  ~DeviceBuffer() { lsa_native::cuda_free(dev); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  std::vector<T> read() const {
+    std::vector<T> out(host.size());
+    lsa_native::cuda_copy(out.data(), dev, sizeof(T) * host.size());
+    return out;
+  }
+};
+
+template <class T>
+void compare_ka_with_cpu(const lsa_native::KernelAttentionShape& s, lsa_native::Activation act) {
+  using lsa_native::Activation;
+  SCOPED_TRACE(testing::Message() << "B=" << s.batch << " d=" << s.dim << " n=" << s.context
+                                  << " L=" << s.layers << " H=" << s.heads << " act=" << int(act)
+                                  << " bytes=" << sizeof(T));
+  const auto pr = lsa_native::testing::random_ka_problem<T>(
+      s, std::vector<Activation>(std::size_t(s.heads), act), unsigned(s.batch + 7 * s.context), 0.5);
+  const double tol = sizeof(T) == 4 ? 2e-4 : 1e-12;
+  auto close = [&](const std::vector<T>& a, const std::vector<T>& b, const char* what) {
+    double err = 0, scale = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(double(a[i]))) << what << ": entry " << i << " not written";
+      err = std::max(err, std::abs(double(a[i]) - double(b[i])));
+      scale = std::max(scale, std::abs(double(b[i])));
+    }
+    EXPECT_LE(err, tol * scale) << what;
+  };
+  const std::size_t nz = pr.Z0.size(), np = std::size_t(s.batch * (s.layers + 1));
+  const std::size_t nV = pr.V.size(), nB = pr.Bq.size();
+  const std::size_t nctx = std::size_t(s.batch * lsa_native::kernel_attention_context_size<T>(s));
+  std::vector<T> Z(nz), p(np), ctx(nctx), dV(nV), dB(nB), dC(nB), dZ0(nz), lV(nV), lB(nB), lC(nB),
+      lZ0(nz);
+  const auto* a = pr.acts.data();
+  lsa_native::kernel_attention_forward(s, pr.Z0.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(), a,
+                                       Z.data(), p.data(), ctx.data());
+  lsa_native::kernel_attention_vjp(s, pr.Z0.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(), a,
+                                   pr.d_Z.data(), dV.data(), dB.data(), dC.data(), dZ0.data(),
+                                   static_cast<const T*>(nullptr));
+  const double L = lsa_native::kernel_attention_loss_and_grad(
+      s, pr.Z0.data(), pr.y_q.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(), a, lV.data(),
+      lB.data(), lC.data(), lZ0.data(), static_cast<T*>(nullptr));
+  const T nan = T(NAN);
+  DeviceBuffer<T> z0(pr.Z0), y(pr.y_q), V(pr.V), Bq(pr.Bq), Ck(pr.Ck), dz(pr.d_Z);
+  DeviceBuffer<T> gZ(nz, nan), gp(np, nan), gctx(nctx, nan);
+  lsa_native::kernel_attention_forward(s, z0.dev, V.dev, Bq.dev, Ck.dev, a, gZ.dev, gp.dev,
+                                       gctx.dev, Device::cuda);
+  close(gZ.read(), Z, "forward Z_L");
+  close(gp.read(), p, "forward predictions");
+  close(gctx.read(), ctx, "forward context");
+  for (const T* context : {static_cast<const T*>(nullptr), static_cast<const T*>(gctx.dev)}) {
+    DeviceBuffer<T> gV(nV, nan), gB(nB, nan), gC(nB, nan), gZ0(nz, nan);
+    lsa_native::kernel_attention_vjp(s, z0.dev, V.dev, Bq.dev, Ck.dev, a, dz.dev, gV.dev, gB.dev,
+                                     gC.dev, gZ0.dev, context, Device::cuda);
+    close(gV.read(), dV, "vjp d_V");
+    close(gB.read(), dB, "vjp d_B");
+    close(gC.read(), dC, "vjp d_C");
+    close(gZ0.read(), dZ0, "vjp d_Z0");
+  }
+  // Host pointers: the backend stages them.
+  std::vector<T> hV(nV, nan), hB(nB, nan), hC(nB, nan), hZ0(nz, nan);
+  const double gL = lsa_native::kernel_attention_loss_and_grad(
+      s, pr.Z0.data(), pr.y_q.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(), a, hV.data(),
+      hB.data(), hC.data(), hZ0.data(), static_cast<T*>(nullptr), Device::cuda);
+  EXPECT_NEAR(gL, L, tol * L) << "loss";
+  close(hV, lV, "loss d_V");
+  close(hB, lB, "loss d_B");
+  close(hC, lC, "loss d_C");
+  close(hZ0, lZ0, "loss d_Z0");
+}
+
+TEST(CudaDevice, KernelAttentionMatchesTheCpuKernels) {
+  if (!lsa_native::cuda_available()) GTEST_SKIP() << "no CUDA device visible";
+  for (int code = 0; code < lsa_native::kActivationCount; ++code)
+    for (const lsa_native::KernelAttentionShape& s :
+         {lsa_native::KernelAttentionShape{1, 1, 1, 1, 1}, {37, 5, 30, 3, 1}, {9, 3, 7, 2, 3},
+          {2, 4, 500, 1, 1}}) {
+      compare_ka_with_cpu<float>(s, lsa_native::activation_from_code(code));
+      compare_ka_with_cpu<double>(s, lsa_native::activation_from_code(code));
+    }
+}
+
+TEST(CudaDevice, KernelAttentionWithoutGpuIsAClearError) {
+  if (lsa_native::cuda_available()) GTEST_SKIP() << "a GPU is visible";
+  const std::vector<double> Z0 = {1, 2, 3, 0}, V = {0, 0, 0, 1}, I = {1};
+  const lsa_native::Activation act = lsa_native::Activation::softmax;
+  std::vector<double> Z(4);
+  EXPECT_THROW(lsa_native::kernel_attention_forward(lsa_native::KernelAttentionShape{1, 1, 1, 1, 1},
+                                                    Z0.data(), V.data(), I.data(), I.data(), &act,
+                                                    Z.data(), static_cast<double*>(nullptr),
+                                                    static_cast<double*>(nullptr), Device::cuda),
+               lsa_native::Error);
 }
 
 }  // namespace

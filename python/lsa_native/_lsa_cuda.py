@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core, cuda
-from ._validation import as_array, as_out, check_finite_result
+from ._validation import as_array, as_out, as_prompts, check_finite_result
 
 
 class _Arg:
@@ -19,22 +19,28 @@ class _Arg:
 
 
 class _Prompts:
-    """E on either side: shape, dtype, address, whether it lives on a GPU (and which)."""
+    """The prompts (E of lsa, Z0 of kernel_attention: [B, d+1, N+1]) on either side: shape, dtype,
+    address, whether they live on a GPU (and which). Other arrays follow them (operand, output)."""
 
-    def __init__(self, E):
-        from .lsa import _as_prompts
-
+    def __init__(self, E, name: str = "E"):
+        self.name = name
         if cuda.is_cuda_array(E):
-            v = cuda.view(E, "E")
+            v = cuda.view(E, name)
+            if len(v.shape) != 3:
+                raise ValueError(f"{name}: expected a 3-d array [B, d+1, N+1], got shape {v.shape}")
+            B, rows, cols = v.shape
+            if B < 1 or rows < 2 or cols < 2:
+                raise ValueError(
+                    f"{name}: expected shape [B, d+1, N+1] with B >= 1, d >= 1 and N >= 1, got {v.shape}"
+                )
             self.source, self.on_gpu, self.arg = E, True, _Arg(v.ptr, v)
-            self.shape, self.dtype = v.shape, v.dtype
+            self.shape, self.dtype, self.device = v.shape, v.dtype, cuda.pointer_device(v.ptr)
         else:
-            E = _as_prompts(E)
+            E = as_prompts(E, name)
             self.source, self.on_gpu, self.arg = E, False, _Arg(E.ctypes.data, E)
-            self.shape, self.dtype = E.shape, E.dtype
-        # E's shape rules (3-d, B, d, N >= 1) are checked natively, before anything is allocated.
-        self.native_shape = _core.lsa_shape(self.shape)
-        self.device = cuda.pointer_device(self.arg.ptr) if self.on_gpu else -1
+            self.shape, self.dtype, self.device = E.shape, E.dtype, -1
+        B, rows, cols = self.shape
+        self.native_shape = _core.LsaShape(B, rows - 1, cols - 1)
 
     def operand(self, a, name: str, shape: tuple, *, finite: bool = True) -> _Arg:
         """An input: a CUDA array of E's dtype and `shape`, or a host array converted to them."""
@@ -42,7 +48,7 @@ class _Prompts:
             v = cuda.view(a, name)
             if v.dtype != self.dtype:
                 raise TypeError(
-                    f"{name}: expected dtype {self.dtype} (E's dtype) for a CUDA array, got {v.dtype}"
+                    f"{name}: expected dtype {self.dtype} ({self.name}'s dtype) for a CUDA array, got {v.dtype}"
                 )
             if v.shape != tuple(shape):
                 raise ValueError(f"{name}: expected shape {tuple(shape)}, got {v.shape}")
@@ -58,7 +64,7 @@ class _Prompts:
                 buf = cuda.empty(self.source, shape, self.dtype, self.device)
                 return _Arg(cuda.view(buf, name).ptr, buf), buf
             if not cuda.is_cuda_array(out):
-                raise TypeError(f"{name}: expected a CUDA array (E is one), got {type(out).__name__}")
+                raise TypeError(f"{name}: expected a CUDA array ({self.name} is one), got {type(out).__name__}")
             v = cuda.view(out, name)
             if v.dtype != self.dtype:
                 raise TypeError(f"{name}: expected dtype {self.dtype}, got {v.dtype}")
@@ -68,11 +74,12 @@ class _Prompts:
                 raise ValueError(f"{name}: must be writeable")
             return _Arg(v.ptr, v), out
         if cuda.is_cuda_array(out):
-            raise TypeError(f"{name}: expected a numpy.ndarray (E is a host array), got a CUDA array")
+            raise TypeError(f"{name}: expected a numpy.ndarray ({self.name} is a host array), got a CUDA array")
         arr = as_out(out, shape, self.dtype, name)
         return _Arg(arr.ctypes.data, arr), arr
 
     def check_host_result(self, result, inputs: dict):
+        """check_finite_result for host results (inputs: the host arrays among them)."""
         # Results on the device are not inspected (that would cost a copy to the host).
         if not self.on_gpu:
             check_finite_result(result, inputs)

@@ -18,6 +18,15 @@ Array API: Z0 [B, d+1, n+1] (the layout of ``lsa``), V [L, H, d+1, d+1], B, C [L
 float64 (parameters are converted to Z0's dtype); parameter-gradient batch sums run in float64.
 The sparse value matrices V = [[A, 0],[0, r]] of CCS Assumption 4.4 are :func:`sparse_value`
 and :func:`loss_and_grad_sparse`. :class:`KernelAttentionParams` bundles parameters for training.
+
+Devices: :func:`forward`, :func:`vjp` and :func:`loss_and_grad` take ``device="auto" | "cpu" |
+"cuda"`` as :mod:`lsa_native.lsa` does: ``"auto"`` runs on the GPU when any array argument is a
+CUDA array (CuPy, PyTorch CUDA tensors, ``__cuda_array_interface__`` / CUDA ``__dlpack__``), else on
+the CPU; ``"cuda"`` with numpy arrays copies them to the GPU and the results back. CUDA arrays must
+be C-contiguous with Z0's dtype; results for CUDA inputs are CUDA arrays of the same library. The
+GPU reduces the parameter-gradient batch sums in a fixed order (two runs are bitwise equal). A
+:class:`ForwardContext` has one layout on both devices: one saved on the GPU serves a VJP on the
+CPU and vice versa (copied where it is not).
 """
 from __future__ import annotations
 
@@ -25,7 +34,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _core
+from . import _core, _ka_cuda, cuda
+from ._ka_cuda import shape_of as _shape_of
+from .cuda import resolve_device
 from ._validation import (as_array, as_prompts, check_rng, positive_float, positive_int,
                           real_array)
 
@@ -75,13 +86,26 @@ def _params(Z0, V, B, C):
     return Z0, V, B, C
 
 
+def _check_output(result, Z0, activation_codes):
+    """FloatingPointError/ValueError for a non-finite host result (Z0 None: not inspected)."""
+    if np.all(np.isfinite(result)):
+        return
+    if Z0 is not None and not np.all(np.isfinite(Z0)):
+        raise ValueError("Z0: contains non-finite values (NaN or inf)")
+    if ACTIVATIONS["exp"] in activation_codes:
+        raise FloatingPointError("exp activation overflowed (|S| too large): scale B, C or the "
+                                 "inputs down, or use float64")
+    raise FloatingPointError("kernel attention overflowed to a non-finite value")
+
+
 @dataclass(frozen=True)
 class ForwardContext:
     """The per-prompt state saved by ``forward(..., return_context=True)`` for :func:`vjp`: the
     padded Z_ℓ, U = B X, W = C X, h̃ and Y = Z_ℓ M h̃ of every layer and head, ``data``
     [B, context_size] in Z0's dtype (Tt·((L+1)(d+1) + L·H·(2d+n+d+1)) values per prompt, Tt =
     n+1 rounded up to 8 floats / 4 doubles: 20 KiB per prompt at d = 5, n = 30, L = 3, float32).
-    Valid only with the same Z0, V, B, C and activations as the forward that made it."""
+    Valid only with the same Z0, V, B, C and activations as the forward that made it. ``data``
+    is a CUDA array (of Z0's library) when the forward ran on CUDA arrays."""
 
     data: np.ndarray
     shape: tuple  # (B, d, n, L, H)
@@ -97,12 +121,18 @@ def context_size(dim: int, context: int, layers: int, heads: int, dtype=np.float
 
 
 def forward(Z0, V, B, C, activation, *, return_predictions: bool = False,
-            return_context: bool = False):
+            return_context: bool = False, device="auto"):
     """Z_L of (3) [B, d+1, n+1]; with ``return_predictions`` also TF_ℓ = Z_ℓ[d, n] for
     ℓ = 0..L [B, L+1] (CCS Figure 2's loss vs depth); with ``return_context`` also a
     :class:`ForwardContext` for :func:`vjp` (then the VJP skips the forward recomputation, at the
     price of the context's memory). O(L·H·n²·d) per prompt.
     Returns Z_L, or a tuple (Z_L, [predictions], [context]) in that order."""
+    if resolve_device(device, Z0=Z0, V=V, B=B, C=C) == "cuda":
+        out = _ka_cuda.forward(Z0, V, B, C, lambda H: _activation_codes(activation, H),
+                               return_predictions, return_context, ForwardContext)
+        if isinstance(out[0], np.ndarray):
+            _check_cuda_output(out[0][:, -1, -1], Z0, V, activation)
+        return out if (return_predictions or return_context) else out[0]
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
     Z = np.empty_like(Z0)
@@ -120,27 +150,52 @@ def forward(Z0, V, B, C, activation, *, return_predictions: bool = False,
 
 
 def vjp(Z0, V, B, C, activation, d_Z_out, *, context: ForwardContext | None = None,
-        input_grad: bool = True):
+        input_grad: bool = True, device="auto"):
     """Vector-Jacobian product of :func:`forward`'s Z_L for the upstream d_Z_out = ∂ℓ/∂Z_L
     [B, d+1, n+1]: (dV, dB, dC, dZ0) (dZ0 None without ``input_grad``); parameter gradients are
     batch sums in float64, fixed chunk order. With ``context`` (from ``forward(...,
     return_context=True)`` on the same inputs) only the backward runs; without it the forward is
     recomputed per prompt (≈ 1/3 more time, no extra memory). Both give bitwise equal results."""
+    ctx_data = context.data if isinstance(context, ForwardContext) else None
+    if resolve_device(device, Z0=Z0, V=V, B=B, C=C, d_Z_out=d_Z_out, context=ctx_data) == "cuda":
+        _check_context(context, Z0, V)
+        out = _ka_cuda.vjp(Z0, V, B, C, lambda H: _activation_codes(activation, H), d_Z_out,
+                           context, input_grad)
+        _check_cuda_output(out[0], Z0, V, activation)
+        return out
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
     d_Z_out = as_array(d_Z_out, Z0.shape, Z0.dtype, "d_Z_out", finite=False)
-    if context is not None:
-        shape = (Z0.shape[0], Z0.shape[1] - 1, Z0.shape[2] - 1) + tuple(V.shape[:2])
-        if not isinstance(context, ForwardContext) or context.shape != shape \
-                or context.data.dtype != Z0.dtype:
-            raise ValueError("context: expected the ForwardContext of forward(..., "
-                             f"return_context=True) for shape (B, d, n, L, H) = {shape} and dtype "
-                             f"{Z0.dtype}")
+    _check_context(context, Z0, V)
     dV, dB, dC = np.empty_like(V), np.empty_like(B), np.empty_like(C)
     dZ0 = np.empty_like(Z0) if input_grad else None
     _core.kernel_attention_vjp(Z0, V, B, C, codes, d_Z_out, dV, dB, dC, dZ0,
                                None if context is None else context.data)
     return dV, dB, dC, dZ0
+
+
+def _check_context(context, Z0, V):
+    """ValueError unless `context` is None or a ForwardContext for Z0's and V's shapes (a host
+    context also of Z0's dtype; a CUDA one is checked by the CUDA path)."""
+    if context is None:
+        return
+    z, v = _shape_of(Z0), _shape_of(V)
+    shape = (z[0], z[1] - 1, z[2] - 1) + tuple(v[:2])
+    dtype = cuda.view(Z0, "Z0").dtype if cuda.is_cuda_array(Z0) else np.asarray(Z0).dtype
+    ok = isinstance(context, ForwardContext) and context.shape == shape
+    if ok and isinstance(context.data, np.ndarray):
+        ok = context.data.dtype == dtype
+    if not ok:
+        raise ValueError("context: expected the ForwardContext of forward(..., return_context=True) "
+                         f"for shape (B, d, n, L, H) = {shape} and dtype {dtype}")
+
+
+def _check_cuda_output(result, Z0, V, activation):
+    """_check_output for a host result of the CUDA path (results on the device are not inspected:
+    that would cost a copy)."""
+    if isinstance(result, np.ndarray):
+        _check_output(result, Z0 if isinstance(Z0, np.ndarray) else None,
+                      _activation_codes(activation, _shape_of(V)[1]))
 
 
 def predict(Z0, V, B, C, activation, *, every_layer: bool = False):
@@ -153,9 +208,14 @@ def predict(Z0, V, B, C, activation, *, every_layer: bool = False):
 
 
 def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
-                  return_predictions: bool = False):
+                  return_predictions: bool = False, device="auto"):
     """In-context loss f = (1/(2B)) Σ (TF + y_q)² (½ × CCS (5), the package convention) and its
     gradients (dV, dB, dC) [+ dZ0] [+ TF_ℓ for every layer, B x (L+1)]. Backward ≈ 2-3x forward."""
+    if resolve_device(device, Z0=Z0, y_q=y_q, V=V, B=B, C=C) == "cuda":
+        out = _ka_cuda.loss_and_grad(Z0, y_q, V, B, C, lambda H: _activation_codes(activation, H),
+                                     input_grad, return_predictions)
+        _check_cuda_output(np.array([out[0]]), Z0, V, activation)
+        return out
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
     y_q = as_array(y_q, (Z0.shape[0],), Z0.dtype, "y_q")

@@ -11,10 +11,11 @@
 // column the query (x_q; 0)); V [L, H, d+1, d+1]; Bq, Ck [L, H, d, d]; activations [H] (one per
 // head, shared by the layers). T is float or double; parameter-gradient batch sums run in double.
 // Cost O(L·H·n²·d) per prompt; backward ≈ 2-3x forward. loss_and_grad is the composition of the
-// same per-prompt forward and backward as forward + vjp (without materializing the context). Thread-safe, parallel over prompts,
-// results independent of the thread count. Invalid arguments throw lsa_native::Error.
+// same per-prompt forward and backward as forward + vjp (without materializing the context).
+// Thread-safe. Invalid arguments throw lsa_native::Error.
 #pragma once
 
+#include "lsa_native/device.hpp"
 #include "lsa_native/types.hpp"
 
 namespace lsa_native {
@@ -64,39 +65,41 @@ struct KernelAttentionShape {
   index_t heads;    // H >= 1
 };
 
+// Throws Error unless every extent is >= 1 and B·(d+1)·(n+1) fits in index_t.
 void validate(const KernelAttentionShape& shape);
 
-// Forward pass. Z_out [B, d+1, n+1] receives Z_L when not null; predictions [B, L+1] receives
-// TF_ℓ = Z_ℓ[d, n] for ℓ = 0..L when not null.
-template <class T>
-void kernel_attention_forward(const KernelAttentionShape& shape, const T* Z0, const T* V,
-                              const T* Bq, const T* Ck, const Activation* activations, T* Z_out,
-                              T* predictions);
+// Every function below validates its arguments once (kernel_attention_dispatch.cpp), then runs
+// where `device` says (device.hpp): Device::cpu over num_threads() threads, results independent of
+// the thread count; Device::cuda on a GPU with pointers to device or host memory (`activations`
+// is always host memory), batch sums reduced in a fixed order (two runs are bitwise equal), and
+// a clear Error where no GPU can run it or a shape exceeds what the kernels index.
 
 // Size, in values of T, of one prompt's saved forward context (the whole context is
 // batch · this): Z_0..Z_L, and per layer and head U = B X, W = C X, h̃ and Y = Z_ℓ M h̃, each row
-// padded from n+1 to Tt = n+1 rounded up to the SIMD width (8 floats / 4 doubles):
+// padded from n+1 to Tt = n+1 rounded up to 8 floats / 4 doubles (layout recipe::KaContext, the
+// same for both devices, so a context saved on one device serves a VJP on the other):
 //   Tt · ((L+1)(d+1) + L·H·(2d + n + d+1)).
 // E.g. d = 5, n = 30, L = 3, H = 1, float: 32 · (24 + 138) = 5184 floats = 20.3 KiB per prompt.
 template <class T>
 index_t kernel_attention_context_size(const KernelAttentionShape& shape);
 
-// Forward pass that also saves the per-prompt context (batch · kernel_attention_context_size
-// values, written; layout private to this library and version) for kernel_attention_vjp.
+// Forward pass. Z_out [B, d+1, n+1] receives Z_L when not null; predictions [B, L+1] receives
+// TF_ℓ = Z_ℓ[d, n] for ℓ = 0..L when not null; context (batch · kernel_attention_context_size
+// values) receives the per-prompt state for kernel_attention_vjp when not null.
 template <class T>
 void kernel_attention_forward(const KernelAttentionShape& shape, const T* Z0, const T* V,
                               const T* Bq, const T* Ck, const Activation* activations, T* Z_out,
-                              T* predictions, T* context);
+                              T* predictions, T* context = nullptr, Device device = Device::cpu);
 
 // Vector-Jacobian product of Z_L = forward(Z0, V, B, C) for the upstream d_Z_out = ∂ℓ/∂Z_L
-// [B, d+1, n+1]: d_V, d_B, d_C (written, batch sums in double, fixed chunk order) and d_Z0
+// [B, d+1, n+1]: d_V, d_B, d_C (written, batch sums in double, fixed order) and d_Z0
 // (written when not null). With context (from the saving forward with the same inputs) only the
 // backward runs; with context = nullptr the forward is recomputed per prompt, ≈ 1/3 more time
-// and no extra memory. Results are bitwise identical either way.
+// and no extra memory. Results are bitwise identical either way (on one device).
 template <class T>
 void kernel_attention_vjp(const KernelAttentionShape& shape, const T* Z0, const T* V, const T* Bq,
                           const T* Ck, const Activation* activations, const T* d_Z_out, T* d_V,
-                          T* d_B, T* d_C, T* d_Z0, const T* context);
+                          T* d_B, T* d_C, T* d_Z0, const T* context, Device device = Device::cpu);
 
 // Loss (1/B) Σ (TF_b + y_q,b)² and its gradients d_V [L, H, d+1, d+1], d_B, d_C [L, H, d, d]
 // (written), d_Z0 [B, d+1, n+1] (written when not null), predictions [B, L+1] (when not null).
@@ -104,22 +107,19 @@ template <class T>
 double kernel_attention_loss_and_grad(const KernelAttentionShape& shape, const T* Z0, const T* y_q,
                                       const T* V, const T* Bq, const T* Ck,
                                       const Activation* activations, T* d_V, T* d_B, T* d_C,
-                                      T* d_Z0, T* predictions);
+                                      T* d_Z0, T* predictions, Device device = Device::cpu);
 
 #define LSA_NATIVE_DECLARE_KA(T)                                                                  \
-  extern template void kernel_attention_forward<T>(const KernelAttentionShape&, const T*,          \
-                                                   const T*, const T*, const T*,                  \
-                                                   const Activation*, T*, T*);                    \
-  extern template double kernel_attention_loss_and_grad<T>(                                       \
-      const KernelAttentionShape&, const T*, const T*, const T*, const T*, const T*,              \
-      const Activation*, T*, T*, T*, T*, T*);                                                    \
   extern template index_t kernel_attention_context_size<T>(const KernelAttentionShape&);         \
   extern template void kernel_attention_forward<T>(const KernelAttentionShape&, const T*,          \
                                                    const T*, const T*, const T*,                  \
-                                                   const Activation*, T*, T*, T*);                \
+                                                   const Activation*, T*, T*, T*, Device);        \
   extern template void kernel_attention_vjp<T>(const KernelAttentionShape&, const T*, const T*,   \
                                                const T*, const T*, const Activation*, const T*,   \
-                                               T*, T*, T*, T*, const T*);
+                                               T*, T*, T*, T*, const T*, Device);                 \
+  extern template double kernel_attention_loss_and_grad<T>(                                       \
+      const KernelAttentionShape&, const T*, const T*, const T*, const T*, const T*,              \
+      const Activation*, T*, T*, T*, T*, T*, Device);
 LSA_NATIVE_DECLARE_KA(float)
 LSA_NATIVE_DECLARE_KA(double)
 #undef LSA_NATIVE_DECLARE_KA

@@ -72,7 +72,7 @@ LSA_HD T exp_of(T x) {
   return exp(x);
 }
 template <class T> LSA_HD T linear_value(T s, T) { return s; }
-template <class T> LSA_HD T relu_value(T s, T) { return s > T(0) ? s : T(0); }
+template <class T> LSA_HD T relu_value(T s, T) { return s < T(0) ? T(0) : s; }  // NaN stays NaN
 template <class T> LSA_HD T exp_value(T s, T) { return exp_of(s); }
 template <class T> LSA_HD T softmax_value(T s, T shift) { return exp_of(s - shift); }
 template <class T> LSA_HD T linear_gradient(T, T dh, T) { return dh; }

@@ -1,34 +1,26 @@
-// Kernel attention entry points [CCS (3), (5)]: argument checks, ISA dispatch, chunks of prompts
-// over threads, parameter-gradient partials reduced in chunk order (thread-count independent).
+// CPU backend of kernel attention [CCS (3), (5)]: ISA dispatch, chunks of prompts over threads,
+// parameter-gradient partials reduced in chunk order (thread-count independent). Arguments are
+// validated by kernel_attention_dispatch.cpp.
 #include <cmath>
-#include <string>
 #include <vector>
 
 #include "common/parallel.hpp"
 #include "cpu/isa.hpp"
+#include "cpu/kernel_attention_cpu.hpp"
 #include "cpu/kernel_attention_kernels.hpp"
-#include "lsa_native/kernel_attention.hpp"
 
-namespace lsa_native {
+namespace lsa_native::cpu {
 namespace {
 
 template <class T>
-const cpu::KaKernels<T>& kernels() {
-  return cpu::select_kernels<cpu::KaKernels<T>>(
+const KaKernels<T>& kernels() {
+  return select_kernels<KaKernels<T>>(
 #if defined(LSA_NATIVE_X86_DISPATCH)
-      [] { return cpu::isa_avx2::ka_kernels<T>(); },
+      [] { return isa_avx2::ka_kernels<T>(); },
 #else
-      [] { return cpu::isa_baseline::ka_kernels<T>(); },
+      [] { return isa_baseline::ka_kernels<T>(); },
 #endif
-      [] { return cpu::isa_baseline::ka_kernels<T>(); });
-}
-
-template <class T>
-void check_arguments(const KernelAttentionShape& s, const T* Z0, const T* V, const T* Bq,
-                     const T* Ck, const Activation* acts) {
-  validate(s);
-  detail::require(Z0 && V && Bq && Ck && acts, "Z0, V, B, C and activations must not be null");
-  for (index_t h = 0; h < s.heads; ++h) activation_from_code(static_cast<int>(acts[h]));
+      [] { return isa_baseline::ka_kernels<T>(); });
 }
 
 bool all_set(const std::vector<char>& flags) {
@@ -36,43 +28,6 @@ bool all_set(const std::vector<char>& flags) {
     if (!f) return false;
   return true;
 }
-
-}  // namespace
-
-void validate(const KernelAttentionShape& s) {
-  detail::require(s.batch >= 1, "batch B must be >= 1, got " + std::to_string(s.batch));
-  detail::require(s.dim >= 1, "dimension d must be >= 1, got " + std::to_string(s.dim));
-  detail::require(s.context >= 1, "context length n must be >= 1, got " + std::to_string(s.context));
-  detail::require(s.layers >= 1, "layers L must be >= 1, got " + std::to_string(s.layers));
-  detail::require(s.heads >= 1, "heads H must be >= 1, got " + std::to_string(s.heads));
-}
-
-template <class T>
-index_t kernel_attention_context_size(const KernelAttentionShape& sh) {
-  validate(sh);
-  return cpu::ka_context_size(sh, kernels<T>().lanes);
-}
-
-template <class T>
-void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
-                              const T* Ck, const Activation* acts, T* Z_out, T* predictions,
-                              T* context) {
-  check_arguments(sh, Z0, V, Bq, Ck, acts);
-  const auto& k = kernels<T>();
-  std::vector<char> ok(static_cast<size_t>(detail::chunk_count(sh.batch)), 1);
-  detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
-    ok[c] = k.forward(sh, Z0, V, Bq, Ck, acts, Z_out, predictions, context, b0, b1);
-  });
-  cpu::ka_check_output(all_set(ok), Z_out ? "Z_L" : "predictions", sh, Z0, V, Bq, Ck);
-}
-
-template <class T>
-void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
-                              const T* Ck, const Activation* acts, T* Z_out, T* predictions) {
-  kernel_attention_forward(sh, Z0, V, Bq, Ck, acts, Z_out, predictions, static_cast<T*>(nullptr));
-}
-
-namespace {
 
 // Chunked parameter-gradient partials reduced in chunk order into d_V, d_B, d_C; returns the
 // reduced slot 0 (the loss sum for loss_and_grad). `outputs_ok` is false when a chunk flagged a
@@ -85,7 +40,7 @@ struct Reduced {
 
 template <class T, class Chunk>
 Reduced reduce_gradients(const KernelAttentionShape& sh, T* d_V, T* d_B, T* d_C, Chunk chunk) {
-  const index_t d = sh.dim, width = cpu::ka_partial_size(sh);
+  const index_t d = sh.dim, width = ka_partial_size(sh);
   const index_t nV = sh.layers * sh.heads * (d + 1) * (d + 1), nB = sh.layers * sh.heads * d * d;
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(sh.batch) * width));
   std::vector<char> ok(static_cast<size_t>(detail::chunk_count(sh.batch)), 1);
@@ -108,52 +63,59 @@ Reduced reduce_gradients(const KernelAttentionShape& sh, T* d_V, T* d_B, T* d_C,
 
 }  // namespace
 
+// Each entry point raises Error (via ka_check_output) when an output it wrote is non-finite: the
+// kernels flag that while writing, so the check costs no second pass over large outputs.
+template <class T>
+void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
+                              const T* Ck, const Activation* acts, T* Z_out, T* predictions,
+                              T* context) {
+  const auto& k = kernels<T>();
+  std::vector<char> ok(static_cast<size_t>(detail::chunk_count(sh.batch)), 1);
+  detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
+    ok[c] = k.forward(sh, Z0, V, Bq, Ck, acts, Z_out, predictions, context, b0, b1);
+  });
+  ka_check_output(all_set(ok), Z_out ? "Z_L" : "predictions", sh, Z0, V, Bq, Ck);
+}
+
 template <class T>
 void kernel_attention_vjp(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
                           const T* Ck, const Activation* acts, const T* d_Z_out, T* d_V, T* d_B,
                           T* d_C, T* d_Z0, const T* context) {
-  check_arguments(sh, Z0, V, Bq, Ck, acts);
-  detail::require(d_Z_out && d_V && d_B && d_C, "d_Z_out, d_V, d_B and d_C must not be null");
   const auto& k = kernels<T>();
   const Reduced r = reduce_gradients(sh, d_V, d_B, d_C, [&](index_t b0, index_t b1, double* partial) {
     return k.vjp(sh, Z0, V, Bq, Ck, acts, d_Z_out, d_Z0, context, b0, b1, partial);
   });
   const index_t nZ = sh.batch * (sh.dim + 1) * (sh.context + 1);
-  cpu::ka_check_output(r.bad_gradient == nullptr, r.bad_gradient, sh, Z0, V, Bq, Ck, "d_Z_out", d_Z_out, nZ);
-  cpu::ka_check_output(r.outputs_ok, "d_Z0", sh, Z0, V, Bq, Ck, "d_Z_out", d_Z_out, nZ);
+  ka_check_output(r.bad_gradient == nullptr, r.bad_gradient, sh, Z0, V, Bq, Ck, "d_Z_out", d_Z_out, nZ);
+  ka_check_output(r.outputs_ok, "d_Z0", sh, Z0, V, Bq, Ck, "d_Z_out", d_Z_out, nZ);
 }
 
 template <class T>
 double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z0, const T* y_q,
                                       const T* V, const T* Bq, const T* Ck, const Activation* acts,
                                       T* d_V, T* d_B, T* d_C, T* d_Z0, T* predictions) {
-  check_arguments(sh, Z0, V, Bq, Ck, acts);
-  detail::require(y_q && d_V && d_B && d_C, "y_q, d_V, d_B and d_C must not be null");
   const auto& k = kernels<T>();
   const Reduced r = reduce_gradients(sh, d_V, d_B, d_C, [&](index_t b0, index_t b1, double* partial) {
     return k.loss_grad(sh, Z0, y_q, V, Bq, Ck, acts, d_Z0, predictions, b0, b1, partial);
   });
   const double loss = r.slot0 / double(sh.batch);
-  cpu::ka_check_output(std::isfinite(loss), "loss", sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
-  cpu::ka_check_output(r.bad_gradient == nullptr, r.bad_gradient, sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
-  cpu::ka_check_output(r.outputs_ok, d_Z0 ? "d_Z0" : "predictions", sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
+  ka_check_output(std::isfinite(loss), "loss", sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
+  ka_check_output(r.bad_gradient == nullptr, r.bad_gradient, sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
+  ka_check_output(r.outputs_ok, d_Z0 ? "d_Z0" : "predictions", sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
   return loss;
 }
 
 #define LSA_NATIVE_INSTANTIATE(T)                                                                  \
   template void kernel_attention_forward<T>(const KernelAttentionShape&, const T*, const T*,       \
-                                            const T*, const T*, const Activation*, T*, T*);        \
-  template double kernel_attention_loss_and_grad<T>(const KernelAttentionShape&, const T*,         \
-                                                    const T*, const T*, const T*, const T*,        \
-                                                    const Activation*, T*, T*, T*, T*, T*);        \
-  template index_t kernel_attention_context_size<T>(const KernelAttentionShape&);                 \
-  template void kernel_attention_forward<T>(const KernelAttentionShape&, const T*, const T*,       \
                                             const T*, const T*, const Activation*, T*, T*, T*);    \
   template void kernel_attention_vjp<T>(const KernelAttentionShape&, const T*, const T*, const T*, \
                                         const T*, const Activation*, const T*, T*, T*, T*, T*,     \
-                                        const T*);
+                                        const T*);                                                 \
+  template double kernel_attention_loss_and_grad<T>(const KernelAttentionShape&, const T*,         \
+                                                    const T*, const T*, const T*, const T*,        \
+                                                    const Activation*, T*, T*, T*, T*, T*);
 LSA_NATIVE_INSTANTIATE(float)
 LSA_NATIVE_INSTANTIATE(double)
 #undef LSA_NATIVE_INSTANTIATE
 
-}  // namespace lsa_native
+}  // namespace lsa_native::cpu

@@ -85,7 +85,7 @@ void activation_forward(Activation a, T* S, index_t n, index_t Tt, T* col) {
   switch (a) {
     case Activation::linear: break;
     case Activation::relu:
-      for (index_t k = 0; k < count; ++k) S[k] = std::max(S[k], T(0));
+      for (index_t k = 0; k < count; ++k) S[k] = recipe::activation::relu_value(S[k], T(0));
       break;
     case Activation::exp: simd::exp_inplace(S, count); break;
     case Activation::softmax: {
@@ -106,25 +106,27 @@ void activation_forward(Activation a, T* S, index_t n, index_t Tt, T* col) {
   }
 }
 
-// dS from dH in place, given H = h̃(S): relu' = [H > 0], exp' = H, softmax column-wise.
+// dS from dH in place, given H = h̃(S): the recipe's gradient of each activation (ka_recipe.hpp),
+// with Σ_i H_ij dH_ij per column first for the column-wise ones (softmax). One loop per entry of
+// the activation table, so that each loop is specialized and vectorizes.
 template <class T>
 void activation_backward(Activation a, const T* H, T* dH, index_t n, index_t Tt, T* col) {
-  const index_t count = n * Tt;
+  if (recipe::column_wise(a)) {
+    std::fill(col, col + Tt, T(0));
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < Tt; ++j) col[j] += H[i * Tt + j] * dH[i * Tt + j];
+  }
+  auto apply = [&](auto gradient) {
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < Tt; ++j) dH[i * Tt + j] = gradient(H[i * Tt + j], dH[i * Tt + j], col[j]);
+  };
   switch (a) {
-    case Activation::linear: break;
-    case Activation::relu:
-      for (index_t k = 0; k < count; ++k) dH[k] = H[k] > T(0) ? dH[k] : T(0);
-      break;
-    case Activation::exp:
-      for (index_t k = 0; k < count; ++k) dH[k] *= H[k];
-      break;
-    case Activation::softmax:  // dS_ij = H_ij (dH_ij − Σ_k H_kj dH_kj)
-      std::fill(col, col + Tt, T(0));
-      for (index_t i = 0; i < n; ++i)
-        for (index_t j = 0; j < Tt; ++j) col[j] += H[i * Tt + j] * dH[i * Tt + j];
-      for (index_t i = 0; i < n; ++i)
-        for (index_t j = 0; j < Tt; ++j) dH[i * Tt + j] = H[i * Tt + j] * (dH[i * Tt + j] - col[j]);
-      break;
+#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise)                                 \
+  case Activation::name:                                                              \
+    apply([](T h, T dh, T dot) { return recipe::activation::name##_gradient(h, dh, dot); }); \
+    break;
+    LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_CASE)
+#undef LSA_NATIVE_ACTIVATION_CASE
   }
 }
 

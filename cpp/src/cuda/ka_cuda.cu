@@ -1,5 +1,6 @@
 // CUDA backend of kernel attention (kernel_attention.hpp): staging of host arrays, launch geometry
 // and the fixed-order reduction of the parameter gradients around the kernels of ka_kernels.cuh.
+#include <algorithm>
 #include <string>
 
 #include "cuda/ka_cuda.hpp"
@@ -40,9 +41,12 @@ int launch(const KernelAttentionShape& sh, const DeviceScope& scope, KaArgs<T> a
                  std::string(what) + ": d = " + std::to_string(sh.dim) + ", n = " +
                      std::to_string(sh.context) + ", L = " + std::to_string(sh.layers) +
                      ", H = " + std::to_string(sh.heads));
-  const int blocks = resident_blocks(kernel, kernels::kKaThreads, smem, scope, sh.batch);
+  int blocks = resident_blocks(kernel, kernels::kKaThreads, smem, scope, sh.batch);
   Scratch scratch;
-  if (!lay.state_shared) {  // workspaces in global memory, one per block
+  if (!lay.state_shared) {  // workspaces in global memory, one per block, 1 GiB at most in all
+    // (a fixed cap, not the free memory: the grid, hence the reduction order, stays fixed)
+    const std::size_t per_block = sizeof(T) * std::size_t(lay.state_values);
+    blocks = int(std::max<std::size_t>(1, std::min<std::size_t>(std::size_t(blocks), (std::size_t(1) << 30) / per_block)));
     scratch = Scratch(sizeof(T) * std::size_t(blocks) * std::size_t(lay.state_values));
     args.scratch = static_cast<T*>(scratch.get());
   }

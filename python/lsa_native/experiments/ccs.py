@@ -316,7 +316,7 @@ def _fgd_sum(batch, kernels, r):
     condition=("at the largest n: h̃ = linear best on linear labels and h̃ = relu best on relu labels "
                "(ignoring softmax); softmax below exp on exp labels (quick: reduced training)",
                "the same at every n >= 4"),
-    quick=dict(kernels=["linear", "relu", "exp"], activations=["linear", "relu", "exp", "softmax"],
+    quick=dict(kernels=["linear", "relu", "exp"], activations=list(ka.ACTIVATIONS),
                contexts=[4, 10], seeds=1, layers=3, steps=250, batch=1000, eval_batch=3000, **TRAINING),
     full=dict(contexts=[2, 4, 6, 8, 10, 12, 14], seeds=3, steps=800, batch=30000, eval_batch=30000),
 )

@@ -1,0 +1,297 @@
+"""The CUDA backend of lsa_native.kernel_attention: device selection and errors (everywhere), the
+Python device path on an emulated GPU (everywhere), and on a GPU: CUDA vs the CPU kernels for
+every activation and dtype (float64 to 1e-12 relative, float32 2e-4), odd sizes, d = 1, n = 1,
+layers and heads, context vs recomputation, determinism, the global-memory workspace for shapes
+beyond shared memory, PyTorch tensors.
+
+GPU tests carry the ``cuda`` marker and skip with a reason where no GPU is visible.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lsa_native
+from lsa_native import _core, cuda
+from lsa_native import kernel_attention as ka
+from test_cuda import FakeCudaArray, HostBackedCudaArray, _at, _import_or_skip, interop, needs_gpu
+
+DTYPES = [np.float32, np.float64]
+ACTS = list(ka.ACTIVATIONS)
+# (B, d, n, L, H): d = 1, n = 1, odd sizes, the CCS size, several heads.
+SHAPES = [(1, 1, 1, 1, 1), (3, 1, 9, 3, 1), (5, 3, 1, 2, 1), (37, 2, 7, 2, 2), (131, 5, 30, 3, 1),
+          (9, 4, 13, 2, 3)]
+
+
+def problem(rng, B, d, n, L, H, dtype, scale=0.5):
+    Z0 = rng.standard_normal((B, d + 1, n + 1))
+    Z0[:, d, n] = 0
+    y = rng.standard_normal(B)
+    V = 0.3 / (d + 1) * rng.standard_normal((L, H, d + 1, d + 1))
+    Bq = scale / d * rng.standard_normal((L, H, d, d))
+    Ck = scale / d * rng.standard_normal((L, H, d, d))
+    dZ = rng.standard_normal(Z0.shape)
+    return tuple(a.astype(dtype) for a in (Z0, y, V, Bq, Ck, dZ))
+
+
+def acts_for(act, H):
+    return [act] + ["softmax"] * (H - 1)
+
+
+def assert_close(a, b, dtype, what):
+    """max |a − b| ≤ tol · max |b|: float64 1e-12, float32 2e-4 (and every entry finite)."""
+    a, b = cuda.to_host(a), cuda.to_host(b)
+    assert np.all(np.isfinite(a)), f"{what}: non-finite entries (unwritten?)"
+    tol = 1e-12 if dtype == np.float64 else 2e-4
+    assert np.max(np.abs(a - b)) <= tol * np.max(np.abs(b)), what
+
+
+# ---- everywhere ---------------------------------------------------------------------------------
+
+@pytest.mark.skipif(lsa_native.cuda_available(), reason="a GPU is visible")
+@pytest.mark.parametrize("fn", ["forward", "vjp", "loss_and_grad"])
+def test_device_cuda_without_gpu_is_a_clear_error(rng, fn):
+    Z0, y, V, B, C, dZ = problem(rng, 2, 2, 3, 1, 1, np.float64)
+    call = {"forward": lambda: ka.forward(Z0, V, B, C, "softmax", device="cuda"),
+            "vjp": lambda: ka.vjp(Z0, V, B, C, "softmax", dZ, device="cuda"),
+            "loss_and_grad": lambda: ka.loss_and_grad(Z0, y, V, B, C, "softmax", device="cuda")}[fn]
+    why = "no CUDA device" if lsa_native.cuda_compiled() else "no CUDA kernels"
+    with pytest.raises(ValueError, match=why):
+        call()
+
+
+def test_device_argument_and_bad_cuda_arrays_are_clear_errors(rng):
+    """Checked in Python (or by the dispatcher) before any GPU call."""
+    Z0, y, V, B, C, dZ = problem(rng, 2, 2, 3, 1, 2, np.float32)
+    acts = ["relu", "exp"]
+    with pytest.raises(ValueError, match="device: expected one of"):
+        ka.forward(Z0, V, B, C, acts, device="gpu")
+    fake = FakeCudaArray(Z0.shape)
+    with pytest.raises(ValueError, match="device='cpu' but Z0 is a CUDA array"):
+        ka.forward(fake, V, B, C, acts, device="cpu")
+    with pytest.raises(TypeError, match="Z0: expected dtype float32 or float64, got float16"):
+        ka.forward(FakeCudaArray(Z0.shape, "<f2"), V, B, C, acts)
+    with pytest.raises(ValueError, match="Z0: CUDA arrays must be C-contiguous"):
+        ka.forward(FakeCudaArray(Z0.shape, strides=(48, 4, 12)), V, B, C, acts)
+    with pytest.raises(ValueError, match=r"V: expected shape \[L, H, d\+1, d\+1\]"):
+        ka.forward(fake, V[0], B, C, acts)
+    with pytest.raises(TypeError, match="V: expected dtype float32"):
+        ka.forward(fake, FakeCudaArray(V.shape, "<f8"), B, C, acts)
+    with pytest.raises(ValueError, match=r"C: expected shape \(1, 2, 2, 2\)"):
+        ka.forward(fake, V, B, FakeCudaArray((1, 2, 2, 3)), acts)
+    with pytest.raises(ValueError, match="activation: expected one name or 2 names"):
+        ka.forward(fake, V, B, C, ["relu"])
+    with pytest.raises(ValueError, match="unknown name 'tanh'"):
+        ka.loss_and_grad(fake, y, V, B, C, ["relu", "tanh"])
+    with pytest.raises(ValueError, match="y_q: expected shape"):
+        ka.loss_and_grad(fake, np.zeros(3), V, B, C, acts)
+    with pytest.raises(ValueError, match="d_Z_out: expected shape"):
+        ka.vjp(fake, V, B, C, acts, FakeCudaArray((2, 3, 3)))
+    with pytest.raises(ValueError, match="context: expected the ForwardContext"):
+        ka.vjp(fake, V, B, C, acts, dZ, context=ka.ForwardContext(np.zeros((2, 5), np.float32),
+                                                                   (2, 2, 3, 1, 1)))
+
+
+# ---- the Python device path on an emulated GPU (runs everywhere) --------------------------------
+# Host memory behind __cuda_array_interface__, the native CUDA entry points replaced by the CPU
+# kernels on the same addresses: checks the glue of kernel_attention.py / _ka_cuda.py.
+
+@pytest.fixture
+def emulated_gpu(monkeypatch):
+    def dims(dtype, s):
+        dt = np.dtype(dtype)
+        z = (s.batch, s.dim + 1, s.context + 1)
+        v = (s.layers, s.heads, s.dim + 1, s.dim + 1)
+        b = (s.layers, s.heads, s.dim, s.dim)
+        ctx = (s.batch, _core.kernel_attention_context_size(s.dim, s.context, s.layers, s.heads,
+                                                            dt == np.float64))
+        return dt, z, v, b, ctx, (s.batch, s.layers + 1)
+
+    def forward(dtype, s, Z0, V, B, C, codes, Z_out, preds, context):
+        dt, z, v, b, ctx, p = dims(dtype, s)
+        _core.kernel_attention_forward(_at(Z0, z, dt), _at(V, v, dt), _at(B, b, dt), _at(C, b, dt),
+                                       codes, _at(Z_out, z, dt), _at(preds, p, dt),
+                                       _at(context, ctx, dt))
+
+    def vjp(dtype, s, Z0, V, B, C, codes, d_Z_out, d_V, d_B, d_C, d_Z0, context):
+        dt, z, v, b, ctx, p = dims(dtype, s)
+        _core.kernel_attention_vjp(_at(Z0, z, dt), _at(V, v, dt), _at(B, b, dt), _at(C, b, dt),
+                                   codes, _at(d_Z_out, z, dt), _at(d_V, v, dt), _at(d_B, b, dt),
+                                   _at(d_C, b, dt), _at(d_Z0, z, dt), _at(context, ctx, dt))
+
+    def loss_and_grad(dtype, s, Z0, y_q, V, B, C, codes, d_V, d_B, d_C, d_Z0, preds):
+        dt, z, v, b, ctx, p = dims(dtype, s)
+        return _core.kernel_attention_loss_and_grad(
+            _at(Z0, z, dt), _at(y_q, (s.batch,), dt), _at(V, v, dt), _at(B, b, dt), _at(C, b, dt),
+            codes, _at(d_V, v, dt), _at(d_B, b, dt), _at(d_C, b, dt), _at(d_Z0, z, dt),
+            _at(preds, p, dt))
+
+    for name, fn in (("kernel_attention_forward_cuda", forward), ("kernel_attention_vjp_cuda", vjp),
+                     ("kernel_attention_loss_and_grad_cuda", loss_and_grad)):
+        monkeypatch.setattr(_core, name, fn)
+    monkeypatch.setattr(cuda, "pointer_device", lambda ptr: 0)
+    monkeypatch.setattr(cuda, "empty", lambda template, shape, dtype, device:
+                        ResultArray(np.full(shape, np.nan, dtype)))
+
+
+class ResultArray(HostBackedCudaArray):
+    """A result as cuda.empty makes them (PyTorch / CuPy arrays scale in place; DeviceArrays by a
+    host round trip in _ka_cuda._scale)."""
+
+    def __imul__(self, factor):
+        self.a *= factor
+        return self
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_device_path_glue_on_an_emulated_gpu(rng, emulated_gpu, dtype):
+    Z0, y, V, B, C, dZ = problem(rng, 7, 3, 5, 2, 2, dtype)
+    acts = ["exp", "softmax"]
+    g = HostBackedCudaArray
+    cpu = dict(device="cpu")
+    # Forward: device results equal to the CPU's bit for bit; the context is a device array.
+    Z, preds, ctx = ka.forward(g(Z0), g(V), B, C, acts, return_predictions=True, return_context=True)
+    Z_c, preds_c, ctx_c = ka.forward(Z0, V, B, C, acts, return_predictions=True, return_context=True, **cpu)
+    assert isinstance(Z, HostBackedCudaArray) and isinstance(ctx.data, HostBackedCudaArray)
+    np.testing.assert_array_equal(Z.a, Z_c)
+    np.testing.assert_array_equal(preds.a, preds_c)
+    np.testing.assert_array_equal(ctx.data.a, ctx_c.data)
+    assert isinstance(ka.forward(g(Z0), V, B, C, acts), HostBackedCudaArray)
+    # VJP: with the device context, with the host context (one layout), recomputing; all equal.
+    expected = ka.vjp(Z0, V, B, C, acts, dZ, **cpu)
+    for context in (ctx, ctx_c, None):
+        got = ka.vjp(g(Z0), V, B, C, acts, g(dZ), context=context)
+        for a, b in zip(got, expected):
+            np.testing.assert_array_equal(a.a, b)
+    assert ka.vjp(g(Z0), V, B, C, acts, dZ, input_grad=False)[3] is None
+    # A device context on the auto path routes a host call to the device.
+    got = ka.vjp(Z0, V, B, C, acts, dZ, context=ctx)
+    np.testing.assert_array_equal(got[0], expected[0])
+    # loss_and_grad: ½ the core's loss and gradients, as on the CPU.
+    out = ka.loss_and_grad(g(Z0), g(y), V, B, C, acts, input_grad=True, return_predictions=True)
+    out_c = ka.loss_and_grad(Z0, y, V, B, C, acts, input_grad=True, return_predictions=True, **cpu)
+    assert out[0] == out_c[0]
+    for a, b in zip(out[1:], out_c[1:]):
+        np.testing.assert_array_equal(a.a, b)
+    # numpy with device="cuda": numpy results.
+    loss, dV, dB, dC = ka.loss_and_grad(Z0, y, V, B, C, acts, device="cuda")
+    assert loss == out_c[0] and isinstance(dV, np.ndarray)
+    np.testing.assert_array_equal(dV, out_c[1])
+    # Overflow in a host result is reported as on the CPU.
+    big = (200 * B).astype(dtype)
+    with pytest.raises(FloatingPointError, match="exp activation overflowed"):
+        ka.forward(Z0, V, big, big, "exp", device="cuda")
+
+
+# ---- on a GPU -----------------------------------------------------------------------------------
+
+@needs_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_cuda_matches_the_cpu_kernels(rng, shape, act, dtype):
+    B_, d, n, L, H = shape
+    Z0, y, V, B, C, dZ = problem(rng, B_, d, n, L, H, dtype)
+    acts = acts_for(act, H)
+    dev = [cuda.to_device(a) for a in (Z0, y, V, B, C, dZ)]
+    Zd, Vd, Bd, Cd = dev[0], dev[2], dev[3], dev[4]
+    # Forward with predictions and context; results fresh device arrays (uninitialised memory:
+    # the finiteness check catches unwritten entries as far as garbage is non-finite; the C++
+    # device test poisons outputs with NaN explicitly).
+    Z, p, ctx = ka.forward(Zd, Vd, Bd, Cd, acts, return_predictions=True, return_context=True)
+    Z_c, p_c, ctx_c = ka.forward(Z0, V, B, C, acts, return_predictions=True, return_context=True,
+                                 device="cpu")
+    assert_close(Z, Z_c, dtype, "Z_L")
+    assert_close(p, p_c, dtype, "predictions")
+    assert_close(ctx.data, ctx_c.data, dtype, "context")
+    # VJP: recomputing and with the context are bitwise equal; both match the CPU.
+    expected = ka.vjp(Z0, V, B, C, acts, dZ, device="cpu")
+    recomputed = ka.vjp(Zd, Vd, Bd, Cd, acts, dev[5])
+    saved = ka.vjp(Zd, Vd, Bd, Cd, acts, dev[5], context=ctx)
+    for a, b, e, what in zip(recomputed, saved, expected, ("dV", "dB", "dC", "dZ0")):
+        np.testing.assert_array_equal(cuda.to_host(a), cuda.to_host(b))
+        assert_close(a, e, dtype, "vjp " + what)
+    # loss_and_grad
+    out = ka.loss_and_grad(Zd, dev[1], Vd, Bd, Cd, acts, input_grad=True, return_predictions=True)
+    out_c = ka.loss_and_grad(Z0, y, V, B, C, acts, input_grad=True, return_predictions=True,
+                             device="cpu")
+    tol = 1e-12 if dtype == np.float64 else 2e-4
+    assert abs(out[0] - out_c[0]) <= tol * out_c[0]
+    for a, b, what in zip(out[1:], out_c[1:], ("dV", "dB", "dC", "dZ0", "predictions")):
+        assert_close(a, b, dtype, "loss " + what)
+    # numpy through device="cuda": the same bits as device arrays.
+    loss2 = ka.loss_and_grad(Z0, y, V, B, C, acts, device="cuda")
+    assert loss2[0] == out[0]
+    np.testing.assert_array_equal(loss2[1], cuda.to_host(out[1]))
+
+
+@needs_gpu
+@pytest.mark.cuda
+def test_cuda_batch_sums_are_deterministic(rng):
+    Z0, y, V, B, C, dZ = problem(rng, 20000, 5, 30, 3, 1, np.float32)
+    runs = [ka.loss_and_grad(Z0, y, V, B, C, "softmax", device="cuda") for _ in range(2)]
+    assert runs[0][0] == runs[1][0]
+    for a, b in zip(runs[0][1:], runs[1][1:]):
+        np.testing.assert_array_equal(a, b)
+    v = [ka.vjp(Z0, V, B, C, "exp", dZ, device="cuda") for _ in range(2)]
+    for a, b in zip(v[0], v[1]):
+        np.testing.assert_array_equal(a, b)
+
+
+@needs_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_global_workspace_for_large_prompts(rng, dtype):
+    """A prompt whose workspace exceeds shared memory runs from a global-memory scratch."""
+    Z0, y, V, B, C, dZ = problem(rng, 3, 6, 600, 2, 1, dtype)
+    out = ka.loss_and_grad(Z0, y, V, B, C, "softmax", input_grad=True, device="cuda")
+    out_c = ka.loss_and_grad(Z0, y, V, B, C, "softmax", input_grad=True, device="cpu")
+    for a, b in zip(out[1:], out_c[1:]):
+        assert_close(a, b, dtype, "large prompt")
+
+
+@interop
+@needs_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_torch_tensors(rng, dtype):
+    torch = _import_or_skip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("PyTorch has no CUDA")
+    Z0, y, V, B, C, dZ = problem(rng, 11, 3, 8, 2, 1, dtype)
+    t = [torch.from_numpy(a).cuda() for a in (Z0, y, V, B, C, dZ)]
+    Z, ctx = ka.forward(t[0], t[2], t[3], t[4], "relu", return_context=True)
+    assert isinstance(Z, torch.Tensor) and Z.is_cuda and isinstance(ctx.data, torch.Tensor)
+    assert_close(Z, ka.forward(Z0, V, B, C, "relu", device="cpu"), dtype, "torch forward")
+    got = ka.vjp(t[0], t[2], t[3], t[4], "relu", t[5], context=ctx)
+    for a, b in zip(got, ka.vjp(Z0, V, B, C, "relu", dZ, device="cpu")):
+        assert isinstance(a, torch.Tensor)
+        assert_close(a, b, dtype, "torch vjp")
+
+
+@needs_gpu
+@pytest.mark.cuda
+def test_cuda_more_than_2_to_the_31_elements(rng):
+    """64-bit batch offsets: B·(d+1)·(n+1) > 2^31 with d = n = 1. All prompts equal but the last
+    one, so the batch mean and the last prediction are checked against two CPU prompts."""
+    d, n, L = 1, 1, 1
+    B = 2**31 // ((d + 1) * (n + 1)) + 3
+    Z0, y, V, Bq, Ck, _ = problem(rng, 2, d, n, L, 1, np.float32, scale=1.0)
+    big = np.empty((B, d + 1, n + 1), np.float32)
+    big[:] = Z0[0]
+    big[-1] = Z0[1]
+    y_big = np.full(B, y[0], np.float32)
+    y_big[-1] = y[1]
+    Zd, yd = cuda.to_device(big), cuda.to_device(y_big)
+    del big, y_big
+    loss, dV, dB, dC, preds = ka.loss_and_grad(Zd, yd, V, Bq, Ck, "exp", return_predictions=True)
+    first = ka.loss_and_grad(Z0[:1], y[:1], V, Bq, Ck, "exp", return_predictions=True, device="cpu")
+    last = ka.loss_and_grad(Z0[1:], y[1:], V, Bq, Ck, "exp", return_predictions=True, device="cpu")
+    w = 1.0 / B
+    for got, a, b in zip((loss, dV, dB, dC), first[:4], last[:4]):
+        expected = (1 - w) * np.asarray(a, np.float64) + w * np.asarray(b, np.float64)
+        assert np.max(np.abs(cuda.to_host(got) - expected)) <= 1e-5 * np.max(np.abs(expected))
+    tail = cuda.to_host(preds)[-2:]
+    np.testing.assert_allclose(tail[0], first[4][0], rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(tail[1], last[4][0], rtol=2e-5, atol=1e-6)
