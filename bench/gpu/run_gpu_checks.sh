@@ -41,7 +41,7 @@ echo "ptxas (sm_90, all kernels): $(grep -c 'Compiling entry' "$OUT/ptxas.txt") 
 
 stage import 60 "$PY" -c "import lsa_native as ln; print('cuda_compiled', ln.cuda_compiled(), 'cuda_available', ln.cuda_available()); assert ln.cuda_compiled() and ln.cuda_available()"
 
-TAIL=25 stage test_cuda 240 "$PY" -m pytest -p no:cacheprovider -q -rs tests/test_cuda.py tests/test_cuda_sampled.py
+TAIL=25 stage test_cuda 240 "$PY" -m pytest -p no:cacheprovider -q -rs -m cuda tests
 
 stage memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_run.py
 stage racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 3 "$PY" bench/gpu/sanitize_run.py

@@ -5,8 +5,12 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 namespace lsa_native::bindings {
 namespace {
@@ -110,82 +114,85 @@ void bind_dtype(py::module_& m) {
       py::arg("d_E").noconvert() = py::none());
 }
 
-// ---- Device::cuda entry points on raw addresses ----
-// The Python layer (lsa_native._lsa_cuda) checks shapes, dtypes and layouts of CUDA arrays
+// ---- Device::cuda entry points on raw addresses: NAME_cuda(dtype, shape, addresses...) ----
+// Generated from the list of entry points (LSA_NATIVE_LSA_API): one
+// address per pointer parameter, in the order and with the names of the C++ signature. The Python
+// layer (lsa_native._lsa_cuda) checks shapes, dtypes and layouts of CUDA arrays
 // (__cuda_array_interface__ / __dlpack__) and of host arrays and passes their addresses here; the
 // C++ dispatcher validates the shape, and the CUDA backend uses device memory in place and copies
 // host memory in and out. Address 0 = argument absent.
-template <class T>
-const T* in_addr(std::uintptr_t a) {
-  return reinterpret_cast<const T*>(a);
-}
-template <class T>
-T* out_addr(std::uintptr_t a) {
-  return reinterpret_cast<T*>(a);
-}
 
-// Calls f.template operator()<T>() for T = float ("float32") or double ("float64").
-template <class F>
-auto with_dtype(const std::string& dtype, F&& f) {
-  if (dtype == "float32") return f(float{});
-  if (dtype == "float64") return f(double{});
-  throw Error("dtype: expected 'float32' or 'float64', got '" + dtype + "'");
-}
-
+// P with float replaced by T: const float* -> const T*, float* -> T*; other types unchanged.
+template <class P, class T>
+struct WithScalar {
+  using type = P;
+};
+template <class T>
+struct WithScalar<const float*, T> {
+  using type = const T*;
+};
+template <class T>
+struct WithScalar<float*, T> {
+  using type = T*;
+};
+template <std::size_t>
 using Addr = std::uintptr_t;
 
+// Parameter names of a parenthesized C++ parameter list "(const T* E, T* y_hat)": the last
+// identifier of each comma-separated entry. Kept alive for py::arg (which stores the pointer).
+const std::vector<std::string>& parameter_names(const char* params) {
+  static std::deque<std::vector<std::string>> keep;
+  std::vector<std::string> names;
+  std::string item;
+  auto flush = [&] {
+    const auto end = item.find_last_not_of(" )");
+    const auto begin = item.find_last_of(" *&(", end);
+    names.push_back(item.substr(begin + 1, end - begin));
+    item.clear();
+  };
+  for (const char* c = params; *c; ++c) (*c == ',' ? flush() : void(item += *c));
+  flush();
+  return keep.emplace_back(std::move(names));
+}
+
+// NAME_cuda for the entry point with float instantiation f32 and double instantiation f64:
+// A = (const LsaShape&, pointers..., Device); addresses a[I] are cast to the I-th pointer type.
+template <class R, class... A, std::size_t... I>
+void def_cuda_entry(py::module_& m, const std::string& name, const char* params, R (*f32)(A...),
+                    R (*f64)(typename WithScalar<A, double>::type...), std::index_sequence<I...>) {
+  using Params = std::tuple<A...>;
+  static_assert(sizeof...(I) + 2 == sizeof...(A), "A = (shape, pointers..., Device)");
+  const std::vector<std::string>& names = parameter_names(params);  // shape, pointers...
+  m.def(
+      (name + "_cuda").c_str(),
+      [f32, f64](const std::string& dtype, const LsaShape& s, Addr<I>... a) -> R {
+        if (dtype == "float32") {
+          py::gil_scoped_release release;
+          return f32(s, reinterpret_cast<std::tuple_element_t<I + 1, Params>>(a)..., Device::cuda);
+        }
+        if (dtype == "float64") {
+          py::gil_scoped_release release;
+          return f64(s,
+                     reinterpret_cast<typename WithScalar<std::tuple_element_t<I + 1, Params>,
+                                                          double>::type>(a)...,
+                     Device::cuda);
+        }
+        throw Error("dtype: expected 'float32' or 'float64', got '" + dtype + "'");
+      },
+      py::arg("dtype"), py::arg("shape"), py::arg(names[I + 1].c_str())...);
+}
+
+template <class R, class... A>
+void def_cuda_entry(py::module_& m, const std::string& name, const char* params, R (*f32)(A...),
+                    R (*f64)(typename WithScalar<A, double>::type...)) {
+  def_cuda_entry(m, name, params, f32, f64, std::make_index_sequence<sizeof...(A) - 2>{});
+}
+
 void bind_cuda_entry_points(py::module_& m) {
-  m.def(
-      "lsa_predict_cuda",
-      [](const std::string& dtype, const LsaShape& s, Addr E, Addr W_pv, Addr W_kq, Addr y_hat) {
-        with_dtype(dtype, [&](auto t) {
-          using T = decltype(t);
-          py::gil_scoped_release release;
-          lsa_predict(s, in_addr<T>(E), in_addr<T>(W_pv), in_addr<T>(W_kq), out_addr<T>(y_hat),
-                      Device::cuda);
-        });
-      },
-      py::arg("dtype"), py::arg("shape"), py::arg("E"), py::arg("W_pv"), py::arg("W_kq"),
-      py::arg("out"));
-  m.def(
-      "lsa_loss_and_grad_cuda",
-      [](const std::string& dtype, const LsaShape& s, Addr E, Addr y_q, Addr W_pv, Addr W_kq,
-         Addr d_W_pv, Addr d_W_kq, Addr y_hat) {
-        return with_dtype(dtype, [&](auto t) {
-          using T = decltype(t);
-          py::gil_scoped_release release;
-          return lsa_loss_and_grad(s, in_addr<T>(E), in_addr<T>(y_q), in_addr<T>(W_pv),
-                                   in_addr<T>(W_kq), out_addr<T>(d_W_pv), out_addr<T>(d_W_kq),
-                                   out_addr<T>(y_hat), Device::cuda);
-        });
-      },
-      py::arg("dtype"), py::arg("shape"), py::arg("E"), py::arg("y_q"), py::arg("W_pv"),
-      py::arg("W_kq"), py::arg("d_W_pv"), py::arg("d_W_kq"), py::arg("y_hat"));
-  m.def(
-      "lsa_forward_cuda",
-      [](const std::string& dtype, const LsaShape& s, Addr E, Addr W_pv, Addr W_kq, Addr F) {
-        with_dtype(dtype, [&](auto t) {
-          using T = decltype(t);
-          py::gil_scoped_release release;
-          lsa_forward(s, in_addr<T>(E), in_addr<T>(W_pv), in_addr<T>(W_kq), out_addr<T>(F),
-                      Device::cuda);
-        });
-      },
-      py::arg("dtype"), py::arg("shape"), py::arg("E"), py::arg("W_pv"), py::arg("W_kq"),
-      py::arg("out"));
-  m.def(
-      "lsa_vjp_cuda",
-      [](const std::string& dtype, const LsaShape& s, Addr E, Addr W_pv, Addr W_kq, Addr d_F,
-         Addr d_W_pv, Addr d_W_kq, Addr d_E) {
-        with_dtype(dtype, [&](auto t) {
-          using T = decltype(t);
-          py::gil_scoped_release release;
-          lsa_vjp(s, in_addr<T>(E), in_addr<T>(W_pv), in_addr<T>(W_kq), in_addr<T>(d_F),
-                  out_addr<T>(d_W_pv), out_addr<T>(d_W_kq), out_addr<T>(d_E), Device::cuda);
-        });
-      },
-      py::arg("dtype"), py::arg("shape"), py::arg("E"), py::arg("W_pv"), py::arg("W_kq"),
-      py::arg("d_F"), py::arg("d_W_pv"), py::arg("d_W_kq"), py::arg("d_E"));
+#define LSA_NATIVE_BIND_CUDA(R, name, params) \
+  def_cuda_entry<R>(m, #name, #params, &name<float>, &name<double>);
+  LSA_NATIVE_LSA_API(LSA_NATIVE_BIND_CUDA, T)
+#undef LSA_NATIVE_BIND_CUDA
 }
 
 }  // namespace

@@ -119,6 +119,19 @@ void lsa_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, co
   require_pointer(d_W_kq, "d_W_kq");
   LSA_NATIVE_BACKEND(device, lsa_vjp, shape, E, W_pv, W_kq, d_F, d_W_pv, d_W_kq, d_E);
 }
+
+template <class T>
+void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq,
+                     const T* d_y, T* d_W_pv, T* d_W_kq, T* d_E, Device device) {
+  validate(shape);
+  require_pointer(E, "E");
+  require_pointer(W_pv, "W_pv");
+  require_pointer(W_kq, "W_kq");
+  require_pointer(d_y, "d_y");
+  require_pointer(d_W_pv, "d_W_pv");
+  require_pointer(d_W_kq, "d_W_kq");
+  LSA_NATIVE_BACKEND(device, lsa_predict_vjp, shape, E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E);
+}
 #undef LSA_NATIVE_BACKEND
 
 // ---- counter-based variates on the GPU (cuda_random.hpp) ----
@@ -173,16 +186,11 @@ template void cuda_random_normals<double>(const StreamId&, std::uint64_t, index_
 template void cuda_random_uniforms<float>(const StreamId&, std::uint64_t, index_t, float*);
 template void cuda_random_uniforms<double>(const StreamId&, std::uint64_t, index_t, double*);
 
-#define LSA_NATIVE_INSTANTIATE(T)                                                                  \
-  template void lsa_predict<T>(const LsaShape&, const T*, const T*, const T*, T*, Device);         \
-  template double lsa_loss_and_grad<T>(const LsaShape&, const T*, const T*, const T*, const T*,    \
-                                       T*, T*, T*, Device);                                        \
-  template void lsa_forward<T>(const LsaShape&, const T*, const T*, const T*, T*, Device);         \
-  template void lsa_vjp<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, T*, T*,    \
-                           Device);
-LSA_NATIVE_INSTANTIATE(float)
-LSA_NATIVE_INSTANTIATE(double)
-#undef LSA_NATIVE_INSTANTIATE
+// The public functions: every entry point of the list, for float and double (lsa.hpp).
+#define LSA_NATIVE_LSA_INSTANTIATE(R, name, params) template R name(LSA_NATIVE_UNPAREN params, Device);
+LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE, float)
+LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE, double)
+#undef LSA_NATIVE_LSA_INSTANTIATE
 
 bool detail::use_cuda(Device device) { return ::lsa_native::use_cuda(device); }
 

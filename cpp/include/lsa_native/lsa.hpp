@@ -66,17 +66,6 @@ template <class T>
 void lsa_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, const T* d_F,
              T* d_W_pv, T* d_W_kq, T* d_E = nullptr, Device device = Device::cpu);
 
-#define LSA_NATIVE_DECLARE_LSA(T)                                                                 \
-  extern template void lsa_predict<T>(const LsaShape&, const T*, const T*, const T*, T*, Device); \
-  extern template double lsa_loss_and_grad<T>(const LsaShape&, const T*, const T*, const T*,      \
-                                              const T*, T*, T*, T*, Device);                      \
-  extern template void lsa_forward<T>(const LsaShape&, const T*, const T*, const T*, T*, Device); \
-  extern template void lsa_vjp<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, T*, \
-                                  T*, Device);
-LSA_NATIVE_DECLARE_LSA(float)
-LSA_NATIVE_DECLARE_LSA(double)
-#undef LSA_NATIVE_DECLARE_LSA
-
 // Vector-Jacobian product of lsa_predict for an upstream d_y = ∂ℓ/∂ŷ [B] (cpu/lsa_predict_vjp.cpp):
 //   d_W_pv [d+1, d+1] (written; only the last row, Σ_b dŷ_b G_b q_b, is nonzero),
 //   d_W_kq [d+1, d+1] (written; Σ_b dŷ_b (G_b p) e_q,bᵀ, exact for any E),
@@ -84,11 +73,36 @@ LSA_NATIVE_DECLARE_LSA(double)
 //   W^KQᵀ G p dŷ on the query column and dŷ on the query-label slot).  O(N d) per prompt.
 template <class T>
 void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq,
-                     const T* d_y, T* d_W_pv, T* d_W_kq, T* d_E = nullptr);
-extern template void lsa_predict_vjp<float>(const LsaShape&, const float*, const float*,
-                                            const float*, const float*, float*, float*, float*);
-extern template void lsa_predict_vjp<double>(const LsaShape&, const double*, const double*,
-                                             const double*, const double*, double*, double*,
-                                             double*);
+                     const T* d_y, T* d_W_pv, T* d_W_kq, T* d_E = nullptr,
+                     Device device = Device::cpu);
+
+// ---- the one list of LSA entry points ----
+// X(R, name, params) for every entry point: R its return type, params its parenthesized parameter
+// list without the trailing `Device device` (the backend functions cpu::name / cuda::name take
+// exactly params); every entry point has both backends. The explicit instantiations (here, dispatch.cpp, cpu/lsa_cpu.cpp,
+// cuda/lsa_cuda.cu), the backend declarations (cpu/lsa_cpu.hpp, cuda/lsa_cuda.hpp) and the
+// raw-address bindings (*_cuda) are generated from it; the compiler checks it against the
+// documented declarations above (an instantiation that matches no template does not compile).
+#define LSA_NATIVE_LSA_API(X, T)                                                                 \
+  X(void, lsa_predict,                                                                          \
+    (const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* y_hat))                \
+  X(double, lsa_loss_and_grad,                                                                  \
+    (const LsaShape& shape, const T* E, const T* y_q, const T* W_pv, const T* W_kq, T* d_W_pv,  \
+     T* d_W_kq, T* y_hat))                                                                      \
+  X(void, lsa_forward, (const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* F)) \
+  X(void, lsa_vjp,                                                                              \
+    (const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, const T* d_F, T* d_W_pv,  \
+     T* d_W_kq, T* d_E))                                                                        \
+  X(void, lsa_predict_vjp,                                                                      \
+    (const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, const T* d_y, T* d_W_pv,  \
+     T* d_W_kq, T* d_E))
+#define LSA_NATIVE_UNPAREN(...) __VA_ARGS__
+
+// Explicit instantiation R name(params..., Device) for T = float and double (deduced from params).
+#define LSA_NATIVE_LSA_EXTERN(R, name, params) \
+  extern template R name(LSA_NATIVE_UNPAREN params, Device);
+LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_EXTERN, float)
+LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_EXTERN, double)
+#undef LSA_NATIVE_LSA_EXTERN
 
 }  // namespace lsa_native

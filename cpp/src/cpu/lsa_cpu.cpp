@@ -85,15 +85,22 @@ void lsa_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const
   }
 }
 
-#define LSA_NATIVE_INSTANTIATE(T)                                                                   \
-  template void lsa_predict<T>(const LsaShape&, const T*, const T*, const T*, T*);                  \
-  template double lsa_loss_and_grad<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, \
-                                       T*, T*);                                                     \
-  template void lsa_forward<T>(const LsaShape&, const T*, const T*, const T*, T*);                  \
-  template void lsa_vjp<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, T*, T*);
-LSA_NATIVE_INSTANTIATE(float)
-LSA_NATIVE_INSTANTIATE(double)
-#undef LSA_NATIVE_INSTANTIATE
+template <class T>
+void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
+                     T* d_W_pv, T* d_W_kq, T* d_E) {
+  const index_t D = sh.dim + 1, width = D + D * D;
+  std::vector<double> partials(static_cast<size_t>(detail::chunk_count(sh.batch) * width));
+  detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
+    predict_vjp_range(sh, E, W_pv, W_kq, d_y, d_E, b0, b1, partials.data() + c * width);
+  });
+  const std::vector<double> total = detail::reduce_partials(partials, width);
+  for (index_t k = 0; k < D * D; ++k) d_W_pv[k] = T(0);
+  for (index_t r = 0; r < D; ++r) d_W_pv[(D - 1) * D + r] = T(total[r]);
+  for (index_t k = 0; k < D * D; ++k) d_W_kq[k] = T(total[D + k]);
+}
+
+LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, float)
+LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, double)
 
 }  // namespace cpu
 

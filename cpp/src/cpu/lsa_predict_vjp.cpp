@@ -8,15 +8,14 @@
 #include <algorithm>
 #include <vector>
 
-#include "common/parallel.hpp"
-#include "lsa_native/lsa.hpp"
+#include "cpu/lsa_cpu.hpp"
 
-namespace lsa_native {
+namespace lsa_native::cpu {
 namespace {
 
 template <class T>
-void predict_vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
-                       T* d_E, index_t b0, index_t b1, double* partial) {
+void predict_vjp_prompts(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
+                         T* d_E, index_t b0, index_t b1, double* partial) {
   const index_t D = sh.dim + 1, C = sh.context + 1, N = sh.context;
   const T* p = W_pv + (D - 1) * D;
   const T inv_n = T(1) / T(N);
@@ -78,25 +77,14 @@ void predict_vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W
 }  // namespace
 
 template <class T>
-void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
-                     T* d_W_pv, T* d_W_kq, T* d_E) {
-  validate(sh);
-  detail::require(E && W_pv && W_kq && d_y && d_W_pv && d_W_kq,
-                  "E, W_pv, W_kq, d_y, d_W_pv and d_W_kq must not be null");
-  const index_t D = sh.dim + 1, width = D + D * D;
-  std::vector<double> partials(static_cast<size_t>(detail::chunk_count(sh.batch) * width));
-  detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
-    predict_vjp_range(sh, E, W_pv, W_kq, d_y, d_E, b0, b1, partials.data() + c * width);
-  });
-  const std::vector<double> total = detail::reduce_partials(partials, width);
-  std::fill(d_W_pv, d_W_pv + D * D, T(0));
-  for (index_t r = 0; r < D; ++r) d_W_pv[(D - 1) * D + r] = T(total[r]);
-  for (index_t k = 0; k < D * D; ++k) d_W_kq[k] = T(total[D + k]);
+void predict_vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
+                       T* d_E, index_t b0, index_t b1, double* partial) {
+  predict_vjp_prompts(sh, E, W_pv, W_kq, d_y, d_E, b0, b1, partial);
 }
+template void predict_vjp_range<float>(const LsaShape&, const float*, const float*, const float*,
+                                       const float*, float*, index_t, index_t, double*);
+template void predict_vjp_range<double>(const LsaShape&, const double*, const double*,
+                                        const double*, const double*, double*, index_t, index_t,
+                                        double*);
 
-template void lsa_predict_vjp<float>(const LsaShape&, const float*, const float*, const float*,
-                                     const float*, float*, float*, float*);
-template void lsa_predict_vjp<double>(const LsaShape&, const double*, const double*,
-                                      const double*, const double*, double*, double*, double*);
-
-}  // namespace lsa_native
+}  // namespace lsa_native::cpu

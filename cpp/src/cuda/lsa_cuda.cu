@@ -1,10 +1,11 @@
-// CUDA backend of the batched LSA (lsa.hpp): staging of host arrays and launch geometry around the
-// kernels of lsa_kernels.cuh (shared launch helpers and reductions: lsa_launch.cuh).
+// CUDA backend of the batched LSA (lsa.hpp): staging of host arrays, launch geometry and the
+// fixed-order reductions around the kernels of lsa_kernels.cuh (the prediction kernels' host side
+// is prediction_launch.cuh, shared with the fused sampled step).
 #include <algorithm>
 #include <string>
 
 #include "cuda/lsa_cuda.hpp"
-#include "cuda/lsa_launch.cuh"
+#include "cuda/prediction_launch.cuh"
 #include "cuda/runtime.cuh"
 
 namespace lsa_native::cuda {
@@ -12,23 +13,13 @@ namespace {
 
 using namespace kernels;  // NOLINT: the kernels and their layout helpers
 
-template <class T, bool kLoss>
-void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E, const T* y_q,
-                       const T* W_pv, const T* W_kq, T* y_hat, Scratch* partial, int* blocks_out) {
-  auto kernel = lsa_prediction_kernel<T, kLoss>;
-  const PredictionLayout lay = prediction_layout<T>(sh, kLoss, scope);
-  prepare(kernel, lay.total(), scope, kLoss ? "lsa_loss_and_grad" : "lsa_predict", sh);
-  const int threads = lay.warps * kWarp;
-  const int blocks = resident_blocks(kernel, threads, lay.total(), scope,
-                                     (sh.batch + lay.warps - 1) / lay.warps);
-  double* partial_ptr = nullptr;
-  if (kLoss) {
-    *partial = Scratch(sizeof(double) * std::size_t(blocks) * std::size_t(lay.acc_width()));
-    partial_ptr = static_cast<double*>(partial->get());
-    *blocks_out = blocks;
-  }
-  kernel<<<blocks, threads, lay.total(), stream()>>>(sh, lay, E, y_q, W_pv, W_kq, y_hat, partial_ptr);
-  check_launch("lsa_prediction_kernel");
+template <class T, PredictionMode kMode>
+void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E, const T* upstream,
+                       const T* W_pv, const T* W_kq, T* y_hat, T* d_E, Scratch* partial,
+                       int* blocks_out) {
+  constexpr const char* kNames[] = {"lsa_predict", "lsa_loss_and_grad", "lsa_predict_vjp"};
+  launch_prediction_kernel<T, kMode>(sh, scope, StagedPrompts<T>{E, upstream}, kNames[int(kMode)], 0,
+                                     W_pv, W_kq, y_hat, d_E, partial, blocks_out);
 }
 
 }  // namespace
@@ -39,8 +30,8 @@ void lsa_predict(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T
   const index_t rc = (sh.dim + 1) * (sh.context + 1), n2 = (sh.dim + 1) * (sh.dim + 1);
   DeviceInput<T> e(scope, E, sh.batch * rc), pv(scope, W_pv, n2), kq(scope, W_kq, n2);
   DeviceOutput<T> out(scope, y_hat, sh.batch);
-  launch_prediction<T, false>(sh, scope, e.get(), nullptr, pv.get(), kq.get(), out.get(), nullptr,
-                              nullptr);
+  launch_prediction<T, PredictionMode::predict>(sh, scope, e.get(), nullptr, pv.get(), kq.get(),
+                                                out.get(), nullptr, nullptr, nullptr);
   out.finish();
 }
 
@@ -54,14 +45,36 @@ double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* 
   DeviceOutput<T> dpv(scope, d_W_pv, n2), dkq(scope, d_W_kq, n2), yh(scope, y_hat, sh.batch);
   Scratch partial;
   int blocks = 0;
-  launch_prediction<T, true>(sh, scope, e.get(), y.get(), pv.get(), kq.get(), yh.get(), &partial,
-                             &blocks);
+  launch_prediction<T, PredictionMode::loss>(sh, scope, e.get(), y.get(), pv.get(), kq.get(),
+                                             yh.get(), nullptr, &partial, &blocks);
   const double loss = finish_loss_and_grad(partial, blocks, int(sh.dim + 1), sh.batch, dpv.get(),
                                            dkq.get());
   dpv.finish();
   dkq.finish();
   yh.finish();
   return loss;
+}
+
+template <class T>
+void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
+                     T* d_W_pv, T* d_W_kq, T* d_E) {
+  DeviceScope scope({E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E});
+  const index_t rc = (sh.dim + 1) * (sh.context + 1), n2 = (sh.dim + 1) * (sh.dim + 1);
+  DeviceInput<T> e(scope, E, sh.batch * rc), dy(scope, d_y, sh.batch), pv(scope, W_pv, n2),
+      kq(scope, W_kq, n2);
+  DeviceOutput<T> dpv(scope, d_W_pv, n2), dkq(scope, d_W_kq, n2), de(scope, d_E, sh.batch * rc);
+  Scratch partial;
+  int blocks = 0;
+  launch_prediction<T, PredictionMode::vjp>(sh, scope, e.get(), dy.get(), pv.get(), kq.get(),
+                                            nullptr, de.get(), &partial, &blocks);
+  const int rows = int(sh.dim + 1), width = 1 + rows + rows * rows;
+  Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks, width);
+  prediction_epilogue_kernel<T><<<1, kReduceThreads, 0, stream()>>>(
+      static_cast<const double*>(total.get()), rows, 1.0, dpv.get(), dkq.get(), nullptr);
+  check_launch("prediction_epilogue_kernel");
+  dpv.finish();
+  dkq.finish();
+  de.finish();
 }
 
 template <class T>
@@ -108,14 +121,7 @@ void lsa_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const
   de.finish();
 }
 
-#define LSA_NATIVE_INSTANTIATE(T)                                                                   \
-  template void lsa_predict<T>(const LsaShape&, const T*, const T*, const T*, T*);                  \
-  template double lsa_loss_and_grad<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, \
-                                       T*, T*);                                                     \
-  template void lsa_forward<T>(const LsaShape&, const T*, const T*, const T*, T*);                  \
-  template void lsa_vjp<T>(const LsaShape&, const T*, const T*, const T*, const T*, T*, T*, T*);
-LSA_NATIVE_INSTANTIATE(float)
-LSA_NATIVE_INSTANTIATE(double)
-#undef LSA_NATIVE_INSTANTIATE
+LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, float)
+LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, double)
 
 }  // namespace lsa_native::cuda
