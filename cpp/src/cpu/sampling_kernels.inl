@@ -204,7 +204,7 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
     simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, chi2.data());
     const double r =
         wishart::prompt_residual(P, W_kq, p, z.data(), chi2.data(), w.data(), lam_sqrt.data(), s);
-    for (index_t i = 0; i < width; ++i) acc[i] += wishart::acc_term(i, r, s, rows);
+    wishart::accumulate(r, s, rows, acc.data());
   }
   std::memcpy(partial, acc.data(), sizeof(double) * acc.size());
 }
