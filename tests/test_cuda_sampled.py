@@ -3,6 +3,9 @@
 methods and dtypes (float64 to 1e-12 relative, float32 to 2e-4: the two backends draw the same
 Philox stream and differ only by the rounding of log/sin/cos and the order of the sums),
 determinism, odd sizes, d = 1, N = 1, every option of the law, training with ``fit``.
+Gamma variates (the Bartlett χ², the gamma covariance law) are accept/reject draws: a rounding
+difference at an acceptance boundary would change one variate, so a float32 comparison can fail
+with a probability of about 1e-7 per variate (never observed; float64: about 1e-16).
 
 GPU tests carry the ``cuda`` marker and skip with a reason where no GPU is visible; the tests at the
 top run everywhere (device selection and its errors). The kernels' indexing and reductions are also

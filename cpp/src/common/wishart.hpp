@@ -182,8 +182,8 @@ template <class T>
 LSA_HD double acc_term(index_t i, double r, const Work<T>& s, index_t rows) {
   if (i == 0) return r * r;
   if (i <= rows) return r * double(s.g_p[i - 1]);
-  const index_t k = (i - 1 - rows) / rows, c = (i - 1 - rows) % rows;
-  return (r * double(s.g_k[k])) * double(s.e_q[c]);
+  const int j = int(i - 1 - rows), n = int(rows);  // 32-bit division: rows² < 2^31
+  return (r * double(s.g_k[j / n])) * double(s.e_q[j % n]);
 }
 
 // acc[i] += acc_term(i, r, s, rows) for every i < 1 + rows + rows² (the last column of the last
