@@ -1,6 +1,7 @@
 // CPU sampling kernels, included by one translation unit per instruction set with LSA_ISA_NS
 // defined: normals through simd_random.hpp, linear-regression prompts written straight into E, and
 // the per-prompt Wishart step of common/wishart.hpp.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -191,7 +192,8 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
   const index_t d = P.d, N = P.N, rows = d + 1;
   const index_t dp = wishart::noise_dim(P);
   const index_t width = fused_partial_size(d);
-  std::vector<T> w(d), lam(d), lam_sqrt(d), z(wishart::bartlett_normals(d, dp)), chi2(dp),
+  constexpr index_t kGroup = 8;  // prompts whose χ² are drawn together (SIMD lanes over all slots)
+  std::vector<T> w(d), lam(d), lam_sqrt(d), z(wishart::bartlett_normals(d, dp)), chi2(kGroup * dp),
       work(wishart::Work<T>::size(d, dp));
   const auto s = wishart::Work<T>::at(work.data(), d, dp);
   std::vector<double> acc(static_cast<size_t>(width), 0.0);
@@ -201,9 +203,12 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
     if (P.tasks) draw_task(P, b, w.data());
     else std::memcpy(w.data(), z.data() + wishart::fresh_task_offset(d, dp), sizeof(T) * d);
     if (P.random_cov()) draw_lambda(P, b, lam.data(), lam_sqrt.data());
-    simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, chi2.data());
+    if ((b - b0) % kGroup == 0)
+      simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp,
+                               std::min(kGroup, b1 - b), chi2.data());
+    const T* chi2_b = chi2.data() + ((b - b0) % kGroup) * dp;
     const double r =
-        wishart::prompt_residual(P, W_kq, p, z.data(), chi2.data(), w.data(), lam_sqrt.data(), s);
+        wishart::prompt_residual(P, W_kq, p, z.data(), chi2_b, w.data(), lam_sqrt.data(), s);
     wishart::accumulate(r, s, rows, acc.data());
   }
   std::memcpy(partial, acc.data(), sizeof(double) * acc.size());

@@ -197,13 +197,18 @@ struct SimdMath {
 
 // ---- range fills ---------------------------------------------------------------------------
 
-// Philox on 8 blocks of a stream: w[j][lane] = word j of block blocks[lane].
-inline void philox_blocks(const rng::StreamAddress& a, U32x8 blocks, U32x8 (&w)[4]) {
+// Philox on 8 blocks: w[j][lane] = word j of block blocks[lane] of prompt prompts[lane] (the
+// stream's step and tag).
+inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompts, U32x8 (&w)[4]) {
   w[0] = blocks;
-  w[1] = U32x8{} + a.prompt;
+  w[1] = prompts;
   w[2] = U32x8{} + a.step;
   w[3] = U32x8{} + a.stream;
   rng::philox4x32_10<U32x8, WordOpsU32x8>(w, a.key.k0, a.key.k1);
+}
+// Philox on 8 blocks of a stream: w[j][lane] = word j of block blocks[lane].
+inline void philox_blocks(const rng::StreamAddress& a, U32x8 blocks, U32x8 (&w)[4]) {
+  philox_lanes(a, blocks, U32x8{} + a.prompt, w);
 }
 // The 8 consecutive blocks b0..b0+7.
 inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[4]) {
@@ -282,40 +287,79 @@ inline M gamma_attempt(V shape, V z, V u, V& x) {
   return positive & accept;
 }
 
-// out[i] = χ²_{N−i} = 2·Gamma((N − i)/2) for i < n: variate i of the stream as
-// rng::chi_square_variate defines it (attempt 0 in SIMD, 8 or 4 variates at a time; lanes that
-// reject, or whose shape is below 1 and needs the boost, take the scalar recipe). The SIMD
+// The Bartlett χ² of `prompts` consecutive prompts from a.prompt on:
+//   out[k·dp + i] = χ²_{N−i} = 2·Gamma((N − i)/2), variate i < dp of prompt a.prompt + k's stream
+// as rng::chi_square_variate defines it. Lanes take (prompt, variate) slots in that order (no lane
+// idles between prompts): attempt 0 in SIMD, 8 (float) or 4 (double) slots at a time; slots that
+// reject, or whose shape is below 1 and needs the boost, take the scalar recipe. The SIMD
 // log/sin/cos round differently from libm, so values agree with the scalar recipe up to rounding.
-inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t n, float* out) {
+struct ChiSlots {  // the (prompt, variate) of the next slot, advanced without division
+  std::uint32_t prompt;
+  index_t i, dp;
+  void next() {
+    if (++i == dp) {
+      i = 0;
+      ++prompt;
+    }
+  }
+};
+inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
+                               float* out) {
   constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
-  const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  for (index_t i0 = 0; i0 < n; i0 += 8) {
+  const index_t n = prompts * dp;
+  ChiSlots slot{a.prompt, 0, dp};
+  for (index_t s0 = 0; s0 < n; s0 += 8) {
+    U32x8 blocks, ids;
+    Vec<float> shape;
+    std::uint32_t prompt_of[8];
+    index_t var_of[8];
+    for (int l = 0; l < 8; ++l) {
+      prompt_of[l] = slot.prompt;
+      var_of[l] = slot.i;
+      blocks[l] = static_cast<std::uint32_t>(slot.i) * stride;
+      ids[l] = slot.prompt;
+      shape[l] = 0.5f * static_cast<float>(N - slot.i);
+      if (s0 + l + 1 < n) slot.next();  // the tail lanes repeat the last slot
+    }
     U32x8 w[4];
-    philox_blocks(a, (lane + static_cast<std::uint32_t>(i0)) * stride, w);
+    philox_lanes(a, blocks, ids, w);
     const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
     const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
     const Vec<float> u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
     Vec<float> z, z_unused, x;
     rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, z, z_unused);
-    Vec<float> shape;
-    for (int l = 0; l < 8; ++l) shape[l] = 0.5f * static_cast<float>(N - (i0 + l));
     const I32x8 ok = gamma_attempt<float, Vec<float>, I32x8>(shape, z, u, x);
-    for (int l = 0; l < 8 && i0 + l < n; ++l) {
-      const index_t i = i0 + l;
-      out[i] = (ok[l] && shape[l] >= 1.0f)
-                   ? 2.0f * x[l]
-                   : rng::chi_square_variate<float>(a, static_cast<std::uint32_t>(i), float(N - i));
+    for (int l = 0; l < 8 && s0 + l < n; ++l) {
+      const rng::StreamAddress al{a.key, prompt_of[l], a.step, a.stream};
+      out[s0 + l] = (ok[l] && shape[l] >= 1.0f)
+                        ? 2.0f * x[l]
+                        : rng::chi_square_variate<float>(al, static_cast<std::uint32_t>(var_of[l]),
+                                                         float(N - var_of[l]));
     }
   }
 }
-inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t n, double* out) {
+inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
+                               double* out) {
   constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
-  // lanes 0-3: block A (the normal) of variates i0..i0+3; lanes 4-7: their block B (the uniform)
-  const U32x8 lane = {0, 1, 2, 3, 0, 1, 2, 3};
+  const index_t n = prompts * dp;
+  ChiSlots slot{a.prompt, 0, dp};
+  // lanes 0-3: block A (the normal) of slots s0..s0+3; lanes 4-7: their block B (the uniform)
   const U32x8 second = {0, 0, 0, 0, 1, 1, 1, 1};
-  for (index_t i0 = 0; i0 < n; i0 += 4) {
+  for (index_t s0 = 0; s0 < n; s0 += 4) {
+    U32x8 blocks, ids;
+    Vec<double> shape;
+    std::uint32_t prompt_of[4];
+    index_t var_of[4];
+    for (int l = 0; l < 4; ++l) {
+      prompt_of[l] = slot.prompt;
+      var_of[l] = slot.i;
+      blocks[l] = blocks[l + 4] = static_cast<std::uint32_t>(slot.i) * stride;
+      ids[l] = ids[l + 4] = slot.prompt;
+      shape[l] = 0.5 * static_cast<double>(N - slot.i);
+      if (s0 + l + 1 < n) slot.next();
+    }
     U32x8 w[4];
-    philox_blocks(a, (lane + static_cast<std::uint32_t>(i0)) * stride + second, w);
+    philox_lanes(a, blocks + second, ids, w);
     U32x4 lo[4], hi[4];
     for (int j = 0; j < 4; ++j) {
       lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
@@ -326,14 +370,13 @@ inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t n
     const Vec<double> u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
     Vec<double> z, z_unused, x;
     rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, z, z_unused);
-    Vec<double> shape;
-    for (int l = 0; l < 4; ++l) shape[l] = 0.5 * static_cast<double>(N - (i0 + l));
     const I64x4 ok = gamma_attempt<double, Vec<double>, I64x4>(shape, z, u, x);
-    for (int l = 0; l < 4 && i0 + l < n; ++l) {
-      const index_t i = i0 + l;
-      out[i] = (ok[l] && shape[l] >= 1.0)
-                   ? 2.0 * x[l]
-                   : rng::chi_square_variate<double>(a, static_cast<std::uint32_t>(i), double(N - i));
+    for (int l = 0; l < 4 && s0 + l < n; ++l) {
+      const rng::StreamAddress al{a.key, prompt_of[l], a.step, a.stream};
+      out[s0 + l] = (ok[l] && shape[l] >= 1.0)
+                        ? 2.0 * x[l]
+                        : rng::chi_square_variate<double>(al, static_cast<std::uint32_t>(var_of[l]),
+                                                          double(N - var_of[l]));
     }
   }
 }
