@@ -271,6 +271,64 @@ inline void fill_normals(const rng::StreamAddress& a, std::uint64_t p0, index_t 
   }
 }
 
+// out[k·n + p] = the normal at position p < n of prompt a.prompt + k's stream, k < prompts: the
+// normals fill_normals gives for each prompt, with SIMD lanes over (prompt, block) slots so that no
+// lane idles between short streams (the Wishart step's few normals per prompt).
+template <class T>
+inline void fill_normals_prompts(const rng::StreamAddress& a, index_t n, index_t prompts, T* out) {
+  constexpr int per = rng::NormalsPerBlock<T>::value;
+  const index_t nb = (n + per - 1) / per, slots = nb * prompts;
+  std::uint32_t prompt = a.prompt, k = 0;
+  index_t blk = 0;
+  for (index_t s0 = 0; s0 < slots; s0 += 8) {
+    U32x8 blocks, ids;
+    index_t k_of[8], blk_of[8];
+    for (int l = 0; l < 8; ++l) {
+      blocks[l] = static_cast<std::uint32_t>(blk);
+      ids[l] = prompt;
+      k_of[l] = k;
+      blk_of[l] = blk;
+      if (s0 + l + 1 < slots && ++blk == nb) {  // the tail lanes repeat the last slot
+        blk = 0;
+        ++prompt;
+        ++k;
+      }
+    }
+    U32x8 w[4];
+    philox_lanes(a, blocks, ids, w);
+    T z[8][per];  // z[lane][j] = normal j of the lane's block
+    if constexpr (per == 4) {
+      Vec<float> v[4];
+      for (int h = 0; h < 2; ++h) {
+        const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h]);
+        const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h + 1]);
+        rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, v[2 * h], v[2 * h + 1]);
+      }
+      for (int l = 0; l < 8; ++l)
+        for (int j = 0; j < 4; ++j) z[l][j] = v[j][l];
+    } else {
+      for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
+        U32x4 q[4];
+        for (int j = 0; j < 4; ++j)
+          q[j] = h == 0 ? __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3) : __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+        const Vec<double> u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[0], q[1]);
+        const Vec<double> u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[2], q[3]);
+        Vec<double> z0, z1;
+        rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, z0, z1);
+        for (int l = 0; l < 4; ++l) {
+          z[4 * h + l][0] = z0[l];
+          z[4 * h + l][1] = z1[l];
+        }
+      }
+    }
+    for (int l = 0; l < 8 && s0 + l < slots; ++l)
+      for (int j = 0; j < per; ++j) {
+        const index_t pos = blk_of[l] * per + j;
+        if (pos < n) out[k_of[l] * n + pos] = z[l][j];
+      }
+  }
+}
+
 // ---- chi-square variates of the Bartlett factor ---------------------------------------------
 
 // One Marsaglia–Tsang attempt on vectors (rng::gamma_variate's attempt 0, shape >= 1): returns the
