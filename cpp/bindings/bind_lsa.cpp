@@ -15,15 +15,23 @@
 namespace lsa_native::bindings {
 namespace {
 
-template <class T>
-LsaShape prompt_shape(const CArray<T>& E) {
-  if (E.ndim() != 3)
-    throw Error("E: expected a 3-d array [B, d+1, N+1], got shape " + shape_string(E));
-  if (E.shape(1) < 2 || E.shape(2) < 2)
-    throw Error("E: expected shape [B, d+1, N+1] with d >= 1 and N >= 1, got " + shape_string(E));
-  LsaShape s{E.shape(0), E.shape(1) - 1, E.shape(2) - 1};
+// (B, d, N) of prompts E with `dims` [B, d+1, N+1]: numpy arrays here, CUDA arrays in
+// lsa_native._lsa_cuda (exposed as lsa_shape). The extents are checked by validate() (dispatch.cpp).
+LsaShape prompt_shape(const std::vector<index_t>& dims) {
+  if (dims.size() != 3) {
+    std::string got = "(";
+    for (size_t i = 0; i < dims.size(); ++i) got += (i ? ", " : "") + std::to_string(dims[i]);
+    throw Error("E: expected a 3-d array [B, d+1, N+1], got shape " + got +
+                (dims.size() == 1 ? ",)" : ")"));
+  }
+  LsaShape s{dims[0], dims[1] - 1, dims[2] - 1};
   validate(s);
   return s;
+}
+
+template <class T>
+LsaShape prompt_shape(const CArray<T>& E) {
+  return prompt_shape(std::vector<index_t>(E.shape(), E.shape() + E.ndim()));
 }
 
 template <class T>
@@ -207,6 +215,9 @@ void bind_lsa(py::module_& m) {
       .def_readonly("batch", &LsaShape::batch)
       .def_readonly("dim", &LsaShape::dim)
       .def_readonly("context", &LsaShape::context);
+  m.def(
+      "lsa_shape", [](const std::vector<index_t>& shape) { return prompt_shape(shape); },
+      py::arg("shape"), "(B, d, N) of prompts with shape [B, d+1, N+1], checked (Error naming E).");
   bind_cuda_entry_points(m);
 }
 

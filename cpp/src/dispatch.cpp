@@ -33,21 +33,24 @@ int cuda_current_device() { no_cuda(); }
 void cuda_synchronize() { no_cuda(); }
 #endif
 
+// The one place of the rules on E's extents (the bindings and Python only read E's shape).
 void validate(const LsaShape& s) {
-  detail::require(s.batch >= 1, "batch B must be >= 1, got " + std::to_string(s.batch));
-  detail::require(s.dim >= 1, "dimension d must be >= 1, got " + std::to_string(s.dim));
+  detail::require(s.batch >= 1, "E: expected at least one prompt (B >= 1), got B = " +
+                                    std::to_string(s.batch));
+  detail::require(s.dim >= 1, "E: expected d+1 >= 2 rows (d >= 1), got d = " +
+                                  std::to_string(s.dim));
   detail::require(s.context >= 1,
-                  "context length N must be >= 1 (E needs N+1 >= 2 columns), got " +
+                  "E: expected N+1 >= 2 columns (context length N >= 1 plus the query), got N = " +
                       std::to_string(s.context));
   const index_t max = std::numeric_limits<index_t>::max();
   const index_t per_prompt_rows = s.dim + 1, cols = s.context + 1;
   detail::require(per_prompt_rows <= max / cols && per_prompt_rows * cols <= max / s.batch,
-                  "B*(d+1)*(N+1) overflows a 64-bit index");
+                  "E: B*(d+1)*(N+1) overflows a 64-bit index");
 }
 
 namespace {
 void require_pointer(const void* p, const char* name) {
-  detail::require(p != nullptr, std::string(name) + " must not be null");
+  detail::require(p != nullptr, std::string(name) + ": must not be null");
 }
 
 // True for Device::cuda once CUDA is known to be usable; throws a clear Error otherwise.

@@ -71,8 +71,8 @@ void check_prediction(const Config& c) {
   auto lay = k::PredictionLayout::make<T>(rows, cols, c.warps, false);
   std::vector<T> y(c.B, nan);
   lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(),
-                  k::lsa_prediction_kernel<T, Mode::predict>, pr.shape, lay,
-                  k::StagedPrompts<T>{pr.E.data(), nullptr}, pr.W_pv.data(), pr.W_kq.data(), y.data(),
+                  k::lsa_prediction_kernel<T, Mode::predict>, pr.shape, lay, pr.E.data(),
+                  static_cast<const T*>(nullptr), pr.W_pv.data(), pr.W_kq.data(), y.data(),
                   static_cast<double*>(nullptr), static_cast<T*>(nullptr));
   expect_close(y, y_cpu, tolerance<T>(), "predict");
   // Loss and gradient: kernel, fixed-order reduction, epilogue.
@@ -80,8 +80,8 @@ void check_prediction(const Config& c) {
   std::vector<T> y_loss(c.B, nan), d_pv(n2, nan), d_kq(n2, nan);
   std::vector<double> partial(c.grid * lay.acc_width(), std::numeric_limits<double>::quiet_NaN());
   lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, Mode::loss>,
-                  pr.shape, lay, k::StagedPrompts<T>{pr.E.data(), pr.y_q.data()}, pr.W_pv.data(),
-                  pr.W_kq.data(), y_loss.data(), partial.data(), static_cast<T*>(nullptr));
+                  pr.shape, lay, pr.E.data(), pr.y_q.data(), pr.W_pv.data(), pr.W_kq.data(),
+                  y_loss.data(), partial.data(), static_cast<T*>(nullptr));
   auto total = reduce(partial, int(c.grid), lay.acc_width());
   double loss = std::numeric_limits<double>::quiet_NaN();
   lsa_emu::launch(1, k::kReduceThreads, 0, k::prediction_epilogue_kernel<T>, total.data(), rows,
@@ -98,8 +98,8 @@ void check_prediction(const Config& c) {
   std::fill(d_pv.begin(), d_pv.end(), nan);
   std::fill(d_kq.begin(), d_kq.end(), nan);
   lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, Mode::vjp>,
-                  pr.shape, lay, k::StagedPrompts<T>{pr.E.data(), pr.y_q.data()}, pr.W_pv.data(),
-                  pr.W_kq.data(), static_cast<T*>(nullptr), partial.data(), dE.data());
+                  pr.shape, lay, pr.E.data(), pr.y_q.data(), pr.W_pv.data(), pr.W_kq.data(),
+                  static_cast<T*>(nullptr), partial.data(), dE.data());
   total = reduce(partial, int(c.grid), lay.acc_width());
   lsa_emu::launch(1, k::kReduceThreads, 0, k::prediction_epilogue_kernel<T>, total.data(), rows,
                   1.0, d_pv.data(), d_kq.data(), static_cast<double*>(nullptr));

@@ -34,13 +34,11 @@ template <class T>
 __global__ void generate_kernel(linear::Law<T> P, index_t batch, k::PredictionLayout lay, T* E, T* y_q) {
   LSA_DYNAMIC_SHARED(smem);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const k::WarpArea<T> a = k::warp_area<T>(lay, smem, warp);
   const int size = lay.rows * lay.cols;
-  T* prompt = reinterpret_cast<T*>(smem + std::size_t(warp) * lay.warp_bytes);  // [rows, cols]
-  T* t = prompt + size;                                                          // [cols]
-  T* extra = t + lay.cols;                                                       // [2d + 1]
   for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < batch; b += index_t(gridDim.x) * lay.warps) {
-    const T target = k::warp_generate(P, b, prompt, t, extra, lane);
-    for (int i = lane; i < size; i += 32) E[b * size + i] = prompt[i];
+    const T target = k::warp_generate(P, b, a, lane);
+    for (int i = lane; i < size; i += 32) E[b * size + i] = a.prompt[i];
     if (lane == 0) y_q[b] = target;
     __syncwarp();
   }
@@ -133,7 +131,7 @@ void check_generation(const Case& c) {
   o.y_q = y_cpu.data();
   lsa_native::sample_linear_prompts(h.spec, B, step, o);
   const linear::Plan<T> P(h.spec, step);
-  const auto lay = k::PredictionLayout::make<T>(int(rows), int(cols), 2, false, k::tokens_warp_extra(c.d));
+  const auto lay = k::PredictionLayout::make<T>(int(rows), int(cols), 2, true, 0, k::tokens_warp_extra(c.d));
   const T nan = std::numeric_limits<T>::quiet_NaN();
   std::vector<T> E(B * rows * cols, nan), y(B, nan);
   lsa_emu::launch(2, 64, lay.total(), generate_kernel<T>, static_cast<const linear::Law<T>&>(P), B,
@@ -165,11 +163,9 @@ void check_step(const Case& c, FusedMethod method, unsigned grid, bool work_in_s
   const int width = int(1 + rows + n2);
   std::vector<double> partial(grid * width, std::numeric_limits<double>::quiet_NaN());
   if (method == FusedMethod::tokens) {
-    const auto lay = k::PredictionLayout::make<T>(int(rows), int(c.N + 1), 2, true, k::tokens_warp_extra(c.d));
-    lsa_emu::launch(grid, 64, lay.total(), k::lsa_prediction_kernel<T, k::PredictionMode::loss, k::GeneratedPrompts<T>>,
-                    lsa_native::LsaShape{B, c.d, c.N}, lay, k::GeneratedPrompts<T>{law},
-                    static_cast<const T*>(W_pv.data()), static_cast<const T*>(W_kq.data()),
-                    static_cast<T*>(nullptr), partial.data(), static_cast<T*>(nullptr));
+    const auto lay = k::PredictionLayout::make<T>(int(rows), int(c.N + 1), 2, true, 0, k::tokens_warp_extra(c.d));
+    lsa_emu::launch(grid, 64, lay.total(), k::sampled_tokens_kernel<T>, law, B, lay,
+                    static_cast<const T*>(W_pv.data()), static_cast<const T*>(W_kq.data()), partial.data());
   } else {
     k::WishartLayout lay{int(c.d), int(lsa_native::wishart::noise_dim(law)), 2, work_in_shared};
     std::vector<T> work(work_in_shared ? 0 : size_t(grid) * 64 * size_t(lay.thread_values()),
@@ -189,9 +185,8 @@ void check_step(const Case& c, FusedMethod method, unsigned grid, bool work_in_s
   const T nan = std::numeric_limits<T>::quiet_NaN();
   std::vector<T> d_pv(n2, nan), d_kq(n2, nan);
   double loss = std::numeric_limits<double>::quiet_NaN();
-  lsa_emu::launch(1, k::kReduceThreads, 0, k::prediction_epilogue_kernel<T>,
-                  static_cast<const double*>(total.data()), int(rows), 1.0 / double(B), d_pv.data(),
-                  d_kq.data(), &loss);
+  lsa_emu::launch(1, k::kReduceThreads, 0, k::prediction_epilogue_kernel<T>, total.data(), int(rows),
+                  1.0 / double(B), d_pv.data(), d_kq.data(), &loss);
   EXPECT_NEAR(loss, L, tolerance<T>() * L) << "loss";
   expect_close(d_pv, g_pv, tolerance<T>(), "d_W_pv");
   expect_close(d_kq, g_kq, tolerance<T>(), "d_W_kq");
@@ -226,7 +221,7 @@ TEST(SampledStepEmulated, AnotherStepDiffers) {
   const SpecHolder h(kTokenCases[1], 99);
   const linear::Plan<double> P(h.spec, 12), Q(h.spec, 13);
   const index_t B = 4, rows = 4, cols = 8;
-  const auto lay = k::PredictionLayout::make<double>(int(rows), int(cols), 1, false, k::tokens_warp_extra(3));
+  const auto lay = k::PredictionLayout::make<double>(int(rows), int(cols), 1, true, 0, k::tokens_warp_extra(3));
   std::vector<double> E1(B * rows * cols), E2(B * rows * cols), y1(B), y2(B);
   lsa_emu::launch(1, 32, lay.total(), generate_kernel<double>, static_cast<const linear::Law<double>&>(P),
                   B, lay, E1.data(), y1.data());

@@ -143,3 +143,76 @@ TEST(SmallMatrix, JacobiReportsNonConvergence) {
 }
 
 }  // namespace
+
+// ---- dense products and updates of the kit, and the SIMD matmul of cpu/small_matrix_kernels.hpp ----
+#include "cpu/small_matrix_kernels.hpp"
+
+namespace {
+
+std::vector<double> random_matrix(int rows, int cols, std::mt19937_64& gen) {
+  std::normal_distribution<double> g;
+  std::vector<double> a(static_cast<size_t>(rows * cols));
+  for (auto& x : a) x = g(gen);
+  return a;
+}
+
+// C = A B by the definition, summed in long double.
+std::vector<double> naive_product(const std::vector<double>& a, const std::vector<double>& b, int n) {
+  std::vector<double> c(static_cast<size_t>(n * n));
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) {
+      long double s = 0;
+      for (int k = 0; k < n; ++k) s += (long double)a[i * n + k] * b[k * n + j];
+      c[i * n + j] = double(s);
+    }
+  return c;
+}
+
+TEST(SmallMatrixDense, ProductsMatchTheDefinitionAtOddSizes) {
+  std::mt19937_64 gen(31);
+  for (int n : {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 17, 21, 50}) {
+    const auto a = random_matrix(n, n, gen), b = random_matrix(n, n, gen);
+    const auto want = naive_product(a, b, n);
+    // Poisoned outputs: every entry must be written.
+    std::vector<double> c_simd(want.size(), std::nan(""));
+    lsa_native::cpu::matmul(a.data(), b.data(), c_simd.data(), lsa_native::index_t(n));
+    for (size_t i = 0; i < want.size(); ++i) {
+      const double tol = 1e-13 * n;  // entries are O(√n); rounding grows at most like n·eps
+      EXPECT_NEAR(c_simd[i], want[i], tol) << "n = " << n << ", entry " << i;
+    }
+  }
+}
+
+TEST(SmallMatrixDense, VectorOperationsMatchTheDefinition) {
+  std::mt19937_64 gen(32);
+  for (int n : {1, 3, 6, 11}) {
+    const auto a = random_matrix(n, n, gen), b = random_matrix(n, n, gen);
+    const auto x = random_matrix(n, 1, gen), y = random_matrix(n, 1, gen);
+    std::vector<double> ax(n), atx(n), m = a;
+    matvec(a.data(), n, x.data(), ax.data());
+    matvec_t(a.data(), n, x.data(), atx.data());
+    add_outer(m.data(), n, 0.5, x.data(), y.data());
+    double tr = 0, trab = 0, xy = 0;
+    for (int i = 0; i < n; ++i) {
+      double s = 0, st = 0;
+      for (int j = 0; j < n; ++j) {
+        s += a[i * n + j] * x[j];
+        st += a[j * n + i] * x[j];
+        trab += a[i * n + j] * b[j * n + i];
+        EXPECT_NEAR(m[i * n + j], a[i * n + j] + 0.5 * x[i] * y[j], 1e-15);
+      }
+      EXPECT_NEAR(ax[i], s, 1e-13);
+      EXPECT_NEAR(atx[i], st, 1e-13);
+      tr += a[i * n + i];
+      xy += x[i] * y[i];
+    }
+    EXPECT_NEAR(trace(a.data(), n), tr, 1e-13);
+    EXPECT_NEAR(trace_product(a.data(), b.data(), n), trab, 1e-12);
+    EXPECT_NEAR(dot(x.data(), y.data(), n), xy, 1e-13);
+    std::vector<double> z = y;
+    axpy(-2.0, x.data(), n, z.data());
+    for (int i = 0; i < n; ++i) EXPECT_NEAR(z[i], y[i] - 2 * x[i], 1e-15);
+  }
+}
+
+}  // namespace

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core, cuda
-from ._validation import as_array, as_out, as_prompts, check_finite_result
+from ._validation import as_array, as_out, check_finite_result
 
 
 class _Arg:
@@ -22,23 +22,19 @@ class _Prompts:
     """E on either side: shape, dtype, address, whether it lives on a GPU (and which)."""
 
     def __init__(self, E):
+        from .lsa import _as_prompts
+
         if cuda.is_cuda_array(E):
             v = cuda.view(E, "E")
-            if len(v.shape) != 3:
-                raise ValueError(f"E: expected a 3-d array [B, d+1, N+1], got shape {v.shape}")
-            B, rows, cols = v.shape
-            if B < 1 or rows < 2 or cols < 2:
-                raise ValueError(
-                    f"E: expected shape [B, d+1, N+1] with B >= 1, d >= 1 and N >= 1, got {v.shape}"
-                )
             self.source, self.on_gpu, self.arg = E, True, _Arg(v.ptr, v)
-            self.shape, self.dtype, self.device = v.shape, v.dtype, cuda.pointer_device(v.ptr)
+            self.shape, self.dtype = v.shape, v.dtype
         else:
-            E = as_prompts(E)
+            E = _as_prompts(E)
             self.source, self.on_gpu, self.arg = E, False, _Arg(E.ctypes.data, E)
-            self.shape, self.dtype, self.device = E.shape, E.dtype, -1
-        B, rows, cols = self.shape
-        self.native_shape = _core.LsaShape(B, rows - 1, cols - 1)
+            self.shape, self.dtype = E.shape, E.dtype
+        # E's shape rules (3-d, B, d, N >= 1) are checked natively, before anything is allocated.
+        self.native_shape = _core.lsa_shape(self.shape)
+        self.device = cuda.pointer_device(self.arg.ptr) if self.on_gpu else -1
 
     def operand(self, a, name: str, shape: tuple, *, finite: bool = True) -> _Arg:
         """An input: a CUDA array of E's dtype and `shape`, or a host array converted to them."""

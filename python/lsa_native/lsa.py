@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _core, _lsa_cuda
 from .cuda import resolve_device
-from ._validation import as_array, as_out, as_prompts, check_finite_result
+from ._validation import FLOAT_DTYPES, as_array, as_out, check_finite_result
 
 __all__ = ["predict", "loss_and_grad", "forward", "vjp", "predict_vjp", "split_shape"]
 
@@ -33,11 +33,32 @@ def split_shape(E: np.ndarray) -> tuple[int, int, int]:
     return B, rows - 1, cols - 1
 
 
+# Argument rules live in one layer: the shape rules (E is [B, d+1, N+1] with B, d, N >= 1, every
+# other array's shape) are checked natively (_core.lsa_shape, the bindings, the C++ dispatcher),
+# with errors naming the argument. Python only converts: array types and dtypes (E's dtype for
+# everything), C-contiguous layout, and the finiteness checks of the inputs and results.
+
+
+def _as_prompts(E) -> np.ndarray:
+    """E as a C-contiguous float32/float64 numpy array (its shape is checked natively)."""
+    E = np.asarray(E)
+    if E.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"E: expected dtype float32 or float64, got {E.dtype}")
+    return np.ascontiguousarray(E)
+
+
+def _as_operand(a, dtype, name: str, *, finite: bool = True) -> np.ndarray:
+    """a converted to `dtype` (C-contiguous, real-valued; finite unless `finite` is False); its
+    shape is checked natively."""
+    a = np.asarray(a)
+    return as_array(a, a.shape, dtype, name, finite=finite)
+
+
 def _params(E, W_pv, W_kq):
-    E = as_prompts(E)
-    n = E.shape[1]
-    W_pv = as_array(W_pv, (n, n), E.dtype, "W_pv")
-    W_kq = as_array(W_kq, (n, n), E.dtype, "W_kq")
+    E = _as_prompts(E)
+    _core.lsa_shape(E.shape)  # E's shape rules, before outputs are allocated from it
+    W_pv = _as_operand(W_pv, E.dtype, "W_pv")
+    W_kq = _as_operand(W_kq, E.dtype, "W_kq")
     return E, W_pv, W_kq
 
 
@@ -72,7 +93,7 @@ def loss_and_grad(E, y_q, W_pv, W_kq, *, return_predictions: bool = False, devic
         return _lsa_cuda.loss_and_grad(E, y_q, W_pv, W_kq, return_predictions)
     E, W_pv, W_kq = _params(E, W_pv, W_kq)
     B, n = E.shape[0], E.shape[1]
-    y_q = as_array(y_q, (B,), E.dtype, "y_q")
+    y_q = _as_operand(y_q, E.dtype, "y_q")
     d_W_pv = np.empty((n, n), E.dtype)
     d_W_kq = np.empty((n, n), E.dtype)
     y_hat = np.empty(B, E.dtype) if return_predictions else None
@@ -111,7 +132,7 @@ def vjp(E, W_pv, W_kq, d_F, *, with_input_grad: bool = True, device="auto"):
     if resolve_device(device, E=E, W_pv=W_pv, W_kq=W_kq, d_F=d_F) == "cuda":
         return _lsa_cuda.vjp(E, W_pv, W_kq, d_F, with_input_grad)
     E, W_pv, W_kq = _params(E, W_pv, W_kq)
-    d_F = as_array(d_F, E.shape, E.dtype, "d_F", finite=False)
+    d_F = _as_operand(d_F, E.dtype, "d_F", finite=False)
     n = E.shape[1]
     d_W_pv = np.empty((n, n), E.dtype)
     d_W_kq = np.empty((n, n), E.dtype)
@@ -131,7 +152,7 @@ def predict_vjp(E, W_pv, W_kq, d_y, *, with_input_grad: bool = True, device="aut
         return _lsa_cuda.predict_vjp(E, W_pv, W_kq, d_y, with_input_grad)
     E, W_pv, W_kq = _params(E, W_pv, W_kq)
     n = E.shape[1]
-    d_y = as_array(d_y, (E.shape[0],), E.dtype, "d_y", finite=False)
+    d_y = _as_operand(d_y, E.dtype, "d_y", finite=False)
     d_W_pv = np.empty((n, n), E.dtype)
     d_W_kq = np.empty((n, n), E.dtype)
     d_E = np.empty(E.shape, E.dtype) if with_input_grad else None

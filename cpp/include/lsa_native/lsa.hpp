@@ -26,7 +26,8 @@ struct LsaShape {
   index_t context;  // N >= 1 context tokens; E has N+1 columns; ρ = N   [ZFB 3.2]
 };
 
-// Throws Error unless every extent is >= 1 and B·(d+1)·(N+1) fits in index_t.
+// Throws Error (naming E) unless every extent is >= 1 and B·(d+1)·(N+1) fits in index_t. Every
+// entry point calls it: the one place of these rules.
 void validate(const LsaShape& shape);
 
 // ŷ_b = [f_LSA(E_b)]_{d+1,N+1} = p^T G q with p = last row of W^PV, K = first d columns of W^KQ,

@@ -6,8 +6,10 @@
 // docs/population.md) for ANY parameters, O(d^3) per evaluation, float64.
 //
 // Arrays are row-major: W_pv, W_kq, d_W_pv, d_W_kq [d+1, d+1]; Lambda [d, d] symmetric positive
-// definite (checked by the Python layer; the C++ layer checks shapes and scalars only). Gradients are
-// full-size with exact zeros where a parameter does not affect ŷ. All functions are thread-safe.
+// definite. Every argument rule is checked here (cpp/src/population.cpp): invalid sizes, null
+// pointers, non-finite parameters, asymmetric or indefinite covariances throw Error naming the
+// argument. Gradients are full-size with exact zeros where a parameter does not affect ŷ. All
+// functions are thread-safe.
 #pragma once
 
 #include <functional>

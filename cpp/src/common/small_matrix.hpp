@@ -1,5 +1,6 @@
-// Small dense symmetric-matrix kit for per-prompt math on both backends (LSA_HD): in-place Cholesky,
-// cyclic Jacobi eigensolver, triangular mat-vecs and solves. One thread (or one CUDA thread) owns a
+// Small dense matrix kit for per-prompt math on both backends (LSA_HD): products, mat-vecs, traces
+// and updates of dense matrices, in-place Cholesky, cyclic Jacobi eigensolver, triangular mat-vecs
+// and solves. (The CPU's matrix products are the SIMD register tiles of cpu/small_matrix_simd.hpp.) One thread (or one CUDA thread) owns a
 // matrix; sizes are a few dozen at most (a prompt's (n+1) x (n+1) kernel matrix, a d x d Λ).
 //
 // Layout: every matrix is dense row-major n x n, entry (i, j) at a[i * n + j], no aliasing between
@@ -23,6 +24,58 @@ template <>
 struct SmallEps<double> {
   static constexpr double value = 2.220446049250313080847e-16;
 };
+
+// ---- dense row-major n x n matrices and n-vectors ----
+
+// Σ_i x[i] y[i] over n entries (also the Frobenius product Σ A∘B of two matrices, n = rows·cols).
+template <class T>
+LSA_HD T dot(const T* x, const T* y, int n) {
+  T s = T(0);
+  for (int i = 0; i < n; ++i) s += x[i] * y[i];
+  return s;
+}
+
+// y += c x over n entries.
+template <class T>
+LSA_HD void axpy(T c, const T* x, int n, T* y) {
+  for (int i = 0; i < n; ++i) y[i] += c * x[i];
+}
+
+// tr A.
+template <class T>
+LSA_HD T trace(const T* a, int n) {
+  T s = T(0);
+  for (int i = 0; i < n; ++i) s += a[i * n + i];
+  return s;
+}
+
+// tr(A B) = Σ_ij A_ij B_ji.
+template <class T>
+LSA_HD T trace_product(const T* a, const T* b, int n) {
+  T s = T(0);
+  for (int i = 0; i < n; ++i)
+    for (int j = 0; j < n; ++j) s += a[i * n + j] * b[j * n + i];
+  return s;
+}
+
+// y = A x (y != x).
+template <class T>
+LSA_HD void matvec(const T* a, int n, const T* x, T* y) {
+  for (int i = 0; i < n; ++i) y[i] = dot(a + i * n, x, n);
+}
+
+// y = Aᵀ x (y != x).
+template <class T>
+LSA_HD void matvec_t(const T* a, int n, const T* x, T* y) {
+  for (int j = 0; j < n; ++j) y[j] = T(0);
+  for (int i = 0; i < n; ++i) axpy(x[i], a + i * n, n, y);
+}
+
+// M += c x yᵀ.
+template <class T>
+LSA_HD void add_outer(T* m, int n, T c, const T* x, const T* y) {
+  for (int i = 0; i < n; ++i) axpy(c * x[i], y, n, m + i * n);
+}
 
 // In-place Cholesky A = L Lᵀ of a symmetric positive-definite n x n matrix [a: n x n].
 // Reads the lower triangle only; on success the lower triangle holds L, the strict upper triangle

@@ -18,4 +18,17 @@ const Table& select_kernels(Avx2 avx2, Baseline baseline) {
   return table;
 }
 
+// The table for this CPU built by `factory` (an expression, e.g. lsa_kernels<T>()) in the AVX2
+// namespace isa_avx2 or the baseline one isa_baseline: the one ISA mechanism of the CPU kernels
+// (each table's .inl is compiled once per instruction set; no -march flag reaches other code).
+#if defined(LSA_NATIVE_X86_DISPATCH)
+#define LSA_NATIVE_SELECT_KERNELS(Table, factory)                                    \
+  ::lsa_native::cpu::select_kernels<Table>([] { return isa_avx2::factory; },        \
+                                           [] { return isa_baseline::factory; })
+#else
+#define LSA_NATIVE_SELECT_KERNELS(Table, factory)                                    \
+  ::lsa_native::cpu::select_kernels<Table>([] { return isa_baseline::factory; },    \
+                                           [] { return isa_baseline::factory; })
+#endif
+
 }  // namespace lsa_native::cpu

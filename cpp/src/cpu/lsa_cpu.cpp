@@ -5,6 +5,7 @@
 #include "cpu/isa.hpp"
 #include "cpu/lsa_cpu.hpp"
 #include "cpu/lsa_kernels.hpp"
+#include "cpu/lsa_predict_vjp.hpp"
 #include "lsa_native/device.hpp"
 
 namespace lsa_native {
@@ -23,13 +24,12 @@ namespace {
 
 template <class T>
 const LsaKernels<T>& kernels() {
-  return select_kernels<LsaKernels<T>>(
-#if defined(LSA_NATIVE_X86_DISPATCH)
-      [] { return isa_avx2::lsa_kernels<T>(); },
-#else
-      [] { return isa_baseline::lsa_kernels<T>(); },
-#endif
-      [] { return isa_baseline::lsa_kernels<T>(); });
+  return LSA_NATIVE_SELECT_KERNELS(LsaKernels<T>, lsa_kernels<T>());
+}
+
+template <class T>
+const LsaPredictVjpKernels<T>& predict_vjp_kernels() {
+  return LSA_NATIVE_SELECT_KERNELS(LsaPredictVjpKernels<T>, lsa_predict_vjp_kernels<T>());
 }
 
 }  // namespace
@@ -88,15 +88,16 @@ void lsa_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const
 template <class T>
 void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
                      T* d_W_pv, T* d_W_kq, T* d_E) {
-  const index_t D = sh.dim + 1, width = D + D * D;
+  const auto& k = predict_vjp_kernels<T>();
+  const index_t D = sh.dim + 1, width = predict_vjp_partial_size(sh.dim);
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(sh.batch) * width));
   detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
-    predict_vjp_range(sh, E, W_pv, W_kq, d_y, d_E, b0, b1, partials.data() + c * width);
+    k.range(sh, E, W_pv, W_kq, d_y, d_E, b0, b1, partials.data() + c * width);
   });
   const std::vector<double> total = detail::reduce_partials(partials, width);
-  for (index_t k = 0; k < D * D; ++k) d_W_pv[k] = T(0);
-  for (index_t r = 0; r < D; ++r) d_W_pv[(D - 1) * D + r] = T(total[r]);
-  for (index_t k = 0; k < D * D; ++k) d_W_kq[k] = T(total[D + k]);
+  for (index_t i = 0; i < D * D; ++i) d_W_pv[i] = T(0);
+  for (index_t r = 0; r < D; ++r) d_W_pv[(D - 1) * D + r] = T(total[r]);  // ∂ŷ/∂p: last row
+  for (index_t i = 0; i < D * D; ++i) d_W_kq[i] = T(total[D + i]);
 }
 
 LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, float)

@@ -14,6 +14,7 @@
 #include "common/lsa_recipe.hpp"
 #include "cpu/lsa_kernels.hpp"
 #include "cpu/simd.hpp"
+#include "cpu/small_matrix_simd.hpp"
 
 #ifndef LSA_ISA_NS
 #error "define LSA_ISA_NS before including lsa_kernels.inl"
@@ -313,40 +314,7 @@ struct SmallMatrices {
   S* operator[](int i) { return storage.data() + i * n * ld; }
 
   void multiply(const S* A, const S* B, S* C, bool accumulate = false) const {
-    // Tiles of 4 rows x up to 3 column vectors (12 independent FMA chains; a row of 21 entries is
-    // 3 float vectors), so the k-loop is throughput- rather than latency-bound.
-    constexpr index_t L = kLanes<S>;
-    for (index_t c0 = 0; c0 < ld; c0 += 3 * L) {
-      const index_t nc = std::min<index_t>(3, (ld - c0) / L);
-      index_t i = 0;
-      for (; i + 4 <= n; i += 4) dispatch_tile<4>(nc, A, B, C, i, c0, accumulate);
-      for (; i < n; ++i) dispatch_tile<1>(nc, A, B, C, i, c0, accumulate);
-    }
-  }
-  template <int RI>
-  void dispatch_tile(index_t nc, const S* A, const S* B, S* C, index_t i0, index_t c0,
-                     bool accumulate) const {
-    if (nc == 3) multiply_tile<RI, 3>(A, B, C, i0, c0, accumulate);
-    else if (nc == 2) multiply_tile<RI, 2>(A, B, C, i0, c0, accumulate);
-    else multiply_tile<RI, 1>(A, B, C, i0, c0, accumulate);
-  }
-  template <int RI, int NC>
-  void multiply_tile(const S* A, const S* B, S* C, index_t i0, index_t c0, bool accumulate) const {
-    constexpr index_t L = kLanes<S>;
-    Vec<S> acc[RI][NC];
-    for (int i = 0; i < RI; ++i)
-      for (int k = 0; k < NC; ++k)
-        acc[i][k] = accumulate ? load(C + (i0 + i) * ld + c0 + k * L) : simd::zero<S>();
-    for (index_t m = 0; m < n; ++m) {
-      Vec<S> b[NC];
-      for (int k = 0; k < NC; ++k) b[k] = load(B + m * ld + c0 + k * L);
-      for (int i = 0; i < RI; ++i) {
-        const Vec<S> a = simd::broadcast(A[(i0 + i) * ld + m]);
-        for (int k = 0; k < NC; ++k) acc[i][k] += a * b[k];
-      }
-    }
-    for (int i = 0; i < RI; ++i)
-      for (int k = 0; k < NC; ++k) store(C + (i0 + i) * ld + c0 + k * L, acc[i][k]);
+    small::multiply_padded(A, B, C, n, ld, accumulate);  // the kit's register tiles
   }
   template <class T>
   void set(S* M, const T* W, bool transpose) const {  // W [n, n] row-major

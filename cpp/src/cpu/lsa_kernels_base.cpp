@@ -1,3 +1,4 @@
-// LSA CPU kernels for the baseline instruction set.
+// LSA CPU kernels (batched LSA, prediction VJP) for the baseline instruction set.
 #define LSA_ISA_NS isa_baseline
 #include "cpu/lsa_kernels.inl"
+#include "cpu/lsa_predict_vjp.inl"

@@ -1,10 +1,13 @@
-// Batched small-matrix routines (small_matrix.hpp) over common/small_matrix.hpp.
+// Batched small-matrix routines (small_matrix.hpp) over common/small_matrix.hpp, and the run-time
+// choice of the SIMD small-matrix kernels (small_matrix_kernels.hpp).
 #include "lsa_native/small_matrix.hpp"
 
 #include <string>
 
 #include "common/parallel.hpp"
 #include "common/small_matrix.hpp"
+#include "cpu/isa.hpp"
+#include "cpu/small_matrix_kernels.hpp"
 
 namespace lsa_native {
 namespace {
@@ -34,6 +37,13 @@ void batched_symmetric_eigen(index_t batch, index_t n, T* a, T* w, T* v, std::in
                                        v + b * n * n, max_sweeps);
   });
 }
+
+namespace cpu {
+void matmul(const double* a, const double* b, double* c, index_t n) {
+  static const SmallMatrixKernels& k = LSA_NATIVE_SELECT_KERNELS(SmallMatrixKernels, small_matrix_kernels());
+  k.matmul(a, b, c, n);
+}
+}  // namespace cpu
 
 template void batched_cholesky<float>(index_t, index_t, float*, std::int32_t*);
 template void batched_cholesky<double>(index_t, index_t, double*, std::int32_t*);

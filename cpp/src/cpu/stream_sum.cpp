@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "common/parallel.hpp"
+#include "cpu/simd.hpp"
 #include "lsa_native/bench.hpp"
 
 namespace lsa_native {
@@ -17,10 +18,15 @@ double stream_sum(const T* x, index_t n) {
   detail::parallel_for(n_blocks, [&](index_t blk) {
     const T* p = x + blk * kBlock;
     const index_t len = std::min(kBlock, n - blk * kBlock);
-    T acc = 0;
-#pragma omp simd reduction(+ : acc)
-    for (index_t i = 0; i < len; ++i) acc += p[i];
-    partial[blk] = double(acc);
+    // Four vector accumulators (baseline vectors: memory-bound, no ISA dispatch needed).
+    constexpr index_t L = cpu::simd::kLanes<T>;
+    cpu::simd::Vec<T> acc[4] = {};
+    index_t i = 0;
+    for (; i + 4 * L <= len; i += 4 * L)
+      for (int k = 0; k < 4; ++k) acc[k] += cpu::simd::load(p + i + k * L);
+    T sum = cpu::simd::hsum((acc[0] + acc[1]) + (acc[2] + acc[3]));
+    for (; i < len; ++i) sum += p[i];
+    partial[blk] = double(sum);
   });
   double total = 0;
   for (double v : partial) total += v;

@@ -22,7 +22,7 @@ namespace {
 constexpr int kWarp = 32;
 constexpr int kReduceThreads = 256;
 
-inline std::size_t align16(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+__host__ __device__ inline std::size_t align16(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
 
 // Copies n contiguous values src → dst with the threads [0, nthreads) of a warp or block,
 // kUnroll independent streaming loads in flight per thread (E is read once: evict-first).

@@ -1,11 +1,10 @@
-// CUDA backend of the batched LSA (lsa.hpp): staging of host arrays, launch geometry and the
-// fixed-order reductions around the kernels of lsa_kernels.cuh (the prediction kernels' host side
-// is prediction_launch.cuh, shared with the fused sampled step).
+// CUDA backend of the batched LSA (lsa.hpp): staging of host arrays and launch geometry around the
+// kernels of lsa_kernels.cuh (shared launch helpers and reductions: lsa_launch.cuh, launch.cuh).
 #include <algorithm>
 #include <string>
 
 #include "cuda/lsa_cuda.hpp"
-#include "cuda/prediction_launch.cuh"
+#include "cuda/lsa_launch.cuh"
 #include "cuda/runtime.cuh"
 
 namespace lsa_native::cuda {
@@ -17,9 +16,23 @@ template <class T, PredictionMode kMode>
 void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E, const T* upstream,
                        const T* W_pv, const T* W_kq, T* y_hat, T* d_E, Scratch* partial,
                        int* blocks_out) {
+  constexpr bool kSums = kMode != PredictionMode::predict;
   constexpr const char* kNames[] = {"lsa_predict", "lsa_loss_and_grad", "lsa_predict_vjp"};
-  launch_prediction_kernel<T, kMode>(sh, scope, StagedPrompts<T>{E, upstream}, kNames[int(kMode)], 0,
-                                     W_pv, W_kq, y_hat, d_E, partial, blocks_out);
+  auto kernel = lsa_prediction_kernel<T, kMode>;
+  const PredictionLayout lay = prediction_layout<T>(sh, kSums, scope);
+  prepare(kernel, lay.total(), scope, kNames[int(kMode)], sh);
+  const int threads = lay.warps * kWarp;
+  const int blocks = resident_blocks(kernel, threads, lay.total(), scope,
+                                     (sh.batch + lay.warps - 1) / lay.warps);
+  double* partial_ptr = nullptr;
+  if (kSums) {
+    *partial = Scratch(sizeof(double) * std::size_t(blocks) * std::size_t(lay.acc_width()));
+    partial_ptr = static_cast<double*>(partial->get());
+    *blocks_out = blocks;
+  }
+  kernel<<<blocks, threads, lay.total(), stream()>>>(sh, lay, E, upstream, W_pv, W_kq, y_hat,
+                                                     partial_ptr, d_E);
+  check_launch("lsa_prediction_kernel");
 }
 
 }  // namespace
@@ -67,11 +80,7 @@ void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_k
   int blocks = 0;
   launch_prediction<T, PredictionMode::vjp>(sh, scope, e.get(), dy.get(), pv.get(), kq.get(),
                                             nullptr, de.get(), &partial, &blocks);
-  const int rows = int(sh.dim + 1), width = 1 + rows + rows * rows;
-  Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks, width);
-  prediction_epilogue_kernel<T><<<1, kReduceThreads, 0, stream()>>>(
-      static_cast<const double*>(total.get()), rows, 1.0, dpv.get(), dkq.get(), nullptr);
-  check_launch("prediction_epilogue_kernel");
+  finish_prediction_sums(partial, blocks, int(sh.dim + 1), 1.0, dpv.get(), dkq.get(), false);
   dpv.finish();
   dkq.finish();
   de.finish();

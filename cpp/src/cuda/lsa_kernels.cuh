@@ -26,25 +26,27 @@ using recipe::rows_of;
 
 // ---- prediction and loss gradient: one warp per prompt -----------------------------------------
 
-// What a prediction kernel computes: ŷ only; ŷ, the loss and its gradient partials (weight res per
-// prompt); or the prediction VJP (weight dŷ per prompt: the same partials, and dE).
+// What a prediction kernel computes per prompt: ŷ only; ŷ and the loss gradient terms (weight
+// w = res = ŷ − y_q); or the prediction VJP (weight w = dŷ, the upstream; the same gradient terms
+// and, when requested, dE = dŷ ∂ŷ/∂E).
 enum class PredictionMode { predict, loss, vjp };
 
-// Shared memory of the prediction kernels, in bytes: per block W^KQ [rows, rows] and p [rows];
-// per warp the double accumulators (loss gradient / VJP only), the T scratch and `warp_extra` T
-// values for the prompt source (StagedPrompts needs none; sampled_kernels.cuh's generator does).
+// Shared memory of the prediction kernels, in bytes: per block W^KQ [rows, rows], p [rows] and
+// block_extra T values; per warp the double accumulators (loss gradient / VJP only), the T scratch
+// and warp_extra T values (the extras: the fused sampled step's factors and draws).
 struct PredictionLayout {
   int rows, cols, warps;
-  bool sums;  // loss or vjp: the per-warp double accumulators exist
+  bool sums;  // loss or VJP: the per-warp gradient accumulators exist
   std::size_t block_bytes, warp_bytes;
   // Per-warp doubles: acc = [loss, d_p (rows), d_K (rows²)] then coef (rows), e_q (rows).
   __host__ __device__ int acc_width() const { return 1 + rows + rows * rows; }
   __host__ __device__ std::size_t warp_doubles() const { return sums ? std::size_t(acc_width() + 2 * rows) : 0; }
-  // Per-warp T: prompt [rows, cols], q [rows], t [cols], s [cols], G p [rows], extra [warp_extra].
+  // Per-warp T: prompt [rows, cols], q [rows], t [cols], s [cols], G p [rows], then the extras.
   template <class T>
-  static PredictionLayout make(int rows, int cols, int warps, bool sums, int warp_extra = 0) {
+  static PredictionLayout make(int rows, int cols, int warps, bool sums, int block_extra = 0,
+                               int warp_extra = 0) {
     PredictionLayout l{rows, cols, warps, sums, 0, 0};
-    l.block_bytes = align16(sizeof(T) * std::size_t(rows * rows + rows));
+    l.block_bytes = align16(sizeof(T) * std::size_t(rows * rows + rows + block_extra));
     l.warp_bytes = align16(sizeof(double) * l.warp_doubles() +
                            sizeof(T) * std::size_t(rows * cols + 2 * rows + 2 * cols + warp_extra));
     return l;
@@ -52,132 +54,157 @@ struct PredictionLayout {
   __host__ __device__ std::size_t total() const { return block_bytes + std::size_t(warps) * warp_bytes; }
 };
 
-// Where a prediction kernel's prompts come from: E [B, rows, cols] in global memory, staged into the
-// warp's shared memory with streaming loads. load() (all lanes of the warp; ends with the warp
-// synchronised) fills prompt [rows, cols] and returns the prompt's input scalar upstream[b] (y_q for
-// the loss, dŷ for the VJP; 0 for predict, which reads none). t [cols] and extra are scratch the
-// source may use before the kernel does (the fused sampled step's generator, sampled_kernels.cuh).
+// One warp's part of the prediction kernels' shared memory.
 template <class T>
-struct StagedPrompts {
-  const T* E;
-  const T* upstream;
-  __device__ __forceinline__ T load(index_t b, T* prompt, int size, T* /*t*/, T* /*extra*/,
-                                    int lane) const {
-    stage(E + b * size, prompt, size, lane, kWarp);
-    __syncwarp();
-    return upstream != nullptr ? upstream[b] : T(0);
-  }
+struct WarpArea {
+  double* acc;   // [acc_width] batch sums of this warp (loss / VJP)
+  double* coef;  // [rows] res g_k / N
+  double* e_q;   // [rows]
+  T* prompt;     // [rows, cols] the staged (or generated) prompt
+  T* q;          // [rows]
+  T* t;          // [cols]
+  T* s;          // [cols]
+  T* Gp;         // [rows] G p (VJP with dE)
+  T* extra;      // [warp_extra]
 };
 
-// predict: y_hat. loss (weight w_b = res_b = ŷ_b − y_q,b): also the per-block partial sums
-// partial [gridDim.x, 1 + rows + rows²] = [Σ w², Σ w g_p/N, Σ w (g_k/N) e_q^T] (SPEC 3.2).
-// vjp (weight w_b = dŷ_b = upstream[b]): the same partials (slot 0 unused) and, when d_E is not
-// null, d_E [B, rows, cols] = dŷ ∂ŷ/∂E (recipe::prediction_input_grad_entry).
-// The prompts and upstream[b] come from `src` (StagedPrompts, or a generator).
-template <class T, PredictionMode kMode, class Source = StagedPrompts<T>>
-__global__ void lsa_prediction_kernel(LsaShape sh, PredictionLayout lay, Source src,
-                                      const T* __restrict__ W_pv, const T* __restrict__ W_kq,
-                                      T* __restrict__ y_hat, double* __restrict__ partial,
-                                      T* __restrict__ d_E) {
-  constexpr bool kSums = kMode != PredictionMode::predict;
-  LSA_DYNAMIC_SHARED(smem);
-  const int rows = lay.rows, cols = lay.cols, N = cols - 1, size = rows * cols;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  T* sW_kq = reinterpret_cast<T*>(smem);  // [rows, rows]
-  T* sp = sW_kq + rows * rows;            // [rows] last row of W^PV
+template <class T>
+__device__ __forceinline__ WarpArea<T> warp_area(const PredictionLayout& lay, unsigned char* smem,
+                                                 int warp) {
   unsigned char* mine = smem + lay.block_bytes + std::size_t(warp) * lay.warp_bytes;
-  double* acc = reinterpret_cast<double*>(mine);  // [acc_width]
-  double* coef = acc + lay.acc_width();           // [rows] w g_k / N
-  double* e_q = coef + rows;                      // [rows]
-  T* prompt = reinterpret_cast<T*>(mine + sizeof(double) * lay.warp_doubles());  // [rows, cols]
-  T* q = prompt + size;                           // [rows]
-  T* t = q + rows;                                // [cols]
-  T* s = t + cols;                                // [cols]
-  T* Gp = s + cols;                               // [rows] G p = g_k / N (vjp with d_E)
-  T* extra = Gp + rows;                           // [warp_extra] the source's scratch
+  WarpArea<T> a;
+  a.acc = reinterpret_cast<double*>(mine);
+  a.coef = a.acc + lay.acc_width();
+  a.e_q = a.coef + lay.rows;
+  a.prompt = reinterpret_cast<T*>(mine + sizeof(double) * lay.warp_doubles());
+  a.q = a.prompt + lay.rows * lay.cols;
+  a.t = a.q + lay.rows;
+  a.s = a.t + lay.cols;
+  a.Gp = a.s + lay.cols;
+  a.extra = a.Gp + lay.rows;
+  return a;
+}
 
+// Block prologue: W^KQ and p (last row of W^PV) into shared memory, the warps' accumulators zeroed.
+// Returns the block's extras (block_extra T values after p).
+template <class T>
+__device__ __forceinline__ T* load_parameters(const PredictionLayout& lay, unsigned char* smem,
+                                              const T* __restrict__ W_pv, const T* __restrict__ W_kq) {
+  const int rows = lay.rows;
+  T* sW_kq = reinterpret_cast<T*>(smem);
+  T* sp = sW_kq + rows * rows;
   for (int i = threadIdx.x; i < rows * rows; i += blockDim.x) sW_kq[i] = W_kq[i];
   for (int i = threadIdx.x; i < rows; i += blockDim.x) sp[i] = W_pv[(rows - 1) * rows + i];
-  if (kSums)
-    for (int i = lane; i < lay.acc_width(); i += kWarp) acc[i] = 0;
-  __syncthreads();
+  if (lay.sums) {
+    const WarpArea<T> a = warp_area<T>(lay, smem, int(threadIdx.x) / kWarp);
+    for (int i = int(threadIdx.x) % kWarp; i < lay.acc_width(); i += kWarp) a.acc[i] = 0;
+  }
+  return sp + rows;
+}
 
-  const Mat<T> Ep = rows_of<T>(prompt, cols), Wk = rows_of<T>(sW_kq, rows);
-  const T inv_n = recipe::inv_context<T>(N);
-  double loss = 0;  // lane 0's running Σ res²
-  const index_t n_warps = index_t(gridDim.x) * lay.warps;
-  for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < sh.batch; b += n_warps) {
-    const T in_b = src.load(b, prompt, size, t, extra, lane);  // upstream[b]
-    for (int r = lane; r < rows; r += kWarp) q[r] = recipe::query_entry(Wk, Ep, rows, N, r);
-    __syncwarp();
-    T sum_ts = T(0);
-    for (int j = lane; j < cols; j += kWarp) {
-      T tj, sj;
-      recipe::token_scalars(Ep, rows, sp, q, j, tj, sj);
-      if (kSums) {
-        t[j] = tj;
-        s[j] = sj;
-      }
-      sum_ts += tj * sj;
+// One prompt in a.prompt, by the lanes of one warp: returns ŷ (on every lane). kMode = loss adds
+// the prompt's gradient terms for the weight res = ŷ − target to a.acc and lane 0's res² to
+// `loss`; kMode = vjp adds them for the weight dŷ = target and writes d_E_b [rows, cols] when not
+// null. Ends with the warp synchronised (the caller may overwrite the prompt).
+template <class T, PredictionMode kMode>
+__device__ __forceinline__ T warp_prompt(const PredictionLayout& lay, const WarpArea<T>& a,
+                                         const unsigned char* smem, T target, int lane, double& loss,
+                                         T* __restrict__ d_E_b = nullptr) {
+  constexpr bool kSums = kMode != PredictionMode::predict;
+  const int rows = lay.rows, cols = lay.cols, N = cols - 1;
+  const T* sW_kq = reinterpret_cast<const T*>(smem);
+  const T* sp = sW_kq + rows * rows;
+  const Mat<T> Ep = rows_of<T>(a.prompt, cols), Wk = rows_of<T>(sW_kq, rows);
+  for (int r = lane; r < rows; r += kWarp) a.q[r] = recipe::query_entry(Wk, Ep, rows, N, r);
+  __syncwarp();
+  T sum_ts = T(0);
+  for (int j = lane; j < cols; j += kWarp) {
+    T tj, sj;
+    recipe::token_scalars(Ep, rows, sp, a.q, j, tj, sj);
+    if (kSums) {
+      a.t[j] = tj;
+      a.s[j] = sj;
     }
-    if (kMode != PredictionMode::vjp) {
-      sum_ts = warp_sum(sum_ts);
-      const T pred = recipe::prediction(Ep(rows - 1, N), sum_ts, N);
-      if (lane == 0 && y_hat != nullptr) y_hat[b] = pred;
-      if (kMode == PredictionMode::predict) {
-        __syncwarp();  // the next prompt overwrites the staged one
-        continue;
-      }
-    }
+    sum_ts += tj * sj;
+  }
+  sum_ts = warp_sum(sum_ts);
+  const T pred = recipe::prediction(Ep(rows - 1, N), sum_ts, N);
+  if (kSums) {
     __syncwarp();  // t, s complete
-    double w;      // the prompt's weight
-    if (kMode == PredictionMode::loss) {
-      const T pred = recipe::prediction(Ep(rows - 1, N), sum_ts, N);
-      w = double(pred) - double(in_b);
-      if (lane == 0) loss += w * w;
-    } else {
-      w = double(in_b);
-    }
+    const double w = kMode == PredictionMode::loss ? double(pred) - double(target) : double(target);
     const double scale = recipe::residual_scale<T>(w, N);
+    if (kMode == PredictionMode::loss && lane == 0) loss += w * w;
+    const bool input_grad = kMode == PredictionMode::vjp && d_E_b != nullptr;
     for (int r = lane; r < rows; r += kWarp) {
       T g_p, g_k;
-      recipe::weighted_row_sums(Ep, cols, t, s, r, g_p, g_k);
-      acc[1 + r] += scale * double(g_p);  // w ∂ŷ_b/∂p
-      coef[r] = scale * double(g_k);
-      e_q[r] = double(Ep(r, N));
-      if (kMode == PredictionMode::vjp) Gp[r] = g_k * inv_n;
+      recipe::weighted_row_sums(Ep, cols, a.t, a.s, r, g_p, g_k);
+      a.acc[1 + r] += scale * double(g_p);  // w ∂ŷ/∂p
+      a.coef[r] = scale * double(g_k);
+      a.e_q[r] = double(Ep(r, N));
+      if (input_grad) a.Gp[r] = g_k * recipe::inv_context<T>(N);
     }
     __syncwarp();
-    double* d_K = acc + 1 + rows;  // += coef e_q^T, lanes along the columns (no div/mod)
+    double* d_K = a.acc + 1 + rows;  // += coef e_q^T, lanes along the columns (no div/mod)
     for (int r = 0; r < rows; ++r)
-      for (int c = lane; c < rows; c += kWarp) d_K[r * rows + c] += coef[r] * e_q[c];
-    if (kMode == PredictionMode::vjp && d_E != nullptr) {
-      const T dy = in_b;
-      T* out = d_E + b * size;
+      for (int c = lane; c < rows; c += kWarp) d_K[r * rows + c] += a.coef[r] * a.e_q[c];
+    if (input_grad) {
+      const T inv_n = recipe::inv_context<T>(N);
       for (int r = 0; r < rows; ++r) {  // row by row: the lanes write consecutive tokens
-        const T through_q = recipe::through_query_entry(Wk, Gp, rows, r);
+        const T through_q = recipe::through_query_entry(Wk, a.Gp, rows, r);
         for (int j = lane; j < cols; j += kWarp)
-          out[r * cols + j] =
-              recipe::prediction_input_grad_entry(dy, inv_n, sp, q, t, s, through_q, rows, N, r, j);
+          d_E_b[r * cols + j] = recipe::prediction_input_grad_entry(target, inv_n, sp, a.q, a.t,
+                                                                    a.s, through_q, rows, N, r, j);
       }
     }
-    __syncwarp();  // the next prompt overwrites the staged one
   }
-  if (!kSums) return;
-  if (lane == 0) acc[0] = loss;
+  __syncwarp();
+  return pred;
+}
+
+// Block epilogue of the loss kernels: lane 0's `loss` into its warp's acc[0], then the block partial
+// partial [gridDim.x, acc_width] with the warps combined in order 0, 1, ...
+template <class T>
+__device__ __forceinline__ void block_partial(const PredictionLayout& lay, unsigned char* smem,
+                                              double loss, double* __restrict__ partial) {
+  if (threadIdx.x % kWarp == 0) warp_area<T>(lay, smem, int(threadIdx.x) / kWarp).acc[0] = loss;
   __syncthreads();
-  // Block partial: warps combined in order 0, 1, ...
   const int width = lay.acc_width();
   for (int i = threadIdx.x; i < width; i += blockDim.x) {
     double sum = 0;
-    for (int w = 0; w < lay.warps; ++w)
-      sum += reinterpret_cast<const double*>(smem + lay.block_bytes + std::size_t(w) * lay.warp_bytes)[i];
+    for (int w = 0; w < lay.warps; ++w) sum += warp_area<T>(lay, smem, w).acc[i];
     partial[index_t(blockIdx.x) * width + i] = sum;
   }
 }
 
+// predict: y_hat. loss (upstream = y_q): also the per-block partial sums partial [gridDim.x,
+// 1 + rows + rows²] = [Σ res², Σ res g_p/N, Σ res (g_k/N) e_q^T] (SPEC 3.2). vjp (upstream = dŷ):
+// the same partials with weight dŷ (slot 0 unused) and d_E when not null.
+template <class T, PredictionMode kMode>
+__global__ void lsa_prediction_kernel(LsaShape sh, PredictionLayout lay, const T* __restrict__ E,
+                                      const T* __restrict__ upstream, const T* __restrict__ W_pv,
+                                      const T* __restrict__ W_kq, T* __restrict__ y_hat,
+                                      double* __restrict__ partial, T* __restrict__ d_E) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int size = lay.rows * lay.cols;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  load_parameters(lay, smem, W_pv, W_kq);
+  __syncthreads();
+  const WarpArea<T> a = warp_area<T>(lay, smem, warp);
+  double loss = 0;  // lane 0's running Σ res²
+  const index_t n_warps = index_t(gridDim.x) * lay.warps;
+  for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < sh.batch; b += n_warps) {
+    stage(E + b * size, a.prompt, size, lane, kWarp);
+    __syncwarp();
+    const T target = kMode == PredictionMode::predict ? T(0) : upstream[b];
+    const T pred = warp_prompt<T, kMode>(lay, a, smem, target, lane, loss,
+                                         d_E == nullptr ? nullptr : d_E + b * size);
+    if (lane == 0 && y_hat != nullptr) y_hat[b] = pred;
+  }
+  if (kMode != PredictionMode::predict) block_partial<T>(lay, smem, loss, partial);
+}
+
 // d_W_pv = 0 but its last row = d_p · scale; d_W_kq = d_K · scale; with scale = 1/B for the loss
-// gradient (then loss = ½ Σ res² / B  [ZFB (3.7)]) and 1 for the prediction VJP (loss null).
+// gradient (and loss = ½ Σ res² / B  [ZFB (3.7)]) or 1 for the prediction VJP (loss null).
 template <class T>
 __global__ void prediction_epilogue_kernel(const double* __restrict__ total, int rows, double scale,
                                            T* __restrict__ d_W_pv, T* __restrict__ d_W_kq,

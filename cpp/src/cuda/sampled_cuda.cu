@@ -1,8 +1,8 @@
 // CUDA backend of the fused sampled LSA steps: the law's factors and the parameters to the device,
-// launch geometry around sampled_kernels.cuh, and the fixed-order reduction of prediction_launch.cuh.
+// launch geometry around sampled_kernels.cuh, and the fixed-order reduction of lsa_launch.cuh.
 #include <algorithm>
 
-#include "cuda/prediction_launch.cuh"
+#include "cuda/lsa_launch.cuh"
 #include "cuda/runtime.cuh"
 #include "cuda/sampled_cuda.hpp"
 #include "cuda/sampled_kernels.cuh"
@@ -21,11 +21,17 @@ constexpr std::size_t kWishartScratchCap = std::size_t(256) << 20;
 template <class T>
 int launch_tokens(const linear::Law<T>& P, index_t batch, const DeviceScope& scope, const T* W_pv,
                   const T* W_kq, Scratch* partial) {
-  int blocks = 0;
-  launch_prediction_kernel<T, PredictionMode::loss>(
-      LsaShape{batch, P.d, P.N}, scope, GeneratedPrompts<T>{P},
-      "linear_prompts_lsa_loss_and_grad(method='tokens')", tokens_warp_extra(P.d), W_pv, W_kq,
-      static_cast<T*>(nullptr), static_cast<T*>(nullptr), partial, &blocks);
+  const LsaShape sh{batch, P.d, P.N};
+  const PredictionLayout lay = prediction_layout<T>(sh, true, scope, 0, tokens_warp_extra(P.d));
+  auto kernel = sampled_tokens_kernel<T>;
+  prepare(kernel, lay.total(), scope, "linear_prompts_lsa_loss_and_grad(method='tokens')", sh);
+  const int threads = lay.warps * kWarp;
+  const int blocks = resident_blocks(kernel, threads, lay.total(), scope,
+                                     (batch + lay.warps - 1) / lay.warps);
+  *partial = Scratch(sizeof(double) * std::size_t(blocks) * std::size_t(lay.acc_width()));
+  kernel<<<blocks, threads, lay.total(), stream()>>>(P, batch, lay, W_pv, W_kq,
+                                                     static_cast<double*>(partial->get()));
+  check_launch("sampled_tokens_kernel");
   return blocks;
 }
 

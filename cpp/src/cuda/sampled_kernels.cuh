@@ -4,9 +4,9 @@
 // wishart.hpp, lsa_recipe.hpp), the same stream as the CPU step: a GPU step equals the CPU step on
 // the same (seed, step) up to rounding. No prompt is ever written to global memory.
 //
-// tokens:  the prediction kernel of lsa_kernels.cuh (one warp per prompt, grid-stride) with a
-//          prompt source that generates each prompt into the warp's shared memory (lanes over
-//          Philox blocks, then over tokens) instead of staging E: the loss terms are those of
+// tokens:  one warp per prompt (grid-stride). The warp generates its prompt into shared memory
+//          (lanes over Philox blocks, then over tokens) and consumes it with the prediction
+//          kernel's per-prompt code (lsa_kernels.cuh: warp_prompt), so the loss terms are those of
 //          lsa_loss_and_grad on the sampled batch.
 // wishart: one thread per prompt, O(d²) work (Bartlett factor, wishart::prompt_residual); each
 //          warp adds its 32 prompts' terms to a per-warp double accumulator in lane order.
@@ -24,18 +24,17 @@
 namespace lsa_native::cuda::kernels {
 namespace {
 
-// T values of the prediction kernel's per-warp `extra` the generator uses: w [d], √λ [d], y_q [1].
+// T values per warp after the prediction scratch: w [d], √λ [d], y_q [1].
 inline int tokens_warp_extra(index_t d) { return int(2 * d + 1); }
 
-// The lanes of one warp write prompt b of law P into prompt [d+1, N+1] (its embedding
-// [ZFB (3.4)]) and return its target y_q (on every lane). t [N+1] holds the label noise meanwhile;
-// extra [tokens_warp_extra(d)].
+// The lanes of one warp write prompt b of law P into a.prompt [d+1, N+1] (its embedding
+// [ZFB (3.4)]) and return its target y_q (on every lane). a.t holds the label noise meanwhile.
 template <class T>
-__device__ __forceinline__ T warp_generate(const linear::Law<T>& P, index_t b, T* prompt, T* t,
-                                           T* extra, int lane) {
+__device__ __forceinline__ T warp_generate(const linear::Law<T>& P, index_t b,
+                                           const WarpArea<T>& a, int lane) {
   constexpr int per = rng::NormalsPerBlock<T>::value;
   const index_t d = P.d, N = P.N, cols = N + 1;
-  T* w = extra;            // [d]
+  T* w = a.extra;          // [d]
   T* lam_sqrt = w + d;     // [d]
   T* y_q = lam_sqrt + d;   // [1]
   // Covariate normals (and a fresh w): lanes over Philox blocks, each normal to its slot.
@@ -48,7 +47,7 @@ __device__ __forceinline__ T warp_generate(const linear::Law<T>& P, index_t b, T
     rng::normals_from_block(words, z);
     for (int j = 0; j < per; ++j) {
       const index_t p = blk * per + j;
-      if (p < n) *linear::covariate_slot(P, p, prompt, w) = z[j];
+      if (p < n) *linear::covariate_slot(P, p, a.prompt, w) = z[j];
     }
   }
   if (P.tasks) {
@@ -61,16 +60,16 @@ __device__ __forceinline__ T warp_generate(const linear::Law<T>& P, index_t b, T
     const rng::StreamAddress an = P.address(b, rng::kStreamNoise);
     for (index_t blk = lane; blk * per < N; blk += kWarp)
       rng::normals_range(an, std::uint64_t(blk * per), blk * per + per <= N ? per : N - blk * per,
-                         t + blk * per);
+                         a.t + blk * per);
   }
   __syncwarp();
   // Tokens: lanes over columns, each transformed in place (linear::covariate), then its label.
   const T* ls = P.random_cov() ? lam_sqrt : nullptr;
   for (index_t i = lane; i < cols; i += kWarp) {
-    T* col = prompt + i;
+    T* col = a.prompt + i;
     if (i < N) {
       linear::covariate(P, P.L, ls, col, cols);
-      col[d * cols] = linear::noisy_label(P, w, col, cols, t + i);
+      col[d * cols] = linear::noisy_label(P, w, col, cols, a.t + i);
     } else {
       linear::covariate(P, P.query_factor(), ls, col, cols);
       col[d * cols] = T(0);
@@ -84,16 +83,25 @@ __device__ __forceinline__ T warp_generate(const linear::Law<T>& P, index_t b, T
   return *y_q;
 }
 
-// The prompt source of the fused tokens step (lsa_prediction_kernel<T, PredictionMode::loss,
-// GeneratedPrompts<T>> with warp_extra = tokens_warp_extra(d)): prompt b generated in place, its
-// y_q as the loss's upstream input.
+// Fused tokens step: partial [gridDim.x, 1 + rows + rows²] as lsa_prediction_kernel<T, PredictionMode::loss>.
+// lay: PredictionLayout with warp_extra = tokens_warp_extra(d).
 template <class T>
-struct GeneratedPrompts {
-  linear::Law<T> law;
-  __device__ __forceinline__ T load(index_t b, T* prompt, int /*size*/, T* t, T* extra, int lane) const {
-    return warp_generate(law, b, prompt, t, extra, lane);
+__global__ void sampled_tokens_kernel(linear::Law<T> P, index_t batch, PredictionLayout lay,
+                                      const T* __restrict__ W_pv, const T* __restrict__ W_kq,
+                                      double* __restrict__ partial) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  load_parameters(lay, smem, W_pv, W_kq);
+  __syncthreads();
+  const WarpArea<T> a = warp_area<T>(lay, smem, warp);
+  double loss = 0;
+  const index_t n_warps = index_t(gridDim.x) * lay.warps;
+  for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < batch; b += n_warps) {
+    const T target = warp_generate(P, b, a, lane);
+    warp_prompt<T, PredictionMode::loss>(lay, a, smem, target, lane, loss);
   }
-};
+  block_partial<T>(lay, smem, loss, partial);
+}
 
 // ---- Wishart: one thread per prompt --------------------------------------------------------
 
@@ -107,9 +115,7 @@ struct WishartLayout {
   __host__ __device__ int acc_width() const { return 1 + rows() + rows() * rows(); }
   __host__ __device__ index_t draws() const { return wishart::bartlett_normals(d, dp) + dp + 2 * d; }
   __host__ __device__ index_t thread_values() const { return draws() + wishart::Work<double>::size(d, dp); }
-  __host__ __device__ std::size_t warp_bytes() const {  // 16-byte aligned
-    return (sizeof(double) * std::size_t(acc_width() + kWarp) + 15) / 16 * 16;
-  }
+  __host__ __device__ std::size_t warp_bytes() const { return align16(sizeof(double) * std::size_t(acc_width() + kWarp)); }
   template <class T>
   std::size_t shared_bytes() const {
     return std::size_t(warps) * warp_bytes() +

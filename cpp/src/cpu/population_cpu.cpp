@@ -1,14 +1,16 @@
-// Closed-form population loss of the one-layer LSA and its gradient (derivation: docs/population.md).
+// CPU implementation of the closed-form population losses of the one-layer LSA and their gradients
+// (population.hpp; derivation: docs/population.md). Arguments are validated by population.cpp.
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <string>
 #include <vector>
 
 #include "common/parallel.hpp"
-#include "lsa_native/population.hpp"
+#include "common/small_matrix.hpp"
+#include "cpu/small_matrix_kernels.hpp"
+#include "cpu/population_cpu.hpp"
 
-namespace lsa_native {
+namespace lsa_native::cpu {
 namespace {
 
 // Minimal dense row-major d x d matrix for the O(d^3) closed forms.
@@ -21,147 +23,38 @@ struct Mat {
 };
 using Vecd = std::vector<double>;
 
-// The O(d^3) products dominate at large d: on x86-64 they are also compiled for AVX2+FMA and the
-// loader picks the clone the CPU supports (no -march flags leak into the library).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
-#define LSA_TARGET_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define LSA_TARGET_CLONES
-#endif
-
-// Helpers are always_inline so that they take the caller's clone's instruction set.
-typedef double V4 __attribute__((vector_size(32)));
-__attribute__((always_inline)) inline V4 load4(const double* p) {
-  V4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-__attribute__((always_inline)) inline void store4(double* p, V4 v) { std::memcpy(p, &v, sizeof v); }
-
-// C[i0:i0+4, j0:j0+4·NV] = A[i0:i0+4, :] B[:, j0:j0+4·NV]: 4·NV vector accumulators, each B load
-// used 4 times.
-template <int NV>
-__attribute__((always_inline)) inline void matmul_tile(const double* a, const double* b,
-                                                       double* c, index_t n, index_t i0,
-                                                       index_t j0) {
-  V4 acc[4][NV] = {};
-  for (index_t k = 0; k < n; ++k) {
-    V4 bk[NV];
-    for (int v = 0; v < NV; ++v) bk[v] = load4(b + k * n + j0 + 4 * v);
-    for (index_t ii = 0; ii < 4; ++ii) {
-      const V4 aik = V4{} + a[(i0 + ii) * n + k];
-      for (int v = 0; v < NV; ++v) acc[ii][v] += aik * bk[v];
-    }
-  }
-  for (index_t ii = 0; ii < 4; ++ii)
-    for (int v = 0; v < NV; ++v) store4(c + (i0 + ii) * n + j0 + 4 * v, acc[ii][v]);
-}
-
-LSA_TARGET_CLONES Mat matmul(const Mat& A, const Mat& B) {
-  // Register tiles of 4 rows x (8 or 4) columns; rows and columns past the last whole tile with
-  // plain i-k-j loops.
-  const index_t n = A.n;
-  Mat C(n);
-  const double* a = A.a.data();
-  const double* b = B.a.data();
-  double* c = C.a.data();
-  const index_t n_i = n / 4 * 4, n_j8 = n / 8 * 8, n_j = n / 4 * 4;
-  for (index_t i0 = 0; i0 < n_i; i0 += 4) {
-    for (index_t j0 = 0; j0 < n_j8; j0 += 8) matmul_tile<2>(a, b, c, n, i0, j0);
-    if (n_j > n_j8) matmul_tile<1>(a, b, c, n, i0, n_j8);
-  }
-  for (index_t i = 0; i < n; ++i) {  // edges: columns >= n_j of every row, all of rows >= n_i
-    const index_t j_begin = i < n_i ? n_j : 0;
-    for (index_t k = 0; k < n; ++k) {
-      const double aik = a[i * n + k];
-      for (index_t j = j_begin; j < n; ++j) c[i * n + j] += aik * b[k * n + j];
-    }
-  }
+// The O(d^3) products run on the SIMD small-matrix kernels (cpu/small_matrix_kernels.hpp, chosen
+// per instruction set), the O(d^2) ones on the LSA_HD kit (common/small_matrix.hpp).
+Mat matmul(const Mat& A, const Mat& B) {
+  Mat C(A.n);
+  cpu::matmul(A.a.data(), B.a.data(), C.a.data(), A.n);
   return C;
 }
-LSA_TARGET_CLONES Vecd matvec(const Mat& A, const Vecd& x) {
-  Vecd y(static_cast<size_t>(A.n), 0.0);
-  for (index_t i = 0; i < A.n; ++i) {
-    double s = 0;
-    for (index_t j = 0; j < A.n; ++j) s += A(i, j) * x[j];
-    y[i] = s;
-  }
+Vecd matvec(const Mat& A, const Vecd& x) {
+  Vecd y(static_cast<size_t>(A.n));
+  detail::matvec(A.a.data(), int(A.n), x.data(), y.data());
   return y;
 }
 Vecd matvec_t(const Mat& A, const Vecd& x) {  // A^T x
-  Vecd y(static_cast<size_t>(A.n), 0.0);
-  for (index_t i = 0; i < A.n; ++i)
-    for (index_t j = 0; j < A.n; ++j) y[j] += A(i, j) * x[i];
+  Vecd y(static_cast<size_t>(A.n));
+  detail::matvec_t(A.a.data(), int(A.n), x.data(), y.data());
   return y;
 }
-double dot(const Vecd& x, const Vecd& y) {
-  double s = 0;
-  for (size_t i = 0; i < x.size(); ++i) s += x[i] * y[i];
-  return s;
-}
-double trace(const Mat& A) {
-  double s = 0;
-  for (index_t i = 0; i < A.n; ++i) s += A(i, i);
-  return s;
-}
+double dot(const Vecd& x, const Vecd& y) { return detail::dot(x.data(), y.data(), int(x.size())); }
+double trace(const Mat& A) { return detail::trace(A.a.data(), int(A.n)); }
 double frobenius_dot(const Mat& A, const Mat& B) {  // Σ A∘B = tr(A^T B)
-  double s = 0;
-  for (size_t i = 0; i < A.a.size(); ++i) s += A.a[i] * B.a[i];
-  return s;
+  return detail::dot(A.a.data(), B.a.data(), int(A.a.size()));
 }
-double trace_product(const Mat& A, const Mat& B) {  // tr(A B) = Σ A∘B^T
-  double s = 0;
-  for (index_t i = 0; i < A.n; ++i)
-    for (index_t j = 0; j < A.n; ++j) s += A(i, j) * B(j, i);
-  return s;
+double trace_product(const Mat& A, const Mat& B) {  // tr(A B)
+  return detail::trace_product(A.a.data(), B.a.data(), int(A.n));
 }
 void add_outer(Mat& M, double c, const Vecd& x, const Vecd& y) {  // M += c x y^T
-  for (index_t i = 0; i < M.n; ++i)
-    for (index_t j = 0; j < M.n; ++j) M(i, j) += c * x[i] * y[j];
+  detail::add_outer(M.a.data(), int(M.n), c, x.data(), y.data());
 }
 void add_scaled(Mat& M, double c, const Mat& A) {
-  for (size_t i = 0; i < M.a.size(); ++i) M.a[i] += c * A.a[i];
+  detail::axpy(c, A.a.data(), int(A.a.size()), M.a.data());
 }
-void add_scaled(Vecd& v, double c, const Vecd& x) {
-  for (size_t i = 0; i < v.size(); ++i) v[i] += c * x[i];
-}
-
-// Throws unless Λ [d, d] is symmetric (to 1e-10 relative) and positive definite (Cholesky).
-void check_covariance(index_t d, const double* L, const std::string& name) {
-  // Messages are built only on failure: this runs on every gradient evaluation.
-  double scale = 0;
-  for (index_t i = 0; i < d * d; ++i) {
-    if (!std::isfinite(L[i])) throw Error(name + ": contains non-finite values");
-    scale = std::max(scale, std::fabs(L[i]));
-  }
-  for (index_t i = 0; i < d; ++i)
-    for (index_t j = 0; j < i; ++j)
-      if (!(std::fabs(L[i * d + j] - L[j * d + i]) <= 1e-10 * scale))
-        throw Error(name + ": must be symmetric");
-  std::vector<double> c(L, L + d * d);  // in-place Cholesky of the lower triangle
-  for (index_t j = 0; j < d; ++j) {
-    double diag = c[j * d + j];
-    for (index_t k = 0; k < j; ++k) diag -= c[j * d + k] * c[j * d + k];
-    if (!(diag > 0)) throw Error(name + ": must be positive definite");
-    diag = std::sqrt(diag);
-    c[j * d + j] = diag;
-    for (index_t i = j + 1; i < d; ++i) {
-      double v = c[i * d + j];
-      for (index_t k = 0; k < j; ++k) v -= c[i * d + k] * c[j * d + k];
-      c[i * d + j] = v / diag;
-    }
-  }
-}
-
-void check_common(index_t d, const double* W_pv, const double* W_kq, index_t N) {
-  detail::require(d >= 1, "dimension d must be >= 1, got " + std::to_string(d));
-  detail::require(N >= 1, "training prompt length N must be >= 1, got " + std::to_string(N));
-  detail::require(W_pv != nullptr && W_kq != nullptr, "W_pv and W_kq must not be null");
-  for (index_t i = 0; i < (d + 1) * (d + 1); ++i) {
-    if (!std::isfinite(W_pv[i])) throw Error("W_pv: contains non-finite values (NaN or inf)");
-    if (!std::isfinite(W_kq[i])) throw Error("W_kq: contains non-finite values (NaN or inf)");
-  }
-}
+void add_scaled(Vecd& v, double c, const Vecd& x) { detail::axpy(c, x.data(), int(x.size()), v.data()); }
 
 // The parameters that affect ŷ (SPEC 3.2/3.5): p = (p1; p2) last row of W^PV, K = [K1; k2^T] the
 // first d columns of W^KQ.
@@ -387,19 +280,10 @@ double twice_loss(const Params& P, const Mat& Lam, index_t N, Grad* g, const Lab
   return twice_loss_noiseless(P, Lam, N, g) + twice_noise_loss(P, Lam, N, noise, g);
 }
 
-void check_noise(const LabelNoise& noise) {
-  detail::require(std::isfinite(noise.std) && noise.std >= 0,
-                  "noise_std: expected sigma >= 0, got " + std::to_string(noise.std));
-}
-
 }  // namespace
 
 double population_loss(index_t d, const double* W_pv, const double* W_kq, const double* Lambda,
                        index_t N, double* d_W_pv, double* d_W_kq, const LabelNoise& noise) {
-  check_common(d, W_pv, W_kq, N);
-  check_noise(noise);
-  detail::require(Lambda != nullptr, "Lambda must not be null");
-  check_covariance(d, Lambda, "Lambda");
   const Params P(d, W_pv, W_kq);
   const bool want_grad = d_W_pv && d_W_kq;
   Grad g(d);
@@ -411,9 +295,6 @@ double population_loss(index_t d, const double* W_pv, const double* W_kq, const 
 double population_loss_random_diagonal(index_t d, const double* W_pv, const double* W_kq,
                                        const double* moments, index_t N, double* d_W_pv,
                                        double* d_W_kq, const LabelNoise& noise) {
-  check_common(d, W_pv, W_kq, N);
-  check_noise(noise);
-  detail::require(moments != nullptr, "moments must not be null");
   const double* m1 = moments;
   const double* m2 = moments + d;
   const double* m3 = moments + 2 * d;
@@ -442,8 +323,6 @@ double population_loss_random_diagonal(index_t d, const double* W_pv, const doub
   for (index_t i = 0; i < d; ++i) {
     const double var = m2[i] - m1[i] * m1[i];
     const double kappa = m3[i] - 3 * m1[i] * m2[i] + 2 * m1[i] * m1[i] * m1[i];  // E(λ − μ)³
-    detail::require(var >= -1e-12 * std::max(1.0, m2[i]),
-                    "moments: E[λ_i²] − E[λ_i]² must be >= 0, entry " + std::to_string(i));
     if (var <= 0 && kappa == 0) continue;  // deterministic entry
     // g(h) = 2L(μ + h e_i) is a cubic: g'' and g''' from 4 points are exact up to rounding, and a
     // step of the entry's own scale keeps the differences well conditioned.
@@ -470,13 +349,6 @@ double population_loss_random_diagonal(index_t d, const double* W_pv, const doub
 double population_loss_samples(index_t d, const double* W_pv, const double* W_kq,
                                const double* Lambdas, index_t n_samples, index_t N,
                                double* d_W_pv, double* d_W_kq, const LabelNoise& noise) {
-  check_common(d, W_pv, W_kq, N);
-  check_noise(noise);
-  detail::require(Lambdas != nullptr, "Lambdas must not be null");
-  detail::require(n_samples >= 1,
-                  "need at least one covariance sample, got " + std::to_string(n_samples));
-  for (index_t s = 0; s < n_samples; ++s)
-    check_covariance(d, Lambdas + s * d * d, "Lambdas[" + std::to_string(s) + "]");
   const Params P(d, W_pv, W_kq);
   const bool want_grad = d_W_pv && d_W_kq;
   std::vector<double> losses(static_cast<size_t>(n_samples));
@@ -501,10 +373,6 @@ double population_loss_samples(index_t d, const double* W_pv, const double* W_kq
 
 double reduced_loss(index_t d, const double* U11, double u, const double* Lambda, index_t N,
                     double* d_U11, double* d_u) {
-  detail::require(d >= 1, "dimension d must be >= 1, got " + std::to_string(d));
-  detail::require(N >= 1, "training prompt length N must be >= 1, got " + std::to_string(N));
-  detail::require(U11 != nullptr && Lambda != nullptr, "U11 and Lambda must not be null");
-  check_covariance(d, Lambda, "Lambda");
   const double n = double(N);
   const Mat Lam = to_mat(d, Lambda);
   const Mat U = to_mat(d, U11);
@@ -523,4 +391,4 @@ double reduced_loss(index_t d, const double* U11, double u, const double* Lambda
   return 0.5 * u * u * quad - u * lin;
 }
 
-}  // namespace lsa_native
+}  // namespace lsa_native::cpu

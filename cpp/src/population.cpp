@@ -1,0 +1,111 @@
+// Public population-loss entry points (population.hpp): every argument rule checked once, here,
+// with errors naming the argument; then the CPU implementation (cpu/population_cpu.cpp).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/small_matrix.hpp"
+#include "cpu/population_cpu.hpp"
+#include "lsa_native/population.hpp"
+
+namespace lsa_native {
+namespace {
+
+// d >= 1, N >= 1, and every size the implementation forms ((d+1)², count·d²) fits in index_t and
+// its per-matrix indices in int (common/small_matrix.hpp).
+void check_sizes(index_t d, index_t N, index_t count = 1) {
+  detail::require(d >= 1, "dimension d must be >= 1, got " + std::to_string(d));
+  detail::require(N >= 1, "training prompt length N must be >= 1, got " + std::to_string(N));
+  detail::require(d < 46340, "dimension d: expected (d+1)^2 < 2^31, got d = " + std::to_string(d));
+  detail::require(count <= std::numeric_limits<index_t>::max() / (d * d),
+                  "S*d*d overflows a 64-bit index (S = " + std::to_string(count) + ")");
+}
+
+void require_pointer(const void* p, const char* name) {
+  detail::require(p != nullptr, std::string(name) + ": must not be null");
+}
+
+void check_params(index_t d, const double* W_pv, const double* W_kq) {
+  require_pointer(W_pv, "W_pv");
+  require_pointer(W_kq, "W_kq");
+  for (index_t i = 0; i < (d + 1) * (d + 1); ++i) {
+    if (!std::isfinite(W_pv[i])) throw Error("W_pv: contains non-finite values (NaN or inf)");
+    if (!std::isfinite(W_kq[i])) throw Error("W_kq: contains non-finite values (NaN or inf)");
+  }
+}
+
+void check_noise(const LabelNoise& noise) {
+  detail::require(std::isfinite(noise.std) && noise.std >= 0,
+                  "noise_std: expected sigma >= 0, got " + std::to_string(noise.std));
+}
+
+// Throws unless Λ [d, d] is finite, symmetric (to 1e-10 relative) and positive definite (its
+// Cholesky factorization exists). `name` and `index` (>= 0: "name[index]") name it in messages,
+// which are built only on failure: this runs on every gradient evaluation.
+void check_covariance(index_t d, const double* L, const char* name, index_t index = -1) {
+  auto fail = [&](const char* why) {
+    throw Error(std::string(name) + (index >= 0 ? "[" + std::to_string(index) + "]" : "") + why);
+  };
+  double scale = 0;
+  for (index_t i = 0; i < d * d; ++i) {
+    if (!std::isfinite(L[i])) fail(": contains non-finite values");
+    scale = std::max(scale, std::fabs(L[i]));
+  }
+  for (index_t i = 0; i < d; ++i)
+    for (index_t j = 0; j < i; ++j)
+      if (!(std::fabs(L[i * d + j] - L[j * d + i]) <= 1e-10 * scale)) fail(": must be symmetric");
+  std::vector<double> c(L, L + d * d);
+  if (!detail::cholesky_in_place(c.data(), int(d))) fail(": must be positive definite");
+}
+
+}  // namespace
+
+double population_loss(index_t d, const double* W_pv, const double* W_kq, const double* Lambda,
+                       index_t N, double* d_W_pv, double* d_W_kq, const LabelNoise& noise) {
+  check_sizes(d, N);
+  check_params(d, W_pv, W_kq);
+  check_noise(noise);
+  require_pointer(Lambda, "Lambda");
+  check_covariance(d, Lambda, "Lambda");
+  return cpu::population_loss(d, W_pv, W_kq, Lambda, N, d_W_pv, d_W_kq, noise);
+}
+
+double population_loss_random_diagonal(index_t d, const double* W_pv, const double* W_kq,
+                                       const double* moments, index_t N, double* d_W_pv,
+                                       double* d_W_kq, const LabelNoise& noise) {
+  check_sizes(d, N);
+  check_params(d, W_pv, W_kq);
+  check_noise(noise);
+  require_pointer(moments, "moments");
+  const double *m1 = moments, *m2 = moments + d;
+  for (index_t i = 0; i < d; ++i)
+    detail::require(m2[i] - m1[i] * m1[i] >= -1e-12 * std::max(1.0, m2[i]),
+                    "moments: E[λ_i²] − E[λ_i]² must be >= 0, entry " + std::to_string(i));
+  return cpu::population_loss_random_diagonal(d, W_pv, W_kq, moments, N, d_W_pv, d_W_kq, noise);
+}
+
+double population_loss_samples(index_t d, const double* W_pv, const double* W_kq,
+                               const double* Lambdas, index_t n_samples, index_t N,
+                               double* d_W_pv, double* d_W_kq, const LabelNoise& noise) {
+  check_sizes(d, N, std::max<index_t>(n_samples, 1));
+  check_params(d, W_pv, W_kq);
+  check_noise(noise);
+  require_pointer(Lambdas, "Lambdas");
+  detail::require(n_samples >= 1,
+                  "Lambdas: need at least one covariance sample, got " + std::to_string(n_samples));
+  for (index_t s = 0; s < n_samples; ++s) check_covariance(d, Lambdas + s * d * d, "Lambdas", s);
+  return cpu::population_loss_samples(d, W_pv, W_kq, Lambdas, n_samples, N, d_W_pv, d_W_kq, noise);
+}
+
+double reduced_loss(index_t d, const double* U11, double u, const double* Lambda, index_t N,
+                    double* d_U11, double* d_u) {
+  check_sizes(d, N);
+  require_pointer(U11, "U11");
+  require_pointer(Lambda, "Lambda");
+  check_covariance(d, Lambda, "Lambda");
+  return cpu::reduced_loss(d, U11, u, Lambda, N, d_U11, d_u);
+}
+
+}  // namespace lsa_native
