@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -216,10 +217,9 @@ inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8
   philox_blocks(a, lane + b0, w);
 }
 
-// 32 float normals of blocks b0..b0+7 in stream order (z[4·lane + j] = normal j of block b0+lane).
-inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, float* z) {  // z [32]
-  U32x8 w[4];
-  philox_8_blocks(a, b0, w);
+// The normals of 8 Philox blocks (w[j][lane] = word j of the lane's block) in block order:
+// z[4·lane + j] (float: 4 per block) or z[2·lane + j] (double: 2 per block) = normal j of the block.
+inline void lane_normals(const U32x8 (&w)[4], float* z) {  // z [32]
   Vec<float> n[4];
   for (int h = 0; h < 2; ++h) {
     const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h]);
@@ -229,10 +229,7 @@ inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, floa
   for (int lane = 0; lane < 8; ++lane)
     for (int j = 0; j < 4; ++j) z[4 * lane + j] = n[j][lane];
 }
-// 16 double normals of blocks b0..b0+7 in stream order (z[2·lane + j]).
-inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, double* z) {  // z [16]
-  U32x8 w[4];
-  philox_8_blocks(a, b0, w);
+inline void lane_normals(const U32x8 (&w)[4], double* z) {  // z [16]
   for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
     U32x4 q[4];
     for (int j = 0; j < 4; ++j)
@@ -246,6 +243,14 @@ inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, doub
       z[2 * (4 * h + l) + 1] = z1[l];
     }
   }
+}
+
+// The normals of blocks b0..b0+7 of a stream, in stream order: z [32] (float) or [16] (double).
+template <class T>
+inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, T* z) {
+  U32x8 w[4];
+  philox_8_blocks(a, b0, w);
+  lane_normals(w, z);
 }
 
 // out[i] = normal at position p0 + i of stream a, i < n (the values random.hpp's normal_at defines,
@@ -296,35 +301,12 @@ inline void fill_normals_prompts(const rng::StreamAddress& a, index_t n, index_t
     }
     U32x8 w[4];
     philox_lanes(a, blocks, ids, w);
-    T z[8][per];  // z[lane][j] = normal j of the lane's block
-    if constexpr (per == 4) {
-      Vec<float> v[4];
-      for (int h = 0; h < 2; ++h) {
-        const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h]);
-        const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h + 1]);
-        rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, v[2 * h], v[2 * h + 1]);
-      }
-      for (int l = 0; l < 8; ++l)
-        for (int j = 0; j < 4; ++j) z[l][j] = v[j][l];
-    } else {
-      for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
-        U32x4 q[4];
-        for (int j = 0; j < 4; ++j)
-          q[j] = h == 0 ? __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3) : __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
-        const Vec<double> u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[0], q[1]);
-        const Vec<double> u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[2], q[3]);
-        Vec<double> z0, z1;
-        rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, z0, z1);
-        for (int l = 0; l < 4; ++l) {
-          z[4 * h + l][0] = z0[l];
-          z[4 * h + l][1] = z1[l];
-        }
-      }
-    }
+    T z[8 * per];  // z[per·lane + j] = normal j of the lane's block
+    lane_normals(w, z);
     for (int l = 0; l < 8 && s0 + l < slots; ++l)
       for (int j = 0; j < per; ++j) {
         const index_t pos = blk_of[l] * per + j;
-        if (pos < n) out[k_of[l] * n + pos] = z[l][j];
+        if (pos < n) out[k_of[l] * n + pos] = z[per * l + j];
       }
   }
 }
@@ -361,80 +343,60 @@ struct ChiSlots {  // the (prompt, variate) of the next slot, advanced without d
     }
   }
 };
+// float: 8 slots per vector; double: 4 slots, lanes 4-7 computing block B (the uniforms) of lanes
+// 0-3's slots.
+template <class T>
 inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
-                               float* out) {
+                               T* out) {
+  constexpr bool kFloat = sizeof(T) == 4;
+  constexpr int L = kFloat ? 8 : 4;  // slots per vector
+  using Mask = std::conditional_t<kFloat, I32x8, I64x4>;
   constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
   const index_t n = prompts * dp;
   ChiSlots slot{a.prompt, 0, dp};
-  for (index_t s0 = 0; s0 < n; s0 += 8) {
+  for (index_t s0 = 0; s0 < n; s0 += L) {
     U32x8 blocks, ids;
-    Vec<float> shape;
-    std::uint32_t prompt_of[8];
-    index_t var_of[8];
-    for (int l = 0; l < 8; ++l) {
+    Vec<T> shape;
+    std::uint32_t prompt_of[L];
+    index_t var_of[L];
+    for (int l = 0; l < L; ++l) {
       prompt_of[l] = slot.prompt;
       var_of[l] = slot.i;
       blocks[l] = static_cast<std::uint32_t>(slot.i) * stride;
       ids[l] = slot.prompt;
-      shape[l] = 0.5f * static_cast<float>(N - slot.i);
+      if constexpr (!kFloat) {
+        blocks[l + 4] = blocks[l] + 1;
+        ids[l + 4] = slot.prompt;
+      }
+      shape[l] = T(0.5) * static_cast<T>(N - slot.i);
       if (s0 + l + 1 < n) slot.next();  // the tail lanes repeat the last slot
     }
     U32x8 w[4];
     philox_lanes(a, blocks, ids, w);
-    const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
-    const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
-    const Vec<float> u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
-    Vec<float> z, z_unused, x;
-    rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, z, z_unused);
-    const I32x8 ok = gamma_attempt<float, Vec<float>, I32x8>(shape, z, u, x);
-    for (int l = 0; l < 8 && s0 + l < n; ++l) {
+    Vec<T> u1, u2, u;
+    if constexpr (kFloat) {
+      u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
+      u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
+      u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
+    } else {
+      U32x4 lo[4], hi[4];
+      for (int j = 0; j < 4; ++j) {
+        lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
+        hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+      }
+      u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
+      u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
+      u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
+    }
+    Vec<T> z, z_unused, x;
+    rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
+    const Mask ok = gamma_attempt<T, Vec<T>, Mask>(shape, z, u, x);
+    for (int l = 0; l < L && s0 + l < n; ++l) {
       const rng::StreamAddress al{a.key, prompt_of[l], a.step, a.stream};
-      out[s0 + l] = (ok[l] && shape[l] >= 1.0f)
-                        ? 2.0f * x[l]
-                        : rng::chi_square_variate<float>(al, static_cast<std::uint32_t>(var_of[l]),
-                                                         float(N - var_of[l]));
-    }
-  }
-}
-inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
-                               double* out) {
-  constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
-  const index_t n = prompts * dp;
-  ChiSlots slot{a.prompt, 0, dp};
-  // lanes 0-3: block A (the normal) of slots s0..s0+3; lanes 4-7: their block B (the uniform)
-  const U32x8 second = {0, 0, 0, 0, 1, 1, 1, 1};
-  for (index_t s0 = 0; s0 < n; s0 += 4) {
-    U32x8 blocks, ids;
-    Vec<double> shape;
-    std::uint32_t prompt_of[4];
-    index_t var_of[4];
-    for (int l = 0; l < 4; ++l) {
-      prompt_of[l] = slot.prompt;
-      var_of[l] = slot.i;
-      blocks[l] = blocks[l + 4] = static_cast<std::uint32_t>(slot.i) * stride;
-      ids[l] = ids[l + 4] = slot.prompt;
-      shape[l] = 0.5 * static_cast<double>(N - slot.i);
-      if (s0 + l + 1 < n) slot.next();
-    }
-    U32x8 w[4];
-    philox_lanes(a, blocks + second, ids, w);
-    U32x4 lo[4], hi[4];
-    for (int j = 0; j < 4; ++j) {
-      lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
-      hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
-    }
-    const Vec<double> u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
-    const Vec<double> u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
-    const Vec<double> u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
-    Vec<double> z, z_unused, x;
-    rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, z, z_unused);
-    const I64x4 ok = gamma_attempt<double, Vec<double>, I64x4>(shape, z, u, x);
-    for (int l = 0; l < 4 && s0 + l < n; ++l) {
-      const rng::StreamAddress al{a.key, prompt_of[l], a.step, a.stream};
-      out[s0 + l] = (ok[l] && shape[l] >= 1.0)
-                        ? 2.0 * x[l]
-                        : rng::chi_square_variate<double>(al, static_cast<std::uint32_t>(var_of[l]),
-                                                          double(N - var_of[l]));
+      out[s0 + l] = (ok[l] && shape[l] >= T(1))
+                        ? T(2) * x[l]
+                        : rng::chi_square_variate<T>(al, static_cast<std::uint32_t>(var_of[l]),
+                                                     T(N - var_of[l]));
     }
   }
 }
