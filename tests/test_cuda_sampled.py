@@ -18,6 +18,7 @@ import pytest
 
 import lsa_native
 from lsa_native import sampling, train
+from test_cuda import interop
 
 needs_gpu = pytest.mark.skipif(
     not lsa_native.cuda_available(),
@@ -186,6 +187,7 @@ def test_fit_on_the_gpu_follows_the_cpu_trajectory(rng):
 
 @pytest.mark.cuda
 @needs_gpu
+@interop
 def test_gpu_step_takes_torch_cuda_parameters(rng):
     torch = pytest.importorskip("torch")
     spec = sampling.LinearPrompts(4, 10, seed=5)
