@@ -3,9 +3,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "common/philox.hpp"
 #include "common/random.hpp"
+#include "cpu/simd_random.hpp"
 
 namespace {
 
@@ -73,3 +75,44 @@ TEST(Random, GammaMeanAndVariance) {
 }
 
 }  // namespace
+
+// The Wishart step's multi-prompt fills (SIMD lanes over (prompt, block) and (prompt, variate)
+// slots) give each prompt exactly its one-prompt fill, and the χ² agree with the scalar recipe.
+TEST(Random, MultiPromptFillsEqualPerPromptFills) {
+  namespace simd = lsa_native::cpu::simd;
+  namespace rng = lsa_native::rng;
+  const rng::StreamAddress a{rng::philox_key(77), 5, 3, rng::kStreamBartlettNormal};
+  const rng::StreamAddress c{rng::philox_key(77), 5, 3, rng::kStreamBartlettChi2};
+  auto check = [&](auto zero, double tol) {
+    using T = decltype(zero);
+    for (int n : {1, 3, 21, 34}) {
+      for (int prompts : {1, 3, 8}) {
+        std::vector<T> many(size_t(n) * prompts), one(n);
+        simd::fill_normals_prompts(a, n, prompts, many.data());
+        for (int k = 0; k < prompts; ++k) {
+          rng::StreamAddress ak = a;
+          ak.prompt += std::uint32_t(k);
+          simd::fill_normals(ak, 0, n, one.data());
+          for (int p = 0; p < n; ++p) ASSERT_EQ(many[size_t(k) * n + p], one[p]) << n << " " << k << " " << p;
+        }
+      }
+    }
+    const int N = 9;
+    for (int dp : {1, 5, 9}) {
+      for (int prompts : {1, 2, 7}) {
+        std::vector<T> chi(size_t(dp) * prompts);
+        simd::fill_bartlett_chi2(c, N, dp, prompts, chi.data());
+        for (int k = 0; k < prompts; ++k) {
+          rng::StreamAddress ck = c;
+          ck.prompt += std::uint32_t(k);
+          for (int i = 0; i < dp; ++i) {
+            const double want = rng::chi_square_variate<T>(ck, std::uint32_t(i), T(N - i));
+            ASSERT_NEAR(chi[size_t(k) * dp + i], want, tol * want) << dp << " " << k << " " << i;
+          }
+        }
+      }
+    }
+  };
+  check(float{}, 1e-5);
+  check(double{}, 1e-13);
+}

@@ -54,10 +54,14 @@ struct Law {
 };
 
 // Where normal number p of kStreamX goes: E [d+1, N+1] row-major (row stride cols) or w [d].
+// (32-bit division: the callers' prompts have fewer than 2^30 entries.)
 template <class T>
 LSA_HD T* covariate_slot(const Law<T>& P, index_t p, T* E, T* w) {
   const index_t nd = P.N * P.d, cols = P.N + 1;
-  if (p < nd) return E + (p / P.N) * cols + p % P.N;  // x_i[k], k = p / N, i = p % N
+  if (p < nd) {  // x_i[k], k = p / N, i = p % N
+    const auto k = static_cast<std::uint32_t>(p) / static_cast<std::uint32_t>(P.N);
+    return E + index_t(k) * cols + (p - index_t(k) * P.N);
+  }
   if (p < nd + P.d) return E + (p - nd) * cols + P.N;  // x_q[k]
   return w + (p - nd - P.d);                           // fresh w_k
 }

@@ -176,13 +176,28 @@ LSA_HD double prompt_residual(const linear::Law<T>& P, const T* W_kq, const T* p
 }
 
 // Term i of one prompt's contribution to the batch sums [1 + rows + rows²] = [Σ r², Σ r G q,
-// Σ r (G p) e_qᵀ] (SPEC 3.2; the last column of the last term is 0: e_q[d] = 0).
+// Σ r (G p) e_qᵀ] (SPEC 3.2): the per-entry form (CUDA lanes take entries); accumulate() adds all
+// of them with the same products, in loops without index arithmetic (the CPU).
 template <class T>
 LSA_HD double acc_term(index_t i, double r, const Work<T>& s, index_t rows) {
   if (i == 0) return r * r;
   if (i <= rows) return r * double(s.g_p[i - 1]);
-  const index_t k = (i - 1 - rows) / rows, c = (i - 1 - rows) % rows;
-  return r * double(s.g_k[k]) * double(s.e_q[c]);
+  const int j = int(i - 1 - rows), n = int(rows);  // 32-bit division: rows² < 2^31
+  return (r * double(s.g_k[j / n])) * double(s.e_q[j % n]);
+}
+
+// acc[i] += acc_term(i, r, s, rows) for every i < 1 + rows + rows² (the last column of the last
+// block is skipped: e_q[d] = 0 adds nothing).
+template <class T>
+LSA_HD void accumulate(double r, const Work<T>& s, index_t rows, double* acc) {
+  acc[0] += r * r;
+  double* d_p = acc + 1;
+  double* d_K = d_p + rows;
+  for (index_t k = 0; k < rows; ++k) {
+    d_p[k] += r * double(s.g_p[k]);
+    const double rk = r * double(s.g_k[k]);
+    for (index_t c = 0; c + 1 < rows; ++c) d_K[k * rows + c] += rk * double(s.e_q[c]);
+  }
 }
 
 }  // namespace lsa_native::wishart

@@ -1,6 +1,7 @@
 // CPU sampling kernels, included by one translation unit per instruction set with LSA_ISA_NS
 // defined: normals through simd_random.hpp, linear-regression prompts written straight into E, and
 // the per-prompt Wishart step of common/wishart.hpp.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -191,20 +192,27 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
   const index_t d = P.d, N = P.N, rows = d + 1;
   const index_t dp = wishart::noise_dim(P);
   const index_t width = fused_partial_size(d);
-  std::vector<T> w(d), lam(d), lam_sqrt(d), z(wishart::bartlett_normals(d, dp)), chi2(dp),
+  constexpr index_t kGroup = 8;  // prompts whose draws are made together (SIMD lanes over all slots)
+  const index_t nz = wishart::bartlett_normals(d, dp);
+  std::vector<T> w(d), lam(d), lam_sqrt(d), z(kGroup * nz), chi2(kGroup * dp),
       work(wishart::Work<T>::size(d, dp));
   const auto s = wishart::Work<T>::at(work.data(), d, dp);
   std::vector<double> acc(static_cast<size_t>(width), 0.0);
   const T* p = W_pv + d * rows;
   for (index_t b = b0; b < b1; ++b) {
-    simd::fill_normals(P.address(b, rng::kStreamBartlettNormal), 0, index_t(z.size()), z.data());
+    const index_t g = (b - b0) % kGroup;  // b's place in its group
+    if (g == 0) {
+      const index_t m = std::min(kGroup, b1 - b);
+      simd::fill_normals_prompts(P.address(b, rng::kStreamBartlettNormal), nz, m, z.data());
+      simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, m, chi2.data());
+    }
+    const T* z_b = z.data() + g * nz;
     if (P.tasks) draw_task(P, b, w.data());
-    else std::memcpy(w.data(), z.data() + wishart::fresh_task_offset(d, dp), sizeof(T) * d);
+    else std::memcpy(w.data(), z_b + wishart::fresh_task_offset(d, dp), sizeof(T) * d);
     if (P.random_cov()) draw_lambda(P, b, lam.data(), lam_sqrt.data());
-    simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, chi2.data());
-    const double r =
-        wishart::prompt_residual(P, W_kq, p, z.data(), chi2.data(), w.data(), lam_sqrt.data(), s);
-    for (index_t i = 0; i < width; ++i) acc[i] += wishart::acc_term(i, r, s, rows);
+    const double r = wishart::prompt_residual(P, W_kq, p, z_b, chi2.data() + g * dp, w.data(),
+                                              lam_sqrt.data(), s);
+    wishart::accumulate(r, s, rows, acc.data());
   }
   std::memcpy(partial, acc.data(), sizeof(double) * acc.size());
 }

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__SSE2__)
 #include <immintrin.h>
@@ -197,13 +198,18 @@ struct SimdMath {
 
 // ---- range fills ---------------------------------------------------------------------------
 
-// Philox on 8 blocks of a stream: w[j][lane] = word j of block blocks[lane].
-inline void philox_blocks(const rng::StreamAddress& a, U32x8 blocks, U32x8 (&w)[4]) {
+// Philox on 8 blocks: w[j][lane] = word j of block blocks[lane] of prompt prompts[lane] (the
+// stream's step and tag).
+inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompts, U32x8 (&w)[4]) {
   w[0] = blocks;
-  w[1] = U32x8{} + a.prompt;
+  w[1] = prompts;
   w[2] = U32x8{} + a.step;
   w[3] = U32x8{} + a.stream;
   rng::philox4x32_10<U32x8, WordOpsU32x8>(w, a.key.k0, a.key.k1);
+}
+// Philox on 8 blocks of a stream: w[j][lane] = word j of block blocks[lane].
+inline void philox_blocks(const rng::StreamAddress& a, U32x8 blocks, U32x8 (&w)[4]) {
+  philox_lanes(a, blocks, U32x8{} + a.prompt, w);
 }
 // The 8 consecutive blocks b0..b0+7.
 inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[4]) {
@@ -211,10 +217,9 @@ inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8
   philox_blocks(a, lane + b0, w);
 }
 
-// 32 float normals of blocks b0..b0+7 in stream order (z[4·lane + j] = normal j of block b0+lane).
-inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, float* z) {  // z [32]
-  U32x8 w[4];
-  philox_8_blocks(a, b0, w);
+// The normals of 8 Philox blocks (w[j][lane] = word j of the lane's block) in block order:
+// z[4·lane + j] (float: 4 per block) or z[2·lane + j] (double: 2 per block) = normal j of the block.
+inline void lane_normals(const U32x8 (&w)[4], float* z) {  // z [32]
   Vec<float> n[4];
   for (int h = 0; h < 2; ++h) {
     const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h]);
@@ -224,10 +229,7 @@ inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, floa
   for (int lane = 0; lane < 8; ++lane)
     for (int j = 0; j < 4; ++j) z[4 * lane + j] = n[j][lane];
 }
-// 16 double normals of blocks b0..b0+7 in stream order (z[2·lane + j]).
-inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, double* z) {  // z [16]
-  U32x8 w[4];
-  philox_8_blocks(a, b0, w);
+inline void lane_normals(const U32x8 (&w)[4], double* z) {  // z [16]
   for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
     U32x4 q[4];
     for (int j = 0; j < 4; ++j)
@@ -241,6 +243,14 @@ inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, doub
       z[2 * (4 * h + l) + 1] = z1[l];
     }
   }
+}
+
+// The normals of blocks b0..b0+7 of a stream, in stream order: z [32] (float) or [16] (double).
+template <class T>
+inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, T* z) {
+  U32x8 w[4];
+  philox_8_blocks(a, b0, w);
+  lane_normals(w, z);
 }
 
 // out[i] = normal at position p0 + i of stream a, i < n (the values random.hpp's normal_at defines,
@@ -266,6 +276,41 @@ inline void fill_normals(const rng::StreamAddress& a, std::uint64_t p0, index_t 
   }
 }
 
+// out[k·n + p] = the normal at position p < n of prompt a.prompt + k's stream, k < prompts: the
+// normals fill_normals gives for each prompt, with SIMD lanes over (prompt, block) slots so that no
+// lane idles between short streams (the Wishart step's few normals per prompt).
+template <class T>
+inline void fill_normals_prompts(const rng::StreamAddress& a, index_t n, index_t prompts, T* out) {
+  constexpr int per = rng::NormalsPerBlock<T>::value;
+  const index_t nb = (n + per - 1) / per, slots = nb * prompts;
+  std::uint32_t prompt = a.prompt, k = 0;
+  index_t blk = 0;
+  for (index_t s0 = 0; s0 < slots; s0 += 8) {
+    U32x8 blocks, ids;
+    index_t k_of[8], blk_of[8];
+    for (int l = 0; l < 8; ++l) {
+      blocks[l] = static_cast<std::uint32_t>(blk);
+      ids[l] = prompt;
+      k_of[l] = k;
+      blk_of[l] = blk;
+      if (s0 + l + 1 < slots && ++blk == nb) {  // the tail lanes repeat the last slot
+        blk = 0;
+        ++prompt;
+        ++k;
+      }
+    }
+    U32x8 w[4];
+    philox_lanes(a, blocks, ids, w);
+    T z[8 * per];  // z[per·lane + j] = normal j of the lane's block
+    lane_normals(w, z);
+    for (int l = 0; l < 8 && s0 + l < slots; ++l)
+      for (int j = 0; j < per; ++j) {
+        const index_t pos = blk_of[l] * per + j;
+        if (pos < n) out[k_of[l] * n + pos] = z[per * l + j];
+      }
+  }
+}
+
 // ---- chi-square variates of the Bartlett factor ---------------------------------------------
 
 // One Marsaglia–Tsang attempt on vectors (rng::gamma_variate's attempt 0, shape >= 1): returns the
@@ -282,58 +327,76 @@ inline M gamma_attempt(V shape, V z, V u, V& x) {
   return positive & accept;
 }
 
-// out[i] = χ²_{N−i} = 2·Gamma((N − i)/2) for i < n: variate i of the stream as
-// rng::chi_square_variate defines it (attempt 0 in SIMD, 8 or 4 variates at a time; lanes that
-// reject, or whose shape is below 1 and needs the boost, take the scalar recipe). The SIMD
+// The Bartlett χ² of `prompts` consecutive prompts from a.prompt on:
+//   out[k·dp + i] = χ²_{N−i} = 2·Gamma((N − i)/2), variate i < dp of prompt a.prompt + k's stream
+// as rng::chi_square_variate defines it. Lanes take (prompt, variate) slots in that order (no lane
+// idles between prompts): attempt 0 in SIMD, 8 (float) or 4 (double) slots at a time; slots that
+// reject, or whose shape is below 1 and needs the boost, take the scalar recipe. The SIMD
 // log/sin/cos round differently from libm, so values agree with the scalar recipe up to rounding.
-inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t n, float* out) {
-  constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
-  const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  for (index_t i0 = 0; i0 < n; i0 += 8) {
-    U32x8 w[4];
-    philox_blocks(a, (lane + static_cast<std::uint32_t>(i0)) * stride, w);
-    const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
-    const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
-    const Vec<float> u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
-    Vec<float> z, z_unused, x;
-    rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, z, z_unused);
-    Vec<float> shape;
-    for (int l = 0; l < 8; ++l) shape[l] = 0.5f * static_cast<float>(N - (i0 + l));
-    const I32x8 ok = gamma_attempt<float, Vec<float>, I32x8>(shape, z, u, x);
-    for (int l = 0; l < 8 && i0 + l < n; ++l) {
-      const index_t i = i0 + l;
-      out[i] = (ok[l] && shape[l] >= 1.0f)
-                   ? 2.0f * x[l]
-                   : rng::chi_square_variate<float>(a, static_cast<std::uint32_t>(i), float(N - i));
+struct ChiSlots {  // the (prompt, variate) of the next slot, advanced without division
+  std::uint32_t prompt;
+  index_t i, dp;
+  void next() {
+    if (++i == dp) {
+      i = 0;
+      ++prompt;
     }
   }
-}
-inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t n, double* out) {
+};
+// float: 8 slots per vector; double: 4 slots, lanes 4-7 computing block B (the uniforms) of lanes
+// 0-3's slots.
+template <class T>
+inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
+                               T* out) {
+  constexpr bool kFloat = sizeof(T) == 4;
+  constexpr int L = kFloat ? 8 : 4;  // slots per vector
+  using Mask = std::conditional_t<kFloat, I32x8, I64x4>;
   constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
-  // lanes 0-3: block A (the normal) of variates i0..i0+3; lanes 4-7: their block B (the uniform)
-  const U32x8 lane = {0, 1, 2, 3, 0, 1, 2, 3};
-  const U32x8 second = {0, 0, 0, 0, 1, 1, 1, 1};
-  for (index_t i0 = 0; i0 < n; i0 += 4) {
-    U32x8 w[4];
-    philox_blocks(a, (lane + static_cast<std::uint32_t>(i0)) * stride + second, w);
-    U32x4 lo[4], hi[4];
-    for (int j = 0; j < 4; ++j) {
-      lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
-      hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+  const index_t n = prompts * dp;
+  ChiSlots slot{a.prompt, 0, dp};
+  for (index_t s0 = 0; s0 < n; s0 += L) {
+    U32x8 blocks, ids;
+    Vec<T> shape;
+    std::uint32_t prompt_of[L];
+    index_t var_of[L];
+    for (int l = 0; l < L; ++l) {
+      prompt_of[l] = slot.prompt;
+      var_of[l] = slot.i;
+      blocks[l] = static_cast<std::uint32_t>(slot.i) * stride;
+      ids[l] = slot.prompt;
+      if constexpr (!kFloat) {
+        blocks[l + 4] = blocks[l] + 1;
+        ids[l + 4] = slot.prompt;
+      }
+      shape[l] = T(0.5) * static_cast<T>(N - slot.i);
+      if (s0 + l + 1 < n) slot.next();  // the tail lanes repeat the last slot
     }
-    const Vec<double> u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
-    const Vec<double> u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
-    const Vec<double> u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
-    Vec<double> z, z_unused, x;
-    rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, z, z_unused);
-    Vec<double> shape;
-    for (int l = 0; l < 4; ++l) shape[l] = 0.5 * static_cast<double>(N - (i0 + l));
-    const I64x4 ok = gamma_attempt<double, Vec<double>, I64x4>(shape, z, u, x);
-    for (int l = 0; l < 4 && i0 + l < n; ++l) {
-      const index_t i = i0 + l;
-      out[i] = (ok[l] && shape[l] >= 1.0)
-                   ? 2.0 * x[l]
-                   : rng::chi_square_variate<double>(a, static_cast<std::uint32_t>(i), double(N - i));
+    U32x8 w[4];
+    philox_lanes(a, blocks, ids, w);
+    Vec<T> u1, u2, u;
+    if constexpr (kFloat) {
+      u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
+      u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
+      u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
+    } else {
+      U32x4 lo[4], hi[4];
+      for (int j = 0; j < 4; ++j) {
+        lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
+        hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+      }
+      u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
+      u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
+      u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
+    }
+    Vec<T> z, z_unused, x;
+    rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
+    const Mask ok = gamma_attempt<T, Vec<T>, Mask>(shape, z, u, x);
+    for (int l = 0; l < L && s0 + l < n; ++l) {
+      const rng::StreamAddress al{a.key, prompt_of[l], a.step, a.stream};
+      out[s0 + l] = (ok[l] && shape[l] >= T(1))
+                        ? T(2) * x[l]
+                        : rng::chi_square_variate<T>(al, static_cast<std::uint32_t>(var_of[l]),
+                                                     T(N - var_of[l]));
     }
   }
 }
