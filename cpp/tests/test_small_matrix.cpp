@@ -144,8 +144,8 @@ TEST(SmallMatrix, JacobiReportsNonConvergence) {
 
 }  // namespace
 
-// ---- dense products and updates of the kit, and the SIMD matmul of cpu/small_matrix_kernels.hpp ----
-#include "cpu/small_matrix_kernels.hpp"
+// ---- dense products and updates of the kit, and the SIMD matmul of cpu/small_matrix_cpu.hpp ----
+#include "cpu/small_matrix_cpu.hpp"
 
 namespace {
 

@@ -7,7 +7,7 @@
 
 #include "common/parallel.hpp"
 #include "common/small_matrix.hpp"
-#include "cpu/small_matrix_kernels.hpp"
+#include "cpu/small_matrix_cpu.hpp"
 #include "cpu/population_cpu.hpp"
 
 namespace lsa_native::cpu {
@@ -23,7 +23,7 @@ struct Mat {
 };
 using Vecd = std::vector<double>;
 
-// The O(d^3) products run on the SIMD small-matrix kernels (cpu/small_matrix_kernels.hpp, chosen
+// The O(d^3) products run on the SIMD small-matrix kernels (cpu/small_matrix_cpu.hpp, chosen
 // per instruction set), the O(d^2) ones on the LSA_HD kit (common/small_matrix.hpp).
 Mat matmul(const Mat& A, const Mat& B) {
   Mat C(A.n);
