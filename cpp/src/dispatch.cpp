@@ -1,6 +1,6 @@
-// Public LSA entry points: argument checks once, then the backend the caller asked for. The only
-// place that asks "was CUDA compiled, is a GPU there?" (population and kernel attention are
-// CPU-only and check their own arguments).
+// The LSA dispatcher: every public LSA entry point (the list LSA_NATIVE_LSA_API of lsa.hpp) checks
+// its arguments once, here, then runs the backend the caller asked for. The only place that asks
+// "was CUDA compiled, is a GPU there?" (population's dispatcher is population.cpp, CPU only).
 #include <limits>
 #include <string>
 

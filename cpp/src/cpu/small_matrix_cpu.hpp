@@ -4,6 +4,7 @@
 // and chosen at run time, and the argument check of covariance-like matrices.
 #pragma once
 
+#include "cpu/isa.hpp"
 #include "lsa_native/types.hpp"
 
 namespace lsa_native::cpu {
@@ -13,12 +14,7 @@ struct SmallMatrixKernels {
   void (*matmul)(const double* a, const double* b, double* c, index_t n);
 };
 
-namespace isa_baseline {
-SmallMatrixKernels small_matrix_kernels();
-}
-namespace isa_avx2 {
-SmallMatrixKernels small_matrix_kernels();
-}
+LSA_NATIVE_DECLARE_PER_ISA(SmallMatrixKernels small_matrix_kernels();)
 
 // C = A B with the kernel for this CPU (small_matrix_cpu.cpp).
 void matmul(const double* a, const double* b, double* c, index_t n);
