@@ -42,9 +42,8 @@ void batched_symmetric_eigen(index_t batch, index_t n, T* a, T* w, T* v, std::in
 }
 
 namespace cpu {
-void matmul(const double* a, const double* b, double* c, index_t n) {
-  static const SmallMatrixKernels& k = LSA_NATIVE_SELECT_KERNELS(SmallMatrixKernels, small_matrix_kernels());
-  k.matmul(a, b, c, n);
+const SmallMatrixKernels& small_matrix_kernels() {
+  return LSA_NATIVE_SELECT_KERNELS(SmallMatrixKernels, small_matrix_kernels());
 }
 
 void require_symmetric_positive_definite(const double* a, index_t n, const char* name,

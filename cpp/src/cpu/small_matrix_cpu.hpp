@@ -12,12 +12,19 @@ namespace lsa_native::cpu {
 struct SmallMatrixKernels {
   // C = A B for row-major n x n A, B, C (C aliases neither).
   void (*matmul)(const double* a, const double* b, double* c, index_t n);
+  // y = A x and y = Aᵀ x for row-major n x n A (y != x).
+  void (*matvec)(const double* a, const double* x, double* y, index_t n);
+  void (*matvec_t)(const double* a, const double* x, double* y, index_t n);
 };
 
 LSA_NATIVE_DECLARE_PER_ISA(SmallMatrixKernels small_matrix_kernels();)
 
-// C = A B with the kernel for this CPU (small_matrix_cpu.cpp).
-void matmul(const double* a, const double* b, double* c, index_t n);
+// The kernels for this CPU (small_matrix_cpu.cpp).
+const SmallMatrixKernels& small_matrix_kernels();
+// C = A B with the kernel for this CPU.
+inline void matmul(const double* a, const double* b, double* c, index_t n) {
+  small_matrix_kernels().matmul(a, b, c, n);
+}
 
 // Throws Error unless a [n, n] is finite, symmetric (to 1e-10 of its largest entry) and positive
 // definite (its Cholesky factorization exists). Messages name it "name" or, for index >= 0,

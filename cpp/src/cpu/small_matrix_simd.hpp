@@ -75,5 +75,54 @@ void multiply_dense(const S* A, const S* B, S* C, index_t n) {
   }
 }
 
+// y = A x for dense row-major n x n A (y != x): 4 rows at a time, vector partial sums along the
+// row (each x load used 4 times), the last n mod L entries by plain loops.
+template <class S>
+void matvec_dense(const S* A, const S* x, S* y, index_t n) {
+  constexpr index_t L = simd::kLanes<S>;
+  const index_t n_vec = n / L * L;
+  auto rows = [&](auto ri_tag, index_t i0) {
+    constexpr int RI = decltype(ri_tag)::value;
+    simd::Vec<S> acc[RI];
+    for (int i = 0; i < RI; ++i) acc[i] = simd::zero<S>();
+    for (index_t j = 0; j < n_vec; j += L) {
+      const simd::Vec<S> xv = simd::load(x + j);
+      for (int i = 0; i < RI; ++i) acc[i] += simd::load(A + (i0 + i) * n + j) * xv;
+    }
+    for (int i = 0; i < RI; ++i) {
+      S sum = simd::hsum(acc[i]);
+      for (index_t j = n_vec; j < n; ++j) sum += A[(i0 + i) * n + j] * x[j];
+      y[i0 + i] = sum;
+    }
+  };
+  index_t i = 0;
+  for (; i + 4 <= n; i += 4) rows(std::integral_constant<int, 4>{}, i);
+  for (; i < n; ++i) rows(std::integral_constant<int, 1>{}, i);
+}
+
+// y = Aᵀ x for dense row-major n x n A (y != x): y = Σ_i x_i A[i, :] on up to 4 column vectors
+// held in registers, the last n mod L columns by plain loops.
+template <class S>
+void matvec_t_dense(const S* A, const S* x, S* y, index_t n) {
+  constexpr index_t L = simd::kLanes<S>;
+  const index_t n_vec = n / L * L;
+  auto columns = [&](auto nc_tag, index_t c0) {
+    constexpr int NC = decltype(nc_tag)::value;
+    simd::Vec<S> acc[NC];
+    for (int v = 0; v < NC; ++v) acc[v] = simd::zero<S>();
+    for (index_t i = 0; i < n; ++i) {
+      const simd::Vec<S> xi = simd::broadcast(x[i]);
+      for (int v = 0; v < NC; ++v) acc[v] += xi * simd::load(A + i * n + c0 + v * L);
+    }
+    for (int v = 0; v < NC; ++v) simd::store(y + c0 + v * L, acc[v]);
+  };
+  index_t c = 0;
+  for (; c + 4 * L <= n_vec; c += 4 * L) columns(std::integral_constant<int, 4>{}, c);
+  for (; c < n_vec; c += L) columns(std::integral_constant<int, 1>{}, c);
+  for (index_t j = n_vec; j < n; ++j) y[j] = S(0);
+  for (index_t i = 0; i < n; ++i)
+    for (index_t j = n_vec; j < n; ++j) y[j] += x[i] * A[i * n + j];
+}
+
 }  // namespace
 }  // namespace lsa_native::cpu::small
