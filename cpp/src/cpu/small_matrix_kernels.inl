@@ -10,10 +10,12 @@
 namespace lsa_native::cpu::LSA_ISA_NS {
 namespace {
 
-void matmul(const double* a, const double* b, double* c, index_t n) { small::multiply_dense(a, b, c, n); }
+void matmul(const double* a, const double* b, double* c, index_t n) {
+  small::multiply_dense(a, b, c, n, n);
+}
 void matvec(const double* a, const double* x, double* y, index_t n) { small::matvec_dense(a, x, y, n); }
 void matvec_t(const double* a, const double* x, double* y, index_t n) {
-  small::matvec_t_dense(a, x, y, n);
+  small::multiply_dense(x, a, y, 1, n);  // yᵀ = xᵀ A
 }
 
 }  // namespace

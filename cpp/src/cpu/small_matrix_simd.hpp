@@ -58,15 +58,16 @@ void multiply_padded(const S* A, const S* B, S* C, index_t n, index_t ld, bool a
     multiply_columns(A, ld, B, ld, C, ld, n, n, c0, std::min<index_t>(3, (ld - c0) / L), accumulate);
 }
 
-// C = A B for dense row-major n x n matrices (no padding): whole column vectors by tiles, the last
-// n mod L columns by plain loops. C aliases neither A nor B.
+// C = A B for dense row-major A [rows, n], B [n, n], C [rows, n] (no padding): whole column vectors
+// by tiles, the last n mod L columns by plain loops. C aliases neither A nor B. rows = n is the
+// matrix product, rows = 1 the product xᵀ B of a row vector.
 template <class S>
-void multiply_dense(const S* A, const S* B, S* C, index_t n) {
+void multiply_dense(const S* A, const S* B, S* C, index_t rows, index_t n) {
   constexpr index_t L = simd::kLanes<S>;
   const index_t n_vec = n / L * L;
   for (index_t c0 = 0; c0 < n_vec; c0 += 3 * L)
-    multiply_columns(A, n, B, n, C, n, n, n, c0, std::min<index_t>(3, (n_vec - c0) / L), false);
-  for (index_t i = 0; i < n; ++i) {
+    multiply_columns(A, n, B, n, C, n, rows, n, c0, std::min<index_t>(3, (n_vec - c0) / L), false);
+  for (index_t i = 0; i < rows; ++i) {
     for (index_t j = n_vec; j < n; ++j) C[i * n + j] = S(0);
     for (index_t m = 0; m < n; ++m) {
       const S a = A[i * n + m];
@@ -98,30 +99,6 @@ void matvec_dense(const S* A, const S* x, S* y, index_t n) {
   index_t i = 0;
   for (; i + 4 <= n; i += 4) rows(std::integral_constant<int, 4>{}, i);
   for (; i < n; ++i) rows(std::integral_constant<int, 1>{}, i);
-}
-
-// y = Aᵀ x for dense row-major n x n A (y != x): y = Σ_i x_i A[i, :] on up to 4 column vectors
-// held in registers, the last n mod L columns by plain loops.
-template <class S>
-void matvec_t_dense(const S* A, const S* x, S* y, index_t n) {
-  constexpr index_t L = simd::kLanes<S>;
-  const index_t n_vec = n / L * L;
-  auto columns = [&](auto nc_tag, index_t c0) {
-    constexpr int NC = decltype(nc_tag)::value;
-    simd::Vec<S> acc[NC];
-    for (int v = 0; v < NC; ++v) acc[v] = simd::zero<S>();
-    for (index_t i = 0; i < n; ++i) {
-      const simd::Vec<S> xi = simd::broadcast(x[i]);
-      for (int v = 0; v < NC; ++v) acc[v] += xi * simd::load(A + i * n + c0 + v * L);
-    }
-    for (int v = 0; v < NC; ++v) simd::store(y + c0 + v * L, acc[v]);
-  };
-  index_t c = 0;
-  for (; c + 4 * L <= n_vec; c += 4 * L) columns(std::integral_constant<int, 4>{}, c);
-  for (; c < n_vec; c += L) columns(std::integral_constant<int, 1>{}, c);
-  for (index_t j = n_vec; j < n; ++j) y[j] = S(0);
-  for (index_t i = 0; i < n; ++i)
-    for (index_t j = n_vec; j < n; ++j) y[j] += x[i] * A[i * n + j];
 }
 
 }  // namespace
