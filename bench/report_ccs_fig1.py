@@ -23,7 +23,7 @@ from timing import median_seconds  # noqa: E402
 import lsa_native as ln  # noqa: E402
 from lsa_native import kernel_attention as ka  # noqa: E402
 
-ACTIVATIONS = ("linear", "relu", "exp", "softmax")
+ACTIVATIONS = tuple(ka.ACTIVATIONS)
 KERNELS = ("linear", "relu", "exp")
 GRID_N = (2, 4, 6, 8, 10, 12, 14)
 

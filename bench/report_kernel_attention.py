@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     Z0, y = batch.E, batch.y_q
     params = ka.KernelAttentionParams.gaussian(rng, d, L, 1, "exp", sparse=False, scale=0.2)
     V, B, C = (a.astype(np.float32) for a in (params.V / n, params.B, params.C))
-    for act in ("linear", "relu", "exp", "softmax"):
+    for act in ka.ACTIVATIONS:
         t_fwd = median_seconds(lambda: ka.forward(Z0, V, B, C, act), args.repeats)
         t_fb = median_seconds(lambda: ka.loss_and_grad(Z0, y, V, B, C, act), args.repeats)
         t_np = median_seconds(lambda: ref.forward(Z0, V, B, C, [act]), max(1, args.repeats // 2))

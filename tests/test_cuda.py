@@ -52,11 +52,11 @@ def test_cuda_compiled_matches_the_build():
 
 
 @pytest.mark.skipif(lsa_native.cuda_available(), reason="a GPU is visible")
-@pytest.mark.parametrize("fn", ["predict", "loss_and_grad", "forward", "vjp"])
+@pytest.mark.parametrize("fn", ["predict", "loss_and_grad", "forward", "vjp", "predict_vjp"])
 def test_device_cuda_without_gpu_is_a_clear_error(rng, fn):
     (E, W_pv, W_kq, y_q), _ = random_problem(rng, 3, 2, 4, np.float64)
     args = {"predict": (E, W_pv, W_kq), "forward": (E, W_pv, W_kq), "vjp": (E, W_pv, W_kq, E),
-            "loss_and_grad": (E, y_q, W_pv, W_kq)}[fn]
+            "loss_and_grad": (E, y_q, W_pv, W_kq), "predict_vjp": (E, W_pv, W_kq, y_q)}[fn]
     why = "no CUDA device" if lsa_native.cuda_compiled() else "no CUDA kernels"
     with pytest.raises(ValueError, match=why):
         getattr(lsa, fn)(*args, device="cuda")
@@ -161,8 +161,14 @@ def emulated_gpu(monkeypatch):
         _core.lsa_vjp(_at(E, e, dt), _at(W_pv, w, dt), _at(W_kq, w, dt), _at(d_F, e, dt),
                       _at(d_W_pv, w, dt), _at(d_W_kq, w, dt), _at(d_E, e, dt))
 
+    def predict_vjp(dtype, shape, E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E):
+        dt, e, w, b = dims(dtype, shape)
+        _core.lsa_predict_vjp(_at(E, e, dt), _at(W_pv, w, dt), _at(W_kq, w, dt), _at(d_y, b, dt),
+                              _at(d_W_pv, w, dt), _at(d_W_kq, w, dt), _at(d_E, e, dt))
+
     for name, fn in (("lsa_predict_cuda", predict), ("lsa_loss_and_grad_cuda", loss_and_grad),
-                     ("lsa_forward_cuda", forward), ("lsa_vjp_cuda", vjp)):
+                     ("lsa_forward_cuda", forward), ("lsa_vjp_cuda", vjp),
+                     ("lsa_predict_vjp_cuda", predict_vjp)):
         monkeypatch.setattr(_core, name, fn)
     monkeypatch.setattr(cuda, "pointer_device", lambda ptr: 0)
     monkeypatch.setattr(cuda, "empty", lambda template, shape, dtype, device:
@@ -193,6 +199,10 @@ def test_device_path_glue_on_an_emulated_gpu(rng, emulated_gpu, dtype):
     d_pv, d_kq, d_E = lsa.vjp(g(E), W_pv, W_kq, d_F, with_input_grad=False)
     assert d_E is None
     np.testing.assert_array_equal(d_kq.a, got[1].a)
+    got_pred = lsa.predict_vjp(g(E), g(W_pv), g(W_kq), g(y_q))
+    for a, b in zip(got_pred, lsa.predict_vjp(E, W_pv, W_kq, y_q, **cpu)):
+        np.testing.assert_array_equal(a.a, b)
+    assert lsa.predict_vjp(g(E), W_pv, W_kq, y_q, with_input_grad=False)[2] is None
     # out= device arrays are written in place and returned.
     out = g(np.full(E.shape[0], np.nan, dtype))
     assert lsa.predict(g(E), W_pv, W_kq, out=out) is out
@@ -319,6 +329,21 @@ def test_cuda_vjp_matches_reference(rng, B, d, N, dtype):
     assert d_E is None
     np.testing.assert_array_equal(d_W_pv, got[0])
     np.testing.assert_array_equal(d_W_kq, got[1])
+
+
+@needs_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,d,N", SHAPES)
+def test_cuda_predict_vjp_matches_the_cpu(rng, B, d, N, dtype):
+    (E, W_pv, W_kq, d_y), _ = random_problem(rng, B, d, N, dtype)
+    got = [_host(a) for a in lsa.predict_vjp(cuda.to_device(E), cuda.to_device(W_pv),
+                                             cuda.to_device(W_kq), cuda.to_device(d_y))]
+    want = lsa.predict_vjp(E, W_pv, W_kq, d_y, device="cpu")
+    tol = 1e-12 if dtype == np.float64 else 1e-4  # relative to the largest entry
+    for name, a, b in zip(("dW_pv", "dW_kq", "dE"), got, want):
+        assert a.dtype == dtype and a.shape == b.shape
+        assert np.abs(a - b).max() <= tol * max(np.abs(b).max(), 1e-300), name
 
 
 @needs_gpu

@@ -286,3 +286,16 @@ def test_vjp_rejects_a_foreign_context(rng):
         ka.vjp(Z0.astype(np.float32), V, B, C, "exp", np.ones_like(Z0), context=ctx)
     with pytest.raises(ValueError, match="d_Z_out"):
         ka.vjp(Z0, V, B, C, "exp", np.ones((3, 3, 5)))
+
+
+def test_activation_names_come_from_the_native_table():
+    """One table (LSA_NATIVE_ACTIVATIONS in kernel_attention.hpp): names in code order, codes
+    0..K-1, and a code beyond the table is refused by the core."""
+    from lsa_native import _core
+
+    assert list(ka.ACTIVATIONS) == list(_core.ACTIVATION_NAMES)
+    assert sorted(ka.ACTIVATIONS.values()) == list(range(len(ka.ACTIVATIONS)))
+    Z0 = np.zeros((1, 2, 3))
+    V, B, C = np.zeros((1, 1, 2, 2)), np.zeros((1, 1, 1, 1)), np.zeros((1, 1, 1, 1))
+    with pytest.raises(ValueError, match="unknown activation code"):
+        _core.kernel_attention_forward(Z0, V, B, C, [len(ka.ACTIVATIONS)], None, None)

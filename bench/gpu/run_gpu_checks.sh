@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU checks of the CUDA backend, for a lent GPU machine (no network, ~7 minutes): versions, build
+# GPU checks of the CUDA backend, for a lent GPU machine (no network, ~8 minutes): versions, build
 # with `pip install --no-build-isolation .`, the GPU tests, the CPU suite, compute-sanitizer, and the
 # benchmark. Every stage runs even when an earlier one fails; failures are listed at the end, and
 # the benchmark table is printed last. Full logs (and bench_cuda.json) go to $OUT (default ./gpu-out).
@@ -41,13 +41,14 @@ echo "ptxas (sm_90, all kernels): $(grep -c 'Compiling entry' "$OUT/ptxas.txt") 
 
 stage import 60 "$PY" -c "import lsa_native as ln; print('cuda_compiled', ln.cuda_compiled(), 'cuda_available', ln.cuda_available()); assert ln.cuda_compiled() and ln.cuda_available()"
 
-TAIL=25 stage test_cuda 240 "$PY" -m pytest -p no:cacheprovider -q -rs tests/test_cuda.py
+TAIL=25 stage test_cuda 240 "$PY" -m pytest -p no:cacheprovider -q -rs -m cuda tests
 
 stage memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_run.py
 stage racecheck 150 compute-sanitizer --tool racecheck --error-exitcode 3 "$PY" bench/gpu/sanitize_run.py
 stage synccheck 120 compute-sanitizer --tool synccheck --error-exitcode 3 "$PY" bench/gpu/sanitize_run.py
 
 TAIL=8 stage bench 240 "$PY" bench/gpu/bench_cuda.py --out "$OUT/bench_cuda.json"
+TAIL=20 stage bench_sampled 150 "$PY" bench/gpu/bench_sampled.py --out "$OUT/bench_sampled.json"
 
 # Nsight Compute on the prediction kernels (optional: needs GPU performance-counter permission).
 TAIL=0 OPTIONAL=1 stage ncu 120 ncu --kernel-name regex:lsa_prediction_kernel --launch-skip 1 --launch-count 2 \
@@ -67,4 +68,6 @@ else
 fi
 echo "=== benchmark (median of CUDA-event timings; % copy = achieved bandwidth / D2D copy bandwidth)"
 cat "$OUT/bench_cuda.txt" 2>/dev/null || echo "(no benchmark table)"
+echo "=== fused sampled step (steps/s; native CUDA vs a PyTorch CUDA loop)"
+grep "^|" "$OUT/bench_sampled.log" 2>/dev/null || echo "(no sampled-step table)"
 [ "${#failures[@]}" -eq 0 ]

@@ -1,4 +1,5 @@
-"""A small run of every CUDA LSA kernel (both dtypes, device arrays and host copies) for
+"""A small run of every CUDA LSA kernel (both dtypes, device arrays and host copies) and of the
+fused sampled steps for
 compute-sanitizer (memcheck, racecheck, synccheck). No torch/cupy import: fast under the tool.
 Exits 1 when a result differs from the CPU kernels beyond rounding."""
 import sys
@@ -50,6 +51,22 @@ for dtype in (np.float32, np.float64):
     z = cuda.to_host(cuda.random_normals(1001, seed=5, start=3, dtype=dtype))
     if not np.max(np.abs(z - srandom.normals(1001, seed=5, start=3, dtype=dtype))) <= 1e-5:
         bad.append(f"normals {np.dtype(dtype).name} differ from the CPU")
+# Fused sampled steps (prompts generated on the GPU) vs the CPU steps of the same (seed, step).
+from lsa_native import sampling  # noqa: E402
+
+for dtype, tol in ((np.float32, 2e-4), (np.float64, 1e-12)):
+    for d, N, law in ((1, 1, {}), (3, 7, {"noise_std": 0.2, "tasks": 3}), (5, 40, {"covariance_law": ("gamma", 0.8, 1.5)}),
+                      (20, 100, {"Lambda": np.diag(np.linspace(0.5, 2, 20)), "query_noise": True})):
+        spec = sampling.LinearPrompts(d, N, seed=3, **law)
+        W_pv, W_kq = (0.3 * rng.standard_normal((d + 1, d + 1)) for _ in range(2))
+        for method in ("tokens", "wishart") if spec.wishart_applies else ("tokens",):
+            kw = dict(batch=67, step=2, method=method, dtype=dtype)
+            g = spec.lsa_loss_and_grad(W_pv, W_kq, device="cuda", **kw)
+            c = spec.lsa_loss_and_grad(W_pv, W_kq, device="cpu", **kw)
+            for a, b, name in zip(g, c, ("loss", "d_W_pv", "d_W_kq")):
+                err = float(np.max(np.abs(np.asarray(a) - b)) / (np.max(np.abs(b)) + 1e-30))
+                if not err <= tol:
+                    bad.append(f"sampled {method} {np.dtype(dtype).name} d={d} N={N} {name}: {err:.2e}")
 cuda.synchronize()
 print("\n".join(bad) if bad else "sanitize_run: all CUDA results match the CPU")
 sys.exit(1 if bad else 0)

@@ -1,7 +1,9 @@
 // Bindings of kernel attention (kernel_attention.hpp): shape checks, GIL released.
 #include <pybind11/stl.h>
 
+#include <iterator>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "lsa_native/kernel_attention.hpp"
@@ -30,10 +32,7 @@ KernelAttentionShape ka_shape(const CArray<T>& Z0, const CArray<T>& V, const CAr
 
 std::vector<Activation> to_activations(const std::vector<int>& codes) {
   std::vector<Activation> a;
-  for (int c : codes) {
-    if (c < 0 || c > 3) throw Error("activations: unknown activation code " + std::to_string(c));
-    a.push_back(static_cast<Activation>(c));
-  }
+  for (int c : codes) a.push_back(activation_from_code(c));
   return a;
 }
 
@@ -114,6 +113,9 @@ void bind_dtype(py::module_& m) {
 }  // namespace
 
 void bind_kernel_attention(py::module_& m) {
+  // The activation table (kernel_attention.hpp): names in code order.
+  m.attr("ACTIVATION_NAMES") = py::tuple(py::cast(std::vector<std::string>(
+      std::begin(activation_names), std::end(activation_names))));
   m.def(
       "kernel_attention_context_size",
       [](index_t dim, index_t context, index_t layers, index_t heads, bool float64) {

@@ -123,7 +123,7 @@ void bind_dtype(py::module_& m) {
 }
 
 // ---- Device::cuda entry points on raw addresses: NAME_cuda(dtype, shape, addresses...) ----
-// Generated from the list of entry points with a CUDA backend (LSA_NATIVE_LSA_DEVICE_API): one
+// Generated from the list of entry points (LSA_NATIVE_LSA_API): one
 // address per pointer parameter, in the order and with the names of the C++ signature. The Python
 // layer (lsa_native._lsa_cuda) checks shapes, dtypes and layouts of CUDA arrays
 // (__cuda_array_interface__ / __dlpack__) and of host arrays and passes their addresses here; the
@@ -199,7 +199,7 @@ void def_cuda_entry(py::module_& m, const std::string& name, const char* params,
 void bind_cuda_entry_points(py::module_& m) {
 #define LSA_NATIVE_BIND_CUDA(R, name, params) \
   def_cuda_entry<R>(m, #name, #params, &name<float>, &name<double>);
-  LSA_NATIVE_LSA_DEVICE_API(LSA_NATIVE_BIND_CUDA, T)
+  LSA_NATIVE_LSA_API(LSA_NATIVE_BIND_CUDA, T)
 #undef LSA_NATIVE_BIND_CUDA
 }
 

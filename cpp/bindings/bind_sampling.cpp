@@ -141,12 +141,16 @@ void bind_dtype(py::module_& m) {
   m.def(
       "linear_prompts_lsa_loss_and_grad",
       [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const std::string& method,
-         const CArray<T>& W_pv, const CArray<T>& W_kq, CArray<T> d_W_pv, CArray<T> d_W_kq) {
+         const CArray<T>& W_pv, const CArray<T>& W_kq, CArray<T> d_W_pv, CArray<T> d_W_kq,
+         const std::string& device) {
         const LinearPromptSpec s = spec_from_dict(spec_dict);
         FusedMethod fm;
         if (method == "tokens") fm = FusedMethod::tokens;
         else if (method == "wishart") fm = FusedMethod::wishart;
         else throw Error("method: expected 'tokens' or 'wishart', got '" + method + "'");
+        if (device != "cpu" && device != "cuda")
+          throw Error("device: expected 'cpu' or 'cuda', got '" + device + "'");
+        const Device dev = device == "cuda" ? Device::cuda : Device::cpu;
         const index_t r = s.dim + 1;
         require_shape(W_pv, {r, r}, "W_pv");
         require_shape(W_kq, {r, r}, "W_kq");
@@ -155,11 +159,12 @@ void bind_dtype(py::module_& m) {
         T* dpv = out_ptr(d_W_pv, "d_W_pv");
         T* dkq = out_ptr(d_W_kq, "d_W_kq");
         py::gil_scoped_release release;
-        return linear_prompts_lsa_loss_and_grad(s, batch, step, fm, W_pv.data(), W_kq.data(), dpv, dkq);
+        return linear_prompts_lsa_loss_and_grad(s, batch, step, fm, W_pv.data(), W_kq.data(), dpv, dkq,
+                                                dev);
       },
       py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("method"),
       py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(), py::arg("d_W_pv").noconvert(),
-      py::arg("d_W_kq").noconvert());
+      py::arg("d_W_kq").noconvert(), py::arg("device") = "cpu");
 }
 
 }  // namespace

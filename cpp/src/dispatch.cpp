@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cpu/lsa_cpu.hpp"
+#include "dispatch.hpp"
 #include "lsa_native/cuda_random.hpp"
 #include "lsa_native/device.hpp"
 #include "lsa_native/lsa.hpp"
@@ -132,9 +133,7 @@ void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* 
   require_pointer(d_y, "d_y");
   require_pointer(d_W_pv, "d_W_pv");
   require_pointer(d_W_kq, "d_W_kq");
-  detail::require(device == Device::cpu,
-                  "device='cuda': lsa_predict_vjp has no CUDA kernel yet; use device='cpu'");
-  cpu::lsa_predict_vjp(shape, E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E);
+  LSA_NATIVE_BACKEND(device, lsa_predict_vjp, shape, E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E);
 }
 #undef LSA_NATIVE_BACKEND
 
@@ -195,5 +194,7 @@ template void cuda_random_uniforms<double>(const StreamId&, std::uint64_t, index
 LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE, float)
 LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE, double)
 #undef LSA_NATIVE_LSA_INSTANTIATE
+
+bool detail::use_cuda(Device device) { return ::lsa_native::use_cuda(device); }
 
 }  // namespace lsa_native

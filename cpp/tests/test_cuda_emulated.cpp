@@ -11,9 +11,13 @@
 #include <random>
 #include <vector>
 
+#include "cuda/ka_kernels.cuh"
 #include "cuda/lsa_kernels.cuh"
 #include "cuda/random_kernels.cuh"
+#include "ka_problem.hpp"
+#include "lsa_native/kernel_attention.hpp"
 #include "lsa_native/lsa.hpp"
+#include "emulated_helpers.hpp"
 #include "lsa_problem.hpp"
 #include "lsa_native/sampling.hpp"
 
@@ -27,41 +31,9 @@ template <class T>
 using Problem = lsa_native::testing::LsaProblem<T>;
 using lsa_native::testing::random_lsa_problem;
 
-template <class T>
-double tolerance() {
-  return sizeof(T) == 4 ? 2e-4 : 1e-12;
-}
-
-// max |a − b| ≤ tol · max |b| (and no NaN: poisoned outputs must be overwritten).
-template <class A, class B>
-void expect_close(const std::vector<A>& a, const std::vector<B>& b, double tol, const char* what) {
-  ASSERT_EQ(a.size(), b.size()) << what;
-  double scale = 0, err = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(double(a[i]))) << what << ": entry " << i << " not written";
-    scale = std::max(scale, std::abs(double(b[i])));
-    err = std::max(err, std::abs(double(a[i]) - double(b[i])));
-  }
-  EXPECT_LE(err, tol * scale) << what;
-}
-
-// reduce_partials_kernel's order on the host (thread t sums rows t, t + 256, ...; then a binary
-// tree): the emulated kernel matches it bit for bit (ReducePartialsOrder), and the other tests use
-// it to keep the emulation fast.
-std::vector<double> reduce(const std::vector<double>& partial, int count, int width) {
-  std::vector<double> total(width);
-  for (int i = 0; i < width; ++i) {
-    double buf[k::kReduceThreads];
-    for (int t = 0; t < k::kReduceThreads; ++t) {
-      buf[t] = 0;
-      for (int r = t; r < count; r += k::kReduceThreads) buf[t] += partial[size_t(r) * width + i];
-    }
-    for (int h = k::kReduceThreads / 2; h > 0; h /= 2)
-      for (int t = 0; t < h; ++t) buf[t] += buf[t + h];
-    total[i] = buf[0];
-  }
-  return total;
-}
+using lsa_native::testing::expect_close;
+using lsa_native::testing::reduce;
+using lsa_native::testing::tolerance;
 
 TEST(CudaKernelsEmulated, ReducePartialsOrder) {
   const int count = 600, width = 3;
@@ -94,28 +66,46 @@ void check_prediction(const Config& c) {
   const double L = lsa_native::lsa_loss_and_grad(pr.shape, pr.E.data(), pr.y_q.data(), pr.W_pv.data(),
                                                  pr.W_kq.data(), g_pv.data(), g_kq.data(),
                                                  y_loss_cpu.data());
+  using Mode = k::PredictionMode;
   // Prediction only.
   auto lay = k::PredictionLayout::make<T>(rows, cols, c.warps, false);
   std::vector<T> y(c.B, nan);
-  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, false>,
-                  pr.shape, lay, pr.E.data(), static_cast<const T*>(nullptr), pr.W_pv.data(),
-                  pr.W_kq.data(), y.data(), static_cast<double*>(nullptr));
+  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(),
+                  k::lsa_prediction_kernel<T, Mode::predict>, pr.shape, lay, pr.E.data(),
+                  static_cast<const T*>(nullptr), pr.W_pv.data(), pr.W_kq.data(), y.data(),
+                  static_cast<double*>(nullptr), static_cast<T*>(nullptr));
   expect_close(y, y_cpu, tolerance<T>(), "predict");
   // Loss and gradient: kernel, fixed-order reduction, epilogue.
   lay = k::PredictionLayout::make<T>(rows, cols, c.warps, true);
   std::vector<T> y_loss(c.B, nan), d_pv(n2, nan), d_kq(n2, nan);
   std::vector<double> partial(c.grid * lay.acc_width(), std::numeric_limits<double>::quiet_NaN());
-  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, true>,
+  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, Mode::loss>,
                   pr.shape, lay, pr.E.data(), pr.y_q.data(), pr.W_pv.data(), pr.W_kq.data(),
-                  y_loss.data(), partial.data());
-  const auto total = reduce(partial, int(c.grid), lay.acc_width());
+                  y_loss.data(), partial.data(), static_cast<T*>(nullptr));
+  auto total = reduce(partial, int(c.grid), lay.acc_width());
   double loss = std::numeric_limits<double>::quiet_NaN();
-  lsa_emu::launch(1, k::kReduceThreads, 0, k::loss_grad_epilogue_kernel<T>, total.data(), rows,
-                  c.B, d_pv.data(), d_kq.data(), &loss);
+  lsa_emu::launch(1, k::kReduceThreads, 0, k::prediction_epilogue_kernel<T>, total.data(), rows,
+                  1.0 / double(c.B), d_pv.data(), d_kq.data(), &loss);
   expect_close(y_loss, y_loss_cpu, tolerance<T>(), "loss y_hat");
   EXPECT_NEAR(loss, L, tolerance<T>() * L) << "loss";
   expect_close(d_pv, g_pv, tolerance<T>(), "d_W_pv");
   expect_close(d_kq, g_kq, tolerance<T>(), "d_W_kq");
+  // Prediction VJP for the upstream d_y = y_q (any vector): kernel, reduction, epilogue vs the CPU.
+  std::vector<T> v_pv(n2), v_kq(n2), dE_cpu(c.B * rows * cols), dE(dE_cpu.size(), nan);
+  lsa_native::lsa_predict_vjp(pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(),
+                              pr.y_q.data(), v_pv.data(), v_kq.data(), dE_cpu.data());
+  std::fill(partial.begin(), partial.end(), std::numeric_limits<double>::quiet_NaN());
+  std::fill(d_pv.begin(), d_pv.end(), nan);
+  std::fill(d_kq.begin(), d_kq.end(), nan);
+  lsa_emu::launch(c.grid, unsigned(32 * c.warps), lay.total(), k::lsa_prediction_kernel<T, Mode::vjp>,
+                  pr.shape, lay, pr.E.data(), pr.y_q.data(), pr.W_pv.data(), pr.W_kq.data(),
+                  static_cast<T*>(nullptr), partial.data(), dE.data());
+  total = reduce(partial, int(c.grid), lay.acc_width());
+  lsa_emu::launch(1, k::kReduceThreads, 0, k::prediction_epilogue_kernel<T>, total.data(), rows,
+                  1.0, d_pv.data(), d_kq.data(), static_cast<double*>(nullptr));
+  expect_close(d_pv, v_pv, tolerance<T>(), "predict_vjp d_W_pv");
+  expect_close(d_kq, v_kq, tolerance<T>(), "predict_vjp d_W_kq");
+  expect_close(dE, dE_cpu, tolerance<T>(), "predict_vjp d_E");
 }
 
 template <class T>
@@ -200,6 +190,146 @@ TEST(CudaKernelsEmulated, PhiloxWordsAndVariatesMatchTheCpu) {
   };
   check(float{}, 8e-6);
   check(double{}, 5e-14);
+}
+
+// ---- kernel attention (ka_kernels.cuh) -------------------------------------------------------
+
+using lsa_native::Activation;
+using lsa_native::KernelAttentionShape;
+
+struct KaConfig {
+  KernelAttentionShape shape;
+  unsigned grid, threads;
+  std::size_t max_shared;  // bytes the layout may use: large (all shared), 0 (all global), between
+};
+
+// Forward (Z_L, predictions, the saved context), VJP with and without that context, and
+// loss_and_grad through the emulated kernels, the fixed-order reduction and the epilogue, against
+// the CPU kernels. Outputs start as NaN (unwritten entries fail); the GPU's context must equal the
+// CPU's (one layout, recipe::KaContext).
+template <class T>
+void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts) {
+  const KernelAttentionShape& s = c.shape;
+  SCOPED_TRACE(testing::Message() << "B=" << s.batch << " d=" << s.dim << " n=" << s.context
+                                  << " L=" << s.layers << " H=" << s.heads << " act0=" << int(acts[0])
+                                  << " grid=" << c.grid << " threads=" << c.threads
+                                  << " max_shared=" << c.max_shared << " bytes=" << sizeof(T));
+  const auto pr = lsa_native::testing::random_ka_problem<T>(s, acts, unsigned(s.batch * 31 + s.dim * 7 + s.context), 0.5);
+  const index_t d = s.dim, D = d + 1, LH = s.layers * s.heads;
+  const index_t nV = LH * D * D, nB = LH * d * d, np = s.batch * (s.layers + 1);
+  const index_t ctx = lsa_native::kernel_attention_context_size<T>(s);
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  // CPU kernels
+  std::vector<T> Z_cpu(pr.Z0.size()), p_cpu(np), cx_cpu(s.batch * ctx), dV(nV), dB(nB), dC(nB),
+      dZ0(pr.Z0.size()), lV(nV), lB(nB), lC(nB), lZ0(pr.Z0.size()), lp(np);
+  lsa_native::kernel_attention_forward(s, pr.Z0.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(),
+                                       pr.acts.data(), Z_cpu.data(), p_cpu.data(), cx_cpu.data());
+  lsa_native::kernel_attention_vjp(s, pr.Z0.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(),
+                                   pr.acts.data(), pr.d_Z.data(), dV.data(), dB.data(), dC.data(),
+                                   dZ0.data(), static_cast<const T*>(nullptr));
+  const double loss_cpu = lsa_native::kernel_attention_loss_and_grad(
+      s, pr.Z0.data(), pr.y_q.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(), pr.acts.data(),
+      lV.data(), lB.data(), lC.data(), lZ0.data(), lp.data());
+
+  auto run = [&](auto mode_tag, k::KaArgs<T> args, std::vector<double>* partial) {
+    constexpr k::KaMode kMode = decltype(mode_tag)::value;
+    const auto lay = k::KaLayout::make<T>(s, kMode, c.max_shared);
+    std::vector<T> scratch(lay.state_shared ? 0 : std::size_t(c.grid) * lay.state_values, nan);
+    args.scratch = scratch.empty() ? nullptr : scratch.data();
+    if (partial) {
+      partial->assign(std::size_t(c.grid) * lay.acc_width(), std::numeric_limits<double>::quiet_NaN());
+      args.partial = partial->data();
+    }
+    lsa_emu::launch(c.grid, c.threads, lay.shared_bytes(), k::ka_kernel<T, kMode>, s, lay, args);
+    return lay;
+  };
+  using Fwd = std::integral_constant<k::KaMode, k::KaMode::forward>;
+  using Vjp = std::integral_constant<k::KaMode, k::KaMode::vjp>;
+  using Loss = std::integral_constant<k::KaMode, k::KaMode::loss_grad>;
+  auto gradients = [&](const std::vector<double>& partial, int width, std::vector<T>& gV,
+                       std::vector<T>& gB, std::vector<T>& gC, double* loss) {
+    const auto total = reduce(partial, int(c.grid), width);
+    gV.assign(nV, nan);
+    gB.assign(nB, nan);
+    gC.assign(nB, nan);
+    lsa_emu::launch(1, 64, 0, k::ka_epilogue_kernel<T>, total.data(), int(nV), int(nB), s.batch,
+                    gV.data(), gB.data(), gC.data(), loss);
+  };
+  const double tol = tolerance<T>();
+  // Forward with context
+  std::vector<T> Z(pr.Z0.size(), nan), p(np, nan), cx(s.batch * ctx, nan);
+  k::KaArgs<T> fa{pr.Z0.data(), nullptr, pr.V.data(), pr.Bq.data(), pr.Ck.data(), pr.acts.data(),
+                  nullptr, cx.data(), Z.data(), p.data(), nullptr, nullptr, nullptr};
+  run(Fwd{}, fa, nullptr);
+  expect_close(Z, Z_cpu, tol, "forward Z_L");
+  expect_close(p, p_cpu, tol, "forward predictions");
+  expect_close(cx, cx_cpu, tol, "forward context");
+  // VJP without and with the context
+  for (const T* context : {static_cast<const T*>(nullptr), static_cast<const T*>(cx.data())}) {
+    SCOPED_TRACE(context ? "vjp with context" : "vjp recomputing the forward");
+    std::vector<T> gZ0(pr.Z0.size(), nan), gV, gB, gC;
+    std::vector<double> partial;
+    k::KaArgs<T> va{pr.Z0.data(), nullptr, pr.V.data(), pr.Bq.data(), pr.Ck.data(), pr.acts.data(),
+                    pr.d_Z.data(), const_cast<T*>(context), nullptr, nullptr, gZ0.data(), nullptr, nullptr};
+    const auto lay = run(Vjp{}, va, &partial);
+    gradients(partial, lay.acc_width(), gV, gB, gC, nullptr);
+    expect_close(gV, dV, tol, "vjp d_V");
+    expect_close(gB, dB, tol, "vjp d_B");
+    expect_close(gC, dC, tol, "vjp d_C");
+    expect_close(gZ0, dZ0, tol, "vjp d_Z0");
+  }
+  // loss_and_grad
+  std::vector<T> gZ0(pr.Z0.size(), nan), gp(np, nan), gV, gB, gC;
+  std::vector<double> partial;
+  k::KaArgs<T> la{pr.Z0.data(), pr.y_q.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(), pr.acts.data(),
+                  nullptr, nullptr, nullptr, gp.data(), gZ0.data(), nullptr, nullptr};
+  const auto lay = run(Loss{}, la, &partial);
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  gradients(partial, lay.acc_width(), gV, gB, gC, &loss);
+  EXPECT_NEAR(loss, loss_cpu, tol * loss_cpu) << "loss";
+  expect_close(gV, lV, tol, "loss d_V");
+  expect_close(gB, lB, tol, "loss d_B");
+  expect_close(gC, lC, tol, "loss d_C");
+  expect_close(gZ0, lZ0, tol, "loss d_Z0");
+  expect_close(gp, lp, tol, "loss predictions");
+}
+
+// d = 1, n = 1, odd sizes, layers and heads, more prompts than blocks (grid-stride), fewer
+// threads than entries, and the three memory placements: all shared, workspace global, all global.
+constexpr std::size_t kAllShared = std::size_t(1) << 30;
+const KaConfig kKaConfigs[] = {
+    {{1, 1, 1, 1, 1}, 1, 32, kAllShared},   {{5, 2, 5, 2, 1}, 2, 64, kAllShared},
+    {{3, 1, 9, 3, 1}, 2, 32, 0},            {{4, 3, 1, 2, 1}, 3, 64, kAllShared},
+    {{3, 5, 30, 3, 1}, 2, 128, kAllShared}, {{3, 3, 7, 2, 2}, 2, 64, 2048}};
+
+template <class T>
+void check_kernel_attention_all() {
+  for (int code = 0; code < lsa_native::kActivationCount; ++code) {
+    const Activation a = lsa_native::activation_from_code(code);
+    for (const KaConfig& c : kKaConfigs) {
+      std::vector<Activation> acts(std::size_t(c.shape.heads), a);
+      if (c.shape.heads > 1) acts[1] = Activation::softmax;
+      check_kernel_attention<T>(c, acts);
+    }
+  }
+}
+
+TEST(CudaKernelsEmulated, KernelAttentionFloat64) { check_kernel_attention_all<double>(); }
+TEST(CudaKernelsEmulated, KernelAttentionFloat32) { check_kernel_attention_all<float>(); }
+
+// The placement the layout picks: the CCS size fits shared memory entirely (~30 KB in float); a
+// tight budget moves the workspace out first, then the parameters, then the accumulators.
+TEST(CudaKernelsEmulated, KernelAttentionLayoutPlacement) {
+  const KernelAttentionShape ccs{30000, 5, 30, 3, 1};
+  const auto all = k::KaLayout::make<float>(ccs, k::KaMode::loss_grad, 227 * 1024);
+  EXPECT_TRUE(all.state_shared && all.params_shared && all.acc_shared);
+  EXPECT_LT(all.shared_bytes(), std::size_t(48 * 1024));
+  const auto tight = k::KaLayout::make<float>(ccs, k::KaMode::loss_grad, 4096);
+  EXPECT_FALSE(tight.state_shared);
+  EXPECT_TRUE(tight.params_shared && tight.acc_shared);
+  const auto none = k::KaLayout::make<float>(ccs, k::KaMode::loss_grad, 0);
+  EXPECT_FALSE(none.state_shared || none.params_shared || none.acc_shared);
+  EXPECT_EQ(none.shared_bytes(), std::size_t(0));
 }
 
 }  // namespace

@@ -117,17 +117,26 @@ def forward(E, W_pv, W_kq, out):
     return result
 
 
-def vjp(E, W_pv, W_kq, d_F, with_input_grad: bool):
+def _vjp(entry, E, W_pv, W_kq, upstream, name: str, upstream_shape, with_input_grad: bool):
+    """The VJPs (full forward: d_F [B, d+1, N+1]; prediction: d_y [B]): (dW_pv, dW_kq, dE)."""
     e = _Prompts(E)
     n = e.shape[1]
     pv, kq = e.operand(W_pv, "W_pv", (n, n)), e.operand(W_kq, "W_kq", (n, n))
-    dF = e.operand(d_F, "d_F", e.shape, finite=False)
+    up = e.operand(upstream, name, upstream_shape(e.shape), finite=False)
     d_pv, d_pv_result = e.output(None, (n, n))
     d_kq, d_kq_result = e.output(None, (n, n))
     d_E, d_E_result = e.output(None, e.shape) if with_input_grad else (_Arg(0, None), None)
-    _core.lsa_vjp_cuda(
-        e.dtype.name, e.native_shape, e.arg.ptr, pv.ptr, kq.ptr, dF.ptr, d_pv.ptr, d_kq.ptr, d_E.ptr
-    )
-    host_inputs = {"E": e.source, "d_F": dF.keep}
+    entry(e.dtype.name, e.native_shape, e.arg.ptr, pv.ptr, kq.ptr, up.ptr, d_pv.ptr, d_kq.ptr,
+          d_E.ptr)
+    host_inputs = {"E": e.source, name: up.keep}
     e.check_host_result(d_pv_result, {k: v for k, v in host_inputs.items() if isinstance(v, np.ndarray)})
     return d_pv_result, d_kq_result, d_E_result
+
+
+def vjp(E, W_pv, W_kq, d_F, with_input_grad: bool):
+    return _vjp(_core.lsa_vjp_cuda, E, W_pv, W_kq, d_F, "d_F", lambda s: s, with_input_grad)
+
+
+def predict_vjp(E, W_pv, W_kq, d_y, with_input_grad: bool):
+    return _vjp(_core.lsa_predict_vjp_cuda, E, W_pv, W_kq, d_y, "d_y", lambda s: (s[0],),
+                with_input_grad)

@@ -41,7 +41,8 @@ __all__ = [
     "KernelAttentionParams",
 ]
 
-ACTIVATIONS = {"linear": 0, "relu": 1, "exp": 2, "softmax": 3}
+# name → code, from the native activation table (LSA_NATIVE_ACTIVATIONS in kernel_attention.hpp).
+ACTIVATIONS = {name: code for code, name in enumerate(_core.ACTIVATION_NAMES)}
 
 
 def _activation_codes(activation, heads: int) -> list[int]:

@@ -142,12 +142,14 @@ def vjp(E, W_pv, W_kq, d_F, *, with_input_grad: bool = True, device="auto"):
     return d_W_pv, d_W_kq, d_E
 
 
-def predict_vjp(E, W_pv, W_kq, d_y, *, with_input_grad: bool = True):
+def predict_vjp(E, W_pv, W_kq, d_y, *, with_input_grad: bool = True, device="auto"):
     """(dW_pv, dW_kq, dE) of Σ_b d_y[b] ŷ_b for ŷ = ``lsa.predict(E, W_pv, W_kq)``:
     dW^PV's last row Σ_b dŷ_b G_b q_b (the rest 0), dW^KQ = Σ_b dŷ_b (G_b p) e_q,bᵀ (exact for any
     E), dE [B, d+1, N+1] = dŷ (s_j p + t_j q)/N per column j + dŷ W^KQᵀ G p on the query column
     + dŷ on the query-label slot (None without ``with_input_grad``). One pass over E per prompt,
     O(N d); parameter gradients are batch sums in float64, returned in E's dtype."""
+    if resolve_device(device, E=E, W_pv=W_pv, W_kq=W_kq, d_y=d_y) == "cuda":
+        return _lsa_cuda.predict_vjp(E, W_pv, W_kq, d_y, with_input_grad)
     E, W_pv, W_kq = _params(E, W_pv, W_kq)
     n = E.shape[1]
     d_y = _as_operand(d_y, E.dtype, "d_y", finite=False)

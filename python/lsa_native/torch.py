@@ -24,7 +24,10 @@ and :class:`KernelAttention` (CCS's A, r or V, and B, C with the Gaussian initia
 
 Memory: contiguous CPU tensors are shared with the core without copies (``Tensor.numpy()`` views;
 outputs are ``torch.from_numpy`` of the core's arrays); a non-contiguous input is copied once
-(``Tensor.contiguous()``). CUDA tensors raise a clear error until the CUDA backend is wired here.
+(``Tensor.contiguous()``). CUDA tensors run on the native CUDA backend in place (read through
+``__cuda_array_interface__``, results allocated by PyTorch on the same device; all tensors of a
+call on one device, on the default stream); without CUDA kernels or a GPU they raise a clear
+``ValueError``.
 Double backward is refused (``once_differentiable``): the native VJPs are not differentiable.
 """
 from __future__ import annotations
@@ -54,31 +57,48 @@ __all__ = [
 _DTYPES = (torch.float32, torch.float64)
 
 
-def _refuse_device(t: torch.Tensor, name: str):
-    if t.device.type == "cuda":
-        where = ("the CUDA backend is compiled and a GPU is visible, but lsa_native.torch does not "
-                 "route CUDA tensors to it yet" if _core.cuda_available() else
-                 "lsa_native was built without CUDA or sees no GPU")
-        raise ValueError(f"{name}: CUDA tensors are not supported here ({where}); "
-                         "move the tensors to the CPU with .cpu()")
-    raise ValueError(f"{name}: expected a CPU tensor, got device {t.device}")
+def _cuda_ready(t: torch.Tensor, name: str) -> None:
+    """Refuse a CUDA tensor the native CUDA backend cannot take, with the reason."""
+    if not _core.cuda_compiled():
+        raise ValueError(f"{name}: a CUDA tensor, but this build of lsa_native has no CUDA kernels "
+                         "(built without nvcc or with LSA_NATIVE_CUDA=OFF); move the tensors to "
+                         "the CPU with .cpu()")
+    if not _core.cuda_available():
+        raise ValueError(f"{name}: a CUDA tensor, but lsa_native sees no usable GPU (no NVIDIA "
+                         "driver or no device)")
+    # The native kernels run on the legacy default stream; a side stream would not be ordered.
+    if torch.cuda.current_stream(t.device) != torch.cuda.default_stream(t.device):
+        raise ValueError(f"{name}: lsa_native's CUDA kernels run on the default stream; call them "
+                         "outside `with torch.cuda.stream(...)` (or synchronize the streams)")
 
 
-def _numpy(t, name: str, dtype: torch.dtype | None = None) -> np.ndarray:
-    """A numpy view of a CPU float tensor (no copy when contiguous; one copy otherwise)."""
+def _operand(t, name: str, like: torch.Tensor | None = None):
+    """The native view of a float tensor: a numpy view for a CPU tensor (no copy when contiguous),
+    the detached tensor itself for a CUDA tensor (the CUDA backend reads it in place through
+    ``__cuda_array_interface__``). ``like``: the call's first tensor, whose dtype and device every
+    other operand must share."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
-        _refuse_device(t, name)
     if t.dtype not in _DTYPES:
         raise TypeError(f"{name}: expected dtype torch.float32 or torch.float64, got {t.dtype}")
-    if dtype is not None and t.dtype != dtype:
-        raise TypeError(f"{name}: expected dtype {dtype} (the dtype of the input prompts), "
+    if like is not None and t.dtype != like.dtype:
+        raise TypeError(f"{name}: expected dtype {like.dtype} (the dtype of the input prompts), "
                         f"got {t.dtype}")
+    if like is not None and t.device != like.device:
+        raise ValueError(f"{name}: expected a tensor on {like.device} (the device of the input "
+                         f"prompts), got {t.device}")
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"{name}: expected a CPU or CUDA tensor, got device {t.device}")
+    if t.device.type == "cuda" and like is None:
+        _cuda_ready(t, name)
     t = t.detach().resolve_conj().resolve_neg()
     if not t.is_contiguous():
         t = t.contiguous()  # the one visible copy for a non-contiguous input
-    return t.numpy()
+    return t.numpy() if t.device.type == "cpu" else t
+
+
+def _device(t: torch.Tensor) -> str:
+    return "cuda" if t.device.type == "cuda" else "cpu"
 
 
 def _first_order(backward):
@@ -99,11 +119,13 @@ def _first_order(backward):
 
 
 def _tensor(a) -> torch.Tensor | None:
-    return None if a is None else torch.from_numpy(a)
+    """A native result as a tensor: numpy arrays are wrapped without a copy; results of the CUDA
+    backend are already tensors (allocated by PyTorch on the inputs' device)."""
+    return None if a is None or isinstance(a, torch.Tensor) else torch.from_numpy(a)
 
 
 def _lsa_args(E, W_pv, W_kq):
-    return _numpy(E, "E"), _numpy(W_pv, "W_pv", E.dtype), _numpy(W_kq, "W_kq", E.dtype)
+    return _operand(E, "E"), _operand(W_pv, "W_pv", E), _operand(W_kq, "W_kq", E)
 
 
 # Inputs are kept with save_for_backward (autograd then refuses a backward after an in-place
@@ -112,13 +134,15 @@ class _LSAForward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, E, W_pv, W_kq):
         ctx.save_for_backward(E, W_pv, W_kq)
-        return torch.from_numpy(_lsa.forward(*_lsa_args(E, W_pv, W_kq)))
+        return _tensor(_lsa.forward(*_lsa_args(E, W_pv, W_kq), device=_device(E)))
 
     @staticmethod
     @_first_order
     def backward(ctx, d_F):
-        d_W_pv, d_W_kq, d_E = _lsa.vjp(*_lsa_args(*ctx.saved_tensors), _numpy(d_F, "d_F"),
-                                       with_input_grad=ctx.needs_input_grad[0])
+        E = ctx.saved_tensors[0]
+        d_W_pv, d_W_kq, d_E = _lsa.vjp(*_lsa_args(*ctx.saved_tensors), _operand(d_F, "d_F", E),
+                                       with_input_grad=ctx.needs_input_grad[0],
+                                       device=_device(E))
         return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
 
 
@@ -126,19 +150,24 @@ class _LSAPredict(torch.autograd.Function):
     @staticmethod
     def forward(ctx, E, W_pv, W_kq):
         ctx.save_for_backward(E, W_pv, W_kq)
-        return torch.from_numpy(_lsa.predict(*_lsa_args(E, W_pv, W_kq)))
+        return _tensor(_lsa.predict(*_lsa_args(E, W_pv, W_kq), device=_device(E)))
 
     @staticmethod
     @_first_order
     def backward(ctx, d_y):
-        d_W_pv, d_W_kq, d_E = _predict_vjp(*_lsa_args(*ctx.saved_tensors), _numpy(d_y, "d_y"),
-                                           with_input_grad=ctx.needs_input_grad[0])
+        E = ctx.saved_tensors[0]
+        d_W_pv, d_W_kq, d_E = _predict_vjp(*_lsa_args(*ctx.saved_tensors), _operand(d_y, "d_y", E),
+                                           with_input_grad=ctx.needs_input_grad[0],
+                                           device=_device(E))
         return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
 
 
 def _ka_args(Z0, V, B, C):
-    dt = Z0.dtype
-    return _numpy(Z0, "Z0"), _numpy(V, "V", dt), _numpy(B, "B", dt), _numpy(C, "C", dt)
+    return _operand(Z0, "Z0"), _operand(V, "V", Z0), _operand(B, "B", Z0), _operand(C, "C", Z0)
+
+
+def _ka_device(Z0: torch.Tensor) -> dict:
+    return {"device": "cuda"} if Z0.device.type == "cuda" else {}
 
 
 class _KernelAttention(torch.autograd.Function):
@@ -148,17 +177,19 @@ class _KernelAttention(torch.autograd.Function):
         args = _ka_args(Z0, V, B, C)
         ctx.activations = activations
         if save_context:
-            Z_L, ctx.context = _ka.forward(*args, activations, return_context=True)
+            Z_L, ctx.context = _ka.forward(*args, activations, return_context=True,
+                                           **_ka_device(Z0))
         else:
-            Z_L, ctx.context = _ka.forward(*args, activations), None
-        return torch.from_numpy(Z_L)
+            Z_L, ctx.context = _ka.forward(*args, activations, **_ka_device(Z0)), None
+        return _tensor(Z_L)
 
     @staticmethod
     @_first_order
     def backward(ctx, d_Z):
+        Z0 = ctx.saved_tensors[0]
         dV, dB, dC, dZ0 = _ka.vjp(*_ka_args(*ctx.saved_tensors), ctx.activations,
-                                  _numpy(d_Z, "d_Z_out"),
-                                  context=ctx.context, input_grad=ctx.needs_input_grad[0])
+                                  _operand(d_Z, "d_Z_out", Z0), context=ctx.context,
+                                  input_grad=ctx.needs_input_grad[0], **_ka_device(Z0))
         return _tensor(dZ0), _tensor(dV), _tensor(dB), _tensor(dC), None, None
 
 

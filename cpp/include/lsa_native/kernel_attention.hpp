@@ -19,7 +19,42 @@
 
 namespace lsa_native {
 
-enum class Activation : int { linear = 0, relu = 1, exp = 2, softmax = 3 };
+// The activation table [CCS (12)], the one list of activations: X(name, column_wise) per entry,
+// codes 0, 1, … in this order. It generates the Activation enum, activation_names() (exported to
+// Python as lsa_native._core.ACTIVATION_NAMES), the range check activation_from_code(), and the
+// per-activation dispatch of the recipe (common/ka_recipe.hpp; each kernel defines one value and one
+// gradient function per name). column_wise: h̃ normalizes over the n sources of each target column.
+#define LSA_NATIVE_ACTIVATIONS(X) \
+  X(linear, false)                \
+  X(relu, false)                  \
+  X(exp, false)                   \
+  X(softmax, true)
+
+enum class Activation : int {
+#define LSA_NATIVE_ACTIVATION_ENUM(name, column_wise) name,
+  LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_ENUM)
+#undef LSA_NATIVE_ACTIVATION_ENUM
+};
+
+// Number of activations (codes 0 .. kActivationCount − 1) and their names in code order.
+inline constexpr int kActivationCount = 0
+#define LSA_NATIVE_ACTIVATION_COUNT(name, column_wise) +1
+    LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_COUNT);
+#undef LSA_NATIVE_ACTIVATION_COUNT
+
+inline constexpr const char* activation_names[kActivationCount] = {
+#define LSA_NATIVE_ACTIVATION_NAME(name, column_wise) #name,
+    LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_NAME)
+#undef LSA_NATIVE_ACTIVATION_NAME
+};
+
+// The activation of `code`; throws Error naming `what` unless 0 <= code < kActivationCount.
+inline Activation activation_from_code(int code, const char* what = "activations") {
+  detail::require(code >= 0 && code < kActivationCount,
+                  std::string(what) + ": unknown activation code " + std::to_string(code) +
+                      " (expected 0.." + std::to_string(kActivationCount - 1) + ")");
+  return static_cast<Activation>(code);
+}
 
 struct KernelAttentionShape {
   index_t batch;    // B >= 1

@@ -72,7 +72,6 @@ void lsa_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, co
 //   d_W_kq [d+1, d+1] (written; Σ_b dŷ_b (G_b p) e_q,bᵀ, exact for any E),
 //   d_E [B, d+1, N+1] (written when not null; (1/N)(s_j p + t_j q) dŷ per column j, plus
 //   W^KQᵀ G p dŷ on the query column and dŷ on the query-label slot).  O(N d) per prompt.
-// CPU only: Device::cuda throws Error.
 template <class T>
 void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq,
                      const T* d_y, T* d_W_pv, T* d_W_kq, T* d_E = nullptr,
@@ -81,12 +80,11 @@ void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* 
 // ---- the one list of LSA entry points ----
 // X(R, name, params) for every entry point: R its return type, params its parenthesized parameter
 // list without the trailing `Device device` (the backend functions cpu::name / cuda::name take
-// exactly params). LSA_NATIVE_LSA_DEVICE_API lists those with a CUDA backend, LSA_NATIVE_LSA_CPU_API
-// those on the CPU only. The explicit instantiations (here, dispatch.cpp, cpu/lsa_cpu.cpp,
+// exactly params); every entry point has both backends. The explicit instantiations (here, dispatch.cpp, cpu/lsa_cpu.cpp,
 // cuda/lsa_cuda.cu), the backend declarations (cpu/lsa_cpu.hpp, cuda/lsa_cuda.hpp) and the
 // raw-address bindings (*_cuda) are generated from it; the compiler checks it against the
 // documented declarations above (an instantiation that matches no template does not compile).
-#define LSA_NATIVE_LSA_DEVICE_API(X, T)                                                          \
+#define LSA_NATIVE_LSA_API(X, T)                                                                 \
   X(void, lsa_predict,                                                                          \
     (const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* y_hat))                \
   X(double, lsa_loss_and_grad,                                                                  \
@@ -95,12 +93,10 @@ void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* 
   X(void, lsa_forward, (const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* F)) \
   X(void, lsa_vjp,                                                                              \
     (const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, const T* d_F, T* d_W_pv,  \
-     T* d_W_kq, T* d_E))
-#define LSA_NATIVE_LSA_CPU_API(X, T)                                                             \
+     T* d_W_kq, T* d_E))                                                                        \
   X(void, lsa_predict_vjp,                                                                      \
     (const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, const T* d_y, T* d_W_pv,  \
      T* d_W_kq, T* d_E))
-#define LSA_NATIVE_LSA_API(X, T) LSA_NATIVE_LSA_DEVICE_API(X, T) LSA_NATIVE_LSA_CPU_API(X, T)
 #define LSA_NATIVE_UNPAREN(...) __VA_ARGS__
 
 // Explicit instantiation R name(params..., Device) for T = float and double (deduced from params).

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 
+#include "lsa_native/device.hpp"
 #include "lsa_native/types.hpp"
 
 namespace lsa_native {
@@ -97,10 +98,14 @@ void sample_linear_prompts(const LinearPromptSpec& spec, index_t batch, std::uin
 //            Same law as tokens (not the same draws); needs Gaussian covariates and N >= d (+1 with
 //            noise).
 //   d_W_pv, d_W_kq [d+1, d+1] (written). Returns L.
+// device: Device::cpu (num_threads() threads), or Device::cuda (device.hpp: the parameters and
+// gradients may be host memory, copied, or device memory; the prompts are generated on the GPU, from
+// the same stream: the CUDA step equals the CPU step up to rounding; the call waits for the result).
 enum class FusedMethod { tokens, wishart };
 template <class T>
 double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t batch,
                                         std::uint32_t step, FusedMethod method, const T* W_pv,
-                                        const T* W_kq, T* d_W_pv, T* d_W_kq);
+                                        const T* W_kq, T* d_W_pv, T* d_W_kq,
+                                        Device device = Device::cpu);
 
 }  // namespace lsa_native

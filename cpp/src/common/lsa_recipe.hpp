@@ -89,6 +89,32 @@ LSA_HD double residual_scale(double res, long long N) {
   return res * double(inv_context<T>(N));
 }
 
+// ---- VJP of the prediction for an upstream dŷ (lsa_predict_vjp, SPEC 3.2) ----------------------
+// ∂ŷ/∂p = G q = g_p / N,  ∂ŷ/∂W^KQ = (G p) e_qᵀ = (g_k / N) e_qᵀ  (weighted by dŷ like the loss
+// gradient above with res replaced by dŷ), and ∂ŷ/∂E[r, j] below.
+
+// (W^KQᵀ G p)_r = Σ_k W^KQ[k, r] (G p)_k: the query column's gradient through q = W^KQ e_q.
+template <class T>
+LSA_HD T through_query_entry(Mat<T> W_kq, const T* Gp, int rows, int r) {
+  T acc = T(0);
+  for (int k = 0; k < rows; ++k) acc += W_kq(k, r) * Gp[k];
+  return acc;
+}
+
+// dŷ · ∂ŷ/∂E[r, j] = (dŷ/N)(s_j p_r + t_j q_r), + dŷ (W^KQᵀ G p)_r on the query column j = N,
+// + dŷ on the query-label slot [d, N]  (through_q_r = through_query_entry(.., r)).
+template <class T>
+LSA_HD T prediction_input_grad_entry(T dy, T inv_n, const T* p, const T* q, const T* t, const T* s,
+                                     T through_q_r, int rows, int N, int r, int j) {
+  const T dyn = dy * inv_n;
+  T v = (dyn * p[r]) * s[j] + (dyn * q[r]) * t[j];
+  if (j == N) {
+    v += dy * through_q_r;
+    if (r == rows - 1) v += dy;
+  }
+  return v;
+}
+
 // ---- full output F = E + P E with P = W^PV G W^KQ, and its VJP (SPEC 3.2) ----------------------
 
 // Σ_j A[r, j] B[c, j] over the cols tokens: G = E E^T / N (scale after), dP = d_F E^T.

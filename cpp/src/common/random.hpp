@@ -158,6 +158,24 @@ LSA_HD T normal_at(const StreamAddress& a, std::uint64_t position) {
   return z[position % per];
 }
 
+// out[i] = the normal at position p0 + i of a stream, i < n, each block's normals computed once: the
+// scalar range fill (CUDA threads; the CPU's SIMD twin is cpu/simd_random.hpp's fill_normals).
+template <class T, class Math = ScalarMath>
+LSA_HD void normals_range(const StreamAddress& a, std::uint64_t p0, std::int64_t n, T* out) {
+  constexpr int per = NormalsPerBlock<T>::value;
+  const std::uint64_t end = p0 + static_cast<std::uint64_t>(n);
+  for (std::uint64_t blk = p0 / per; blk * per < end; ++blk) {
+    std::uint32_t w[4];
+    stream_block(a, static_cast<std::uint32_t>(blk), w);
+    T z[per];
+    normals_from_block<Math>(w, z);
+    for (int j = 0; j < per; ++j) {
+      const std::uint64_t pos = blk * per + static_cast<std::uint64_t>(j);
+      if (pos >= p0 && pos < end) out[pos - p0] = z[j];
+    }
+  }
+}
+
 // The uniform at `position` of a stream.
 template <class T>
 LSA_HD T uniform_at(const StreamAddress& a, std::uint64_t position);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include "common/hd.hpp"
+#include "common/linear_prompts.hpp"
 #include "lsa_native/types.hpp"
 
 namespace lsa_native::wishart {
@@ -106,6 +107,82 @@ LSA_HD T predict_and_grads(const Prompt<T>& P, const T* p, const T* q, const T* 
     g_k[k] += e_q[k] * pe * inv_n;
   }
   return ac + pe * qe * inv_n;
+}
+
+// ---- one prompt of the fused Wishart step ----------------------------------------------------
+//
+// Draws of prompt b (backends fill them: the CPU with its SIMD range fills, CUDA with the scalar
+// recipes of random.hpp):
+//   z [bartlett_normals]: normals 0.. of kStreamBartlettNormal: x_q at 0..d−1, the T_ij (i > j,
+//     row-major) at d.., a fresh w at d + n_off.. (unused with a task pool), ε_q last;
+//   chi2 [dp]: chi2[i] = χ²_{N−i}, variate i of kStreamBartlettChi2 (rng::chi_square_variate);
+//   w [d] (z's slice or the pool task), lam_sqrt [d] (√λ of Λ_τ; random covariance laws only).
+// Same law as the tokens path, other draws.
+
+// d' of the law: d, or d + 1 with label noise (the noise coordinate of z_i).
+template <class T>
+LSA_HD index_t noise_dim(const linear::Law<T>& P) {
+  return P.sigma > T(0) ? P.d + 1 : P.d;
+}
+LSA_HD index_t off_diagonal(index_t dp) { return dp * (dp - 1) / 2; }
+LSA_HD index_t bartlett_normals(index_t d, index_t dp) { return 2 * d + off_diagonal(dp) + 1; }
+// Offset of a fresh task's w in z.
+LSA_HD index_t fresh_task_offset(index_t d, index_t dp) { return d + off_diagonal(dp); }
+
+// Per-prompt work arrays, carved from one T buffer of size(d, dp) entries.
+template <class T>
+struct Work {
+  T *e_q, *q, *Tm, *g_p, *g_k, *scratch;  // [d+1], [d+1], [dp, dp], [d+1], [d+1], [3 dp]
+  LSA_HD static index_t size(index_t d, index_t dp) { return 4 * (d + 1) + dp * dp + 3 * dp; }
+  LSA_HD static Work at(T* base, index_t d, index_t dp) {
+    Work s;
+    s.e_q = base;
+    s.q = s.e_q + (d + 1);
+    s.Tm = s.q + (d + 1);
+    s.g_p = s.Tm + dp * dp;
+    s.g_k = s.g_p + (d + 1);
+    s.scratch = s.g_k + (d + 1);
+    return s;
+  }
+};
+
+// The residual r = ŷ − y_q of one prompt (in double), with s.g_p = G q, s.g_k = G p and s.e_q =
+// (x_q; 0) for the gradient terms (acc_term). p = last row of W^PV [d+1], W_kq [d+1, d+1].
+template <class T>
+LSA_HD double prompt_residual(const linear::Law<T>& P, const T* W_kq, const T* p, const T* z,
+                              const T* chi2, const T* w, const T* lam_sqrt, const Work<T>& s) {
+  const index_t d = P.d, dp = noise_dim(P), rows = d + 1;
+  const T* ls = P.random_cov() ? lam_sqrt : nullptr;
+  for (index_t k = 0; k < d; ++k) s.e_q[k] = z[k];
+  s.e_q[d] = T(0);
+  linear::covariate(P, P.query_factor(), ls, s.e_q, 1);  // x_q
+  for (index_t r = 0; r < rows; ++r) {  // q = W^KQ e_q
+    T acc = T(0);
+    for (index_t c = 0; c < rows; ++c) acc += W_kq[r * rows + c] * s.e_q[c];
+    s.q[r] = acc;
+  }
+  // Bartlett factor: T_ij ~ N(0,1) below the diagonal (row-major order), T_ii = sqrt(χ²_{N−i})
+  index_t next = d;
+  for (index_t i = 0; i < dp; ++i) {
+    for (index_t j = 0; j < i; ++j) s.Tm[i * dp + j] = z[next++];
+    s.Tm[i * dp + i] = std::sqrt(chi2[i]);
+    for (index_t j = i + 1; j < dp; ++j) s.Tm[i * dp + j] = T(0);
+  }
+  const Prompt<T> pr{d, dp, P.L, ls, w, P.sigma, s.Tm, T(1) / std::sqrt(T(P.N))};
+  const T y_hat = predict_and_grads(pr, p, s.q, s.e_q, T(1) / T(P.N), s.g_p, s.g_k, s.scratch);
+  T y_q = linear::label(w, s.e_q, 1, d);
+  if (linear::query_has_noise(P)) y_q += P.sigma * z[bartlett_normals(d, dp) - 1];
+  return double(y_hat) - double(y_q);
+}
+
+// Term i of one prompt's contribution to the batch sums [1 + rows + rows²] = [Σ r², Σ r G q,
+// Σ r (G p) e_qᵀ] (SPEC 3.2; the last column of the last term is 0: e_q[d] = 0).
+template <class T>
+LSA_HD double acc_term(index_t i, double r, const Work<T>& s, index_t rows) {
+  if (i == 0) return r * r;
+  if (i <= rows) return r * double(s.g_p[i - 1]);
+  const index_t k = (i - 1 - rows) / rows, c = (i - 1 - rows) % rows;
+  return r * double(s.g_k[k]) * double(s.e_q[c]);
 }
 
 }  // namespace lsa_native::wishart

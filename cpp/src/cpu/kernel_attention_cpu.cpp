@@ -27,10 +27,7 @@ void check_arguments(const KernelAttentionShape& s, const T* Z0, const T* V, con
                      const T* Ck, const Activation* acts) {
   validate(s);
   detail::require(Z0 && V && Bq && Ck && acts, "Z0, V, B, C and activations must not be null");
-  for (index_t h = 0; h < s.heads; ++h) {
-    const int a = static_cast<int>(acts[h]);
-    detail::require(a >= 0 && a <= 3, "activations: unknown activation code " + std::to_string(a));
-  }
+  for (index_t h = 0; h < s.heads; ++h) activation_from_code(static_cast<int>(acts[h]));
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // CPU kernel-attention kernels over a range of prompts, compiled once per instruction set.
 #pragma once
 
+#include "common/ka_recipe.hpp"
 #include "lsa_native/kernel_attention.hpp"
 
 namespace lsa_native::cpu {
@@ -12,13 +13,11 @@ inline index_t ka_partial_size(const KernelAttentionShape& s) {
 
 // Tokens per padded row: n+1 rounded up to a whole number of `lanes`-wide vectors.
 inline index_t ka_padded_tokens(const KernelAttentionShape& s, index_t lanes) {
-  return (s.context + lanes) / lanes * lanes;
+  return recipe::KaContext::make(int(s.dim), int(s.context), int(s.layers), int(s.heads), int(lanes)).Tt;
 }
-// Values of T in one prompt's saved forward context: Z_0..Z_L [D, Tt], then per (ℓ, head)
-// U, W [d, Tt], h̃ [n, Tt] and Y = Z_ℓ M h̃ [D, Tt] (D = d+1, Tt = ka_padded_tokens).
+// Values of T in one prompt's saved forward context (layout: recipe::KaContext, shared with CUDA).
 inline index_t ka_context_size(const KernelAttentionShape& s, index_t lanes) {
-  const index_t d = s.dim, D = d + 1, LH = s.layers * s.heads;
-  return ka_padded_tokens(s, lanes) * ((s.layers + 1) * D + LH * (2 * d + s.context + D));
+  return recipe::KaContext::make(int(s.dim), int(s.context), int(s.layers), int(s.heads), int(lanes)).size();
 }
 
 template <class T>

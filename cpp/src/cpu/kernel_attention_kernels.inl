@@ -152,11 +152,13 @@ struct Workspace {
   // The backward only reads the context, so a const slice may back it there.
   void use_context(T* slice) { state = slice ? slice : own.data(); }
   void use_context(const T* slice) { use_context(const_cast<T*>(slice)); }
-  T* z(index_t l) { return state + l * D * Tt; }
-  T* u(index_t l, index_t s) { return z(L + 1) + (l * H + s) * d * Tt; }
-  T* w(index_t l, index_t s) { return z(L + 1) + (L * H + l * H + s) * d * Tt; }
-  T* h(index_t l, index_t s) { return z(L + 1) + 2 * L * H * d * Tt + (l * H + s) * n * Tt; }
-  T* y(index_t l, index_t s) { return h(L, 0) + (l * H + s) * D * Tt; }
+  recipe::KaContext layout = recipe::KaContext::make(int(d), int(n), int(L), int(H), int(simd::kLanes<T>));
+  static_assert(simd::kLanes<T> == recipe::kContextLanes<T>, "context rows: one padding for CPU and CUDA");
+  T* z(index_t l) { return state + layout.z(int(l)); }
+  T* u(index_t l, index_t s) { return state + layout.u(int(l), int(s)); }
+  T* w(index_t l, index_t s) { return state + layout.w(int(l), int(s)); }
+  T* h(index_t l, index_t s) { return state + layout.h(int(l), int(s)); }
+  T* y(index_t l, index_t s) { return state + layout.y(int(l), int(s)); }
   // Unpadded [D, n+1] ↔ padded [D, Tt] copies (stage zeroes the padding).
   void stage(const T* src, T* dst) const {
     for (index_t r = 0; r < D; ++r) {

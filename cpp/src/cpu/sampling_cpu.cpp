@@ -5,10 +5,15 @@
 
 #include "common/parallel.hpp"
 #include "common/philox.hpp"
+#include "common/wishart.hpp"
 #include "cpu/isa.hpp"
 #include "cpu/lsa_kernels.hpp"
 #include "cpu/sampling_kernels.hpp"
+#include "dispatch.hpp"
 #include "lsa_native/sampling.hpp"
+#if LSA_NATIVE_HAVE_CUDA
+#include "cuda/sampled_cuda.hpp"
+#endif
 
 namespace lsa_native {
 namespace {
@@ -48,34 +53,6 @@ void check_lower_factor(const double* L, index_t d, const char* name) {
     for (index_t m = 0; m < d; ++m)
       require(std::isfinite(L[k * d + m]), std::string(name) + ": contains non-finite values");
   }
-}
-
-template <class T>
-cpu::LinearPlan<T> make_plan(const LinearPromptSpec& s, std::uint32_t step) {
-  validate(s);
-  cpu::LinearPlan<T> P;
-  P.d = s.dim;
-  P.N = s.context;
-  P.key = rng::philox_key(s.seed);
-  P.step = step;
-  const index_t d = s.dim;
-  auto lower = [d](const double* L) {
-    std::vector<T> out(static_cast<size_t>(d * d), T(0));
-    for (index_t k = 0; k < d; ++k)
-      for (index_t m = 0; m <= k; ++m) out[k * d + m] = T(L[k * d + m]);
-    return out;
-  };
-  if (s.chol) P.L = lower(s.chol);
-  if (s.query_chol) P.Lq = lower(s.query_chol);
-  P.sigma = T(s.noise_std);
-  P.query_noise = s.query_noise;
-  P.tasks = static_cast<std::uint32_t>(s.tasks);
-  P.law = s.law;
-  P.law_a = T(s.law_a);
-  P.law_b = T(s.law_b);
-  P.law_p = T(s.law_p);
-  P.sphere = s.covariates == Covariates::sphere;
-  return P;
 }
 
 void check_batch(index_t batch, const LinearPromptSpec& s) {
@@ -183,7 +160,7 @@ template <class T>
 void sample_linear_prompts(const LinearPromptSpec& spec, index_t batch, std::uint32_t step,
                            const LinearPromptOutputs<T>& out) {
   check_batch(batch, spec);
-  const cpu::LinearPlan<T> P = make_plan<T>(spec, step);
+  const linear::Plan<T> P(spec, step);
   const auto& k = sampling<T>();
   const index_t d = P.d, N = P.N;
   detail::for_each_chunk(batch, [&](index_t, index_t b0, index_t b1) {
@@ -203,18 +180,27 @@ void sample_linear_prompts(const LinearPromptSpec& spec, index_t batch, std::uin
 template <class T>
 double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t batch,
                                         std::uint32_t step, FusedMethod method, const T* W_pv,
-                                        const T* W_kq, T* d_W_pv, T* d_W_kq) {
+                                        const T* W_kq, T* d_W_pv, T* d_W_kq, Device device) {
   check_batch(batch, spec);
   require(W_pv && W_kq && d_W_pv && d_W_kq, "W_pv, W_kq, d_W_pv, d_W_kq: null pointer");
-  const cpu::LinearPlan<T> P = make_plan<T>(spec, step);
+  require(method == FusedMethod::tokens || method == FusedMethod::wishart,
+          "method: expected tokens or wishart");
+  const linear::Plan<T> P(spec, step);
   const index_t d = P.d, N = P.N, rows = d + 1, cols = N + 1;
+  if (method == FusedMethod::wishart) {
+    require(!P.sphere, "method: 'wishart' needs Gaussian covariates (use method='tokens')");
+    const index_t dp = wishart::noise_dim(P);
+    require(N >= dp, "method: 'wishart' needs context N >= " + std::to_string(dp) +
+                         " (Bartlett); use method='tokens' for shorter prompts");
+  }
+  if (detail::use_cuda(device)) {
+#if LSA_NATIVE_HAVE_CUDA
+    return cuda::linear_prompts_lsa_loss_and_grad<T>(P, batch, method, W_pv, W_kq, d_W_pv, d_W_kq);
+#endif
+  }
   const index_t width = cpu::fused_partial_size(d);
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(batch) * width));
   if (method == FusedMethod::wishart) {
-    require(!P.sphere, "method: 'wishart' needs Gaussian covariates (use method='tokens')");
-    const index_t dp = P.sigma > T(0) ? d + 1 : d;
-    require(N >= dp, "method: 'wishart' needs context N >= " + std::to_string(dp) +
-                         " (Bartlett); use method='tokens' for shorter prompts");
     const auto& k = sampling<T>();
     detail::for_each_chunk(batch, [&](index_t c, index_t b0, index_t b1) {
       k.wishart_loss_grad(P, W_pv, W_kq, b0, b1, partials.data() + c * width);
@@ -260,7 +246,7 @@ double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t ba
                                          const LinearPromptOutputs<T>&);                          \
   template double linear_prompts_lsa_loss_and_grad<T>(const LinearPromptSpec&, index_t,           \
                                                       std::uint32_t, FusedMethod, const T*,       \
-                                                      const T*, T*, T*);
+                                                      const T*, T*, T*, Device);
 LSA_NATIVE_INSTANTIATE(float)
 LSA_NATIVE_INSTANTIATE(double)
 #undef LSA_NATIVE_INSTANTIATE

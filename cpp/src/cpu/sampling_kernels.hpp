@@ -3,30 +3,15 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
-
+#include "common/linear_prompts.hpp"
 #include "common/random.hpp"
 #include "lsa_native/sampling.hpp"
 
 namespace lsa_native::cpu {
 
-// A validated LinearPromptSpec converted for the kernels (factors in T, the step's key and step).
+// The law the kernels read (common/linear_prompts.hpp; a linear::Plan owns its factors).
 template <class T>
-struct LinearPlan {
-  index_t d = 1, N = 1;
-  rng::PhiloxKey key{0, 0};
-  std::uint32_t step = 0;
-  std::vector<T> L, Lq;  // [d, d] lower factors of Λ and of the query's law; empty: identity / = L
-  T sigma = T(0);
-  bool query_noise = false;
-  std::uint32_t tasks = 0;
-  CovarianceLaw law = CovarianceLaw::fixed;
-  T law_a = T(0), law_b = T(0), law_p = T(0);
-  bool sphere = false;
-  rng::StreamAddress address(index_t prompt, std::uint32_t stream) const {
-    return {key, static_cast<std::uint32_t>(prompt), step, stream};
-  }
-};
+using LinearPlan = linear::Law<T>;
 
 // Partial sums of a fused step per chunk: L·2B, d_p [d+1], d_K [(d+1)^2] (as lsa_kernels.hpp).
 inline index_t fused_partial_size(index_t d) { return 1 + (d + 1) + (d + 1) * (d + 1); }

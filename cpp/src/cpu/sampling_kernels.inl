@@ -58,56 +58,19 @@ void sincos_kernel(const T* u, index_t n, T* s, T* c) {
 
 // ---- per-prompt draws (the same for the tokens and the Wishart paths) ------------------------
 
-// w of prompt b from the pool (tasks κ > 0): task j = ⌊κ u⌋, whose w is the normals of
-// (seed, step 0, prompt j, kStreamTaskPool). Fresh tasks are drawn with the prompt's other normals.
+// w of prompt b from the pool (tasks κ > 0), linear_prompts.hpp.
 template <class T>
 void draw_task(const LinearPlan<T>& P, index_t b, T* w) {
-  std::uint32_t words[4];
-  rng::stream_block(P.address(b, rng::kStreamTaskChoice), 0, words);
-  const std::uint32_t j = rng::index_from_word(words[0], P.tasks);
-  simd::fill_normals(rng::StreamAddress{P.key, j, 0, rng::kStreamTaskPool}, 0, P.d, w);
+  simd::fill_normals(linear::task_address(P, linear::task_index(P, b)), 0, P.d, w);
 }
 
-// Λ_τ = diag(λ) of prompt b [ZFB 4.3] from the law; lam [d] (written).
+// Λ_τ = diag(λ) of prompt b [ZFB 4.3]; lam, lam_sqrt [d] (written).
 template <class T>
-void draw_lambda(const LinearPlan<T>& P, index_t b, T* lam) {
-  const rng::StreamAddress a = P.address(b, rng::kStreamCovariance);
+void draw_lambda(const LinearPlan<T>& P, index_t b, T* lam, T* lam_sqrt) {
   for (index_t k = 0; k < P.d; ++k) {
-    switch (P.law) {
-      case CovarianceLaw::exponential:
-        lam[k] = -P.law_a * std::log(rng::uniform_at<T>(a, static_cast<std::uint64_t>(k)));
-        break;
-      case CovarianceLaw::gamma:
-        lam[k] = P.law_b * rng::gamma_variate<T>(a, static_cast<std::uint32_t>(k), P.law_a);
-        break;
-      case CovarianceLaw::uniform:
-        lam[k] = P.law_a + (P.law_b - P.law_a) * rng::uniform_at<T>(a, static_cast<std::uint64_t>(k));
-        break;
-      case CovarianceLaw::two_point:
-        lam[k] = rng::uniform_at<T>(a, static_cast<std::uint64_t>(k)) < P.law_p ? P.law_a : P.law_b;
-        break;
-      default:
-        lam[k] = T(1);
-    }
+    lam[k] = linear::lambda_entry<T>(P, b, k);
+    lam_sqrt[k] = std::sqrt(lam[k]);
   }
-}
-
-// z <- F z for the lower-triangular factor F [d, d] (k descending, in place).
-template <class T>
-inline void apply_lower(const T* F, index_t d, T* z) {
-  for (index_t k = d; k-- > 0;) {
-    T acc = T(0);
-    for (index_t m = 0; m <= k; ++m) acc += F[k * d + m] * z[m];
-    z[k] = acc;
-  }
-}
-
-template <class T>
-inline void normalize(T* z, index_t d) {
-  T s = T(0);
-  for (index_t k = 0; k < d; ++k) s += z[k] * z[k];
-  const T inv = T(1) / std::sqrt(s);
-  for (index_t k = 0; k < d; ++k) z[k] *= inv;
 }
 
 template <class T>
@@ -115,16 +78,6 @@ inline T dot(const T* a, const T* b, index_t n) {
   T s = T(0);
   for (index_t k = 0; k < n; ++k) s += a[k] * b[k];
   return s;
-}
-
-// One prompt's covariates from standard normals z [d]: sphere direction, then the factor
-// (F when not null, else diag(lam_sqrt) when not null, else identity).
-template <class T>
-inline void covariate(const LinearPlan<T>& P, const T* F, const T* lam_sqrt, T* z) {
-  if (P.sphere) normalize(z, P.d);
-  if (F) apply_lower(F, P.d, z);
-  else if (lam_sqrt)
-    for (index_t k = 0; k < P.d; ++k) z[k] *= lam_sqrt[k];
 }
 
 template <class T>
@@ -136,24 +89,19 @@ struct PromptDraws {
 };
 
 // Writes prompt b into Eb [d+1, N+1] (the rows of its embedding [ZFB (3.4)]) and returns y_q.
-// Covariate normals are feature-major, so that every row of E is one contiguous range: x_i[k]
-// (before the factor) is position k·N + i of kStreamX, x_q[k] position N·d + k and a fresh task's
-// w_k position (N+1)·d + k; one range fill draws them all. The factor, the sphere normalization and the labels are then row operations
-// along the tokens (vectorized by the compiler).
+// The stream layout and the formulas are linear_prompts.hpp's: covariate normals are feature-major,
+// so every row of E is one contiguous range and one range fill draws them all. The context tokens
+// are this file's row twin of linear::covariate and linear::label (the same terms in the same order,
+// as row operations along the tokens that the compiler vectorizes); the query column calls them.
 template <class T>
 T draw_prompt(const LinearPlan<T>& P, index_t b, PromptDraws<T>& s, T* Eb) {
   const index_t d = P.d, N = P.N, cols = N + 1;
-  simd::fill_normals(P.address(b, kX), 0, (N + 1 + (P.tasks ? 0 : 1)) * d, s.z.data());
+  simd::fill_normals(P.address(b, kX), 0, P.covariate_normals(), s.z.data());
   if (P.tasks) draw_task(P, b, s.w.data());
   else std::memcpy(s.w.data(), s.z.data() + (N + 1) * d, sizeof(T) * d);
-  const bool random_cov = P.law != CovarianceLaw::fixed;
-  if (random_cov) {
-    draw_lambda(P, b, s.lam.data());
-    for (index_t k = 0; k < d; ++k) s.lam_sqrt[k] = std::sqrt(s.lam[k]);
-  }
-  const T* F = P.L.empty() ? nullptr : P.L.data();
-  const T* Fq = P.Lq.empty() ? F : P.Lq.data();
-  const T* ls = random_cov ? s.lam_sqrt.data() : nullptr;
+  if (P.random_cov()) draw_lambda(P, b, s.lam.data(), s.lam_sqrt.data());
+  const T* F = P.L;
+  const T* ls = P.random_cov() ? s.lam_sqrt.data() : nullptr;
   const T* Z = s.z.data();
   T* inv = s.inv_norm.data();
   if (P.sphere) {  // ξ_i = z_i / |z_i|   [CCS H.1]
@@ -183,7 +131,7 @@ T draw_prompt(const LinearPlan<T>& P, index_t b, PromptDraws<T>& s, T* Eb) {
   // the query column
   T* x_q = s.x_q.data();
   std::memcpy(x_q, Z + N * d, sizeof(T) * d);
-  covariate(P, Fq, ls, x_q);
+  linear::covariate(P, P.query_factor(), ls, x_q, 1);
   for (index_t k = 0; k < d; ++k) Eb[k * cols + N] = x_q[k];
   // labels y_i = <w, x_i> + σ ε_i   [ZFB 3.3; task shift: noise, ZFB 4.2]
   T* y = Eb + d * cols;
@@ -199,8 +147,8 @@ T draw_prompt(const LinearPlan<T>& P, index_t b, PromptDraws<T>& s, T* Eb) {
     for (index_t i = 0; i < N; ++i) y[i] += P.sigma * eps[i];
   }
   y[N] = T(0);
-  T y_q = dot(s.w.data(), x_q, d);
-  if (P.query_noise && P.sigma > T(0)) {
+  T y_q = linear::label(s.w.data(), x_q, 1, d);
+  if (linear::query_has_noise(P)) {
     T e;
     simd::fill_normals(P.address(b, rng::kStreamQueryNoise), 0, 1, &e);
     y_q += P.sigma * e;
@@ -226,8 +174,8 @@ void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
     if (out.x_q) std::memcpy(out.x_q + o * d, s.x_q.data(), sizeof(T) * d);
     if (out.lambda) {
       for (index_t k = 0; k < d; ++k) {
-        if (P.law != CovarianceLaw::fixed) out.lambda[o * d + k] = s.lam[k];
-        else out.lambda[o * d + k] = P.L.empty() ? T(1) : dot(P.L.data() + k * d, P.L.data() + k * d, k + 1);
+        if (P.random_cov()) out.lambda[o * d + k] = s.lam[k];
+        else out.lambda[o * d + k] = P.L ? dot(P.L + k * d, P.L + k * d, k + 1) : T(1);
       }
     }
   }
@@ -235,61 +183,28 @@ void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
 
 // ---- the Wishart step ----------------------------------------------------------------------
 
+// Prompts [b0, b1) of the Wishart step: the draws by this file's range fills, the rest by
+// wishart::prompt_residual (common/wishart.hpp), summed in prompt order into partial.
 template <class T>
 void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_kq, index_t b0,
                               index_t b1, double* partial) {
   const index_t d = P.d, N = P.N, rows = d + 1;
-  const index_t dp = P.sigma > T(0) ? d + 1 : d;  // d' (noise coordinate)
-  const index_t n_off = dp * (dp - 1) / 2;
-  std::vector<T> w(d), lam(d), lam_sqrt(d), x_q(d), e_q(rows), q(rows), Tm(dp * dp), z(n_off + 2 * d + 1),
-      g_p(rows), g_k(rows), scratch(3 * dp), chi2(dp);
-  std::vector<double> acc(static_cast<size_t>(fused_partial_size(d)), 0.0);
-  double *d_p = acc.data() + 1, *d_K = d_p + rows;
+  const index_t dp = wishart::noise_dim(P);
+  const index_t width = fused_partial_size(d);
+  std::vector<T> w(d), lam(d), lam_sqrt(d), z(wishart::bartlett_normals(d, dp)), chi2(dp),
+      work(wishart::Work<T>::size(d, dp));
+  const auto s = wishart::Work<T>::at(work.data(), d, dp);
+  std::vector<double> acc(static_cast<size_t>(width), 0.0);
   const T* p = W_pv + d * rows;
-  const T* F = P.L.empty() ? nullptr : P.L.data();
-  const T* Fq = P.Lq.empty() ? F : P.Lq.data();
-  const bool random_cov = P.law != CovarianceLaw::fixed;
-  const T inv_n = T(1) / T(N);
-  wishart::Prompt<T> pr{d, dp, F, random_cov ? lam_sqrt.data() : nullptr, w.data(), P.sigma,
-                        Tm.data(), T(1) / std::sqrt(T(N))};
   for (index_t b = b0; b < b1; ++b) {
-    // One range fill of the prompt's normals (stream kStreamBartlettNormal): x_q at positions
-    // 0..d−1, the T_ij (i > j, row-major) at d.., w at d + n_off.. (fresh tasks; unused with a task
-    // pool), the query noise ε_q last. The same law as the tokens path, other draws.
-    simd::fill_normals(P.address(b, rng::kStreamBartlettNormal), 0, 2 * d + n_off + 1, z.data());
+    simd::fill_normals(P.address(b, rng::kStreamBartlettNormal), 0, index_t(z.size()), z.data());
     if (P.tasks) draw_task(P, b, w.data());
-    else
-      for (index_t k = 0; k < d; ++k) w[k] = z[d + n_off + k];
-    if (random_cov) {
-      draw_lambda(P, b, lam.data());
-      for (index_t k = 0; k < d; ++k) lam_sqrt[k] = std::sqrt(lam[k]);
-    }
-    for (index_t k = 0; k < d; ++k) x_q[k] = z[k];
-    covariate(P, Fq, pr.lam_sqrt, x_q.data());
-    for (index_t k = 0; k < d; ++k) e_q[k] = x_q[k];
-    e_q[d] = T(0);
-    // q = W^KQ e_q
-    for (index_t r = 0; r < rows; ++r) q[r] = dot(W_kq + r * rows, e_q.data(), rows);
-    // Bartlett factor: T_ij ~ N(0,1) below the diagonal (row-major order), T_ii = sqrt(χ²_{N−i})
+    else std::memcpy(w.data(), z.data() + wishart::fresh_task_offset(d, dp), sizeof(T) * d);
+    if (P.random_cov()) draw_lambda(P, b, lam.data(), lam_sqrt.data());
     simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, chi2.data());
-    index_t next = d;
-    for (index_t i = 0; i < dp; ++i) {
-      for (index_t j = 0; j < i; ++j) Tm[i * dp + j] = z[next++];
-      Tm[i * dp + i] = std::sqrt(chi2[i]);
-      for (index_t j = i + 1; j < dp; ++j) Tm[i * dp + j] = T(0);
-    }
-    const T y_hat = wishart::predict_and_grads(pr, p, q.data(), e_q.data(), inv_n, g_p.data(),
-                                               g_k.data(), scratch.data());
-    T y_q = dot(w.data(), x_q.data(), d);
-    if (P.query_noise && P.sigma > T(0)) y_q += P.sigma * z[2 * d + n_off];
-    const double r = double(y_hat) - double(y_q);
-    acc[0] += r * r;
-    // d_p += r G q;  d_K += r (G p) e_qᵀ   (SPEC 3.2)
-    for (index_t k = 0; k < rows; ++k) {
-      d_p[k] += r * double(g_p[k]);
-      const double rk = r * double(g_k[k]);
-      for (index_t c = 0; c < d; ++c) d_K[k * rows + c] += rk * double(e_q[c]);
-    }
+    const double r =
+        wishart::prompt_residual(P, W_kq, p, z.data(), chi2.data(), w.data(), lam_sqrt.data(), s);
+    for (index_t i = 0; i < width; ++i) acc[i] += wishart::acc_term(i, r, s, rows);
   }
   std::memcpy(partial, acc.data(), sizeof(double) * acc.size());
 }

@@ -1,76 +1,38 @@
-// CUDA backend of the batched LSA (lsa.hpp): staging of host arrays, launch geometry and the
-// fixed-order reductions around the kernels of lsa_kernels.cuh.
+// CUDA backend of the batched LSA (lsa.hpp): staging of host arrays and launch geometry around the
+// kernels of lsa_kernels.cuh (shared launch helpers and reductions: lsa_launch.cuh, launch.cuh).
 #include <algorithm>
 #include <string>
 
 #include "cuda/lsa_cuda.hpp"
+#include "cuda/lsa_launch.cuh"
 #include "cuda/runtime.cuh"
-#include "cuda/lsa_kernels.cuh"
 
 namespace lsa_native::cuda {
 namespace {
 
 using namespace kernels;  // NOLINT: the kernels and their layout helpers
 
-// fits, and as many blocks as are resident at once (capped by the work).
-template <class Kernel>
-void prepare(Kernel kernel, std::size_t smem, const DeviceScope& scope, const char* what,
-             const LsaShape& sh) {
-  if (smem > std::size_t(scope.max_shared_bytes()))
-    throw Error(std::string(what) + ": prompts with d = " + std::to_string(sh.dim) + ", N = " +
-                std::to_string(sh.context) + " need " + std::to_string(smem) +
-                " bytes of shared memory per block; the CUDA device allows " +
-                std::to_string(scope.max_shared_bytes()) + " (use device='cpu' for such prompts)");
-  LSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-}
-
-template <class Kernel>
-int resident_blocks(Kernel kernel, int threads, std::size_t smem, const DeviceScope& scope,
-                    index_t work_blocks) {
-  int per_sm = 0;
-  LSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem));
-  const index_t resident = index_t(std::max(per_sm, 1)) * scope.sm_count();
-  return int(std::max<index_t>(1, std::min(resident, work_blocks)));
-}
-
-void check_prompt_size(const LsaShape& sh) {
-  // Staged prompts are indexed with int inside a kernel.
-  detail::require((sh.dim + 1) * (sh.context + 1) < (index_t(1) << 30),
-                  "CUDA: a prompt (d+1)(N+1) must have fewer than 2^30 entries");
-}
-
-template <class T, bool kLoss>
-void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E, const T* y_q,
-                       const T* W_pv, const T* W_kq, T* y_hat, Scratch* partial, int* blocks_out) {
-  check_prompt_size(sh);
-  const int rows = int(sh.dim + 1), cols = int(sh.context + 1);
-  auto kernel = lsa_prediction_kernel<T, kLoss>;
-  PredictionLayout lay{};
-  for (int warps = 4; warps >= 1; warps /= 2) {
-    lay = PredictionLayout::make<T>(rows, cols, warps, kLoss);
-    if (lay.total() <= std::size_t(scope.max_shared_bytes()) || warps == 1) break;
-  }
-  prepare(kernel, lay.total(), scope, kLoss ? "lsa_loss_and_grad" : "lsa_predict", sh);
+template <class T, PredictionMode kMode>
+void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E, const T* upstream,
+                       const T* W_pv, const T* W_kq, T* y_hat, T* d_E, Scratch* partial,
+                       int* blocks_out) {
+  constexpr bool kSums = kMode != PredictionMode::predict;
+  constexpr const char* kNames[] = {"lsa_predict", "lsa_loss_and_grad", "lsa_predict_vjp"};
+  auto kernel = lsa_prediction_kernel<T, kMode>;
+  const PredictionLayout lay = prediction_layout<T>(sh, kSums, scope);
+  prepare(kernel, lay.total(), scope, kNames[int(kMode)], sh);
   const int threads = lay.warps * kWarp;
   const int blocks = resident_blocks(kernel, threads, lay.total(), scope,
                                      (sh.batch + lay.warps - 1) / lay.warps);
   double* partial_ptr = nullptr;
-  if (kLoss) {
+  if (kSums) {
     *partial = Scratch(sizeof(double) * std::size_t(blocks) * std::size_t(lay.acc_width()));
     partial_ptr = static_cast<double*>(partial->get());
     *blocks_out = blocks;
   }
-  kernel<<<blocks, threads, lay.total(), stream()>>>(sh, lay, E, y_q, W_pv, W_kq, y_hat, partial_ptr);
+  kernel<<<blocks, threads, lay.total(), stream()>>>(sh, lay, E, upstream, W_pv, W_kq, y_hat,
+                                                     partial_ptr, d_E);
   check_launch("lsa_prediction_kernel");
-}
-
-// Fixed-order reduction of [count, width] partials into a fresh device array [width].
-Scratch reduce_partials(const double* partial, int count, int width) {
-  Scratch total(sizeof(double) * std::size_t(width));
-  reduce_partials_kernel<<<width, kReduceThreads, 0, stream()>>>(
-      partial, count, width, static_cast<double*>(total.get()));
-  check_launch("reduce_partials_kernel");
-  return total;
 }
 
 }  // namespace
@@ -81,8 +43,8 @@ void lsa_predict(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T
   const index_t rc = (sh.dim + 1) * (sh.context + 1), n2 = (sh.dim + 1) * (sh.dim + 1);
   DeviceInput<T> e(scope, E, sh.batch * rc), pv(scope, W_pv, n2), kq(scope, W_kq, n2);
   DeviceOutput<T> out(scope, y_hat, sh.batch);
-  launch_prediction<T, false>(sh, scope, e.get(), nullptr, pv.get(), kq.get(), out.get(), nullptr,
-                              nullptr);
+  launch_prediction<T, PredictionMode::predict>(sh, scope, e.get(), nullptr, pv.get(), kq.get(),
+                                                out.get(), nullptr, nullptr, nullptr);
   out.finish();
 }
 
@@ -96,22 +58,32 @@ double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* 
   DeviceOutput<T> dpv(scope, d_W_pv, n2), dkq(scope, d_W_kq, n2), yh(scope, y_hat, sh.batch);
   Scratch partial;
   int blocks = 0;
-  launch_prediction<T, true>(sh, scope, e.get(), y.get(), pv.get(), kq.get(), yh.get(), &partial,
-                             &blocks);
-  const int rows = int(sh.dim + 1), width = 1 + rows + rows * rows;
-  Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks, width);
-  Scratch loss_dev(sizeof(double));
-  loss_grad_epilogue_kernel<T><<<1, kReduceThreads, 0, stream()>>>(
-      static_cast<const double*>(total.get()), rows, sh.batch, dpv.get(), dkq.get(),
-      static_cast<double*>(loss_dev.get()));
-  check_launch("loss_grad_epilogue_kernel");
-  double loss = 0;
-  LSA_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_dev.get(), sizeof(double), cudaMemcpyDeviceToHost, stream()));
-  LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the loss is returned: wait (reports faults)
+  launch_prediction<T, PredictionMode::loss>(sh, scope, e.get(), y.get(), pv.get(), kq.get(),
+                                             yh.get(), nullptr, &partial, &blocks);
+  const double loss = finish_loss_and_grad(partial, blocks, int(sh.dim + 1), sh.batch, dpv.get(),
+                                           dkq.get());
   dpv.finish();
   dkq.finish();
   yh.finish();
   return loss;
+}
+
+template <class T>
+void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
+                     T* d_W_pv, T* d_W_kq, T* d_E) {
+  DeviceScope scope({E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E});
+  const index_t rc = (sh.dim + 1) * (sh.context + 1), n2 = (sh.dim + 1) * (sh.dim + 1);
+  DeviceInput<T> e(scope, E, sh.batch * rc), dy(scope, d_y, sh.batch), pv(scope, W_pv, n2),
+      kq(scope, W_kq, n2);
+  DeviceOutput<T> dpv(scope, d_W_pv, n2), dkq(scope, d_W_kq, n2), de(scope, d_E, sh.batch * rc);
+  Scratch partial;
+  int blocks = 0;
+  launch_prediction<T, PredictionMode::vjp>(sh, scope, e.get(), dy.get(), pv.get(), kq.get(),
+                                            nullptr, de.get(), &partial, &blocks);
+  finish_prediction_sums(partial, blocks, int(sh.dim + 1), 1.0, dpv.get(), dkq.get(), false);
+  dpv.finish();
+  dkq.finish();
+  de.finish();
 }
 
 template <class T>
@@ -158,7 +130,7 @@ void lsa_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const
   de.finish();
 }
 
-LSA_NATIVE_LSA_DEVICE_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, float)
-LSA_NATIVE_LSA_DEVICE_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, double)
+LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, float)
+LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, double)
 
 }  // namespace lsa_native::cuda

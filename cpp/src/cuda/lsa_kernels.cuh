@@ -15,188 +15,210 @@
 #include <cstddef>
 
 #include "common/lsa_recipe.hpp"
+#include "cuda/kernel_common.cuh"
 #include "lsa_native/lsa.hpp"
 
-#if defined(__CUDACC__)
-#define LSA_UNROLL _Pragma("unroll")
-#define LSA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
-#define LSA_STATIC_SHARED(type, name, n) __shared__ type name[n]
-#endif
-
-// Internal linkage: each including translation unit (the CUDA backend, the emulation test) has
-// its own copy.
 namespace lsa_native::cuda::kernels {
 namespace {
-
-constexpr int kWarp = 32;
-constexpr int kReduceThreads = 256;
 
 using recipe::Mat;
 using recipe::rows_of;
 
-inline std::size_t align16(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
-
-// Copies n contiguous values src → dst with the threads [0, nthreads) of a warp or block,
-// kUnroll independent streaming loads in flight per thread (E is read once: evict-first).
-template <class T>
-__device__ __forceinline__ void stage(const T* __restrict__ src, T* __restrict__ dst, int n,
-                                      int tid, int nthreads) {
-  constexpr int kUnroll = 128 / sizeof(T);  // 128 bytes in flight per thread (memory parallelism)
-  int i = tid;
-  for (; i + (kUnroll - 1) * nthreads < n; i += kUnroll * nthreads) {
-    T v[kUnroll];
-LSA_UNROLL
-    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(src + i + u * nthreads);
-LSA_UNROLL
-    for (int u = 0; u < kUnroll; ++u) dst[i + u * nthreads] = v[u];
-  }
-  for (; i < n; i += nthreads) dst[i] = __ldcs(src + i);
-}
-
-template <class T>
-__device__ __forceinline__ T warp_sum(T v) {
-LSA_UNROLL
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;  // every lane holds the sum (same order on every lane)
-}
-
-// total[i] = Σ_k partial[k, i] over count rows, in a fixed order (one block per column i):
-// thread t sums rows t, t + 256, ... in order, then a fixed binary tree.
-__global__ void reduce_partials_kernel(const double* __restrict__ partial, int count, int width,
-                                       double* __restrict__ total) {
-  LSA_STATIC_SHARED(double, buf, kReduceThreads);
-  const int i = int(blockIdx.x), tid = int(threadIdx.x);
-  double s = 0;
-  for (int k = tid; k < count; k += kReduceThreads) s += partial[index_t(k) * width + i];
-  buf[tid] = s;
-  __syncthreads();
-  for (int h = kReduceThreads / 2; h > 0; h /= 2) {
-    if (tid < h) buf[tid] += buf[tid + h];
-    __syncthreads();
-  }
-  if (tid == 0) total[i] = buf[0];
-}
-
 // ---- prediction and loss gradient: one warp per prompt -----------------------------------------
 
-// Shared memory of the prediction kernels, in bytes: per block W^KQ [rows, rows] and p [rows];
-// per warp the double accumulators (loss gradient only) and the T scratch.
+// What a prediction kernel computes per prompt: ŷ only; ŷ and the loss gradient terms (weight
+// w = res = ŷ − y_q); or the prediction VJP (weight w = dŷ, the upstream; the same gradient terms
+// and, when requested, dE = dŷ ∂ŷ/∂E).
+enum class PredictionMode { predict, loss, vjp };
+
+// Shared memory of the prediction kernels, in bytes: per block W^KQ [rows, rows], p [rows] and
+// block_extra T values; per warp the double accumulators (loss gradient / VJP only), the T scratch
+// and warp_extra T values (the extras: the fused sampled step's factors and draws).
 struct PredictionLayout {
   int rows, cols, warps;
-  bool loss;
+  bool sums;  // loss or VJP: the per-warp gradient accumulators exist
   std::size_t block_bytes, warp_bytes;
   // Per-warp doubles: acc = [loss, d_p (rows), d_K (rows²)] then coef (rows), e_q (rows).
   __host__ __device__ int acc_width() const { return 1 + rows + rows * rows; }
-  __host__ __device__ std::size_t warp_doubles() const { return loss ? std::size_t(acc_width() + 2 * rows) : 0; }
-  // Per-warp T: prompt [rows, cols], q [rows], t [cols], s [cols].
+  __host__ __device__ std::size_t warp_doubles() const { return sums ? std::size_t(acc_width() + 2 * rows) : 0; }
+  // Per-warp T: prompt [rows, cols], q [rows], t [cols], s [cols], G p [rows], then the extras.
   template <class T>
-  static PredictionLayout make(int rows, int cols, int warps, bool loss) {
-    PredictionLayout l{rows, cols, warps, loss, 0, 0};
-    l.block_bytes = align16(sizeof(T) * std::size_t(rows * rows + rows));
+  static PredictionLayout make(int rows, int cols, int warps, bool sums, int block_extra = 0,
+                               int warp_extra = 0) {
+    PredictionLayout l{rows, cols, warps, sums, 0, 0};
+    l.block_bytes = align16(sizeof(T) * std::size_t(rows * rows + rows + block_extra));
     l.warp_bytes = align16(sizeof(double) * l.warp_doubles() +
-                           sizeof(T) * std::size_t(rows * cols + rows + 2 * cols));
+                           sizeof(T) * std::size_t(rows * cols + 2 * rows + 2 * cols + warp_extra));
     return l;
   }
   __host__ __device__ std::size_t total() const { return block_bytes + std::size_t(warps) * warp_bytes; }
 };
 
-// kLoss = false: y_hat only. kLoss = true: also the per-block partial sums
-// partial [gridDim.x, 1 + rows + rows²] = [Σ res², Σ res g_p/N, Σ res (g_k/N) e_q^T] (SPEC 3.2).
-template <class T, bool kLoss>
-__global__ void lsa_prediction_kernel(LsaShape sh, PredictionLayout lay, const T* __restrict__ E,
-                                      const T* __restrict__ y_q, const T* __restrict__ W_pv,
-                                      const T* __restrict__ W_kq, T* __restrict__ y_hat,
-                                      double* __restrict__ partial) {
-  LSA_DYNAMIC_SHARED(smem);
-  const int rows = lay.rows, cols = lay.cols, N = cols - 1, size = rows * cols;
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  T* sW_kq = reinterpret_cast<T*>(smem);  // [rows, rows]
-  T* sp = sW_kq + rows * rows;            // [rows] last row of W^PV
-  unsigned char* mine = smem + lay.block_bytes + std::size_t(warp) * lay.warp_bytes;
-  double* acc = reinterpret_cast<double*>(mine);  // [acc_width]
-  double* coef = acc + lay.acc_width();           // [rows] res g_k / N
-  double* e_q = coef + rows;                      // [rows]
-  T* prompt = reinterpret_cast<T*>(mine + sizeof(double) * lay.warp_doubles());  // [rows, cols]
-  T* q = prompt + size;                           // [rows]
-  T* t = q + rows;                                // [cols]
-  T* s = t + cols;                                // [cols]
+// One warp's part of the prediction kernels' shared memory.
+template <class T>
+struct WarpArea {
+  double* acc;   // [acc_width] batch sums of this warp (loss / VJP)
+  double* coef;  // [rows] res g_k / N
+  double* e_q;   // [rows]
+  T* prompt;     // [rows, cols] the staged (or generated) prompt
+  T* q;          // [rows]
+  T* t;          // [cols]
+  T* s;          // [cols]
+  T* Gp;         // [rows] G p (VJP with dE)
+  T* extra;      // [warp_extra]
+};
 
+template <class T>
+__device__ __forceinline__ WarpArea<T> warp_area(const PredictionLayout& lay, unsigned char* smem,
+                                                 int warp) {
+  unsigned char* mine = smem + lay.block_bytes + std::size_t(warp) * lay.warp_bytes;
+  WarpArea<T> a;
+  a.acc = reinterpret_cast<double*>(mine);
+  a.coef = a.acc + lay.acc_width();
+  a.e_q = a.coef + lay.rows;
+  a.prompt = reinterpret_cast<T*>(mine + sizeof(double) * lay.warp_doubles());
+  a.q = a.prompt + lay.rows * lay.cols;
+  a.t = a.q + lay.rows;
+  a.s = a.t + lay.cols;
+  a.Gp = a.s + lay.cols;
+  a.extra = a.Gp + lay.rows;
+  return a;
+}
+
+// Block prologue: W^KQ and p (last row of W^PV) into shared memory, the warps' accumulators zeroed.
+// Returns the block's extras (block_extra T values after p).
+template <class T>
+__device__ __forceinline__ T* load_parameters(const PredictionLayout& lay, unsigned char* smem,
+                                              const T* __restrict__ W_pv, const T* __restrict__ W_kq) {
+  const int rows = lay.rows;
+  T* sW_kq = reinterpret_cast<T*>(smem);
+  T* sp = sW_kq + rows * rows;
   for (int i = threadIdx.x; i < rows * rows; i += blockDim.x) sW_kq[i] = W_kq[i];
   for (int i = threadIdx.x; i < rows; i += blockDim.x) sp[i] = W_pv[(rows - 1) * rows + i];
-  if (kLoss)
-    for (int i = lane; i < lay.acc_width(); i += kWarp) acc[i] = 0;
-  __syncthreads();
-
-  const Mat<T> Ep = rows_of<T>(prompt, cols), Wk = rows_of<T>(sW_kq, rows);
-  double loss = 0;  // lane 0's running Σ res²
-  const index_t n_warps = index_t(gridDim.x) * lay.warps;
-  for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < sh.batch; b += n_warps) {
-    stage(E + b * size, prompt, size, lane, kWarp);
-    __syncwarp();
-    for (int r = lane; r < rows; r += kWarp) q[r] = recipe::query_entry(Wk, Ep, rows, N, r);
-    __syncwarp();
-    T sum_ts = T(0);
-    for (int j = lane; j < cols; j += kWarp) {
-      T tj, sj;
-      recipe::token_scalars(Ep, rows, sp, q, j, tj, sj);
-      if (kLoss) {
-        t[j] = tj;
-        s[j] = sj;
-      }
-      sum_ts += tj * sj;
-    }
-    sum_ts = warp_sum(sum_ts);
-    const T pred = recipe::prediction(Ep(rows - 1, N), sum_ts, N);
-    if (lane == 0 && y_hat != nullptr) y_hat[b] = pred;
-    if (kLoss) {
-      __syncwarp();  // t, s complete
-      const double res = double(pred) - double(y_q[b]);
-      const double scale = recipe::residual_scale<T>(res, N);
-      if (lane == 0) loss += res * res;
-      for (int r = lane; r < rows; r += kWarp) {
-        T g_p, g_k;
-        recipe::weighted_row_sums(Ep, cols, t, s, r, g_p, g_k);
-        acc[1 + r] += scale * double(g_p);  // ∂L_b/∂p
-        coef[r] = scale * double(g_k);
-        e_q[r] = double(Ep(r, N));
-      }
-      __syncwarp();
-      double* d_K = acc + 1 + rows;  // += coef e_q^T, lanes along the columns (no div/mod)
-      for (int r = 0; r < rows; ++r)
-        for (int c = lane; c < rows; c += kWarp) d_K[r * rows + c] += coef[r] * e_q[c];
-    }
-    __syncwarp();  // the next prompt overwrites the staged one
+  if (lay.sums) {
+    const WarpArea<T> a = warp_area<T>(lay, smem, int(threadIdx.x) / kWarp);
+    for (int i = int(threadIdx.x) % kWarp; i < lay.acc_width(); i += kWarp) a.acc[i] = 0;
   }
-  if (!kLoss) return;
-  if (lane == 0) acc[0] = loss;
+  return sp + rows;
+}
+
+// One prompt in a.prompt, by the lanes of one warp: returns ŷ (on every lane). kMode = loss adds
+// the prompt's gradient terms for the weight res = ŷ − target to a.acc and lane 0's res² to
+// `loss`; kMode = vjp adds them for the weight dŷ = target and writes d_E_b [rows, cols] when not
+// null. Ends with the warp synchronised (the caller may overwrite the prompt).
+template <class T, PredictionMode kMode>
+__device__ __forceinline__ T warp_prompt(const PredictionLayout& lay, const WarpArea<T>& a,
+                                         const unsigned char* smem, T target, int lane, double& loss,
+                                         T* __restrict__ d_E_b = nullptr) {
+  constexpr bool kSums = kMode != PredictionMode::predict;
+  const int rows = lay.rows, cols = lay.cols, N = cols - 1;
+  const T* sW_kq = reinterpret_cast<const T*>(smem);
+  const T* sp = sW_kq + rows * rows;
+  const Mat<T> Ep = rows_of<T>(a.prompt, cols), Wk = rows_of<T>(sW_kq, rows);
+  for (int r = lane; r < rows; r += kWarp) a.q[r] = recipe::query_entry(Wk, Ep, rows, N, r);
+  __syncwarp();
+  T sum_ts = T(0);
+  for (int j = lane; j < cols; j += kWarp) {
+    T tj, sj;
+    recipe::token_scalars(Ep, rows, sp, a.q, j, tj, sj);
+    if (kSums) {
+      a.t[j] = tj;
+      a.s[j] = sj;
+    }
+    sum_ts += tj * sj;
+  }
+  sum_ts = warp_sum(sum_ts);
+  const T pred = recipe::prediction(Ep(rows - 1, N), sum_ts, N);
+  if (kSums) {
+    __syncwarp();  // t, s complete
+    const double w = kMode == PredictionMode::loss ? double(pred) - double(target) : double(target);
+    const double scale = recipe::residual_scale<T>(w, N);
+    if (kMode == PredictionMode::loss && lane == 0) loss += w * w;
+    const bool input_grad = kMode == PredictionMode::vjp && d_E_b != nullptr;
+    for (int r = lane; r < rows; r += kWarp) {
+      T g_p, g_k;
+      recipe::weighted_row_sums(Ep, cols, a.t, a.s, r, g_p, g_k);
+      a.acc[1 + r] += scale * double(g_p);  // w ∂ŷ/∂p
+      a.coef[r] = scale * double(g_k);
+      a.e_q[r] = double(Ep(r, N));
+      if (input_grad) a.Gp[r] = g_k * recipe::inv_context<T>(N);
+    }
+    __syncwarp();
+    double* d_K = a.acc + 1 + rows;  // += coef e_q^T, lanes along the columns (no div/mod)
+    for (int r = 0; r < rows; ++r)
+      for (int c = lane; c < rows; c += kWarp) d_K[r * rows + c] += a.coef[r] * a.e_q[c];
+    if (input_grad) {
+      const T inv_n = recipe::inv_context<T>(N);
+      for (int r = 0; r < rows; ++r) {  // row by row: the lanes write consecutive tokens
+        const T through_q = recipe::through_query_entry(Wk, a.Gp, rows, r);
+        for (int j = lane; j < cols; j += kWarp)
+          d_E_b[r * cols + j] = recipe::prediction_input_grad_entry(target, inv_n, sp, a.q, a.t,
+                                                                    a.s, through_q, rows, N, r, j);
+      }
+    }
+  }
+  __syncwarp();
+  return pred;
+}
+
+// Block epilogue of the loss kernels: lane 0's `loss` into its warp's acc[0], then the block partial
+// partial [gridDim.x, acc_width] with the warps combined in order 0, 1, ...
+template <class T>
+__device__ __forceinline__ void block_partial(const PredictionLayout& lay, unsigned char* smem,
+                                              double loss, double* __restrict__ partial) {
+  if (threadIdx.x % kWarp == 0) warp_area<T>(lay, smem, int(threadIdx.x) / kWarp).acc[0] = loss;
   __syncthreads();
-  // Block partial: warps combined in order 0, 1, ...
   const int width = lay.acc_width();
   for (int i = threadIdx.x; i < width; i += blockDim.x) {
     double sum = 0;
-    for (int w = 0; w < lay.warps; ++w)
-      sum += reinterpret_cast<const double*>(smem + lay.block_bytes + std::size_t(w) * lay.warp_bytes)[i];
+    for (int w = 0; w < lay.warps; ++w) sum += warp_area<T>(lay, smem, w).acc[i];
     partial[index_t(blockIdx.x) * width + i] = sum;
   }
 }
 
-// d_W_pv = 0 but its last row = d_p / B; d_W_kq = d_K / B; loss = ½ Σ res² / B  [ZFB (3.7)].
+// predict: y_hat. loss (upstream = y_q): also the per-block partial sums partial [gridDim.x,
+// 1 + rows + rows²] = [Σ res², Σ res g_p/N, Σ res (g_k/N) e_q^T] (SPEC 3.2). vjp (upstream = dŷ):
+// the same partials with weight dŷ (slot 0 unused) and d_E when not null.
+template <class T, PredictionMode kMode>
+__global__ void lsa_prediction_kernel(LsaShape sh, PredictionLayout lay, const T* __restrict__ E,
+                                      const T* __restrict__ upstream, const T* __restrict__ W_pv,
+                                      const T* __restrict__ W_kq, T* __restrict__ y_hat,
+                                      double* __restrict__ partial, T* __restrict__ d_E) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int size = lay.rows * lay.cols;
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  load_parameters(lay, smem, W_pv, W_kq);
+  __syncthreads();
+  const WarpArea<T> a = warp_area<T>(lay, smem, warp);
+  double loss = 0;  // lane 0's running Σ res²
+  const index_t n_warps = index_t(gridDim.x) * lay.warps;
+  for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < sh.batch; b += n_warps) {
+    stage(E + b * size, a.prompt, size, lane, kWarp);
+    __syncwarp();
+    const T target = kMode == PredictionMode::predict ? T(0) : upstream[b];
+    const T pred = warp_prompt<T, kMode>(lay, a, smem, target, lane, loss,
+                                         d_E == nullptr ? nullptr : d_E + b * size);
+    if (lane == 0 && y_hat != nullptr) y_hat[b] = pred;
+  }
+  if (kMode != PredictionMode::predict) block_partial<T>(lay, smem, loss, partial);
+}
+
+// d_W_pv = 0 but its last row = d_p · scale; d_W_kq = d_K · scale; with scale = 1/B for the loss
+// gradient (and loss = ½ Σ res² / B  [ZFB (3.7)]) or 1 for the prediction VJP (loss null).
 template <class T>
-__global__ void loss_grad_epilogue_kernel(const double* __restrict__ total, int rows, index_t batch,
-                                          T* __restrict__ d_W_pv, T* __restrict__ d_W_kq,
-                                          double* __restrict__ loss) {
-  const double inv_b = 1.0 / double(batch);
+__global__ void prediction_epilogue_kernel(const double* __restrict__ total, int rows, double scale,
+                                           T* __restrict__ d_W_pv, T* __restrict__ d_W_kq,
+                                           double* __restrict__ loss) {
   const double* d_p = total + 1;
   const double* d_K = d_p + rows;
   for (int i = threadIdx.x; i < rows * rows; i += blockDim.x) {
     const int r = i / rows, c = i % rows;
-    d_W_pv[i] = r == rows - 1 ? T(d_p[c] * inv_b) : T(0);
-    d_W_kq[i] = T(d_K[i] * inv_b);
+    d_W_pv[i] = r == rows - 1 ? T(d_p[c] * scale) : T(0);
+    d_W_kq[i] = T(d_K[i] * scale);
   }
-  if (threadIdx.x == 0) *loss = 0.5 * total[0] * inv_b;
+  if (threadIdx.x == 0 && loss != nullptr) *loss = 0.5 * total[0] * scale;
 }
 
-// Launch geometry shared by the kernels: the largest warps-per-block (≤ 4) whose shared memory
 // ---- full forward and VJP: one block per prompt --------------------------------------------------
 
 constexpr int kBlockThreads = 256;

@@ -14,6 +14,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .. import _core
+from .. import cuda as _cuda
 from .._validation import as_array, positive_int
 from ..data import PromptBatch, check_covariance
 from .random import check_seed, check_step
@@ -199,7 +200,7 @@ class LinearPrompts:
     # ---- fused training step -------------------------------------------------------------------
 
     def lsa_loss_and_grad(self, W_pv, W_kq, *, batch: int, step: int = 0, method: str = "tokens",
-                          dtype=np.float32):
+                          dtype=np.float32, device: str = "auto"):
         """(L, ∂L/∂W^PV, ∂L/∂W^KQ) of L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² [ZFB (3.7)] on the prompts of
         ``step``, as ``lsa.loss_and_grad`` would give on ``sample_embedding(batch, step)``.
 
@@ -208,10 +209,20 @@ class LinearPrompts:
         prompt enters only through G = A S Aᵀ + e_q e_qᵀ/N with S drawn by the Bartlett
         decomposition, O(d²) per prompt whatever N (same law, other draws; Gaussian covariates,
         N >= d, or d + 1 with label noise). ``"auto"``: wishart where it applies, else tokens.
+
+        ``device``: ``"cpu"``, ``"cuda"`` (the prompts are generated and consumed on the GPU from the
+        same Philox stream, so the step equals the CPU step up to rounding: about 1e-12 relative in
+        float64), or ``"auto"`` (``"cuda"`` when W_pv or W_kq is a CUDA array, else ``"cpu"``). The
+        parameters may be numpy or CUDA arrays (they are tiny and copied); the gradients are numpy
+        arrays. ``"cuda"`` without CUDA kernels in the build, or without a GPU, raises ValueError.
         """
         B = positive_int(batch, "batch")
         dt = _float_dtype(dtype)
         r = self.dim + 1
+        device = _cuda.resolve_device(device, W_pv=W_pv, W_kq=W_kq)
+        if device == "cuda":
+            W_pv = W_pv if isinstance(W_pv, np.ndarray) else _cuda.to_host(W_pv)
+            W_kq = W_kq if isinstance(W_kq, np.ndarray) else _cuda.to_host(W_kq)
         W_pv = as_array(W_pv, (r, r), dt, "W_pv")
         W_kq = as_array(W_kq, (r, r), dt, "W_kq")
         if method not in ("tokens", "wishart", "auto"):
@@ -221,7 +232,7 @@ class LinearPrompts:
         d_pv = np.empty((r, r), dt)
         d_kq = np.empty((r, r), dt)
         loss = _core.linear_prompts_lsa_loss_and_grad(self._spec, B, check_step(step), method,
-                                                      W_pv, W_kq, d_pv, d_kq)
+                                                      W_pv, W_kq, d_pv, d_kq, device)
         return float(loss), d_pv, d_kq
 
     @property

@@ -6,7 +6,7 @@ whose result depends only on (its seed, ``step``) — the native samplers of
 (:class:`LinearPromptsNumpy`, :class:`KernelGPPromptsNumpy`, each ``np.random.default_rng([seed,
 step])`` around the reference samplers of :mod:`lsa_native.data`). A spec that also has
 ``spec.lsa_loss_and_grad(W_pv, W_kq, batch=, step=, method=, dtype=)`` lets the LSA objective
-train without materializing prompts.
+train without materializing prompts (and with ``device=``, on the GPU).
 
 A *data source* tells :func:`~lsa_native.train.fit` which prompts step t uses:
 

@@ -95,14 +95,20 @@ class LSAObjective(_WeightPair, Objective):
     (the native ``sampling.LinearPrompts``), the fused path runs (no prompts materialized;
     ``method`` "tokens", "wishart" or "auto", see ``LinearPrompts.lsa_loss_and_grad``); otherwise ``lsa.loss_and_grad`` on the step's batch, its
     E cast to ``dtype`` (None: the batch's dtype).
+    ``device``: where the fused step runs, "cpu", "cuda" (prompts generated on the GPU; θ and the
+    gradients stay host arrays) or "auto" (= "cpu" for host parameters); the non-fused path and
+    ``evaluate`` run on the CPU.
     """
 
-    def __init__(self, W_pv, W_kq, *, dtype=None, method: str = "tokens", fused: bool = True):
+    def __init__(self, W_pv, W_kq, *, dtype=None, method: str = "tokens", fused: bool = True,
+                 device: str = "auto"):
         self._init_pair(W_pv, W_kq)
         self.dtype = _float_dtype(dtype)
         if method not in ("tokens", "wishart", "auto"):
             raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
-        self.method, self.fused = method, bool(fused)
+        if device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+        self.method, self.fused, self.device = method, bool(fused), device
 
     def _fused(self, data) -> bool:
         return (self.fused and isinstance(data, Prompts)
@@ -111,9 +117,10 @@ class LSAObjective(_WeightPair, Objective):
     def loss_and_grad(self, theta, step, data):
         W_pv, W_kq = self.unpack(theta)
         if self._fused(data):
+            where = {} if self.device == "auto" else {"device": self.device}  # specs without device=
             loss, g_pv, g_kq = data.spec.lsa_loss_and_grad(
                 W_pv, W_kq, batch=data.batch, step=data.sample_index(step), method=self.method,
-                dtype=self.dtype or data.dtype)
+                dtype=self.dtype or data.dtype, **where)
         else:
             batch = data.at(step)
             E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
@@ -127,7 +134,7 @@ class LSAObjective(_WeightPair, Objective):
 
     def config(self):
         return {"type": "LSAObjective", "dim": self.n - 1, "dtype": getattr(self.dtype, "name", None),
-                "method": self.method, "fused": self.fused}
+                "method": self.method, "fused": self.fused, "device": self.device}
 
 
 class KernelAttentionObjective(Objective):

@@ -1,0 +1,215 @@
+// Per-prompt kernel-attention math [CCS (3), (5), (12)], written once for every backend (LSA_HD).
+//
+// As in lsa_recipe.hpp, a recipe is the list of per-entry formulas of one prompt's computation;
+// a backend decides which thread computes which entry and when the inputs of a step are ready (the
+// CUDA kernels of cuda/ka_kernels.cuh: threads of a block over a prompt staged in shared memory;
+// the scalar host driver of cpp/tests/test_ka_recipe.cpp: plain loops). Every formula sums in the
+// order written here.
+//
+// One layer ℓ and head s, for a prompt Z = Z_ℓ [D = d+1, n+1] (columns = tokens, the last one the
+// query), X = Z[:d, :], M = diag(1, …, 1, 0):
+//   U = B X, W = C X [d, n+1]                         (u_entry)
+//   S = Uᵀ W restricted to sources i < n [n, n+1]      (logit_entry)
+//   h̃ = activation(S), softmax column-wise with the column max subtracted   [CCS (12)]
+//   Y = Z M h̃ [D, n+1]                                (y_entry)
+//   Z_{ℓ+1} = Z_ℓ + Σ_s V^s Y^s                        (residual_entry)    [CCS (3)]
+// Reverse mode, with dO = ∂ℓ/∂Z_{ℓ+1} (every head's output receives it) and dZ_ℓ starting at dO:
+//   dV += dO Yᵀ, dY = Vᵀ dO                           (token_product_entry, transposed_combination)
+//   dZ[:, i<n] += dY h̃ᵀ,  dh̃ = (Z M)ᵀ dY              (token_product_entry, dh_entry)
+//   dS = activation gradient of dh̃                    (activation_gradient)
+//   dU[:, i] = W dSᵀ[:, i] (i < n; the query column 0), dW = U[:, :n] dS
+//   dB += dU Xᵀ, dC += dW Xᵀ, dX += Bᵀ dU + Cᵀ dW
+// Loss [CCS (5)]: (1/B) Σ_b (TF_b + y_q,b)² with TF = Z_L[d, n]: ∂/∂Z_L = 2 r / B at [d, n].
+//
+// Matrices are recipe::Mat views (lsa_recipe.hpp), so the same formulas run on the CPU context's
+// padded rows and on any staging a backend picks. Indices inside one prompt are int.
+#pragma once
+
+#include <cmath>
+
+#include "common/hd.hpp"
+#include "common/lsa_recipe.hpp"
+#include "lsa_native/kernel_attention.hpp"
+
+namespace lsa_native::recipe {
+
+// ---- the saved forward context of one prompt (shared by the CPU and CUDA backends) -------------
+// Rows of n+1 tokens padded to Tt = n+1 rounded up to kContextLanes<T> (the CPU's 32-byte vectors:
+// 8 floats / 4 doubles), padding exactly 0. Layout [Z_0..Z_L | U | W | h̃ | Y]: Z_ℓ [D, Tt] for
+// ℓ = 0..L, then per (ℓ, s) in order ℓ·H + s: U, W [d, Tt] (all U first, then all W), h̃ [n, Tt],
+// Y = Z_ℓ M h̃ [D, Tt]. Offsets in values of T.
+template <class T>
+inline constexpr int kContextLanes = int(32 / sizeof(T));
+
+struct KaContext {
+  int d, n, D, L, H, Tt;
+  LSA_HD static KaContext make(int d, int n, int L, int H, int lanes) {
+    return {d, n, d + 1, L, H, (n + lanes) / lanes * lanes};
+  }
+  LSA_HD long long z(int l) const { return (long long)l * D * Tt; }
+  LSA_HD long long u(int l, int s) const { return z(L + 1) + (long long)(l * H + s) * d * Tt; }
+  LSA_HD long long w(int l, int s) const { return u(L, 0) + (long long)(l * H + s) * d * Tt; }
+  LSA_HD long long h(int l, int s) const { return w(L, 0) + (long long)(l * H + s) * n * Tt; }
+  LSA_HD long long y(int l, int s) const { return h(L, 0) + (long long)(l * H + s) * D * Tt; }
+  LSA_HD long long size() const { return y(L, 0); }  // Tt ((L+1) D + L H (2d + n + D))
+};
+
+template <class T>
+KaContext context_layout(const KernelAttentionShape& s) {
+  return KaContext::make(int(s.dim), int(s.context), int(s.layers), int(s.heads), kContextLanes<T>);
+}
+
+// ---- the activations h̃ of CCS (12), one value and one gradient function per table entry -------
+// Element-wise, given the column's shift (softmax: the max over the n sources, else unused):
+//   value: linear s, relu max(s, 0), exp e^s, softmax e^(s − shift) (normalized afterwards by
+//   softmax_normalize_entry with the column's 1 / Σ_i e^(S_ij − shift)).
+//   gradient ∂ℓ/∂S from h = h̃ and dh = ∂ℓ/∂h̃, given the column's Σ_i h_ij dh_ij (softmax only):
+//   linear dh, relu [h > 0] dh, exp h dh, softmax h (dh − Σ_i h_ij dh_ij).
+namespace activation {
+template <class T>
+LSA_HD T exp_of(T x) {
+  using std::exp;
+  return exp(x);
+}
+template <class T> LSA_HD T linear_value(T s, T) { return s; }
+template <class T> LSA_HD T relu_value(T s, T) { return s > T(0) ? s : T(0); }
+template <class T> LSA_HD T exp_value(T s, T) { return exp_of(s); }
+template <class T> LSA_HD T softmax_value(T s, T shift) { return exp_of(s - shift); }
+template <class T> LSA_HD T linear_gradient(T, T dh, T) { return dh; }
+template <class T> LSA_HD T relu_gradient(T h, T dh, T) { return h > T(0) ? dh : T(0); }
+template <class T> LSA_HD T exp_gradient(T h, T dh, T) { return h * dh; }
+template <class T> LSA_HD T softmax_gradient(T h, T dh, T column_dot) { return h * (dh - column_dot); }
+}  // namespace activation
+
+// Dispatch generated from the activation table (kernel_attention.hpp): one case per entry.
+template <class T>
+LSA_HD T activation_value(Activation a, T s, T shift) {
+  switch (a) {
+#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise) \
+  case Activation::name:                              \
+    return activation::name##_value(s, shift);
+    LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_CASE)
+#undef LSA_NATIVE_ACTIVATION_CASE
+  }
+  return s;  // unreachable: codes are checked at the API boundary
+}
+
+template <class T>
+LSA_HD T activation_gradient(Activation a, T h, T dh, T column_dot) {
+  switch (a) {
+#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise) \
+  case Activation::name:                              \
+    return activation::name##_gradient(h, dh, column_dot);
+    LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_CASE)
+#undef LSA_NATIVE_ACTIVATION_CASE
+  }
+  return dh;
+}
+
+// Whether h̃ normalizes each target column over the sources (the table's column_wise flag).
+LSA_HD bool column_wise(Activation a) {
+  switch (a) {
+#define LSA_NATIVE_ACTIVATION_CASE(name, is_column_wise) \
+  case Activation::name:                                 \
+    return is_column_wise;
+    LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_CASE)
+#undef LSA_NATIVE_ACTIVATION_CASE
+  }
+  return false;
+}
+
+// ---- forward, per entry ----------------------------------------------------------------------
+
+// U[a, j] = Σ_c B[a, c] Z[c, j] over the d input rows (W = C X likewise).
+template <class T>
+LSA_HD T u_entry(Mat<T> Bm, Mat<T> Z, int d, int a, int j) {
+  return product_entry(Bm, Z, d, a, j);
+}
+
+// S[i, j] = Σ_a U[a, i] W[a, j]: source token i < n, target token j.
+template <class T>
+LSA_HD T logit_entry(Mat<T> U, Mat<T> W, int d, int i, int j) {
+  return product_entry(U.transposed(), W, d, i, j);
+}
+
+// max_{i<n} S[i, j]: the shift of a softmax column (S's first n rows).
+template <class T>
+LSA_HD T column_max(Mat<T> S, int n, int j) {
+  T m = S(0, j);
+  for (int i = 1; i < n; ++i) m = S(i, j) > m ? S(i, j) : m;
+  return m;
+}
+
+// Σ_{i<n} A[i, j] (the softmax normalizer of the shifted exponentials A = e^(S − max)).
+template <class T>
+LSA_HD T column_sum(Mat<T> A, int n, int j) {
+  T acc = T(0);
+  for (int i = 0; i < n; ++i) acc += A(i, j);
+  return acc;
+}
+
+// Σ_{i<n} H[i, j] dH[i, j] (softmax backward).
+template <class T>
+LSA_HD T column_dot(Mat<T> H, Mat<T> dH, int n, int j) {
+  T acc = T(0);
+  for (int i = 0; i < n; ++i) acc += H(i, j) * dH(i, j);
+  return acc;
+}
+
+// 1 / Σ: softmax's column scale; h̃_ij = e^(S_ij − max) · scale.
+template <class T>
+LSA_HD T inverse(T sum) {
+  return T(1) / sum;
+}
+
+// Y[r, j] = Σ_{i<n} Z[r, i] h̃[i, j]  (M drops the query as a source).
+template <class T>
+LSA_HD T y_entry(Mat<T> Z, Mat<T> H, int n, int r, int j) {
+  return product_entry(Z, H, n, r, j);
+}
+
+// Z_{ℓ+1}[r, j] after head s: base[r, j] + Σ_q V[r, q] Y[q, j]; base = Z_ℓ for the first head,
+// the previous head's result after it   [CCS (3)].
+template <class T>
+LSA_HD T residual_entry(T base, Mat<T> V, Mat<T> Y, int D, int r, int j) {
+  return row_combination_entry(base, V, Y, D, r, j);
+}
+
+// ---- backward, per entry ---------------------------------------------------------------------
+
+// Σ_j A[r, j] B[c, j] over the n+1 tokens: dV = dO Yᵀ, the dY h̃ᵀ term of dZ, dU = W dSᵀ,
+// dB = dU Xᵀ, dC = dW Xᵀ.
+template <class T>
+LSA_HD T token_product_entry(Mat<T> A, Mat<T> B, int cols, int r, int c) {
+  return token_product(A, B, cols, r, c);
+}
+
+// dY[q, j] = Σ_r V[r, q] dO[r, j]  (Vᵀ dO).
+template <class T>
+LSA_HD T dy_entry(Mat<T> V, Mat<T> dO, int D, int q, int j) {
+  return product_entry(V.transposed(), dO, D, q, j);
+}
+
+// dh̃[i, j] = Σ_r Z[r, i] dY[r, j]  ((Z M)ᵀ dY, sources i < n).
+template <class T>
+LSA_HD T dh_entry(Mat<T> Z, Mat<T> dY, int D, int i, int j) {
+  return product_entry(Z.transposed(), dY, D, i, j);
+}
+
+// dW[a, j] = Σ_{i<n} U[a, i] dS[i, j].
+template <class T>
+LSA_HD T dw_entry(Mat<T> U, Mat<T> dS, int n, int a, int j) {
+  return product_entry(U, dS, n, a, j);
+}
+
+// dX[b, j] += Σ_a B[a, b] dU[a, j] (then the same with C, dW): base + (Bᵀ dU)[b, j].
+template <class T>
+LSA_HD T input_gradient_entry(T base, Mat<T> Bm, Mat<T> dU, int d, int b, int j) {
+  return row_combination_entry(base, Bm.transposed(), dU, d, b, j);
+}
+
+// Seed of the loss's backward: ∂/∂TF of (1/B) Σ (TF + y_q)² = 2 (TF + y_q) / B   [CCS (5)].
+LSA_HD double loss_residual(double tf, double y_q) { return tf + y_q; }
+LSA_HD double loss_seed(double residual, long long batch) { return 2 * residual * (1.0 / double(batch)); }
+
+}  // namespace lsa_native::recipe

@@ -1,0 +1,160 @@
+// CUDA backend of kernel attention (kernel_attention.hpp): staging of host arrays, launch geometry
+// and the fixed-order reduction of the parameter gradients around the kernels of ka_kernels.cuh.
+#include <string>
+
+#include "cuda/ka_cuda.hpp"
+#include "cuda/ka_kernels.cuh"
+#include "cuda/launch.cuh"
+#include "cuda/runtime.cuh"
+
+namespace lsa_native::cuda {
+namespace {
+
+using kernels::KaArgs;
+using kernels::KaLayout;
+using kernels::KaMode;
+
+// Sizes every kernel-attention call on the GPU shares.
+template <class T>
+struct KaSizes {
+  index_t per, ctx, preds, nV, nB;
+  explicit KaSizes(const KernelAttentionShape& s)
+      : per((s.dim + 1) * (s.context + 1)), ctx(recipe::context_layout<T>(s).size()),
+        preds(s.batch * (s.layers + 1)), nV(s.layers * s.heads * (s.dim + 1) * (s.dim + 1)),
+        nB(s.layers * s.heads * s.dim * s.dim) {
+    // Indices inside one prompt's workspace and the parameter arrays are int in the kernels.
+    detail::require(ctx < (index_t(1) << 30) && nV + 2 * nB < (index_t(1) << 30),
+                    "CUDA kernel attention: one prompt's context or the parameters exceed 2^30 "
+                    "values; use device='cpu'");
+  }
+};
+
+// Runs ka_kernel<T, kMode> over the batch; returns the grid size (the rows of *partial).
+template <class T, KaMode kMode>
+int launch(const KernelAttentionShape& sh, const DeviceScope& scope, KaArgs<T> args,
+           Scratch* partial, const char* what) {
+  const KaLayout lay = KaLayout::make<T>(sh, kMode, std::size_t(scope.max_shared_bytes()));
+  auto kernel = kernels::ka_kernel<T, kMode>;
+  const std::size_t smem = lay.shared_bytes();
+  prepare_shared(kernel, smem, scope,
+                 std::string(what) + ": d = " + std::to_string(sh.dim) + ", n = " +
+                     std::to_string(sh.context) + ", L = " + std::to_string(sh.layers) +
+                     ", H = " + std::to_string(sh.heads));
+  const int blocks = resident_blocks(kernel, kernels::kKaThreads, smem, scope, sh.batch);
+  Scratch scratch;
+  if (!lay.state_shared) {  // workspaces in global memory, one per block
+    scratch = Scratch(sizeof(T) * std::size_t(blocks) * std::size_t(lay.state_values));
+    args.scratch = static_cast<T*>(scratch.get());
+  }
+  if (kMode != KaMode::forward) {
+    *partial = Scratch(sizeof(double) * std::size_t(blocks) * std::size_t(lay.acc_width()));
+    args.partial = static_cast<double*>(partial->get());
+  }
+  kernel<<<blocks, kernels::kKaThreads, smem, stream()>>>(sh, lay, args);
+  check_launch("ka_kernel");
+  return blocks;  // scratch is released stream-ordered, after the kernel
+}
+
+// Reduces the per-block partials in a fixed order into d_V, d_B, d_C (device); returns the loss
+// Σ r² / B when `want_loss` (waiting for it), else 0.
+template <class T>
+double finish_gradients(const KernelAttentionShape& sh, const KaSizes<T>& n, const Scratch& partial,
+                        int blocks, T* d_V, T* d_B, T* d_C, bool want_loss) {
+  const int width = int(1 + n.nV + 2 * n.nB);
+  Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks, width);
+  Scratch loss_dev(want_loss ? sizeof(double) : 0);
+  kernels::ka_epilogue_kernel<T><<<1, kernels::kReduceThreads, 0, stream()>>>(
+      static_cast<const double*>(total.get()), int(n.nV), int(n.nB), sh.batch, d_V, d_B, d_C,
+      static_cast<double*>(loss_dev.get()));
+  check_launch("ka_epilogue_kernel");
+  if (!want_loss) return 0;
+  double loss = 0;
+  LSA_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_dev.get(), sizeof(double), cudaMemcpyDeviceToHost, stream()));
+  LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the loss is returned: wait (reports faults)
+  return loss;
+}
+
+}  // namespace
+
+template <class T>
+void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
+                              const T* Ck, const Activation* acts, T* Z_out, T* predictions,
+                              T* context) {
+  const KaSizes<T> n(sh);
+  DeviceScope scope({Z0, V, Bq, Ck, Z_out, predictions, context});
+  DeviceInput<T> z0(scope, Z0, sh.batch * n.per), v(scope, V, n.nV), b(scope, Bq, n.nB),
+      c(scope, Ck, n.nB);
+  DeviceInput<Activation> a(scope, acts, sh.heads);
+  DeviceOutput<T> zo(scope, Z_out, sh.batch * n.per), pr(scope, predictions, n.preds),
+      cx(scope, context, sh.batch * n.ctx);
+  KaArgs<T> args{z0.get(), nullptr, v.get(), b.get(), c.get(), a.get(), nullptr, cx.get(),
+                 zo.get(), pr.get(), nullptr, nullptr, nullptr};
+  launch<T, KaMode::forward>(sh, scope, args, nullptr, "kernel_attention_forward");
+  zo.finish();
+  pr.finish();
+  cx.finish();
+}
+
+template <class T>
+void kernel_attention_vjp(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
+                          const T* Ck, const Activation* acts, const T* d_Z_out, T* d_V, T* d_B,
+                          T* d_C, T* d_Z0, const T* context) {
+  const KaSizes<T> n(sh);
+  DeviceScope scope({Z0, V, Bq, Ck, d_Z_out, d_V, d_B, d_C, d_Z0, context});
+  // With a context the forward is not recomputed: Z0 is not read.
+  DeviceInput<T> z0(scope, context ? nullptr : Z0, sh.batch * n.per), v(scope, V, n.nV),
+      b(scope, Bq, n.nB), c(scope, Ck, n.nB), dz(scope, d_Z_out, sh.batch * n.per),
+      cx(scope, context, sh.batch * n.ctx);
+  DeviceInput<Activation> a(scope, acts, sh.heads);
+  DeviceOutput<T> dv(scope, d_V, n.nV), db(scope, d_B, n.nB), dc(scope, d_C, n.nB),
+      dz0(scope, d_Z0, sh.batch * n.per);
+  KaArgs<T> args{z0.get(), nullptr, v.get(), b.get(), c.get(), a.get(), dz.get(),
+                 const_cast<T*>(cx.get()), nullptr, nullptr, dz0.get(), nullptr, nullptr};
+  Scratch partial;
+  const int blocks = launch<T, KaMode::vjp>(sh, scope, args, &partial, "kernel_attention_vjp");
+  finish_gradients(sh, n, partial, blocks, dv.get(), db.get(), dc.get(), false);
+  dv.finish();
+  db.finish();
+  dc.finish();
+  dz0.finish();
+}
+
+template <class T>
+double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z0, const T* y_q,
+                                      const T* V, const T* Bq, const T* Ck, const Activation* acts,
+                                      T* d_V, T* d_B, T* d_C, T* d_Z0, T* predictions) {
+  const KaSizes<T> n(sh);
+  DeviceScope scope({Z0, y_q, V, Bq, Ck, d_V, d_B, d_C, d_Z0, predictions});
+  DeviceInput<T> z0(scope, Z0, sh.batch * n.per), y(scope, y_q, sh.batch), v(scope, V, n.nV),
+      b(scope, Bq, n.nB), c(scope, Ck, n.nB);
+  DeviceInput<Activation> a(scope, acts, sh.heads);
+  DeviceOutput<T> dv(scope, d_V, n.nV), db(scope, d_B, n.nB), dc(scope, d_C, n.nB),
+      dz0(scope, d_Z0, sh.batch * n.per), pr(scope, predictions, n.preds);
+  KaArgs<T> args{z0.get(), y.get(), v.get(), b.get(), c.get(), a.get(), nullptr, nullptr,
+                 nullptr, pr.get(), dz0.get(), nullptr, nullptr};
+  Scratch partial;
+  const int blocks =
+      launch<T, KaMode::loss_grad>(sh, scope, args, &partial, "kernel_attention_loss_and_grad");
+  const double loss = finish_gradients(sh, n, partial, blocks, dv.get(), db.get(), dc.get(), true);
+  dv.finish();
+  db.finish();
+  dc.finish();
+  dz0.finish();
+  pr.finish();
+  return loss;
+}
+
+#define LSA_NATIVE_INSTANTIATE(T)                                                                  \
+  template void kernel_attention_forward<T>(const KernelAttentionShape&, const T*, const T*,       \
+                                            const T*, const T*, const Activation*, T*, T*, T*);    \
+  template void kernel_attention_vjp<T>(const KernelAttentionShape&, const T*, const T*, const T*, \
+                                        const T*, const Activation*, const T*, T*, T*, T*, T*,     \
+                                        const T*);                                                 \
+  template double kernel_attention_loss_and_grad<T>(const KernelAttentionShape&, const T*,         \
+                                                    const T*, const T*, const T*, const T*,        \
+                                                    const Activation*, T*, T*, T*, T*, T*);
+LSA_NATIVE_INSTANTIATE(float)
+LSA_NATIVE_INSTANTIATE(double)
+#undef LSA_NATIVE_INSTANTIATE
+
+}  // namespace lsa_native::cuda

@@ -1,0 +1,69 @@
+// Building blocks shared by the CUDA kernels (lsa_kernels.cuh, ka_kernels.cuh): the device
+// keywords the CPU emulation (cpp/tests/cuda_emulation.hpp) redefines, staging of contiguous
+// values, warp sums and the fixed-order reduction of per-block partial sums (no atomics: two runs
+// on one device give bitwise equal results).
+#pragma once
+
+#include <cstddef>
+
+#include "lsa_native/types.hpp"
+
+#if defined(__CUDACC__)
+#define LSA_UNROLL _Pragma("unroll")
+#define LSA_DYNAMIC_SHARED(name) extern __shared__ __align__(16) unsigned char name[]
+#define LSA_STATIC_SHARED(type, name, n) __shared__ type name[n]
+#endif
+
+// Internal linkage: each including translation unit (the CUDA backend, the emulation test) has
+// its own copy.
+namespace lsa_native::cuda::kernels {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr int kReduceThreads = 256;
+
+__host__ __device__ inline std::size_t align16(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+// Copies n contiguous values src → dst with the threads [0, nthreads) of a warp or block,
+// kUnroll independent streaming loads in flight per thread (E is read once: evict-first).
+template <class T>
+__device__ __forceinline__ void stage(const T* __restrict__ src, T* __restrict__ dst, int n,
+                                      int tid, int nthreads) {
+  constexpr int kUnroll = 128 / sizeof(T);  // 128 bytes in flight per thread (memory parallelism)
+  int i = tid;
+  for (; i + (kUnroll - 1) * nthreads < n; i += kUnroll * nthreads) {
+    T v[kUnroll];
+LSA_UNROLL
+    for (int u = 0; u < kUnroll; ++u) v[u] = __ldcs(src + i + u * nthreads);
+LSA_UNROLL
+    for (int u = 0; u < kUnroll; ++u) dst[i + u * nthreads] = v[u];
+  }
+  for (; i < n; i += nthreads) dst[i] = __ldcs(src + i);
+}
+
+template <class T>
+__device__ __forceinline__ T warp_sum(T v) {
+LSA_UNROLL
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;  // every lane holds the sum (same order on every lane)
+}
+
+// total[i] = Σ_k partial[k, i] over count rows, in a fixed order (one block per column i):
+// thread t sums rows t, t + 256, ... in order, then a fixed binary tree.
+__global__ void reduce_partials_kernel(const double* __restrict__ partial, int count, int width,
+                                       double* __restrict__ total) {
+  LSA_STATIC_SHARED(double, buf, kReduceThreads);
+  const int i = int(blockIdx.x), tid = int(threadIdx.x);
+  double s = 0;
+  for (int k = tid; k < count; k += kReduceThreads) s += partial[index_t(k) * width + i];
+  buf[tid] = s;
+  __syncthreads();
+  for (int h = kReduceThreads / 2; h > 0; h /= 2) {
+    if (tid < h) buf[tid] += buf[tid + h];
+    __syncthreads();
+  }
+  if (tid == 0) total[i] = buf[0];
+}
+
+}  // namespace
+}  // namespace lsa_native::cuda::kernels

@@ -1,0 +1,72 @@
+// Host-side launch helpers of the LSA kernels, shared by the CUDA backends of the LSA
+// (lsa_cuda.cu) and of the fused sampled steps (sampled_cuda.cu): the prompt-size checks, the
+// prediction kernels' layout, and the fixed-order reduction + epilogue of a loss or VJP and its
+// gradients. Generic launch helpers: launch.cuh. Included by .cu files only.
+#pragma once
+
+#include <string>
+
+#include "cuda/launch.cuh"
+#include "cuda/lsa_kernels.cuh"
+
+namespace lsa_native::cuda {
+namespace {
+
+// prepare_shared (launch.cuh) with the LSA shape in the message.
+template <class Kernel>
+void prepare(Kernel kernel, std::size_t smem, const DeviceScope& scope, const char* what,
+             const LsaShape& sh) {
+  prepare_shared(kernel, smem, scope, std::string(what) + ": prompts with d = " +
+                                          std::to_string(sh.dim) + ", N = " + std::to_string(sh.context));
+}
+
+void check_prompt_size(const LsaShape& sh) {
+  // Staged prompts are indexed with int inside a kernel.
+  detail::require((sh.dim + 1) * (sh.context + 1) < (index_t(1) << 30),
+                  "CUDA: a prompt (d+1)(N+1) must have fewer than 2^30 entries");
+}
+
+// The prediction kernels' layout with the largest warps-per-block (<= 4) whose shared memory fits.
+template <class T>
+kernels::PredictionLayout prediction_layout(const LsaShape& sh, bool sums, const DeviceScope& scope,
+                                            int block_extra = 0, int warp_extra = 0) {
+  check_prompt_size(sh);
+  const int rows = int(sh.dim + 1), cols = int(sh.context + 1);
+  kernels::PredictionLayout lay{};
+  for (int warps = 4; warps >= 1; warps /= 2) {
+    lay = kernels::PredictionLayout::make<T>(rows, cols, warps, sums, block_extra, warp_extra);
+    if (lay.total() <= std::size_t(scope.max_shared_bytes()) || warps == 1) break;
+  }
+  return lay;
+}
+
+// d_W_pv, d_W_kq (device pointers) from the per-block partials [blocks, 1 + rows + rows²] of a
+// prediction kernel, scaled by `scale` (1/B for a loss, 1 for a VJP); with `loss` (a loss kernel)
+// returns L = ½ Σ res² / B and waits for it, else returns 0 without waiting.
+template <class T>
+double finish_prediction_sums(const Scratch& partial, int blocks, int rows, double scale,
+                              T* d_W_pv, T* d_W_kq, bool loss) {
+  Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks,
+                                  1 + rows + rows * rows);
+  Scratch loss_dev;
+  if (loss) loss_dev = Scratch(sizeof(double));
+  kernels::prediction_epilogue_kernel<T><<<1, kernels::kReduceThreads, 0, stream()>>>(
+      static_cast<const double*>(total.get()), rows, scale, d_W_pv, d_W_kq,
+      static_cast<double*>(loss_dev.get()));
+  check_launch("prediction_epilogue_kernel");
+  if (!loss) return 0;
+  double value = 0;
+  LSA_CUDA_CHECK(cudaMemcpyAsync(&value, loss_dev.get(), sizeof(double), cudaMemcpyDeviceToHost, stream()));
+  LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the loss is returned: wait (reports faults)
+  return value;
+}
+
+// The loss L = ½ Σ res² / B and d_W_pv, d_W_kq of a loss kernel's partials; waits for the result.
+template <class T>
+double finish_loss_and_grad(const Scratch& partial, int blocks, int rows, index_t batch, T* d_W_pv,
+                            T* d_W_kq) {
+  return finish_prediction_sums(partial, blocks, rows, 1.0 / double(batch), d_W_pv, d_W_kq, true);
+}
+
+}  // namespace
+}  // namespace lsa_native::cuda

@@ -1,0 +1,16 @@
+// CUDA implementation of the fused sampled LSA steps (sampling.hpp); the law is already validated
+// (a linear::Plan) and the method's conditions checked by sampling_cpu.cpp. No CUDA header here.
+#pragma once
+
+#include "common/linear_prompts.hpp"
+#include "lsa_native/sampling.hpp"
+
+namespace lsa_native::cuda {
+
+// L and d_W_pv, d_W_kq [d+1, d+1] of the prompts 0..batch−1 of law P (host factors); W_pv, W_kq
+// and the gradients may be host or device memory of the device the call runs on.
+template <class T>
+double linear_prompts_lsa_loss_and_grad(const linear::Law<T>& P, index_t batch, FusedMethod method,
+                                        const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq);
+
+}  // namespace lsa_native::cuda

@@ -1,0 +1,235 @@
+// The CUDA kernels of the fused sampled LSA steps (cpp/src/cuda/sampled_kernels.cuh) on the CPU
+// through the CUDA execution-model emulator, against the CPU sampler and the CPU fused steps of the
+// same (seed, step): the GPU's prompts equal sample_linear_prompts' (so the CPU row twin of
+// linear::covariate / linear::label equals the recipe), and both GPU steps equal the CPU steps, to
+// rounding (float64 1e-12 relative; the normals differ by the rounding of the SIMD log/sin/cos).
+#include "cuda_emulation.hpp"  // first: defines the CUDA keywords the kernels use
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "common/linear_prompts.hpp"
+#include "cuda/sampled_kernels.cuh"
+#include "emulated_helpers.hpp"
+#include "lsa_native/sampling.hpp"
+
+namespace {
+
+using lsa_native::CovarianceLaw;
+using lsa_native::FusedMethod;
+using lsa_native::index_t;
+using lsa_native::LinearPromptSpec;
+using lsa_native::testing::expect_close;
+using lsa_native::testing::reduce;
+using lsa_native::testing::tolerance;
+namespace k = lsa_native::cuda::kernels;
+namespace linear = lsa_native::linear;
+
+// warp_generate for prompts 0..batch−1, each copied out to E [B, d+1, N+1] and y_q [B].
+template <class T>
+__global__ void generate_kernel(linear::Law<T> P, index_t batch, k::PredictionLayout lay, T* E, T* y_q) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const k::WarpArea<T> a = k::warp_area<T>(lay, smem, warp);
+  const int size = lay.rows * lay.cols;
+  for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < batch; b += index_t(gridDim.x) * lay.warps) {
+    const T target = k::warp_generate(P, b, a, lane);
+    for (int i = lane; i < size; i += 32) E[b * size + i] = a.prompt[i];
+    if (lane == 0) y_q[b] = target;
+    __syncwarp();
+  }
+}
+
+// A law of the test matrix: name, d, N and the spec's options.
+struct Case {
+  const char* name;
+  index_t d, N;
+  double noise = 0;
+  bool query_noise = false;
+  index_t tasks = 0;
+  CovarianceLaw law = CovarianceLaw::fixed;
+  double a = 0, b = 0, p = 0;
+  bool sphere = false;
+  bool chol = false, query_chol = false;
+};
+
+// Cholesky factors of a random SPD matrix (d x d, row-major lower), fixed by d and salt.
+std::vector<double> factor(index_t d, unsigned salt) {
+  std::vector<double> L(d * d, 0.0);
+  for (index_t k2 = 0; k2 < d; ++k2)
+    for (index_t m = 0; m <= k2; ++m)
+      L[k2 * d + m] = m == k2 ? 0.5 + 0.1 * double((k2 + salt) % 7) : 0.3 * std::sin(double(salt + 3 * k2 + m));
+  return L;
+}
+
+struct SpecHolder {
+  LinearPromptSpec spec;
+  std::vector<double> L, Lq;
+  explicit SpecHolder(const Case& c, std::uint64_t seed) {
+    spec.dim = c.d;
+    spec.context = c.N;
+    spec.seed = seed;
+    spec.noise_std = c.noise;
+    spec.query_noise = c.query_noise;
+    spec.tasks = c.tasks;
+    spec.law = c.law;
+    spec.law_a = c.a;
+    spec.law_b = c.b;
+    spec.law_p = c.p;
+    spec.covariates = c.sphere ? lsa_native::Covariates::sphere : lsa_native::Covariates::gaussian;
+    if (c.chol) {
+      L = factor(c.d, 1);
+      spec.chol = L.data();
+    }
+    if (c.query_chol) {
+      Lq = factor(c.d, 4);
+      spec.query_chol = Lq.data();
+    }
+  }
+};
+
+// d = 1, N = 1, odd sizes, N + 1 > 32 tokens (several per lane), more normals than 32 Philox blocks,
+// and every option of the law.
+const Case kTokenCases[] = {
+    {"plain d=1 N=1", 1, 1},
+    {"plain", 3, 7},
+    {"Lambda, long", 4, 45, 0, false, 0, CovarianceLaw::fixed, 0, 0, 0, false, true},
+    {"query shift, noise", 5, 9, 0.3, true, 0, CovarianceLaw::fixed, 0, 0, 0, false, true, true},
+    {"task pool", 2, 33, 0.1, false, 5},
+    {"exponential law", 3, 6, 0, false, 0, CovarianceLaw::exponential, 2.0},
+    {"gamma law", 3, 5, 0, false, 0, CovarianceLaw::gamma, 0.7, 1.5},
+    {"uniform law", 2, 4, 0, false, 0, CovarianceLaw::uniform, 0.5, 2.0},
+    {"two-point law", 4, 3, 0.2, true, 0, CovarianceLaw::two_point, 0.5, 3.0, 0.3},
+    {"sphere", 5, 11, 0, false, 0, CovarianceLaw::fixed, 0, 0, 0, true, true},
+    {"sphere d=1", 1, 2, 0, false, 0, CovarianceLaw::fixed, 0, 0, 0, true},
+};
+
+// Wishart needs Gaussian covariates and N >= d (d + 1 with noise).
+const Case kWishartCases[] = {
+    {"plain d=1 N=1", 1, 1},
+    {"plain", 3, 7},
+    {"Lambda, noise", 5, 20, 0.4, true, 0, CovarianceLaw::fixed, 0, 0, 0, false, true},
+    {"query shift", 4, 4, 0, false, 0, CovarianceLaw::fixed, 0, 0, 0, false, true, true},
+    {"task pool, noise", 2, 3, 0.2, false, 3},
+    {"gamma law", 3, 40, 0, false, 0, CovarianceLaw::gamma, 0.6, 2.0},
+    {"two-point law, noise", 2, 9, 0.5, true, 0, CovarianceLaw::two_point, 0.5, 3.0, 0.4},
+};
+
+template <class T>
+void check_generation(const Case& c) {
+  SCOPED_TRACE(std::string(c.name) + (sizeof(T) == 4 ? " float32" : " float64"));
+  const SpecHolder h(c, 0x5eed0000ULL + std::uint64_t(c.d * 31 + c.N));
+  const std::uint32_t step = 3;
+  const index_t B = 7, rows = c.d + 1, cols = c.N + 1;
+  std::vector<T> E_cpu(B * rows * cols), y_cpu(B);
+  lsa_native::LinearPromptOutputs<T> o;
+  o.E = E_cpu.data();
+  o.y_q = y_cpu.data();
+  lsa_native::sample_linear_prompts(h.spec, B, step, o);
+  const linear::Plan<T> P(h.spec, step);
+  const auto lay = k::PredictionLayout::make<T>(int(rows), int(cols), 2, true, 0, k::tokens_warp_extra(c.d));
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  std::vector<T> E(B * rows * cols, nan), y(B, nan);
+  lsa_emu::launch(2, 64, lay.total(), generate_kernel<T>, static_cast<const linear::Law<T>&>(P), B,
+                  lay, E.data(), y.data());
+  // float32: a few ulps of the normals, through sums of d terms.
+  const double tol = sizeof(T) == 4 ? 2e-6 * double(c.d + 1) : 1e-13;
+  expect_close(E, E_cpu, tol, "E");
+  expect_close(y, y_cpu, tol, "y_q");
+}
+
+// The fused step of `method` on the emulated kernel (grid blocks) vs the CPU step.
+template <class T>
+void check_step(const Case& c, FusedMethod method, unsigned grid, bool work_in_shared = true) {
+  SCOPED_TRACE(std::string(c.name) + (sizeof(T) == 4 ? " float32" : " float64") + " grid " +
+               std::to_string(grid) + (work_in_shared ? "" : " global work"));
+  const SpecHolder h(c, 0xabcdef12ULL + std::uint64_t(c.d * 7 + c.N));
+  const std::uint32_t step = 11;
+  const index_t B = 75, rows = c.d + 1, n2 = rows * rows;
+  std::vector<T> W_pv(n2), W_kq(n2);
+  for (index_t i = 0; i < n2; ++i) {
+    W_pv[i] = T(0.4 * std::sin(1.3 * double(i) + 0.2));
+    W_kq[i] = T(0.5 * std::cos(0.7 * double(i) + 0.1));
+  }
+  std::vector<T> g_pv(n2), g_kq(n2);
+  const double L = lsa_native::linear_prompts_lsa_loss_and_grad(h.spec, B, step, method, W_pv.data(),
+                                                                W_kq.data(), g_pv.data(), g_kq.data());
+  const linear::Plan<T> P(h.spec, step);
+  const linear::Law<T>& law = P;
+  const int width = int(1 + rows + n2);
+  std::vector<double> partial(grid * width, std::numeric_limits<double>::quiet_NaN());
+  if (method == FusedMethod::tokens) {
+    const auto lay = k::PredictionLayout::make<T>(int(rows), int(c.N + 1), 2, true, 0, k::tokens_warp_extra(c.d));
+    lsa_emu::launch(grid, 64, lay.total(), k::sampled_tokens_kernel<T>, law, B, lay,
+                    static_cast<const T*>(W_pv.data()), static_cast<const T*>(W_kq.data()), partial.data());
+  } else {
+    k::WishartLayout lay{int(c.d), int(lsa_native::wishart::noise_dim(law)), 2, work_in_shared};
+    std::vector<T> work(work_in_shared ? 0 : size_t(grid) * 64 * size_t(lay.thread_values()),
+                        std::numeric_limits<T>::quiet_NaN());
+    lsa_emu::launch(grid, 64, lay.shared_bytes<T>(), k::sampled_wishart_kernel<T>, law, B, lay,
+                    static_cast<const T*>(W_pv.data()), static_cast<const T*>(W_kq.data()),
+                    work_in_shared ? static_cast<T*>(nullptr) : work.data(), partial.data());
+  }
+  std::vector<double> total = reduce(partial, int(grid), width);
+  if (grid == 1) {  // the emulated reduction kernel itself (bitwise the host order)
+    std::vector<double> dev(width, std::numeric_limits<double>::quiet_NaN());
+    lsa_emu::launch(unsigned(width), k::kReduceThreads, 0, k::reduce_partials_kernel,
+                    static_cast<const double*>(partial.data()), 1, width, dev.data());
+    EXPECT_EQ(dev, total);
+    total = dev;
+  }
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  std::vector<T> d_pv(n2, nan), d_kq(n2, nan);
+  double loss = std::numeric_limits<double>::quiet_NaN();
+  lsa_emu::launch(1, k::kReduceThreads, 0, k::prediction_epilogue_kernel<T>, total.data(), int(rows),
+                  1.0 / double(B), d_pv.data(), d_kq.data(), &loss);
+  EXPECT_NEAR(loss, L, tolerance<T>() * L) << "loss";
+  expect_close(d_pv, g_pv, tolerance<T>(), "d_W_pv");
+  expect_close(d_kq, g_kq, tolerance<T>(), "d_W_kq");
+}
+
+TEST(SampledStepEmulated, GeneratedPromptsEqualTheCpuSampler) {
+  for (const Case& c : kTokenCases) {
+    check_generation<double>(c);
+    check_generation<float>(c);
+  }
+}
+
+TEST(SampledStepEmulated, TokensStepEqualsTheCpuStep) {
+  for (const Case& c : kTokenCases) {
+    check_step<double>(c, FusedMethod::tokens, 3);
+    check_step<float>(c, FusedMethod::tokens, 2);
+  }
+  check_step<double>(kTokenCases[3], FusedMethod::tokens, 1);  // one block: grid-stride over all
+}
+
+TEST(SampledStepEmulated, WishartStepEqualsTheCpuStep) {
+  for (const Case& c : kWishartCases) {
+    check_step<double>(c, FusedMethod::wishart, 2);
+    check_step<float>(c, FusedMethod::wishart, 1);
+  }
+  check_step<double>(kWishartCases[2], FusedMethod::wishart, 3, false);  // work in global memory
+  check_step<float>(kWishartCases[5], FusedMethod::wishart, 1, false);
+}
+
+// A wrong law must fail the comparison (the test has power): the GPU step with another step index.
+TEST(SampledStepEmulated, AnotherStepDiffers) {
+  const SpecHolder h(kTokenCases[1], 99);
+  const linear::Plan<double> P(h.spec, 12), Q(h.spec, 13);
+  const index_t B = 4, rows = 4, cols = 8;
+  const auto lay = k::PredictionLayout::make<double>(int(rows), int(cols), 1, true, 0, k::tokens_warp_extra(3));
+  std::vector<double> E1(B * rows * cols), E2(B * rows * cols), y1(B), y2(B);
+  lsa_emu::launch(1, 32, lay.total(), generate_kernel<double>, static_cast<const linear::Law<double>&>(P),
+                  B, lay, E1.data(), y1.data());
+  lsa_emu::launch(1, 32, lay.total(), generate_kernel<double>, static_cast<const linear::Law<double>&>(Q),
+                  B, lay, E2.data(), y2.data());
+  double diff = 0;
+  for (size_t i = 0; i < E1.size(); ++i) diff = std::max(diff, std::abs(E1[i] - E2[i]));
+  EXPECT_GT(diff, 0.1);
+}
+
+}  // namespace
