@@ -1,6 +1,7 @@
-// Public LSA entry points: argument checks once, then the backend the caller asked for, and
-// detail::use_cuda (dispatch.hpp), the only place that asks "was CUDA compiled, is a GPU there?"
-// (kernel attention dispatches in kernel_attention_dispatch.cpp; population is CPU-only).
+// The LSA dispatcher: every public LSA entry point (the list LSA_NATIVE_LSA_API of lsa.hpp) checks
+// its arguments once, here, then runs the backend the caller asked for through detail::use_cuda
+// (dispatch.hpp: the one place that asks "was CUDA compiled, is a GPU there?"). Kernel attention
+// dispatches in kernel_attention_dispatch.cpp; population's dispatcher is population.cpp (CPU only).
 #include <limits>
 #include <string>
 

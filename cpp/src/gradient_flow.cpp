@@ -5,15 +5,14 @@
 #include <string>
 
 #include "common/interrupt.hpp"
+#include "common/small_matrix.hpp"
 #include "lsa_native/population.hpp"
 
 namespace lsa_native {
 namespace {
 
 double norm2(const std::vector<double>& v) {
-  double s = 0;
-  for (double x : v) s += x * x;
-  return std::sqrt(s);
+  return std::sqrt(detail::dot(v.data(), v.data(), static_cast<int>(v.size())));
 }
 
 class Flow {

@@ -4,10 +4,9 @@
 #include <cmath>
 #include <limits>
 #include <string>
-#include <vector>
 
-#include "common/small_matrix.hpp"
 #include "cpu/population_cpu.hpp"
+#include "cpu/small_matrix_cpu.hpp"
 #include "lsa_native/population.hpp"
 
 namespace lsa_native {
@@ -41,25 +40,6 @@ void check_noise(const LabelNoise& noise) {
                   "noise_std: expected sigma >= 0, got " + std::to_string(noise.std));
 }
 
-// Throws unless Λ [d, d] is finite, symmetric (to 1e-10 relative) and positive definite (its
-// Cholesky factorization exists). `name` and `index` (>= 0: "name[index]") name it in messages,
-// which are built only on failure: this runs on every gradient evaluation.
-void check_covariance(index_t d, const double* L, const char* name, index_t index = -1) {
-  auto fail = [&](const char* why) {
-    throw Error(std::string(name) + (index >= 0 ? "[" + std::to_string(index) + "]" : "") + why);
-  };
-  double scale = 0;
-  for (index_t i = 0; i < d * d; ++i) {
-    if (!std::isfinite(L[i])) fail(": contains non-finite values");
-    scale = std::max(scale, std::fabs(L[i]));
-  }
-  for (index_t i = 0; i < d; ++i)
-    for (index_t j = 0; j < i; ++j)
-      if (!(std::fabs(L[i * d + j] - L[j * d + i]) <= 1e-10 * scale)) fail(": must be symmetric");
-  std::vector<double> c(L, L + d * d);
-  if (!detail::cholesky_in_place(c.data(), int(d))) fail(": must be positive definite");
-}
-
 }  // namespace
 
 double population_loss(index_t d, const double* W_pv, const double* W_kq, const double* Lambda,
@@ -68,7 +48,7 @@ double population_loss(index_t d, const double* W_pv, const double* W_kq, const 
   check_params(d, W_pv, W_kq);
   check_noise(noise);
   require_pointer(Lambda, "Lambda");
-  check_covariance(d, Lambda, "Lambda");
+  cpu::require_symmetric_positive_definite(Lambda, d, "Lambda");
   return cpu::population_loss(d, W_pv, W_kq, Lambda, N, d_W_pv, d_W_kq, noise);
 }
 
@@ -95,7 +75,7 @@ double population_loss_samples(index_t d, const double* W_pv, const double* W_kq
   require_pointer(Lambdas, "Lambdas");
   detail::require(n_samples >= 1,
                   "Lambdas: need at least one covariance sample, got " + std::to_string(n_samples));
-  for (index_t s = 0; s < n_samples; ++s) check_covariance(d, Lambdas + s * d * d, "Lambdas", s);
+  for (index_t s = 0; s < n_samples; ++s) cpu::require_symmetric_positive_definite(Lambdas + s * d * d, d, "Lambdas", s);
   return cpu::population_loss_samples(d, W_pv, W_kq, Lambdas, n_samples, N, d_W_pv, d_W_kq, noise);
 }
 
@@ -104,7 +84,7 @@ double reduced_loss(index_t d, const double* U11, double u, const double* Lambda
   check_sizes(d, N);
   require_pointer(U11, "U11");
   require_pointer(Lambda, "Lambda");
-  check_covariance(d, Lambda, "Lambda");
+  cpu::require_symmetric_positive_definite(Lambda, d, "Lambda");
   return cpu::reduced_loss(d, U11, u, Lambda, N, d_U11, d_u);
 }
 

@@ -144,8 +144,8 @@ TEST(SmallMatrix, JacobiReportsNonConvergence) {
 
 }  // namespace
 
-// ---- dense products and updates of the kit, and the SIMD matmul of cpu/small_matrix_kernels.hpp ----
-#include "cpu/small_matrix_kernels.hpp"
+// ---- dense products and updates of the kit, and the SIMD matmul of cpu/small_matrix_cpu.hpp ----
+#include "cpu/small_matrix_cpu.hpp"
 
 namespace {
 
@@ -185,12 +185,13 @@ TEST(SmallMatrixDense, ProductsMatchTheDefinitionAtOddSizes) {
 
 TEST(SmallMatrixDense, VectorOperationsMatchTheDefinition) {
   std::mt19937_64 gen(32);
-  for (int n : {1, 3, 6, 11}) {
+  for (int n : {1, 3, 4, 6, 11, 17, 50}) {
     const auto a = random_matrix(n, n, gen), b = random_matrix(n, n, gen);
     const auto x = random_matrix(n, 1, gen), y = random_matrix(n, 1, gen);
     std::vector<double> ax(n), atx(n), m = a;
-    matvec(a.data(), n, x.data(), ax.data());
-    matvec_t(a.data(), n, x.data(), atx.data());
+    const auto& simd_kernels = lsa_native::cpu::small_matrix_kernels();
+    simd_kernels.matvec(a.data(), x.data(), ax.data(), n);
+    simd_kernels.matvec_t(a.data(), x.data(), atx.data(), n);
     add_outer(m.data(), n, 0.5, x.data(), y.data());
     double tr = 0, trab = 0, xy = 0;
     for (int i = 0; i < n; ++i) {

@@ -1,5 +1,5 @@
-// Small dense matrix kit for per-prompt math on both backends (LSA_HD): products, mat-vecs, traces
-// and updates of dense matrices, in-place Cholesky, cyclic Jacobi eigensolver, triangular mat-vecs
+// Small dense matrix kit for per-prompt math on both backends (LSA_HD): dot products, traces and
+// updates of dense matrices, in-place Cholesky, cyclic Jacobi eigensolver, triangular mat-vecs
 // and solves. (The CPU's matrix products are the SIMD register tiles of cpu/small_matrix_simd.hpp.) One thread (or one CUDA thread) owns a
 // matrix; sizes are a few dozen at most (a prompt's (n+1) x (n+1) kernel matrix, a d x d Λ).
 //
@@ -58,19 +58,6 @@ LSA_HD T trace_product(const T* a, const T* b, int n) {
   return s;
 }
 
-// y = A x (y != x).
-template <class T>
-LSA_HD void matvec(const T* a, int n, const T* x, T* y) {
-  for (int i = 0; i < n; ++i) y[i] = dot(a + i * n, x, n);
-}
-
-// y = Aᵀ x (y != x).
-template <class T>
-LSA_HD void matvec_t(const T* a, int n, const T* x, T* y) {
-  for (int j = 0; j < n; ++j) y[j] = T(0);
-  for (int i = 0; i < n; ++i) axpy(x[i], a + i * n, n, y);
-}
-
 // M += c x yᵀ.
 template <class T>
 LSA_HD void add_outer(T* m, int n, T c, const T* x, const T* y) {
@@ -80,22 +67,24 @@ LSA_HD void add_outer(T* m, int n, T c, const T* x, const T* y) {
 // In-place Cholesky A = L Lᵀ of a symmetric positive-definite n x n matrix [a: n x n].
 // Reads the lower triangle only; on success the lower triangle holds L, the strict upper triangle
 // is zeroed, and it returns true. Returns false (a left partly overwritten) at the first pivot that
-// is not > 0 or not finite: A is not numerically positive definite. Column-by-column
-// (Cholesky–Banachiewicz), accumulating in T; O(n³/3).
+// is not > 0 or not finite: A is not numerically positive definite. Every entry is
+// L_ij = (a_ij − Σ_{k<j} L_ik L_jk) / L_jj (L_jj = √(a_jj − Σ_{k<j} L_jk²)), summed in k order in T;
+// computed column by column, so that the entries of one column are independent sums (they overlap
+// in the pipeline), O(n³/3).
 template <class T>
 LSA_HD bool cholesky_in_place(T* a, int n) {
-  for (int i = 0; i < n; ++i) {
-    for (int j = 0; j <= i; ++j) {
-      T s = a[i * n + j];
-      for (int k = 0; k < j; ++k) s -= a[i * n + k] * a[j * n + k];
-      if (i == j) {
-        if (!(s > T(0)) || !(s < T(INFINITY))) return false;  // also rejects NaN
-        a[i * n + i] = std::sqrt(s);
-      } else {
-        a[i * n + j] = s / a[j * n + j];
-      }
+  for (int j = 0; j < n; ++j) {
+    T s = a[j * n + j];
+    for (int k = 0; k < j; ++k) s -= a[j * n + k] * a[j * n + k];
+    if (!(s > T(0)) || !(s < T(INFINITY))) return false;  // also rejects NaN
+    const T pivot = std::sqrt(s);
+    a[j * n + j] = pivot;
+    for (int i = j + 1; i < n; ++i) {
+      T v = a[i * n + j];
+      for (int k = 0; k < j; ++k) v -= a[i * n + k] * a[j * n + k];
+      a[i * n + j] = v / pivot;
     }
-    for (int j = i + 1; j < n; ++j) a[i * n + j] = T(0);
+    for (int i = 0; i < j; ++i) a[i * n + j] = T(0);  // the strict upper triangle of column j
   }
   return true;
 }

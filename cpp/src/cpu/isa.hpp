@@ -18,6 +18,16 @@ const Table& select_kernels(Avx2 avx2, Baseline baseline) {
   return table;
 }
 
+// Declares the factory of a kernel table in both instruction-set namespaces (its .inl defines it
+// once per ISA), e.g. LSA_NATIVE_DECLARE_PER_ISA(template <class T> Table<T> table_kernels();).
+#define LSA_NATIVE_DECLARE_PER_ISA(...) \
+  namespace isa_baseline {              \
+  __VA_ARGS__                           \
+  }                                     \
+  namespace isa_avx2 {                  \
+  __VA_ARGS__                           \
+  }
+
 // The table for this CPU built by `factory` (an expression, e.g. lsa_kernels<T>()) in the AVX2
 // namespace isa_avx2 or the baseline one isa_baseline: the one ISA mechanism of the CPU kernels
 // (each table's .inl is compiled once per instruction set; no -march flag reaches other code).

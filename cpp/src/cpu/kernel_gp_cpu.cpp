@@ -12,23 +12,15 @@
 #include "common/kernel_gp.hpp"
 #include "common/parallel.hpp"
 #include "common/small_matrix.hpp"
+#include "cpu/small_matrix_cpu.hpp"
 
 namespace lsa_native {
 
 void symmetric_sqrt(const double* sigma, index_t d, double* root, const char* name) {
+  cpu::require_symmetric_positive_definite(sigma, d, name);
   const std::string nm(name);
-  double scale = 0;
-  for (index_t i = 0; i < d * d; ++i) {
-    detail::require(std::isfinite(sigma[i]), nm + ": contains non-finite values");
-    scale = std::max(scale, std::fabs(sigma[i]));
-  }
-  for (index_t i = 0; i < d; ++i)
-    for (index_t j = 0; j < i; ++j)
-      detail::require(std::fabs(sigma[i * d + j] - sigma[j * d + i]) <= 1e-10 * scale + 1e-300,
-                      nm + ": must be symmetric");
   const int n = static_cast<int>(d);
-  std::vector<double> a(sigma, sigma + d * d), v(d * d), w(d), chol(sigma, sigma + d * d);
-  detail::require(detail::cholesky_in_place(chol.data(), n), nm + ": must be positive definite");
+  std::vector<double> a(sigma, sigma + d * d), v(d * d), w(d);
   detail::require(detail::jacobi_eigen(a.data(), n, w.data(), v.data()) >= 0,
                   nm + ": eigensolver did not converge");
   for (int j = 0; j < n; ++j)

@@ -45,6 +45,17 @@ struct ChunkFlags {
 inline index_t prompt_values(const LsaShape& sh) { return sh.batch * (sh.dim + 1) * (sh.context + 1); }
 inline index_t param_values(const LsaShape& sh) { return (sh.dim + 1) * (sh.dim + 1); }
 
+// Gradients of the prediction's parameters from batch sums d_p [d+1] (∂/∂p) and d_K [(d+1)²]
+// (∂/∂W^KQ), times `scale`: d_W_pv is zero but its last row (p is the last row of W^PV).
+template <class T>
+void write_prediction_gradients(index_t d, const double* d_p, const double* d_K, double scale,
+                                T* d_W_pv, T* d_W_kq) {
+  const index_t rows = d + 1;
+  for (index_t i = 0; i < rows * rows; ++i) d_W_pv[i] = T(0);
+  for (index_t c = 0; c < rows; ++c) d_W_pv[d * rows + c] = T(d_p[c] * scale);
+  for (index_t i = 0; i < rows * rows; ++i) d_W_kq[i] = T(d_K[i] * scale);
+}
+
 }  // namespace
 
 template <class T>
@@ -70,11 +81,7 @@ double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* 
   });
   const std::vector<double> total = detail::reduce_partials(partials, width);
   const double inv_b = 1.0 / double(sh.batch);
-  const double* d_p = total.data() + 1;
-  const double* d_K = d_p + rows;
-  for (index_t i = 0; i < rows * rows; ++i) d_W_pv[i] = T(0);
-  for (index_t c = 0; c < rows; ++c) d_W_pv[d * rows + c] = T(d_p[c] * inv_b);  // ∂L/∂p: last row
-  for (index_t i = 0; i < rows * rows; ++i) d_W_kq[i] = T(d_K[i] * inv_b);
+  write_prediction_gradients(d, total.data() + 1, total.data() + 1 + rows, inv_b, d_W_pv, d_W_kq);
   const double loss = 0.5 * total[0] * inv_b;
   // ŷ enters the loss, so a finite loss means finite predictions; the gradients are (d+1)² values.
   const index_t nE = prompt_values(sh), n2 = param_values(sh);
@@ -125,15 +132,13 @@ template <class T>
 void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
                      T* d_W_pv, T* d_W_kq, T* d_E) {
   const auto& k = predict_vjp_kernels<T>();
-  const index_t D = sh.dim + 1, width = predict_vjp_partial_size(sh.dim);
+  const index_t width = predict_vjp_partial_size(sh.dim);
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(sh.batch) * width));
   detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
     k.range(sh, E, W_pv, W_kq, d_y, d_E, b0, b1, partials.data() + c * width);
   });
   const std::vector<double> total = detail::reduce_partials(partials, width);
-  for (index_t i = 0; i < D * D; ++i) d_W_pv[i] = T(0);
-  for (index_t r = 0; r < D; ++r) d_W_pv[(D - 1) * D + r] = T(total[r]);  // ∂ŷ/∂p: last row
-  for (index_t i = 0; i < D * D; ++i) d_W_kq[i] = T(total[D + i]);
+  write_prediction_gradients(sh.dim, total.data(), total.data() + sh.dim + 1, 1.0, d_W_pv, d_W_kq);
 }
 
 LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, float)

@@ -3,6 +3,7 @@
 // time by select_kernels (isa.hpp); the driver is in lsa_cpu.cpp.
 #pragma once
 
+#include "cpu/isa.hpp"
 #include "lsa_native/lsa.hpp"
 
 namespace lsa_native::cpu {
@@ -18,13 +19,6 @@ struct LsaPredictVjpKernels {
                 index_t b0, index_t b1, double* partial);
 };
 
-namespace isa_baseline {
-template <class T>
-LsaPredictVjpKernels<T> lsa_predict_vjp_kernels();
-}
-namespace isa_avx2 {
-template <class T>
-LsaPredictVjpKernels<T> lsa_predict_vjp_kernels();
-}
+LSA_NATIVE_DECLARE_PER_ISA(template <class T> LsaPredictVjpKernels<T> lsa_predict_vjp_kernels();)
 
 }  // namespace lsa_native::cpu

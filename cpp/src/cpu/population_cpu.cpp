@@ -7,7 +7,7 @@
 
 #include "common/parallel.hpp"
 #include "common/small_matrix.hpp"
-#include "cpu/small_matrix_kernels.hpp"
+#include "cpu/small_matrix_cpu.hpp"
 #include "cpu/population_cpu.hpp"
 
 namespace lsa_native::cpu {
@@ -23,8 +23,8 @@ struct Mat {
 };
 using Vecd = std::vector<double>;
 
-// The O(d^3) products run on the SIMD small-matrix kernels (cpu/small_matrix_kernels.hpp, chosen
-// per instruction set), the O(d^2) ones on the LSA_HD kit (common/small_matrix.hpp).
+// Products run on the SIMD small-matrix kernels (cpu/small_matrix_cpu.hpp, chosen per instruction
+// set), the other O(d^2) steps on the LSA_HD kit (common/small_matrix.hpp).
 Mat matmul(const Mat& A, const Mat& B) {
   Mat C(A.n);
   cpu::matmul(A.a.data(), B.a.data(), C.a.data(), A.n);
@@ -32,12 +32,12 @@ Mat matmul(const Mat& A, const Mat& B) {
 }
 Vecd matvec(const Mat& A, const Vecd& x) {
   Vecd y(static_cast<size_t>(A.n));
-  detail::matvec(A.a.data(), int(A.n), x.data(), y.data());
+  cpu::small_matrix_kernels().matvec(A.a.data(), x.data(), y.data(), A.n);
   return y;
 }
 Vecd matvec_t(const Mat& A, const Vecd& x) {  // A^T x
   Vecd y(static_cast<size_t>(A.n));
-  detail::matvec_t(A.a.data(), int(A.n), x.data(), y.data());
+  cpu::small_matrix_kernels().matvec_t(A.a.data(), x.data(), y.data(), A.n);
   return y;
 }
 double dot(const Vecd& x, const Vecd& y) { return detail::dot(x.data(), y.data(), int(x.size())); }

@@ -1,13 +1,16 @@
 // Batched small-matrix routines (small_matrix.hpp) over common/small_matrix.hpp, and the run-time
-// choice of the SIMD small-matrix kernels (small_matrix_kernels.hpp).
+// choice of the SIMD small-matrix kernels (small_matrix_cpu.hpp).
 #include "lsa_native/small_matrix.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
+#include <vector>
 
 #include "common/parallel.hpp"
 #include "common/small_matrix.hpp"
 #include "cpu/isa.hpp"
-#include "cpu/small_matrix_kernels.hpp"
+#include "cpu/small_matrix_cpu.hpp"
 
 namespace lsa_native {
 namespace {
@@ -39,9 +42,25 @@ void batched_symmetric_eigen(index_t batch, index_t n, T* a, T* w, T* v, std::in
 }
 
 namespace cpu {
-void matmul(const double* a, const double* b, double* c, index_t n) {
-  static const SmallMatrixKernels& k = LSA_NATIVE_SELECT_KERNELS(SmallMatrixKernels, small_matrix_kernels());
-  k.matmul(a, b, c, n);
+const SmallMatrixKernels& small_matrix_kernels() {
+  return LSA_NATIVE_SELECT_KERNELS(SmallMatrixKernels, small_matrix_kernels());
+}
+
+void require_symmetric_positive_definite(const double* a, index_t n, const char* name,
+                                         index_t index) {
+  auto fail = [&](const char* why) {
+    throw Error(std::string(name) + (index >= 0 ? "[" + std::to_string(index) + "]" : "") + why);
+  };
+  double scale = 0;
+  for (index_t i = 0; i < n * n; ++i) {
+    if (!std::isfinite(a[i])) fail(": contains non-finite values");
+    scale = std::max(scale, std::fabs(a[i]));
+  }
+  for (index_t i = 0; i < n; ++i)
+    for (index_t j = 0; j < i; ++j)
+      if (!(std::fabs(a[i * n + j] - a[j * n + i]) <= 1e-10 * scale)) fail(": must be symmetric");
+  std::vector<double> c(a, a + n * n);
+  if (!detail::cholesky_in_place(c.data(), static_cast<int>(n))) fail(": must be positive definite");
 }
 }  // namespace cpu
 

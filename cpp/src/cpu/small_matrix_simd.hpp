@@ -58,21 +58,47 @@ void multiply_padded(const S* A, const S* B, S* C, index_t n, index_t ld, bool a
     multiply_columns(A, ld, B, ld, C, ld, n, n, c0, std::min<index_t>(3, (ld - c0) / L), accumulate);
 }
 
-// C = A B for dense row-major n x n matrices (no padding): whole column vectors by tiles, the last
-// n mod L columns by plain loops. C aliases neither A nor B.
+// C = A B for dense row-major A [rows, n], B [n, n], C [rows, n] (no padding): whole column vectors
+// by tiles, the last n mod L columns by plain loops. C aliases neither A nor B. rows = n is the
+// matrix product, rows = 1 the product xᵀ B of a row vector.
 template <class S>
-void multiply_dense(const S* A, const S* B, S* C, index_t n) {
+void multiply_dense(const S* A, const S* B, S* C, index_t rows, index_t n) {
   constexpr index_t L = simd::kLanes<S>;
   const index_t n_vec = n / L * L;
   for (index_t c0 = 0; c0 < n_vec; c0 += 3 * L)
-    multiply_columns(A, n, B, n, C, n, n, n, c0, std::min<index_t>(3, (n_vec - c0) / L), false);
-  for (index_t i = 0; i < n; ++i) {
+    multiply_columns(A, n, B, n, C, n, rows, n, c0, std::min<index_t>(3, (n_vec - c0) / L), false);
+  for (index_t i = 0; i < rows; ++i) {
     for (index_t j = n_vec; j < n; ++j) C[i * n + j] = S(0);
     for (index_t m = 0; m < n; ++m) {
       const S a = A[i * n + m];
       for (index_t j = n_vec; j < n; ++j) C[i * n + j] += a * B[m * n + j];
     }
   }
+}
+
+// y = A x for dense row-major n x n A (y != x): 4 rows at a time, vector partial sums along the
+// row (each x load used 4 times), the last n mod L entries by plain loops.
+template <class S>
+void matvec_dense(const S* A, const S* x, S* y, index_t n) {
+  constexpr index_t L = simd::kLanes<S>;
+  const index_t n_vec = n / L * L;
+  auto rows = [&](auto ri_tag, index_t i0) {
+    constexpr int RI = decltype(ri_tag)::value;
+    simd::Vec<S> acc[RI];
+    for (int i = 0; i < RI; ++i) acc[i] = simd::zero<S>();
+    for (index_t j = 0; j < n_vec; j += L) {
+      const simd::Vec<S> xv = simd::load(x + j);
+      for (int i = 0; i < RI; ++i) acc[i] += simd::load(A + (i0 + i) * n + j) * xv;
+    }
+    for (int i = 0; i < RI; ++i) {
+      S sum = simd::hsum(acc[i]);
+      for (index_t j = n_vec; j < n; ++j) sum += A[(i0 + i) * n + j] * x[j];
+      y[i0 + i] = sum;
+    }
+  };
+  index_t i = 0;
+  for (; i + 4 <= n; i += 4) rows(std::integral_constant<int, 4>{}, i);
+  for (; i < n; ++i) rows(std::integral_constant<int, 1>{}, i);
 }
 
 }  // namespace
