@@ -233,3 +233,17 @@ def test_demo_checks_the_plot_folder_before_running(tmp_path, capsys, monkeypatc
     rc = cli.main(["demo", "--plot", str(tmp_path / "missing" / "x.png"), "--quiet"])
     assert rc == 2
     assert "--plot" in capsys.readouterr().err
+
+
+def test_hopeless_flow_request_is_refused_early_with_a_projection():
+    """Explicit DOPRI5 near a minimum is stability-limited, so t = 1e9 needs ~1e10 steps: refused
+    from the recent step rate once max_steps/100 steps are done, not after max_steps steps."""
+    g = np.random.default_rng(1234)
+    W_pv, W_kq = 0.3 * g.standard_normal((2, 4, 4))
+    with pytest.raises(ValueError, match=r"max_steps: reaching t = .* needs about .* steps at the recent rate"):
+        ln.population.gradient_flow(W_pv, W_kq, 5, Lambda=np.diag([1.0, 2.0, 0.5]),
+                                    times=[0.0, 1e9], max_steps=10**5)
+    # A feasible long request still integrates (rate ~18 steps per unit time here).
+    r = ln.population.gradient_flow(W_pv, W_kq, 5, Lambda=np.diag([1.0, 2.0, 0.5]),
+                                    times=[0.0, 2000.0], max_steps=10**5)
+    assert r.final_time == 2000.0

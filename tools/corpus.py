@@ -202,7 +202,7 @@ F = [
     ("ka.KernelAttentionParams.functional_gd", {"dim": ("3", "int"), "step_sizes": ("np.array([0.1, 0.2])", "free"),
                                                 "activations": ("'exp'", "name"),
                                                 "bandwidth": ("1.0", "pfloat"), "Sigma": ("Lam", "cov?")}, []),
-    ("kp.loss", {"Z0": ("Z0", "prompts"), "y_q": ("yq", "array")}, ["loss"]),
+    ("kp.loss", {"Z0": ("Z0", "prompts"), "y_q": ("yq", "array")}, ["loss", "predictions"]),
     ("pop.loss", {"W_pv": ("W", "array"), "W_kq": ("W2", "array"), "Lambda": ("Lam", "cov"), "N": ("5", "int"),
                   "noise_std": ("0.1", "nnfloat")}, ["loss"]),
     ("pop.loss_and_grad", {"W_pv": ("W", "array"), "W_kq": ("W2", "array"), "Lambda": ("Lam", "cov"),

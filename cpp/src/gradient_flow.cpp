@@ -17,8 +17,10 @@ double norm2(const std::vector<double>& v) {
 
 class Flow {
  public:
-  Flow(const LossAndGrad& f, std::vector<double> theta, const FlowOptions& o, FlowResult& r)
-      : f_(f), o_(o), r_(r), n_(theta.size()), y_(std::move(theta)), k1_(n_), h_(o.step) {
+  Flow(const LossAndGrad& f, std::vector<double> theta, const FlowOptions& o, FlowResult& r,
+       double final_time)
+      : f_(f), o_(o), r_(r), n_(theta.size()), y_(std::move(theta)), k1_(n_), h_(o.step),
+        final_time_(final_time) {
     loss_ = eval(y_, k1_);  // k = −∇L
     detail::require(finite(loss_, k1_),
                     "gradient_flow: the loss or its gradient is non-finite at the initial parameters");
@@ -42,6 +44,7 @@ class Flow {
       if (landing) t_ = target;  // no drift past the requested time
       ++r_.steps;
       if (converged()) return false;
+      refuse_hopeless_request();
     }
     return true;
   }
@@ -69,6 +72,26 @@ class Flow {
     throw Error("gradient_flow: diverged at t = " + std::to_string(t_) +
                 ": the loss or its gradient is non-finite after a step of " + std::to_string(h) +
                 "; " + hint);
+  }
+  // Near a minimum explicit DOPRI5 is stability-limited: the step stops growing and the step count
+  // grows linearly with the time span (e.g. ~18 steps per unit time for d = 3, so t = 1e7 needs
+  // ~2e8 steps). Once max_steps/100 steps (at least 10000) are done, a request whose projection at
+  // the recent rate (the last 1024 steps) exceeds 10 x max_steps is refused then, in seconds,
+  // instead of after max_steps steps (minutes). Early transients (small steps) are not projected;
+  // nor are flows with a stopping tolerance, which may end early.
+  void refuse_hopeless_request() {
+    if (o_.method != FlowOptions::Method::dopri5 || o_.grad_tol > 0 || o_.gap_tol > 0) return;
+    if (r_.steps % 1024 != 0) return;
+    const double window_time = t_ - window_start_;
+    window_start_ = t_;
+    if (r_.steps < std::max<index_t>(10000, o_.max_steps / 100) || !(window_time > 0)) return;
+    const double projected = double(r_.steps) + 1024.0 / window_time * (final_time_ - t_);
+    if (projected > 10.0 * double(o_.max_steps))
+      throw Error("gradient_flow: max_steps: reaching t = " + std::to_string(final_time_) +
+                  " needs about " + std::to_string(projected) + " steps at the recent rate (" +
+                  std::to_string(r_.steps) + " steps to t = " + std::to_string(t_) +
+                  ") > 10 x max_steps = " + std::to_string(o_.max_steps) +
+                  "; request shorter times, a stopping tolerance, or raise max_steps");
   }
   bool converged() const {
     if (o_.grad_tol > 0 && norm2(k1_) <= o_.grad_tol) return true;
@@ -154,6 +177,8 @@ class Flow {
   size_t n_;
   std::vector<double> y_, k1_;
   double h_;  // current step: the RK4 step, or DOPRI5's adapted step
+  double final_time_;         // the last requested time (for refuse_hopeless_request)
+  double window_start_ = 0;  // time at the previous 1024-step mark
   double t_ = 0, loss_ = 0;
 };
 
@@ -185,7 +210,7 @@ FlowResult gradient_flow(const LossAndGrad& loss_and_grad, const std::vector<dou
                         std::to_string(options.max_steps) + "; raise step or max_steps");
   }
   FlowResult result;
-  Flow flow(loss_and_grad, theta0, options, result);
+  Flow flow(loss_and_grad, theta0, options, result, times.empty() ? 0.0 : times.back());
   for (double t : times) {
     const bool reached = flow.advance_to(t);
     if (!reached) {

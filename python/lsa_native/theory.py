@@ -223,7 +223,7 @@ def quadratic_task_moments(Lambda, w, v, beta: float):
     d = L.shape[0]
     w = real_array(w, "w", (d,))
     v = real_array(v, "v", (d,))
-    beta = real_float(beta, "beta")
+    beta = np.float64(real_float(beta, "beta"))
     Lw, Lv = L @ w, L @ v
     s = np.float64(v @ Lv)  # numpy floats overflow to inf (then reported), Python floats raise
     with np.errstate(over="ignore", invalid="ignore"):
