@@ -86,16 +86,16 @@ def _params(Z0, V, B, C):
     return Z0, V, B, C
 
 
-def _check_output(result, Z0, activation_codes):
-    """FloatingPointError/ValueError for a non-finite host result (Z0 None: not inspected)."""
+def _check_output(result, Z0, name: str):
+    """For a host result of the CUDA path (the CPU kernels flag non-finite outputs natively, with
+    the same messages): ValueError naming a non-finite Z0, else FloatingPointError naming the
+    output (Z0 None: not inspected)."""
     if np.all(np.isfinite(result)):
         return
     if Z0 is not None and not np.all(np.isfinite(Z0)):
         raise ValueError("Z0: contains non-finite values (NaN or inf)")
-    if ACTIVATIONS["exp"] in activation_codes:
-        raise FloatingPointError("exp activation overflowed (|S| too large): scale B, C or the "
-                                 "inputs down, or use float64")
-    raise FloatingPointError("kernel attention overflowed to a non-finite value")
+    raise FloatingPointError(f"{name}: overflowed to non-finite values from finite inputs "
+                             "(rescale the inputs or parameters, or use float64)")
 
 
 @dataclass(frozen=True)
@@ -131,7 +131,7 @@ def forward(Z0, V, B, C, activation, *, return_predictions: bool = False,
         out = _ka_cuda.forward(Z0, V, B, C, lambda H: _activation_codes(activation, H),
                                return_predictions, return_context, ForwardContext)
         if isinstance(out[0], np.ndarray):
-            _check_cuda_output(out[0][:, -1, -1], Z0, V, activation)
+            _check_cuda_output(out[0][:, -1, -1], Z0, "Z_L")
         return out if (return_predictions or return_context) else out[0]
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
@@ -161,7 +161,7 @@ def vjp(Z0, V, B, C, activation, d_Z_out, *, context: ForwardContext | None = No
         _check_context(context, Z0, V)
         out = _ka_cuda.vjp(Z0, V, B, C, lambda H: _activation_codes(activation, H), d_Z_out,
                            context, input_grad)
-        _check_cuda_output(out[0], Z0, V, activation)
+        _check_cuda_output(out[0], Z0, "d_V")
         return out
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
@@ -190,12 +190,11 @@ def _check_context(context, Z0, V):
                          f"for shape (B, d, n, L, H) = {shape} and dtype {dtype}")
 
 
-def _check_cuda_output(result, Z0, V, activation):
+def _check_cuda_output(result, Z0, name: str):
     """_check_output for a host result of the CUDA path (results on the device are not inspected:
     that would cost a copy)."""
     if isinstance(result, np.ndarray):
-        _check_output(result, Z0 if isinstance(Z0, np.ndarray) else None,
-                      _activation_codes(activation, _shape_of(V)[1]))
+        _check_output(result, Z0 if isinstance(Z0, np.ndarray) else None, name)
 
 
 def predict(Z0, V, B, C, activation, *, every_layer: bool = False):
@@ -214,7 +213,7 @@ def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
     if resolve_device(device, Z0=Z0, y_q=y_q, V=V, B=B, C=C) == "cuda":
         out = _ka_cuda.loss_and_grad(Z0, y_q, V, B, C, lambda H: _activation_codes(activation, H),
                                      input_grad, return_predictions)
-        _check_cuda_output(np.array([out[0]]), Z0, V, activation)
+        _check_cuda_output(np.array([out[0]]), Z0, "loss")
         return out
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
