@@ -18,13 +18,7 @@ import pytest
 
 import lsa_native
 from lsa_native import sampling, train
-from test_cuda import interop
-
-needs_gpu = pytest.mark.skipif(
-    not lsa_native.cuda_available(),
-    reason=("no CUDA device visible" if lsa_native.cuda_compiled()
-            else "lsa_native was built without CUDA kernels"),
-)
+from test_cuda import interop, needs_gpu
 DTYPES = [np.float32, np.float64]
 # CUDA vs CPU, relative to the largest |entry|: float64 rounding of sums over a prompt and the
 # normals' log/sin/cos (~1e-15 each); float32 the same at float precision.

@@ -114,20 +114,25 @@ def test_lsa_outputs_flagged_natively_name_the_output(rng, dtype, scale):
     cases = [(lambda: lsa.predict(big, W_pv, W_kq), "y_hat"),
              (lambda: lsa.forward(big, W_pv, W_kq), "F"),
              (lambda: lsa.loss_and_grad(big, y, W_pv, W_kq), "(loss|dW_pv|dW_kq)"),
-             (lambda: lsa.vjp(big, W_pv, W_kq, dF), "(dW_pv|dW_kq|dE)")]
+             (lambda: lsa.vjp(big, W_pv, W_kq, dF), "(dW_pv|dW_kq|dE)"),
+             (lambda: lsa.predict_vjp(big, W_pv, W_kq, y), "(dW_pv|dW_kq|dE)")]
     for call, output in cases:
         with pytest.raises(FloatingPointError, match=rf"^{output}: overflowed to non-finite values from finite inputs"):
             call()
     bad = E.copy()
     bad[2, 1, 3] = np.nan
     for call in (lambda: lsa.predict(bad, W_pv, W_kq), lambda: lsa.forward(bad, W_pv, W_kq),
-                 lambda: lsa.vjp(bad, W_pv, W_kq, dF)):
+                 lambda: lsa.vjp(bad, W_pv, W_kq, dF), lambda: lsa.predict_vjp(bad, W_pv, W_kq, y)):
         with pytest.raises(ValueError, match="^E: contains non-finite values"):
             call()
     dF_bad = dF.copy()
     dF_bad[0, 0, 0] = np.inf
     with pytest.raises(ValueError, match="^d_F: contains non-finite values"):
         lsa.vjp(E, W_pv, W_kq, dF_bad)
+    y_bad = y.copy()
+    y_bad[1] = np.nan
+    with pytest.raises(ValueError, match="^d_y: contains non-finite values"):
+        lsa.predict_vjp(E, W_pv, W_kq, y_bad)
 
 
 def test_lsa_vjp_flags_dE_alone(rng):
@@ -143,6 +148,20 @@ def test_lsa_vjp_flags_dE_alone(rng):
     assert np.all(np.isfinite(d_W_pv)) and np.all(np.isfinite(d_W_kq))
     with pytest.raises(FloatingPointError, match="^dE: overflowed"):
         lsa.vjp(E, W_pv, W_kq, dF)
+
+
+def test_lsa_predict_vjp_flags_dE_alone(rng):
+    """dE = dŷ (s_j p + t_j q)/N ~ |p||q| overflows float32 while dW^PV = dŷ G q and
+    dW^KQ = dŷ (G p) e_qᵀ (~ |q|, |p|) stay finite: the flag of the dE writing pass names dE."""
+    from lsa_native import lsa
+
+    E, W_pv, W_kq = _lsa_problem(rng, np.float32)
+    d_y = np.ones(E.shape[0], np.float32)
+    W_pv, W_kq = W_pv * np.float32(1e20), W_kq * np.float32(1e20)
+    d_W_pv, d_W_kq, _ = lsa.predict_vjp(E, W_pv, W_kq, d_y, with_input_grad=False)
+    assert np.all(np.isfinite(d_W_pv)) and np.all(np.isfinite(d_W_kq))
+    with pytest.raises(FloatingPointError, match="^dE: overflowed"):
+        lsa.predict_vjp(E, W_pv, W_kq, d_y)
 
 
 def test_kernel_attention_nan_gradients_at_large_logits_are_reported(rng):

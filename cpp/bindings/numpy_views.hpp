@@ -68,7 +68,7 @@ T* out_addr(std::uintptr_t a) {
   return reinterpret_cast<T*>(a);
 }
 
-// Calls f.template operator()<T>() for T = float ("float32") or double ("float64").
+// f(T{}) for T = float ("float32") or double ("float64"): the dtype name of a Python call picks T.
 template <class F>
 auto with_dtype(const std::string& dtype, F&& f) {
   if (dtype == "float32") return f(float{});

@@ -49,13 +49,6 @@ void validate(const LsaShape& s) {
                   "E: B*(d+1)*(N+1) overflows a 64-bit index");
 }
 
-namespace {
-void require_pointer(const void* p, const char* name) {
-  detail::require(p != nullptr, std::string(name) + ": must not be null");
-}
-
-}  // namespace
-
 namespace detail {
 bool use_cuda(Device device) {
   if (device == Device::cpu) return false;
@@ -68,7 +61,7 @@ bool use_cuda(Device device) {
   return true;
 }
 }  // namespace detail
-using detail::use_cuda;
+using detail::require_pointer;
 
 template <class T>
 void lsa_predict(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, T* y_hat,
@@ -146,7 +139,7 @@ void cuda_philox4x32_10(const std::uint32_t* counters, index_t n, std::uint64_t 
                         std::uint32_t* out) {
   detail::require(n >= 0, "n: expected >= 0, got " + std::to_string(n));
   detail::require(n == 0 || (counters != nullptr && out != nullptr), "counters, out: null pointer");
-  use_cuda(Device::cuda);
+  detail::use_cuda(Device::cuda);
 #if LSA_NATIVE_HAVE_CUDA
   cuda::philox4x32_10(counters, n, seed, out);
 #else
@@ -160,7 +153,7 @@ template <class T>
 void cuda_variates(const StreamId& id, std::uint64_t start, index_t n, T* out, bool normal) {
   require_stream_range(start, n, 16 / sizeof(T));  // variates per block: 4 (float), 2 (double)
   detail::require(n == 0 || out != nullptr, "out: null pointer");
-  use_cuda(Device::cuda);
+  detail::use_cuda(Device::cuda);
 #if LSA_NATIVE_HAVE_CUDA
   cuda::random_variates(id, start, n, out, normal);
 #else

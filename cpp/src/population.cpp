@@ -22,13 +22,9 @@ void check_sizes(index_t d, index_t N, index_t count = 1) {
                   "S*d*d overflows a 64-bit index (S = " + std::to_string(count) + ")");
 }
 
-void require_pointer(const void* p, const char* name) {
-  detail::require(p != nullptr, std::string(name) + ": must not be null");
-}
-
 void check_params(index_t d, const double* W_pv, const double* W_kq) {
-  require_pointer(W_pv, "W_pv");
-  require_pointer(W_kq, "W_kq");
+  detail::require_pointer(W_pv, "W_pv");
+  detail::require_pointer(W_kq, "W_kq");
   for (index_t i = 0; i < (d + 1) * (d + 1); ++i) {
     if (!std::isfinite(W_pv[i])) throw Error("W_pv: contains non-finite values (NaN or inf)");
     if (!std::isfinite(W_kq[i])) throw Error("W_kq: contains non-finite values (NaN or inf)");
@@ -47,7 +43,7 @@ double population_loss(index_t d, const double* W_pv, const double* W_kq, const 
   check_sizes(d, N);
   check_params(d, W_pv, W_kq);
   check_noise(noise);
-  require_pointer(Lambda, "Lambda");
+  detail::require_pointer(Lambda, "Lambda");
   cpu::require_symmetric_positive_definite(Lambda, d, "Lambda");
   return cpu::population_loss(d, W_pv, W_kq, Lambda, N, d_W_pv, d_W_kq, noise);
 }
@@ -58,7 +54,7 @@ double population_loss_random_diagonal(index_t d, const double* W_pv, const doub
   check_sizes(d, N);
   check_params(d, W_pv, W_kq);
   check_noise(noise);
-  require_pointer(moments, "moments");
+  detail::require_pointer(moments, "moments");
   const double *m1 = moments, *m2 = moments + d;
   for (index_t i = 0; i < d; ++i)
     detail::require(m2[i] - m1[i] * m1[i] >= -1e-12 * std::max(1.0, m2[i]),
@@ -72,7 +68,7 @@ double population_loss_samples(index_t d, const double* W_pv, const double* W_kq
   check_sizes(d, N, std::max<index_t>(n_samples, 1));
   check_params(d, W_pv, W_kq);
   check_noise(noise);
-  require_pointer(Lambdas, "Lambdas");
+  detail::require_pointer(Lambdas, "Lambdas");
   detail::require(n_samples >= 1,
                   "Lambdas: need at least one covariance sample, got " + std::to_string(n_samples));
   for (index_t s = 0; s < n_samples; ++s) cpu::require_symmetric_positive_definite(Lambdas + s * d * d, d, "Lambdas", s);
@@ -82,8 +78,8 @@ double population_loss_samples(index_t d, const double* W_pv, const double* W_kq
 double reduced_loss(index_t d, const double* U11, double u, const double* Lambda, index_t N,
                     double* d_U11, double* d_u) {
   check_sizes(d, N);
-  require_pointer(U11, "U11");
-  require_pointer(Lambda, "Lambda");
+  detail::require_pointer(U11, "U11");
+  detail::require_pointer(Lambda, "Lambda");
   cpu::require_symmetric_positive_definite(Lambda, d, "Lambda");
   return cpu::reduced_loss(d, U11, u, Lambda, N, d_U11, d_u);
 }

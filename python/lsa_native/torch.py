@@ -166,10 +166,6 @@ def _ka_args(Z0, V, B, C):
     return _operand(Z0, "Z0"), _operand(V, "V", Z0), _operand(B, "B", Z0), _operand(C, "C", Z0)
 
 
-def _ka_device(Z0: torch.Tensor) -> dict:
-    return {"device": "cuda"} if Z0.device.type == "cuda" else {}
-
-
 class _KernelAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, Z0, V, B, C, activations, save_context):
@@ -178,9 +174,9 @@ class _KernelAttention(torch.autograd.Function):
         ctx.activations = activations
         if save_context:
             Z_L, ctx.context = _ka.forward(*args, activations, return_context=True,
-                                           **_ka_device(Z0))
+                                           device=_device(Z0))
         else:
-            Z_L, ctx.context = _ka.forward(*args, activations, **_ka_device(Z0)), None
+            Z_L, ctx.context = _ka.forward(*args, activations, device=_device(Z0)), None
         return _tensor(Z_L)
 
     @staticmethod
@@ -189,7 +185,7 @@ class _KernelAttention(torch.autograd.Function):
         Z0 = ctx.saved_tensors[0]
         dV, dB, dC, dZ0 = _ka.vjp(*_ka_args(*ctx.saved_tensors), ctx.activations,
                                   _operand(d_Z, "d_Z_out", Z0), context=ctx.context,
-                                  input_grad=ctx.needs_input_grad[0], **_ka_device(Z0))
+                                  input_grad=ctx.needs_input_grad[0], device=_device(Z0))
         return _tensor(dZ0), _tensor(dV), _tensor(dB), _tensor(dC), None, None
 
 

@@ -67,7 +67,7 @@ template <class T>
 void lsa_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, const T* d_F,
              T* d_W_pv, T* d_W_kq, T* d_E = nullptr, Device device = Device::cpu);
 
-// Vector-Jacobian product of lsa_predict for an upstream d_y = ∂ℓ/∂ŷ [B] (cpu/lsa_predict_vjp.cpp):
+// Vector-Jacobian product of lsa_predict for an upstream d_y = ∂ℓ/∂ŷ [B] (cpu/lsa_predict_vjp.inl; CUDA: the VJP mode of the prediction kernel):
 //   d_W_pv [d+1, d+1] (written; only the last row, Σ_b dŷ_b G_b q_b, is nonzero),
 //   d_W_kq [d+1, d+1] (written; Σ_b dŷ_b (G_b p) e_q,bᵀ, exact for any E),
 //   d_E [B, d+1, N+1] (written when not null; (1/N)(s_j p + t_j q) dŷ per column j, plus

@@ -28,6 +28,9 @@ namespace detail {
 inline void require(bool ok, const std::string& message) {
   if (!ok) throw Error(message);
 }
+inline void require_pointer(const void* p, const char* name) {
+  require(p != nullptr, std::string(name) + ": must not be null");
+}
 }  // namespace detail
 
 }  // namespace lsa_native

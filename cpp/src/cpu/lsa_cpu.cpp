@@ -134,11 +134,18 @@ void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_k
   const auto& k = predict_vjp_kernels<T>();
   const index_t width = predict_vjp_partial_size(sh.dim);
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(sh.batch) * width));
+  ChunkFlags flags(sh.batch);
   detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
-    k.range(sh, E, W_pv, W_kq, d_y, d_E, b0, b1, partials.data() + c * width);
+    flags.ok[c] = k.range(sh, E, W_pv, W_kq, d_y, d_E, b0, b1, partials.data() + c * width);
   });
   const std::vector<double> total = detail::reduce_partials(partials, width);
   write_prediction_gradients(sh.dim, total.data(), total.data() + sh.dim + 1, 1.0, d_W_pv, d_W_kq);
+  const index_t nE = prompt_values(sh), n2 = param_values(sh);
+  const std::initializer_list<detail::NamedInput<T>> inputs = {
+      {"E", E, nE}, {"W_pv", W_pv, n2}, {"W_kq", W_kq, n2}, {"d_y", d_y, sh.batch}};
+  detail::check_output<T>(detail::all_finite(d_W_pv, n2), "dW_pv", inputs);
+  detail::check_output<T>(detail::all_finite(d_W_kq, n2), "dW_kq", inputs);
+  detail::check_output<T>(flags.all(), "dE", inputs);
 }
 
 LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, float)

@@ -14,8 +14,9 @@ inline index_t predict_vjp_partial_size(index_t d) { return (d + 1) + (d + 1) * 
 template <class T>
 struct LsaPredictVjpKernels {
   // Prompts [b0, b1): d_E rows written (when not null), partial [predict_vjp_partial_size(d)]
-  // written with Σ_b dŷ_b G_b q_b and Σ_b dŷ_b (G_b p) e_q,bᵀ.
-  void (*range)(const LsaShape&, const T* E, const T* W_pv, const T* W_kq, const T* d_y, T* d_E,
+  // written with Σ_b dŷ_b G_b q_b and Σ_b dŷ_b (G_b p) e_q,bᵀ. Returns false when a d_E value it
+  // wrote was non-finite (flag raised while writing).
+  bool (*range)(const LsaShape&, const T* E, const T* W_pv, const T* W_kq, const T* d_y, T* d_E,
                 index_t b0, index_t b1, double* partial);
 };
 

@@ -7,10 +7,14 @@
 //   ∂ŷ/∂e_j = (1/N)(s_j p + t_j q) for every column j, + W^KQᵀ G p on the query column, + 1 on the
 //   query-label slot [d, N].
 // Token sums in T with SIMD partial sums (simd.hpp); batch sums of the parameter gradients in
-// double, reduced in chunk order by the driver (lsa_cpu.cpp).
+// double, reduced in chunk order by the driver (lsa_cpu.cpp). The per-entry formulas are those of
+// common/lsa_recipe.hpp (the CUDA kernel's): q and the query column's W^KQᵀ G p by the recipe
+// itself, the dE columns by `combine`, its vector form of prediction_input_grad_entry [SPEC 3.2].
 #include <algorithm>
 #include <vector>
 
+#include "common/finite.hpp"
+#include "common/lsa_recipe.hpp"
 #include "cpu/lsa_predict_vjp.hpp"
 #include "cpu/simd.hpp"
 
@@ -41,14 +45,21 @@ inline void two_dots(const T* x, const T* a, const T* b, index_t n, T& sum_a, T&
   sum_b = tb;
 }
 
-// out[j] = α a[j] + β b[j] over n entries.
+// out[j] = α a[j] + β b[j] over n entries; adds x − x of every stored value to `poison`.
 template <class T>
-inline void combine(T alpha, const T* a, T beta, const T* b, index_t n, T* out) {
+inline void combine(T alpha, const T* a, T beta, const T* b, index_t n, T* out,
+                    simd::Vec<T>& poison) {
   constexpr index_t L = simd::kLanes<T>;
   const simd::Vec<T> va = simd::broadcast(alpha), vb = simd::broadcast(beta);
   index_t j = 0;
-  for (; j + L <= n; j += L) simd::store(out + j, va * simd::load(a + j) + vb * simd::load(b + j));
-  for (; j < n; ++j) out[j] = alpha * a[j] + beta * b[j];
+  for (; j + L <= n; j += L) {
+    const simd::Vec<T> x = va * simd::load(a + j) + vb * simd::load(b + j);
+    simd::store(out + j, x);
+    poison += x - x;
+  }
+  T tail = T(0);
+  for (; j < n; ++j) tail += detail::poison(out[j] = alpha * a[j] + beta * b[j]);
+  poison += simd::broadcast(tail);
 }
 
 // t[j] (+)= α x[j] and s[j] (+)= β x[j] over n entries (one read of x); `first` overwrites.
@@ -69,9 +80,11 @@ inline void two_axpy(const T* x, T alpha, T beta, index_t n, T* t, T* s, bool fi
 }
 
 template <class T>
-void predict_vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
+bool predict_vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
                        T* d_E, index_t b0, index_t b1, double* partial) {
   const index_t D = sh.dim + 1, C = sh.context + 1, N = sh.context;
+  const recipe::Mat<T> Wk = recipe::rows_of(W_kq, int(D));
+  simd::Vec<T> poison = simd::zero<T>();  // of d_E (the parameter gradients are checked reduced)
   const T* p = W_pv + (D - 1) * D;
   const T inv_n = T(1) / T(N);
   std::vector<T> t(static_cast<size_t>(C)), s(t.size()), q(static_cast<size_t>(D)),
@@ -81,11 +94,8 @@ void predict_vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W
   std::fill(partial, partial + D + D * D, 0.0);
   for (index_t b = b0; b < b1; ++b) {
     const T* e = E + b * D * C;
-    for (index_t r = 0; r < D; ++r) {
-      T acc = 0;
-      for (index_t c = 0; c < D; ++c) acc += W_kq[r * D + c] * e[c * C + N];
-      q[r] = acc;
-    }
+    const recipe::Mat<T> Eb = recipe::rows_of(e, int(C));
+    for (index_t r = 0; r < D; ++r) q[r] = recipe::query_entry(Wk, Eb, int(D), int(N), int(r));
     // t_j = p·e_j, s_j = q·e_j: rows of E combined into t and s.
     for (index_t r = 0; r < D; ++r) two_axpy(e + r * C, p[r], q[r], C, t.data(), s.data(), r == 0);
     for (index_t r = 0; r < D; ++r) {
@@ -104,13 +114,14 @@ void predict_vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W
     const T gn = g * inv_n;
     for (index_t r = 0; r < D; ++r) {
       T* o = out + r * C;
-      combine(gn * p[r], s.data(), gn * q[r], t.data(), C, o);
-      T through_q = 0;  // (W^KQᵀ G p)_r: the query column through q = W^KQ e_q
-      for (index_t k = 0; k < D; ++k) through_q += W_kq[k * D + r] * Gp[k];
-      o[N] += g * through_q;
+      combine(gn * p[r], s.data(), gn * q[r], t.data(), C, o, poison);
+      // The query column through q = W^KQ e_q, and ŷ's query-label slot [d, N].
+      o[N] += g * recipe::through_query_entry(Wk, Gp.data(), int(D), int(r));
+      if (r == D - 1) o[N] += g;
+      poison += simd::broadcast(detail::poison(o[N]));
     }
-    out[(D - 1) * C + N] += g;  // ŷ adds the query-label slot
   }
+  return detail::poison_clear(simd::hsum(poison));
 }
 
 }  // namespace
