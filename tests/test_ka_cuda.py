@@ -181,6 +181,11 @@ def test_device_path_glue_on_an_emulated_gpu(rng, emulated_gpu, dtype):
     big = (200 * B).astype(dtype)
     with pytest.raises(FloatingPointError, match="Z_L: overflowed to non-finite values"):
         ka.forward(Z0, V, big, big, "exp", device="cuda")
+    # A NaN upstream of a host VJP is named, like on the CPU (not reported as an overflow).
+    dZ_bad = np.ones_like(Z0)
+    dZ_bad[0, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="^d_Z_out: contains non-finite values"):
+        ka.vjp(Z0, V, B, C, acts, dZ_bad, device="cuda")
 
 
 # ---- on a GPU -----------------------------------------------------------------------------------

@@ -41,8 +41,12 @@ class _Call:
     def params(self) -> tuple:
         return self.z.arg.ptr, self.V.ptr, self.B.ptr, self.C.ptr
 
+    def inputs(self, **extra) -> dict:
+        """The call's inputs by name (host arrays are inspected when a host result is not finite)."""
+        return dict(Z0=self.z.source, V=self.V.keep, B=self.B.keep, C=self.C.keep, **extra)
 
-def _scale(a, factor: float):
+
+def scale(a, factor: float):
     """a *= factor for a result array (numpy, PyTorch, CuPy in place; a DeviceArray by a host
     round trip, which only results of unknown CUDA libraries are)."""
     if isinstance(a, cuda.DeviceArray):
@@ -65,6 +69,7 @@ def forward(Z0, V, B, C, codes_of, return_predictions, return_context, context_t
         ctx, ctx_result = z.output(None, (Bsz, size))
     _core.kernel_attention_forward_cuda(c.dtype, c.shape, *c.params(), c.codes, Z.ptr, preds.ptr,
                                         ctx.ptr)
+    z.check_host_results({"Z_L": Z_result, "predictions": preds_result}, c.inputs())
     out = (Z_result,) + ((preds_result,) if return_predictions else ())
     if return_context:
         out += (context_type(ctx_result, (Bsz, c.d, c.n, c.L, c.H)),)
@@ -85,11 +90,13 @@ def vjp(Z0, V, B, C, codes_of, d_Z_out, context, input_grad):
     dZ0, dZ0_result = z.output(None, z.shape) if input_grad else (_NONE, None)
     _core.kernel_attention_vjp_cuda(c.dtype, c.shape, *c.params(), c.codes, dZ.ptr, dV.ptr, dB.ptr,
                                     dC.ptr, dZ0.ptr, ctx.ptr)
+    z.check_host_results({"d_V": dV_result, "d_B": dB_result, "d_C": dC_result, "d_Z0": dZ0_result},
+                         c.inputs(d_Z_out=dZ.keep))
     return dV_result, dB_result, dC_result, dZ0_result
 
 
 def loss_and_grad(Z0, y_q, V, B, C, codes_of, input_grad, return_predictions):
-    """As kernel_attention.loss_and_grad: ½ the core's CCS (5) loss and gradients."""
+    """The core's CCS (5) loss and gradients (kernel_attention.loss_and_grad halves them)."""
     c = _Call(Z0, V, B, C, codes_of)
     z = c.z
     Bsz = z.shape[0]
@@ -102,7 +109,7 @@ def loss_and_grad(Z0, y_q, V, B, C, codes_of, input_grad, return_predictions):
     loss = _core.kernel_attention_loss_and_grad_cuda(
         c.dtype, c.shape, z.arg.ptr, y.ptr, c.V.ptr, c.B.ptr, c.C.ptr, c.codes, dV.ptr, dB.ptr,
         dC.ptr, dZ0.ptr, preds.ptr)
+    z.check_host_results({"loss": loss, "d_V": dV_result, "d_B": dB_result, "d_C": dC_result,
+                          "d_Z0": dZ0_result, "predictions": preds_result}, c.inputs(y_q=y.keep))
     grads = (dV_result, dB_result, dC_result) + ((dZ0_result,) if input_grad else ())
-    for g in grads:
-        _scale(g, 0.5)
-    return (0.5 * loss,) + grads + ((preds_result,) if return_predictions else ())
+    return (loss,) + grads + ((preds_result,) if return_predictions else ())

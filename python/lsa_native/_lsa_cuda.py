@@ -78,11 +78,17 @@ class _Prompts:
         arr = as_out(out, shape, self.dtype, name)
         return _Arg(arr.ctypes.data, arr), arr
 
-    def check_host_result(self, result, inputs: dict):
-        """check_finite_result for host results (inputs: the host arrays among them)."""
-        # Results on the device are not inspected (that would cost a copy to the host).
-        if not self.on_gpu:
-            check_finite_result(result, inputs)
+    def check_host_results(self, results: dict, inputs: dict):
+        """check_finite_result for every result (name → array, None: absent) when they are host
+        arrays, with the host arrays among `inputs` (name → array) named when they hold NaN/inf.
+        The CPU kernels raise the same errors natively; results on the device are not inspected
+        (that would cost a copy to the host)."""
+        if self.on_gpu:
+            return
+        host = {k: v for k, v in inputs.items() if isinstance(v, np.ndarray)}
+        for name, result in results.items():
+            if result is not None:
+                check_finite_result(result, host, name)
 
 
 def predict(E, W_pv, W_kq, out):
@@ -91,7 +97,7 @@ def predict(E, W_pv, W_kq, out):
     pv, kq = e.operand(W_pv, "W_pv", (n, n)), e.operand(W_kq, "W_kq", (n, n))
     y, result = e.output(out, (B,))
     _core.lsa_predict_cuda(e.dtype.name, e.native_shape, e.arg.ptr, pv.ptr, kq.ptr, y.ptr)
-    e.check_host_result(result, {"E": e.source})
+    e.check_host_results({"y_hat": result}, {"E": e.source})
     return result
 
 
@@ -106,8 +112,8 @@ def loss_and_grad(E, y_q, W_pv, W_kq, return_predictions: bool):
     loss = _core.lsa_loss_and_grad_cuda(
         e.dtype.name, e.native_shape, e.arg.ptr, y.ptr, pv.ptr, kq.ptr, d_pv.ptr, d_kq.ptr, y_hat.ptr
     )
-    if not np.isfinite(loss):
-        e.check_host_result(loss, {"E": e.source})
+    e.check_host_results({"loss": loss, "dW_pv": d_pv_result, "dW_kq": d_kq_result},
+                         {"E": e.source, "y_q": y.keep})
     if return_predictions:
         return loss, d_pv_result, d_kq_result, y_hat_result
     return loss, d_pv_result, d_kq_result
@@ -119,8 +125,7 @@ def forward(E, W_pv, W_kq, out):
     pv, kq = e.operand(W_pv, "W_pv", (n, n)), e.operand(W_kq, "W_kq", (n, n))
     F, result = e.output(out, e.shape)
     _core.lsa_forward_cuda(e.dtype.name, e.native_shape, e.arg.ptr, pv.ptr, kq.ptr, F.ptr)
-    if not e.on_gpu:
-        check_finite_result(result[:, -1, -1], {"E": e.source})
+    e.check_host_results({"F": result}, {"E": e.source})
     return result
 
 
@@ -135,8 +140,8 @@ def _vjp(entry, E, W_pv, W_kq, upstream, name: str, upstream_shape, with_input_g
     d_E, d_E_result = e.output(None, e.shape) if with_input_grad else (_Arg(0, None), None)
     entry(e.dtype.name, e.native_shape, e.arg.ptr, pv.ptr, kq.ptr, up.ptr, d_pv.ptr, d_kq.ptr,
           d_E.ptr)
-    host_inputs = {"E": e.source, name: up.keep}
-    e.check_host_result(d_pv_result, {k: v for k, v in host_inputs.items() if isinstance(v, np.ndarray)})
+    e.check_host_results({"dW_pv": d_pv_result, "dW_kq": d_kq_result, "dE": d_E_result},
+                         {"E": e.source, name: up.keep})
     return d_pv_result, d_kq_result, d_E_result
 
 

@@ -151,7 +151,8 @@ def check_finite_result(result, inputs: dict, output: str = "result") -> None:
     for name, a in inputs.items():
         if not np.all(np.isfinite(a)):
             raise ValueError(f"{name}: contains non-finite values (NaN or inf)")
-    raise FloatingPointError(f"{output}: overflowed to a non-finite value from finite inputs")
+    raise FloatingPointError(f"{output}: overflowed to non-finite values from finite inputs "
+                             "(rescale the inputs or parameters, or use float64)")
 
 
 # Native sizes and counts are 64-bit signed integers.
