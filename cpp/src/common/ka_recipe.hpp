@@ -14,7 +14,7 @@
 //   Y = Z M h̃ [D, n+1]                                (y_entry)
 //   Z_{ℓ+1} = Z_ℓ + Σ_s V^s Y^s                        (residual_entry)    [CCS (3)]
 // Reverse mode, with dO = ∂ℓ/∂Z_{ℓ+1} (every head's output receives it) and dZ_ℓ starting at dO:
-//   dV += dO Yᵀ, dY = Vᵀ dO                           (token_product_entry, transposed_combination)
+//   dV += dO Yᵀ, dY = Vᵀ dO                           (token_product_entry, dy_entry)
 //   dZ[:, i<n] += dY h̃ᵀ,  dh̃ = (Z M)ᵀ dY              (token_product_entry, dh_entry)
 //   dS = activation gradient of dh̃                    (activation_gradient)
 //   dU[:, i] = W dSᵀ[:, i] (i < n; the query column 0), dW = U[:, :n] dS
@@ -61,8 +61,8 @@ KaContext context_layout(const KernelAttentionShape& s) {
 
 // ---- the activations h̃ of CCS (12), one value and one gradient function per table entry -------
 // Element-wise, given the column's shift (softmax: the max over the n sources, else unused):
-//   value: linear s, relu max(s, 0), exp e^s, softmax e^(s − shift) (normalized afterwards by
-//   softmax_normalize_entry with the column's 1 / Σ_i e^(S_ij − shift)).
+//   value: linear s, relu max(s, 0), exp e^s, softmax e^(s − shift) (normalized afterwards: times
+//   the column's inverse(Σ_i e^(S_ij − shift))).
 //   gradient ∂ℓ/∂S from h = h̃ and dh = ∂ℓ/∂h̃, given the column's Σ_i h_ij dh_ij (softmax only):
 //   linear dh, relu [h > 0] dh, exp h dh, softmax h (dh − Σ_i h_ij dh_ij).
 namespace activation {

@@ -301,17 +301,16 @@ bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, 
   std::fill(partial, partial + ka_partial_size(sh), 0.0);
   double *gV, *gB, *gC;
   gradient_slots(sh, partial, gV, gB, gC);
-  const double inv_b = 1.0 / double(sh.batch);
   Workspace<T> w(sh);
   T poison = T(0);
   for (index_t b = b0; b < b1; ++b) {
     forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
     const T tf = w.query_label(sh.layers);
-    const double residual = double(tf) + double(y_q[b]);  // TF predicts −y   (5)
+    const double residual = recipe::loss_residual(double(tf), double(y_q[b]));  // TF predicts −y (5)
     partial[0] += residual * residual;
     if (predictions) poison += store_predictions(w, predictions, b);
     std::fill(w.dZ.begin(), w.dZ.end(), T(0));
-    w.dZ[d * w.Tt + sh.context] = T(2 * residual * inv_b);
+    w.dZ[d * w.Tt + sh.context] = T(recipe::loss_seed(residual, sh.batch));
     backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC);
     if (d_Z0) poison += w.unstage(w.dZ.data(), d_Z0 + b * per);
   }
