@@ -79,19 +79,12 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z
 }
 #undef LSA_NATIVE_BACKEND
 
-#define LSA_NATIVE_INSTANTIATE(T)                                                                  \
-  template index_t kernel_attention_context_size<T>(const KernelAttentionShape&);                 \
-  template void kernel_attention_forward<T>(const KernelAttentionShape&, const T*, const T*,       \
-                                            const T*, const T*, const Activation*, T*, T*, T*,     \
-                                            Device);                                               \
-  template void kernel_attention_vjp<T>(const KernelAttentionShape&, const T*, const T*, const T*, \
-                                        const T*, const Activation*, const T*, T*, T*, T*, T*,     \
-                                        const T*, Device);                                         \
-  template double kernel_attention_loss_and_grad<T>(const KernelAttentionShape&, const T*,         \
-                                                    const T*, const T*, const T*, const T*,        \
-                                                    const Activation*, T*, T*, T*, T*, T*, Device);
-LSA_NATIVE_INSTANTIATE(float)
-LSA_NATIVE_INSTANTIATE(double)
-#undef LSA_NATIVE_INSTANTIATE
+// The public functions, for float and double (kernel_attention.hpp).
+#define LSA_NATIVE_KA_INSTANTIATE(R, name, params) template R name(LSA_NATIVE_UNPAREN params, Device);
+LSA_NATIVE_KA_API(LSA_NATIVE_KA_INSTANTIATE, float)
+LSA_NATIVE_KA_API(LSA_NATIVE_KA_INSTANTIATE, double)
+#undef LSA_NATIVE_KA_INSTANTIATE
+template index_t kernel_attention_context_size<float>(const KernelAttentionShape&);
+template index_t kernel_attention_context_size<double>(const KernelAttentionShape&);
 
 }  // namespace lsa_native

@@ -109,19 +109,31 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& shape, const T
                                       const Activation* activations, T* d_V, T* d_B, T* d_C,
                                       T* d_Z0, T* predictions, Device device = Device::cpu);
 
-#define LSA_NATIVE_DECLARE_KA(T)                                                                  \
-  extern template index_t kernel_attention_context_size<T>(const KernelAttentionShape&);         \
-  extern template void kernel_attention_forward<T>(const KernelAttentionShape&, const T*,          \
-                                                   const T*, const T*, const T*,                  \
-                                                   const Activation*, T*, T*, T*, Device);        \
-  extern template void kernel_attention_vjp<T>(const KernelAttentionShape&, const T*, const T*,   \
-                                               const T*, const T*, const Activation*, const T*,   \
-                                               T*, T*, T*, T*, const T*, Device);                 \
-  extern template double kernel_attention_loss_and_grad<T>(                                       \
-      const KernelAttentionShape&, const T*, const T*, const T*, const T*, const T*,              \
-      const Activation*, T*, T*, T*, T*, T*, Device);
-LSA_NATIVE_DECLARE_KA(float)
-LSA_NATIVE_DECLARE_KA(double)
-#undef LSA_NATIVE_DECLARE_KA
+// The list of kernel-attention entry points with two backends, as lsa.hpp's LSA_NATIVE_LSA_API:
+// X(R, name, params) with params the parameter list without the trailing `Device device` (the
+// backend functions cpu::name / cuda::name take exactly params). The explicit instantiations (here,
+// kernel_attention_dispatch.cpp, cpu/kernel_attention_cpu.cpp, cuda/ka_cuda.cu) and the backend
+// declarations (cpu/kernel_attention_cpu.hpp, cuda/ka_cuda.hpp) are generated from it.
+#define LSA_NATIVE_KA_API(X, T)                                                                   \
+  X(void, kernel_attention_forward,                                                              \
+    (const KernelAttentionShape& shape, const T* Z0, const T* V, const T* Bq, const T* Ck,      \
+     const Activation* activations, T* Z_out, T* predictions, T* context))                      \
+  X(void, kernel_attention_vjp,                                                                  \
+    (const KernelAttentionShape& shape, const T* Z0, const T* V, const T* Bq, const T* Ck,      \
+     const Activation* activations, const T* d_Z_out, T* d_V, T* d_B, T* d_C, T* d_Z0,          \
+     const T* context))                                                                          \
+  X(double, kernel_attention_loss_and_grad,                                                      \
+    (const KernelAttentionShape& shape, const T* Z0, const T* y_q, const T* V, const T* Bq,     \
+     const T* Ck, const Activation* activations, T* d_V, T* d_B, T* d_C, T* d_Z0,               \
+     T* predictions))
+
+#define LSA_NATIVE_KA_EXTERN(R, name, params) \
+  extern template R name(LSA_NATIVE_UNPAREN params, Device);
+LSA_NATIVE_KA_API(LSA_NATIVE_KA_EXTERN, float)
+LSA_NATIVE_KA_API(LSA_NATIVE_KA_EXTERN, double)
+#undef LSA_NATIVE_KA_EXTERN
+extern template index_t kernel_attention_context_size<float>(const KernelAttentionShape&);
+extern template index_t kernel_attention_context_size<double>(const KernelAttentionShape&);
+
 
 }  // namespace lsa_native

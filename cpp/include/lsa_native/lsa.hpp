@@ -97,7 +97,6 @@ void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* 
   X(void, lsa_predict_vjp,                                                                      \
     (const LsaShape& shape, const T* E, const T* W_pv, const T* W_kq, const T* d_y, T* d_W_pv,  \
      T* d_W_kq, T* d_E))
-#define LSA_NATIVE_UNPAREN(...) __VA_ARGS__
 
 // Explicit instantiation R name(params..., Device) for T = float and double (deduced from params).
 #define LSA_NATIVE_LSA_EXTERN(R, name, params) \

@@ -34,3 +34,6 @@ inline void require_pointer(const void* p, const char* name) {
 }  // namespace detail
 
 }  // namespace lsa_native
+
+// (a, b, c) → a, b, c: the parameter lists of the entry-point lists (lsa.hpp, kernel_attention.hpp).
+#define LSA_NATIVE_UNPAREN(...) __VA_ARGS__

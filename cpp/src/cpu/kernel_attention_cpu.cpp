@@ -105,17 +105,7 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z
   return loss;
 }
 
-#define LSA_NATIVE_INSTANTIATE(T)                                                                  \
-  template void kernel_attention_forward<T>(const KernelAttentionShape&, const T*, const T*,       \
-                                            const T*, const T*, const Activation*, T*, T*, T*);    \
-  template void kernel_attention_vjp<T>(const KernelAttentionShape&, const T*, const T*, const T*, \
-                                        const T*, const Activation*, const T*, T*, T*, T*, T*,     \
-                                        const T*);                                                 \
-  template double kernel_attention_loss_and_grad<T>(const KernelAttentionShape&, const T*,         \
-                                                    const T*, const T*, const T*, const T*,        \
-                                                    const Activation*, T*, T*, T*, T*, T*);
-LSA_NATIVE_INSTANTIATE(float)
-LSA_NATIVE_INSTANTIATE(double)
-#undef LSA_NATIVE_INSTANTIATE
+LSA_NATIVE_KA_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)
+LSA_NATIVE_KA_API(LSA_NATIVE_INSTANTIATE_BACKEND, double)
 
 }  // namespace lsa_native::cpu

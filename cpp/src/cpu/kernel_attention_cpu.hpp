@@ -2,22 +2,11 @@
 // validated by kernel_attention_dispatch.cpp.
 #pragma once
 
+#include "lsa_backend.hpp"
 #include "lsa_native/kernel_attention.hpp"
 
 namespace lsa_native::cpu {
 
-template <class T>
-void kernel_attention_forward(const KernelAttentionShape& shape, const T* Z0, const T* V,
-                              const T* Bq, const T* Ck, const Activation* activations, T* Z_out,
-                              T* predictions, T* context);
-template <class T>
-void kernel_attention_vjp(const KernelAttentionShape& shape, const T* Z0, const T* V, const T* Bq,
-                          const T* Ck, const Activation* activations, const T* d_Z_out, T* d_V,
-                          T* d_B, T* d_C, T* d_Z0, const T* context);
-template <class T>
-double kernel_attention_loss_and_grad(const KernelAttentionShape& shape, const T* Z0, const T* y_q,
-                                      const T* V, const T* Bq, const T* Ck,
-                                      const Activation* activations, T* d_V, T* d_B, T* d_C,
-                                      T* d_Z0, T* predictions);
+LSA_NATIVE_KA_API(LSA_NATIVE_DECLARE_BACKEND, T)
 
 }  // namespace lsa_native::cpu

@@ -148,8 +148,8 @@ void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_k
   detail::check_output<T>(flags.all(), "dE", inputs);
 }
 
-LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, float)
-LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, double)
+LSA_NATIVE_LSA_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)
+LSA_NATIVE_LSA_API(LSA_NATIVE_INSTANTIATE_BACKEND, double)
 
 }  // namespace cpu
 

@@ -5,6 +5,6 @@
 
 namespace lsa_native::cpu {
 
-LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_DECLARE_BACKEND, T)
+LSA_NATIVE_LSA_API(LSA_NATIVE_DECLARE_BACKEND, T)
 
 }  // namespace lsa_native::cpu

@@ -130,7 +130,7 @@ void lsa_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const
   de.finish();
 }
 
-LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, float)
-LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_INSTANTIATE_BACKEND, double)
+LSA_NATIVE_LSA_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)
+LSA_NATIVE_LSA_API(LSA_NATIVE_INSTANTIATE_BACKEND, double)
 
 }  // namespace lsa_native::cuda

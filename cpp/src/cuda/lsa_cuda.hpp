@@ -7,6 +7,6 @@
 
 namespace lsa_native::cuda {
 
-LSA_NATIVE_LSA_API(LSA_NATIVE_LSA_DECLARE_BACKEND, T)
+LSA_NATIVE_LSA_API(LSA_NATIVE_DECLARE_BACKEND, T)
 
 }  // namespace lsa_native::cuda
