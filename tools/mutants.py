@@ -106,17 +106,23 @@ def rebuild(ctest_dir):
     return True, ""
 
 
-def suites_fail(ctest_dir, timeout) -> tuple[bool, str]:
+def suites_fail(ctest_dir, timeout) -> tuple[str, str]:
+    """(result, suite): CAUGHT by the first failing suite, SURVIVED, or TIMEOUT (a suite ran past
+    `timeout` seconds: a loaded machine, not a caught bug — rerun that mutant)."""
     code, _, out = run([sys.executable, "-m", "pytest", "-x", "-q", "-m", "not slow",
                         "-p", "no:cacheprovider"], timeout)
+    if code == -1:
+        return "TIMEOUT", "pytest"
     if code != 0:
-        return True, "pytest"
+        return "CAUGHT", "pytest"
     if ctest_dir:
         code, _, out = run(["ctest", "--test-dir", ctest_dir, "-E", "consumer|install",
                             "--stop-on-failure"], timeout)
+        if code == -1:
+            return "TIMEOUT", "ctest"
         if code != 0:
-            return True, "ctest"
-    return False, ""
+            return "CAUGHT", "ctest"
+    return "SURVIVED", ""
 
 
 def main(argv=None) -> int:
@@ -151,19 +157,22 @@ def main(argv=None) -> int:
                 if not ok:
                     rows.append((m, "CAUGHT", "does not compile"))
                     continue
-            failed, by = suites_fail(args.ctest, args.timeout)
-            rows.append((m, "CAUGHT" if failed else "SURVIVED", by))
+            result, by = suites_fail(args.ctest, args.timeout)
+            rows.append((m, result, by))
         finally:
             path.write_text(original)
         print(f"{rows[-1][1]:8s} {m.name}: {m.why} {rows[-1][2]}", flush=True)
     if any(Path(ROOT / m.path).suffix in CPP_SUFFIXES for m in chosen):
         rebuild(args.ctest)  # leave the build matching the sources
     caught = sum(r[1] == "CAUGHT" for r in rows)
-    live = sum(r[1] != "STALE" for r in rows)
+    live = sum(r[1] not in ("STALE", "TIMEOUT") for r in rows)
     print("\n| mutant | file | bug | result |\n| --- | --- | --- | --- |")
     for m, result, by in rows:
         print(f"| {m.name} | {m.path} | {m.why} | {result}{' (' + by + ')' if by else ''} |")
-    print(f"\nscore: {caught}/{live} caught" + (f", {len(rows) - live} stale" if live < len(rows) else ""))
+    stale = sum(r[1] == "STALE" for r in rows)
+    timeouts = sum(r[1] == "TIMEOUT" for r in rows)
+    print(f"\nscore: {caught}/{live} caught" + (f", {stale} stale" if stale else "")
+          + (f", {timeouts} timed out (rerun them)" if timeouts else ""))
     return 0 if caught == live else 1
 
 
