@@ -42,4 +42,26 @@ inline std::vector<double> reduce_partials(const std::vector<double>& partials, 
   return total;
 }
 
+// One finiteness flag per chunk (written by the chunk's task: no sharing), all set after the call.
+struct ChunkFlags {
+  std::vector<char> ok;
+  explicit ChunkFlags(index_t batch) : ok(static_cast<size_t>(chunk_count(batch)), 1) {}
+  bool all() const {
+    for (char f : ok)
+      if (!f) return false;
+    return true;
+  }
+};
+
+// Runs fn(chunk, b0, b1, partial) for every chunk in parallel, partial [width] being the chunk's
+// row of the partial sums (fn writes all of it), and returns them reduced in chunk order.
+template <class Fn>
+std::vector<double> chunk_sums(index_t batch, index_t width, Fn&& fn) {
+  std::vector<double> partials(static_cast<size_t>(chunk_count(batch) * width));
+  for_each_chunk(batch, [&](index_t c, index_t b0, index_t b1) {
+    fn(c, b0, b1, partials.data() + c * width);
+  });
+  return reduce_partials(partials, width);
+}
+
 }  // namespace lsa_native::detail

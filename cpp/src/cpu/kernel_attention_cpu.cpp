@@ -23,12 +23,6 @@ const KaKernels<T>& kernels() {
       [] { return isa_baseline::ka_kernels<T>(); });
 }
 
-bool all_set(const std::vector<char>& flags) {
-  for (char f : flags)
-    if (!f) return false;
-  return true;
-}
-
 // Chunked parameter-gradient partials reduced in chunk order into d_V, d_B, d_C; returns the
 // reduced slot 0 (the loss sum for loss_and_grad). `outputs_ok` is false when a chunk flagged a
 // non-finite d_Z0 or prediction; d_V, d_B, d_C (small) are tested as they are written.
@@ -42,12 +36,11 @@ template <class T, class Chunk>
 Reduced reduce_gradients(const KernelAttentionShape& sh, T* d_V, T* d_B, T* d_C, Chunk chunk) {
   const index_t d = sh.dim, width = ka_partial_size(sh);
   const index_t nV = sh.layers * sh.heads * (d + 1) * (d + 1), nB = sh.layers * sh.heads * d * d;
-  std::vector<double> partials(static_cast<size_t>(detail::chunk_count(sh.batch) * width));
-  std::vector<char> ok(static_cast<size_t>(detail::chunk_count(sh.batch)), 1);
-  detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
-    ok[c] = chunk(b0, b1, partials.data() + c * width);
-  });
-  const std::vector<double> total = detail::reduce_partials(partials, width);
+  detail::ChunkFlags flags(sh.batch);
+  const std::vector<double> total =
+      detail::chunk_sums(sh.batch, width, [&](index_t c, index_t b0, index_t b1, double* partial) {
+        flags.ok[c] = chunk(b0, b1, partial);
+      });
   T poison_V = T(0), poison_B = T(0), poison_C = T(0);
   for (index_t i = 0; i < nV; ++i) poison_V += detail::poison(d_V[i] = T(total[1 + i]));
   for (index_t i = 0; i < nB; ++i) {
@@ -58,7 +51,7 @@ Reduced reduce_gradients(const KernelAttentionShape& sh, T* d_V, T* d_B, T* d_C,
                     : !detail::poison_clear(poison_B) ? "d_B"
                     : !detail::poison_clear(poison_C) ? "d_C"
                                                       : nullptr;
-  return {total[0], all_set(ok), bad};
+  return {total[0], flags.all(), bad};
 }
 
 }  // namespace
@@ -70,11 +63,11 @@ void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const
                               const T* Ck, const Activation* acts, T* Z_out, T* predictions,
                               T* context) {
   const auto& k = kernels<T>();
-  std::vector<char> ok(static_cast<size_t>(detail::chunk_count(sh.batch)), 1);
+  detail::ChunkFlags flags(sh.batch);
   detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
-    ok[c] = k.forward(sh, Z0, V, Bq, Ck, acts, Z_out, predictions, context, b0, b1);
+    flags.ok[c] = k.forward(sh, Z0, V, Bq, Ck, acts, Z_out, predictions, context, b0, b1);
   });
-  ka_check_output(all_set(ok), Z_out ? "Z_L" : "predictions", sh, Z0, V, Bq, Ck);
+  ka_check_output(flags.all(), Z_out ? "Z_L" : "predictions", sh, Z0, V, Bq, Ck);
 }
 
 template <class T>

@@ -9,6 +9,26 @@ namespace lsa_native::cpu {
 inline index_t loss_grad_partial_size(index_t d) { return 1 + (d + 1) + (d + 1) * (d + 1); }  // L, d_p, d_W_kq
 inline index_t vjp_partial_size(index_t d) { return 2 * (d + 1) * (d + 1); }          // dW_pv, dW_kq
 
+// Gradients of the prediction's parameters from batch sums d_p [d+1] (∂/∂p) and d_K [(d+1)²]
+// (∂/∂W^KQ), times `scale`: d_W_pv is zero but its last row (p is the last row of W^PV).
+template <class T>
+void write_prediction_gradients(index_t d, const double* d_p, const double* d_K, double scale,
+                                T* d_W_pv, T* d_W_kq) {
+  const index_t rows = d + 1;
+  for (index_t i = 0; i < rows * rows; ++i) d_W_pv[i] = T(0);
+  for (index_t c = 0; c < rows; ++c) d_W_pv[d * rows + c] = T(d_p[c] * scale);
+  for (index_t i = 0; i < rows * rows; ++i) d_W_kq[i] = T(d_K[i] * scale);
+}
+
+// The loss L = Σ r² / (2B) [ZFB (3.7)] and its gradients d_W_pv, d_W_kq (= Σ r ∂ŷ/∂θ / B) from the
+// batch total [loss_grad_partial_size(d)] of loss_grad partials (also the fused sampled steps').
+template <class T>
+double finish_loss_and_grad(const double* total, index_t d, index_t batch, T* d_W_pv, T* d_W_kq) {
+  const double inv_b = 1.0 / double(batch);
+  write_prediction_gradients(d, total + 1, total + 1 + (d + 1), inv_b, d_W_pv, d_W_kq);
+  return 0.5 * total[0] * inv_b;
+}
+
 // Kernels over prompts [b0, b1). Array shapes as in lsa.hpp. predict, forward and vjp return
 // false when a value they wrote to y_hat, F or d_E was non-finite (tested in the writing pass).
 template <class T>

@@ -198,7 +198,7 @@ double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t ba
     return cuda::linear_prompts_lsa_loss_and_grad<T>(P, batch, method, W_pv, W_kq, d_W_pv, d_W_kq);
 #endif
   }
-  const index_t width = cpu::fused_partial_size(d);
+  const index_t width = cpu::loss_grad_partial_size(d);
   std::vector<double> partials(static_cast<size_t>(detail::chunk_count(batch) * width));
   if (method == FusedMethod::wishart) {
     const auto& k = sampling<T>();
@@ -226,14 +226,7 @@ double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t ba
     });
   }
   const std::vector<double> total = detail::reduce_partials(partials, width);
-  // Same conversion as lsa_loss_and_grad: L = Σ r²/(2B), ∂L/∂p = Σ r g_p / B (last row of W^PV).
-  const double inv_b = 1.0 / double(batch);
-  const double* d_p = total.data() + 1;
-  const double* d_K = d_p + rows;
-  for (index_t i = 0; i < rows * rows; ++i) d_W_pv[i] = T(0);
-  for (index_t c = 0; c < rows; ++c) d_W_pv[d * rows + c] = T(d_p[c] * inv_b);
-  for (index_t i = 0; i < rows * rows; ++i) d_W_kq[i] = T(d_K[i] * inv_b);
-  return 0.5 * total[0] * inv_b;
+  return cpu::finish_loss_and_grad(total.data(), d, batch, d_W_pv, d_W_kq);
 }
 
 #define LSA_NATIVE_INSTANTIATE(T)                                                                  \

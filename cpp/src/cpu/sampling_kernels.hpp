@@ -5,6 +5,7 @@
 #include <cstdint>
 #include "common/linear_prompts.hpp"
 #include "common/random.hpp"
+#include "cpu/lsa_kernels.hpp"
 #include "lsa_native/sampling.hpp"
 
 namespace lsa_native::cpu {
@@ -12,9 +13,6 @@ namespace lsa_native::cpu {
 // The law the kernels read (common/linear_prompts.hpp; a linear::Plan owns its factors).
 template <class T>
 using LinearPlan = linear::Law<T>;
-
-// Partial sums of a fused step per chunk: L·2B, d_p [d+1], d_K [(d+1)^2] (as lsa_kernels.hpp).
-inline index_t fused_partial_size(index_t d) { return 1 + (d + 1) + (d + 1) * (d + 1); }
 
 template <class T>
 struct SamplingKernels {
@@ -24,7 +22,7 @@ struct SamplingKernels {
   // Prompts [b0, b1): prompt b is written at offset b − b0 of each non-null output.
   void (*linear_prompts)(const LinearPlan<T>& plan, index_t b0, index_t b1,
                          const LinearPromptOutputs<T>& out);
-  // Wishart step over prompts [b0, b1): partial [fused_partial_size(d)] (written).
+  // Wishart step over prompts [b0, b1): partial [loss_grad_partial_size(d)] (written: the LSA loss_grad layout).
   void (*wishart_loss_grad)(const LinearPlan<T>& plan, const T* W_pv, const T* W_kq, index_t b0,
                             index_t b1, double* partial);
 };

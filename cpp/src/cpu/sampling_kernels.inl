@@ -191,7 +191,7 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
                               index_t b1, double* partial) {
   const index_t d = P.d, N = P.N, rows = d + 1;
   const index_t dp = wishart::noise_dim(P);
-  const index_t width = fused_partial_size(d);
+  const index_t width = loss_grad_partial_size(d);
   constexpr index_t kGroup = 8;  // prompts whose draws are made together (SIMD lanes over all slots)
   const index_t nz = wishart::bartlett_normals(d, dp);
   std::vector<T> w(d), lam(d), lam_sqrt(d), z(kGroup * nz), chi2(kGroup * dp),
