@@ -40,6 +40,33 @@ void require_params(const LsaShape& s, const CArray<T>& W_pv, const CArray<T>& W
   require_shape(W_kq, {s.dim + 1, s.dim + 1}, "W_kq");
 }
 
+// NAME(E, W_pv, W_kq, upstream, d_W_pv, d_W_kq, d_E=None) for a VJP entry point `vjp`: upstream
+// [B, d+1, N+1] when per_token, else [B]; d_E written when given.
+template <class T>
+void def_vjp(py::module_& m, const char* name, const char* upstream, bool per_token,
+             void (*vjp)(const LsaShape&, const T*, const T*, const T*, const T*, T*, T*, T*, Device)) {
+  m.def(
+      name,
+      [upstream, per_token, vjp](const CArray<T>& E, const CArray<T>& W_pv, const CArray<T>& W_kq,
+                                 const CArray<T>& up, CArray<T> d_W_pv, CArray<T> d_W_kq,
+                                 std::optional<CArray<T>> d_E) {
+        const LsaShape s = prompt_shape(E);
+        require_params(s, W_pv, W_kq);
+        const std::vector<index_t> prompts = {s.batch, s.dim + 1, s.context + 1};
+        require_shape(up, per_token ? prompts : std::vector<index_t>{s.batch}, upstream);
+        require_shape(d_W_pv, {s.dim + 1, s.dim + 1}, "d_W_pv");
+        require_shape(d_W_kq, {s.dim + 1, s.dim + 1}, "d_W_kq");
+        T* de = optional_out(d_E, prompts, "d_E");
+        T* dpv = out_ptr(d_W_pv, "d_W_pv");
+        T* dkq = out_ptr(d_W_kq, "d_W_kq");
+        py::gil_scoped_release release;
+        vjp(s, E.data(), W_pv.data(), W_kq.data(), up.data(), dpv, dkq, de, Device::cpu);
+      },
+      py::arg("E").noconvert(), py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(),
+      py::arg(upstream).noconvert(), py::arg("d_W_pv").noconvert(),
+      py::arg("d_W_kq").noconvert(), py::arg("d_E").noconvert() = py::none());
+}
+
 template <class T>
 void bind_dtype(py::module_& m) {
   m.def(
@@ -84,42 +111,9 @@ void bind_dtype(py::module_& m) {
       },
       py::arg("E").noconvert(), py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(),
       py::arg("out").noconvert());
-  m.def(
-      "lsa_vjp",
-      [](const CArray<T>& E, const CArray<T>& W_pv, const CArray<T>& W_kq, const CArray<T>& d_F,
-         CArray<T> d_W_pv, CArray<T> d_W_kq, std::optional<CArray<T>> d_E) {
-        const LsaShape s = prompt_shape(E);
-        require_params(s, W_pv, W_kq);
-        require_shape(d_F, {s.batch, s.dim + 1, s.context + 1}, "d_F");
-        require_shape(d_W_pv, {s.dim + 1, s.dim + 1}, "d_W_pv");
-        require_shape(d_W_kq, {s.dim + 1, s.dim + 1}, "d_W_kq");
-        T* de = optional_out(d_E, {s.batch, s.dim + 1, s.context + 1}, "d_E");
-        T* dpv = out_ptr(d_W_pv, "d_W_pv");
-        T* dkq = out_ptr(d_W_kq, "d_W_kq");
-        py::gil_scoped_release release;
-        lsa_vjp(s, E.data(), W_pv.data(), W_kq.data(), d_F.data(), dpv, dkq, de);
-      },
-      py::arg("E").noconvert(), py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(),
-      py::arg("d_F").noconvert(), py::arg("d_W_pv").noconvert(), py::arg("d_W_kq").noconvert(),
-      py::arg("d_E").noconvert() = py::none());
-  m.def(
-      "lsa_predict_vjp",
-      [](const CArray<T>& E, const CArray<T>& W_pv, const CArray<T>& W_kq, const CArray<T>& d_y,
-         CArray<T> d_W_pv, CArray<T> d_W_kq, std::optional<CArray<T>> d_E) {
-        const LsaShape s = prompt_shape(E);
-        require_params(s, W_pv, W_kq);
-        require_shape(d_y, {s.batch}, "d_y");
-        require_shape(d_W_pv, {s.dim + 1, s.dim + 1}, "d_W_pv");
-        require_shape(d_W_kq, {s.dim + 1, s.dim + 1}, "d_W_kq");
-        T* de = optional_out(d_E, {s.batch, s.dim + 1, s.context + 1}, "d_E");
-        T* dpv = out_ptr(d_W_pv, "d_W_pv");
-        T* dkq = out_ptr(d_W_kq, "d_W_kq");
-        py::gil_scoped_release release;
-        lsa_predict_vjp(s, E.data(), W_pv.data(), W_kq.data(), d_y.data(), dpv, dkq, de);
-      },
-      py::arg("E").noconvert(), py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(),
-      py::arg("d_y").noconvert(), py::arg("d_W_pv").noconvert(), py::arg("d_W_kq").noconvert(),
-      py::arg("d_E").noconvert() = py::none());
+  // The two VJPs differ only in the upstream: d_F [B, d+1, N+1] (full output) or d_y [B] (ŷ).
+  def_vjp<T>(m, "lsa_vjp", "d_F", /*per_token=*/true, &lsa_vjp<T>);
+  def_vjp<T>(m, "lsa_predict_vjp", "d_y", /*per_token=*/false, &lsa_predict_vjp<T>);
 }
 
 // ---- Device::cuda entry points on raw addresses: NAME_cuda(dtype, shape, addresses...) ----
