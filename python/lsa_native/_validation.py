@@ -10,11 +10,17 @@ import numpy as np
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
+def as_float_array(a, name: str) -> np.ndarray:
+    """a as a C-contiguous float32/float64 array (no dtype conversion: TypeError otherwise)."""
+    a = np.asarray(a)
+    if a.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{name}: expected dtype float32 or float64, got {a.dtype}")
+    return np.ascontiguousarray(a)
+
+
 def as_prompts(E, name: str = "E") -> np.ndarray:
     """E as a C-contiguous float32/float64 array [B, d+1, N+1] with d >= 1 and N >= 1."""
-    E = np.asarray(E)
-    if E.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name}: expected dtype float32 or float64, got {E.dtype}")
+    E = as_float_array(E, name)
     if E.ndim != 3:
         raise ValueError(f"{name}: expected a 3-d array [B, d+1, N+1], got shape {E.shape}")
     B, rows, cols = E.shape
@@ -27,7 +33,7 @@ def as_prompts(E, name: str = "E") -> np.ndarray:
             f"{name}: expected N+1 >= 2 columns (N >= 1 context tokens plus the query), "
             f"got shape {E.shape}"
         )
-    return np.ascontiguousarray(E)
+    return E
 
 
 def _asarray(a, name: str) -> np.ndarray:

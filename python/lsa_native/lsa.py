@@ -22,7 +22,7 @@ import numpy as np
 
 from . import _core, _lsa_cuda
 from .cuda import resolve_device
-from ._validation import FLOAT_DTYPES, as_array, as_out
+from ._validation import as_array, as_float_array, as_out
 
 __all__ = ["predict", "loss_and_grad", "forward", "vjp", "predict_vjp", "split_shape"]
 
@@ -39,14 +39,6 @@ def split_shape(E: np.ndarray) -> tuple[int, int, int]:
 # everything), C-contiguous layout, and the finiteness checks of the inputs and results.
 
 
-def _as_prompts(E) -> np.ndarray:
-    """E as a C-contiguous float32/float64 numpy array (its shape is checked natively)."""
-    E = np.asarray(E)
-    if E.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"E: expected dtype float32 or float64, got {E.dtype}")
-    return np.ascontiguousarray(E)
-
-
 def _as_operand(a, dtype, name: str, *, finite: bool = True) -> np.ndarray:
     """a converted to `dtype` (C-contiguous, real-valued; finite unless `finite` is False); its
     shape is checked natively."""
@@ -55,7 +47,7 @@ def _as_operand(a, dtype, name: str, *, finite: bool = True) -> np.ndarray:
 
 
 def _params(E, W_pv, W_kq):
-    E = _as_prompts(E)
+    E = as_float_array(E, "E")  # its shape is checked natively
     _core.lsa_shape(E.shape)  # E's shape rules, before outputs are allocated from it
     W_pv = _as_operand(W_pv, E.dtype, "W_pv")
     W_kq = _as_operand(W_kq, E.dtype, "W_kq")
