@@ -269,7 +269,7 @@ def test_cuda_tensors_match_the_cpu(rng, dtype):
         got = _values_and_grads(fn, [a.cuda() for a in cpu])
         want = _values_and_grads(fn, cpu)
         for g, w in zip(got, want):
-            assert rel_err(torch.from_numpy(g), w) < TOL[dtype] * 10, name
+            assert rel_err(torch.from_numpy(g), w) < TOL[dtype], name
 
 
 @needs_native_cuda
