@@ -3,7 +3,10 @@ the same Adam loop (forward, ½-MSE loss, backward, optimizer step) on a fixed b
 medians over the steps of one run, and the wrapper overhead: time inside the autograd Functions
 but outside the native calls, as a percentage of the native step.
 
-    python bench/report_torch.py [--steps 7] [--lsa-batch 8192] [--ka-batch 30000]
+    python bench/report_torch.py [--steps 7] [--lsa-batch 8192] [--ka-batch 30000] [--device cuda]
+
+With --device cuda both loops run on CUDA tensors (the native one on the CUDA backend); each timed
+step ends with a synchronize, and the overhead and floor columns (CPU-only instruments) are left out.
 
 LSA: d = 20, N = 100, B = 8192, full forward (ZFB (3.3)) + backward; pure PyTorch both in the
 papers' attention-matrix form E + W^PV E (Eᵀ W^KQ E)/N (O(N² d) per prompt) and in the best
@@ -99,6 +102,7 @@ class Timers:
 
 
 CLOCK = time.perf_counter  # --clock cpu: time.process_time (CPU seconds of all threads)
+SYNC = lambda: None  # --device cuda: torch.cuda.synchronize
 
 
 def train_steps(model, x, y, steps, target=None):
@@ -114,10 +118,12 @@ def train_steps(model, x, y, steps, target=None):
         opt.step()
 
     step()
+    SYNC()
     times = []
     for _ in range(steps):
         t0 = CLOCK()
         step()
+        SYNC()
         times.append(CLOCK() - t0)
     return statistics.median(times)
 
@@ -157,30 +163,38 @@ def main(argv=None) -> int:
     p.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                    help="cpu: CPU seconds of all threads (steadier on a shared, loaded machine)")
     p.add_argument("--lsa-only", action="store_true")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = p.parse_args(argv)
-    global CLOCK
+    global CLOCK, SYNC
     CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
+    dev = torch.device(args.device)
+    on_cpu = args.device == "cpu"
+    if not on_cpu:
+        SYNC = torch.cuda.synchronize
     rng = np.random.default_rng(0)
     print(f"lsa_native {ln.__version__} ({_core.cpu_kernel_isa()}, {ln.num_threads()} threads), "
           f"torch {torch.__version__} ({torch.get_num_threads()} threads), float32, "
-          f"median of {args.steps} Adam steps after 1 warm-up, {args.clock} clock")
+          f"median of {args.steps} Adam steps after 1 warm-up, {args.clock} clock, device {dev}"
+          + ("" if on_cpu else f" ({torch.cuda.get_device_name()})"))
     print("| model | size | pure PyTorch steps/s | native steps/s | speedup | wrapper overhead |")
     print("| --- | --- | --- | --- | --- | --- |")
 
     d, N, B = 20, 100, args.lsa_batch
     batch = ln.data.linear_regression_prompts(rng, B, d, N, dtype=np.float32)
-    E, y = torch.from_numpy(batch.E), torch.from_numpy(batch.y_q)
-    native = lt.LinearSelfAttention(d, output="full", seed=0)
+    E, y = torch.from_numpy(batch.E).to(dev), torch.from_numpy(batch.y_q).to(dev)
+    native = lt.LinearSelfAttention(d, output="full", seed=0).to(dev)
     t_native = train_steps(native, E, y, args.steps)
-    ovh = overhead(lt.LinearSelfAttention(d, output="full", seed=0), E, y, args.steps)
+    ovh = (f"{overhead(lt.LinearSelfAttention(d, output='full', seed=0), E, y, args.steps):.1f}%"
+           if on_cpu else "")
     for form, gram in (("attention-matrix form", False), ("Gram-first form", True)):
         t_torch = train_steps(TorchLSA(native, gram), E, y, args.steps)
         print(f"| LSA full fwd+bwd vs PyTorch {form} | d={d} N={N} B={B} | {1 / t_torch:.2f} | "
-              f"{1 / t_native:.2f} | {t_torch / t_native:.1f}x | {ovh:.1f}% |")
-    t_floor = without_native_kernels(lambda: train_steps(
-        lt.LinearSelfAttention(d, output="full", seed=0), E, y, args.steps))
-    print(f"| (LSA loop with no-op native kernels: the floor) | d={d} N={N} B={B} | | "
-          f"{1 / t_floor:.2f} | at most {t_torch / t_floor:.1f}x | |")
+              f"{1 / t_native:.2f} | {t_torch / t_native:.1f}x | {ovh} |")
+    if on_cpu:
+        t_floor = without_native_kernels(lambda: train_steps(
+            lt.LinearSelfAttention(d, output="full", seed=0), E, y, args.steps))
+        print(f"| (LSA loop with no-op native kernels: the floor) | d={d} N={N} B={B} | | "
+              f"{1 / t_floor:.2f} | at most {t_torch / t_floor:.1f}x | |")
     if args.lsa_only:
         return 0
 
@@ -189,15 +203,16 @@ def main(argv=None) -> int:
     Z0 = rng.standard_normal((Bk, d + 1, n + 1)).astype(np.float32)
     Z0[:, :d] /= np.linalg.norm(Z0[:, :d], axis=1, keepdims=True)  # unit-sphere covariates (H.1)
     Z0[:, d, n] = 0
-    yk = torch.from_numpy(rng.standard_normal(Bk).astype(np.float32))
-    Z0 = torch.from_numpy(Z0)
+    yk = torch.from_numpy(rng.standard_normal(Bk).astype(np.float32)).to(dev)
+    Z0 = torch.from_numpy(Z0).to(dev)
     for act in ("softmax", "exp"):
-        native = lt.KernelAttention(d, L, 1, act, seed=0)
+        native = lt.KernelAttention(d, L, 1, act, seed=0).to(dev)
         t_native = train_steps(native, Z0, yk, args.steps)
-        ovh = overhead(lt.KernelAttention(d, L, 1, act, seed=0), Z0, yk, args.steps)
+        ovh = (f"{overhead(lt.KernelAttention(d, L, 1, act, seed=0), Z0, yk, args.steps):.1f}%"
+               if on_cpu else "")
         t_torch = train_steps(TorchKA(native), Z0, yk, args.steps)
         print(f"| kernel attention ({act}) | d={d} n={n} L={L} B={Bk} | {1 / t_torch:.2f} | "
-              f"{1 / t_native:.2f} | {t_torch / t_native:.1f}x | {ovh:.1f}% |")
+              f"{1 / t_native:.2f} | {t_torch / t_native:.1f}x | {ovh} |")
     return 0
 
 

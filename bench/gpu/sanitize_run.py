@@ -16,7 +16,8 @@ for dtype, tol in ((np.float32, 2e-4), (np.float64, 1e-12)):
         W_pv, W_kq = (rng.standard_normal((d + 1, d + 1)).astype(dtype) for _ in range(2))
         y_q = rng.standard_normal(B).astype(dtype)
         d_F = rng.standard_normal(E.shape).astype(dtype)
-        dev = [cuda.to_device(a) for a in (E, y_q, W_pv, W_kq, d_F)]
+        d_y = rng.standard_normal(B).astype(dtype)
+        dev = [cuda.to_device(a) for a in (E, y_q, W_pv, W_kq, d_F, d_y)]
         got = {
             "predict": [cuda.to_host(lsa.predict(dev[0], dev[2], dev[3]))],
             "loss_and_grad": [np.asarray(r) if np.isscalar(r) else cuda.to_host(r)
@@ -24,6 +25,7 @@ for dtype, tol in ((np.float32, 2e-4), (np.float64, 1e-12)):
             "forward": [cuda.to_host(lsa.forward(dev[0], dev[2], dev[3]))],
             "vjp": [cuda.to_host(r) for r in lsa.vjp(dev[0], dev[2], dev[3], dev[4])],
             "vjp host": list(lsa.vjp(E, W_pv, W_kq, d_F, device="cuda")),
+            "predict_vjp": [cuda.to_host(r) for r in lsa.predict_vjp(dev[0], dev[2], dev[3], dev[5])],
         }
         want = {
             "predict": [lsa.predict(E, W_pv, W_kq, device="cpu")],
@@ -31,6 +33,7 @@ for dtype, tol in ((np.float32, 2e-4), (np.float64, 1e-12)):
                               lsa.loss_and_grad(E, y_q, W_pv, W_kq, return_predictions=True, device="cpu")],
             "forward": [lsa.forward(E, W_pv, W_kq, device="cpu")],
             "vjp": list(lsa.vjp(E, W_pv, W_kq, d_F, device="cpu")),
+            "predict_vjp": list(lsa.predict_vjp(E, W_pv, W_kq, d_y, device="cpu")),
         }
         want["vjp host"] = want["vjp"]
         for op in got:
