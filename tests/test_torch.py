@@ -272,6 +272,16 @@ def test_cuda_tensors_match_the_cpu(rng, dtype):
             assert rel_err(torch.from_numpy(g), w) < TOL[dtype], name
 
 
+def test_native_results_become_tensors_without_copies():
+    # CUDA results arrive as tensors already and must pass through unchanged (a CUDA-only path a
+    # CPU run would otherwise never see); numpy results are wrapped, not copied.
+    t = torch.zeros(3)
+    assert lt._tensor(t) is t
+    a = np.zeros(3)
+    assert np.shares_memory(lt._tensor(a).numpy(), a)
+    assert lt._tensor(None) is None
+
+
 @needs_native_cuda
 def test_cuda_gradcheck(rng):
     for name, fn, problem in _cuda_cases(rng):

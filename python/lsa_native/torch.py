@@ -121,7 +121,7 @@ def _first_order(backward):
 def _tensor(a) -> torch.Tensor | None:
     """A native result as a tensor: numpy arrays are wrapped without a copy; results of the CUDA
     backend are already tensors (allocated by PyTorch on the inputs' device)."""
-    return None if a is None or isinstance(a, torch.Tensor) else torch.from_numpy(a)
+    return a if a is None or isinstance(a, torch.Tensor) else torch.from_numpy(a)
 
 
 def _lsa_args(E, W_pv, W_kq):
