@@ -1,4 +1,6 @@
 // CUDA runtime glue (runtime.cuh) and the device-memory part of the public API (device.hpp).
+#include <cstdint>
+#include <mutex>
 #include <string>
 
 #include "cuda/runtime.cuh"
@@ -50,8 +52,40 @@ DeviceScope::~DeviceScope() {
 
 bool DeviceScope::on_device(const void* p) const { return device_of(p) == device_; }
 
+namespace {
+
+// One stream-ordered memory pool per device, private to lsa_native, that keeps what scratch frees
+// (release threshold: unlimited). With the default pool's threshold of 0, every synchronisation
+// hands the memory back to the driver and the next call maps it again (hundreds of µs per call of a
+// training loop). cuda_release_memory() trims them.
+constexpr int kMaxDevices = 64;
+std::mutex pools_mutex;
+cudaMemPool_t pools[kMaxDevices] = {};
+
+cudaMemPool_t pool_of(int device) {
+  if (device < 0 || device >= kMaxDevices) throw Error("CUDA device index out of range");
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  if (pools[device] == nullptr) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t pool = nullptr;
+    LSA_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+    std::uint64_t keep_all = ~std::uint64_t(0);
+    LSA_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+    pools[device] = pool;
+  }
+  return pools[device];
+}
+
+}  // namespace
+
 Scratch::Scratch(std::size_t bytes) {
-  if (bytes > 0) LSA_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream()));
+  if (bytes == 0) return;
+  int device = 0;
+  LSA_CUDA_CHECK(cudaGetDevice(&device));  // the call's DeviceScope made it current
+  LSA_CUDA_CHECK(cudaMallocFromPoolAsync(&ptr_, bytes, pool_of(device), stream()));
 }
 
 void Scratch::release() noexcept {
@@ -100,5 +134,19 @@ int cuda_current_device() {
 }
 
 void cuda_synchronize() { LSA_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+void cuda_release_memory() {
+  std::lock_guard<std::mutex> lock(cuda::pools_mutex);
+  for (int device = 0; device < cuda::kMaxDevices; ++device) {
+    if (cuda::pools[device] == nullptr) continue;
+    int previous = 0;
+    LSA_CUDA_CHECK(cudaGetDevice(&previous));
+    LSA_CUDA_CHECK(cudaSetDevice(device));
+    const cudaError_t status = cudaDeviceSynchronize();  // frees queued on the stream are done
+    cudaSetDevice(previous);
+    cuda::check(status, "cudaDeviceSynchronize");
+    LSA_CUDA_CHECK(cudaMemPoolTrimTo(cuda::pools[device], 0));
+  }
+}
 
 }  // namespace lsa_native
