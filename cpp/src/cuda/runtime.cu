@@ -1,5 +1,6 @@
 // CUDA runtime glue (runtime.cuh) and the device-memory part of the public API (device.hpp).
 #include <cstdint>
+#include <cstring>
 #include <mutex>
 #include <string>
 
@@ -51,6 +52,57 @@ DeviceScope::~DeviceScope() {
 }
 
 bool DeviceScope::on_device(const void* p) const { return device_of(p) == device_; }
+
+void DeviceScope::add_host_output(void* host, const void* device, std::size_t bytes) {
+  if (bytes > 0) host_outputs_.push_back({host, device, bytes});
+}
+
+namespace {
+
+// Pinned host memory for the small outputs of a call (one per host thread, never shrunk; pinned
+// so that the copies are queued without blocking and one wait covers them all).
+constexpr std::size_t kPinnedBytes = std::size_t(1) << 20;
+
+unsigned char* pinned_buffer() {
+  struct Pinned {
+    void* p = nullptr;
+    ~Pinned() {
+      if (p != nullptr) cudaFreeHost(p);  // at thread exit; errors (runtime gone) are moot
+    }
+  };
+  thread_local Pinned pinned;
+  if (pinned.p == nullptr) LSA_CUDA_CHECK(cudaMallocHost(&pinned.p, kPinnedBytes));
+  return static_cast<unsigned char*>(pinned.p);
+}
+
+constexpr std::size_t aligned(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+}  // namespace
+
+void DeviceScope::finish() {
+  if (host_outputs_.empty()) return;
+  std::size_t total = 0;
+  for (const HostOutput& o : host_outputs_) total += aligned(o.bytes);
+  if (total <= kPinnedBytes) {
+    unsigned char* stage = pinned_buffer();
+    std::size_t offset = 0;
+    for (const HostOutput& o : host_outputs_) {
+      LSA_CUDA_CHECK(cudaMemcpyAsync(stage + offset, o.device, o.bytes, cudaMemcpyDeviceToHost, stream()));
+      offset += aligned(o.bytes);
+    }
+    LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // one wait (reports kernel faults)
+    offset = 0;
+    for (const HostOutput& o : host_outputs_) {
+      std::memcpy(o.host, stage + offset, o.bytes);
+      offset += aligned(o.bytes);
+    }
+  } else {  // large outputs: straight into the caller's (pageable) memory
+    for (const HostOutput& o : host_outputs_)
+      LSA_CUDA_CHECK(cudaMemcpyAsync(o.host, o.device, o.bytes, cudaMemcpyDeviceToHost, stream()));
+    LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+  host_outputs_.clear();
+}
 
 namespace {
 
