@@ -405,11 +405,14 @@ __device__ __forceinline__ int tile_count(int n_r, int n_c, bool sym) {
 // barrier inside; the caller synchronises after). Items (tile, token group) are spread over the
 // threads; the k range of a tile is split in g groups (adjacent lanes, summed by group_sum) with g
 // the power of two <= min(8, K / 8) that fills the threads best. store(p, r, c, v) receives every
-// entry once (mirrored entries of symmetric products twice: (r, c) then (c, r)).
-template <class T, int kT, class Store>
-__device__ __forceinline__ void run_products(const Product<T>* ps, int count, Store store) {
+// entry once (mirrored entries of symmetric products twice: (r, c) then (c, r)). The products are
+// picked with compile-time indices (kMax) so that they stay in registers, not on the stack.
+template <class T, int kT, int kMax, class Store>
+__device__ __forceinline__ void run_products(const Product<T> (&ps)[kMax], int count, Store store) {
   int tiles = 0, k_min = 1 << 30;
-  for (int p = 0; p < count; ++p) {
+LSA_UNROLL
+  for (int p = 0; p < kMax; ++p) {
+    if (p >= count) break;
     tiles += tile_count<kT>(ps[p].n_r, ps[p].n_c, ps[p].sym);
     k_min = ps[p].K < k_min ? ps[p].K : k_min;
   }
@@ -430,14 +433,20 @@ __device__ __forceinline__ void run_products(const Product<T>* ps, int count, St
   for (int base = 0; base < items; base += nthreads) {
     const int item = base + int(threadIdx.x);
     const bool active = item < items;
-    int p = 0, t = active ? item / g : 0;
+    int t = active ? item / g : 0, p = 0;
     const int kg = item % g;
-    for (; p < count - 1; ++p) {  // the product of tile t (uniform cost: count <= 4)
-      const int n = tile_count<kT>(ps[p].n_r, ps[p].n_c, ps[p].sym);
-      if (t < n) break;
+    Product<T> pr = ps[0];
+LSA_UNROLL
+    for (int q = 0; q < kMax; ++q) {  // the product of tile t
+      if (q >= count) break;
+      const int n = tile_count<kT>(ps[q].n_r, ps[q].n_c, ps[q].sym);
+      if (t < n) {
+        p = q;
+        pr = ps[q];
+        break;
+      }
       t -= n;
     }
-    const Product<T>& pr = ps[p];
     int tr = 0, tc = 0;
     if (pr.sym) {  // t-th tile of the upper triangle, row by row
       const int nt = (pr.n_r + kT - 1) / kT;
@@ -574,14 +583,14 @@ __global__ void lsa_forward_tiled_kernel(LsaShape sh, const T* __restrict__ E,
     __syncthreads();  // parameters loaded / previous prompt done
     stage(E + b * size, prompt, size, threadIdx.x, blockDim.x);
     __syncthreads();
-    const Product<T> gram{Ep, Ep.transposed(), rows, rows, cols, true};  // G = E E^T / N
-    run_products<T, kSmallTile>(&gram, 1, [&](int, int r, int c, T v) { G[r * rows + c] = v * inv_n; });
+    const Product<T> gram[1] = {{Ep, Ep.transposed(), rows, rows, cols, true}};  // G = E E^T / N
+    run_products<T, kSmallTile>(gram, 1, [&](int, int r, int c, T v) { G[r * rows + c] = v * inv_n; });
     __syncthreads();
-    const Product<T> gw{M(G), M(sW_kq), rows, rows, rows, false};  // G W^KQ
-    run_products<T, kSmallTile>(&gw, 1, [&](int, int r, int c, T v) { GW[r * rows + c] = v; });
+    const Product<T> gw[1] = {{M(G), M(sW_kq), rows, rows, rows, false}};  // G W^KQ
+    run_products<T, kSmallTile>(gw, 1, [&](int, int r, int c, T v) { GW[r * rows + c] = v; });
     __syncthreads();
-    const Product<T> p{M(sW_pv), M(GW), rows, rows, rows, false};  // P = W^PV (G W^KQ)
-    run_products<T, kSmallTile>(&p, 1, [&](int, int r, int c, T v) { Pt[c * ldc + r] = v; });
+    const Product<T> p[1] = {{M(sW_pv), M(GW), rows, rows, rows, false}};  // P = W^PV (G W^KQ)
+    run_products<T, kSmallTile>(p, 1, [&](int, int r, int c, T v) { Pt[c * ldc + r] = v; });
     __syncthreads();
     row_combination<T>(rows, cols, ldc, prompt, Pt, prompt, nullptr, nullptr, F + b * size);
   }
