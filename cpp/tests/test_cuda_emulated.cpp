@@ -137,22 +137,32 @@ void check_forward_and_vjp(const Config& c, bool with_input_grad, FullKernels wh
     lsa_emu::launch(c.grid, k::kBlockThreads, k::forward_smem<T>(rows, cols), k::lsa_forward_kernel<T>,
                     pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), F.data());
   expect_close(F, F_cpu, tolerance<T>(), "forward");
-  std::vector<T> dE(size, nan), d_pv(n2, nan), d_kq(n2, nan);
-  std::vector<double> partial(c.grid * 2 * n2, std::numeric_limits<double>::quiet_NaN());
-  T* dE_arg = with_input_grad ? dE.data() : static_cast<T*>(nullptr);
-  if (tiled)
-    lsa_emu::launch(c.grid, k::kTiledThreads, k::tiled_vjp_smem<T>(rows, cols),
-                    k::lsa_vjp_tiled_kernel<T>, pr.shape, pr.E.data(), pr.W_pv.data(),
-                    pr.W_kq.data(), pr.d_F.data(), dE_arg, partial.data());
-  else
-    lsa_emu::launch(c.grid, k::kBlockThreads, k::vjp_smem<T>(rows, cols), k::lsa_vjp_kernel<T>,
-                    pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), pr.d_F.data(), dE_arg,
-                    partial.data());
-  const auto total = reduce(partial, int(c.grid), 2 * n2);
-  lsa_emu::launch(1, k::kReduceThreads, 0, k::vjp_epilogue_kernel<T>, total.data(), n2, d_pv.data(),
-                  d_kq.data());
+  std::vector<T> dE(size, nan);
+  // d_W_pv, d_W_kq of the VJP kernel with or without dE.
+  auto vjp = [&](T* dE_arg) {
+    std::vector<T> d_pv(n2, nan), d_kq(n2, nan);
+    std::vector<double> partial(c.grid * 2 * n2, std::numeric_limits<double>::quiet_NaN());
+    if (tiled)
+      lsa_emu::launch(c.grid, k::kTiledThreads, k::tiled_vjp_smem<T>(rows, cols),
+                      k::lsa_vjp_tiled_kernel<T>, pr.shape, pr.E.data(), pr.W_pv.data(),
+                      pr.W_kq.data(), pr.d_F.data(), dE_arg, partial.data());
+    else
+      lsa_emu::launch(c.grid, k::kBlockThreads, k::vjp_smem<T>(rows, cols), k::lsa_vjp_kernel<T>,
+                      pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), pr.d_F.data(), dE_arg,
+                      partial.data());
+    const auto total = reduce(partial, int(c.grid), 2 * n2);
+    lsa_emu::launch(1, k::kReduceThreads, 0, k::vjp_epilogue_kernel<T>, total.data(), n2,
+                    d_pv.data(), d_kq.data());
+    return std::make_pair(d_pv, d_kq);
+  };
+  const auto [d_pv, d_kq] = vjp(with_input_grad ? dE.data() : static_cast<T*>(nullptr));
   expect_close(d_pv, g_pv, tolerance<T>(), "vjp d_W_pv");
   expect_close(d_kq, g_kq, tolerance<T>(), "vjp d_W_kq");
+  if (with_input_grad) {  // asking for dE leaves d_W bitwise unchanged (the same summation order)
+    const auto [pv_only, kq_only] = vjp(nullptr);
+    EXPECT_EQ(pv_only, d_pv);
+    EXPECT_EQ(kq_only, d_kq);
+  }
   if (with_input_grad) expect_close(dE, dE_cpu, tolerance<T>(), "vjp d_E");
 }
 

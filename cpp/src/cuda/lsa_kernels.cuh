@@ -407,13 +407,16 @@ __device__ __forceinline__ int tile_count(int n_r, int n_c, bool sym) {
 // the power of two <= min(8, K / 8) that fills the threads best. store(p, r, c, v) receives every
 // entry once (mirrored entries of symmetric products twice: (r, c) then (c, r)). The products are
 // picked with compile-time indices (kMax) so that they stay in registers, not on the stack.
+// g is chosen for all kMax products whatever `count`: it sets the summation order, so an entry
+// rounds the same whether or not the optional products run (dW with and without dE, bitwise).
 template <class T, int kT, int kMax, class Store>
 __device__ __forceinline__ void run_products(const Product<T> (&ps)[kMax], int count, Store store) {
-  int tiles = 0, k_min = 1 << 30;
+  int tiles = 0, plan_tiles = 0, k_min = 1 << 30;
 LSA_UNROLL
   for (int p = 0; p < kMax; ++p) {
-    if (p >= count) break;
-    tiles += tile_count<kT>(ps[p].n_r, ps[p].n_c, ps[p].sym);
+    const int n = tile_count<kT>(ps[p].n_r, ps[p].n_c, ps[p].sym);
+    plan_tiles += n;
+    if (p < count) tiles += n;
     k_min = ps[p].K < k_min ? ps[p].K : k_min;
   }
   const int nthreads = int(blockDim.x);
@@ -421,7 +424,7 @@ LSA_UNROLL
   long long best = 0;  // filled fraction tiles g / (rounds nthreads), compared as a cross product
   long long best_den = 1;
   for (int cand = 1; cand <= 8 && (cand == 1 || cand * 8 <= k_min); cand *= 2) {
-    const long long items = (long long)tiles * cand;
+    const long long items = (long long)plan_tiles * cand;
     const long long den = (items + nthreads - 1) / nthreads * nthreads;
     if (items * best_den > best * den) {
       best = items;
