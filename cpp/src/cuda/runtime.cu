@@ -108,8 +108,8 @@ namespace {
 
 // One stream-ordered memory pool per device, private to lsa_native, that keeps what scratch frees
 // (release threshold: unlimited). With the default pool's threshold of 0, every synchronisation
-// hands the memory back to the driver and the next call maps it again (hundreds of µs per call of a
-// training loop). cuda_release_memory() trims them.
+// hands the memory back to the driver and the next call of a training loop maps it again.
+// cuda_release_memory() trims them.
 constexpr int kMaxDevices = 64;
 std::mutex pools_mutex;
 cudaMemPool_t pools[kMaxDevices] = {};
