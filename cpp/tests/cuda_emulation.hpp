@@ -126,3 +126,7 @@ template <class T>
 T __ldcs(const T* p) {
   return *p;
 }
+template <class T>
+void __stcs(T* p, T v) {
+  *p = v;
+}

@@ -38,7 +38,28 @@ LSA_UNROLL
 LSA_UNROLL
     for (int u = 0; u < kUnroll; ++u) dst[i + u * nthreads] = v[u];
   }
-  for (; i < n; i += nthreads) dst[i] = __ldcs(src + i);
+  if (i < n) {  // the rest (< kUnroll rounds): predicated, its loads still all in flight together
+    T v[kUnroll];
+LSA_UNROLL
+    for (int u = 0; u < kUnroll; ++u) v[u] = i + u * nthreads < n ? __ldcs(src + i + u * nthreads) : T(0);
+LSA_UNROLL
+    for (int u = 0; u < kUnroll; ++u)
+      if (i + u * nthreads < n) dst[i + u * nthreads] = v[u];
+  }
+}
+
+// Asks for n contiguous values at src to be brought into L2 (no registers, no wait), spread over
+// the threads [0, nthreads): the next prompt of a grid-stride loop arrives while this one computes.
+template <class T>
+__device__ __forceinline__ void prefetch_l2(const T* src, index_t n, int tid, int nthreads) {
+#if defined(__CUDACC__)
+  const char* p = reinterpret_cast<const char*>(src);
+  const index_t bytes = n * index_t(sizeof(T));
+  for (index_t off = index_t(tid) * 128; off < bytes; off += index_t(nthreads) * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+#else
+  (void)src, (void)n, (void)tid, (void)nthreads;
+#endif
 }
 
 // v[i] = p[i] for i < 8, p 16-byte aligned (shared memory): 128-bit loads on the GPU (2 for float,

@@ -529,7 +529,7 @@ LSA_UNROLL
       if (r0 + i >= rows) break;
 LSA_UNROLL
       for (int u = 0; u < kTok; ++u)
-        if (j0 + u * kWarp < cols) out[(r0 + i) * cols + j0 + u * kWarp] = acc[i][u];
+        if (j0 + u * kWarp < cols) __stcs(out + (r0 + i) * cols + j0 + u * kWarp, acc[i][u]);
     }
   }
 }
@@ -582,6 +582,7 @@ __global__ void lsa_forward_tiled_kernel(LsaShape sh, const T* __restrict__ E,
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     __syncthreads();  // parameters loaded / previous prompt done
     stage(E + b * size, prompt, size, threadIdx.x, blockDim.x);
+    if (b + gridDim.x < sh.batch) prefetch_l2(E + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
     __syncthreads();
     const Product<T> gram[1] = {{Ep, Ep.transposed(), rows, rows, cols, true}};  // G = E E^T / N
     run_products<T, kSmallTile>(gram, 1, [&](int, int r, int c, T v) { G[r * rows + c] = v * inv_n; });
@@ -632,6 +633,10 @@ __global__ void lsa_vjp_tiled_kernel(LsaShape sh, const T* __restrict__ E, const
     __syncthreads();
     stage(E + b * size, e, size, threadIdx.x, blockDim.x);
     stage(d_F + b * size, df, size, threadIdx.x, blockDim.x);
+    if (b + gridDim.x < sh.batch) {
+      prefetch_l2(E + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
+      prefetch_l2(d_F + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
+    }
     __syncthreads();
     const Product<T> grams[2] = {{Ep, Ep.transposed(), rows, rows, cols, true},      // G N
                                  {dFp, Ep.transposed(), rows, rows, cols, false}};  // dP = d_F E^T
