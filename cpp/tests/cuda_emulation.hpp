@@ -19,6 +19,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 #define LSA_DYNAMIC_SHARED(name) unsigned char* name = ::lsa_emu::dynamic_shared()
 #define LSA_STATIC_SHARED(type, name, n) type* name = ::lsa_emu::static_shared<type>(n)

@@ -368,12 +368,19 @@ constexpr int kTiledThreads = 128;
 constexpr int kTokenTile = 7;  // Gram products of the VJP (21 = 3 tiles at d = 20)
 constexpr int kSmallTile = 3;  // [d+1]^3 products and the forward's Gram (21 = 7 tiles)
 constexpr int kChunk = 8;      // rows per item of a row combination (one load8 of coefficients)
+// Blocks per SM the register allocation must allow (__launch_bounds__), near what shared memory
+// allows at d = 20, N = 100 (per block: forward 18 / 35 KB, VJP 40 / 74 KB in float / double, of
+// the 228 KB of an H100 SM); more would spill.
+template <class T>
+constexpr int tiled_forward_blocks() { return sizeof(T) == 4 ? 6 : 4; }
+template <class T>
+constexpr int tiled_vjp_blocks() { return sizeof(T) == 4 ? 4 : 3; }
 
 // Row stride of the transposed coefficient copies: rows rounded up to kChunk (load8 alignment).
 __host__ __device__ inline int coefficient_stride(int rows) { return (rows + kChunk - 1) / kChunk * kChunk; }
 
-// Shared memory of the tiled kernels, in bytes. Forward, T: P^T [rows, ldc], W^PV, W^KQ, G, G W^KQ
-// [rows, rows], the prompt [rows, cols]. VJP: double dW^PV, dW^KQ [rows, rows]; T: P, S [rows, ldc],
+// Shared memory of the tiled kernels, in bytes. Forward, T: P^T [rows, ldc], W^PV, W^KQ^T, G,
+// (G W^KQ)^T [rows, rows], the prompt [rows, cols]. VJP: double dW^PV, dW^KQ [rows, rows]; T: P, S [rows, ldc],
 // W^PV, W^KQ, G, dP, U, T2, dG [rows, rows], E and d_F [rows, cols].
 template <class T>
 std::size_t tiled_forward_smem(int rows, int cols) {
@@ -385,15 +392,21 @@ std::size_t tiled_vjp_smem(int rows, int cols) {
          sizeof(T) * std::size_t(2 * rows * coefficient_stride(rows) + 7 * rows * rows + 2 * rows * cols);
 }
 
-// One product of a phase: out[r, c] = Σ_{k<K} A(r, k) B(k, c) for r < n_r, c < n_c. sym: the
-// product is symmetric (A B^T with A = B), only tiles on or above the diagonal are computed and
-// each entry is stored at (r, c) and (c, r).
-template <class T>
+// One product of a phase: out[r, c] = Σ_{k<K} A(r, k) B(k, c) for r < n_r, c < n_c, A and B views
+// (recipe::Mat, or RowsOf / ColsOf: k steps by 1 in A = RowsOf and B = ColsOf). sym: the product
+// is symmetric (A B^T with A = B), only tiles on or above the diagonal are computed and each entry
+// is stored at (r, c) and (c, r).
+template <class MA, class MB = MA>
 struct Product {
-  Mat<T> A, B;
+  MA A;
+  MB B;
   int n_r, n_c, K;
   bool sym;
 };
+template <class T>
+using FastProduct = Product<recipe::RowsOf<T>, recipe::ColsOf<T>>;  // k contiguous in both
+template <class T>
+using AnyProduct = Product<Mat<T>>;
 
 template <int kT>
 __device__ __forceinline__ int tile_count(int n_r, int n_c, bool sym) {
@@ -403,12 +416,12 @@ __device__ __forceinline__ int tile_count(int n_r, int n_c, bool sym) {
 
 // The products ps[0, count) computed together by the block's threads (independent products: no
 // barrier inside; the caller synchronises after). Items (tile, token group) are spread over the
-// threads; the k range of a tile is split in g groups (adjacent lanes, summed by group_sum) with g
-// the power of two <= min(8, K / 8) that fills the threads best. store(p, r, c, v) receives every
+// threads; the k range of a tile is split in g contiguous ranges (adjacent lanes, summed by
+// group_sum) with g the power of two <= min(8, K / 8) that fills the threads best. store(p, r, c, v) receives every
 // entry once (mirrored entries of symmetric products twice: (r, c) then (c, r)). The products are
 // picked with compile-time indices (kMax) so that they stay in registers, not on the stack.
-template <class T, int kT, int kMax, class Store>
-__device__ __forceinline__ void run_products(const Product<T> (&ps)[kMax], int count, Store store) {
+template <class T, int kT, int kMax, class P, class Store>
+__device__ __forceinline__ void run_products(const P (&ps)[kMax], int count, Store store) {
   int tiles = 0, k_min = 1 << 30;
 LSA_UNROLL
   for (int p = 0; p < kMax; ++p) {
@@ -435,7 +448,7 @@ LSA_UNROLL
     const bool active = item < items;
     int t = active ? item / g : 0, p = 0;
     const int kg = item % g;
-    Product<T> pr = ps[0];
+    P pr = ps[0];
 LSA_UNROLL
     for (int q = 0; q < kMax; ++q) {  // the product of tile t
       if (q >= count) break;
@@ -465,8 +478,8 @@ LSA_UNROLL
     for (int i = 0; i < kT; ++i)
 LSA_UNROLL
       for (int j = 0; j < kT; ++j) acc[i][j] = T(0);
-    recipe::accumulate_tile<T, kT, kT>(acc, pr.A, pr.B, tr * kT, pr.n_r - 1, tc * kT, pr.n_c - 1,
-                                       kg, active ? pr.K : 0, g);
+    const int k0 = active ? pr.K * kg / g : 0, k1 = active ? pr.K * (kg + 1) / g : 0;
+    recipe::accumulate_tile<T, kT, kT>(acc, pr.A, pr.B, tr * kT, pr.n_r - 1, tc * kT, pr.n_c - 1, k0, k1);
     if (g > 1) {
 LSA_UNROLL
       for (int i = 0; i < kT; ++i)
@@ -557,9 +570,10 @@ __device__ __forceinline__ void zero_padding(T* CT, int lines, int rows, int ldc
 }
 
 // F = E + P E with P = W^PV G W^KQ, G = E E^T / N   [ZFB (3.3)], Gram-first (layout:
-// tiled_forward_smem).
+// tiled_forward_smem; W^KQ and G W^KQ kept transposed so that every product steps k by 1).
 template <class T>
-__global__ void lsa_forward_tiled_kernel(LsaShape sh, const T* __restrict__ E,
+__global__ void __launch_bounds__(kTiledThreads, tiled_forward_blocks<T>())
+    lsa_forward_tiled_kernel(LsaShape sh, const T* __restrict__ E,
                                          const T* __restrict__ W_pv, const T* __restrict__ W_kq,
                                          T* __restrict__ F) {
   LSA_DYNAMIC_SHARED(smem);
@@ -567,31 +581,31 @@ __global__ void lsa_forward_tiled_kernel(LsaShape sh, const T* __restrict__ E,
   const int n2 = rows * rows, size = rows * cols, ldc = coefficient_stride(rows);
   T* Pt = reinterpret_cast<T*>(smem);  // Pt[s * ldc + r] = P[r, s]
   T* sW_pv = Pt + rows * ldc;
-  T* sW_kq = sW_pv + n2;
-  T* G = sW_kq + n2;
-  T* GW = G + n2;
-  T* prompt = GW + n2;
+  T* sW_kq_t = sW_pv + n2;  // W^KQ^T
+  T* G = sW_kq_t + n2;
+  T* GW_t = G + n2;  // (G W^KQ)^T
+  T* prompt = GW_t + n2;
   for (int i = threadIdx.x; i < n2; i += blockDim.x) {
     sW_pv[i] = W_pv[i];
-    sW_kq[i] = W_kq[i];
+    sW_kq_t[(i % rows) * rows + i / rows] = W_kq[i];
   }
   zero_padding(Pt, rows, rows, ldc);
-  auto M = [rows](const T* p) { return rows_of<T>(p, rows); };
-  const Mat<T> Ep = rows_of<T>(prompt, cols);
+  using recipe::RowsOf;
+  using recipe::ColsOf;
   const T inv_n = recipe::inv_context<T>(N);
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     __syncthreads();  // parameters loaded / previous prompt done
     stage(E + b * size, prompt, size, threadIdx.x, blockDim.x);
     if (b + gridDim.x < sh.batch) prefetch_l2(E + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
     __syncthreads();
-    const Product<T> gram[1] = {{Ep, Ep.transposed(), rows, rows, cols, true}};  // G = E E^T / N
+    const FastProduct<T> gram[1] = {{{prompt, cols}, {prompt, cols}, rows, rows, cols, true}};
     run_products<T, kSmallTile>(gram, 1, [&](int, int r, int c, T v) { G[r * rows + c] = v * inv_n; });
-    __syncthreads();
-    const Product<T> gw[1] = {{M(G), M(sW_kq), rows, rows, rows, false}};  // G W^KQ
-    run_products<T, kSmallTile>(gw, 1, [&](int, int r, int c, T v) { GW[r * rows + c] = v; });
-    __syncthreads();
-    const Product<T> p[1] = {{M(sW_pv), M(GW), rows, rows, rows, false}};  // P = W^PV (G W^KQ)
-    run_products<T, kSmallTile>(p, 1, [&](int, int r, int c, T v) { Pt[c * ldc + r] = v; });
+    __syncthreads();  // G = E E^T / N
+    const FastProduct<T> gw[1] = {{{G, rows}, {sW_kq_t, rows}, rows, rows, rows, false}};
+    run_products<T, kSmallTile>(gw, 1, [&](int, int r, int c, T v) { GW_t[c * rows + r] = v; });
+    __syncthreads();  // G W^KQ
+    const FastProduct<T> p[1] = {{{sW_pv, rows}, {GW_t, rows}, rows, rows, rows, false}};
+    run_products<T, kSmallTile>(p, 1, [&](int, int r, int c, T v) { Pt[c * ldc + r] = v; });  // P
     __syncthreads();
     row_combination<T>(rows, cols, ldc, prompt, Pt, prompt, nullptr, nullptr, F + b * size);
   }
@@ -600,7 +614,8 @@ __global__ void lsa_forward_tiled_kernel(LsaShape sh, const T* __restrict__ E,
 // VJP of lsa_forward (SPEC 3.2; steps at the end of lsa_recipe.hpp, U = dP W^KQ^T form; layout:
 // tiled_vjp_smem). partial [gridDim.x, 2 rows²] as lsa_vjp_kernel.
 template <class T>
-__global__ void lsa_vjp_tiled_kernel(LsaShape sh, const T* __restrict__ E, const T* __restrict__ W_pv,
+__global__ void __launch_bounds__(kTiledThreads, tiled_vjp_blocks<T>())
+    lsa_vjp_tiled_kernel(LsaShape sh, const T* __restrict__ E, const T* __restrict__ W_pv,
                                      const T* __restrict__ W_kq, const T* __restrict__ d_F,
                                      T* __restrict__ d_E, double* __restrict__ partial) {
   LSA_DYNAMIC_SHARED(smem);
@@ -625,7 +640,6 @@ __global__ void lsa_vjp_tiled_kernel(LsaShape sh, const T* __restrict__ E, const
   }
   zero_padding(Pc, 2 * rows, rows, ldc);  // Pc and Sc
   auto M = [rows](const T* p) { return rows_of<T>(p, rows); };
-  const Mat<T> Ep = rows_of<T>(e, cols), dFp = rows_of<T>(df, cols);
   const Mat<T> W_pv_t = M(sW_pv).transposed(), W_kq_t = M(sW_kq).transposed();
   const T inv_n = recipe::inv_context<T>(N);
   const bool input_grad = d_E != nullptr;
@@ -638,8 +652,8 @@ __global__ void lsa_vjp_tiled_kernel(LsaShape sh, const T* __restrict__ E, const
       prefetch_l2(d_F + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
     }
     __syncthreads();
-    const Product<T> grams[2] = {{Ep, Ep.transposed(), rows, rows, cols, true},      // G N
-                                 {dFp, Ep.transposed(), rows, rows, cols, false}};  // dP = d_F E^T
+    const FastProduct<T> grams[2] = {{{e, cols}, {e, cols}, rows, rows, cols, true},     // G N
+                                     {{df, cols}, {e, cols}, rows, rows, cols, false}};  // dP = d_F E^T
     run_products<T, kTokenTile>(grams, 2, [&](int p, int r, int c, T v) {
       if (p == 0)
         G[r * rows + c] = v * inv_n;
@@ -647,16 +661,16 @@ __global__ void lsa_vjp_tiled_kernel(LsaShape sh, const T* __restrict__ E, const
         dP[r * rows + c] = v;
     });
     __syncthreads();
-    const Product<T> first[2] = {{M(dP), W_kq_t, rows, rows, rows, false},   // U = dP W^KQ^T
-                                 {M(G), W_pv_t, rows, rows, rows, false}};   // T2 = G W^PV^T
+    const FastProduct<T> first[2] = {{{dP, rows}, {sW_kq, rows}, rows, rows, rows, false},  // U = dP W^KQ^T
+                                     {{G, rows}, {sW_pv, rows}, rows, rows, rows, false}};  // T2 = G W^PV^T
     run_products<T, kSmallTile>(first, 2, [&](int p, int r, int c, T v) {
       (p == 0 ? U : T2)[r * rows + c] = v;
     });
     __syncthreads();
-    const Product<T> second[4] = {{M(U), M(G), rows, rows, rows, false},     // dW^PV += U G
-                                  {M(T2), M(dP), rows, rows, rows, false},   // dW^KQ += T2 dP
-                                  {W_pv_t, M(U), rows, rows, rows, false},   // dG = W^PV^T U
-                                  {W_kq_t, M(T2), rows, rows, rows, false}}; // P^T = W^KQ^T T2
+    const AnyProduct<T> second[4] = {{M(U), M(G), rows, rows, rows, false},      // dW^PV += U G
+                                     {M(T2), M(dP), rows, rows, rows, false},    // dW^KQ += T2 dP
+                                     {W_pv_t, M(U), rows, rows, rows, false},    // dG = W^PV^T U
+                                     {W_kq_t, M(T2), rows, rows, rows, false}};  // P^T = W^KQ^T T2
     run_products<T, kSmallTile>(second, input_grad ? 4 : 2, [&](int p, int r, int c, T v) {
       if (p < 2)
         acc[p * n2 + r * rows + c] += double(v);
