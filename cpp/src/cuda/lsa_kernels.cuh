@@ -414,34 +414,65 @@ __device__ __forceinline__ int tile_count(int n_r, int n_c, bool sym) {
   return sym ? tr * (tr + 1) / 2 : tr * tc;
 }
 
-// The products ps[0, count) computed together by the block's threads (independent products: no
-// barrier inside; the caller synchronises after). Items (tile, token group) are spread over the
-// threads; the k range of a tile is split in g contiguous ranges (adjacent lanes, summed by
-// group_sum) with g the power of two <= min(8, K / 8) that fills the threads best. store(p, r, c, v) receives every
-// entry once (mirrored entries of symmetric products twice: (r, c) then (c, r)). The products are
-// picked with compile-time indices (kMax) so that they stay in registers, not on the stack.
-template <class T, int kT, int kMax, class P, class Store>
-__device__ __forceinline__ void run_products(const P (&ps)[kMax], int count, Store store) {
-  int tiles = 0, k_min = 1 << 30;
+// How many lanes share a tile's k range (1, 2, 4 or 8) in run_products: the fewest warp
+// instructions (a warp with any active lane issues the whole item: k loop of side² FMAs and
+// 2 side loads per k, the shuffle sums, the stores), then, among counts within 15% of that,
+// the most warps (a shorter critical path per prompt). A block is issue-bound when several
+// blocks share an SM, so idle warps cost nothing and half-empty ones cost as much as full ones.
+__device__ __forceinline__ int split_count(int tiles, int K, int side, int nthreads) {
+  const int area = side * side;
+  long long cost[4], warps[4];
+  long long best = -1;
+  for (int l = 0; l < 4; ++l) {
+    const int g = 1 << l;
+    const int items = tiles * g;
+    warps[l] = 0;
+    for (int base = 0; base < items; base += nthreads) {
+      const int in_round = items - base < nthreads ? items - base : nthreads;
+      warps[l] += (in_round + kWarp - 1) / kWarp;
+    }
+    const long long per_item = (long long)((K + g - 1) / g) * (area + 2 * side) + 2LL * area * l + area + 30;
+    cost[l] = warps[l] * per_item;
+    if (best < 0 || cost[l] < best) best = cost[l];
+  }
+  int g = 1;
+  long long most = 0;
+  for (int l = 0; l < 4; ++l)
+    if (cost[l] * 100 <= best * 115 && warps[l] > most) {
+      most = warps[l];
+      g = 1 << l;
+    }
+  return g;
+}
+
+// split_count of the products ps[0, count) (computed once per block: the shapes are fixed).
+template <int kT, class P, int kMax>
+__device__ __forceinline__ int products_split(const P (&ps)[kMax], int count) {
+  int tiles = 0, k_max = 0;
 LSA_UNROLL
   for (int p = 0; p < kMax; ++p) {
     if (p >= count) break;
     tiles += tile_count<kT>(ps[p].n_r, ps[p].n_c, ps[p].sym);
-    k_min = ps[p].K < k_min ? ps[p].K : k_min;
+    k_max = ps[p].K > k_max ? ps[p].K : k_max;
+  }
+  return split_count(tiles, k_max, kT, int(blockDim.x));
+}
+
+// The products ps[0, count) computed together by the block's threads (independent products: no
+// barrier inside; the caller synchronises after). Items (tile, token group) are spread over the
+// threads; the k range of a tile is split in g contiguous ranges (adjacent lanes, summed by
+// group_sum), g from products_split. store(p, r, c, v) receives every
+// entry once (mirrored entries of symmetric products twice: (r, c) then (c, r)). The products are
+// picked with compile-time indices (kMax) so that they stay in registers, not on the stack.
+template <class T, int kT, int kMax, class P, class Store>
+__device__ __forceinline__ void run_products(const P (&ps)[kMax], int count, int g, Store store) {
+  int tiles = 0;
+LSA_UNROLL
+  for (int p = 0; p < kMax; ++p) {
+    if (p >= count) break;
+    tiles += tile_count<kT>(ps[p].n_r, ps[p].n_c, ps[p].sym);
   }
   const int nthreads = int(blockDim.x);
-  int g = 1;
-  long long best = 0;  // filled fraction tiles g / (rounds nthreads), compared as a cross product
-  long long best_den = 1;
-  for (int cand = 1; cand <= 8 && (cand == 1 || cand * 8 <= k_min); cand *= 2) {
-    const long long items = (long long)tiles * cand;
-    const long long den = (items + nthreads - 1) / nthreads * nthreads;
-    if (items * best_den > best * den) {
-      best = items;
-      best_den = den;
-      g = cand;
-    }
-  }
   const int items = tiles * g;
   for (int base = 0; base < items; base += nthreads) {
     const int item = base + int(threadIdx.x);
@@ -590,22 +621,22 @@ __global__ void __launch_bounds__(kTiledThreads, tiled_forward_blocks<T>())
     sW_kq_t[(i % rows) * rows + i / rows] = W_kq[i];
   }
   zero_padding(Pt, rows, rows, ldc);
-  using recipe::RowsOf;
-  using recipe::ColsOf;
+  // The products (fixed shared buffers) and their k splits, once per block.
+  const FastProduct<T> gram[1] = {{{prompt, cols}, {prompt, cols}, rows, rows, cols, true}};  // G N
+  const FastProduct<T> gw[1] = {{{G, rows}, {sW_kq_t, rows}, rows, rows, rows, false}};  // G W^KQ
+  const FastProduct<T> p[1] = {{{sW_pv, rows}, {GW_t, rows}, rows, rows, rows, false}};  // P
+  const int g_gram = products_split<kSmallTile>(gram, 1), g_small = products_split<kSmallTile>(gw, 1);
   const T inv_n = recipe::inv_context<T>(N);
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     __syncthreads();  // parameters loaded / previous prompt done
     stage(E + b * size, prompt, size, threadIdx.x, blockDim.x);
     if (b + gridDim.x < sh.batch) prefetch_l2(E + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
     __syncthreads();
-    const FastProduct<T> gram[1] = {{{prompt, cols}, {prompt, cols}, rows, rows, cols, true}};
-    run_products<T, kSmallTile>(gram, 1, [&](int, int r, int c, T v) { G[r * rows + c] = v * inv_n; });
-    __syncthreads();  // G = E E^T / N
-    const FastProduct<T> gw[1] = {{{G, rows}, {sW_kq_t, rows}, rows, rows, rows, false}};
-    run_products<T, kSmallTile>(gw, 1, [&](int, int r, int c, T v) { GW_t[c * rows + r] = v; });
-    __syncthreads();  // G W^KQ
-    const FastProduct<T> p[1] = {{{sW_pv, rows}, {GW_t, rows}, rows, rows, rows, false}};
-    run_products<T, kSmallTile>(p, 1, [&](int, int r, int c, T v) { Pt[c * ldc + r] = v; });  // P
+    run_products<T, kSmallTile>(gram, 1, g_gram, [&](int, int r, int c, T v) { G[r * rows + c] = v * inv_n; });
+    __syncthreads();
+    run_products<T, kSmallTile>(gw, 1, g_small, [&](int, int r, int c, T v) { GW_t[c * rows + r] = v; });
+    __syncthreads();
+    run_products<T, kSmallTile>(p, 1, g_small, [&](int, int r, int c, T v) { Pt[c * ldc + r] = v; });
     __syncthreads();
     row_combination<T>(rows, cols, ldc, prompt, Pt, prompt, nullptr, nullptr, F + b * size);
   }
@@ -643,6 +674,18 @@ __global__ void __launch_bounds__(kTiledThreads, tiled_vjp_blocks<T>())
   const Mat<T> W_pv_t = M(sW_pv).transposed(), W_kq_t = M(sW_kq).transposed();
   const T inv_n = recipe::inv_context<T>(N);
   const bool input_grad = d_E != nullptr;
+  // The products (fixed shared buffers) and their k splits, once per block.
+  const FastProduct<T> grams[2] = {{{e, cols}, {e, cols}, rows, rows, cols, true},     // G N
+                                   {{df, cols}, {e, cols}, rows, rows, cols, false}};  // dP = d_F E^T
+  const FastProduct<T> first[2] = {{{dP, rows}, {sW_kq, rows}, rows, rows, rows, false},  // U = dP W^KQ^T
+                                   {{G, rows}, {sW_pv, rows}, rows, rows, rows, false}};  // T2 = G W^PV^T
+  const AnyProduct<T> second[4] = {{M(U), M(G), rows, rows, rows, false},      // dW^PV += U G
+                                   {M(T2), M(dP), rows, rows, rows, false},    // dW^KQ += T2 dP
+                                   {W_pv_t, M(U), rows, rows, rows, false},    // dG = W^PV^T U
+                                   {W_kq_t, M(T2), rows, rows, rows, false}};  // P^T = W^KQ^T T2
+  const int n_second = input_grad ? 4 : 2;
+  const int g_grams = products_split<kTokenTile>(grams, 2), g_first = products_split<kSmallTile>(first, 2),
+            g_second = products_split<kSmallTile>(second, n_second);
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     __syncthreads();
     stage(E + b * size, e, size, threadIdx.x, blockDim.x);
@@ -652,26 +695,18 @@ __global__ void __launch_bounds__(kTiledThreads, tiled_vjp_blocks<T>())
       prefetch_l2(d_F + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
     }
     __syncthreads();
-    const FastProduct<T> grams[2] = {{{e, cols}, {e, cols}, rows, rows, cols, true},     // G N
-                                     {{df, cols}, {e, cols}, rows, rows, cols, false}};  // dP = d_F E^T
-    run_products<T, kTokenTile>(grams, 2, [&](int p, int r, int c, T v) {
+    run_products<T, kTokenTile>(grams, 2, g_grams, [&](int p, int r, int c, T v) {
       if (p == 0)
         G[r * rows + c] = v * inv_n;
       else
         dP[r * rows + c] = v;
     });
     __syncthreads();
-    const FastProduct<T> first[2] = {{{dP, rows}, {sW_kq, rows}, rows, rows, rows, false},  // U = dP W^KQ^T
-                                     {{G, rows}, {sW_pv, rows}, rows, rows, rows, false}};  // T2 = G W^PV^T
-    run_products<T, kSmallTile>(first, 2, [&](int p, int r, int c, T v) {
+    run_products<T, kSmallTile>(first, 2, g_first, [&](int p, int r, int c, T v) {
       (p == 0 ? U : T2)[r * rows + c] = v;
     });
     __syncthreads();
-    const AnyProduct<T> second[4] = {{M(U), M(G), rows, rows, rows, false},      // dW^PV += U G
-                                     {M(T2), M(dP), rows, rows, rows, false},    // dW^KQ += T2 dP
-                                     {W_pv_t, M(U), rows, rows, rows, false},    // dG = W^PV^T U
-                                     {W_kq_t, M(T2), rows, rows, rows, false}};  // P^T = W^KQ^T T2
-    run_products<T, kSmallTile>(second, input_grad ? 4 : 2, [&](int p, int r, int c, T v) {
+    run_products<T, kSmallTile>(second, n_second, g_second, [&](int p, int r, int c, T v) {
       if (p < 2)
         acc[p * n2 + r * rows + c] += double(v);
       else if (p == 2)
