@@ -8,10 +8,13 @@
 
 #include <cmath>
 #include <limits>
+#include <iterator>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "cuda/ka_kernels.cuh"
+#include "cuda/ka_warp_kernels.cuh"
 #include "cuda/lsa_kernels.cuh"
 #include "cuda/random_kernels.cuh"
 #include "ka_problem.hpp"
@@ -134,22 +137,32 @@ void check_forward_and_vjp(const Config& c, bool with_input_grad, FullKernels wh
     lsa_emu::launch(c.grid, k::kBlockThreads, k::forward_smem<T>(rows, cols), k::lsa_forward_kernel<T>,
                     pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), F.data());
   expect_close(F, F_cpu, tolerance<T>(), "forward");
-  std::vector<T> dE(size, nan), d_pv(n2, nan), d_kq(n2, nan);
-  std::vector<double> partial(c.grid * 2 * n2, std::numeric_limits<double>::quiet_NaN());
-  T* dE_arg = with_input_grad ? dE.data() : static_cast<T*>(nullptr);
-  if (tiled)
-    lsa_emu::launch(c.grid, k::kTiledThreads, k::tiled_vjp_smem<T>(rows, cols),
-                    k::lsa_vjp_tiled_kernel<T>, pr.shape, pr.E.data(), pr.W_pv.data(),
-                    pr.W_kq.data(), pr.d_F.data(), dE_arg, partial.data());
-  else
-    lsa_emu::launch(c.grid, k::kBlockThreads, k::vjp_smem<T>(rows, cols), k::lsa_vjp_kernel<T>,
-                    pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), pr.d_F.data(), dE_arg,
-                    partial.data());
-  const auto total = reduce(partial, int(c.grid), 2 * n2);
-  lsa_emu::launch(1, k::kReduceThreads, 0, k::vjp_epilogue_kernel<T>, total.data(), n2, d_pv.data(),
-                  d_kq.data());
+  std::vector<T> dE(size, nan);
+  // d_W_pv, d_W_kq of the VJP kernel with or without dE.
+  auto vjp = [&](T* dE_arg) {
+    std::vector<T> d_pv(n2, nan), d_kq(n2, nan);
+    std::vector<double> partial(c.grid * 2 * n2, std::numeric_limits<double>::quiet_NaN());
+    if (tiled)
+      lsa_emu::launch(c.grid, k::kTiledThreads, k::tiled_vjp_smem<T>(rows, cols),
+                      k::lsa_vjp_tiled_kernel<T>, pr.shape, pr.E.data(), pr.W_pv.data(),
+                      pr.W_kq.data(), pr.d_F.data(), dE_arg, partial.data());
+    else
+      lsa_emu::launch(c.grid, k::kBlockThreads, k::vjp_smem<T>(rows, cols), k::lsa_vjp_kernel<T>,
+                      pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), pr.d_F.data(), dE_arg,
+                      partial.data());
+    const auto total = reduce(partial, int(c.grid), 2 * n2);
+    lsa_emu::launch(1, k::kReduceThreads, 0, k::vjp_epilogue_kernel<T>, total.data(), n2,
+                    d_pv.data(), d_kq.data());
+    return std::make_pair(d_pv, d_kq);
+  };
+  const auto [d_pv, d_kq] = vjp(with_input_grad ? dE.data() : static_cast<T*>(nullptr));
   expect_close(d_pv, g_pv, tolerance<T>(), "vjp d_W_pv");
   expect_close(d_kq, g_kq, tolerance<T>(), "vjp d_W_kq");
+  if (with_input_grad) {  // asking for dE leaves d_W bitwise unchanged (the same summation order)
+    const auto [pv_only, kq_only] = vjp(nullptr);
+    EXPECT_EQ(pv_only, d_pv);
+    EXPECT_EQ(kq_only, d_kq);
+  }
   if (with_input_grad) expect_close(dE, dE_cpu, tolerance<T>(), "vjp d_E");
 }
 
@@ -233,18 +246,21 @@ using lsa_native::KernelAttentionShape;
 
 struct KaConfig {
   KernelAttentionShape shape;
-  unsigned grid, threads;
+  unsigned grid, threads;  // ka_warp_kernel: threads / 32 warps per block at most
   std::size_t max_shared;  // bytes the layout may use: large (all shared), 0 (all global), between
 };
+
+enum class KaKernel { block, warp };  // ka_kernel, ka_warp_kernel
 
 // Forward (Z_L, predictions, the saved context), VJP with and without that context, and
 // loss_and_grad through the emulated kernels, the fixed-order reduction and the epilogue, against
 // the CPU kernels. Outputs start as NaN (unwritten entries fail); the GPU's context must equal the
 // CPU's (one layout, recipe::KaContext).
 template <class T>
-void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts) {
+void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaKernel kernel) {
   const KernelAttentionShape& s = c.shape;
-  SCOPED_TRACE(testing::Message() << "B=" << s.batch << " d=" << s.dim << " n=" << s.context
+  SCOPED_TRACE(testing::Message() << (kernel == KaKernel::warp ? "warp kernel" : "block kernel")
+                                  << " B=" << s.batch << " d=" << s.dim << " n=" << s.context
                                   << " L=" << s.layers << " H=" << s.heads << " act0=" << int(acts[0])
                                   << " grid=" << c.grid << " threads=" << c.threads
                                   << " max_shared=" << c.max_shared << " bytes=" << sizeof(T));
@@ -265,24 +281,36 @@ void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts) {
       s, pr.Z0.data(), pr.y_q.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(), pr.acts.data(),
       lV.data(), lB.data(), lC.data(), lZ0.data(), lp.data());
 
+  // Runs the kernel; returns the rows of *partial and their width.
   auto run = [&](auto mode_tag, k::KaArgs<T> args, std::vector<double>* partial) {
     constexpr k::KaMode kMode = decltype(mode_tag)::value;
+    auto poison = [&](int rows, int width) {
+      if (!partial) return;
+      partial->assign(std::size_t(rows) * std::size_t(width), std::numeric_limits<double>::quiet_NaN());
+      args.partial = partial->data();
+    };
+    if (kernel == KaKernel::warp) {
+      const auto lay = k::KaWarpLayout::make<T>(s, kMode, c.max_shared, int(c.threads / 32));
+      EXPECT_GT(lay.warps, 0);
+      const int rows = int(c.grid) * lay.warps;
+      poison(rows, lay.acc_width());
+      lsa_emu::launch(c.grid, unsigned(32 * lay.warps), lay.shared_bytes(), k::ka_warp_kernel<T, kMode>,
+                      s, lay, args);
+      return std::make_pair(rows, lay.acc_width());
+    }
     const auto lay = k::KaLayout::make<T>(s, kMode, c.max_shared);
     std::vector<T> scratch(lay.state_shared ? 0 : std::size_t(c.grid) * lay.state_values, nan);
     args.scratch = scratch.empty() ? nullptr : scratch.data();
-    if (partial) {
-      partial->assign(std::size_t(c.grid) * lay.acc_width(), std::numeric_limits<double>::quiet_NaN());
-      args.partial = partial->data();
-    }
+    poison(int(c.grid), lay.acc_width());
     lsa_emu::launch(c.grid, c.threads, lay.shared_bytes(), k::ka_kernel<T, kMode>, s, lay, args);
-    return lay;
+    return std::make_pair(int(c.grid), lay.acc_width());
   };
   using Fwd = std::integral_constant<k::KaMode, k::KaMode::forward>;
   using Vjp = std::integral_constant<k::KaMode, k::KaMode::vjp>;
   using Loss = std::integral_constant<k::KaMode, k::KaMode::loss_grad>;
-  auto gradients = [&](const std::vector<double>& partial, int width, std::vector<T>& gV,
-                       std::vector<T>& gB, std::vector<T>& gC, double* loss) {
-    const auto total = reduce(partial, int(c.grid), width);
+  auto gradients = [&](const std::vector<double>& partial, std::pair<int, int> rows_width,
+                       std::vector<T>& gV, std::vector<T>& gB, std::vector<T>& gC, double* loss) {
+    const auto total = reduce(partial, rows_width.first, rows_width.second);
     gV.assign(nV, nan);
     gB.assign(nB, nan);
     gC.assign(nB, nan);
@@ -298,28 +326,31 @@ void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts) {
   expect_close(Z, Z_cpu, tol, "forward Z_L");
   expect_close(p, p_cpu, tol, "forward predictions");
   expect_close(cx, cx_cpu, tol, "forward context");
-  // VJP without and with the context
-  for (const T* context : {static_cast<const T*>(nullptr), static_cast<const T*>(cx.data())}) {
-    SCOPED_TRACE(context ? "vjp with context" : "vjp recomputing the forward");
+  // VJP without and with the context, with and without the input gradient
+  for (int variant = 0; variant < 3; ++variant) {
+    const T* context = variant == 0 ? nullptr : cx.data();
+    const bool input_grad = variant < 2;
+    SCOPED_TRACE(testing::Message() << (context ? "vjp with context" : "vjp recomputing the forward")
+                                    << (input_grad ? "" : ", no input gradient"));
     std::vector<T> gZ0(pr.Z0.size(), nan), gV, gB, gC;
     std::vector<double> partial;
     k::KaArgs<T> va{pr.Z0.data(), nullptr, pr.V.data(), pr.Bq.data(), pr.Ck.data(), pr.acts.data(),
-                    pr.d_Z.data(), const_cast<T*>(context), nullptr, nullptr, gZ0.data(), nullptr, nullptr};
-    const auto lay = run(Vjp{}, va, &partial);
-    gradients(partial, lay.acc_width(), gV, gB, gC, nullptr);
+                    pr.d_Z.data(), const_cast<T*>(context), nullptr, nullptr,
+                    input_grad ? gZ0.data() : nullptr, nullptr, nullptr};
+    gradients(partial, run(Vjp{}, va, &partial), gV, gB, gC, nullptr);
     expect_close(gV, dV, tol, "vjp d_V");
     expect_close(gB, dB, tol, "vjp d_B");
     expect_close(gC, dC, tol, "vjp d_C");
-    expect_close(gZ0, dZ0, tol, "vjp d_Z0");
+    if (input_grad) expect_close(gZ0, dZ0, tol, "vjp d_Z0");
   }
   // loss_and_grad
   std::vector<T> gZ0(pr.Z0.size(), nan), gp(np, nan), gV, gB, gC;
   std::vector<double> partial;
   k::KaArgs<T> la{pr.Z0.data(), pr.y_q.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(), pr.acts.data(),
                   nullptr, nullptr, nullptr, gp.data(), gZ0.data(), nullptr, nullptr};
-  const auto lay = run(Loss{}, la, &partial);
+  const auto rows_width = run(Loss{}, la, &partial);
   double loss = std::numeric_limits<double>::quiet_NaN();
-  gradients(partial, lay.acc_width(), gV, gB, gC, &loss);
+  gradients(partial, rows_width, gV, gB, gC, &loss);
   EXPECT_NEAR(loss, loss_cpu, tol * loss_cpu) << "loss";
   expect_close(gV, lV, tol, "loss d_V");
   expect_close(gB, lB, tol, "loss d_B");
@@ -336,20 +367,51 @@ const KaConfig kKaConfigs[] = {
     {{3, 1, 9, 3, 1}, 2, 32, 0},            {{4, 3, 1, 2, 1}, 3, 64, kAllShared},
     {{3, 5, 30, 3, 1}, 2, 128, kAllShared}, {{3, 3, 7, 2, 2}, 2, 64, 2048}};
 
+// The warp kernel: d = 1, n = 1, n + 1 = 32 (even: the workspace stride is padded to 33), n + 1 > 32
+// (two token columns per lane), d + 1 > kKaTile rows (two register passes), layers and heads,
+// 1-3 warps per block, 1-3 blocks, fewer and more prompts than warps.
+const KaConfig kKaWarpConfigs[] = {
+    {{1, 1, 1, 1, 1}, 1, 32, kAllShared},    {{5, 2, 5, 2, 1}, 2, 64, kAllShared},
+    {{7, 3, 31, 2, 1}, 3, 96, kAllShared},   {{4, 3, 40, 2, 2}, 2, 64, kAllShared},
+    {{3, 9, 6, 2, 2}, 1, 96, kAllShared},    {{6, 5, 30, 3, 1}, 2, 64, kAllShared},
+    {{2, 12, 70, 1, 2}, 2, 32, kAllShared}};
+
 template <class T>
-void check_kernel_attention_all() {
+void check_kernel_attention_all(KaKernel kernel) {
   for (int code = 0; code < lsa_native::kActivationCount; ++code) {
     const Activation a = lsa_native::activation_from_code(code);
-    for (const KaConfig& c : kKaConfigs) {
+    const auto configs = kernel == KaKernel::warp
+                             ? std::vector<KaConfig>(std::begin(kKaWarpConfigs), std::end(kKaWarpConfigs))
+                             : std::vector<KaConfig>(std::begin(kKaConfigs), std::end(kKaConfigs));
+    for (const KaConfig& c : configs) {
       std::vector<Activation> acts(std::size_t(c.shape.heads), a);
       if (c.shape.heads > 1) acts[1] = Activation::softmax;
-      check_kernel_attention<T>(c, acts);
+      check_kernel_attention<T>(c, acts, kernel);
     }
   }
 }
 
-TEST(CudaKernelsEmulated, KernelAttentionFloat64) { check_kernel_attention_all<double>(); }
-TEST(CudaKernelsEmulated, KernelAttentionFloat32) { check_kernel_attention_all<float>(); }
+TEST(CudaKernelsEmulated, KernelAttentionFloat64) { check_kernel_attention_all<double>(KaKernel::block); }
+TEST(CudaKernelsEmulated, KernelAttentionFloat32) { check_kernel_attention_all<float>(KaKernel::block); }
+TEST(CudaKernelsEmulated, KernelAttentionWarpFloat64) { check_kernel_attention_all<double>(KaKernel::warp); }
+TEST(CudaKernelsEmulated, KernelAttentionWarpFloat32) { check_kernel_attention_all<float>(KaKernel::warp); }
+
+// The warp kernel's boundary: the CCS size runs 4 warps per block in float and double; a warp
+// whose workspace does not fit the budget gets 0 warps (the launch then takes ka_kernel).
+TEST(CudaKernelsEmulated, KernelAttentionWarpLayout) {
+  const KernelAttentionShape ccs{30000, 5, 30, 3, 1};
+  const std::size_t h100 = 227 * 1024;
+  for (auto mode : {k::KaMode::forward, k::KaMode::vjp, k::KaMode::loss_grad}) {
+    const auto f = k::KaWarpLayout::make<float>(ccs, mode, h100);
+    EXPECT_EQ(f.warps, k::kKaMaxWarps);
+    EXPECT_LE(f.shared_bytes(), h100);
+    EXPECT_EQ(f.Sw % 2, 1);
+    EXPECT_GE(k::KaWarpLayout::make<double>(ccs, mode, h100).warps, 1);
+  }
+  const auto big = k::KaWarpLayout::make<float>({8, 20, 400, 2, 1}, k::KaMode::loss_grad, h100);
+  EXPECT_EQ(big.warps, 0);
+  EXPECT_GT(big.params_bytes + big.warp_bytes(), h100);
+}
 
 // The placement the layout picks: the CCS size fits shared memory entirely (~30 KB in float); a
 // tight budget moves the workspace out first, then the parameters, then the accumulators.

@@ -1,10 +1,15 @@
 // CUDA backend of kernel attention (kernel_attention.hpp): staging of host arrays, launch geometry
-// and the fixed-order reduction of the parameter gradients around the kernels of ka_kernels.cuh.
+// and the fixed-order reduction of the parameter gradients around the kernels of ka_warp_kernels.cuh
+// (a warp per prompt) and ka_kernels.cuh (a block per prompt: shapes whose per-warp workspace does
+// not fit shared memory, or every shape under LSA_NATIVE_CUDA_OLD_KERNELS=1).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "cuda/ka_cuda.hpp"
 #include "cuda/ka_kernels.cuh"
+#include "cuda/ka_warp_kernels.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/runtime.cuh"
 
@@ -14,6 +19,7 @@ namespace {
 using kernels::KaArgs;
 using kernels::KaLayout;
 using kernels::KaMode;
+using kernels::KaWarpLayout;
 
 // Sizes every kernel-attention call on the GPU shares.
 template <class T>
@@ -30,17 +36,51 @@ struct KaSizes {
   }
 };
 
-// Runs ka_kernel<T, kMode> over the batch; returns the grid size (the rows of *partial).
+// LSA_NATIVE_CUDA_OLD_KERNELS=1 (read at every launch) runs the block-per-prompt ka_kernel for
+// every shape: kept until both kernels have been measured on a GPU.
+bool old_kernels_requested() {
+  const char* v = std::getenv("LSA_NATIVE_CUDA_OLD_KERNELS");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
+std::string shape_text(const char* what, const KernelAttentionShape& sh) {
+  return std::string(what) + ": d = " + std::to_string(sh.dim) + ", n = " + std::to_string(sh.context) +
+         ", L = " + std::to_string(sh.layers) + ", H = " + std::to_string(sh.heads);
+}
+
+// Runs ka_warp_kernel<T, kMode> (a warp per prompt, lay.warps per block) over the batch; returns
+// the rows of *partial (one per warp of the grid).
+template <class T, KaMode kMode>
+int launch_warps(const KernelAttentionShape& sh, const DeviceScope& scope, const KaWarpLayout& lay,
+                 KaArgs<T> args, Scratch* partial, const char* what) {
+  auto kernel = kernels::ka_warp_kernel<T, kMode>;
+  const std::size_t smem = lay.shared_bytes();
+  const int threads = kernels::kWarp * lay.warps;
+  prepare_shared(kernel, smem, scope, shape_text(what, sh));
+  const int blocks = resident_blocks(kernel, threads, smem, scope, (sh.batch + lay.warps - 1) / lay.warps);
+  const int rows = blocks * lay.warps;
+  if (kMode != KaMode::forward) {
+    *partial = Scratch(sizeof(double) * std::size_t(rows) * std::size_t(lay.acc_width()));
+    args.partial = static_cast<double*>(partial->get());
+  }
+  kernel<<<blocks, threads, smem, stream()>>>(sh, lay, args);
+  check_launch("ka_warp_kernel");
+  return rows;
+}
+
+// Runs the kernel-attention kernel of mode kMode over the batch: ka_warp_kernel when a warp's
+// workspace fits shared memory, else ka_kernel; returns the rows of *partial.
 template <class T, KaMode kMode>
 int launch(const KernelAttentionShape& sh, const DeviceScope& scope, KaArgs<T> args,
            Scratch* partial, const char* what) {
-  const KaLayout lay = KaLayout::make<T>(sh, kMode, std::size_t(scope.max_shared_bytes()));
+  const std::size_t max_shared = std::size_t(scope.max_shared_bytes());
+  const KaWarpLayout wl = KaWarpLayout::make<T>(sh, kMode, max_shared);
+  if (wl.warps > 0 && !old_kernels_requested())
+    return launch_warps<T, kMode>(sh, scope, wl, args, partial, what);
+  const KaLayout lay = KaLayout::make<T>(sh, kMode, max_shared);
   auto kernel = kernels::ka_kernel<T, kMode>;
   const std::size_t smem = lay.shared_bytes();
-  prepare_shared(kernel, smem, scope,
-                 std::string(what) + ": d = " + std::to_string(sh.dim) + ", n = " +
-                     std::to_string(sh.context) + ", L = " + std::to_string(sh.layers) +
-                     ", H = " + std::to_string(sh.heads));
+  prepare_shared(kernel, smem, scope, shape_text(what, sh));
   int blocks = resident_blocks(kernel, kernels::kKaThreads, smem, scope, sh.batch);
   Scratch scratch;
   if (!lay.state_shared) {  // workspaces in global memory, one per block, 1 GiB at most in all
@@ -59,23 +99,16 @@ int launch(const KernelAttentionShape& sh, const DeviceScope& scope, KaArgs<T> a
   return blocks;  // scratch is released stream-ordered, after the kernel
 }
 
-// Reduces the per-block partials in a fixed order into d_V, d_B, d_C (device); returns the loss
-// Σ r² / B when `want_loss` (waiting for it), else 0.
+// Reduces the partials (`rows` rows: per block or per warp) in a fixed order into d_V, d_B, d_C
+// and, with `loss` (device), the loss Σ r² / B. Queued on the stream: nothing waits.
 template <class T>
-double finish_gradients(const KernelAttentionShape& sh, const KaSizes<T>& n, const Scratch& partial,
-                        int blocks, T* d_V, T* d_B, T* d_C, bool want_loss) {
+void finish_gradients(const KernelAttentionShape& sh, const KaSizes<T>& n, const Scratch& partial,
+                      int rows, T* d_V, T* d_B, T* d_C, double* loss) {
   const int width = int(1 + n.nV + 2 * n.nB);
-  Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks, width);
-  Scratch loss_dev(want_loss ? sizeof(double) : 0);
+  Scratch total = reduce_partials(static_cast<const double*>(partial.get()), rows, width);
   kernels::ka_epilogue_kernel<T><<<1, kernels::kReduceThreads, 0, stream()>>>(
-      static_cast<const double*>(total.get()), int(n.nV), int(n.nB), sh.batch, d_V, d_B, d_C,
-      static_cast<double*>(loss_dev.get()));
+      static_cast<const double*>(total.get()), int(n.nV), int(n.nB), sh.batch, d_V, d_B, d_C, loss);
   check_launch("ka_epilogue_kernel");
-  if (!want_loss) return 0;
-  double loss = 0;
-  LSA_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_dev.get(), sizeof(double), cudaMemcpyDeviceToHost, stream()));
-  LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the loss is returned: wait (reports faults)
-  return loss;
 }
 
 }  // namespace
@@ -94,9 +127,7 @@ void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const
   KaArgs<T> args{z0.get(), nullptr, v.get(), b.get(), c.get(), a.get(), nullptr, cx.get(),
                  zo.get(), pr.get(), nullptr, nullptr, nullptr};
   launch<T, KaMode::forward>(sh, scope, args, nullptr, "kernel_attention_forward");
-  zo.finish();
-  pr.finish();
-  cx.finish();
+  scope.finish();
 }
 
 template <class T>
@@ -115,12 +146,9 @@ void kernel_attention_vjp(const KernelAttentionShape& sh, const T* Z0, const T* 
   KaArgs<T> args{z0.get(), nullptr, v.get(), b.get(), c.get(), a.get(), dz.get(),
                  const_cast<T*>(cx.get()), nullptr, nullptr, dz0.get(), nullptr, nullptr};
   Scratch partial;
-  const int blocks = launch<T, KaMode::vjp>(sh, scope, args, &partial, "kernel_attention_vjp");
-  finish_gradients(sh, n, partial, blocks, dv.get(), db.get(), dc.get(), false);
-  dv.finish();
-  db.finish();
-  dc.finish();
-  dz0.finish();
+  const int rows = launch<T, KaMode::vjp>(sh, scope, args, &partial, "kernel_attention_vjp");
+  finish_gradients(sh, n, partial, rows, dv.get(), db.get(), dc.get(), nullptr);
+  scope.finish();
 }
 
 template <class T>
@@ -137,14 +165,12 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z
   KaArgs<T> args{z0.get(), y.get(), v.get(), b.get(), c.get(), a.get(), nullptr, nullptr,
                  nullptr, pr.get(), dz0.get(), nullptr, nullptr};
   Scratch partial;
-  const int blocks =
+  const int rows =
       launch<T, KaMode::loss_grad>(sh, scope, args, &partial, "kernel_attention_loss_and_grad");
-  const double loss = finish_gradients(sh, n, partial, blocks, dv.get(), db.get(), dc.get(), true);
-  dv.finish();
-  db.finish();
-  dc.finish();
-  dz0.finish();
-  pr.finish();
+  double loss = 0;
+  DeviceOutput<double> loss_out(scope, &loss, 1);
+  finish_gradients(sh, n, partial, rows, dv.get(), db.get(), dc.get(), loss_out.get());
+  scope.finish();  // the loss is returned: the one wait of the call
   return loss;
 }
 

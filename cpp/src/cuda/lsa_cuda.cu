@@ -60,7 +60,7 @@ void lsa_predict(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T
   DeviceOutput<T> out(scope, y_hat, sh.batch);
   launch_prediction<T, PredictionMode::predict>(sh, scope, e.get(), nullptr, pv.get(), kq.get(),
                                                 out.get(), nullptr, nullptr, nullptr);
-  out.finish();
+  scope.finish();
 }
 
 template <class T>
@@ -75,12 +75,7 @@ double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* 
   int blocks = 0;
   launch_prediction<T, PredictionMode::loss>(sh, scope, e.get(), y.get(), pv.get(), kq.get(),
                                              yh.get(), nullptr, &partial, &blocks);
-  const double loss = finish_loss_and_grad(partial, blocks, int(sh.dim + 1), sh.batch, dpv.get(),
-                                           dkq.get());
-  dpv.finish();
-  dkq.finish();
-  yh.finish();
-  return loss;
+  return finish_loss_and_grad(scope, partial, blocks, int(sh.dim + 1), sh.batch, dpv.get(), dkq.get());
 }
 
 template <class T>
@@ -95,10 +90,8 @@ void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_k
   int blocks = 0;
   launch_prediction<T, PredictionMode::vjp>(sh, scope, e.get(), dy.get(), pv.get(), kq.get(),
                                             nullptr, de.get(), &partial, &blocks);
-  finish_prediction_sums(partial, blocks, int(sh.dim + 1), 1.0, dpv.get(), dkq.get(), false);
-  dpv.finish();
-  dkq.finish();
-  de.finish();
+  finish_prediction_sums(partial, blocks, int(sh.dim + 1), 1.0, dpv.get(), dkq.get(), nullptr);
+  scope.finish();
 }
 
 template <class T>
@@ -118,7 +111,7 @@ void lsa_forward(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T
   const int blocks = resident_blocks(kernel, threads, smem, scope, sh.batch);
   kernel<<<blocks, threads, smem, stream()>>>(sh, e.get(), pv.get(), kq.get(), out.get());
   check_launch(tiled ? "lsa_forward_tiled_kernel" : "lsa_forward_kernel");
-  out.finish();
+  scope.finish();
 }
 
 template <class T>
@@ -146,9 +139,7 @@ void lsa_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const
   vjp_epilogue_kernel<T><<<1, kReduceThreads, 0, stream()>>>(static_cast<const double*>(total.get()),
                                                              int(n2), dpv.get(), dkq.get());
   check_launch("vjp_epilogue_kernel");
-  dpv.finish();
-  dkq.finish();
-  de.finish();
+  scope.finish();
 }
 
 LSA_NATIVE_LSA_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)

@@ -445,13 +445,14 @@ __device__ __forceinline__ int split_count(int tiles, int K, int side, int nthre
   return g;
 }
 
-// split_count of the products ps[0, count) (computed once per block: the shapes are fixed).
+// split_count of all kMax products ps (computed once per block: the shapes are fixed). Planned
+// for all of them whatever `count` run_products gets: g sets the summation order, so an entry
+// rounds the same whether or not the optional products run (dW with and without dE, bitwise).
 template <int kT, class P, int kMax>
-__device__ __forceinline__ int products_split(const P (&ps)[kMax], int count) {
+__device__ __forceinline__ int products_split(const P (&ps)[kMax]) {
   int tiles = 0, k_max = 0;
 LSA_UNROLL
   for (int p = 0; p < kMax; ++p) {
-    if (p >= count) break;
     tiles += tile_count<kT>(ps[p].n_r, ps[p].n_c, ps[p].sym);
     k_max = ps[p].K > k_max ? ps[p].K : k_max;
   }
@@ -625,7 +626,7 @@ __global__ void __launch_bounds__(kTiledThreads, tiled_forward_blocks<T>())
   const FastProduct<T> gram[1] = {{{prompt, cols}, {prompt, cols}, rows, rows, cols, true}};  // G N
   const FastProduct<T> gw[1] = {{{G, rows}, {sW_kq_t, rows}, rows, rows, rows, false}};  // G W^KQ
   const FastProduct<T> p[1] = {{{sW_pv, rows}, {GW_t, rows}, rows, rows, rows, false}};  // P
-  const int g_gram = products_split<kSmallTile>(gram, 1), g_small = products_split<kSmallTile>(gw, 1);
+  const int g_gram = products_split<kSmallTile>(gram), g_small = products_split<kSmallTile>(gw);
   const T inv_n = recipe::inv_context<T>(N);
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     __syncthreads();  // parameters loaded / previous prompt done
@@ -684,8 +685,8 @@ __global__ void __launch_bounds__(kTiledThreads, tiled_vjp_blocks<T>())
                                    {W_pv_t, M(U), rows, rows, rows, false},    // dG = W^PV^T U
                                    {W_kq_t, M(T2), rows, rows, rows, false}};  // P^T = W^KQ^T T2
   const int n_second = input_grad ? 4 : 2;
-  const int g_grams = products_split<kTokenTile>(grams, 2), g_first = products_split<kSmallTile>(first, 2),
-            g_second = products_split<kSmallTile>(second, n_second);
+  const int g_grams = products_split<kTokenTile>(grams), g_first = products_split<kSmallTile>(first),
+            g_second = products_split<kSmallTile>(second);  // the same with and without dE
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     __syncthreads();
     stage(E + b * size, e, size, threadIdx.x, blockDim.x);

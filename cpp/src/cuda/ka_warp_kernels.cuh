@@ -1,0 +1,319 @@
+// The warp-per-prompt CUDA kernels of kernel attention [CCS (3), (5), (12)] (included by
+// ka_cuda.cu and by the CPU emulation test cpp/tests/test_cuda_emulated.cpp). Same arrays, modes,
+// context layout (recipe::KaContext) and fixed-order partials as ka_kernel (ka_kernels.cuh), which
+// stays the path for shapes whose per-warp workspace does not fit shared memory.
+//
+// Why: ka_kernel spreads one prompt over a 128-thread block, so every step ends at __syncthreads
+// and every product entry reads both operands from shared memory. Here one warp owns a prompt
+// (several warps per block, grid-stride over the batch by warp) and
+//   * lane t owns the token columns j = t, t + 32, …: every per-token step (U = B X, the logit
+//     column S[:, j] and its softmax, Y = Z M h̃, the residual, dY = Vᵀ dO, dh̃ and dS, dW, dX)
+//     reads its own column (consecutive lanes, consecutive words: conflict-free) and the other
+//     operand as a warp broadcast (one address for all lanes: one wavefront), accumulating
+//     kKaTile output rows in registers so that the own-column value is loaded once per kKaTile
+//     FMAs — about one shared wavefront per warp FMA instead of two plus conflicts;
+//   * the products over tokens that run along rows (dZ[:, i] += dY h̃ᵀ, dU = W dSᵀ) are owned by the
+//     lane of token i, which reads row i of h̃ / dS: the workspace's row stride Sw is odd, so the 32
+//     rows sit in 32 different banks; the parameter-gradient entries (dV, dB, dC; lanes over entries)
+//     read rows with the same odd stride;
+//   * the lanes of a warp only wait for each other at __syncwarp (four per head in the backward,
+//     one in the forward); no block barrier after the parameters are staged.
+// Every entry sums in the recipe's order (recipe::product_entry / token_product /
+// row_combination_entry: the inner index ascending), with the activation, softmax and loss-seed
+// formulas called from common/ka_recipe.hpp, so the CPU tests of the recipe cover this arithmetic.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+
+#include "common/ka_recipe.hpp"
+#include "cuda/ka_kernels.cuh"
+#include "cuda/kernel_common.cuh"
+#include "lsa_native/kernel_attention.hpp"
+
+namespace lsa_native::cuda::kernels {
+namespace {
+
+constexpr int kKaTile = 8;       // output rows a lane accumulates in registers per pass
+constexpr int kKaMaxWarps = 4;   // warps (prompts in flight) per block
+
+// Shared memory of the warp kernels: per block the parameters V, B, C (as ka_kernel); per warp the
+// double accumulators [Σ r², dV, dB, dC] (not in the forward) and the workspace: the forward state
+// in the context's row order with row stride Sw (recipe::KaContext with Tt = Sw), then the backward
+// scratch dZ, dZ', dY [D, Sw], dS [n, Sw], dU, dW [d, Sw].
+struct KaWarpLayout {
+  int d, n, D, cols, L, H, Sw;
+  int warps;  // per block; 0: the workspace of one warp does not fit (use ka_kernel)
+  recipe::KaContext ctx;  // the saved context's layout (global memory, Tt = cols rounded up)
+  recipe::KaContext ws;   // the same rows in the workspace (Tt = Sw)
+  int state_values, param_values;
+  std::size_t params_bytes, acc_bytes, state_bytes;
+  __host__ __device__ int acc_width() const { return 1 + param_values; }
+  __host__ __device__ std::size_t warp_bytes() const { return acc_bytes + state_bytes; }
+  __host__ __device__ std::size_t shared_bytes() const { return params_bytes + std::size_t(warps) * warp_bytes(); }
+
+  // As many warps (≤ max_warps) as fit `max_shared` bytes.
+  template <class T>
+  static KaWarpLayout make(const KernelAttentionShape& s, KaMode mode, std::size_t max_shared,
+                           int max_warps = kKaMaxWarps) {
+    KaWarpLayout l{};
+    l.d = int(s.dim);
+    l.n = int(s.context);
+    l.D = l.d + 1;
+    l.cols = l.n + 1;
+    l.L = int(s.layers);
+    l.H = int(s.heads);
+    l.Sw = l.cols | 1;  // odd: rows i = 0..31 of a column in 32 different banks
+    l.ctx = recipe::context_layout<T>(s);
+    l.ws = l.ctx;
+    l.ws.Tt = l.Sw;
+    const long long scratch = mode == KaMode::forward ? 0 : (long long)l.Sw * (3 * l.D + l.n + 2 * l.d);
+    const long long state = l.ws.size() + scratch;
+    l.param_values = l.L * l.H * (l.D * l.D + 2 * l.d * l.d);
+    l.params_bytes = align16(sizeof(T) * std::size_t(l.param_values));
+    l.acc_bytes = mode == KaMode::forward ? 0 : align16(sizeof(double) * std::size_t(l.acc_width()));
+    l.state_bytes = align16(sizeof(T) * std::size_t(state));
+    l.state_values = state < (1LL << 30) ? int(state) : 0;
+    l.warps = 0;
+    if (l.state_values > 0 && l.params_bytes < max_shared)
+      l.warps = int(std::min<std::size_t>(std::size_t(max_warps), (max_shared - l.params_bytes) / l.warp_bytes()));
+    return l;
+  }
+};
+
+// acc[k] += Σ_{m < inner} A(r0 + k, m) · x(m) for the rows r0 + k < rows, m ascending (the
+// recipe's per-entry order): A is read as a warp broadcast, x(m) (the lane's own column) once per
+// kKaTile rows.
+template <class T, class X>
+__device__ __forceinline__ void tile_column(recipe::Mat<T> A, int rows, int r0, int inner, X x,
+                                            T (&acc)[kKaTile]) {
+  for (int m = 0; m < inner; ++m) {
+    const T xm = x(m);
+LSA_UNROLL
+    for (int k = 0; k < kKaTile; ++k)
+      if (r0 + k < rows) acc[k] += A(r0 + k, m) * xm;
+  }
+}
+
+// out(r) = init(r) + Σ_{m < inner} A(r, m) x(m) for every r < rows (one column, kKaTile rows per
+// pass); init(r) is read before out(r) is written, so out may update in place.
+template <class T, class X, class Init, class Out>
+__device__ __forceinline__ void column_product(recipe::Mat<T> A, int rows, int inner, X x, Init init,
+                                               Out out) {
+  for (int r0 = 0; r0 < rows; r0 += kKaTile) {
+    T acc[kKaTile];
+LSA_UNROLL
+    for (int k = 0; k < kKaTile; ++k) acc[k] = r0 + k < rows ? init(r0 + k) : T(0);
+    tile_column(A, rows, r0, inner, x, acc);
+LSA_UNROLL
+    for (int k = 0; k < kKaTile; ++k)
+      if (r0 + k < rows) out(r0 + k, acc[k]);
+  }
+}
+
+// Forward of one prompt in the warp's workspace ws (layout lay.ws) from Z_0 already staged.
+// Ends with __syncwarp.
+template <class T>
+__device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* V, const T* Bq, const T* Ck,
+                                const Activation* acts, int lane) {
+  using recipe::rows_of;
+  const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
+  const recipe::KaContext& c = lay.ws;
+  const auto zero = [](int) { return T(0); };
+  for (int l = 0; l < lay.L; ++l) {
+    const T* Zp = ws + c.z(l);
+    T* Zn = ws + c.z(l + 1);
+    const auto Z = rows_of<T>(Zp, S);
+    for (int j = lane; j < cols; j += kWarp)
+      for (int r = 0; r < D; ++r) Zn[r * S + j] = Zp[r * S + j];
+    for (int s = 0; s < lay.H; ++s) {
+      const int p = l * lay.H + s;
+      const Activation a = acts[s];
+      const auto Bm = rows_of<T>(Bq + p * d * d, d), Cm = rows_of<T>(Ck + p * d * d, d);
+      const auto Vm = rows_of<T>(V + p * D * D, D);
+      T *U = ws + c.u(l, s), *W = ws + c.w(l, s), *Hs = ws + c.h(l, s), *Y = ws + c.y(l, s);
+      for (int j = lane; j < cols; j += kWarp) {  // U = B X, W = C X: recipe::u_entry
+        const auto xj = [&](int m) { return Zp[m * S + j]; };
+        column_product(Bm, d, d, xj, zero, [&](int r, T v) { U[r * S + j] = v; });
+        column_product(Cm, d, d, xj, zero, [&](int r, T v) { W[r * S + j] = v; });
+      }
+      __syncwarp();
+      const auto Ut = rows_of<T>(U, S).transposed();
+      for (int j = lane; j < cols; j += kWarp) {
+        // S[:, j] = Uᵀ W[:, j] (recipe::logit_entry), h̃ element-wise or by column   (12)
+        const bool cw = recipe::column_wise(a);
+        column_product(Ut, n, d, [&](int m) { return W[m * S + j]; }, zero,
+                       [&](int i, T v) { Hs[i * S + j] = cw ? v : recipe::activation_value(a, v, T(0)); });
+        if (cw) {  // the lane's own column: max subtracted, normalized
+          const auto Hm = rows_of<T>(Hs, S);
+          const T shift = recipe::column_max(Hm, n, j);
+          for (int i = 0; i < n; ++i) Hs[i * S + j] = recipe::activation_value(a, Hs[i * S + j], shift);
+          const T scale = recipe::inverse(recipe::column_sum(Hm, n, j));
+          for (int i = 0; i < n; ++i) Hs[i * S + j] *= scale;
+        }
+        // Y[:, j] = Z M h̃[:, j] (recipe::y_entry); Z_{ℓ+1}[:, j] += V Y[:, j] (residual_entry)   (3)
+        column_product(Z, D, n, [&](int m) { return Hs[m * S + j]; }, zero,
+                       [&](int r, T v) { Y[r * S + j] = v; });
+        column_product(Vm, D, D, [&](int m) { return Y[m * S + j]; },
+                       [&](int r) { return Zn[r * S + j]; }, [&](int r, T v) { Zn[r * S + j] = v; });
+      }
+    }
+    __syncwarp();  // Z_{ℓ+1} complete: the next layer reads its rows across tokens
+  }
+}
+
+// Reverse mode of one prompt whose forward state is in ws, from the seed dZ = ∂ℓ/∂Z_L in the
+// first scratch rows; parameter gradients accumulated into gV, gB, gC (the warp's doubles). Returns
+// ∂ℓ/∂Z_0 (inside the scratch). Ends with __syncwarp.
+template <class T>
+__device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* V, const T* Bq, const T* Ck,
+                               const Activation* acts, double* gV, double* gB, double* gC, int lane) {
+  using recipe::rows_of;
+  const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
+  const recipe::KaContext& c = lay.ws;
+  const auto zero = [](int) { return T(0); };
+  T* dZ = ws + c.size();
+  T* dZp = dZ + D * S;
+  T* dY = dZp + D * S;
+  T* dS = dY + D * S;
+  T* dU = dS + n * S;
+  T* dW = dU + d * S;
+  const auto dYm = rows_of<T>(dY, S), dSm = rows_of<T>(dS, S);
+  const auto dUm = rows_of<T>(dU, S), dWm = rows_of<T>(dW, S);
+  for (int l = lay.L - 1; l >= 0; --l) {
+    const T* Zl = ws + c.z(l);
+    const auto Z = rows_of<T>(Zl, S);
+    const auto dO = rows_of<T>(dZ, S);
+    for (int j = lane; j < cols; j += kWarp)
+      for (int r = 0; r < D; ++r) dZp[r * S + j] = dZ[r * S + j];
+    for (int s = 0; s < lay.H; ++s) {
+      const int p = l * lay.H + s;
+      const Activation a = acts[s];
+      const auto Bm = rows_of<T>(Bq + p * d * d, d), Cm = rows_of<T>(Ck + p * d * d, d);
+      const auto Vm = rows_of<T>(V + p * D * D, D);
+      const T *U = ws + c.u(l, s), *W = ws + c.w(l, s), *Hs = ws + c.h(l, s);
+      const auto Ym = rows_of<T>(ws + c.y(l, s), S), Hm = rows_of<T>(Hs, S);
+      for (int e = lane; e < D * D; e += kWarp)  // dV += dO Yᵀ (lanes over entries)
+        gV[p * D * D + e] += double(recipe::token_product_entry(dO, Ym, cols, e / D, e % D));
+      for (int j = lane; j < cols; j += kWarp)  // dY[:, j] = Vᵀ dO[:, j]: recipe::dy_entry
+        column_product(Vm.transposed(), D, D, [&](int m) { return dZ[m * S + j]; }, zero,
+                       [&](int q, T v) { dY[q * S + j] = v; });
+      __syncwarp();
+      for (int j = lane; j < cols; j += kWarp) {
+        if (j < n)  // dZ[:, j] += dY h̃ᵀ[:, j] (token_product_entry; row j of h̃, odd stride)
+          column_product(dYm, D, cols, [&](int m) { return Hs[j * S + m]; }, zero,
+                         [&](int r, T v) { dZp[r * S + j] += v; });
+        // dh̃[:, j] = (Z M)ᵀ dY[:, j] (dh_entry), then dS[:, j] = activation gradient, own column
+        column_product(Z.transposed(), n, D, [&](int m) { return dY[m * S + j]; }, zero,
+                       [&](int i, T v) { dS[i * S + j] = v; });
+        const T dot = recipe::column_wise(a) ? recipe::column_dot(Hm, dSm, n, j) : T(0);
+        for (int i = 0; i < n; ++i) dS[i * S + j] = recipe::activation_gradient(a, Hs[i * S + j], dS[i * S + j], dot);
+      }
+      __syncwarp();
+      for (int j = lane; j < cols; j += kWarp) {
+        // dU[:, j] = W dSᵀ[:, j] for j < n (row j of dS; query column 0), dW[:, j] = U[:, :n] dS[:, j]
+        if (j < n)
+          column_product(rows_of<T>(W, S), d, cols, [&](int m) { return dS[j * S + m]; }, zero,
+                         [&](int r, T v) { dU[r * S + j] = v; });
+        else
+          for (int r = 0; r < d; ++r) dU[r * S + j] = T(0);
+        column_product(rows_of<T>(U, S), d, n, [&](int m) { return dS[m * S + j]; }, zero,
+                       [&](int r, T v) { dW[r * S + j] = v; });
+        // dX[:, j] += Bᵀ dU[:, j] + Cᵀ dW[:, j]: recipe::input_gradient_entry, B's term first
+        column_product(Bm.transposed(), d, d, [&](int m) { return dU[m * S + j]; },
+                       [&](int r) { return dZp[r * S + j]; }, [&](int r, T v) { dZp[r * S + j] = v; });
+        column_product(Cm.transposed(), d, d, [&](int m) { return dW[m * S + j]; },
+                       [&](int r) { return dZp[r * S + j]; }, [&](int r, T v) { dZp[r * S + j] = v; });
+      }
+      __syncwarp();
+      for (int e = lane; e < d * d; e += kWarp) {  // dB += dU Xᵀ, dC += dW Xᵀ (lanes over entries)
+        gB[p * d * d + e] += double(recipe::token_product_entry(dUm, Z, cols, e / d, e % d));
+        gC[p * d * d + e] += double(recipe::token_product_entry(dWm, Z, cols, e / d, e % d));
+      }
+    }
+    T* t = dZ;  // dZ_ℓ becomes the upstream gradient of layer ℓ − 1
+    dZ = dZp;
+    dZp = t;
+    __syncwarp();
+  }
+  return dZ;
+}
+
+// Forward (Z_L, predictions, context), VJP (with or without context) or loss and gradient of a
+// batch (KaArgs as ka_kernel; `partial` has one row per warp of the grid: gridDim.x · warps).
+template <class T, KaMode kMode>
+__global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs<T> a) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int tid = int(threadIdx.x), nt = int(blockDim.x), lane = tid % kWarp, warp = tid / kWarp;
+  const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, L = lay.L, S = lay.Sw, Tt = lay.ctx.Tt;
+  const index_t per = index_t(D) * cols, ctx_size = lay.ctx.size();
+  const int ctx_rows = int(ctx_size / Tt), width = lay.acc_width();
+  T* params = reinterpret_cast<T*>(smem);
+  const int nV = L * lay.H * D * D, nB = L * lay.H * d * d;
+  for (int i = tid; i < nV; i += nt) params[i] = a.V[i];
+  for (int i = tid; i < nB; i += nt) {
+    params[nV + i] = a.Bq[i];
+    params[nV + nB + i] = a.Ck[i];
+  }
+  const T *V = params, *Bq = params + nV, *Ck = params + nV + nB;
+  unsigned char* mine = smem + lay.params_bytes + std::size_t(warp) * lay.warp_bytes();
+  double* acc = kMode == KaMode::forward ? nullptr : reinterpret_cast<double*>(mine);
+  T* ws = reinterpret_cast<T*>(mine + lay.acc_bytes);
+  if (acc != nullptr)
+    for (int i = lane; i < width; i += kWarp) acc[i] = 0;
+  __syncthreads();  // the parameters are staged
+  const index_t warps = nt / kWarp, first = index_t(blockIdx.x) * warps + warp;
+  for (index_t b = first; b < sh.batch; b += index_t(gridDim.x) * warps) {
+    if (kMode == KaMode::vjp && a.context != nullptr) {  // context rows (stride Tt) → workspace (Sw)
+      const T* src = a.context + b * ctx_size;
+      for (int r = 0; r < ctx_rows; ++r)
+        for (int j = lane; j < cols; j += kWarp) ws[r * S + j] = src[index_t(r) * Tt + j];
+      __syncwarp();
+    } else {
+      const T* z0 = a.Z0 + b * per;
+      for (int j = lane; j < cols; j += kWarp)
+        for (int r = 0; r < D; ++r) ws[r * S + j] = z0[r * cols + j];
+      __syncwarp();
+      ka_warp_forward(lay, ws, V, Bq, Ck, a.acts, lane);
+    }
+    if (a.predictions != nullptr && kMode != KaMode::vjp)
+      for (int l = lane; l <= L; l += kWarp) a.predictions[b * (L + 1) + l] = ws[lay.ws.z(l) + d * S + n];
+    if (kMode == KaMode::forward) {
+      if (a.Z_out != nullptr) {
+        const T* ZL = ws + lay.ws.z(L);
+        for (int j = lane; j < cols; j += kWarp)
+          for (int r = 0; r < D; ++r) a.Z_out[b * per + r * cols + j] = ZL[r * S + j];
+      }
+      if (a.context != nullptr) {  // workspace → context rows, padding exactly 0
+        T* dst = a.context + b * ctx_size;
+        for (int r = 0; r < ctx_rows; ++r)
+          for (int j = lane; j < Tt; j += kWarp) dst[index_t(r) * Tt + j] = j < cols ? ws[r * S + j] : T(0);
+      }
+      __syncwarp();  // the next prompt overwrites the workspace
+      continue;
+    }
+    T* dZ = ws + lay.ws.size();  // the seed ∂ℓ/∂Z_L
+    if (kMode == KaMode::vjp) {
+      const T* src = a.d_Z_out + b * per;
+      for (int j = lane; j < cols; j += kWarp)
+        for (int r = 0; r < D; ++r) dZ[r * S + j] = src[r * cols + j];
+    } else {  // ∂/∂Z_L of (1/B) Σ (TF + y_q)² is 2 r / B at [d, n]   (5)
+      const double r = recipe::loss_residual(double(ws[lay.ws.z(L) + d * S + n]), double(a.y_q[b]));
+      if (lane == 0) acc[0] += r * r;
+      const T seed = T(recipe::loss_seed(r, sh.batch));
+      for (int j = lane; j < cols; j += kWarp)
+        for (int q = 0; q < D; ++q) dZ[q * S + j] = q == d && j == n ? seed : T(0);
+    }
+    __syncwarp();
+    const T* dZ0 = ka_warp_backward(lay, ws, V, Bq, Ck, a.acts, acc + 1, acc + 1 + nV, acc + 1 + nV + nB, lane);
+    if (a.d_Z0 != nullptr)
+      for (int j = lane; j < cols; j += kWarp)
+        for (int r = 0; r < D; ++r) a.d_Z0[b * per + r * cols + j] = dZ0[r * S + j];
+    __syncwarp();
+  }
+  if (acc != nullptr)
+    for (int i = lane; i < width; i += kWarp) a.partial[first * width + i] = acc[i];
+}
+
+}  // namespace
+}  // namespace lsa_native::cuda::kernels
