@@ -357,7 +357,7 @@ __global__ void vjp_epilogue_kernel(const double* __restrict__ total, int n2, T*
 // - Gram products over the tokens (G = E E^T / N, dP = d_F E^T; K = N + 1): register tiles
 //   kTokenTile x kTokenTile per thread (G: only tiles on or above the diagonal), the tokens split in
 //   g interleaved groups over adjacent lanes and summed by shuffles;
-// - small [d+1]^3 products (G W^KQ, W^PV (G W^KQ), the VJP's six): 3x3 register tiles;
+// - small [d+1]^3 products (G W^KQ, W^PV (G W^KQ), the VJP's six): 3x7 register tiles;
 // - the token side F = E + P E, dE = d_F + P^T d_F + S E: lanes over tokens (kTok per lane, loads
 //   of E and d_F conflict-free, stores coalesced), 8-row chunks whose coefficients are read as
 //   128-bit broadcasts from a transposed, padded copy CT[s * ldc + r] = C[r, s].
@@ -366,7 +366,10 @@ __global__ void vjp_epilogue_kernel(const double* __restrict__ total, int n2, T*
 
 constexpr int kTiledThreads = 128;
 constexpr int kTokenTile = 7;  // Gram products of the VJP (21 = 3 tiles at d = 20)
-constexpr int kSmallTile = 3;  // [d+1]^3 products and the forward's Gram (21 = 7 tiles)
+constexpr int kSmallTile = 3;  // the forward's Gram (21 = 7 tiles)
+// [d+1]^3 products: 3 x 7 tiles (d = 20: 21 tiles per product, so the VJP's four fill 84 lanes,
+// 3 warps, where 3 x 3 tiles left a warp of 4 lanes; 10 loads per 21 FMAs).
+constexpr int kSmallRows = 3, kSmallCols = 7;
 constexpr int kChunk = 8;      // rows per item of a row combination (one load8 of coefficients)
 // Blocks per SM the register allocation must allow (__launch_bounds__), near what shared memory
 // allows at d = 20, N = 100 (per block: forward 18 / 35 KB, VJP 40 / 74 KB in float / double, of
@@ -408,19 +411,20 @@ using FastProduct = Product<recipe::RowsOf<T>, recipe::ColsOf<T>>;  // k contigu
 template <class T>
 using AnyProduct = Product<Mat<T>>;
 
-template <int kT>
+template <int kR, int kC>
 __device__ __forceinline__ int tile_count(int n_r, int n_c, bool sym) {
-  const int tr = (n_r + kT - 1) / kT, tc = (n_c + kT - 1) / kT;
+  const int tr = (n_r + kR - 1) / kR, tc = (n_c + kC - 1) / kC;  // sym: square tiles
   return sym ? tr * (tr + 1) / 2 : tr * tc;
 }
 
 // How many lanes share a tile's k range (1, 2, 4 or 8) in run_products: the fewest warp
-// instructions (a warp with any active lane issues the whole item: k loop of side² FMAs and
-// 2 side loads per k, the shuffle sums, the stores), then, among counts within 15% of that,
+// instructions (a warp with any active lane issues the whole item: k loop of rows x cols FMAs and
+// rows + cols loads per k, the shuffle sums, the stores), then, among counts within 15% of that,
 // the most warps (a shorter critical path per prompt). A block is issue-bound when several
 // blocks share an SM, so idle warps cost nothing and half-empty ones cost as much as full ones.
-__device__ __forceinline__ int split_count(int tiles, int K, int side, int nthreads) {
-  const int area = side * side;
+__device__ __forceinline__ int split_count(int tiles, int K, int tile_rows, int tile_cols,
+                                           int nthreads) {
+  const int area = tile_rows * tile_cols;
   long long cost[4], warps[4];
   long long best = -1;
   for (int l = 0; l < 4; ++l) {
@@ -431,7 +435,8 @@ __device__ __forceinline__ int split_count(int tiles, int K, int side, int nthre
       const int in_round = items - base < nthreads ? items - base : nthreads;
       warps[l] += (in_round + kWarp - 1) / kWarp;
     }
-    const long long per_item = (long long)((K + g - 1) / g) * (area + 2 * side) + 2LL * area * l + area + 30;
+    const long long per_item = (long long)((K + g - 1) / g) * (area + tile_rows + tile_cols) +
+                               2LL * area * l + area + 30;
     cost[l] = warps[l] * per_item;
     if (best < 0 || cost[l] < best) best = cost[l];
   }
@@ -448,15 +453,15 @@ __device__ __forceinline__ int split_count(int tiles, int K, int side, int nthre
 // split_count of all kMax products ps (computed once per block: the shapes are fixed). Planned
 // for all of them whatever `count` run_products gets: g sets the summation order, so an entry
 // rounds the same whether or not the optional products run (dW with and without dE, bitwise).
-template <int kT, class P, int kMax>
+template <int kR, int kC, class P, int kMax>
 __device__ __forceinline__ int products_split(const P (&ps)[kMax]) {
   int tiles = 0, k_max = 0;
 LSA_UNROLL
   for (int p = 0; p < kMax; ++p) {
-    tiles += tile_count<kT>(ps[p].n_r, ps[p].n_c, ps[p].sym);
+    tiles += tile_count<kR, kC>(ps[p].n_r, ps[p].n_c, ps[p].sym);
     k_max = ps[p].K > k_max ? ps[p].K : k_max;
   }
-  return split_count(tiles, k_max, kT, int(blockDim.x));
+  return split_count(tiles, k_max, kR, kC, int(blockDim.x));
 }
 
 // The products ps[0, count) computed together by the block's threads (independent products: no
@@ -465,13 +470,13 @@ LSA_UNROLL
 // group_sum), g from products_split. store(p, r, c, v) receives every
 // entry once (mirrored entries of symmetric products twice: (r, c) then (c, r)). The products are
 // picked with compile-time indices (kMax) so that they stay in registers, not on the stack.
-template <class T, int kT, int kMax, class P, class Store>
+template <class T, int kR, int kC, int kMax, class P, class Store>
 __device__ __forceinline__ void run_products(const P (&ps)[kMax], int count, int g, Store store) {
   int tiles = 0;
 LSA_UNROLL
   for (int p = 0; p < kMax; ++p) {
     if (p >= count) break;
-    tiles += tile_count<kT>(ps[p].n_r, ps[p].n_c, ps[p].sym);
+    tiles += tile_count<kR, kC>(ps[p].n_r, ps[p].n_c, ps[p].sym);
   }
   const int nthreads = int(blockDim.x);
   const int items = tiles * g;
@@ -484,7 +489,7 @@ LSA_UNROLL
 LSA_UNROLL
     for (int q = 0; q < kMax; ++q) {  // the product of tile t
       if (q >= count) break;
-      const int n = tile_count<kT>(ps[q].n_r, ps[q].n_c, ps[q].sym);
+      const int n = tile_count<kR, kC>(ps[q].n_r, ps[q].n_c, ps[q].sym);
       if (t < n) {
         p = q;
         pr = ps[q];
@@ -494,36 +499,36 @@ LSA_UNROLL
     }
     int tr = 0, tc = 0;
     if (pr.sym) {  // t-th tile of the upper triangle, row by row
-      const int nt = (pr.n_r + kT - 1) / kT;
+      const int nt = (pr.n_r + kR - 1) / kR;
       while (t >= nt - tr) {
         t -= nt - tr;
         ++tr;
       }
       tc = tr + t;
     } else {
-      const int nc = (pr.n_c + kT - 1) / kT;
+      const int nc = (pr.n_c + kC - 1) / kC;
       tr = t / nc;
       tc = t % nc;
     }
-    T acc[kT][kT];
+    T acc[kR][kC];
 LSA_UNROLL
-    for (int i = 0; i < kT; ++i)
+    for (int i = 0; i < kR; ++i)
 LSA_UNROLL
-      for (int j = 0; j < kT; ++j) acc[i][j] = T(0);
+      for (int j = 0; j < kC; ++j) acc[i][j] = T(0);
     const int k0 = active ? pr.K * kg / g : 0, k1 = active ? pr.K * (kg + 1) / g : 0;
-    recipe::accumulate_tile<T, kT, kT>(acc, pr.A, pr.B, tr * kT, pr.n_r - 1, tc * kT, pr.n_c - 1, k0, k1);
+    recipe::accumulate_tile<T, kR, kC>(acc, pr.A, pr.B, tr * kR, pr.n_r - 1, tc * kC, pr.n_c - 1, k0, k1);
     if (g > 1) {
 LSA_UNROLL
-      for (int i = 0; i < kT; ++i)
+      for (int i = 0; i < kR; ++i)
 LSA_UNROLL
-        for (int j = 0; j < kT; ++j) acc[i][j] = group_sum(acc[i][j], g);
+        for (int j = 0; j < kC; ++j) acc[i][j] = group_sum(acc[i][j], g);
     }
     if (!active || kg != 0) continue;
 LSA_UNROLL
-    for (int i = 0; i < kT; ++i)
+    for (int i = 0; i < kR; ++i)
 LSA_UNROLL
-      for (int j = 0; j < kT; ++j) {
-        const int r = tr * kT + i, c = tc * kT + j;
+      for (int j = 0; j < kC; ++j) {
+        const int r = tr * kR + i, c = tc * kC + j;
         if (r >= pr.n_r || c >= pr.n_c || (pr.sym && c < r)) continue;
         store(p, r, c, acc[i][j]);
         if (pr.sym && c != r) store(p, c, r, acc[i][j]);
@@ -626,18 +631,20 @@ __global__ void __launch_bounds__(kTiledThreads, tiled_forward_blocks<T>())
   const FastProduct<T> gram[1] = {{{prompt, cols}, {prompt, cols}, rows, rows, cols, true}};  // G N
   const FastProduct<T> gw[1] = {{{G, rows}, {sW_kq_t, rows}, rows, rows, rows, false}};  // G W^KQ
   const FastProduct<T> p[1] = {{{sW_pv, rows}, {GW_t, rows}, rows, rows, rows, false}};  // P
-  const int g_gram = products_split<kSmallTile>(gram), g_small = products_split<kSmallTile>(gw);
+  const int g_gram = products_split<kSmallTile, kSmallTile>(gram);
+  const int g_small = products_split<kSmallRows, kSmallCols>(gw);
   const T inv_n = recipe::inv_context<T>(N);
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     __syncthreads();  // parameters loaded / previous prompt done
     stage(E + b * size, prompt, size, threadIdx.x, blockDim.x);
     if (b + gridDim.x < sh.batch) prefetch_l2(E + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
     __syncthreads();
-    run_products<T, kSmallTile>(gram, 1, g_gram, [&](int, int r, int c, T v) { G[r * rows + c] = v * inv_n; });
+    run_products<T, kSmallTile, kSmallTile>(gram, 1, g_gram,
+                                            [&](int, int r, int c, T v) { G[r * rows + c] = v * inv_n; });
     __syncthreads();
-    run_products<T, kSmallTile>(gw, 1, g_small, [&](int, int r, int c, T v) { GW_t[c * rows + r] = v; });
+    run_products<T, kSmallRows, kSmallCols>(gw, 1, g_small, [&](int, int r, int c, T v) { GW_t[c * rows + r] = v; });
     __syncthreads();
-    run_products<T, kSmallTile>(p, 1, g_small, [&](int, int r, int c, T v) { Pt[c * ldc + r] = v; });
+    run_products<T, kSmallRows, kSmallCols>(p, 1, g_small, [&](int, int r, int c, T v) { Pt[c * ldc + r] = v; });
     __syncthreads();
     row_combination<T>(rows, cols, ldc, prompt, Pt, prompt, nullptr, nullptr, F + b * size);
   }
@@ -685,8 +692,9 @@ __global__ void __launch_bounds__(kTiledThreads, tiled_vjp_blocks<T>())
                                    {W_pv_t, M(U), rows, rows, rows, false},    // dG = W^PV^T U
                                    {W_kq_t, M(T2), rows, rows, rows, false}};  // P^T = W^KQ^T T2
   const int n_second = input_grad ? 4 : 2;
-  const int g_grams = products_split<kTokenTile>(grams), g_first = products_split<kSmallTile>(first),
-            g_second = products_split<kSmallTile>(second);  // the same with and without dE
+  const int g_grams = products_split<kTokenTile, kTokenTile>(grams),
+            g_first = products_split<kSmallRows, kSmallCols>(first),
+            g_second = products_split<kSmallRows, kSmallCols>(second);  // the same with and without dE
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     __syncthreads();
     stage(E + b * size, e, size, threadIdx.x, blockDim.x);
@@ -696,18 +704,18 @@ __global__ void __launch_bounds__(kTiledThreads, tiled_vjp_blocks<T>())
       prefetch_l2(d_F + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
     }
     __syncthreads();
-    run_products<T, kTokenTile>(grams, 2, g_grams, [&](int p, int r, int c, T v) {
+    run_products<T, kTokenTile, kTokenTile>(grams, 2, g_grams, [&](int p, int r, int c, T v) {
       if (p == 0)
         G[r * rows + c] = v * inv_n;
       else
         dP[r * rows + c] = v;
     });
     __syncthreads();
-    run_products<T, kSmallTile>(first, 2, g_first, [&](int p, int r, int c, T v) {
+    run_products<T, kSmallRows, kSmallCols>(first, 2, g_first, [&](int p, int r, int c, T v) {
       (p == 0 ? U : T2)[r * rows + c] = v;
     });
     __syncthreads();
-    run_products<T, kSmallTile>(second, n_second, g_second, [&](int p, int r, int c, T v) {
+    run_products<T, kSmallRows, kSmallCols>(second, n_second, g_second, [&](int p, int r, int c, T v) {
       if (p < 2)
         acc[p * n2 + r * rows + c] += double(v);
       else if (p == 2)
