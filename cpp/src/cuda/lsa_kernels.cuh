@@ -636,7 +636,7 @@ __global__ void __launch_bounds__(kTiledThreads, tiled_forward_blocks<T>())
   const T inv_n = recipe::inv_context<T>(N);
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     __syncthreads();  // parameters loaded / previous prompt done
-    stage(E + b * size, prompt, size, threadIdx.x, blockDim.x);
+    stage_all(E + b * size, prompt, size, threadIdx.x, blockDim.x);
     if (b + gridDim.x < sh.batch) prefetch_l2(E + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
     __syncthreads();
     run_products<T, kSmallTile, kSmallTile>(gram, 1, g_gram,
@@ -697,8 +697,8 @@ __global__ void __launch_bounds__(kTiledThreads, tiled_vjp_blocks<T>())
             g_second = products_split<kSmallRows, kSmallCols>(second);  // the same with and without dE
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     __syncthreads();
-    stage(E + b * size, e, size, threadIdx.x, blockDim.x);
-    stage(d_F + b * size, df, size, threadIdx.x, blockDim.x);
+    stage_all(E + b * size, e, size, threadIdx.x, blockDim.x);
+    stage_all(d_F + b * size, df, size, threadIdx.x, blockDim.x);
     if (b + gridDim.x < sh.batch) {
       prefetch_l2(E + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
       prefetch_l2(d_F + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
