@@ -342,6 +342,42 @@ def test_cuda_vjp_matches_reference(rng, B, d, N, dtype):
 
 @needs_gpu
 @pytest.mark.cuda
+@pytest.mark.parametrize("old", [False, True], ids=["tiled", "old"])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("B,d,N", [(1, 1, 1), (3, 2, 150), (5, 8, 70), (4, 9, 31), (600, 20, 100),
+                                   (3, 64, 5)])
+def test_cuda_full_kernels_old_and_tiled_match_the_cpu(rng, monkeypatch, B, d, N, dtype, old):
+    # Both full forward / VJP kernel families (LSA_NATIVE_CUDA_OLD_KERNELS=1 selects the old one at
+    # each launch) against the CPU: float64 1e-12, float32 2e-4 relative to the largest entry;
+    # d = 64 fits the VJP kernels in float32 only, on a GPU with 227 KB of shared memory per block
+    # (float64 is a clear error for both).
+    if old:
+        monkeypatch.setenv("LSA_NATIVE_CUDA_OLD_KERNELS", "1")
+    (E, W_pv, W_kq, _), _ = random_problem(rng, B, d, N, dtype, False)
+    d_F = rng.standard_normal(E.shape).astype(dtype)
+    tol = 1e-12 if dtype == np.float64 else 2e-4
+    if d == 64 and dtype == np.float64:
+        with pytest.raises(ValueError, match="shared memory"):
+            lsa.vjp(E, W_pv, W_kq, d_F, device="cuda")
+        return
+    got = [lsa.forward(E, W_pv, W_kq, device="cuda")]
+    try:
+        got += list(lsa.vjp(E, W_pv, W_kq, d_F, device="cuda"))
+    except ValueError as exc:  # d = 64 needs ~227 KB per block: H100 / H200 only
+        if d == 64 and "shared memory" in str(exc):
+            pytest.skip(f"this GPU's shared memory is too small for d = 64: {exc}")
+        raise
+    got.append(lsa.vjp(E, W_pv, W_kq, d_F, with_input_grad=False, device="cuda")[1])
+    want = [lsa.forward(E, W_pv, W_kq, device="cpu")]
+    want += list(lsa.vjp(E, W_pv, W_kq, d_F, device="cpu"))
+    want.append(want[2])
+    for name, a, b in zip(("F", "dW_pv", "dW_kq", "dE", "dW_kq without dE"), got, want):
+        assert a.dtype == dtype and a.shape == b.shape
+        assert np.max(np.abs(a - b)) <= tol * np.max(np.abs(b)), name
+
+
+@needs_gpu
+@pytest.mark.cuda
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("B,d,N", SHAPES)
 def test_cuda_predict_vjp_matches_the_cpu(rng, B, d, N, dtype):

@@ -8,14 +8,18 @@ Rows (SPEC 5, issue 11):
   float64); native lsa.loss_and_grad on torch CUDA tensors vs PyTorch autograd of the O(N d) token
   form (the best pure-torch formulation). Bytes = one read of E.
 - pred fwd: predictions only (native vs the token form without autograd).
-- full fwd / vjp: f(E) Gram-first and its VJP at B = 2^18 (native vs torch bmm + autograd).
+- full fwd / vjp: f(E) Gram-first and its VJP at B = 2^18 (native vs torch bmm + autograd); the
+  native rows twice: the tiled kernels (default) and "native old kernels"
+  (LSA_NATIVE_CUDA_OLD_KERNELS=1), each checked against torch first.
 - copy: torch D2D copy of a tensor as large as E; its bandwidth = (read + write) / time.
 Prints a table last.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import statistics
 import sys
 
@@ -78,6 +82,24 @@ def torch_vjp(E, W_pv, W_kq, d_F):
     return P.grad, K.grad, E.grad
 
 
+@contextlib.contextmanager
+def old_kernels(on: bool):
+    """LSA_NATIVE_CUDA_OLD_KERNELS=1 inside (the full forward/VJP kernels before the tiled ones)."""
+    key = "LSA_NATIVE_CUDA_OLD_KERNELS"
+    before = os.environ.get(key)
+    if on:
+        os.environ[key] = "1"
+    else:
+        os.environ.pop(key, None)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
+
+
 def bench_dtype(dtype, B: int, B_full: int, d: int, N: int, warmup: int, repeat: int):
     tdtype = {np.float32: torch.float32, np.float64: torch.float64}[dtype]
     name = np.dtype(dtype).name
@@ -136,9 +158,28 @@ def bench_dtype(dtype, B: int, B_full: int, d: int, N: int, warmup: int, repeat:
     fb = E.numel() * E.element_size()
     size_f = f"d={d} N={N} B=2^{B_full.bit_length() - 1}"
     F = torch.empty_like(E)
-    row("full fwd", "native", lambda: lsa.forward(E, W_pv, W_kq, out=F), 2 * fb, size_f, B_full)
+    # The tiled kernels (default) and the previous ones (LSA_NATIVE_CUDA_OLD_KERNELS=1, read at each
+    # launch), both checked against torch at this size before timing.
+    for impl, old in (("native", False), ("native old kernels", True)):
+        with old_kernels(old):
+            try:
+                F_t = torch_forward(E, W_pv, W_kq)
+                rel_f = float((lsa.forward(E, W_pv, W_kq, out=F) - F_t).abs().max() / F_t.abs().max())
+                del F_t
+                dE_n = lsa.vjp(E, W_pv, W_kq, d_F)
+                dE_t = torch_vjp(E, W_pv, W_kq, d_F)
+                rel_v = max(float((a - b).abs().max() / b.abs().max()) for a, b in zip(dE_n, dE_t))
+                del dE_n, dE_t
+                print(f"[{name}] full fwd / vjp {impl} vs torch: max relative difference "
+                      f"{rel_f:.2e} / {rel_v:.2e}", flush=True)
+                rows.append({"op": "check full", "impl": f"{impl} vs torch", "dtype": name,
+                             "size": size_f, "max_rel_diff": max(rel_f, rel_v)})
+            except Exception as exc:  # noqa: BLE001
+                print(f"[{name}] full check {impl} FAILED: {type(exc).__name__}: {exc}", flush=True)
+                torch.cuda.empty_cache()
+            row("full fwd", impl, lambda: lsa.forward(E, W_pv, W_kq, out=F), 2 * fb, size_f, B_full)
+            row("vjp", impl, lambda: lsa.vjp(E, W_pv, W_kq, d_F), 3 * fb, size_f, B_full)
     row("full fwd", "torch", lambda: torch_forward(E, W_pv, W_kq), 2 * fb, size_f, B_full)
-    row("vjp", "native", lambda: lsa.vjp(E, W_pv, W_kq, d_F), 3 * fb, size_f, B_full)
     row("vjp", "torch", lambda: torch_vjp(E, W_pv, W_kq, d_F), 3 * fb, size_f, B_full)
     del E, d_F, F
     torch.cuda.empty_cache()
@@ -147,21 +188,22 @@ def bench_dtype(dtype, B: int, B_full: int, d: int, N: int, warmup: int, repeat:
 
 def table(rows) -> str:
     errors = [r for r in rows if "error" in r]
-    checks = [r for r in rows if r["op"] == "check"]
+    checks = [r for r in rows if r["op"] in ("check", "check full")]
     rows = [r for r in rows if "median_ms" in r]
     copy = {(r["dtype"]): r["GB_per_s"] for r in rows if r["op"] == "copy"}
-    lines = [f"{'op':<13} {'dtype':<8} {'size':<22} {'impl':<10} {'median ms':>10} {'GB/s':>8} "
+    lines = [f"{'op':<13} {'dtype':<8} {'size':<22} {'impl':<18} {'median ms':>10} {'GB/s':>8} "
              f"{'% copy':>7} {'vs torch':>9}"]
     ms_of = {(r["op"], r["dtype"], r["impl"]): r["median_ms"] for r in rows}
     for r in rows:
         frac = 100 * r["GB_per_s"] / copy[r["dtype"]] if r["dtype"] in copy else float("nan")
         torch_ms = ms_of.get((r["op"], r["dtype"], "torch"))
-        speedup = f"{torch_ms / r['median_ms']:.1f}x" if r["impl"] == "native" and torch_ms else ""
-        lines.append(f"{r['op']:<13} {r['dtype']:<8} {r['size']:<22} {r['impl']:<10} "
+        speedup = f"{torch_ms / r['median_ms']:.1f}x" if r["impl"].startswith("native") and torch_ms else ""
+        lines.append(f"{r['op']:<13} {r['dtype']:<8} {r['size']:<22} {r['impl']:<18} "
                      f"{r['median_ms']:>10.3f} {r['GB_per_s']:>8.0f} {frac:>6.0f}% {speedup:>9}")
-    lines += [f"{r['op']:<13} {r['dtype']:<8} {r['size']:<22} {r['impl']:<10} FAILED: {r['error'][:60]}"
+    lines += [f"{r['op']:<13} {r['dtype']:<8} {r['size']:<22} {r['impl']:<18} FAILED: {r['error'][:60]}"
               for r in errors]
-    lines += [f"check: {r['dtype']} {r['size']} native vs torch loss/gradients, max relative "
+    lines += [f"check: {r['dtype']} {r['size']} {r['impl']} "
+              f"{'loss/gradients' if r['op'] == 'check' else 'F / VJP'}, max relative "
               f"difference {r['max_rel_diff']:.1e}" for r in checks]
     return "\n".join(lines)
 

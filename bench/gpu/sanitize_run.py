@@ -11,7 +11,7 @@ from lsa_native import cuda, lsa
 rng = np.random.default_rng(7)
 bad = []
 for dtype, tol in ((np.float32, 2e-4), (np.float64, 1e-12)):
-    for B, d, N in ((3, 1, 1), (9, 3, 7), (5, 20, 100), (2, 5, 40)):
+    for B, d, N in ((3, 1, 1), (9, 3, 7), (5, 20, 100), (2, 5, 40), (2, 2, 150)):
         E = rng.standard_normal((B, d + 1, N + 1)).astype(dtype)
         W_pv, W_kq = (rng.standard_normal((d + 1, d + 1)).astype(dtype) for _ in range(2))
         y_q = rng.standard_normal(B).astype(dtype)

@@ -19,6 +19,7 @@
 #define __device__
 #define __host__
 #define __forceinline__ inline
+#define __launch_bounds__(...)
 #define __align__(n) alignas(n)
 #define LSA_DYNAMIC_SHARED(name) unsigned char* name = ::lsa_emu::dynamic_shared()
 #define LSA_STATIC_SHARED(type, name, n) type* name = ::lsa_emu::static_shared<type>(n)
@@ -125,4 +126,8 @@ T __shfl_xor_sync(unsigned, T v, int offset) {
 template <class T>
 T __ldcs(const T* p) {
   return *p;
+}
+template <class T>
+void __stcs(T* p, T v) {
+  *p = v;
 }

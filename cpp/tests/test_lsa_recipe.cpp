@@ -234,8 +234,8 @@ TEST(LsaRecipe, Float32PredictionWithinRounding) {
 }
 
 // A register tile over the whole k range in order is product_entry / token_product entry for entry
-// (the tiled CUDA kernels with one token group); an interleaved k split (step g, partial tiles
-// summed) agrees to rounding. Tiles past the edge repeat the last row / column.
+// (the tiled CUDA kernels with one token group), through any view; a k split in contiguous ranges
+// (partial tiles summed) agrees to rounding. Tiles past the edge repeat the last row / column.
 TEST(LsaRecipe, AccumulateTileIsTheProductEntry) {
   std::mt19937_64 gen(17);
   std::normal_distribution<double> normal;
@@ -248,14 +248,14 @@ TEST(LsaRecipe, AccumulateTileIsTheProductEntry) {
   for (int r0 = 0; r0 < n; r0 += kT)
     for (int c0 = 0; c0 < n; c0 += kT) {
       double small[kT][kT] = {}, gram[kT][kT] = {}, split[kT][kT] = {};
-      recipe::accumulate_tile<double, kT, kT>(small, Am, Bm, r0, n - 1,
-                                              c0, n - 1, 0, n, 1);
-      recipe::accumulate_tile<double, kT, kT>(gram, Em, Em.transposed(), r0, n - 1, c0, n - 1, 0,
-                                              cols, 1);
+      recipe::accumulate_tile<double, kT, kT>(small, Am, Bm, r0, n - 1, c0, n - 1, 0, n);
+      const recipe::RowsOf<double> Er{E.data(), cols};
+      const recipe::ColsOf<double> Et{E.data(), cols};
+      recipe::accumulate_tile<double, kT, kT>(gram, Er, Et, r0, n - 1, c0, n - 1, 0, cols);
       for (int kg = 0; kg < 4; ++kg) {
         double part[kT][kT] = {};
         recipe::accumulate_tile<double, kT, kT>(part, Em, Em.transposed(), r0, n - 1, c0, n - 1,
-                                                kg, cols, 4);
+                                                cols * kg / 4, cols * (kg + 1) / 4);
         for (int i = 0; i < kT; ++i)
           for (int j = 0; j < kT; ++j) split[i][j] += part[i][j];
       }

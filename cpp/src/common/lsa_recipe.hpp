@@ -141,18 +141,37 @@ LSA_HD T row_combination_entry(T base, Mat<T> C, Mat<T> src, int rows, int r, in
   return acc;
 }
 
+// Views with one unit stride fixed at compile time (the tiled CUDA kernels' operands, whose inner
+// index then steps by immediate offsets): RowsOf(p, ld)(r, c) = p[r * ld + c] and its transpose
+// ColsOf(p, ld)(r, c) = p[c * ld + r].
+template <class T>
+struct RowsOf {
+  const T* p;
+  int ld;
+  LSA_HD T operator()(int r, int c) const { return p[r * ld + c]; }
+};
+template <class T>
+struct ColsOf {
+  const T* p;
+  int ld;
+  LSA_HD T operator()(int r, int c) const { return p[c * ld + r]; }
+};
+
 // A register tile of a product, the unit of work of the tiled CUDA kernels: acc[i][j] +=
-// Σ_k A(r_i, k) B(k, c_j) over k = k0, k0 + step, ... < k1, with r_i = min(r0 + i, r_max) and
-// c_j = min(c0 + j, c_max) (a tile past the edge repeats the last row/column; the caller drops
-// those entries). Each entry sums in k order: with acc = 0, k0 = 0, step = 1 an entry equals
-// product_entry (n = k1) or token_product (B = the second factor transposed).
-template <class T, int TR, int TC>
-LSA_HD void accumulate_tile(T (&acc)[TR][TC], Mat<T> A, Mat<T> B, int r0, int r_max, int c0,
-                            int c_max, int k0, int k1, int step) {
+// Σ_{k0 <= k < k1} A(r_i, k) B(k, c_j), r_i = min(r0 + i, r_max), c_j = min(c0 + j, c_max) (a tile
+// past the edge repeats the last row/column; the caller drops those entries); A, B any views (Mat,
+// RowsOf, ColsOf). Each entry sums in k order: with acc = 0 over [0, K) an entry equals
+// product_entry (K = n) or token_product (B = the second factor transposed).
+template <class T, int TR, int TC, class MA, class MB>
+LSA_HD void accumulate_tile(T (&acc)[TR][TC], MA A, MB B, int r0, int r_max, int c0, int c_max,
+                            int k0, int k1) {
   int ri[TR], cj[TC];
   for (int i = 0; i < TR; ++i) ri[i] = r0 + i < r_max ? r0 + i : r_max;
   for (int j = 0; j < TC; ++j) cj[j] = c0 + j < c_max ? c0 + j : c_max;
-  for (int k = k0; k < k1; k += step) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll 2
+#endif
+  for (int k = k0; k < k1; ++k) {
     T a[TR], b[TC];
     for (int i = 0; i < TR; ++i) a[i] = A(ri[i], k);
     for (int j = 0; j < TC; ++j) b[j] = B(k, cj[j]);

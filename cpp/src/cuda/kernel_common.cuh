@@ -41,6 +41,50 @@ LSA_UNROLL
   for (; i < n; i += nthreads) dst[i] = __ldcs(src + i);
 }
 
+// stage for a block whose prompt takes fewer than kUnroll rounds (the tiled LSA kernels: 17 rounds
+// of 128 threads at d = 20, N = 100 in float): every load in flight together, predicated in groups
+// of 4 rounds, a group past the end skipped whole (stage's tail would wait for each load in turn).
+template <class T>
+__device__ __forceinline__ void stage_all(const T* __restrict__ src, T* __restrict__ dst, int n,
+                                          int tid, int nthreads) {
+  constexpr int kUnroll = 128 / sizeof(T), kGroup = 4;
+  for (int i = tid; i < n; i += kUnroll * nthreads) {
+    T v[kUnroll];
+LSA_UNROLL
+    for (int c = 0; c < kUnroll; c += kGroup) {
+      if (i + c * nthreads < n) {
+LSA_UNROLL
+        for (int u = c; u < c + kGroup; ++u)
+          v[u] = i + u * nthreads < n ? __ldcs(src + i + u * nthreads) : T(0);
+      } else {
+LSA_UNROLL
+        for (int u = c; u < c + kGroup; ++u) v[u] = T(0);  // never stored
+      }
+    }
+LSA_UNROLL
+    for (int c = 0; c < kUnroll; c += kGroup) {
+      if (i + c * nthreads >= n) break;
+LSA_UNROLL
+      for (int u = c; u < c + kGroup; ++u)
+        if (i + u * nthreads < n) dst[i + u * nthreads] = v[u];
+    }
+  }
+}
+
+// Asks for n contiguous values at src to be brought into L2 (no registers, no wait), spread over
+// the threads [0, nthreads): the next prompt of a grid-stride loop arrives while this one computes.
+template <class T>
+__device__ __forceinline__ void prefetch_l2(const T* src, index_t n, int tid, int nthreads) {
+#if defined(__CUDACC__)
+  const char* p = reinterpret_cast<const char*>(src);
+  const index_t bytes = n * index_t(sizeof(T));
+  for (index_t off = index_t(tid) * 128; off < bytes; off += index_t(nthreads) * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+#else
+  (void)src, (void)n, (void)tid, (void)nthreads;
+#endif
+}
+
 // v[i] = p[i] for i < 8, p 16-byte aligned (shared memory): 128-bit loads on the GPU (2 for float,
 // 4 for double) — one instruction, a broadcast when the lanes share p, per 4 or 2 values.
 template <class T>

@@ -357,7 +357,7 @@ __global__ void vjp_epilogue_kernel(const double* __restrict__ total, int n2, T*
 // - Gram products over the tokens (G = E E^T / N, dP = d_F E^T; K = N + 1): register tiles
 //   kTokenTile x kTokenTile per thread (G: only tiles on or above the diagonal), the tokens split in
 //   g interleaved groups over adjacent lanes and summed by shuffles;
-// - small [d+1]^3 products (G W^KQ, W^PV (G W^KQ), the VJP's six): 3x3 register tiles;
+// - small [d+1]^3 products (G W^KQ, W^PV (G W^KQ), the VJP's six): 3x7 register tiles;
 // - the token side F = E + P E, dE = d_F + P^T d_F + S E: lanes over tokens (kTok per lane, loads
 //   of E and d_F conflict-free, stores coalesced), 8-row chunks whose coefficients are read as
 //   128-bit broadcasts from a transposed, padded copy CT[s * ldc + r] = C[r, s].
@@ -366,14 +366,24 @@ __global__ void vjp_epilogue_kernel(const double* __restrict__ total, int n2, T*
 
 constexpr int kTiledThreads = 128;
 constexpr int kTokenTile = 7;  // Gram products of the VJP (21 = 3 tiles at d = 20)
-constexpr int kSmallTile = 3;  // [d+1]^3 products and the forward's Gram (21 = 7 tiles)
+constexpr int kSmallTile = 3;  // the forward's Gram (21 = 7 tiles)
+// [d+1]^3 products: 3 x 7 tiles (d = 20: 21 tiles per product, so the VJP's four fill 84 lanes,
+// 3 warps, where 3 x 3 tiles left a warp of 4 lanes; 10 loads per 21 FMAs).
+constexpr int kSmallRows = 3, kSmallCols = 7;
 constexpr int kChunk = 8;      // rows per item of a row combination (one load8 of coefficients)
+// Blocks per SM the register allocation must allow (__launch_bounds__), near what shared memory
+// allows at d = 20, N = 100 (per block: forward 18 / 35 KB, VJP 40 / 74 KB in float / double, of
+// the 228 KB of an H100 SM); more would spill.
+template <class T>
+constexpr int tiled_forward_blocks() { return sizeof(T) == 4 ? 6 : 4; }
+template <class T>
+constexpr int tiled_vjp_blocks() { return sizeof(T) == 4 ? 4 : 3; }
 
 // Row stride of the transposed coefficient copies: rows rounded up to kChunk (load8 alignment).
 __host__ __device__ inline int coefficient_stride(int rows) { return (rows + kChunk - 1) / kChunk * kChunk; }
 
-// Shared memory of the tiled kernels, in bytes. Forward, T: P^T [rows, ldc], W^PV, W^KQ, G, G W^KQ
-// [rows, rows], the prompt [rows, cols]. VJP: double dW^PV, dW^KQ [rows, rows]; T: P, S [rows, ldc],
+// Shared memory of the tiled kernels, in bytes. Forward, T: P^T [rows, ldc], W^PV, W^KQ^T, G,
+// (G W^KQ)^T [rows, rows], the prompt [rows, cols]. VJP: double dW^PV, dW^KQ [rows, rows]; T: P, S [rows, ldc],
 // W^PV, W^KQ, G, dP, U, T2, dG [rows, rows], E and d_F [rows, cols].
 template <class T>
 std::size_t tiled_forward_smem(int rows, int cols) {
@@ -385,64 +395,101 @@ std::size_t tiled_vjp_smem(int rows, int cols) {
          sizeof(T) * std::size_t(2 * rows * coefficient_stride(rows) + 7 * rows * rows + 2 * rows * cols);
 }
 
-// One product of a phase: out[r, c] = Σ_{k<K} A(r, k) B(k, c) for r < n_r, c < n_c. sym: the
-// product is symmetric (A B^T with A = B), only tiles on or above the diagonal are computed and
-// each entry is stored at (r, c) and (c, r).
-template <class T>
+// One product of a phase: out[r, c] = Σ_{k<K} A(r, k) B(k, c) for r < n_r, c < n_c, A and B views
+// (recipe::Mat, or RowsOf / ColsOf: k steps by 1 in A = RowsOf and B = ColsOf). sym: the product
+// is symmetric (A B^T with A = B), only tiles on or above the diagonal are computed and each entry
+// is stored at (r, c) and (c, r).
+template <class MA, class MB = MA>
 struct Product {
-  Mat<T> A, B;
+  MA A;
+  MB B;
   int n_r, n_c, K;
   bool sym;
 };
+template <class T>
+using FastProduct = Product<recipe::RowsOf<T>, recipe::ColsOf<T>>;  // k contiguous in both
+template <class T>
+using AnyProduct = Product<Mat<T>>;
 
-template <int kT>
+template <int kR, int kC>
 __device__ __forceinline__ int tile_count(int n_r, int n_c, bool sym) {
-  const int tr = (n_r + kT - 1) / kT, tc = (n_c + kT - 1) / kT;
+  const int tr = (n_r + kR - 1) / kR, tc = (n_c + kC - 1) / kC;  // sym: square tiles
   return sym ? tr * (tr + 1) / 2 : tr * tc;
+}
+
+// How many lanes share a tile's k range (1, 2, 4 or 8) in run_products: the fewest warp
+// instructions (a warp with any active lane issues the whole item: k loop of rows x cols FMAs and
+// rows + cols loads per k, the shuffle sums, the stores), then, among counts within 15% of that,
+// the most warps (a shorter critical path per prompt). A block is issue-bound when several
+// blocks share an SM, so idle warps cost nothing and half-empty ones cost as much as full ones.
+__device__ __forceinline__ int split_count(int tiles, int K, int tile_rows, int tile_cols,
+                                           int nthreads) {
+  const int area = tile_rows * tile_cols;
+  long long cost[4], warps[4];
+  long long best = -1;
+  for (int l = 0; l < 4; ++l) {
+    const int g = 1 << l;
+    const int items = tiles * g;
+    warps[l] = 0;
+    for (int base = 0; base < items; base += nthreads) {
+      const int in_round = items - base < nthreads ? items - base : nthreads;
+      warps[l] += (in_round + kWarp - 1) / kWarp;
+    }
+    const long long per_item = (long long)((K + g - 1) / g) * (area + tile_rows + tile_cols) +
+                               2LL * area * l + area + 30;
+    cost[l] = warps[l] * per_item;
+    if (best < 0 || cost[l] < best) best = cost[l];
+  }
+  int g = 1;
+  long long most = 0;
+  for (int l = 0; l < 4; ++l)
+    if (cost[l] * 100 <= best * 115 && warps[l] > most) {
+      most = warps[l];
+      g = 1 << l;
+    }
+  return g;
+}
+
+// split_count of all kMax products ps (computed once per block: the shapes are fixed). Planned
+// for all of them whatever `count` run_products gets: g sets the summation order, so an entry
+// rounds the same whether or not the optional products run (dW with and without dE, bitwise).
+template <int kR, int kC, class P, int kMax>
+__device__ __forceinline__ int products_split(const P (&ps)[kMax]) {
+  int tiles = 0, k_max = 0;
+LSA_UNROLL
+  for (int p = 0; p < kMax; ++p) {
+    tiles += tile_count<kR, kC>(ps[p].n_r, ps[p].n_c, ps[p].sym);
+    k_max = ps[p].K > k_max ? ps[p].K : k_max;
+  }
+  return split_count(tiles, k_max, kR, kC, int(blockDim.x));
 }
 
 // The products ps[0, count) computed together by the block's threads (independent products: no
 // barrier inside; the caller synchronises after). Items (tile, token group) are spread over the
-// threads; the k range of a tile is split in g groups (adjacent lanes, summed by group_sum) with g
-// the power of two <= min(8, K / 8) that fills the threads best. store(p, r, c, v) receives every
+// threads; the k range of a tile is split in g contiguous ranges (adjacent lanes, summed by
+// group_sum), g from products_split. store(p, r, c, v) receives every
 // entry once (mirrored entries of symmetric products twice: (r, c) then (c, r)). The products are
 // picked with compile-time indices (kMax) so that they stay in registers, not on the stack.
-// g is chosen for all kMax products whatever `count`: it sets the summation order, so an entry
-// rounds the same whether or not the optional products run (dW with and without dE, bitwise).
-template <class T, int kT, int kMax, class Store>
-__device__ __forceinline__ void run_products(const Product<T> (&ps)[kMax], int count, Store store) {
-  int tiles = 0, plan_tiles = 0, k_min = 1 << 30;
+template <class T, int kR, int kC, int kMax, class P, class Store>
+__device__ __forceinline__ void run_products(const P (&ps)[kMax], int count, int g, Store store) {
+  int tiles = 0;
 LSA_UNROLL
   for (int p = 0; p < kMax; ++p) {
-    const int n = tile_count<kT>(ps[p].n_r, ps[p].n_c, ps[p].sym);
-    plan_tiles += n;
-    if (p < count) tiles += n;
-    k_min = ps[p].K < k_min ? ps[p].K : k_min;
+    if (p >= count) break;
+    tiles += tile_count<kR, kC>(ps[p].n_r, ps[p].n_c, ps[p].sym);
   }
   const int nthreads = int(blockDim.x);
-  int g = 1;
-  long long best = 0;  // filled fraction tiles g / (rounds nthreads), compared as a cross product
-  long long best_den = 1;
-  for (int cand = 1; cand <= 8 && (cand == 1 || cand * 8 <= k_min); cand *= 2) {
-    const long long items = (long long)plan_tiles * cand;
-    const long long den = (items + nthreads - 1) / nthreads * nthreads;
-    if (items * best_den > best * den) {
-      best = items;
-      best_den = den;
-      g = cand;
-    }
-  }
   const int items = tiles * g;
   for (int base = 0; base < items; base += nthreads) {
     const int item = base + int(threadIdx.x);
     const bool active = item < items;
     int t = active ? item / g : 0, p = 0;
     const int kg = item % g;
-    Product<T> pr = ps[0];
+    P pr = ps[0];
 LSA_UNROLL
     for (int q = 0; q < kMax; ++q) {  // the product of tile t
       if (q >= count) break;
-      const int n = tile_count<kT>(ps[q].n_r, ps[q].n_c, ps[q].sym);
+      const int n = tile_count<kR, kC>(ps[q].n_r, ps[q].n_c, ps[q].sym);
       if (t < n) {
         p = q;
         pr = ps[q];
@@ -452,36 +499,36 @@ LSA_UNROLL
     }
     int tr = 0, tc = 0;
     if (pr.sym) {  // t-th tile of the upper triangle, row by row
-      const int nt = (pr.n_r + kT - 1) / kT;
+      const int nt = (pr.n_r + kR - 1) / kR;
       while (t >= nt - tr) {
         t -= nt - tr;
         ++tr;
       }
       tc = tr + t;
     } else {
-      const int nc = (pr.n_c + kT - 1) / kT;
+      const int nc = (pr.n_c + kC - 1) / kC;
       tr = t / nc;
       tc = t % nc;
     }
-    T acc[kT][kT];
+    T acc[kR][kC];
 LSA_UNROLL
-    for (int i = 0; i < kT; ++i)
+    for (int i = 0; i < kR; ++i)
 LSA_UNROLL
-      for (int j = 0; j < kT; ++j) acc[i][j] = T(0);
-    recipe::accumulate_tile<T, kT, kT>(acc, pr.A, pr.B, tr * kT, pr.n_r - 1, tc * kT, pr.n_c - 1,
-                                       kg, active ? pr.K : 0, g);
+      for (int j = 0; j < kC; ++j) acc[i][j] = T(0);
+    const int k0 = active ? pr.K * kg / g : 0, k1 = active ? pr.K * (kg + 1) / g : 0;
+    recipe::accumulate_tile<T, kR, kC>(acc, pr.A, pr.B, tr * kR, pr.n_r - 1, tc * kC, pr.n_c - 1, k0, k1);
     if (g > 1) {
 LSA_UNROLL
-      for (int i = 0; i < kT; ++i)
+      for (int i = 0; i < kR; ++i)
 LSA_UNROLL
-        for (int j = 0; j < kT; ++j) acc[i][j] = group_sum(acc[i][j], g);
+        for (int j = 0; j < kC; ++j) acc[i][j] = group_sum(acc[i][j], g);
     }
     if (!active || kg != 0) continue;
 LSA_UNROLL
-    for (int i = 0; i < kT; ++i)
+    for (int i = 0; i < kR; ++i)
 LSA_UNROLL
-      for (int j = 0; j < kT; ++j) {
-        const int r = tr * kT + i, c = tc * kT + j;
+      for (int j = 0; j < kC; ++j) {
+        const int r = tr * kR + i, c = tc * kC + j;
         if (r >= pr.n_r || c >= pr.n_c || (pr.sym && c < r)) continue;
         store(p, r, c, acc[i][j]);
         if (pr.sym && c != r) store(p, c, r, acc[i][j]);
@@ -532,7 +579,7 @@ LSA_UNROLL
       if (r0 + i >= rows) break;
 LSA_UNROLL
       for (int u = 0; u < kTok; ++u)
-        if (j0 + u * kWarp < cols) out[(r0 + i) * cols + j0 + u * kWarp] = acc[i][u];
+        if (j0 + u * kWarp < cols) __stcs(out + (r0 + i) * cols + j0 + u * kWarp, acc[i][u]);
     }
   }
 }
@@ -560,9 +607,10 @@ __device__ __forceinline__ void zero_padding(T* CT, int lines, int rows, int ldc
 }
 
 // F = E + P E with P = W^PV G W^KQ, G = E E^T / N   [ZFB (3.3)], Gram-first (layout:
-// tiled_forward_smem).
+// tiled_forward_smem; W^KQ and G W^KQ kept transposed so that every product steps k by 1).
 template <class T>
-__global__ void lsa_forward_tiled_kernel(LsaShape sh, const T* __restrict__ E,
+__global__ void __launch_bounds__(kTiledThreads, tiled_forward_blocks<T>())
+    lsa_forward_tiled_kernel(LsaShape sh, const T* __restrict__ E,
                                          const T* __restrict__ W_pv, const T* __restrict__ W_kq,
                                          T* __restrict__ F) {
   LSA_DYNAMIC_SHARED(smem);
@@ -570,30 +618,33 @@ __global__ void lsa_forward_tiled_kernel(LsaShape sh, const T* __restrict__ E,
   const int n2 = rows * rows, size = rows * cols, ldc = coefficient_stride(rows);
   T* Pt = reinterpret_cast<T*>(smem);  // Pt[s * ldc + r] = P[r, s]
   T* sW_pv = Pt + rows * ldc;
-  T* sW_kq = sW_pv + n2;
-  T* G = sW_kq + n2;
-  T* GW = G + n2;
-  T* prompt = GW + n2;
+  T* sW_kq_t = sW_pv + n2;  // W^KQ^T
+  T* G = sW_kq_t + n2;
+  T* GW_t = G + n2;  // (G W^KQ)^T
+  T* prompt = GW_t + n2;
   for (int i = threadIdx.x; i < n2; i += blockDim.x) {
     sW_pv[i] = W_pv[i];
-    sW_kq[i] = W_kq[i];
+    sW_kq_t[(i % rows) * rows + i / rows] = W_kq[i];
   }
   zero_padding(Pt, rows, rows, ldc);
-  auto M = [rows](const T* p) { return rows_of<T>(p, rows); };
-  const Mat<T> Ep = rows_of<T>(prompt, cols);
+  // The products (fixed shared buffers) and their k splits, once per block.
+  const FastProduct<T> gram[1] = {{{prompt, cols}, {prompt, cols}, rows, rows, cols, true}};  // G N
+  const FastProduct<T> gw[1] = {{{G, rows}, {sW_kq_t, rows}, rows, rows, rows, false}};  // G W^KQ
+  const FastProduct<T> p[1] = {{{sW_pv, rows}, {GW_t, rows}, rows, rows, rows, false}};  // P
+  const int g_gram = products_split<kSmallTile, kSmallTile>(gram);
+  const int g_small = products_split<kSmallRows, kSmallCols>(gw);
   const T inv_n = recipe::inv_context<T>(N);
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     __syncthreads();  // parameters loaded / previous prompt done
-    stage(E + b * size, prompt, size, threadIdx.x, blockDim.x);
+    stage_all(E + b * size, prompt, size, threadIdx.x, blockDim.x);
+    if (b + gridDim.x < sh.batch) prefetch_l2(E + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
     __syncthreads();
-    const Product<T> gram[1] = {{Ep, Ep.transposed(), rows, rows, cols, true}};  // G = E E^T / N
-    run_products<T, kSmallTile>(gram, 1, [&](int, int r, int c, T v) { G[r * rows + c] = v * inv_n; });
+    run_products<T, kSmallTile, kSmallTile>(gram, 1, g_gram,
+                                            [&](int, int r, int c, T v) { G[r * rows + c] = v * inv_n; });
     __syncthreads();
-    const Product<T> gw[1] = {{M(G), M(sW_kq), rows, rows, rows, false}};  // G W^KQ
-    run_products<T, kSmallTile>(gw, 1, [&](int, int r, int c, T v) { GW[r * rows + c] = v; });
+    run_products<T, kSmallRows, kSmallCols>(gw, 1, g_small, [&](int, int r, int c, T v) { GW_t[c * rows + r] = v; });
     __syncthreads();
-    const Product<T> p[1] = {{M(sW_pv), M(GW), rows, rows, rows, false}};  // P = W^PV (G W^KQ)
-    run_products<T, kSmallTile>(p, 1, [&](int, int r, int c, T v) { Pt[c * ldc + r] = v; });
+    run_products<T, kSmallRows, kSmallCols>(p, 1, g_small, [&](int, int r, int c, T v) { Pt[c * ldc + r] = v; });
     __syncthreads();
     row_combination<T>(rows, cols, ldc, prompt, Pt, prompt, nullptr, nullptr, F + b * size);
   }
@@ -602,7 +653,8 @@ __global__ void lsa_forward_tiled_kernel(LsaShape sh, const T* __restrict__ E,
 // VJP of lsa_forward (SPEC 3.2; steps at the end of lsa_recipe.hpp, U = dP W^KQ^T form; layout:
 // tiled_vjp_smem). partial [gridDim.x, 2 rows²] as lsa_vjp_kernel.
 template <class T>
-__global__ void lsa_vjp_tiled_kernel(LsaShape sh, const T* __restrict__ E, const T* __restrict__ W_pv,
+__global__ void __launch_bounds__(kTiledThreads, tiled_vjp_blocks<T>())
+    lsa_vjp_tiled_kernel(LsaShape sh, const T* __restrict__ E, const T* __restrict__ W_pv,
                                      const T* __restrict__ W_kq, const T* __restrict__ d_F,
                                      T* __restrict__ d_E, double* __restrict__ partial) {
   LSA_DYNAMIC_SHARED(smem);
@@ -627,35 +679,43 @@ __global__ void lsa_vjp_tiled_kernel(LsaShape sh, const T* __restrict__ E, const
   }
   zero_padding(Pc, 2 * rows, rows, ldc);  // Pc and Sc
   auto M = [rows](const T* p) { return rows_of<T>(p, rows); };
-  const Mat<T> Ep = rows_of<T>(e, cols), dFp = rows_of<T>(df, cols);
   const Mat<T> W_pv_t = M(sW_pv).transposed(), W_kq_t = M(sW_kq).transposed();
   const T inv_n = recipe::inv_context<T>(N);
   const bool input_grad = d_E != nullptr;
+  // The products (fixed shared buffers) and their k splits, once per block.
+  const FastProduct<T> grams[2] = {{{e, cols}, {e, cols}, rows, rows, cols, true},     // G N
+                                   {{df, cols}, {e, cols}, rows, rows, cols, false}};  // dP = d_F E^T
+  const FastProduct<T> first[2] = {{{dP, rows}, {sW_kq, rows}, rows, rows, rows, false},  // U = dP W^KQ^T
+                                   {{G, rows}, {sW_pv, rows}, rows, rows, rows, false}};  // T2 = G W^PV^T
+  const AnyProduct<T> second[4] = {{M(U), M(G), rows, rows, rows, false},      // dW^PV += U G
+                                   {M(T2), M(dP), rows, rows, rows, false},    // dW^KQ += T2 dP
+                                   {W_pv_t, M(U), rows, rows, rows, false},    // dG = W^PV^T U
+                                   {W_kq_t, M(T2), rows, rows, rows, false}};  // P^T = W^KQ^T T2
+  const int n_second = input_grad ? 4 : 2;
+  const int g_grams = products_split<kTokenTile, kTokenTile>(grams),
+            g_first = products_split<kSmallRows, kSmallCols>(first),
+            g_second = products_split<kSmallRows, kSmallCols>(second);  // the same with and without dE
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     __syncthreads();
-    stage(E + b * size, e, size, threadIdx.x, blockDim.x);
-    stage(d_F + b * size, df, size, threadIdx.x, blockDim.x);
+    stage_all(E + b * size, e, size, threadIdx.x, blockDim.x);
+    stage_all(d_F + b * size, df, size, threadIdx.x, blockDim.x);
+    if (b + gridDim.x < sh.batch) {
+      prefetch_l2(E + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
+      prefetch_l2(d_F + (b + gridDim.x) * size, size, threadIdx.x, blockDim.x);
+    }
     __syncthreads();
-    const Product<T> grams[2] = {{Ep, Ep.transposed(), rows, rows, cols, true},      // G N
-                                 {dFp, Ep.transposed(), rows, rows, cols, false}};  // dP = d_F E^T
-    run_products<T, kTokenTile>(grams, 2, [&](int p, int r, int c, T v) {
+    run_products<T, kTokenTile, kTokenTile>(grams, 2, g_grams, [&](int p, int r, int c, T v) {
       if (p == 0)
         G[r * rows + c] = v * inv_n;
       else
         dP[r * rows + c] = v;
     });
     __syncthreads();
-    const Product<T> first[2] = {{M(dP), W_kq_t, rows, rows, rows, false},   // U = dP W^KQ^T
-                                 {M(G), W_pv_t, rows, rows, rows, false}};   // T2 = G W^PV^T
-    run_products<T, kSmallTile>(first, 2, [&](int p, int r, int c, T v) {
+    run_products<T, kSmallRows, kSmallCols>(first, 2, g_first, [&](int p, int r, int c, T v) {
       (p == 0 ? U : T2)[r * rows + c] = v;
     });
     __syncthreads();
-    const Product<T> second[4] = {{M(U), M(G), rows, rows, rows, false},     // dW^PV += U G
-                                  {M(T2), M(dP), rows, rows, rows, false},   // dW^KQ += T2 dP
-                                  {W_pv_t, M(U), rows, rows, rows, false},   // dG = W^PV^T U
-                                  {W_kq_t, M(T2), rows, rows, rows, false}}; // P^T = W^KQ^T T2
-    run_products<T, kSmallTile>(second, input_grad ? 4 : 2, [&](int p, int r, int c, T v) {
+    run_products<T, kSmallRows, kSmallCols>(second, n_second, g_second, [&](int p, int r, int c, T v) {
       if (p < 2)
         acc[p * n2 + r * rows + c] += double(v);
       else if (p == 2)
