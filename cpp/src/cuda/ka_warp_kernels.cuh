@@ -36,6 +36,8 @@ namespace {
 
 constexpr int kKaTile = 8;       // output rows a lane accumulates in registers per pass
 constexpr int kKaMaxWarps = 4;   // warps (prompts in flight) per block
+template <class T>
+inline constexpr int kVec = int(16 / sizeof(T));  // values per 16-byte shared-memory load
 
 // Shared memory of the warp kernels: per block the parameters V, B, C (as ka_kernel); per warp the
 // double accumulators [Σ r², dV, dB, dC] (not in the forward) and the workspace: the forward state
@@ -63,7 +65,10 @@ struct KaWarpLayout {
     l.cols = l.n + 1;
     l.L = int(s.layers);
     l.H = int(s.heads);
-    l.Sw = l.cols | 1;  // odd: rows i = 0..31 of a column in 32 different banks
+    // A multiple of the 16-byte load, an odd number of them: rows start aligned, and the rows
+    // read by the lanes of a quarter warp (16-byte loads) or a warp (4-byte loads, ≤ 32 / kVec
+    // rows) fall in distinct banks.
+    l.Sw = kVec<T> * (((l.cols + kVec<T> - 1) / kVec<T>) | 1);
     l.ctx = recipe::context_layout<T>(s);
     l.ws = l.ctx;
     l.ws.Tt = l.Sw;
@@ -81,12 +86,59 @@ struct KaWarpLayout {
   }
 };
 
+// ---- one lane's column products ------------------------------------------------------------
 // acc[k] += Σ_{m < inner} A(r0 + k, m) · x(m) for the rows r0 + k < rows, m ascending (the
-// recipe's per-entry order): A is read as a warp broadcast, x(m) (the lane's own column) once per
-// kKaTile rows.
+// recipe's per-entry order), A read as warp broadcasts, x(m) from the lane's own column or row.
+// A is one of: a recipe::Mat (scalar loads: the small parameter matrices), Rows (A(r, m) = p[r·ld
+// + m]: 16-byte loads along m) or Cols (A(r, m) = p[m·ld + r]: 16-byte loads along r). Workspace
+// rows start 16-byte aligned (ld a multiple of kVec) and their padding columns are 0.
+
+template <class T>
+struct __align__(16) Pack {
+  T v[kVec<T>];
+};
+
+template <class T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T>*>(p);
+}
+
+template <class T>
+struct Rows {  // A(r, m) = p[r·ld + m]
+  const T* p;
+  int ld;
+};
+template <class T>
+struct Cols {  // A(r, m) = p[m·ld + r]
+  const T* p;
+  int ld;
+};
+
+// x(m) = p[m·ld + j]: the lane's own column (consecutive lanes, consecutive words).
+template <class T>
+struct OwnColumn {
+  const T* p;
+  int ld, j;
+  __device__ __forceinline__ T operator()(int m) const { return p[m * ld + j]; }
+  __device__ __forceinline__ Pack<T> pack(int m) const {
+    Pack<T> x;
+LSA_UNROLL
+    for (int v = 0; v < kVec<T>; ++v) x.v[v] = p[(m + v) * ld + j];
+    return x;
+  }
+};
+// x(m) = p[m]: the lane's own row (16-byte loads; rows of an odd number of 16-byte units apart,
+// so the lanes of a quarter warp hit distinct banks).
+template <class T>
+struct OwnRow {
+  const T* p;
+  __device__ __forceinline__ T operator()(int m) const { return p[m]; }
+  __device__ __forceinline__ Pack<T> pack(int m) const { return load_pack(p + m); }
+};
+
 template <class T, class X>
-__device__ __forceinline__ void tile_column(recipe::Mat<T> A, int rows, int r0, int inner, X x,
-                                            T (&acc)[kKaTile]) {
+__device__ __forceinline__ void tile(recipe::Mat<T> A, int rows, int r0, int inner, const X& x,
+                                     T (&acc)[kKaTile]) {
   for (int m = 0; m < inner; ++m) {
     const T xm = x(m);
 LSA_UNROLL
@@ -95,20 +147,74 @@ LSA_UNROLL
   }
 }
 
+template <class T, class X>
+__device__ __forceinline__ void tile(Rows<T> A, int rows, int r0, int inner, const X& x,
+                                     T (&acc)[kKaTile]) {
+  constexpr int V = kVec<T>;
+  int m = 0;
+  for (; m + V <= inner; m += V) {
+    const Pack<T> xm = x.pack(m);
+LSA_UNROLL
+    for (int k = 0; k < kKaTile; ++k)
+      if (r0 + k < rows) {
+        const Pack<T> a = load_pack(A.p + (r0 + k) * A.ld + m);
+LSA_UNROLL
+        for (int v = 0; v < V; ++v) acc[k] += a.v[v] * xm.v[v];
+      }
+  }
+  for (; m < inner; ++m) {
+    const T xm = x(m);
+LSA_UNROLL
+    for (int k = 0; k < kKaTile; ++k)
+      if (r0 + k < rows) acc[k] += A.p[(r0 + k) * A.ld + m] * xm;
+  }
+}
+
+// Rows r0 + k ≥ rows inside a loaded pack accumulate values that are never stored; a pack is
+// loaded only when its first row is < rows ≤ ld, so it stays inside the row.
+template <class T, class X>
+__device__ __forceinline__ void tile(Cols<T> A, int rows, int r0, int inner, const X& x,
+                                     T (&acc)[kKaTile]) {
+  constexpr int V = kVec<T>;
+  for (int m = 0; m < inner; ++m) {
+    const T xm = x(m);
+LSA_UNROLL
+    for (int q = 0; q < kKaTile / V; ++q)
+      if (r0 + q * V < rows) {
+        const Pack<T> a = load_pack(A.p + m * A.ld + r0 + q * V);
+LSA_UNROLL
+        for (int v = 0; v < V; ++v) acc[q * V + v] += a.v[v] * xm;
+      }
+  }
+}
+
 // out(r) = init(r) + Σ_{m < inner} A(r, m) x(m) for every r < rows (one column, kKaTile rows per
 // pass); init(r) is read before out(r) is written, so out may update in place.
-template <class T, class X, class Init, class Out>
-__device__ __forceinline__ void column_product(recipe::Mat<T> A, int rows, int inner, X x, Init init,
-                                               Out out) {
+template <class A, template <class> class X, class T, class Init, class Out>
+__device__ __forceinline__ void column_product(A a, int rows, int inner, const X<T>& x, Init init, Out out) {
   for (int r0 = 0; r0 < rows; r0 += kKaTile) {
     T acc[kKaTile];
 LSA_UNROLL
     for (int k = 0; k < kKaTile; ++k) acc[k] = r0 + k < rows ? init(r0 + k) : T(0);
-    tile_column(A, rows, r0, inner, x, acc);
+    tile(a, rows, r0, inner, x, acc);
 LSA_UNROLL
     for (int k = 0; k < kKaTile; ++k)
       if (r0 + k < rows) out(r0 + k, acc[k]);
   }
+}
+
+// Σ_{j < cols} a[j] b[j] (recipe::token_product over two workspace rows), 16-byte loads.
+template <class T>
+__device__ __forceinline__ T token_dot(const T* a, const T* b, int cols) {
+  T acc = T(0);
+  int j = 0;
+  for (; j + kVec<T> <= cols; j += kVec<T>) {
+    const Pack<T> x = load_pack(a + j), y = load_pack(b + j);
+LSA_UNROLL
+    for (int v = 0; v < kVec<T>; ++v) acc += x.v[v] * y.v[v];
+  }
+  for (; j < cols; ++j) acc += a[j] * b[j];
+  return acc;
 }
 
 // Forward of one prompt in the warp's workspace ws (layout lay.ws) from Z_0 already staged.
@@ -123,7 +229,6 @@ __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* V, cons
   for (int l = 0; l < lay.L; ++l) {
     const T* Zp = ws + c.z(l);
     T* Zn = ws + c.z(l + 1);
-    const auto Z = rows_of<T>(Zp, S);
     for (int j = lane; j < cols; j += kWarp)
       for (int r = 0; r < D; ++r) Zn[r * S + j] = Zp[r * S + j];
     for (int s = 0; s < lay.H; ++s) {
@@ -133,16 +238,15 @@ __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* V, cons
       const auto Vm = rows_of<T>(V + p * D * D, D);
       T *U = ws + c.u(l, s), *W = ws + c.w(l, s), *Hs = ws + c.h(l, s), *Y = ws + c.y(l, s);
       for (int j = lane; j < cols; j += kWarp) {  // U = B X, W = C X: recipe::u_entry
-        const auto xj = [&](int m) { return Zp[m * S + j]; };
+        const OwnColumn<T> xj{Zp, S, j};
         column_product(Bm, d, d, xj, zero, [&](int r, T v) { U[r * S + j] = v; });
         column_product(Cm, d, d, xj, zero, [&](int r, T v) { W[r * S + j] = v; });
       }
       __syncwarp();
-      const auto Ut = rows_of<T>(U, S).transposed();
       for (int j = lane; j < cols; j += kWarp) {
         // S[:, j] = Uᵀ W[:, j] (recipe::logit_entry), h̃ element-wise or by column   (12)
         const bool cw = recipe::column_wise(a);
-        column_product(Ut, n, d, [&](int m) { return W[m * S + j]; }, zero,
+        column_product(Cols<T>{U, S}, n, d, OwnColumn<T>{W, S, j}, zero,
                        [&](int i, T v) { Hs[i * S + j] = cw ? v : recipe::activation_value(a, v, T(0)); });
         if (cw) {  // the lane's own column: max subtracted, normalized
           const auto Hm = rows_of<T>(Hs, S);
@@ -152,9 +256,9 @@ __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* V, cons
           for (int i = 0; i < n; ++i) Hs[i * S + j] *= scale;
         }
         // Y[:, j] = Z M h̃[:, j] (recipe::y_entry); Z_{ℓ+1}[:, j] += V Y[:, j] (residual_entry)   (3)
-        column_product(Z, D, n, [&](int m) { return Hs[m * S + j]; }, zero,
+        column_product(Rows<T>{Zp, S}, D, n, OwnColumn<T>{Hs, S, j}, zero,
                        [&](int r, T v) { Y[r * S + j] = v; });
-        column_product(Vm, D, D, [&](int m) { return Y[m * S + j]; },
+        column_product(Vm, D, D, OwnColumn<T>{Y, S, j},
                        [&](int r) { return Zn[r * S + j]; }, [&](int r, T v) { Zn[r * S + j] = v; });
       }
     }
@@ -178,12 +282,9 @@ __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* V, const
   T* dS = dY + D * S;
   T* dU = dS + n * S;
   T* dW = dU + d * S;
-  const auto dYm = rows_of<T>(dY, S), dSm = rows_of<T>(dS, S);
-  const auto dUm = rows_of<T>(dU, S), dWm = rows_of<T>(dW, S);
+  const auto dSm = rows_of<T>(dS, S);
   for (int l = lay.L - 1; l >= 0; --l) {
     const T* Zl = ws + c.z(l);
-    const auto Z = rows_of<T>(Zl, S);
-    const auto dO = rows_of<T>(dZ, S);
     for (int j = lane; j < cols; j += kWarp)
       for (int r = 0; r < D; ++r) dZp[r * S + j] = dZ[r * S + j];
     for (int s = 0; s < lay.H; ++s) {
@@ -192,19 +293,20 @@ __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* V, const
       const auto Bm = rows_of<T>(Bq + p * d * d, d), Cm = rows_of<T>(Ck + p * d * d, d);
       const auto Vm = rows_of<T>(V + p * D * D, D);
       const T *U = ws + c.u(l, s), *W = ws + c.w(l, s), *Hs = ws + c.h(l, s);
-      const auto Ym = rows_of<T>(ws + c.y(l, s), S), Hm = rows_of<T>(Hs, S);
+      const T* Y = ws + c.y(l, s);
+      const auto Hm = rows_of<T>(Hs, S);
       for (int e = lane; e < D * D; e += kWarp)  // dV += dO Yᵀ (lanes over entries)
-        gV[p * D * D + e] += double(recipe::token_product_entry(dO, Ym, cols, e / D, e % D));
+        gV[p * D * D + e] += double(token_dot(dZ + (e / D) * S, Y + (e % D) * S, cols));
       for (int j = lane; j < cols; j += kWarp)  // dY[:, j] = Vᵀ dO[:, j]: recipe::dy_entry
-        column_product(Vm.transposed(), D, D, [&](int m) { return dZ[m * S + j]; }, zero,
+        column_product(Vm.transposed(), D, D, OwnColumn<T>{dZ, S, j}, zero,
                        [&](int q, T v) { dY[q * S + j] = v; });
       __syncwarp();
       for (int j = lane; j < cols; j += kWarp) {
         if (j < n)  // dZ[:, j] += dY h̃ᵀ[:, j] (token_product_entry; row j of h̃, odd stride)
-          column_product(dYm, D, cols, [&](int m) { return Hs[j * S + m]; }, zero,
+          column_product(Rows<T>{dY, S}, D, cols, OwnRow<T>{Hs + j * S}, zero,
                          [&](int r, T v) { dZp[r * S + j] += v; });
         // dh̃[:, j] = (Z M)ᵀ dY[:, j] (dh_entry), then dS[:, j] = activation gradient, own column
-        column_product(Z.transposed(), n, D, [&](int m) { return dY[m * S + j]; }, zero,
+        column_product(Cols<T>{Zl, S}, n, D, OwnColumn<T>{dY, S, j}, zero,
                        [&](int i, T v) { dS[i * S + j] = v; });
         const T dot = recipe::column_wise(a) ? recipe::column_dot(Hm, dSm, n, j) : T(0);
         for (int i = 0; i < n; ++i) dS[i * S + j] = recipe::activation_gradient(a, Hs[i * S + j], dS[i * S + j], dot);
@@ -213,22 +315,22 @@ __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* V, const
       for (int j = lane; j < cols; j += kWarp) {
         // dU[:, j] = W dSᵀ[:, j] for j < n (row j of dS; query column 0), dW[:, j] = U[:, :n] dS[:, j]
         if (j < n)
-          column_product(rows_of<T>(W, S), d, cols, [&](int m) { return dS[j * S + m]; }, zero,
+          column_product(Rows<T>{W, S}, d, cols, OwnRow<T>{dS + j * S}, zero,
                          [&](int r, T v) { dU[r * S + j] = v; });
         else
           for (int r = 0; r < d; ++r) dU[r * S + j] = T(0);
-        column_product(rows_of<T>(U, S), d, n, [&](int m) { return dS[m * S + j]; }, zero,
+        column_product(Rows<T>{U, S}, d, n, OwnColumn<T>{dS, S, j}, zero,
                        [&](int r, T v) { dW[r * S + j] = v; });
         // dX[:, j] += Bᵀ dU[:, j] + Cᵀ dW[:, j]: recipe::input_gradient_entry, B's term first
-        column_product(Bm.transposed(), d, d, [&](int m) { return dU[m * S + j]; },
+        column_product(Bm.transposed(), d, d, OwnColumn<T>{dU, S, j},
                        [&](int r) { return dZp[r * S + j]; }, [&](int r, T v) { dZp[r * S + j] = v; });
-        column_product(Cm.transposed(), d, d, [&](int m) { return dW[m * S + j]; },
+        column_product(Cm.transposed(), d, d, OwnColumn<T>{dW, S, j},
                        [&](int r) { return dZp[r * S + j]; }, [&](int r, T v) { dZp[r * S + j] = v; });
       }
       __syncwarp();
       for (int e = lane; e < d * d; e += kWarp) {  // dB += dU Xᵀ, dC += dW Xᵀ (lanes over entries)
-        gB[p * d * d + e] += double(recipe::token_product_entry(dUm, Z, cols, e / d, e % d));
-        gC[p * d * d + e] += double(recipe::token_product_entry(dWm, Z, cols, e / d, e % d));
+        gB[p * d * d + e] += double(token_dot(dU + (e / d) * S, Zl + (e % d) * S, cols));
+        gC[p * d * d + e] += double(token_dot(dW + (e / d) * S, Zl + (e % d) * S, cols));
       }
     }
     T* t = dZ;  // dZ_ℓ becomes the upstream gradient of layer ℓ − 1
@@ -261,6 +363,7 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
   T* ws = reinterpret_cast<T*>(mine + lay.acc_bytes);
   if (acc != nullptr)
     for (int i = lane; i < width; i += kWarp) acc[i] = 0;
+  for (int i = lane; i < lay.state_values; i += kWarp) ws[i] = T(0);  // padding columns stay 0
   __syncthreads();  // the parameters are staged
   const index_t warps = nt / kWarp, first = index_t(blockIdx.x) * warps + warp;
   for (index_t b = first; b < sh.batch; b += index_t(gridDim.x) * warps) {
