@@ -213,14 +213,15 @@ enum class KaKernel { block, warp };  // ka_kernel, ka_warp_kernel
 // the CPU kernels. Outputs start as NaN (unwritten entries fail); the GPU's context must equal the
 // CPU's (one layout, recipe::KaContext).
 template <class T>
-void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaKernel kernel) {
+void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaKernel kernel,
+                            double logit_scale = 0.5) {
   const KernelAttentionShape& s = c.shape;
   SCOPED_TRACE(testing::Message() << (kernel == KaKernel::warp ? "warp kernel" : "block kernel")
                                   << " B=" << s.batch << " d=" << s.dim << " n=" << s.context
                                   << " L=" << s.layers << " H=" << s.heads << " act0=" << int(acts[0])
                                   << " grid=" << c.grid << " threads=" << c.threads
                                   << " max_shared=" << c.max_shared << " bytes=" << sizeof(T));
-  const auto pr = lsa_native::testing::random_ka_problem<T>(s, acts, unsigned(s.batch * 31 + s.dim * 7 + s.context), 0.5);
+  const auto pr = lsa_native::testing::random_ka_problem<T>(s, acts, unsigned(s.batch * 31 + s.dim * 7 + s.context), logit_scale);
   const index_t d = s.dim, D = d + 1, LH = s.layers * s.heads;
   const index_t nV = LH * D * D, nB = LH * d * d, np = s.batch * (s.layers + 1);
   const index_t ctx = lsa_native::kernel_attention_context_size<T>(s);
@@ -351,6 +352,13 @@ TEST(CudaKernelsEmulated, KernelAttentionFloat64) { check_kernel_attention_all<d
 TEST(CudaKernelsEmulated, KernelAttentionFloat32) { check_kernel_attention_all<float>(KaKernel::block); }
 TEST(CudaKernelsEmulated, KernelAttentionWarpFloat64) { check_kernel_attention_all<double>(KaKernel::warp); }
 TEST(CudaKernelsEmulated, KernelAttentionWarpFloat32) { check_kernel_attention_all<float>(KaKernel::warp); }
+
+// Softmax logits far beyond e^88 (float32's range): the column max must be subtracted.
+TEST(CudaKernelsEmulated, KernelAttentionWarpLargeLogits) {
+  const KaConfig c{{3, 4, 9, 2, 1}, 2, 32, kAllShared};
+  check_kernel_attention<float>(c, {Activation::softmax}, KaKernel::warp, 12.0);
+  check_kernel_attention<double>(c, {Activation::softmax}, KaKernel::warp, 12.0);
+}
 
 // The warp kernel's boundary: the CCS size fits several warps per block in float and double; the
 // workspace row stride is an odd number of 16-byte units; a warp whose workspace does not fit the

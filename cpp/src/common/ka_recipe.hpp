@@ -132,11 +132,17 @@ LSA_HD T logit_entry(Mat<T> U, Mat<T> W, int d, int i, int j) {
   return product_entry(U.transposed(), W, d, i, j);
 }
 
+// One step of a running maximum (column_max; a backend streaming the column calls it directly).
+template <class T>
+LSA_HD T max_step(T m, T s) {
+  return s > m ? s : m;
+}
+
 // max_{i<n} S[i, j]: the shift of a softmax column (S's first n rows).
 template <class T>
 LSA_HD T column_max(Mat<T> S, int n, int j) {
   T m = S(0, j);
-  for (int i = 1; i < n; ++i) m = S(i, j) > m ? S(i, j) : m;
+  for (int i = 1; i < n; ++i) m = max_step(m, S(i, j));
   return m;
 }
 

@@ -48,8 +48,11 @@ struct KaWarpLayout {
   int warps;  // per block; 0: the workspace of one warp does not fit (use ka_kernel)
   recipe::KaContext ctx;  // the saved context's layout (global memory, Tt = cols rounded up)
   recipe::KaContext ws;   // the same rows in the workspace (Tt = Sw)
-  int state_values, param_values;
+  int state_values, param_values;  // workspace values per warp; V, B, C values (the gradient)
+  int Pd, PD;                        // d, D rounded up to kVec: the staged parameters' row length
   std::size_t params_bytes, acc_bytes, state_bytes;
+  // Staged values of one head (ℓ, s), each matrix [rows, P] (see HeadParams).
+  __host__ __device__ int head_values() const { return 4 * d * Pd + 2 * D * PD; }
   __host__ __device__ int acc_width() const { return 1 + param_values; }
   __host__ __device__ std::size_t warp_bytes() const { return acc_bytes + state_bytes; }
   __host__ __device__ std::size_t shared_bytes() const { return params_bytes + std::size_t(warps) * warp_bytes(); }
@@ -75,7 +78,9 @@ struct KaWarpLayout {
     const long long scratch = mode == KaMode::forward ? 0 : (long long)l.Sw * (3 * l.D + l.n + 2 * l.d);
     const long long state = l.ws.size() + scratch;
     l.param_values = l.L * l.H * (l.D * l.D + 2 * l.d * l.d);
-    l.params_bytes = align16(sizeof(T) * std::size_t(l.param_values));
+    l.Pd = (l.d + kVec<T> - 1) / kVec<T> * kVec<T>;
+    l.PD = (l.D + kVec<T> - 1) / kVec<T> * kVec<T>;
+    l.params_bytes = align16(sizeof(T) * std::size_t(l.L * l.H) * std::size_t(l.head_values()));
     l.acc_bytes = mode == KaMode::forward ? 0 : align16(sizeof(double) * std::size_t(l.acc_width()));
     l.state_bytes = align16(sizeof(T) * std::size_t(state));
     l.state_values = state < (1LL << 30) ? int(state) : 0;
@@ -217,12 +222,47 @@ LSA_UNROLL
   return acc;
 }
 
+// The parameters of head (ℓ, s) staged in shared memory for broadcast 16-byte loads along the
+// output rows (Cols operands), rows of Pd / PD values (padding 0): Bt[c, a] = B[a, c] and Ct (U = B X,
+// W = C X), Bp[a, b] = B[a, b] and Cp (dX += Bᵀ dU + Cᵀ dW), Vt[q, r] = V[r, q] (Z += V Y) and
+// Vp[r, q] = V[r, q] (dY = Vᵀ dO).
+template <class T>
+struct HeadParams {
+  const T *Bt, *Ct, *Bp, *Cp, *Vt, *Vp;
+  __device__ HeadParams(const KaWarpLayout& lay, const T* staged, int p) {
+    Bt = staged + std::size_t(p) * std::size_t(lay.head_values());
+    Ct = Bt + lay.d * lay.Pd;
+    Bp = Ct + lay.d * lay.Pd;
+    Cp = Bp + lay.d * lay.Pd;
+    Vt = Cp + lay.d * lay.Pd;
+    Vp = Vt + lay.D * lay.PD;
+  }
+};
+
+// Stages V, B, C ([L, H, D, D], [L, H, d, d] x 2, global) as HeadParams with the block's threads.
+template <class T>
+__device__ void stage_head_params(const KaWarpLayout& lay, const T* __restrict__ V,
+                                  const T* __restrict__ Bq, const T* __restrict__ Ck, T* staged,
+                                  int tid, int nt) {
+  const int d = lay.d, D = lay.D, Pd = lay.Pd, PD = lay.PD, hv = lay.head_values();
+  for (int i = tid; i < lay.L * lay.H * hv; i += nt) {
+    const int p = i / hv, k = i % hv;
+    const int m = k < 4 * d * Pd ? k / (d * Pd) : 4 + (k - 4 * d * Pd) / (D * PD);  // which matrix
+    const int e = m < 4 ? k - m * d * Pd : k - 4 * d * Pd - (m - 4) * D * PD;       // entry in it
+    const int P = m < 4 ? Pd : PD, row = e / P, col = e % P;
+    const bool transposed = m == 0 || m == 1 || m == 4;  // Bt, Ct, Vt
+    const int r = transposed ? col : row, c = transposed ? row : col;  // entry (r, c) of B, C or V
+    const int n = m < 4 ? d : D;
+    const T* src = m == 0 || m == 2 ? Bq : m == 1 || m == 3 ? Ck : V;
+    staged[i] = col < n ? src[std::size_t(p) * n * n + r * n + c] : T(0);
+  }
+}
+
 // Forward of one prompt in the warp's workspace ws (layout lay.ws) from Z_0 already staged.
 // Ends with __syncwarp.
 template <class T>
-__device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* V, const T* Bq, const T* Ck,
+__device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
                                 const Activation* acts, int lane) {
-  using recipe::rows_of;
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
   const recipe::KaContext& c = lay.ws;
   const auto zero = [](int) { return T(0); };
@@ -234,31 +274,38 @@ __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* V, cons
     for (int s = 0; s < lay.H; ++s) {
       const int p = l * lay.H + s;
       const Activation a = acts[s];
-      const auto Bm = rows_of<T>(Bq + p * d * d, d), Cm = rows_of<T>(Ck + p * d * d, d);
-      const auto Vm = rows_of<T>(V + p * D * D, D);
+      const HeadParams<T> hp(lay, staged, p);
       T *U = ws + c.u(l, s), *W = ws + c.w(l, s), *Hs = ws + c.h(l, s), *Y = ws + c.y(l, s);
       for (int j = lane; j < cols; j += kWarp) {  // U = B X, W = C X: recipe::u_entry
         const OwnColumn<T> xj{Zp, S, j};
-        column_product(Bm, d, d, xj, zero, [&](int r, T v) { U[r * S + j] = v; });
-        column_product(Cm, d, d, xj, zero, [&](int r, T v) { W[r * S + j] = v; });
+        column_product(Cols<T>{hp.Bt, lay.Pd}, d, d, xj, zero, [&](int r, T v) { U[r * S + j] = v; });
+        column_product(Cols<T>{hp.Ct, lay.Pd}, d, d, xj, zero, [&](int r, T v) { W[r * S + j] = v; });
       }
       __syncwarp();
       for (int j = lane; j < cols; j += kWarp) {
         // S[:, j] = Uᵀ W[:, j] (recipe::logit_entry), h̃ element-wise or by column   (12)
+        // Column-wise (softmax), on the lane's own column: the max (recipe::column_max) taken as S
+        // is written, then e^(S − max) and its sum (column_sum) in one pass, then the scale.
         const bool cw = recipe::column_wise(a);
-        column_product(Cols<T>{U, S}, n, d, OwnColumn<T>{W, S, j}, zero,
-                       [&](int i, T v) { Hs[i * S + j] = cw ? v : recipe::activation_value(a, v, T(0)); });
-        if (cw) {  // the lane's own column: max subtracted, normalized
-          const auto Hm = rows_of<T>(Hs, S);
-          const T shift = recipe::column_max(Hm, n, j);
-          for (int i = 0; i < n; ++i) Hs[i * S + j] = recipe::activation_value(a, Hs[i * S + j], shift);
-          const T scale = recipe::inverse(recipe::column_sum(Hm, n, j));
+        T shift = T(0);
+        column_product(Cols<T>{U, S}, n, d, OwnColumn<T>{W, S, j}, zero, [&](int i, T v) {
+          Hs[i * S + j] = cw ? v : recipe::activation_value(a, v, T(0));
+          shift = i == 0 ? v : recipe::max_step(shift, v);
+        });
+        if (cw) {
+          T sum = T(0);
+          for (int i = 0; i < n; ++i) {
+            const T e = recipe::activation_value(a, Hs[i * S + j], shift);
+            Hs[i * S + j] = e;
+            sum += e;
+          }
+          const T scale = recipe::inverse(sum);
           for (int i = 0; i < n; ++i) Hs[i * S + j] *= scale;
         }
         // Y[:, j] = Z M h̃[:, j] (recipe::y_entry); Z_{ℓ+1}[:, j] += V Y[:, j] (residual_entry)   (3)
         column_product(Rows<T>{Zp, S}, D, n, OwnColumn<T>{Hs, S, j}, zero,
                        [&](int r, T v) { Y[r * S + j] = v; });
-        column_product(Vm, D, D, OwnColumn<T>{Y, S, j},
+        column_product(Cols<T>{hp.Vt, lay.PD}, D, D, OwnColumn<T>{Y, S, j},
                        [&](int r) { return Zn[r * S + j]; }, [&](int r, T v) { Zn[r * S + j] = v; });
       }
     }
@@ -270,9 +317,8 @@ __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* V, cons
 // first scratch rows; parameter gradients accumulated into gV, gB, gC (the warp's doubles). Returns
 // ∂ℓ/∂Z_0 (inside the scratch). Ends with __syncwarp.
 template <class T>
-__device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* V, const T* Bq, const T* Ck,
+__device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* staged,
                                const Activation* acts, double* gV, double* gB, double* gC, int lane) {
-  using recipe::rows_of;
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
   const recipe::KaContext& c = lay.ws;
   const auto zero = [](int) { return T(0); };
@@ -282,7 +328,6 @@ __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* V, const
   T* dS = dY + D * S;
   T* dU = dS + n * S;
   T* dW = dU + d * S;
-  const auto dSm = rows_of<T>(dS, S);
   for (int l = lay.L - 1; l >= 0; --l) {
     const T* Zl = ws + c.z(l);
     for (int j = lane; j < cols; j += kWarp)
@@ -290,15 +335,13 @@ __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* V, const
     for (int s = 0; s < lay.H; ++s) {
       const int p = l * lay.H + s;
       const Activation a = acts[s];
-      const auto Bm = rows_of<T>(Bq + p * d * d, d), Cm = rows_of<T>(Ck + p * d * d, d);
-      const auto Vm = rows_of<T>(V + p * D * D, D);
+      const HeadParams<T> hp(lay, staged, p);
       const T *U = ws + c.u(l, s), *W = ws + c.w(l, s), *Hs = ws + c.h(l, s);
       const T* Y = ws + c.y(l, s);
-      const auto Hm = rows_of<T>(Hs, S);
       for (int e = lane; e < D * D; e += kWarp)  // dV += dO Yᵀ (lanes over entries)
         gV[p * D * D + e] += double(token_dot(dZ + (e / D) * S, Y + (e % D) * S, cols));
       for (int j = lane; j < cols; j += kWarp)  // dY[:, j] = Vᵀ dO[:, j]: recipe::dy_entry
-        column_product(Vm.transposed(), D, D, OwnColumn<T>{dZ, S, j}, zero,
+        column_product(Cols<T>{hp.Vp, lay.PD}, D, D, OwnColumn<T>{dZ, S, j}, zero,
                        [&](int q, T v) { dY[q * S + j] = v; });
       __syncwarp();
       for (int j = lane; j < cols; j += kWarp) {
@@ -306,10 +349,16 @@ __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* V, const
           column_product(Rows<T>{dY, S}, D, cols, OwnRow<T>{Hs + j * S}, zero,
                          [&](int r, T v) { dZp[r * S + j] += v; });
         // dh̃[:, j] = (Z M)ᵀ dY[:, j] (dh_entry), then dS[:, j] = activation gradient, own column
-        column_product(Cols<T>{Zl, S}, n, D, OwnColumn<T>{dY, S, j}, zero,
-                       [&](int i, T v) { dS[i * S + j] = v; });
-        const T dot = recipe::column_wise(a) ? recipe::column_dot(Hm, dSm, n, j) : T(0);
-        for (int i = 0; i < n; ++i) dS[i * S + j] = recipe::activation_gradient(a, Hs[i * S + j], dS[i * S + j], dot);
+        // (element-wise activations at once; softmax needs Σ_i h̃ dh̃ first: recipe::column_dot)
+        const bool cw = recipe::column_wise(a);
+        T dot = T(0);
+        column_product(Cols<T>{Zl, S}, n, D, OwnColumn<T>{dY, S, j}, zero, [&](int i, T v) {
+          const T h = Hs[i * S + j];
+          dS[i * S + j] = cw ? v : recipe::activation_gradient(a, h, v, T(0));
+          dot += h * v;
+        });
+        if (cw)
+          for (int i = 0; i < n; ++i) dS[i * S + j] = recipe::activation_gradient(a, Hs[i * S + j], dS[i * S + j], dot);
       }
       __syncwarp();
       for (int j = lane; j < cols; j += kWarp) {
@@ -322,9 +371,9 @@ __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* V, const
         column_product(Rows<T>{U, S}, d, n, OwnColumn<T>{dS, S, j}, zero,
                        [&](int r, T v) { dW[r * S + j] = v; });
         // dX[:, j] += Bᵀ dU[:, j] + Cᵀ dW[:, j]: recipe::input_gradient_entry, B's term first
-        column_product(Bm.transposed(), d, d, OwnColumn<T>{dU, S, j},
+        column_product(Cols<T>{hp.Bp, lay.Pd}, d, d, OwnColumn<T>{dU, S, j},
                        [&](int r) { return dZp[r * S + j]; }, [&](int r, T v) { dZp[r * S + j] = v; });
-        column_product(Cm.transposed(), d, d, OwnColumn<T>{dW, S, j},
+        column_product(Cols<T>{hp.Cp, lay.Pd}, d, d, OwnColumn<T>{dW, S, j},
                        [&](int r) { return dZp[r * S + j]; }, [&](int r, T v) { dZp[r * S + j] = v; });
       }
       __syncwarp();
@@ -350,14 +399,9 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, L = lay.L, S = lay.Sw, Tt = lay.ctx.Tt;
   const index_t per = index_t(D) * cols, ctx_size = lay.ctx.size();
   const int ctx_rows = int(ctx_size / Tt), width = lay.acc_width();
-  T* params = reinterpret_cast<T*>(smem);
+  T* staged = reinterpret_cast<T*>(smem);
+  stage_head_params(lay, a.V, a.Bq, a.Ck, staged, tid, nt);
   const int nV = L * lay.H * D * D, nB = L * lay.H * d * d;
-  for (int i = tid; i < nV; i += nt) params[i] = a.V[i];
-  for (int i = tid; i < nB; i += nt) {
-    params[nV + i] = a.Bq[i];
-    params[nV + nB + i] = a.Ck[i];
-  }
-  const T *V = params, *Bq = params + nV, *Ck = params + nV + nB;
   unsigned char* mine = smem + lay.params_bytes + std::size_t(warp) * lay.warp_bytes();
   double* acc = kMode == KaMode::forward ? nullptr : reinterpret_cast<double*>(mine);
   T* ws = reinterpret_cast<T*>(mine + lay.acc_bytes);
@@ -377,7 +421,7 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
       for (int j = lane; j < cols; j += kWarp)
         for (int r = 0; r < D; ++r) ws[r * S + j] = z0[r * cols + j];
       __syncwarp();
-      ka_warp_forward(lay, ws, V, Bq, Ck, a.acts, lane);
+      ka_warp_forward(lay, ws, staged, a.acts, lane);
     }
     if (a.predictions != nullptr && kMode != KaMode::vjp)
       for (int l = lane; l <= L; l += kWarp) a.predictions[b * (L + 1) + l] = ws[lay.ws.z(l) + d * S + n];
@@ -408,7 +452,7 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
         for (int q = 0; q < D; ++q) dZ[q * S + j] = q == d && j == n ? seed : T(0);
     }
     __syncwarp();
-    const T* dZ0 = ka_warp_backward(lay, ws, V, Bq, Ck, a.acts, acc + 1, acc + 1 + nV, acc + 1 + nV + nB, lane);
+    const T* dZ0 = ka_warp_backward(lay, ws, staged, a.acts, acc + 1, acc + 1 + nV, acc + 1 + nV + nB, lane);
     if (a.d_Z0 != nullptr)
       for (int j = lane; j < cols; j += kWarp)
         for (int r = 0; r < D; ++r) a.d_Z0[b * per + r * cols + j] = dZ0[r * S + j];
