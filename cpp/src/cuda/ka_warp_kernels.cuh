@@ -39,12 +39,12 @@ constexpr int kKaMaxWarps = 4;   // warps (prompts in flight) per block
 template <class T>
 inline constexpr int kVec = int(16 / sizeof(T));  // values per 16-byte shared-memory load
 
-// Shared memory of the warp kernels: per block the parameters V, B, C (as ka_kernel); per warp the
-// double accumulators [Σ r², dV, dB, dC] (not in the forward) and the workspace: the forward state
-// in the context's row order with row stride Sw (recipe::KaContext with Tt = Sw), then the backward
-// scratch dZ, dZ', dY [D, Sw], dS [n, Sw], dU, dW [d, Sw].
-struct KaWarpLayout {
-  int d, n, D, cols, L, H, Sw;
+// Shared memory of the warp kernels: per block the parameters staged per head (HeadParams); per
+// warp the double accumulators [Σ r², dV, dB, dC] (not in the forward) and the workspace: the
+// forward state in the context's row order with row stride Sw (recipe::KaContext with Tt = Sw),
+// then the backward scratch dZ, dZ', dY [D, Sw], dS [n, Sw], dU, dW [d, Sw].
+struct KaWarpLayout : KaDims {
+  int Sw;  // the workspace's row stride
   int warps;  // per block; 0: the workspace of one warp does not fit (use ka_kernel)
   recipe::KaContext ctx;  // the saved context's layout (global memory, Tt = cols rounded up)
   recipe::KaContext ws;   // the same rows in the workspace (Tt = Sw)
@@ -62,12 +62,7 @@ struct KaWarpLayout {
   static KaWarpLayout make(const KernelAttentionShape& s, KaMode mode, std::size_t max_shared,
                            int max_warps = kKaMaxWarps) {
     KaWarpLayout l{};
-    l.d = int(s.dim);
-    l.n = int(s.context);
-    l.D = l.d + 1;
-    l.cols = l.n + 1;
-    l.L = int(s.layers);
-    l.H = int(s.heads);
+    static_cast<KaDims&>(l) = KaDims::of(s);
     // A multiple of the 16-byte load, an odd number of them: rows start aligned, and the rows
     // read by the lanes of a quarter warp (16-byte loads) or a warp (4-byte loads, ≤ 32 / kVec
     // rows) fall in distinct banks.
