@@ -325,13 +325,16 @@ const KaConfig kKaConfigs[] = {
     {{3, 5, 30, 3, 1}, 2, 128, kAllShared}, {{3, 3, 7, 2, 2}, 2, 64, 2048}};
 
 // The warp kernel: d = 1, n = 1, n + 1 = 32 (even: the workspace stride is padded to 33), n + 1 > 32
-// (two token columns per lane), d + 1 > kKaTile rows (two register passes), layers and heads,
-// 1-3 warps per block, 1-3 blocks, fewer and more prompts than warps.
+// (two token columns per lane), d + 1 > kKaTile rows (two and three register passes), layers and
+// heads, 1-3 warps per block, 1-3 blocks, fewer and more prompts than warps, and the largest n the
+// warp kernel takes at d = 5, L = 3 in float32 on an H100 (n = 106: four tokens per lane; L = 2
+// here, as L = 3 overflows float32 with exp at this n).
 const KaConfig kKaWarpConfigs[] = {
     {{1, 1, 1, 1, 1}, 1, 32, kAllShared},    {{5, 2, 5, 2, 1}, 2, 64, kAllShared},
     {{7, 3, 31, 2, 1}, 3, 96, kAllShared},   {{4, 3, 40, 2, 2}, 2, 64, kAllShared},
     {{3, 9, 6, 2, 2}, 1, 96, kAllShared},    {{6, 5, 30, 3, 1}, 2, 64, kAllShared},
-    {{2, 12, 70, 1, 2}, 2, 32, kAllShared}};
+    {{2, 12, 70, 1, 2}, 2, 32, kAllShared},  {{2, 5, 106, 2, 1}, 1, 32, kAllShared},
+    {{3, 20, 10, 1, 1}, 2, 64, kAllShared}};
 
 template <class T>
 void check_kernel_attention_all(KaKernel kernel) {

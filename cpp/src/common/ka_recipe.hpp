@@ -2,9 +2,10 @@
 //
 // As in lsa_recipe.hpp, a recipe is the list of per-entry formulas of one prompt's computation;
 // a backend decides which thread computes which entry and when the inputs of a step are ready (the
-// CUDA kernels of cuda/ka_kernels.cuh: threads of a block over a prompt staged in shared memory;
-// the scalar host driver of cpp/tests/test_ka_recipe.cpp: plain loops). Every formula sums in the
-// order written here.
+// CUDA kernels of cuda/ka_warp_kernels.cuh: a warp per prompt, lanes over tokens, the product
+// entries with the inner index in the same order; cuda/ka_kernels.cuh: threads of a block over a
+// prompt staged in shared memory; the scalar host driver of cpp/tests/test_ka_recipe.cpp: plain
+// loops). Every formula sums in the order written here.
 //
 // One layer ℓ and head s, for a prompt Z = Z_ℓ [D = d+1, n+1] (columns = tokens, the last one the
 // query), X = Z[:d, :], M = diag(1, …, 1, 0):
