@@ -247,7 +247,8 @@ void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaK
       args.partial = partial->data();
     };
     if (kernel == KaKernel::warp) {
-      const auto lay = k::KaWarpLayout::make<T>(s, kMode, c.max_shared, int(c.threads / 32));
+      const auto lay = k::KaWarpLayout::make<T>(s, kMode, c.max_shared, int(c.threads / 32),
+                                                args.context != nullptr);
       EXPECT_GT(lay.warps, 0);
       const int rows = int(c.grid) * lay.warps;
       poison(rows, lay.acc_width());
@@ -283,6 +284,13 @@ void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaK
   expect_close(Z, Z_cpu, tol, "forward Z_L");
   expect_close(p, p_cpu, tol, "forward predictions");
   expect_close(cx, cx_cpu, tol, "forward context");
+  // Forward without the context (the warp kernel's compact workspace)
+  std::vector<T> Z2(pr.Z0.size(), nan), p2(np, nan);
+  k::KaArgs<T> fa2{pr.Z0.data(), nullptr, pr.V.data(), pr.Bq.data(), pr.Ck.data(), pr.acts.data(),
+                   nullptr, nullptr, Z2.data(), p2.data(), nullptr, nullptr, nullptr};
+  run(Fwd{}, fa2, nullptr);
+  expect_close(Z2, Z_cpu, tol, "forward Z_L (no context)");
+  expect_close(p2, p_cpu, tol, "forward predictions (no context)");
   // VJP without and with the context, with and without the input gradient
   for (int variant = 0; variant < 3; ++variant) {
     const T* context = variant == 0 ? nullptr : cx.data();
@@ -374,6 +382,11 @@ TEST(CudaKernelsEmulated, KernelAttentionWarpLayout) {
     EXPECT_GE(f.warps, 3);
     EXPECT_LE(f.shared_bytes(), h100);
     EXPECT_EQ(f.Sw, 36);  // 31 tokens: 9 units of 4 floats
+    if (mode == k::KaMode::forward) {  // without the context: Z_ℓ, Z_{ℓ+1}, one head's state
+      const auto compact = k::KaWarpLayout::make<float>(ccs, mode, h100, 4, false);
+      EXPECT_EQ(compact.state_bytes, std::size_t(4 * 36 * (2 * 6 + 2 * 5 + 30 + 6)));  // 58 rows
+      EXPECT_EQ(f.state_bytes, std::size_t(4 * 36 * (4 * 6 + 3 * (2 * 5 + 30 + 6))));  // 162 rows
+    }
     const auto g = k::KaWarpLayout::make<double>(ccs, mode, h100);
     EXPECT_GE(g.warps, 1);
     EXPECT_EQ(g.Sw, 34);  // 17 units of 2 doubles

@@ -56,10 +56,11 @@ int launch_warps(const KernelAttentionShape& sh, const DeviceScope& scope, const
   auto kernel = kernels::ka_warp_kernel<T, kMode>;
   const std::size_t max_shared = std::size_t(scope.max_shared_bytes());
   prepare_shared(kernel, most.shared_bytes(), scope, shape_text(what, sh));
+  const bool with_context = args.context != nullptr;
   KaWarpLayout lay = most;
   int resident = 0;
   for (int w = 1; w <= most.warps; ++w) {
-    const KaWarpLayout l = KaWarpLayout::make<T>(sh, kMode, max_shared, w);
+    const KaWarpLayout l = KaWarpLayout::make<T>(sh, kMode, max_shared, w, with_context);
     int per_sm = 0;
     LSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::kWarp * w,
                                                                  l.shared_bytes()));
@@ -87,7 +88,8 @@ template <class T, KaMode kMode>
 int launch(const KernelAttentionShape& sh, const DeviceScope& scope, KaArgs<T> args,
            Scratch* partial, const char* what) {
   const std::size_t max_shared = std::size_t(scope.max_shared_bytes());
-  const KaWarpLayout wl = KaWarpLayout::make<T>(sh, kMode, max_shared);
+  const KaWarpLayout wl =
+      KaWarpLayout::make<T>(sh, kMode, max_shared, kernels::kKaMaxWarps, args.context != nullptr);
   if (wl.warps > 0 && !old_kernels_requested())
     return launch_warps<T, kMode>(sh, scope, wl, args, partial, what);
   const KaLayout lay = KaLayout::make<T>(sh, kMode, max_shared);

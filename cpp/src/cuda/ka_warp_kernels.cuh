@@ -42,9 +42,12 @@ inline constexpr int kVec = int(16 / sizeof(T));  // values per 16-byte shared-m
 // Shared memory of the warp kernels: per block the parameters staged per head (HeadParams); per
 // warp the double accumulators [Σ r², dV, dB, dC] (not in the forward) and the workspace: the
 // forward state in the context's row order with row stride Sw (recipe::KaContext with Tt = Sw),
-// then the backward scratch dZ, dZ', dY [D, Sw], dS [n, Sw], dU, dW [d, Sw].
+// then the backward scratch dZ, dZ', dY [D, Sw], dS [n, Sw], dU, dW [d, Sw]. A forward that saves
+// no context keeps only Z_ℓ, Z_{ℓ+1} and one head's U, W, h̃, Y (`compact`: ws is the layout of
+// L = H = 1, Z_ℓ in slot ℓ mod 2): 58 instead of 162 rows at the CCS size.
 struct KaWarpLayout : KaDims {
   int Sw;  // the workspace's row stride
+  bool compact;
   int warps;  // per block; 0: the workspace of one warp does not fit (use ka_kernel)
   recipe::KaContext ctx;  // the saved context's layout (global memory, Tt = cols rounded up)
   recipe::KaContext ws;   // the same rows in the workspace (Tt = Sw)
@@ -56,19 +59,27 @@ struct KaWarpLayout : KaDims {
   __host__ __device__ int acc_width() const { return 1 + param_values; }
   __host__ __device__ std::size_t warp_bytes() const { return acc_bytes + state_bytes; }
   __host__ __device__ std::size_t shared_bytes() const { return params_bytes + std::size_t(warps) * warp_bytes(); }
+  // Workspace offsets of Z_ℓ and of head (ℓ, s)'s U, W, h̃, Y.
+  __host__ __device__ long long z(int l) const { return ws.z(compact ? l % 2 : l); }
+  __host__ __device__ long long u(int l, int s) const { return compact ? ws.u(0, 0) : ws.u(l, s); }
+  __host__ __device__ long long w(int l, int s) const { return compact ? ws.w(0, 0) : ws.w(l, s); }
+  __host__ __device__ long long h(int l, int s) const { return compact ? ws.h(0, 0) : ws.h(l, s); }
+  __host__ __device__ long long y(int l, int s) const { return compact ? ws.y(0, 0) : ws.y(l, s); }
 
-  // As many warps (≤ max_warps) as fit `max_shared` bytes.
+  // As many warps (≤ max_warps) as fit `max_shared` bytes; `with_context`: the forward saves the
+  // context (else compact; other modes keep the whole forward state for the backward).
   template <class T>
   static KaWarpLayout make(const KernelAttentionShape& s, KaMode mode, std::size_t max_shared,
-                           int max_warps = kKaMaxWarps) {
+                           int max_warps = kKaMaxWarps, bool with_context = true) {
     KaWarpLayout l{};
     static_cast<KaDims&>(l) = KaDims::of(s);
+    l.compact = mode == KaMode::forward && !with_context;
     // A multiple of the 16-byte load, an odd number of them: rows start aligned, and the rows
     // read by the lanes of a quarter warp (16-byte loads) or a warp (4-byte loads, ≤ 32 / kVec
     // rows) fall in distinct banks.
     l.Sw = kVec<T> * (((l.cols + kVec<T> - 1) / kVec<T>) | 1);
     l.ctx = recipe::context_layout<T>(s);
-    l.ws = l.ctx;
+    l.ws = l.compact ? recipe::KaContext{l.d, l.n, l.D, 1, 1, l.Sw} : l.ctx;
     l.ws.Tt = l.Sw;
     const long long scratch = mode == KaMode::forward ? 0 : (long long)l.Sw * (3 * l.D + l.n + 2 * l.d);
     const long long state = l.ws.size() + scratch;
@@ -253,24 +264,25 @@ __device__ void stage_head_params(const KaWarpLayout& lay, const T* __restrict__
   }
 }
 
-// Forward of one prompt in the warp's workspace ws (layout lay.ws) from Z_0 already staged.
-// Ends with __syncwarp.
+// Forward of one prompt in the warp's workspace ws from Z_0 already staged (and synchronized);
+// writes the predictions Z_ℓ[d, n], ℓ = 0..L, to `predictions` when not null. Ends with __syncwarp.
 template <class T>
 __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
-                                const Activation* acts, int lane) {
+                                const Activation* acts, T* predictions, int lane) {
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
-  const recipe::KaContext& c = lay.ws;
   const auto zero = [](int) { return T(0); };
+  if (predictions != nullptr && lane == 0) predictions[0] = ws[lay.z(0) + d * S + n];
   for (int l = 0; l < lay.L; ++l) {
-    const T* Zp = ws + c.z(l);
-    T* Zn = ws + c.z(l + 1);
+    const T* Zp = ws + lay.z(l);
+    T* Zn = ws + lay.z(l + 1);
     for (int j = lane; j < cols; j += kWarp)
       for (int r = 0; r < D; ++r) Zn[r * S + j] = Zp[r * S + j];
     for (int s = 0; s < lay.H; ++s) {
       const int p = l * lay.H + s;
       const Activation a = acts[s];
       const HeadParams<T> hp(lay, staged, p);
-      T *U = ws + c.u(l, s), *W = ws + c.w(l, s), *Hs = ws + c.h(l, s), *Y = ws + c.y(l, s);
+      T *U = ws + lay.u(l, s), *W = ws + lay.w(l, s), *Hs = ws + lay.h(l, s), *Y = ws + lay.y(l, s);
+      if (lay.compact && s > 0) __syncwarp();  // the previous head's U, W, h̃, Y are read no more
       for (int j = lane; j < cols; j += kWarp) {  // U = B X, W = C X: recipe::u_entry
         const OwnColumn<T> xj{Zp, S, j};
         column_product(Cols<T>{hp.Bt, lay.Pd}, d, d, xj, zero, [&](int r, T v) { U[r * S + j] = v; });
@@ -305,6 +317,7 @@ __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
       }
     }
     __syncwarp();  // Z_{ℓ+1} complete: the next layer reads its rows across tokens
+    if (predictions != nullptr && lane == 0) predictions[l + 1] = Zn[d * S + n];
   }
 }
 
@@ -315,24 +328,23 @@ template <class T>
 __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* staged,
                                const Activation* acts, double* gV, double* gB, double* gC, int lane) {
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
-  const recipe::KaContext& c = lay.ws;
   const auto zero = [](int) { return T(0); };
-  T* dZ = ws + c.size();
+  T* dZ = ws + lay.ws.size();
   T* dZp = dZ + D * S;
   T* dY = dZp + D * S;
   T* dS = dY + D * S;
   T* dU = dS + n * S;
   T* dW = dU + d * S;
   for (int l = lay.L - 1; l >= 0; --l) {
-    const T* Zl = ws + c.z(l);
+    const T* Zl = ws + lay.z(l);
     for (int j = lane; j < cols; j += kWarp)
       for (int r = 0; r < D; ++r) dZp[r * S + j] = dZ[r * S + j];
     for (int s = 0; s < lay.H; ++s) {
       const int p = l * lay.H + s;
       const Activation a = acts[s];
       const HeadParams<T> hp(lay, staged, p);
-      const T *U = ws + c.u(l, s), *W = ws + c.w(l, s), *Hs = ws + c.h(l, s);
-      const T* Y = ws + c.y(l, s);
+      const T *U = ws + lay.u(l, s), *W = ws + lay.w(l, s), *Hs = ws + lay.h(l, s);
+      const T* Y = ws + lay.y(l, s);
       for (int e = lane; e < D * D; e += kWarp)  // dV += dO Yᵀ (lanes over entries)
         gV[p * D * D + e] += double(token_dot(dZ + (e / D) * S, Y + (e % D) * S, cols));
       for (int j = lane; j < cols; j += kWarp)  // dY[:, j] = Vᵀ dO[:, j]: recipe::dy_entry
@@ -416,17 +428,15 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
       for (int j = lane; j < cols; j += kWarp)
         for (int r = 0; r < D; ++r) ws[r * S + j] = z0[r * cols + j];
       __syncwarp();
-      ka_warp_forward(lay, ws, staged, a.acts, lane);
+      ka_warp_forward(lay, ws, staged, a.acts, a.predictions ? a.predictions + b * (L + 1) : nullptr, lane);
     }
-    if (a.predictions != nullptr && kMode != KaMode::vjp)
-      for (int l = lane; l <= L; l += kWarp) a.predictions[b * (L + 1) + l] = ws[lay.ws.z(l) + d * S + n];
     if (kMode == KaMode::forward) {
       if (a.Z_out != nullptr) {
-        const T* ZL = ws + lay.ws.z(L);
+        const T* ZL = ws + lay.z(L);
         for (int j = lane; j < cols; j += kWarp)
           for (int r = 0; r < D; ++r) a.Z_out[b * per + r * cols + j] = ZL[r * S + j];
       }
-      if (a.context != nullptr) {  // workspace → context rows, padding exactly 0
+      if (a.context != nullptr) {  // workspace → context rows, padding 0 (then !lay.compact)
         T* dst = a.context + b * ctx_size;
         for (int r = 0; r < ctx_rows; ++r)
           for (int j = lane; j < Tt; j += kWarp) dst[index_t(r) * Tt + j] = j < cols ? ws[r * S + j] : T(0);
@@ -440,7 +450,7 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
       for (int j = lane; j < cols; j += kWarp)
         for (int r = 0; r < D; ++r) dZ[r * S + j] = src[r * cols + j];
     } else {  // ∂/∂Z_L of (1/B) Σ (TF + y_q)² is 2 r / B at [d, n]   (5)
-      const double r = recipe::loss_residual(double(ws[lay.ws.z(L) + d * S + n]), double(a.y_q[b]));
+      const double r = recipe::loss_residual(double(ws[lay.z(L) + d * S + n]), double(a.y_q[b]));
       if (lane == 0) acc[0] += r * r;
       const T seed = T(recipe::loss_seed(r, sh.batch));
       for (int j = lane; j < cols; j += kWarp)
