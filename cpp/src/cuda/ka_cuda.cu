@@ -56,6 +56,10 @@ int launch_warps(const KernelAttentionShape& sh, const DeviceScope& scope, const
   auto kernel = kernels::ka_warp_kernel<T, kMode>;
   const std::size_t max_shared = std::size_t(scope.max_shared_bytes());
   prepare_shared(kernel, most.shared_bytes(), scope, shape_text(what, sh));
+  // The grid is sized to the resident warps: ask for the largest shared-memory carveout (the kernel
+  // reads its global arrays once; L1 buys it nothing).
+  LSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      int(cudaSharedmemCarveoutMaxShared)));
   const bool with_context = args.context != nullptr;
   KaWarpLayout lay = most;
   int resident = 0;
