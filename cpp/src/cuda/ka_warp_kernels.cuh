@@ -214,18 +214,25 @@ LSA_UNROLL
   }
 }
 
-// Σ_{j < cols} a[j] b[j] (recipe::token_product over two workspace rows), 16-byte loads.
+// x = Σ_{j < cols} a[j] b[j] and y = Σ_j c[j] e[j] (recipe::token_product over workspace rows),
+// 16-byte loads; two independent chains, so a lane's two entries overlap their FMA latencies.
 template <class T>
-__device__ __forceinline__ T token_dot(const T* a, const T* b, int cols) {
-  T acc = T(0);
+__device__ __forceinline__ void token_dots(const T* a, const T* b, const T* c, const T* e, int cols,
+                                           T& x, T& y) {
+  x = y = T(0);
   int j = 0;
   for (; j + kVec<T> <= cols; j += kVec<T>) {
-    const Pack<T> x = load_pack(a + j), y = load_pack(b + j);
+    const Pack<T> pa = load_pack(a + j), pb = load_pack(b + j), pc = load_pack(c + j), pe = load_pack(e + j);
 LSA_UNROLL
-    for (int v = 0; v < kVec<T>; ++v) acc += x.v[v] * y.v[v];
+    for (int v = 0; v < kVec<T>; ++v) {
+      x += pa.v[v] * pb.v[v];
+      y += pc.v[v] * pe.v[v];
+    }
   }
-  for (; j < cols; ++j) acc += a[j] * b[j];
-  return acc;
+  for (; j < cols; ++j) {
+    x += a[j] * b[j];
+    y += c[j] * e[j];
+  }
 }
 
 // The parameters of head (ℓ, s) staged in shared memory for broadcast 16-byte loads along the
@@ -345,8 +352,13 @@ __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* staged,
       const HeadParams<T> hp(lay, staged, p);
       const T *U = ws + lay.u(l, s), *W = ws + lay.w(l, s), *Hs = ws + lay.h(l, s);
       const T* Y = ws + lay.y(l, s);
-      for (int e = lane; e < D * D; e += kWarp)  // dV += dO Yᵀ (lanes over entries)
-        gV[p * D * D + e] += double(token_dot(dZ + (e / D) * S, Y + (e % D) * S, cols));
+      for (int e = lane; e < D * D; e += 2 * kWarp) {  // dV += dO Yᵀ (lanes over entries, two at a time)
+        const int f = e + kWarp < D * D ? e + kWarp : e;  // (f = e: computed twice, stored once)
+        T x, y;
+        token_dots(dZ + (e / D) * S, Y + (e % D) * S, dZ + (f / D) * S, Y + (f % D) * S, cols, x, y);
+        gV[p * D * D + e] += double(x);
+        if (f != e) gV[p * D * D + f] += double(y);
+      }
       for (int j = lane; j < cols; j += kWarp)  // dY[:, j] = Vᵀ dO[:, j]: recipe::dy_entry
         column_product(Cols<T>{hp.Vp, lay.PD}, D, D, OwnColumn<T>{dZ, S, j}, zero,
                        [&](int q, T v) { dY[q * S + j] = v; });
@@ -385,8 +397,10 @@ __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* staged,
       }
       __syncwarp();
       for (int e = lane; e < d * d; e += kWarp) {  // dB += dU Xᵀ, dC += dW Xᵀ (lanes over entries)
-        gB[p * d * d + e] += double(token_dot(dU + (e / d) * S, Zl + (e % d) * S, cols));
-        gC[p * d * d + e] += double(token_dot(dW + (e / d) * S, Zl + (e % d) * S, cols));
+        T x, y;
+        token_dots(dU + (e / d) * S, Zl + (e % d) * S, dW + (e / d) * S, Zl + (e % d) * S, cols, x, y);
+        gB[p * d * d + e] += double(x);
+        gC[p * d * d + e] += double(y);
       }
     }
     T* t = dZ;  // dZ_ℓ becomes the upstream gradient of layer ℓ − 1
