@@ -432,15 +432,18 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
   __syncthreads();  // the parameters are staged
   const index_t warps = nt / kWarp, first = index_t(blockIdx.x) * warps + warp;
   for (index_t b = first; b < sh.batch; b += index_t(gridDim.x) * warps) {
+    // Inputs are copied asynchronously (all of a prompt's copies in flight at once), then waited for.
     if (kMode == KaMode::vjp && a.context != nullptr) {  // context rows (stride Tt) → workspace (Sw)
       const T* src = a.context + b * ctx_size;
       for (int r = 0; r < ctx_rows; ++r)
-        for (int j = lane; j < cols; j += kWarp) ws[r * S + j] = src[index_t(r) * Tt + j];
+        for (int j = lane; j < cols; j += kWarp) copy_async(ws + r * S + j, src + index_t(r) * Tt + j);
+      copy_async_wait();
       __syncwarp();
     } else {
       const T* z0 = a.Z0 + b * per;
       for (int j = lane; j < cols; j += kWarp)
-        for (int r = 0; r < D; ++r) ws[r * S + j] = z0[r * cols + j];
+        for (int r = 0; r < D; ++r) copy_async(ws + r * S + j, z0 + r * cols + j);
+      copy_async_wait();
       __syncwarp();
       ka_warp_forward(lay, ws, staged, a.acts, a.predictions ? a.predictions + b * (L + 1) : nullptr, lane);
     }
@@ -462,7 +465,8 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
     if (kMode == KaMode::vjp) {
       const T* src = a.d_Z_out + b * per;
       for (int j = lane; j < cols; j += kWarp)
-        for (int r = 0; r < D; ++r) dZ[r * S + j] = src[r * cols + j];
+        for (int r = 0; r < D; ++r) copy_async(dZ + r * S + j, src + r * cols + j);
+      copy_async_wait();
     } else {  // ∂/∂Z_L of (1/B) Σ (TF + y_q)² is 2 r / B at [d, n]   (5)
       const double r = recipe::loss_residual(double(ws[lay.z(L) + d * S + n]), double(a.y_q[b]));
       if (lane == 0) acc[0] += r * r;

@@ -41,6 +41,27 @@ LSA_UNROLL
   for (; i < n; i += nthreads) dst[i] = __ldcs(src + i);
 }
 
+// *dst = *src for a shared-memory dst and a global src without a register round trip: on sm_80+
+// an asynchronous copy (cp.async), so a thread can have hundreds in flight; the data is there after
+// copy_async_wait() (this thread) and a barrier (the others). Plain copy elsewhere (the emulator).
+template <class T>
+__device__ __forceinline__ void copy_async(T* dst, const T* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "cp.async copies 4, 8 or 16 bytes");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(
+                   static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(src), "n"(int(sizeof(T))));
+#else
+  *dst = *src;
+#endif
+}
+
+__device__ __forceinline__ void copy_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
 template <class T>
 __device__ __forceinline__ T warp_sum(T v) {
 LSA_UNROLL
