@@ -431,8 +431,18 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
   for (int i = lane; i < lay.state_values; i += kWarp) ws[i] = T(0);  // padding columns stay 0
   __syncthreads();  // the parameters are staged
   const index_t warps = nt / kWarp, first = index_t(blockIdx.x) * warps + warp;
-  for (index_t b = first; b < sh.batch; b += index_t(gridDim.x) * warps) {
-    // Inputs are copied asynchronously (all of a prompt's copies in flight at once), then waited for.
+  const index_t stride = index_t(gridDim.x) * warps;
+  for (index_t b = first; b < sh.batch; b += stride) {
+    // Inputs are copied asynchronously (all of a prompt's copies in flight at once), then waited
+    // for; the next prompt's are prefetched into L2 meanwhile.
+    if (b + stride < sh.batch) {
+      const index_t next = b + stride;
+      if (kMode == KaMode::vjp && a.context != nullptr)
+        prefetch_l2(a.context + next * ctx_size, sizeof(T) * std::size_t(ctx_size), lane);
+      else
+        prefetch_l2(a.Z0 + next * per, sizeof(T) * std::size_t(per), lane);
+      if (kMode == KaMode::vjp) prefetch_l2(a.d_Z_out + next * per, sizeof(T) * std::size_t(per), lane);
+    }
     if (kMode == KaMode::vjp && a.context != nullptr) {  // context rows (stride Tt) → workspace (Sw)
       const T* src = a.context + b * ctx_size;
       for (int r = 0; r < ctx_rows; ++r)

@@ -62,6 +62,19 @@ __device__ __forceinline__ void copy_async_wait() {
 #endif
 }
 
+// Asks L2 for the bytes [p, p + bytes) (a 128-byte line per lane and step; only addresses inside
+// the range), so that they are near when the warp stages them later. No-op in the emulator.
+__device__ __forceinline__ void prefetch_l2(const void* p, std::size_t bytes, int lane) {
+#if defined(__CUDA_ARCH__)
+  const char* c = static_cast<const char*>(p);
+  for (std::size_t o = std::size_t(lane) * 128; o < bytes; o += std::size_t(kWarp) * 128)
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + o));
+  if (lane == 0 && bytes > 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(c + bytes - 1));
+#else
+  (void)p, (void)bytes, (void)lane;
+#endif
+}
+
 template <class T>
 __device__ __forceinline__ T warp_sum(T v) {
 LSA_UNROLL
