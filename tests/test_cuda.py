@@ -64,6 +64,11 @@ def test_device_cuda_without_gpu_is_a_clear_error(rng, fn):
         cuda.DeviceArray([3], np.dtype(np.float32))
 
 
+def test_release_memory_without_a_gpu_is_a_no_op():
+    if not lsa_native.cuda_available():
+        assert cuda.release_memory() is None
+
+
 @pytest.mark.skipif(lsa_native.cuda_available(), reason="a GPU is visible")
 def test_gpu_variates_without_gpu_are_a_clear_error():
     with pytest.raises(ValueError):
@@ -329,6 +334,10 @@ def test_cuda_vjp_matches_reference(rng, B, d, N, dtype):
     assert d_E is None
     np.testing.assert_array_equal(d_W_pv, got[0])
     np.testing.assert_array_equal(d_W_kq, got[1])
+    cuda.release_memory()  # the scratch pool handed back: the next call maps fresh memory
+    again = lsa.vjp(E, W_pv, W_kq, d_F, device="cuda")
+    for a, b in zip(again, got):
+        np.testing.assert_array_equal(a, b)  # fixed-order sums: bitwise reproducible
 
 
 @needs_gpu

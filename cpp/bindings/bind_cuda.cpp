@@ -220,6 +220,9 @@ void bind_cuda(py::module_& m) {
         [](std::uintptr_t p) { return cuda_pointer_device(reinterpret_cast<const void*>(p)); },
         py::arg("ptr"), "CUDA device owning the pointer (device or managed memory), else -1.");
   m.def("cuda_synchronize", &cuda_synchronize, "Wait for all work on the current CUDA device.");
+  m.def("cuda_release_memory", &cuda_release_memory, py::call_guard<py::gil_scoped_release>(),
+        "Return the scratch memory lsa_native keeps for reuse to the CUDA driver (waits for the "
+        "devices first); a no-op without CUDA kernels.");
   using Words = py::array_t<std::uint32_t, py::array::c_style>;
   m.def(
       "cuda_philox4x32",

@@ -32,6 +32,7 @@ void cuda_free(void*) noexcept {}
 void cuda_copy(void*, const void*, std::size_t) { no_cuda(); }
 int cuda_current_device() { no_cuda(); }
 void cuda_synchronize() { no_cuda(); }
+void cuda_release_memory() {}
 #endif
 
 // The one place of the rules on E's extents (the bindings and Python only read E's shape).

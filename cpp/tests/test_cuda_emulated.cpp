@@ -111,10 +111,15 @@ void check_prediction(const Config& c) {
   expect_close(dE, dE_cpu, tolerance<T>(), "predict_vjp d_E");
 }
 
+// The full forward / VJP kernels: the tiled ones (default) or the old ones (LSA_NATIVE_CUDA_OLD_KERNELS).
+enum class FullKernels { old, tiled };
+
 template <class T>
-void check_forward_and_vjp(const Config& c, bool with_input_grad) {
+void check_forward_and_vjp(const Config& c, bool with_input_grad, FullKernels which = FullKernels::old) {
+  const bool tiled = which == FullKernels::tiled;
   SCOPED_TRACE(testing::Message() << "B=" << c.B << " d=" << c.d << " N=" << c.N << " grid="
-                                  << c.grid << " bytes=" << sizeof(T));
+                                  << c.grid << " bytes=" << sizeof(T) << " dE=" << with_input_grad
+                                  << (tiled ? " tiled" : " old"));
   auto pr = random_lsa_problem<T>(c.B, c.d, c.N, unsigned(c.B * 17 + c.d * 5 + c.N));
   const int rows = int(c.d + 1), cols = int(c.N + 1), n2 = rows * rows;
   const index_t size = c.B * rows * cols;
@@ -124,19 +129,40 @@ void check_forward_and_vjp(const Config& c, bool with_input_grad) {
   lsa_native::lsa_vjp(pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), pr.d_F.data(),
                       g_pv.data(), g_kq.data(), dE_cpu.data());
   std::vector<T> F(size, nan);
-  lsa_emu::launch(c.grid, k::kBlockThreads, k::forward_smem<T>(rows, cols), k::lsa_forward_kernel<T>,
-                  pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), F.data());
+  if (tiled)
+    lsa_emu::launch(c.grid, k::kTiledThreads, k::tiled_forward_smem<T>(rows, cols),
+                    k::lsa_forward_tiled_kernel<T>, pr.shape, pr.E.data(), pr.W_pv.data(),
+                    pr.W_kq.data(), F.data());
+  else
+    lsa_emu::launch(c.grid, k::kBlockThreads, k::forward_smem<T>(rows, cols), k::lsa_forward_kernel<T>,
+                    pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), F.data());
   expect_close(F, F_cpu, tolerance<T>(), "forward");
-  std::vector<T> dE(size, nan), d_pv(n2, nan), d_kq(n2, nan);
-  std::vector<double> partial(c.grid * 2 * n2, std::numeric_limits<double>::quiet_NaN());
-  lsa_emu::launch(c.grid, k::kBlockThreads, k::vjp_smem<T>(rows, cols), k::lsa_vjp_kernel<T>,
-                  pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), pr.d_F.data(),
-                  with_input_grad ? dE.data() : static_cast<T*>(nullptr), partial.data());
-  const auto total = reduce(partial, int(c.grid), 2 * n2);
-  lsa_emu::launch(1, k::kReduceThreads, 0, k::vjp_epilogue_kernel<T>, total.data(), n2, d_pv.data(),
-                  d_kq.data());
+  std::vector<T> dE(size, nan);
+  // d_W_pv, d_W_kq of the VJP kernel with or without dE.
+  auto vjp = [&](T* dE_arg) {
+    std::vector<T> d_pv(n2, nan), d_kq(n2, nan);
+    std::vector<double> partial(c.grid * 2 * n2, std::numeric_limits<double>::quiet_NaN());
+    if (tiled)
+      lsa_emu::launch(c.grid, k::kTiledThreads, k::tiled_vjp_smem<T>(rows, cols),
+                      k::lsa_vjp_tiled_kernel<T>, pr.shape, pr.E.data(), pr.W_pv.data(),
+                      pr.W_kq.data(), pr.d_F.data(), dE_arg, partial.data());
+    else
+      lsa_emu::launch(c.grid, k::kBlockThreads, k::vjp_smem<T>(rows, cols), k::lsa_vjp_kernel<T>,
+                      pr.shape, pr.E.data(), pr.W_pv.data(), pr.W_kq.data(), pr.d_F.data(), dE_arg,
+                      partial.data());
+    const auto total = reduce(partial, int(c.grid), 2 * n2);
+    lsa_emu::launch(1, k::kReduceThreads, 0, k::vjp_epilogue_kernel<T>, total.data(), n2,
+                    d_pv.data(), d_kq.data());
+    return std::make_pair(d_pv, d_kq);
+  };
+  const auto [d_pv, d_kq] = vjp(with_input_grad ? dE.data() : static_cast<T*>(nullptr));
   expect_close(d_pv, g_pv, tolerance<T>(), "vjp d_W_pv");
   expect_close(d_kq, g_kq, tolerance<T>(), "vjp d_W_kq");
+  if (with_input_grad) {  // asking for dE leaves d_W bitwise unchanged (the same summation order)
+    const auto [pv_only, kq_only] = vjp(nullptr);
+    EXPECT_EQ(pv_only, d_pv);
+    EXPECT_EQ(kq_only, d_kq);
+  }
   if (with_input_grad) expect_close(dE, dE_cpu, tolerance<T>(), "vjp d_E");
 }
 
@@ -158,6 +184,24 @@ TEST(CudaKernelsEmulated, ForwardAndVjpFloat64) {
 }
 TEST(CudaKernelsEmulated, ForwardAndVjpFloat32) {
   for (const Config& c : kFull) check_forward_and_vjp<float>(c, true);
+}
+
+// The tiled kernels: d = 1, N = 1, odd sizes, N + 1 <= 32 / <= 64 / > 64 tokens (1, 2, 4 tokens
+// per lane) and > 128 (two token groups), rows not a multiple of the tiles (3, 7) or of the 8-row
+// chunks, d = 20 / N = 100 (3 Gram tiles of 7 exactly), the largest d = 64, more prompts than
+// blocks (grid-stride), 1-3 blocks; with and without dE.
+const Config kTiled[] = {{1, 1, 1, 0, 1},   {5, 3, 7, 0, 2},   {4, 6, 40, 0, 3},  {3, 17, 2, 0, 2},
+                         {3, 8, 70, 0, 2},  {2, 2, 150, 0, 1}, {3, 20, 100, 0, 2}, {2, 64, 5, 0, 2},
+                         {2, 9, 31, 0, 3}};
+
+TEST(CudaKernelsEmulated, TiledForwardAndVjpFloat64) {
+  for (const Config& c : kTiled) check_forward_and_vjp<double>(c, true, FullKernels::tiled);
+  check_forward_and_vjp<double>(kTiled[1], false, FullKernels::tiled);
+  check_forward_and_vjp<double>(kTiled[6], false, FullKernels::tiled);
+}
+TEST(CudaKernelsEmulated, TiledForwardAndVjpFloat32) {
+  for (const Config& c : kTiled) check_forward_and_vjp<float>(c, true, FullKernels::tiled);
+  check_forward_and_vjp<float>(kTiled[2], false, FullKernels::tiled);
 }
 
 // Counter-based variates: raw words bit for bit, uniforms bit for bit, normals to the rounding of

@@ -233,4 +233,41 @@ TEST(LsaRecipe, Float32PredictionWithinRounding) {
   }
 }
 
+// A register tile over the whole k range in order is product_entry / token_product entry for entry
+// (the tiled CUDA kernels with one token group); an interleaved k split (step g, partial tiles
+// summed) agrees to rounding. Tiles past the edge repeat the last row / column.
+TEST(LsaRecipe, AccumulateTileIsTheProductEntry) {
+  std::mt19937_64 gen(17);
+  std::normal_distribution<double> normal;
+  const int n = 10, cols = 23;
+  std::vector<double> A(n * n), B(n * n), E(n * cols);
+  for (auto* v : {&A, &B, &E})
+    for (auto& x : *v) x = normal(gen);
+  const auto Am = rows_of(A.data(), n), Bm = rows_of(B.data(), n), Em = rows_of(E.data(), cols);
+  constexpr int kT = 3;
+  for (int r0 = 0; r0 < n; r0 += kT)
+    for (int c0 = 0; c0 < n; c0 += kT) {
+      double small[kT][kT] = {}, gram[kT][kT] = {}, split[kT][kT] = {};
+      recipe::accumulate_tile<double, kT, kT>(small, Am, Bm, r0, n - 1,
+                                              c0, n - 1, 0, n, 1);
+      recipe::accumulate_tile<double, kT, kT>(gram, Em, Em.transposed(), r0, n - 1, c0, n - 1, 0,
+                                              cols, 1);
+      for (int kg = 0; kg < 4; ++kg) {
+        double part[kT][kT] = {};
+        recipe::accumulate_tile<double, kT, kT>(part, Em, Em.transposed(), r0, n - 1, c0, n - 1,
+                                                kg, cols, 4);
+        for (int i = 0; i < kT; ++i)
+          for (int j = 0; j < kT; ++j) split[i][j] += part[i][j];
+      }
+      for (int i = 0; i < kT; ++i)
+        for (int j = 0; j < kT; ++j) {
+          const int r = std::min(r0 + i, n - 1), c = std::min(c0 + j, n - 1);
+          EXPECT_EQ(small[i][j], recipe::product_entry(Am, Bm, n, r, c)) << r << "," << c;
+          const double g = recipe::token_product(Em, Em, cols, r, c);
+          EXPECT_EQ(gram[i][j], g) << r << "," << c;
+          EXPECT_NEAR(split[i][j], g, 1e-13 * cols) << r << "," << c;
+        }
+    }
+}
+
 }  // namespace

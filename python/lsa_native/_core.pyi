@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ACTIVATION_NAMES', 'DeviceArray', 'KernelAttentionShape', 'LsaShape', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_synchronize', 'dlpack_info', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_forward_cuda', 'kernel_attention_loss_and_grad', 'kernel_attention_loss_and_grad_cuda', 'kernel_attention_vjp', 'kernel_attention_vjp_cuda', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_forward_cuda', 'lsa_loss_and_grad', 'lsa_loss_and_grad_cuda', 'lsa_predict', 'lsa_predict_cuda', 'lsa_predict_vjp', 'lsa_predict_vjp_cuda', 'lsa_shape', 'lsa_vjp', 'lsa_vjp_cuda', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
+__all__: list[str] = ['ACTIVATION_NAMES', 'DeviceArray', 'KernelAttentionShape', 'LsaShape', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_release_memory', 'cuda_synchronize', 'dlpack_info', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_forward_cuda', 'kernel_attention_loss_and_grad', 'kernel_attention_loss_and_grad_cuda', 'kernel_attention_vjp', 'kernel_attention_vjp_cuda', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_forward_cuda', 'lsa_loss_and_grad', 'lsa_loss_and_grad_cuda', 'lsa_predict', 'lsa_predict_cuda', 'lsa_predict_vjp', 'lsa_predict_vjp_cuda', 'lsa_shape', 'lsa_vjp', 'lsa_vjp_cuda', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
 class LsaShape:
     def __init__(self, batch: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex, context: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
@@ -113,6 +113,10 @@ def cuda_pointer_device(ptr: typing.SupportsInt | typing.SupportsIndex) -> int:
 def cuda_random_variates(dtype: str, normal: bool, seed: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, prompt: typing.SupportsInt | typing.SupportsIndex, stream: typing.SupportsInt | typing.SupportsIndex, start: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, out: typing.SupportsInt | typing.SupportsIndex) -> None:
     """
     Normals or uniforms of a stream computed on the GPU into the address `out` (device or host).
+    """
+def cuda_release_memory() -> None:
+    """
+    Return the scratch memory lsa_native keeps for reuse to the CUDA driver (waits for the devices first); a no-op without CUDA kernels.
     """
 def cuda_synchronize() -> None:
     """

@@ -27,6 +27,7 @@ __all__ = [
     "to_device",
     "to_host",
     "synchronize",
+    "release_memory",
     "philox4x32",
     "random_normals",
     "random_uniforms",
@@ -52,6 +53,14 @@ def available() -> bool:
 def synchronize() -> None:
     """Wait for all work queued on the current CUDA device."""
     _core.cuda_synchronize()
+
+
+def release_memory() -> None:
+    """Return the device scratch memory lsa_native keeps between calls (partial sums, workspaces,
+    host-array staging: a per-device stream-ordered pool that, unlike the default pool, does not
+    give memory back at every synchronisation) to the driver. Like ``torch.cuda.empty_cache()``:
+    needed only to hand that memory to another process or library."""
+    _core.cuda_release_memory()
 
 
 def is_cuda_array(a) -> bool:

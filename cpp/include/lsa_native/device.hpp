@@ -30,6 +30,9 @@ void cuda_copy(void* dst, const void* src, std::size_t bytes);  // any direction
 int cuda_current_device();
 int cuda_pointer_device(const void* p);  // the device owning p (device/managed memory), else -1
 void cuda_synchronize();  // waits for all work on the current device
+// Returns the scratch memory lsa_native keeps for reuse (its stream-ordered pools) to the driver;
+// waits for the devices first. Without CUDA kernels: a no-op.
+void cuda_release_memory();
 
 // Number of CPU threads the batched kernels use (default: std::thread::hardware_concurrency()).
 // Results never depend on it: batch reductions run over fixed-size chunks combined in a fixed order.

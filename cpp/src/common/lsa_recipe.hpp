@@ -141,6 +141,26 @@ LSA_HD T row_combination_entry(T base, Mat<T> C, Mat<T> src, int rows, int r, in
   return acc;
 }
 
+// A register tile of a product, the unit of work of the tiled CUDA kernels: acc[i][j] +=
+// Σ_k A(r_i, k) B(k, c_j) over k = k0, k0 + step, ... < k1, with r_i = min(r0 + i, r_max) and
+// c_j = min(c0 + j, c_max) (a tile past the edge repeats the last row/column; the caller drops
+// those entries). Each entry sums in k order: with acc = 0, k0 = 0, step = 1 an entry equals
+// product_entry (n = k1) or token_product (B = the second factor transposed).
+template <class T, int TR, int TC>
+LSA_HD void accumulate_tile(T (&acc)[TR][TC], Mat<T> A, Mat<T> B, int r0, int r_max, int c0,
+                            int c_max, int k0, int k1, int step) {
+  int ri[TR], cj[TC];
+  for (int i = 0; i < TR; ++i) ri[i] = r0 + i < r_max ? r0 + i : r_max;
+  for (int j = 0; j < TC; ++j) cj[j] = c0 + j < c_max ? c0 + j : c_max;
+  for (int k = k0; k < k1; k += step) {
+    T a[TR], b[TC];
+    for (int i = 0; i < TR; ++i) a[i] = A(ri[i], k);
+    for (int j = 0; j < TC; ++j) b[j] = B(k, cj[j]);
+    for (int i = 0; i < TR; ++i)
+      for (int j = 0; j < TC; ++j) acc[i][j] += a[i] * b[j];
+  }
+}
+
 // (dG + dG^T)[r, c] / N, the coefficient of E in dE = d_F + P^T d_F + (dG + dG^T) E / N.
 template <class T>
 LSA_HD T symmetric_part_entry(Mat<T> dG, int N, int r, int c) {
@@ -153,5 +173,7 @@ LSA_HD T symmetric_part_entry(Mat<T> dG, int N, int r, int c) {
 //   dW^PV += dP T1,           dW^KQ += T2 dP            (batch sums in double)
 //   P^T = W^KQ^T T2,          dG = (W^PV^T dP) W^KQ^T
 //   dE = (d_F + P^T d_F) + ((dG + dG^T)/N) E
+// The tiled CUDA VJP associates two of them the other way (G is symmetric), six products instead
+// of seven: U = dP W^KQ^T, dW^PV += U G (= dP T1), dG = W^PV^T U.
 
 }  // namespace lsa_native::recipe

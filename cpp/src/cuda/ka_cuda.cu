@@ -118,23 +118,16 @@ int launch(const KernelAttentionShape& sh, const DeviceScope& scope, KaArgs<T> a
   return blocks;  // scratch is released stream-ordered, after the kernel
 }
 
-// Reduces the partials (`rows` rows: per block or per warp) in a fixed order into d_V, d_B, d_C (device); returns the loss
-// Σ r² / B when `want_loss` (waiting for it), else 0.
+// Reduces the partials (`rows` rows: per block or per warp) in a fixed order into d_V, d_B, d_C
+// and, with `loss` (device), the loss Σ r² / B. Queued on the stream: nothing waits.
 template <class T>
-double finish_gradients(const KernelAttentionShape& sh, const KaSizes<T>& n, const Scratch& partial,
-                        int rows, T* d_V, T* d_B, T* d_C, bool want_loss) {
+void finish_gradients(const KernelAttentionShape& sh, const KaSizes<T>& n, const Scratch& partial,
+                      int rows, T* d_V, T* d_B, T* d_C, double* loss) {
   const int width = int(1 + n.nV + 2 * n.nB);
   Scratch total = reduce_partials(static_cast<const double*>(partial.get()), rows, width);
-  Scratch loss_dev(want_loss ? sizeof(double) : 0);
   kernels::ka_epilogue_kernel<T><<<1, kernels::kReduceThreads, 0, stream()>>>(
-      static_cast<const double*>(total.get()), int(n.nV), int(n.nB), sh.batch, d_V, d_B, d_C,
-      static_cast<double*>(loss_dev.get()));
+      static_cast<const double*>(total.get()), int(n.nV), int(n.nB), sh.batch, d_V, d_B, d_C, loss);
   check_launch("ka_epilogue_kernel");
-  if (!want_loss) return 0;
-  double loss = 0;
-  LSA_CUDA_CHECK(cudaMemcpyAsync(&loss, loss_dev.get(), sizeof(double), cudaMemcpyDeviceToHost, stream()));
-  LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the loss is returned: wait (reports faults)
-  return loss;
 }
 
 }  // namespace
@@ -153,9 +146,7 @@ void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const
   KaArgs<T> args{z0.get(), nullptr, v.get(), b.get(), c.get(), a.get(), nullptr, cx.get(),
                  zo.get(), pr.get(), nullptr, nullptr, nullptr};
   launch<T, KaMode::forward>(sh, scope, args, nullptr, "kernel_attention_forward");
-  zo.finish();
-  pr.finish();
-  cx.finish();
+  scope.finish();
 }
 
 template <class T>
@@ -175,11 +166,8 @@ void kernel_attention_vjp(const KernelAttentionShape& sh, const T* Z0, const T* 
                  const_cast<T*>(cx.get()), nullptr, nullptr, dz0.get(), nullptr, nullptr};
   Scratch partial;
   const int rows = launch<T, KaMode::vjp>(sh, scope, args, &partial, "kernel_attention_vjp");
-  finish_gradients(sh, n, partial, rows, dv.get(), db.get(), dc.get(), false);
-  dv.finish();
-  db.finish();
-  dc.finish();
-  dz0.finish();
+  finish_gradients(sh, n, partial, rows, dv.get(), db.get(), dc.get(), nullptr);
+  scope.finish();
 }
 
 template <class T>
@@ -198,12 +186,10 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z
   Scratch partial;
   const int rows =
       launch<T, KaMode::loss_grad>(sh, scope, args, &partial, "kernel_attention_loss_and_grad");
-  const double loss = finish_gradients(sh, n, partial, rows, dv.get(), db.get(), dc.get(), true);
-  dv.finish();
-  db.finish();
-  dc.finish();
-  dz0.finish();
-  pr.finish();
+  double loss = 0;
+  DeviceOutput<double> loss_out(scope, &loss, 1);
+  finish_gradients(sh, n, partial, rows, dv.get(), db.get(), dc.get(), loss_out.get());
+  scope.finish();  // the loss is returned: the one wait of the call
   return loss;
 }
 

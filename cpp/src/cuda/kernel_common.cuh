@@ -75,6 +75,37 @@ __device__ __forceinline__ void prefetch_l2(const void* p, std::size_t bytes, in
 #endif
 }
 
+// v[i] = p[i] for i < 8, p 16-byte aligned (shared memory): 128-bit loads on the GPU (2 for float,
+// 4 for double) — one instruction, a broadcast when the lanes share p, per 4 or 2 values.
+template <class T>
+__device__ __forceinline__ void load8(const T* p, T (&v)[8]) {
+#if defined(__CUDACC__)
+  if constexpr (sizeof(T) == 4) {
+    const float4* q = reinterpret_cast<const float4*>(p);
+    const float4 a = q[0], b = q[1];
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+  } else {
+    const double2* q = reinterpret_cast<const double2*>(p);
+LSA_UNROLL
+    for (int i = 0; i < 4; ++i) {
+      const double2 a = q[i];
+      v[2 * i] = a.x;
+      v[2 * i + 1] = a.y;
+    }
+  }
+#else
+  for (int i = 0; i < 8; ++i) v[i] = p[i];
+#endif
+}
+
+// Sum over aligned groups of g adjacent lanes (g a power of two <= 32; every lane of the warp
+// calls): every lane of a group gets the group's sum, bitwise equal across the group.
+template <class T>
+__device__ __forceinline__ T group_sum(T v, int g) {
+  for (int offset = 1; offset < g; offset *= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
 template <class T>
 __device__ __forceinline__ T warp_sum(T v) {
 LSA_UNROLL

@@ -1,6 +1,7 @@
 // CUDA backend of the batched LSA (lsa.hpp): staging of host arrays and launch geometry around the
 // kernels of lsa_kernels.cuh (shared launch helpers and reductions: lsa_launch.cuh, launch.cuh).
 #include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/lsa_cuda.hpp"
@@ -35,6 +36,20 @@ void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E,
   check_launch("lsa_prediction_kernel");
 }
 
+// The full forward / VJP kernels before the tiled ones, kept reachable for the comparison on a GPU:
+// LSA_NATIVE_CUDA_OLD_KERNELS=1 (read at each launch) selects them. The old kernels are also the
+// fallback for a prompt whose tiled layout exceeds the device's shared memory while theirs fits.
+bool old_kernels_requested() {
+  const char* v = std::getenv("LSA_NATIVE_CUDA_OLD_KERNELS");
+  return v != nullptr && std::string(v) == "1";
+}
+
+bool use_tiled(std::size_t tiled_smem, std::size_t old_smem, const DeviceScope& scope) {
+  if (old_kernels_requested()) return false;
+  const std::size_t limit = std::size_t(scope.max_shared_bytes());
+  return tiled_smem <= limit || old_smem > limit;  // neither fits: the tiled one reports it
+}
+
 }  // namespace
 
 template <class T>
@@ -45,7 +60,7 @@ void lsa_predict(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T
   DeviceOutput<T> out(scope, y_hat, sh.batch);
   launch_prediction<T, PredictionMode::predict>(sh, scope, e.get(), nullptr, pv.get(), kq.get(),
                                                 out.get(), nullptr, nullptr, nullptr);
-  out.finish();
+  scope.finish();
 }
 
 template <class T>
@@ -60,12 +75,7 @@ double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* 
   int blocks = 0;
   launch_prediction<T, PredictionMode::loss>(sh, scope, e.get(), y.get(), pv.get(), kq.get(),
                                              yh.get(), nullptr, &partial, &blocks);
-  const double loss = finish_loss_and_grad(partial, blocks, int(sh.dim + 1), sh.batch, dpv.get(),
-                                           dkq.get());
-  dpv.finish();
-  dkq.finish();
-  yh.finish();
-  return loss;
+  return finish_loss_and_grad(scope, partial, blocks, int(sh.dim + 1), sh.batch, dpv.get(), dkq.get());
 }
 
 template <class T>
@@ -80,10 +90,8 @@ void lsa_predict_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_k
   int blocks = 0;
   launch_prediction<T, PredictionMode::vjp>(sh, scope, e.get(), dy.get(), pv.get(), kq.get(),
                                             nullptr, de.get(), &partial, &blocks);
-  finish_prediction_sums(partial, blocks, int(sh.dim + 1), 1.0, dpv.get(), dkq.get(), false);
-  dpv.finish();
-  dkq.finish();
-  de.finish();
+  finish_prediction_sums(partial, blocks, int(sh.dim + 1), 1.0, dpv.get(), dkq.get(), nullptr);
+  scope.finish();
 }
 
 template <class T>
@@ -94,13 +102,16 @@ void lsa_forward(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T
   const index_t rc = index_t(rows) * cols, n2 = index_t(rows) * rows;
   DeviceInput<T> e(scope, E, sh.batch * rc), pv(scope, W_pv, n2), kq(scope, W_kq, n2);
   DeviceOutput<T> out(scope, F, sh.batch * rc);
-  auto kernel = lsa_forward_kernel<T>;
-  const std::size_t smem = forward_smem<T>(rows, cols);
+  const std::size_t tiled_smem = tiled_forward_smem<T>(rows, cols), old_smem = forward_smem<T>(rows, cols);
+  const bool tiled = use_tiled(tiled_smem, old_smem, scope);
+  auto kernel = tiled ? lsa_forward_tiled_kernel<T> : lsa_forward_kernel<T>;
+  const std::size_t smem = tiled ? tiled_smem : old_smem;
+  const int threads = tiled ? kTiledThreads : kBlockThreads;
   prepare(kernel, smem, scope, "lsa_forward", sh);
-  const int blocks = resident_blocks(kernel, kBlockThreads, smem, scope, sh.batch);
-  kernel<<<blocks, kBlockThreads, smem, stream()>>>(sh, e.get(), pv.get(), kq.get(), out.get());
-  check_launch("lsa_forward_kernel");
-  out.finish();
+  const int blocks = resident_blocks(kernel, threads, smem, scope, sh.batch);
+  kernel<<<blocks, threads, smem, stream()>>>(sh, e.get(), pv.get(), kq.get(), out.get());
+  check_launch(tiled ? "lsa_forward_tiled_kernel" : "lsa_forward_kernel");
+  scope.finish();
 }
 
 template <class T>
@@ -113,21 +124,22 @@ void lsa_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const
   DeviceInput<T> e(scope, E, sh.batch * rc), pv(scope, W_pv, n2), kq(scope, W_kq, n2),
       df(scope, d_F, sh.batch * rc);
   DeviceOutput<T> dpv(scope, d_W_pv, n2), dkq(scope, d_W_kq, n2), de(scope, d_E, sh.batch * rc);
-  auto kernel = lsa_vjp_kernel<T>;
-  const std::size_t smem = vjp_smem<T>(rows, cols);
+  const std::size_t tiled_smem = tiled_vjp_smem<T>(rows, cols), old_smem = vjp_smem<T>(rows, cols);
+  const bool tiled = use_tiled(tiled_smem, old_smem, scope);
+  auto kernel = tiled ? lsa_vjp_tiled_kernel<T> : lsa_vjp_kernel<T>;
+  const std::size_t smem = tiled ? tiled_smem : old_smem;
+  const int threads = tiled ? kTiledThreads : kBlockThreads;
   prepare(kernel, smem, scope, "lsa_vjp", sh);
-  const int blocks = resident_blocks(kernel, kBlockThreads, smem, scope, sh.batch);
+  const int blocks = resident_blocks(kernel, threads, smem, scope, sh.batch);
   Scratch partial(sizeof(double) * std::size_t(blocks) * std::size_t(2 * n2));
-  kernel<<<blocks, kBlockThreads, smem, stream()>>>(sh, e.get(), pv.get(), kq.get(), df.get(),
-                                                    de.get(), static_cast<double*>(partial.get()));
-  check_launch("lsa_vjp_kernel");
+  kernel<<<blocks, threads, smem, stream()>>>(sh, e.get(), pv.get(), kq.get(), df.get(), de.get(),
+                                              static_cast<double*>(partial.get()));
+  check_launch(tiled ? "lsa_vjp_tiled_kernel" : "lsa_vjp_kernel");
   Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks, int(2 * n2));
   vjp_epilogue_kernel<T><<<1, kReduceThreads, 0, stream()>>>(static_cast<const double*>(total.get()),
                                                              int(n2), dpv.get(), dkq.get());
   check_launch("vjp_epilogue_kernel");
-  dpv.finish();
-  dkq.finish();
-  de.finish();
+  scope.finish();
 }
 
 LSA_NATIVE_LSA_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)

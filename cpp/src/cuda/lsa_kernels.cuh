@@ -351,6 +351,332 @@ __global__ void vjp_epilogue_kernel(const double* __restrict__ total, int n2, T*
   }
 }
 
+// ---- full forward and VJP, tiled: one 128-thread block per prompt ------------------------------
+//
+// The per-prompt work is products of three shapes, each done with few shared loads per FMA:
+// - Gram products over the tokens (G = E E^T / N, dP = d_F E^T; K = N + 1): register tiles
+//   kTokenTile x kTokenTile per thread (G: only tiles on or above the diagonal), the tokens split in
+//   g interleaved groups over adjacent lanes and summed by shuffles;
+// - small [d+1]^3 products (G W^KQ, W^PV (G W^KQ), the VJP's six): 3x3 register tiles;
+// - the token side F = E + P E, dE = d_F + P^T d_F + S E: lanes over tokens (kTok per lane, loads
+//   of E and d_F conflict-free, stores coalesced), 8-row chunks whose coefficients are read as
+//   128-bit broadcasts from a transposed, padded copy CT[s * ldc + r] = C[r, s].
+// Arithmetic per entry: recipe::accumulate_tile (= product_entry / token_product for g = 1) and
+// the order of recipe::row_combination_entry. Barriers: 5 per prompt (forward), 7 (VJP).
+
+constexpr int kTiledThreads = 128;
+constexpr int kTokenTile = 7;  // Gram products of the VJP (21 = 3 tiles at d = 20)
+constexpr int kSmallTile = 3;  // [d+1]^3 products and the forward's Gram (21 = 7 tiles)
+constexpr int kChunk = 8;      // rows per item of a row combination (one load8 of coefficients)
+
+// Row stride of the transposed coefficient copies: rows rounded up to kChunk (load8 alignment).
+__host__ __device__ inline int coefficient_stride(int rows) { return (rows + kChunk - 1) / kChunk * kChunk; }
+
+// Shared memory of the tiled kernels, in bytes. Forward, T: P^T [rows, ldc], W^PV, W^KQ, G, G W^KQ
+// [rows, rows], the prompt [rows, cols]. VJP: double dW^PV, dW^KQ [rows, rows]; T: P, S [rows, ldc],
+// W^PV, W^KQ, G, dP, U, T2, dG [rows, rows], E and d_F [rows, cols].
+template <class T>
+std::size_t tiled_forward_smem(int rows, int cols) {
+  return sizeof(T) * std::size_t(rows * coefficient_stride(rows) + 4 * rows * rows + rows * cols);
+}
+template <class T>
+std::size_t tiled_vjp_smem(int rows, int cols) {
+  return sizeof(double) * std::size_t(2 * rows * rows) +
+         sizeof(T) * std::size_t(2 * rows * coefficient_stride(rows) + 7 * rows * rows + 2 * rows * cols);
+}
+
+// One product of a phase: out[r, c] = Σ_{k<K} A(r, k) B(k, c) for r < n_r, c < n_c. sym: the
+// product is symmetric (A B^T with A = B), only tiles on or above the diagonal are computed and
+// each entry is stored at (r, c) and (c, r).
+template <class T>
+struct Product {
+  Mat<T> A, B;
+  int n_r, n_c, K;
+  bool sym;
+};
+
+template <int kT>
+__device__ __forceinline__ int tile_count(int n_r, int n_c, bool sym) {
+  const int tr = (n_r + kT - 1) / kT, tc = (n_c + kT - 1) / kT;
+  return sym ? tr * (tr + 1) / 2 : tr * tc;
+}
+
+// The products ps[0, count) computed together by the block's threads (independent products: no
+// barrier inside; the caller synchronises after). Items (tile, token group) are spread over the
+// threads; the k range of a tile is split in g groups (adjacent lanes, summed by group_sum) with g
+// the power of two <= min(8, K / 8) that fills the threads best. store(p, r, c, v) receives every
+// entry once (mirrored entries of symmetric products twice: (r, c) then (c, r)). The products are
+// picked with compile-time indices (kMax) so that they stay in registers, not on the stack.
+// g is chosen for all kMax products whatever `count`: it sets the summation order, so an entry
+// rounds the same whether or not the optional products run (dW with and without dE, bitwise).
+template <class T, int kT, int kMax, class Store>
+__device__ __forceinline__ void run_products(const Product<T> (&ps)[kMax], int count, Store store) {
+  int tiles = 0, plan_tiles = 0, k_min = 1 << 30;
+LSA_UNROLL
+  for (int p = 0; p < kMax; ++p) {
+    const int n = tile_count<kT>(ps[p].n_r, ps[p].n_c, ps[p].sym);
+    plan_tiles += n;
+    if (p < count) tiles += n;
+    k_min = ps[p].K < k_min ? ps[p].K : k_min;
+  }
+  const int nthreads = int(blockDim.x);
+  int g = 1;
+  long long best = 0;  // filled fraction tiles g / (rounds nthreads), compared as a cross product
+  long long best_den = 1;
+  for (int cand = 1; cand <= 8 && (cand == 1 || cand * 8 <= k_min); cand *= 2) {
+    const long long items = (long long)plan_tiles * cand;
+    const long long den = (items + nthreads - 1) / nthreads * nthreads;
+    if (items * best_den > best * den) {
+      best = items;
+      best_den = den;
+      g = cand;
+    }
+  }
+  const int items = tiles * g;
+  for (int base = 0; base < items; base += nthreads) {
+    const int item = base + int(threadIdx.x);
+    const bool active = item < items;
+    int t = active ? item / g : 0, p = 0;
+    const int kg = item % g;
+    Product<T> pr = ps[0];
+LSA_UNROLL
+    for (int q = 0; q < kMax; ++q) {  // the product of tile t
+      if (q >= count) break;
+      const int n = tile_count<kT>(ps[q].n_r, ps[q].n_c, ps[q].sym);
+      if (t < n) {
+        p = q;
+        pr = ps[q];
+        break;
+      }
+      t -= n;
+    }
+    int tr = 0, tc = 0;
+    if (pr.sym) {  // t-th tile of the upper triangle, row by row
+      const int nt = (pr.n_r + kT - 1) / kT;
+      while (t >= nt - tr) {
+        t -= nt - tr;
+        ++tr;
+      }
+      tc = tr + t;
+    } else {
+      const int nc = (pr.n_c + kT - 1) / kT;
+      tr = t / nc;
+      tc = t % nc;
+    }
+    T acc[kT][kT];
+LSA_UNROLL
+    for (int i = 0; i < kT; ++i)
+LSA_UNROLL
+      for (int j = 0; j < kT; ++j) acc[i][j] = T(0);
+    recipe::accumulate_tile<T, kT, kT>(acc, pr.A, pr.B, tr * kT, pr.n_r - 1, tc * kT, pr.n_c - 1,
+                                       kg, active ? pr.K : 0, g);
+    if (g > 1) {
+LSA_UNROLL
+      for (int i = 0; i < kT; ++i)
+LSA_UNROLL
+        for (int j = 0; j < kT; ++j) acc[i][j] = group_sum(acc[i][j], g);
+    }
+    if (!active || kg != 0) continue;
+LSA_UNROLL
+    for (int i = 0; i < kT; ++i)
+LSA_UNROLL
+      for (int j = 0; j < kT; ++j) {
+        const int r = tr * kT + i, c = tc * kT + j;
+        if (r >= pr.n_r || c >= pr.n_c || (pr.sym && c < r)) continue;
+        store(p, r, c, acc[i][j]);
+        if (pr.sym && c != r) store(p, c, r, acc[i][j]);
+      }
+  }
+}
+
+// out[r, j] = base[r, j] + Σ_s C[r, s] src[s, j] (+ Σ_s C2[r, s] src2[s, j] when CT2 is not null)
+// for one prompt [rows, cols] (base, src, src2 in shared memory, out in global memory), in the order
+// of recipe::row_combination_entry. Coefficients transposed: CT[s * ldc + r] = C[r, s]. Items
+// (8-row chunk, group of 32 kTok tokens) over the warps; lane l holds tokens l, l + 32, ...
+template <class T, int kTok>
+__device__ __forceinline__ void row_combination_items(int rows, int cols, int ldc, const T* base,
+                                                      const T* CT, const T* src, const T* CT2,
+                                                      const T* src2, T* __restrict__ out) {
+  const int lane = int(threadIdx.x) % kWarp, warp = int(threadIdx.x) / kWarp;
+  const int warps = int(blockDim.x) / kWarp;
+  const int chunks = (rows + kChunk - 1) / kChunk, groups = (cols + kWarp * kTok - 1) / (kWarp * kTok);
+  for (int item = warp; item < chunks * groups; item += warps) {
+    const int r0 = (item % chunks) * kChunk, j0 = (item / chunks) * kWarp * kTok + lane;
+    int j[kTok];
+LSA_UNROLL
+    for (int u = 0; u < kTok; ++u) j[u] = j0 + u * kWarp < cols ? j0 + u * kWarp : cols - 1;
+    T acc[kChunk][kTok];
+LSA_UNROLL
+    for (int i = 0; i < kChunk; ++i) {
+      const int r = r0 + i < rows ? r0 + i : rows - 1;
+LSA_UNROLL
+      for (int u = 0; u < kTok; ++u) acc[i][u] = base[r * cols + j[u]];
+    }
+    for (int term = 0; term < 2; ++term) {
+      const T* C = term == 0 ? CT : CT2;
+      const T* x = term == 0 ? src : src2;
+      if (C == nullptr) break;
+      for (int s = 0; s < rows; ++s) {
+        T c[kChunk], v[kTok];
+        load8(C + s * ldc + r0, c);
+LSA_UNROLL
+        for (int u = 0; u < kTok; ++u) v[u] = x[s * cols + j[u]];
+LSA_UNROLL
+        for (int i = 0; i < kChunk; ++i)
+LSA_UNROLL
+          for (int u = 0; u < kTok; ++u) acc[i][u] += c[i] * v[u];
+      }
+    }
+LSA_UNROLL
+    for (int i = 0; i < kChunk; ++i) {
+      if (r0 + i >= rows) break;
+LSA_UNROLL
+      for (int u = 0; u < kTok; ++u)
+        if (j0 + u * kWarp < cols) out[(r0 + i) * cols + j0 + u * kWarp] = acc[i][u];
+    }
+  }
+}
+
+// row_combination_items with kTok = 1, 2 or 4 tokens per lane, the fewest that cover the tokens in
+// one group (more tokens per lane: more FMAs per coefficient load; fewer: less padding).
+template <class T>
+__device__ __forceinline__ void row_combination(int rows, int cols, int ldc, const T* base,
+                                                const T* CT, const T* src, const T* CT2,
+                                                const T* src2, T* __restrict__ out) {
+  if (cols <= kWarp)
+    row_combination_items<T, 1>(rows, cols, ldc, base, CT, src, CT2, src2, out);
+  else if (cols <= 2 * kWarp)
+    row_combination_items<T, 2>(rows, cols, ldc, base, CT, src, CT2, src2, out);
+  else
+    row_combination_items<T, 4>(rows, cols, ldc, base, CT, src, CT2, src2, out);
+}
+
+// Zeros the padding columns [rows, ldc) of a [n, ldc] coefficient copy once per block: load8 reads
+// them (their products are dropped), so they must hold finite, initialised values.
+template <class T>
+__device__ __forceinline__ void zero_padding(T* CT, int lines, int rows, int ldc) {
+  for (int i = threadIdx.x; i < lines * ldc; i += blockDim.x)
+    if (i % ldc >= rows) CT[i] = T(0);
+}
+
+// F = E + P E with P = W^PV G W^KQ, G = E E^T / N   [ZFB (3.3)], Gram-first (layout:
+// tiled_forward_smem).
+template <class T>
+__global__ void lsa_forward_tiled_kernel(LsaShape sh, const T* __restrict__ E,
+                                         const T* __restrict__ W_pv, const T* __restrict__ W_kq,
+                                         T* __restrict__ F) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int rows = int(sh.dim + 1), cols = int(sh.context + 1), N = cols - 1;
+  const int n2 = rows * rows, size = rows * cols, ldc = coefficient_stride(rows);
+  T* Pt = reinterpret_cast<T*>(smem);  // Pt[s * ldc + r] = P[r, s]
+  T* sW_pv = Pt + rows * ldc;
+  T* sW_kq = sW_pv + n2;
+  T* G = sW_kq + n2;
+  T* GW = G + n2;
+  T* prompt = GW + n2;
+  for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+    sW_pv[i] = W_pv[i];
+    sW_kq[i] = W_kq[i];
+  }
+  zero_padding(Pt, rows, rows, ldc);
+  auto M = [rows](const T* p) { return rows_of<T>(p, rows); };
+  const Mat<T> Ep = rows_of<T>(prompt, cols);
+  const T inv_n = recipe::inv_context<T>(N);
+  for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
+    __syncthreads();  // parameters loaded / previous prompt done
+    stage(E + b * size, prompt, size, threadIdx.x, blockDim.x);
+    __syncthreads();
+    const Product<T> gram[1] = {{Ep, Ep.transposed(), rows, rows, cols, true}};  // G = E E^T / N
+    run_products<T, kSmallTile>(gram, 1, [&](int, int r, int c, T v) { G[r * rows + c] = v * inv_n; });
+    __syncthreads();
+    const Product<T> gw[1] = {{M(G), M(sW_kq), rows, rows, rows, false}};  // G W^KQ
+    run_products<T, kSmallTile>(gw, 1, [&](int, int r, int c, T v) { GW[r * rows + c] = v; });
+    __syncthreads();
+    const Product<T> p[1] = {{M(sW_pv), M(GW), rows, rows, rows, false}};  // P = W^PV (G W^KQ)
+    run_products<T, kSmallTile>(p, 1, [&](int, int r, int c, T v) { Pt[c * ldc + r] = v; });
+    __syncthreads();
+    row_combination<T>(rows, cols, ldc, prompt, Pt, prompt, nullptr, nullptr, F + b * size);
+  }
+}
+
+// VJP of lsa_forward (SPEC 3.2; steps at the end of lsa_recipe.hpp, U = dP W^KQ^T form; layout:
+// tiled_vjp_smem). partial [gridDim.x, 2 rows²] as lsa_vjp_kernel.
+template <class T>
+__global__ void lsa_vjp_tiled_kernel(LsaShape sh, const T* __restrict__ E, const T* __restrict__ W_pv,
+                                     const T* __restrict__ W_kq, const T* __restrict__ d_F,
+                                     T* __restrict__ d_E, double* __restrict__ partial) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int rows = int(sh.dim + 1), cols = int(sh.context + 1), N = cols - 1;
+  const int n2 = rows * rows, size = rows * cols, ldc = coefficient_stride(rows);
+  double* acc = reinterpret_cast<double*>(smem);  // [2 n2]: dW^PV, dW^KQ
+  T* Pc = reinterpret_cast<T*>(acc + 2 * n2);     // Pc[s * ldc + r] = P^T[r, s]
+  T* Sc = Pc + rows * ldc;                        // Sc[s * ldc + r] = S[r, s], S = (dG + dG^T)/N
+  T* sW_pv = Sc + rows * ldc;
+  T* sW_kq = sW_pv + n2;
+  T* G = sW_kq + n2;
+  T* dP = G + n2;
+  T* U = dP + n2;
+  T* T2 = U + n2;
+  T* dG = T2 + n2;
+  T* e = dG + n2;
+  T* df = e + size;
+  for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+    sW_pv[i] = W_pv[i];
+    sW_kq[i] = W_kq[i];
+    acc[i] = acc[n2 + i] = 0;
+  }
+  zero_padding(Pc, 2 * rows, rows, ldc);  // Pc and Sc
+  auto M = [rows](const T* p) { return rows_of<T>(p, rows); };
+  const Mat<T> Ep = rows_of<T>(e, cols), dFp = rows_of<T>(df, cols);
+  const Mat<T> W_pv_t = M(sW_pv).transposed(), W_kq_t = M(sW_kq).transposed();
+  const T inv_n = recipe::inv_context<T>(N);
+  const bool input_grad = d_E != nullptr;
+  for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
+    __syncthreads();
+    stage(E + b * size, e, size, threadIdx.x, blockDim.x);
+    stage(d_F + b * size, df, size, threadIdx.x, blockDim.x);
+    __syncthreads();
+    const Product<T> grams[2] = {{Ep, Ep.transposed(), rows, rows, cols, true},      // G N
+                                 {dFp, Ep.transposed(), rows, rows, cols, false}};  // dP = d_F E^T
+    run_products<T, kTokenTile>(grams, 2, [&](int p, int r, int c, T v) {
+      if (p == 0)
+        G[r * rows + c] = v * inv_n;
+      else
+        dP[r * rows + c] = v;
+    });
+    __syncthreads();
+    const Product<T> first[2] = {{M(dP), W_kq_t, rows, rows, rows, false},   // U = dP W^KQ^T
+                                 {M(G), W_pv_t, rows, rows, rows, false}};   // T2 = G W^PV^T
+    run_products<T, kSmallTile>(first, 2, [&](int p, int r, int c, T v) {
+      (p == 0 ? U : T2)[r * rows + c] = v;
+    });
+    __syncthreads();
+    const Product<T> second[4] = {{M(U), M(G), rows, rows, rows, false},     // dW^PV += U G
+                                  {M(T2), M(dP), rows, rows, rows, false},   // dW^KQ += T2 dP
+                                  {W_pv_t, M(U), rows, rows, rows, false},   // dG = W^PV^T U
+                                  {W_kq_t, M(T2), rows, rows, rows, false}}; // P^T = W^KQ^T T2
+    run_products<T, kSmallTile>(second, input_grad ? 4 : 2, [&](int p, int r, int c, T v) {
+      if (p < 2)
+        acc[p * n2 + r * rows + c] += double(v);
+      else if (p == 2)
+        dG[r * rows + c] = v;
+      else
+        Pc[c * ldc + r] = v;
+    });
+    if (!input_grad) continue;  // uniform across the block
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+      const int r = i / rows, c = i % rows;
+      Sc[c * ldc + r] = recipe::symmetric_part_entry(M(dG), N, r, c);
+    }
+    __syncthreads();
+    // dE = (d_F + P^T d_F) + ((dG + dG^T)/N) E
+    row_combination<T>(rows, cols, ldc, df, Pc, df, Sc, e, d_E + b * size);
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 2 * n2; i += blockDim.x) partial[index_t(blockIdx.x) * 2 * n2 + i] = acc[i];
+}
+
 template <class T>
 std::size_t forward_smem(int rows, int cols) {
   return sizeof(T) * std::size_t(5 * rows * rows + rows * cols);

@@ -41,31 +41,28 @@ kernels::PredictionLayout prediction_layout(const LsaShape& sh, bool sums, const
 }
 
 // d_W_pv, d_W_kq (device pointers) from the per-block partials [blocks, 1 + rows + rows²] of a
-// prediction kernel, scaled by `scale` (1/B for a loss, 1 for a VJP); with `loss` (a loss kernel)
-// returns L = ½ Σ res² / B and waits for it, else returns 0 without waiting.
+// prediction kernel, scaled by `scale` (1/B for a loss, 1 for a VJP); with `loss` (device, a loss
+// kernel) also L = ½ Σ res² / B there. Queued on the stream: nothing waits.
 template <class T>
-double finish_prediction_sums(const Scratch& partial, int blocks, int rows, double scale,
-                              T* d_W_pv, T* d_W_kq, bool loss) {
+void finish_prediction_sums(const Scratch& partial, int blocks, int rows, double scale, T* d_W_pv,
+                            T* d_W_kq, double* loss) {
   Scratch total = reduce_partials(static_cast<const double*>(partial.get()), blocks,
                                   1 + rows + rows * rows);
-  Scratch loss_dev;
-  if (loss) loss_dev = Scratch(sizeof(double));
   kernels::prediction_epilogue_kernel<T><<<1, kernels::kReduceThreads, 0, stream()>>>(
-      static_cast<const double*>(total.get()), rows, scale, d_W_pv, d_W_kq,
-      static_cast<double*>(loss_dev.get()));
+      static_cast<const double*>(total.get()), rows, scale, d_W_pv, d_W_kq, loss);
   check_launch("prediction_epilogue_kernel");
-  if (!loss) return 0;
-  double value = 0;
-  LSA_CUDA_CHECK(cudaMemcpyAsync(&value, loss_dev.get(), sizeof(double), cudaMemcpyDeviceToHost, stream()));
-  LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // the loss is returned: wait (reports faults)
-  return value;
 }
 
-// The loss L = ½ Σ res² / B and d_W_pv, d_W_kq of a loss kernel's partials; waits for the result.
+// The loss of a loss kernel's partials, returned: L = ½ Σ res² / B and d_W_pv, d_W_kq into the
+// call's outputs, then the scope's host outputs copied back with the one wait of the call.
 template <class T>
-double finish_loss_and_grad(const Scratch& partial, int blocks, int rows, index_t batch, T* d_W_pv,
-                            T* d_W_kq) {
-  return finish_prediction_sums(partial, blocks, rows, 1.0 / double(batch), d_W_pv, d_W_kq, true);
+double finish_loss_and_grad(DeviceScope& scope, const Scratch& partial, int blocks, int rows,
+                            index_t batch, T* d_W_pv, T* d_W_kq) {
+  double loss = 0;
+  DeviceOutput<double> loss_out(scope, &loss, 1);
+  finish_prediction_sums(partial, blocks, rows, 1.0 / double(batch), d_W_pv, d_W_kq, loss_out.get());
+  scope.finish();
+  return loss;
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ void philox4x32_10(const std::uint32_t* counters, index_t n, std::uint64_t seed,
   kernels::philox_kernel<<<grid_for(scope, n), kThreads, 0, stream()>>>(c.get(), n,
                                                                         rng::philox_key(seed), o.get());
   check_launch("philox_kernel");
-  o.finish();
+  scope.finish();
 }
 
 template <class T>
@@ -38,7 +38,7 @@ void random_variates(const StreamId& id, std::uint64_t start, index_t n, T* out,
   else
     kernels::variates_kernel<T, false><<<grid_for(scope, n), kThreads, 0, stream()>>>(a, start, n, o.get());
   check_launch("variates_kernel");
-  o.finish();
+  scope.finish();
 }
 
 template void random_variates<float>(const StreamId&, std::uint64_t, index_t, float*, bool);

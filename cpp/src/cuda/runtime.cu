@@ -1,4 +1,7 @@
 // CUDA runtime glue (runtime.cuh) and the device-memory part of the public API (device.hpp).
+#include <cstdint>
+#include <cstring>
+#include <mutex>
 #include <string>
 
 #include "cuda/runtime.cuh"
@@ -50,8 +53,91 @@ DeviceScope::~DeviceScope() {
 
 bool DeviceScope::on_device(const void* p) const { return device_of(p) == device_; }
 
+void DeviceScope::add_host_output(void* host, const void* device, std::size_t bytes) {
+  if (bytes > 0) host_outputs_.push_back({host, device, bytes});
+}
+
+namespace {
+
+// Pinned host memory for the small outputs of a call (one per host thread, never shrunk; pinned
+// so that the copies are queued without blocking and one wait covers them all).
+constexpr std::size_t kPinnedBytes = std::size_t(1) << 20;
+
+unsigned char* pinned_buffer() {
+  struct Pinned {
+    void* p = nullptr;
+    ~Pinned() {
+      if (p != nullptr) cudaFreeHost(p);  // at thread exit; errors (runtime gone) are moot
+    }
+  };
+  thread_local Pinned pinned;
+  if (pinned.p == nullptr) LSA_CUDA_CHECK(cudaMallocHost(&pinned.p, kPinnedBytes));
+  return static_cast<unsigned char*>(pinned.p);
+}
+
+constexpr std::size_t aligned(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+
+}  // namespace
+
+void DeviceScope::finish() {
+  if (host_outputs_.empty()) return;
+  std::size_t total = 0;
+  for (const HostOutput& o : host_outputs_) total += aligned(o.bytes);
+  if (total <= kPinnedBytes) {
+    unsigned char* stage = pinned_buffer();
+    std::size_t offset = 0;
+    for (const HostOutput& o : host_outputs_) {
+      LSA_CUDA_CHECK(cudaMemcpyAsync(stage + offset, o.device, o.bytes, cudaMemcpyDeviceToHost, stream()));
+      offset += aligned(o.bytes);
+    }
+    LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // one wait (reports kernel faults)
+    offset = 0;
+    for (const HostOutput& o : host_outputs_) {
+      std::memcpy(o.host, stage + offset, o.bytes);
+      offset += aligned(o.bytes);
+    }
+  } else {  // large outputs: straight into the caller's (pageable) memory
+    for (const HostOutput& o : host_outputs_)
+      LSA_CUDA_CHECK(cudaMemcpyAsync(o.host, o.device, o.bytes, cudaMemcpyDeviceToHost, stream()));
+    LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+  host_outputs_.clear();
+}
+
+namespace {
+
+// One stream-ordered memory pool per device, private to lsa_native, that keeps what scratch frees
+// (release threshold: unlimited). With the default pool's threshold of 0, every synchronisation
+// hands the memory back to the driver and the next call of a training loop maps it again.
+// cuda_release_memory() trims them.
+constexpr int kMaxDevices = 64;
+std::mutex pools_mutex;
+cudaMemPool_t pools[kMaxDevices] = {};
+
+cudaMemPool_t pool_of(int device) {
+  if (device < 0 || device >= kMaxDevices) throw Error("CUDA device index out of range");
+  std::lock_guard<std::mutex> lock(pools_mutex);
+  if (pools[device] == nullptr) {
+    cudaMemPoolProps props{};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    cudaMemPool_t pool = nullptr;
+    LSA_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
+    std::uint64_t keep_all = ~std::uint64_t(0);
+    LSA_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+    pools[device] = pool;
+  }
+  return pools[device];
+}
+
+}  // namespace
+
 Scratch::Scratch(std::size_t bytes) {
-  if (bytes > 0) LSA_CUDA_CHECK(cudaMallocAsync(&ptr_, bytes, stream()));
+  if (bytes == 0) return;
+  int device = 0;
+  LSA_CUDA_CHECK(cudaGetDevice(&device));  // the call's DeviceScope made it current
+  LSA_CUDA_CHECK(cudaMallocFromPoolAsync(&ptr_, bytes, pool_of(device), stream()));
 }
 
 void Scratch::release() noexcept {
@@ -100,5 +186,19 @@ int cuda_current_device() {
 }
 
 void cuda_synchronize() { LSA_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+void cuda_release_memory() {
+  std::lock_guard<std::mutex> lock(cuda::pools_mutex);
+  for (int device = 0; device < cuda::kMaxDevices; ++device) {
+    if (cuda::pools[device] == nullptr) continue;
+    int previous = 0;
+    LSA_CUDA_CHECK(cudaGetDevice(&previous));
+    LSA_CUDA_CHECK(cudaSetDevice(device));
+    const cudaError_t status = cudaDeviceSynchronize();  // frees queued on the stream are done
+    cudaSetDevice(previous);
+    cuda::check(status, "cudaDeviceSynchronize");
+    LSA_CUDA_CHECK(cudaMemPoolTrimTo(cuda::pools[device], 0));
+  }
+}
 
 }  // namespace lsa_native

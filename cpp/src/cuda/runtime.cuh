@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <initializer_list>
 #include <utility>
+#include <vector>
 
 #include "lsa_native/types.hpp"
 
@@ -25,6 +26,8 @@ inline cudaStream_t stream() { return cudaStreamLegacy; }
 
 // The device of a call: the device owning the device pointers among the arguments (they must all
 // live on one device), else the current device. It is current for the scope's lifetime.
+// The call's host outputs (DeviceOutput over host memory) register here; finish() copies them all
+// back with one wait.
 class DeviceScope {
  public:
   explicit DeviceScope(std::initializer_list<const void*> pointers);
@@ -36,9 +39,21 @@ class DeviceScope {
   int max_shared_bytes() const { return max_shared_; }  // opt-in dynamic shared memory per block
   // Whether the kernels can use p in place (device or managed memory of this device).
   bool on_device(const void* p) const;
+  // `bytes` of device memory at `device` to be copied to host memory `host` by finish().
+  void add_host_output(void* host, const void* device, std::size_t bytes);
+  // Copies the host outputs back after the call's kernels and waits once (small outputs through a
+  // per-thread pinned buffer: a pageable device-to-host copy would block once per output). With
+  // no host outputs it returns at once: the kernels may still be running.
+  void finish();
 
  private:
+  struct HostOutput {
+    void* host;
+    const void* device;
+    std::size_t bytes;
+  };
   int device_ = 0, previous_ = 0, sm_count_ = 0, max_shared_ = 0;
+  std::vector<HostOutput> host_outputs_;
 };
 
 // Stream-ordered scratch memory (cudaMallocAsync / cudaFreeAsync on stream()).
@@ -83,28 +98,21 @@ class DeviceInput {
 };
 
 // An output array [count] as a device pointer: itself when it is on the device, else device
-// scratch copied back to the host pointer by finish() (which then waits for the copy).
+// scratch that the scope's finish() copies to the host pointer.
 template <class T>
 class DeviceOutput {
  public:
-  DeviceOutput(const DeviceScope& scope, T* p, index_t count) : ptr_(p) {
+  DeviceOutput(DeviceScope& scope, T* p, index_t count) : ptr_(p) {
     if (p == nullptr || scope.on_device(p)) return;
-    bytes_ = sizeof(T) * static_cast<std::size_t>(count);
-    host_ = p;
-    copy_ = Scratch(bytes_);
+    const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(count);
+    copy_ = Scratch(bytes);
     ptr_ = static_cast<T*>(copy_.get());
+    scope.add_host_output(p, ptr_, bytes);
   }
   T* get() const { return ptr_; }
-  void finish() {
-    if (host_ == nullptr) return;
-    LSA_CUDA_CHECK(cudaMemcpyAsync(host_, ptr_, bytes_, cudaMemcpyDeviceToHost, stream()));
-    LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));
-  }
 
  private:
   T* ptr_;
-  T* host_ = nullptr;
-  std::size_t bytes_ = 0;
   Scratch copy_;
 };
 

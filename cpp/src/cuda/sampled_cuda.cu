@@ -75,10 +75,7 @@ double linear_prompts_lsa_loss_and_grad(const linear::Law<T>& host_law, index_t 
   const int blocks = method == FusedMethod::wishart
                          ? launch_wishart(P, batch, scope, pv.get(), kq.get(), &partial, &work)
                          : launch_tokens(P, batch, scope, pv.get(), kq.get(), &partial);
-  const double loss = finish_loss_and_grad(partial, blocks, int(rows), batch, dpv.get(), dkq.get());
-  dpv.finish();
-  dkq.finish();
-  return loss;
+  return finish_loss_and_grad(scope, partial, blocks, int(rows), batch, dpv.get(), dkq.get());
 }
 
 template double linear_prompts_lsa_loss_and_grad<float>(const linear::Law<float>&, index_t,
