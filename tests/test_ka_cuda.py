@@ -18,9 +18,22 @@ from test_cuda import FakeCudaArray, HostBackedCudaArray, _at, _import_or_skip, 
 
 DTYPES = [np.float32, np.float64]
 ACTS = list(ka.ACTIVATIONS)
-# (B, d, n, L, H): d = 1, n = 1, odd sizes, the CCS size, several heads.
+# (B, d, n, L, H): d = 1, n = 1, odd sizes, the CCS size, several heads, n + 1 = 32 and > 32 tokens
+# (the warp kernel's lanes hold one and two tokens), d + 1 > 8 (two register passes).
 SHAPES = [(1, 1, 1, 1, 1), (3, 1, 9, 3, 1), (5, 3, 1, 2, 1), (37, 2, 7, 2, 2), (131, 5, 30, 3, 1),
-          (9, 4, 13, 2, 3)]
+          (9, 4, 13, 2, 3), (6, 3, 31, 2, 1), (7, 3, 40, 2, 2), (5, 9, 6, 2, 2)]
+# The warp-per-prompt kernel (default) and the block kernel (LSA_NATIVE_CUDA_OLD_KERNELS=1, kept
+# until both have been measured on a GPU).
+KERNELS = ["warp", "block"]
+
+
+@pytest.fixture
+def kernel_choice(request, monkeypatch):
+    if request.param == "block":
+        monkeypatch.setenv("LSA_NATIVE_CUDA_OLD_KERNELS", "1")
+    else:
+        monkeypatch.delenv("LSA_NATIVE_CUDA_OLD_KERNELS", raising=False)
+    return request.param
 
 
 def problem(rng, B, d, n, L, H, dtype, scale=0.5):
@@ -192,10 +205,11 @@ def test_device_path_glue_on_an_emulated_gpu(rng, emulated_gpu, dtype):
 
 @needs_gpu
 @pytest.mark.cuda
+@pytest.mark.parametrize("kernel_choice", KERNELS, indirect=True)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("shape", SHAPES)
-def test_cuda_matches_the_cpu_kernels(rng, shape, act, dtype):
+def test_cuda_matches_the_cpu_kernels(rng, shape, act, dtype, kernel_choice):
     B_, d, n, L, H = shape
     Z0, y, V, B, C, dZ = problem(rng, B_, d, n, L, H, dtype)
     acts = acts_for(act, H)
@@ -233,7 +247,8 @@ def test_cuda_matches_the_cpu_kernels(rng, shape, act, dtype):
 
 @needs_gpu
 @pytest.mark.cuda
-def test_cuda_batch_sums_are_deterministic(rng):
+@pytest.mark.parametrize("kernel_choice", KERNELS, indirect=True)
+def test_cuda_batch_sums_are_deterministic(rng, kernel_choice):
     Z0, y, V, B, C, dZ = problem(rng, 20000, 5, 30, 3, 1, np.float32)
     runs = [ka.loss_and_grad(Z0, y, V, B, C, "softmax", device="cuda") for _ in range(2)]
     assert runs[0][0] == runs[1][0]

@@ -11,10 +11,13 @@ Rows (issue 11; target: native ≥ 3x PyTorch CUDA):
 - fwd+vjp: forward saving the context, then the VJP for an upstream ∂ℓ/∂Z_L with dZ0 (what an
   autograd wrapper runs) vs torch forward + backward of Σ Z_L ⊙ dZ.
 Also a correctness check at each size (native vs torch loss and gradients). Prints a table last.
+impl "old": the native rows again with LSA_NATIVE_CUDA_OLD_KERNELS=1 (the block-per-prompt
+kernel, kept until both have been measured; --no-old skips them).
 """
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -55,7 +58,8 @@ def torch_forward_vjp(Z0, V, B, C, act, dZ):
     return V.grad, B.grad, C.grad, Z0.grad
 
 
-def bench_size(dtype, Bsz: int, act: str, warmup: int, repeat: int, with_torch: bool):
+def bench_size(dtype, Bsz: int, act: str, warmup: int, repeat: int, with_torch: bool,
+               with_old: bool = True):
     d, n, L = 5, 30, 3
     tdtype = {np.float32: torch.float32, np.float64: torch.float64}[dtype]
     name = np.dtype(dtype).name
@@ -95,14 +99,19 @@ def bench_size(dtype, Bsz: int, act: str, warmup: int, repeat: int, with_torch: 
             print(f"[{name} {size}] correctness check FAILED: {type(exc).__name__}: {exc}", flush=True)
             torch.cuda.empty_cache()
 
-    row("loss+grad", "native", lambda: ka.loss_and_grad(Z0, y, V, B, C, act))
-    row("fwd", "native", lambda: ka.forward(Z0, V, B, C, act))
-
     def native_fwd_vjp():
         _, ctx = ka.forward(Z0, V, B, C, act, return_context=True)
         return ka.vjp(Z0, V, B, C, act, dZ, context=ctx)
 
-    row("fwd+vjp", "native", native_fwd_vjp)
+    for impl in ("native", "old") if with_old else ("native",):
+        if impl == "old":  # read by the launch code at every call
+            os.environ["LSA_NATIVE_CUDA_OLD_KERNELS"] = "1"
+        try:
+            row("loss+grad", impl, lambda: ka.loss_and_grad(Z0, y, V, B, C, act))
+            row("fwd", impl, lambda: ka.forward(Z0, V, B, C, act))
+            row("fwd+vjp", impl, native_fwd_vjp)
+        finally:
+            os.environ.pop("LSA_NATIVE_CUDA_OLD_KERNELS", None)
     if with_torch:
         row("loss+grad", "torch", lambda: torch_loss_and_grad(Z0, y, V, B, C, act))
         with torch.no_grad():
@@ -120,7 +129,7 @@ def table(rows) -> str:
              f"{'Mprompt/s':>10} {'vs torch':>9}"]
     for r in ok:
         t = ms_of.get((r["op"], r["dtype"], r["size"], "torch"))
-        speedup = f"{t / r['median_ms']:.1f}x" if r["impl"] == "native" and t else ""
+        speedup = f"{t / r['median_ms']:.1f}x" if r["impl"] != "torch" and t else ""
         lines.append(f"{r['op']:<10} {r['dtype']:<8} {r['size']:<18} {r['impl']:<7} "
                      f"{r['median_ms']:>10.3f} {r['prompts_per_s'] / 1e6:>10.2f} {speedup:>9}")
     lines += [f"{r['op']:<10} {r['dtype']:<8} {r['size']:<18} {r['impl']:<7} FAILED: {r['error'][:60]}"
@@ -134,6 +143,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=None, help="write the rows as JSON here (and a .txt table)")
     ap.add_argument("--quick", action="store_true", help="B = 3000 and 2^16 (a smoke run)")
+    ap.add_argument("--no-old", action="store_true", help="skip the old kernel's rows")
     args = ap.parse_args(argv)
     if not lsa_native.cuda_available():
         print("no CUDA device / lsa_native without CUDA kernels", file=sys.stderr)
@@ -141,9 +151,12 @@ def main(argv=None) -> int:
     small, large = (3000, 2**16) if args.quick else (30000, 2**20)
     rows = []
     for act in ("softmax", "exp"):
-        rows += bench_size(np.float32, small, act, warmup=3, repeat=15, with_torch=True)
-    rows += bench_size(np.float64, small, "softmax", warmup=2, repeat=10, with_torch=True)
-    rows += bench_size(np.float32, large, "softmax", warmup=1, repeat=5, with_torch=True)
+        rows += bench_size(np.float32, small, act, warmup=3, repeat=15, with_torch=True,
+                           with_old=not args.no_old)
+    rows += bench_size(np.float64, small, "softmax", warmup=2, repeat=10, with_torch=True,
+                       with_old=not args.no_old)
+    rows += bench_size(np.float32, large, "softmax", warmup=1, repeat=5, with_torch=True,
+                       with_old=not args.no_old)
     publish(rows, table(rows), args.out)
     return 0
 

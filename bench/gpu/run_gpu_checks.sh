@@ -69,7 +69,7 @@ TAIL=0 OPTIONAL=1 stage ncu 120 ncu --kernel-name regex:lsa_prediction_kernel --
 grep -E "lsa_prediction_kernel|DRAM Throughput|Memory Throughput|Duration|Achieved Occupancy|Registers Per|Theoretical Occupancy|ERR|rror" \
   "$OUT/ncu.log" | head -n 24
 
-TAIL=0 OPTIONAL=1 stage ncu_ka 120 ncu --kernel-name regex:ka_kernel --launch-skip 1 --launch-count 1 \
+TAIL=0 OPTIONAL=1 stage ncu_ka 120 ncu --kernel-name regex:"ka_(warp_)?kernel" --launch-skip 1 --launch-count 1 \
   --section SpeedOfLight --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
   --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
   "$PY" bench/gpu/profile_once.py --ka

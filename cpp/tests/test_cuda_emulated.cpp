@@ -257,14 +257,15 @@ enum class KaKernel { block, warp };  // ka_kernel, ka_warp_kernel
 // the CPU kernels. Outputs start as NaN (unwritten entries fail); the GPU's context must equal the
 // CPU's (one layout, recipe::KaContext).
 template <class T>
-void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaKernel kernel) {
+void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaKernel kernel,
+                            double logit_scale = 0.5) {
   const KernelAttentionShape& s = c.shape;
   SCOPED_TRACE(testing::Message() << (kernel == KaKernel::warp ? "warp kernel" : "block kernel")
                                   << " B=" << s.batch << " d=" << s.dim << " n=" << s.context
                                   << " L=" << s.layers << " H=" << s.heads << " act0=" << int(acts[0])
                                   << " grid=" << c.grid << " threads=" << c.threads
                                   << " max_shared=" << c.max_shared << " bytes=" << sizeof(T));
-  const auto pr = lsa_native::testing::random_ka_problem<T>(s, acts, unsigned(s.batch * 31 + s.dim * 7 + s.context), 0.5);
+  const auto pr = lsa_native::testing::random_ka_problem<T>(s, acts, unsigned(s.batch * 31 + s.dim * 7 + s.context), logit_scale);
   const index_t d = s.dim, D = d + 1, LH = s.layers * s.heads;
   const index_t nV = LH * D * D, nB = LH * d * d, np = s.batch * (s.layers + 1);
   const index_t ctx = lsa_native::kernel_attention_context_size<T>(s);
@@ -290,7 +291,8 @@ void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaK
       args.partial = partial->data();
     };
     if (kernel == KaKernel::warp) {
-      const auto lay = k::KaWarpLayout::make<T>(s, kMode, c.max_shared, int(c.threads / 32));
+      const auto lay = k::KaWarpLayout::make<T>(s, kMode, c.max_shared, int(c.threads / 32),
+                                                args.context != nullptr);
       EXPECT_GT(lay.warps, 0);
       const int rows = int(c.grid) * lay.warps;
       poison(rows, lay.acc_width());
@@ -326,6 +328,13 @@ void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaK
   expect_close(Z, Z_cpu, tol, "forward Z_L");
   expect_close(p, p_cpu, tol, "forward predictions");
   expect_close(cx, cx_cpu, tol, "forward context");
+  // Forward without the context (the warp kernel's compact workspace)
+  std::vector<T> Z2(pr.Z0.size(), nan), p2(np, nan);
+  k::KaArgs<T> fa2{pr.Z0.data(), nullptr, pr.V.data(), pr.Bq.data(), pr.Ck.data(), pr.acts.data(),
+                   nullptr, nullptr, Z2.data(), p2.data(), nullptr, nullptr, nullptr};
+  run(Fwd{}, fa2, nullptr);
+  expect_close(Z2, Z_cpu, tol, "forward Z_L (no context)");
+  expect_close(p2, p_cpu, tol, "forward predictions (no context)");
   // VJP without and with the context, with and without the input gradient
   for (int variant = 0; variant < 3; ++variant) {
     const T* context = variant == 0 ? nullptr : cx.data();
@@ -368,13 +377,16 @@ const KaConfig kKaConfigs[] = {
     {{3, 5, 30, 3, 1}, 2, 128, kAllShared}, {{3, 3, 7, 2, 2}, 2, 64, 2048}};
 
 // The warp kernel: d = 1, n = 1, n + 1 = 32 (even: the workspace stride is padded to 33), n + 1 > 32
-// (two token columns per lane), d + 1 > kKaTile rows (two register passes), layers and heads,
-// 1-3 warps per block, 1-3 blocks, fewer and more prompts than warps.
+// (two token columns per lane), d + 1 > kKaTile rows (two and three register passes), layers and
+// heads, 1-3 warps per block, 1-3 blocks, fewer and more prompts than warps, and the largest n the
+// warp kernel takes at d = 5, L = 3 in float32 on an H100 (n = 106: four tokens per lane; L = 2
+// here, as L = 3 overflows float32 with exp at this n).
 const KaConfig kKaWarpConfigs[] = {
     {{1, 1, 1, 1, 1}, 1, 32, kAllShared},    {{5, 2, 5, 2, 1}, 2, 64, kAllShared},
     {{7, 3, 31, 2, 1}, 3, 96, kAllShared},   {{4, 3, 40, 2, 2}, 2, 64, kAllShared},
     {{3, 9, 6, 2, 2}, 1, 96, kAllShared},    {{6, 5, 30, 3, 1}, 2, 64, kAllShared},
-    {{2, 12, 70, 1, 2}, 2, 32, kAllShared}};
+    {{2, 12, 70, 1, 2}, 2, 32, kAllShared},  {{2, 5, 106, 2, 1}, 1, 32, kAllShared},
+    {{3, 20, 10, 1, 1}, 2, 64, kAllShared}};
 
 template <class T>
 void check_kernel_attention_all(KaKernel kernel) {
@@ -396,17 +408,32 @@ TEST(CudaKernelsEmulated, KernelAttentionFloat32) { check_kernel_attention_all<f
 TEST(CudaKernelsEmulated, KernelAttentionWarpFloat64) { check_kernel_attention_all<double>(KaKernel::warp); }
 TEST(CudaKernelsEmulated, KernelAttentionWarpFloat32) { check_kernel_attention_all<float>(KaKernel::warp); }
 
-// The warp kernel's boundary: the CCS size runs 4 warps per block in float and double; a warp
-// whose workspace does not fit the budget gets 0 warps (the launch then takes ka_kernel).
+// Softmax logits far beyond e^88 (float32's range): the column max must be subtracted.
+TEST(CudaKernelsEmulated, KernelAttentionWarpLargeLogits) {
+  const KaConfig c{{3, 4, 9, 2, 1}, 2, 32, kAllShared};
+  check_kernel_attention<float>(c, {Activation::softmax}, KaKernel::warp, 12.0);
+  check_kernel_attention<double>(c, {Activation::softmax}, KaKernel::warp, 12.0);
+}
+
+// The warp kernel's boundary: the CCS size fits several warps per block in float and double; the
+// workspace row stride is an odd number of 16-byte units; a warp whose workspace does not fit the
+// budget gets 0 warps (the launch then takes ka_kernel).
 TEST(CudaKernelsEmulated, KernelAttentionWarpLayout) {
   const KernelAttentionShape ccs{30000, 5, 30, 3, 1};
   const std::size_t h100 = 227 * 1024;
   for (auto mode : {k::KaMode::forward, k::KaMode::vjp, k::KaMode::loss_grad}) {
     const auto f = k::KaWarpLayout::make<float>(ccs, mode, h100);
-    EXPECT_EQ(f.warps, k::kKaMaxWarps);
+    EXPECT_GE(f.warps, 3);
     EXPECT_LE(f.shared_bytes(), h100);
-    EXPECT_EQ(f.Sw % 2, 1);
-    EXPECT_GE(k::KaWarpLayout::make<double>(ccs, mode, h100).warps, 1);
+    EXPECT_EQ(f.Sw, 36);  // 31 tokens: 9 units of 4 floats
+    if (mode == k::KaMode::forward) {  // without the context: Z_ℓ, Z_{ℓ+1}, one head's state
+      const auto compact = k::KaWarpLayout::make<float>(ccs, mode, h100, 4, false);
+      EXPECT_EQ(compact.state_bytes, std::size_t(4 * 36 * (2 * 6 + 2 * 5 + 30 + 6)));  // 58 rows
+      EXPECT_EQ(f.state_bytes, std::size_t(4 * 36 * (4 * 6 + 3 * (2 * 5 + 30 + 6))));  // 162 rows
+    }
+    const auto g = k::KaWarpLayout::make<double>(ccs, mode, h100);
+    EXPECT_GE(g.warps, 1);
+    EXPECT_EQ(g.Sw, 34);  // 17 units of 2 doubles
   }
   const auto big = k::KaWarpLayout::make<float>({8, 20, 400, 2, 1}, k::KaMode::loss_grad, h100);
   EXPECT_EQ(big.warps, 0);

@@ -2,9 +2,10 @@
 //
 // As in lsa_recipe.hpp, a recipe is the list of per-entry formulas of one prompt's computation;
 // a backend decides which thread computes which entry and when the inputs of a step are ready (the
-// CUDA kernels of cuda/ka_kernels.cuh: threads of a block over a prompt staged in shared memory;
-// the scalar host driver of cpp/tests/test_ka_recipe.cpp: plain loops). Every formula sums in the
-// order written here.
+// CUDA kernels of cuda/ka_warp_kernels.cuh: a warp per prompt, lanes over tokens, the product
+// entries with the inner index in the same order; cuda/ka_kernels.cuh: threads of a block over a
+// prompt staged in shared memory; the scalar host driver of cpp/tests/test_ka_recipe.cpp: plain
+// loops). Every formula sums in the order written here.
 //
 // One layer ℓ and head s, for a prompt Z = Z_ℓ [D = d+1, n+1] (columns = tokens, the last one the
 // query), X = Z[:d, :], M = diag(1, …, 1, 0):
@@ -132,11 +133,17 @@ LSA_HD T logit_entry(Mat<T> U, Mat<T> W, int d, int i, int j) {
   return product_entry(U.transposed(), W, d, i, j);
 }
 
+// One step of a running maximum (column_max; a backend streaming the column calls it directly).
+template <class T>
+LSA_HD T max_step(T m, T s) {
+  return s > m ? s : m;
+}
+
 // max_{i<n} S[i, j]: the shift of a softmax column (S's first n rows).
 template <class T>
 LSA_HD T column_max(Mat<T> S, int n, int j) {
   T m = S(0, j);
-  for (int i = 1; i < n; ++i) m = S(i, j) > m ? S(i, j) : m;
+  for (int i = 1; i < n; ++i) m = max_step(m, S(i, j));
   return m;
 }
 

@@ -48,15 +48,33 @@ std::string shape_text(const char* what, const KernelAttentionShape& sh) {
          ", L = " + std::to_string(sh.layers) + ", H = " + std::to_string(sh.heads);
 }
 
-// Runs ka_warp_kernel<T, kMode> (a warp per prompt, lay.warps per block) over the batch; returns
-// the rows of *partial (one per warp of the grid).
+// Runs ka_warp_kernel<T, kMode> over the batch, with the warps per block (≤ most.warps) that keep
+// the most warps resident per SM; returns the rows of *partial (one per warp of the grid).
 template <class T, KaMode kMode>
-int launch_warps(const KernelAttentionShape& sh, const DeviceScope& scope, const KaWarpLayout& lay,
+int launch_warps(const KernelAttentionShape& sh, const DeviceScope& scope, const KaWarpLayout& most,
                  KaArgs<T> args, Scratch* partial, const char* what) {
   auto kernel = kernels::ka_warp_kernel<T, kMode>;
+  const std::size_t max_shared = std::size_t(scope.max_shared_bytes());
+  prepare_shared(kernel, most.shared_bytes(), scope, shape_text(what, sh));
+  // The grid is sized to the resident warps: ask for the largest shared-memory carveout (the kernel
+  // reads its global arrays once; L1 buys it nothing).
+  LSA_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                      int(cudaSharedmemCarveoutMaxShared)));
+  const bool with_context = args.context != nullptr;
+  KaWarpLayout lay = most;
+  int resident = 0;
+  for (int w = 1; w <= most.warps; ++w) {
+    const KaWarpLayout l = KaWarpLayout::make<T>(sh, kMode, max_shared, w, with_context);
+    int per_sm = 0;
+    LSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::kWarp * w,
+                                                                 l.shared_bytes()));
+    if (per_sm * w >= resident) {  // ties: more warps per block (fewer parameter stagings)
+      resident = per_sm * w;
+      lay = l;
+    }
+  }
   const std::size_t smem = lay.shared_bytes();
   const int threads = kernels::kWarp * lay.warps;
-  prepare_shared(kernel, smem, scope, shape_text(what, sh));
   const int blocks = resident_blocks(kernel, threads, smem, scope, (sh.batch + lay.warps - 1) / lay.warps);
   const int rows = blocks * lay.warps;
   if (kMode != KaMode::forward) {
@@ -74,7 +92,8 @@ template <class T, KaMode kMode>
 int launch(const KernelAttentionShape& sh, const DeviceScope& scope, KaArgs<T> args,
            Scratch* partial, const char* what) {
   const std::size_t max_shared = std::size_t(scope.max_shared_bytes());
-  const KaWarpLayout wl = KaWarpLayout::make<T>(sh, kMode, max_shared);
+  const KaWarpLayout wl =
+      KaWarpLayout::make<T>(sh, kMode, max_shared, kernels::kKaMaxWarps, args.context != nullptr);
   if (wl.warps > 0 && !old_kernels_requested())
     return launch_warps<T, kMode>(sh, scope, wl, args, partial, what);
   const KaLayout lay = KaLayout::make<T>(sh, kMode, max_shared);

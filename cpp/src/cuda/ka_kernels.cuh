@@ -28,9 +28,17 @@ constexpr int kKaThreads = 128;
 
 enum class KaMode { forward, vjp, loss_grad };
 
+// The sizes of a kernel-attention call every kernel layout starts from.
+struct KaDims {
+  int d, n, D, cols, L, H;  // D = d + 1 rows, cols = n + 1 tokens
+  static KaDims of(const KernelAttentionShape& s) {
+    const int d = int(s.dim), n = int(s.context);
+    return {d, n, d + 1, n + 1, int(s.layers), int(s.heads)};
+  }
+};
+
 // Where a kernel's data lives and how big it is (values of T unless said otherwise).
-struct KaLayout {
-  int d, n, D, cols, L, H;
+struct KaLayout : KaDims {
   recipe::KaContext ctx;
   int state_values;  // workspace: ctx.size() (+ the backward scratch except in the forward)
   int param_values;  // V, B, C: L·H·((d+1)² + 2d²)
@@ -44,12 +52,7 @@ struct KaLayout {
   template <class T>
   static KaLayout make(const KernelAttentionShape& s, KaMode mode, std::size_t max_shared) {
     KaLayout l{};
-    l.d = int(s.dim);
-    l.n = int(s.context);
-    l.D = l.d + 1;
-    l.cols = l.n + 1;
-    l.L = int(s.layers);
-    l.H = int(s.heads);
+    static_cast<KaDims&>(l) = KaDims::of(s);
     l.ctx = recipe::context_layout<T>(s);
     const int Tt = l.ctx.Tt;
     const long long scratch = mode == KaMode::forward ? 0 : (long long)Tt * (3 * l.D + l.n + 2 * l.d);

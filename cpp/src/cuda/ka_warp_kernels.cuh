@@ -36,41 +36,57 @@ namespace {
 
 constexpr int kKaTile = 8;       // output rows a lane accumulates in registers per pass
 constexpr int kKaMaxWarps = 4;   // warps (prompts in flight) per block
+template <class T>
+inline constexpr int kVec = int(16 / sizeof(T));  // values per 16-byte shared-memory load
 
-// Shared memory of the warp kernels: per block the parameters V, B, C (as ka_kernel); per warp the
-// double accumulators [Σ r², dV, dB, dC] (not in the forward) and the workspace: the forward state
-// in the context's row order with row stride Sw (recipe::KaContext with Tt = Sw), then the backward
-// scratch dZ, dZ', dY [D, Sw], dS [n, Sw], dU, dW [d, Sw].
-struct KaWarpLayout {
-  int d, n, D, cols, L, H, Sw;
+// Shared memory of the warp kernels: per block the parameters staged per head (HeadParams); per
+// warp the double accumulators [Σ r², dV, dB, dC] (not in the forward) and the workspace: the
+// forward state in the context's row order with row stride Sw (recipe::KaContext with Tt = Sw),
+// then the backward scratch dZ, dZ', dY [D, Sw], dS [n, Sw], dU, dW [d, Sw]. A forward that saves
+// no context keeps only Z_ℓ, Z_{ℓ+1} and one head's U, W, h̃, Y (`compact`: ws is the layout of
+// L = H = 1, Z_ℓ in slot ℓ mod 2): 58 instead of 162 rows at the CCS size.
+struct KaWarpLayout : KaDims {
+  int Sw;  // the workspace's row stride
+  bool compact;
   int warps;  // per block; 0: the workspace of one warp does not fit (use ka_kernel)
   recipe::KaContext ctx;  // the saved context's layout (global memory, Tt = cols rounded up)
   recipe::KaContext ws;   // the same rows in the workspace (Tt = Sw)
-  int state_values, param_values;
+  int state_values, param_values;  // workspace values per warp; V, B, C values (the gradient)
+  int Pd, PD;                        // d, D rounded up to kVec: the staged parameters' row length
   std::size_t params_bytes, acc_bytes, state_bytes;
+  // Staged values of one head (ℓ, s), each matrix [rows, P] (see HeadParams).
+  __host__ __device__ int head_values() const { return 4 * d * Pd + 2 * D * PD; }
   __host__ __device__ int acc_width() const { return 1 + param_values; }
   __host__ __device__ std::size_t warp_bytes() const { return acc_bytes + state_bytes; }
   __host__ __device__ std::size_t shared_bytes() const { return params_bytes + std::size_t(warps) * warp_bytes(); }
+  // Workspace offsets of Z_ℓ and of head (ℓ, s)'s U, W, h̃, Y.
+  __host__ __device__ long long z(int l) const { return ws.z(compact ? l % 2 : l); }
+  __host__ __device__ long long u(int l, int s) const { return compact ? ws.u(0, 0) : ws.u(l, s); }
+  __host__ __device__ long long w(int l, int s) const { return compact ? ws.w(0, 0) : ws.w(l, s); }
+  __host__ __device__ long long h(int l, int s) const { return compact ? ws.h(0, 0) : ws.h(l, s); }
+  __host__ __device__ long long y(int l, int s) const { return compact ? ws.y(0, 0) : ws.y(l, s); }
 
-  // As many warps (≤ max_warps) as fit `max_shared` bytes.
+  // As many warps (≤ max_warps) as fit `max_shared` bytes; `with_context`: the forward saves the
+  // context (else compact; other modes keep the whole forward state for the backward).
   template <class T>
   static KaWarpLayout make(const KernelAttentionShape& s, KaMode mode, std::size_t max_shared,
-                           int max_warps = kKaMaxWarps) {
+                           int max_warps = kKaMaxWarps, bool with_context = true) {
     KaWarpLayout l{};
-    l.d = int(s.dim);
-    l.n = int(s.context);
-    l.D = l.d + 1;
-    l.cols = l.n + 1;
-    l.L = int(s.layers);
-    l.H = int(s.heads);
-    l.Sw = l.cols | 1;  // odd: rows i = 0..31 of a column in 32 different banks
+    static_cast<KaDims&>(l) = KaDims::of(s);
+    l.compact = mode == KaMode::forward && !with_context;
+    // A multiple of the 16-byte load, an odd number of them: rows start aligned, and the rows
+    // read by the lanes of a quarter warp (16-byte loads) or a warp (4-byte loads, ≤ 32 / kVec
+    // rows) fall in distinct banks.
+    l.Sw = kVec<T> * (((l.cols + kVec<T> - 1) / kVec<T>) | 1);
     l.ctx = recipe::context_layout<T>(s);
-    l.ws = l.ctx;
+    l.ws = l.compact ? recipe::KaContext{l.d, l.n, l.D, 1, 1, l.Sw} : l.ctx;
     l.ws.Tt = l.Sw;
     const long long scratch = mode == KaMode::forward ? 0 : (long long)l.Sw * (3 * l.D + l.n + 2 * l.d);
     const long long state = l.ws.size() + scratch;
     l.param_values = l.L * l.H * (l.D * l.D + 2 * l.d * l.d);
-    l.params_bytes = align16(sizeof(T) * std::size_t(l.param_values));
+    l.Pd = (l.d + kVec<T> - 1) / kVec<T> * kVec<T>;
+    l.PD = (l.D + kVec<T> - 1) / kVec<T> * kVec<T>;
+    l.params_bytes = align16(sizeof(T) * std::size_t(l.L * l.H) * std::size_t(l.head_values()));
     l.acc_bytes = mode == KaMode::forward ? 0 : align16(sizeof(double) * std::size_t(l.acc_width()));
     l.state_bytes = align16(sizeof(T) * std::size_t(state));
     l.state_values = state < (1LL << 30) ? int(state) : 0;
@@ -81,12 +97,59 @@ struct KaWarpLayout {
   }
 };
 
+// ---- one lane's column products ------------------------------------------------------------
 // acc[k] += Σ_{m < inner} A(r0 + k, m) · x(m) for the rows r0 + k < rows, m ascending (the
-// recipe's per-entry order): A is read as a warp broadcast, x(m) (the lane's own column) once per
-// kKaTile rows.
+// recipe's per-entry order), A read as warp broadcasts, x(m) from the lane's own column or row.
+// A is one of: a recipe::Mat (scalar loads: the small parameter matrices), Rows (A(r, m) = p[r·ld
+// + m]: 16-byte loads along m) or Cols (A(r, m) = p[m·ld + r]: 16-byte loads along r). Workspace
+// rows start 16-byte aligned (ld a multiple of kVec) and their padding columns are 0.
+
+template <class T>
+struct __align__(16) Pack {
+  T v[kVec<T>];
+};
+
+template <class T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p) {
+  return *reinterpret_cast<const Pack<T>*>(p);
+}
+
+template <class T>
+struct Rows {  // A(r, m) = p[r·ld + m]
+  const T* p;
+  int ld;
+};
+template <class T>
+struct Cols {  // A(r, m) = p[m·ld + r]
+  const T* p;
+  int ld;
+};
+
+// x(m) = p[m·ld + j]: the lane's own column (consecutive lanes, consecutive words).
+template <class T>
+struct OwnColumn {
+  const T* p;
+  int ld, j;
+  __device__ __forceinline__ T operator()(int m) const { return p[m * ld + j]; }
+  __device__ __forceinline__ Pack<T> pack(int m) const {
+    Pack<T> x;
+LSA_UNROLL
+    for (int v = 0; v < kVec<T>; ++v) x.v[v] = p[(m + v) * ld + j];
+    return x;
+  }
+};
+// x(m) = p[m]: the lane's own row (16-byte loads; rows of an odd number of 16-byte units apart,
+// so the lanes of a quarter warp hit distinct banks).
+template <class T>
+struct OwnRow {
+  const T* p;
+  __device__ __forceinline__ T operator()(int m) const { return p[m]; }
+  __device__ __forceinline__ Pack<T> pack(int m) const { return load_pack(p + m); }
+};
+
 template <class T, class X>
-__device__ __forceinline__ void tile_column(recipe::Mat<T> A, int rows, int r0, int inner, X x,
-                                            T (&acc)[kKaTile]) {
+__device__ __forceinline__ void tile(recipe::Mat<T> A, int rows, int r0, int inner, const X& x,
+                                     T (&acc)[kKaTile]) {
   for (int m = 0; m < inner; ++m) {
     const T xm = x(m);
 LSA_UNROLL
@@ -95,70 +158,173 @@ LSA_UNROLL
   }
 }
 
+template <class T, class X>
+__device__ __forceinline__ void tile(Rows<T> A, int rows, int r0, int inner, const X& x,
+                                     T (&acc)[kKaTile]) {
+  constexpr int V = kVec<T>;
+  int m = 0;
+  for (; m + V <= inner; m += V) {
+    const Pack<T> xm = x.pack(m);
+LSA_UNROLL
+    for (int k = 0; k < kKaTile; ++k)
+      if (r0 + k < rows) {
+        const Pack<T> a = load_pack(A.p + (r0 + k) * A.ld + m);
+LSA_UNROLL
+        for (int v = 0; v < V; ++v) acc[k] += a.v[v] * xm.v[v];
+      }
+  }
+  for (; m < inner; ++m) {
+    const T xm = x(m);
+LSA_UNROLL
+    for (int k = 0; k < kKaTile; ++k)
+      if (r0 + k < rows) acc[k] += A.p[(r0 + k) * A.ld + m] * xm;
+  }
+}
+
+// Rows r0 + k ≥ rows inside a loaded pack accumulate values that are never stored; a pack is
+// loaded only when its first row is < rows ≤ ld, so it stays inside the row.
+template <class T, class X>
+__device__ __forceinline__ void tile(Cols<T> A, int rows, int r0, int inner, const X& x,
+                                     T (&acc)[kKaTile]) {
+  constexpr int V = kVec<T>;
+  for (int m = 0; m < inner; ++m) {
+    const T xm = x(m);
+LSA_UNROLL
+    for (int q = 0; q < kKaTile / V; ++q)
+      if (r0 + q * V < rows) {
+        const Pack<T> a = load_pack(A.p + m * A.ld + r0 + q * V);
+LSA_UNROLL
+        for (int v = 0; v < V; ++v) acc[q * V + v] += a.v[v] * xm;
+      }
+  }
+}
+
 // out(r) = init(r) + Σ_{m < inner} A(r, m) x(m) for every r < rows (one column, kKaTile rows per
 // pass); init(r) is read before out(r) is written, so out may update in place.
-template <class T, class X, class Init, class Out>
-__device__ __forceinline__ void column_product(recipe::Mat<T> A, int rows, int inner, X x, Init init,
-                                               Out out) {
+template <class A, template <class> class X, class T, class Init, class Out>
+__device__ __forceinline__ void column_product(A a, int rows, int inner, const X<T>& x, Init init, Out out) {
   for (int r0 = 0; r0 < rows; r0 += kKaTile) {
     T acc[kKaTile];
 LSA_UNROLL
     for (int k = 0; k < kKaTile; ++k) acc[k] = r0 + k < rows ? init(r0 + k) : T(0);
-    tile_column(A, rows, r0, inner, x, acc);
+    tile(a, rows, r0, inner, x, acc);
 LSA_UNROLL
     for (int k = 0; k < kKaTile; ++k)
       if (r0 + k < rows) out(r0 + k, acc[k]);
   }
 }
 
-// Forward of one prompt in the warp's workspace ws (layout lay.ws) from Z_0 already staged.
-// Ends with __syncwarp.
+// x = Σ_{j < cols} a[j] b[j] and y = Σ_j c[j] e[j] (recipe::token_product over workspace rows),
+// 16-byte loads; two independent chains, so a lane's two entries overlap their FMA latencies.
 template <class T>
-__device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* V, const T* Bq, const T* Ck,
-                                const Activation* acts, int lane) {
-  using recipe::rows_of;
+__device__ __forceinline__ void token_dots(const T* a, const T* b, const T* c, const T* e, int cols,
+                                           T& x, T& y) {
+  x = y = T(0);
+  int j = 0;
+  for (; j + kVec<T> <= cols; j += kVec<T>) {
+    const Pack<T> pa = load_pack(a + j), pb = load_pack(b + j), pc = load_pack(c + j), pe = load_pack(e + j);
+LSA_UNROLL
+    for (int v = 0; v < kVec<T>; ++v) {
+      x += pa.v[v] * pb.v[v];
+      y += pc.v[v] * pe.v[v];
+    }
+  }
+  for (; j < cols; ++j) {
+    x += a[j] * b[j];
+    y += c[j] * e[j];
+  }
+}
+
+// The parameters of head (ℓ, s) staged in shared memory for broadcast 16-byte loads along the
+// output rows (Cols operands), rows of Pd / PD values (padding 0): Bt[c, a] = B[a, c] and Ct (U = B X,
+// W = C X), Bp[a, b] = B[a, b] and Cp (dX += Bᵀ dU + Cᵀ dW), Vt[q, r] = V[r, q] (Z += V Y) and
+// Vp[r, q] = V[r, q] (dY = Vᵀ dO).
+template <class T>
+struct HeadParams {
+  const T *Bt, *Ct, *Bp, *Cp, *Vt, *Vp;
+  __device__ HeadParams(const KaWarpLayout& lay, const T* staged, int p) {
+    Bt = staged + std::size_t(p) * std::size_t(lay.head_values());
+    Ct = Bt + lay.d * lay.Pd;
+    Bp = Ct + lay.d * lay.Pd;
+    Cp = Bp + lay.d * lay.Pd;
+    Vt = Cp + lay.d * lay.Pd;
+    Vp = Vt + lay.D * lay.PD;
+  }
+};
+
+// Stages V, B, C ([L, H, D, D], [L, H, d, d] x 2, global) as HeadParams with the block's threads.
+template <class T>
+__device__ void stage_head_params(const KaWarpLayout& lay, const T* __restrict__ V,
+                                  const T* __restrict__ Bq, const T* __restrict__ Ck, T* staged,
+                                  int tid, int nt) {
+  const int d = lay.d, D = lay.D, Pd = lay.Pd, PD = lay.PD, hv = lay.head_values();
+  for (int i = tid; i < lay.L * lay.H * hv; i += nt) {
+    const int p = i / hv, k = i % hv;
+    const int m = k < 4 * d * Pd ? k / (d * Pd) : 4 + (k - 4 * d * Pd) / (D * PD);  // which matrix
+    const int e = m < 4 ? k - m * d * Pd : k - 4 * d * Pd - (m - 4) * D * PD;       // entry in it
+    const int P = m < 4 ? Pd : PD, row = e / P, col = e % P;
+    const bool transposed = m == 0 || m == 1 || m == 4;  // Bt, Ct, Vt
+    const int r = transposed ? col : row, c = transposed ? row : col;  // entry (r, c) of B, C or V
+    const int n = m < 4 ? d : D;
+    const T* src = m == 0 || m == 2 ? Bq : m == 1 || m == 3 ? Ck : V;
+    staged[i] = col < n ? src[std::size_t(p) * n * n + r * n + c] : T(0);
+  }
+}
+
+// Forward of one prompt in the warp's workspace ws from Z_0 already staged (and synchronized);
+// writes the predictions Z_ℓ[d, n], ℓ = 0..L, to `predictions` when not null. Ends with __syncwarp.
+template <class T>
+__device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
+                                const Activation* acts, T* predictions, int lane) {
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
-  const recipe::KaContext& c = lay.ws;
   const auto zero = [](int) { return T(0); };
+  if (predictions != nullptr && lane == 0) predictions[0] = ws[lay.z(0) + d * S + n];
   for (int l = 0; l < lay.L; ++l) {
-    const T* Zp = ws + c.z(l);
-    T* Zn = ws + c.z(l + 1);
-    const auto Z = rows_of<T>(Zp, S);
+    const T* Zp = ws + lay.z(l);
+    T* Zn = ws + lay.z(l + 1);
     for (int j = lane; j < cols; j += kWarp)
       for (int r = 0; r < D; ++r) Zn[r * S + j] = Zp[r * S + j];
     for (int s = 0; s < lay.H; ++s) {
       const int p = l * lay.H + s;
       const Activation a = acts[s];
-      const auto Bm = rows_of<T>(Bq + p * d * d, d), Cm = rows_of<T>(Ck + p * d * d, d);
-      const auto Vm = rows_of<T>(V + p * D * D, D);
-      T *U = ws + c.u(l, s), *W = ws + c.w(l, s), *Hs = ws + c.h(l, s), *Y = ws + c.y(l, s);
+      const HeadParams<T> hp(lay, staged, p);
+      T *U = ws + lay.u(l, s), *W = ws + lay.w(l, s), *Hs = ws + lay.h(l, s), *Y = ws + lay.y(l, s);
+      if (lay.compact && s > 0) __syncwarp();  // the previous head's U, W, h̃, Y are read no more
       for (int j = lane; j < cols; j += kWarp) {  // U = B X, W = C X: recipe::u_entry
-        const auto xj = [&](int m) { return Zp[m * S + j]; };
-        column_product(Bm, d, d, xj, zero, [&](int r, T v) { U[r * S + j] = v; });
-        column_product(Cm, d, d, xj, zero, [&](int r, T v) { W[r * S + j] = v; });
+        const OwnColumn<T> xj{Zp, S, j};
+        column_product(Cols<T>{hp.Bt, lay.Pd}, d, d, xj, zero, [&](int r, T v) { U[r * S + j] = v; });
+        column_product(Cols<T>{hp.Ct, lay.Pd}, d, d, xj, zero, [&](int r, T v) { W[r * S + j] = v; });
       }
       __syncwarp();
-      const auto Ut = rows_of<T>(U, S).transposed();
       for (int j = lane; j < cols; j += kWarp) {
         // S[:, j] = Uᵀ W[:, j] (recipe::logit_entry), h̃ element-wise or by column   (12)
+        // Column-wise (softmax), on the lane's own column: the max (recipe::column_max) taken as S
+        // is written, then e^(S − max) and its sum (column_sum) in one pass, then the scale.
         const bool cw = recipe::column_wise(a);
-        column_product(Ut, n, d, [&](int m) { return W[m * S + j]; }, zero,
-                       [&](int i, T v) { Hs[i * S + j] = cw ? v : recipe::activation_value(a, v, T(0)); });
-        if (cw) {  // the lane's own column: max subtracted, normalized
-          const auto Hm = rows_of<T>(Hs, S);
-          const T shift = recipe::column_max(Hm, n, j);
-          for (int i = 0; i < n; ++i) Hs[i * S + j] = recipe::activation_value(a, Hs[i * S + j], shift);
-          const T scale = recipe::inverse(recipe::column_sum(Hm, n, j));
+        T shift = T(0);
+        column_product(Cols<T>{U, S}, n, d, OwnColumn<T>{W, S, j}, zero, [&](int i, T v) {
+          Hs[i * S + j] = cw ? v : recipe::activation_value(a, v, T(0));
+          shift = i == 0 ? v : recipe::max_step(shift, v);
+        });
+        if (cw) {
+          T sum = T(0);
+          for (int i = 0; i < n; ++i) {
+            const T e = recipe::activation_value(a, Hs[i * S + j], shift);
+            Hs[i * S + j] = e;
+            sum += e;
+          }
+          const T scale = recipe::inverse(sum);
           for (int i = 0; i < n; ++i) Hs[i * S + j] *= scale;
         }
         // Y[:, j] = Z M h̃[:, j] (recipe::y_entry); Z_{ℓ+1}[:, j] += V Y[:, j] (residual_entry)   (3)
-        column_product(Z, D, n, [&](int m) { return Hs[m * S + j]; }, zero,
+        column_product(Rows<T>{Zp, S}, D, n, OwnColumn<T>{Hs, S, j}, zero,
                        [&](int r, T v) { Y[r * S + j] = v; });
-        column_product(Vm, D, D, [&](int m) { return Y[m * S + j]; },
+        column_product(Cols<T>{hp.Vt, lay.PD}, D, D, OwnColumn<T>{Y, S, j},
                        [&](int r) { return Zn[r * S + j]; }, [&](int r, T v) { Zn[r * S + j] = v; });
       }
     }
     __syncwarp();  // Z_{ℓ+1} complete: the next layer reads its rows across tokens
+    if (predictions != nullptr && lane == 0) predictions[l + 1] = Zn[d * S + n];
   }
 }
 
@@ -166,69 +332,75 @@ __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* V, cons
 // first scratch rows; parameter gradients accumulated into gV, gB, gC (the warp's doubles). Returns
 // ∂ℓ/∂Z_0 (inside the scratch). Ends with __syncwarp.
 template <class T>
-__device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* V, const T* Bq, const T* Ck,
+__device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* staged,
                                const Activation* acts, double* gV, double* gB, double* gC, int lane) {
-  using recipe::rows_of;
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
-  const recipe::KaContext& c = lay.ws;
   const auto zero = [](int) { return T(0); };
-  T* dZ = ws + c.size();
+  T* dZ = ws + lay.ws.size();
   T* dZp = dZ + D * S;
   T* dY = dZp + D * S;
   T* dS = dY + D * S;
   T* dU = dS + n * S;
   T* dW = dU + d * S;
-  const auto dYm = rows_of<T>(dY, S), dSm = rows_of<T>(dS, S);
-  const auto dUm = rows_of<T>(dU, S), dWm = rows_of<T>(dW, S);
   for (int l = lay.L - 1; l >= 0; --l) {
-    const T* Zl = ws + c.z(l);
-    const auto Z = rows_of<T>(Zl, S);
-    const auto dO = rows_of<T>(dZ, S);
+    const T* Zl = ws + lay.z(l);
     for (int j = lane; j < cols; j += kWarp)
       for (int r = 0; r < D; ++r) dZp[r * S + j] = dZ[r * S + j];
     for (int s = 0; s < lay.H; ++s) {
       const int p = l * lay.H + s;
       const Activation a = acts[s];
-      const auto Bm = rows_of<T>(Bq + p * d * d, d), Cm = rows_of<T>(Ck + p * d * d, d);
-      const auto Vm = rows_of<T>(V + p * D * D, D);
-      const T *U = ws + c.u(l, s), *W = ws + c.w(l, s), *Hs = ws + c.h(l, s);
-      const auto Ym = rows_of<T>(ws + c.y(l, s), S), Hm = rows_of<T>(Hs, S);
-      for (int e = lane; e < D * D; e += kWarp)  // dV += dO Yᵀ (lanes over entries)
-        gV[p * D * D + e] += double(recipe::token_product_entry(dO, Ym, cols, e / D, e % D));
+      const HeadParams<T> hp(lay, staged, p);
+      const T *U = ws + lay.u(l, s), *W = ws + lay.w(l, s), *Hs = ws + lay.h(l, s);
+      const T* Y = ws + lay.y(l, s);
+      for (int e = lane; e < D * D; e += 2 * kWarp) {  // dV += dO Yᵀ (lanes over entries, two at a time)
+        const int f = e + kWarp < D * D ? e + kWarp : e;  // (f = e: computed twice, stored once)
+        T x, y;
+        token_dots(dZ + (e / D) * S, Y + (e % D) * S, dZ + (f / D) * S, Y + (f % D) * S, cols, x, y);
+        gV[p * D * D + e] += double(x);
+        if (f != e) gV[p * D * D + f] += double(y);
+      }
       for (int j = lane; j < cols; j += kWarp)  // dY[:, j] = Vᵀ dO[:, j]: recipe::dy_entry
-        column_product(Vm.transposed(), D, D, [&](int m) { return dZ[m * S + j]; }, zero,
+        column_product(Cols<T>{hp.Vp, lay.PD}, D, D, OwnColumn<T>{dZ, S, j}, zero,
                        [&](int q, T v) { dY[q * S + j] = v; });
       __syncwarp();
       for (int j = lane; j < cols; j += kWarp) {
         if (j < n)  // dZ[:, j] += dY h̃ᵀ[:, j] (token_product_entry; row j of h̃, odd stride)
-          column_product(dYm, D, cols, [&](int m) { return Hs[j * S + m]; }, zero,
+          column_product(Rows<T>{dY, S}, D, cols, OwnRow<T>{Hs + j * S}, zero,
                          [&](int r, T v) { dZp[r * S + j] += v; });
         // dh̃[:, j] = (Z M)ᵀ dY[:, j] (dh_entry), then dS[:, j] = activation gradient, own column
-        column_product(Z.transposed(), n, D, [&](int m) { return dY[m * S + j]; }, zero,
-                       [&](int i, T v) { dS[i * S + j] = v; });
-        const T dot = recipe::column_wise(a) ? recipe::column_dot(Hm, dSm, n, j) : T(0);
-        for (int i = 0; i < n; ++i) dS[i * S + j] = recipe::activation_gradient(a, Hs[i * S + j], dS[i * S + j], dot);
+        // (element-wise activations at once; softmax needs Σ_i h̃ dh̃ first: recipe::column_dot)
+        const bool cw = recipe::column_wise(a);
+        T dot = T(0);
+        column_product(Cols<T>{Zl, S}, n, D, OwnColumn<T>{dY, S, j}, zero, [&](int i, T v) {
+          const T h = Hs[i * S + j];
+          dS[i * S + j] = cw ? v : recipe::activation_gradient(a, h, v, T(0));
+          dot += h * v;
+        });
+        if (cw)
+          for (int i = 0; i < n; ++i) dS[i * S + j] = recipe::activation_gradient(a, Hs[i * S + j], dS[i * S + j], dot);
       }
       __syncwarp();
       for (int j = lane; j < cols; j += kWarp) {
         // dU[:, j] = W dSᵀ[:, j] for j < n (row j of dS; query column 0), dW[:, j] = U[:, :n] dS[:, j]
         if (j < n)
-          column_product(rows_of<T>(W, S), d, cols, [&](int m) { return dS[j * S + m]; }, zero,
+          column_product(Rows<T>{W, S}, d, cols, OwnRow<T>{dS + j * S}, zero,
                          [&](int r, T v) { dU[r * S + j] = v; });
         else
           for (int r = 0; r < d; ++r) dU[r * S + j] = T(0);
-        column_product(rows_of<T>(U, S), d, n, [&](int m) { return dS[m * S + j]; }, zero,
+        column_product(Rows<T>{U, S}, d, n, OwnColumn<T>{dS, S, j}, zero,
                        [&](int r, T v) { dW[r * S + j] = v; });
         // dX[:, j] += Bᵀ dU[:, j] + Cᵀ dW[:, j]: recipe::input_gradient_entry, B's term first
-        column_product(Bm.transposed(), d, d, [&](int m) { return dU[m * S + j]; },
+        column_product(Cols<T>{hp.Bp, lay.Pd}, d, d, OwnColumn<T>{dU, S, j},
                        [&](int r) { return dZp[r * S + j]; }, [&](int r, T v) { dZp[r * S + j] = v; });
-        column_product(Cm.transposed(), d, d, [&](int m) { return dW[m * S + j]; },
+        column_product(Cols<T>{hp.Cp, lay.Pd}, d, d, OwnColumn<T>{dW, S, j},
                        [&](int r) { return dZp[r * S + j]; }, [&](int r, T v) { dZp[r * S + j] = v; });
       }
       __syncwarp();
       for (int e = lane; e < d * d; e += kWarp) {  // dB += dU Xᵀ, dC += dW Xᵀ (lanes over entries)
-        gB[p * d * d + e] += double(recipe::token_product_entry(dUm, Z, cols, e / d, e % d));
-        gC[p * d * d + e] += double(recipe::token_product_entry(dWm, Z, cols, e / d, e % d));
+        T x, y;
+        token_dots(dU + (e / d) * S, Zl + (e % d) * S, dW + (e / d) * S, Zl + (e % d) * S, cols, x, y);
+        gB[p * d * d + e] += double(x);
+        gC[p * d * d + e] += double(y);
       }
     }
     T* t = dZ;  // dZ_ℓ becomes the upstream gradient of layer ℓ − 1
@@ -248,43 +420,50 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, L = lay.L, S = lay.Sw, Tt = lay.ctx.Tt;
   const index_t per = index_t(D) * cols, ctx_size = lay.ctx.size();
   const int ctx_rows = int(ctx_size / Tt), width = lay.acc_width();
-  T* params = reinterpret_cast<T*>(smem);
+  T* staged = reinterpret_cast<T*>(smem);
+  stage_head_params(lay, a.V, a.Bq, a.Ck, staged, tid, nt);
   const int nV = L * lay.H * D * D, nB = L * lay.H * d * d;
-  for (int i = tid; i < nV; i += nt) params[i] = a.V[i];
-  for (int i = tid; i < nB; i += nt) {
-    params[nV + i] = a.Bq[i];
-    params[nV + nB + i] = a.Ck[i];
-  }
-  const T *V = params, *Bq = params + nV, *Ck = params + nV + nB;
   unsigned char* mine = smem + lay.params_bytes + std::size_t(warp) * lay.warp_bytes();
   double* acc = kMode == KaMode::forward ? nullptr : reinterpret_cast<double*>(mine);
   T* ws = reinterpret_cast<T*>(mine + lay.acc_bytes);
   if (acc != nullptr)
     for (int i = lane; i < width; i += kWarp) acc[i] = 0;
+  for (int i = lane; i < lay.state_values; i += kWarp) ws[i] = T(0);  // padding columns stay 0
   __syncthreads();  // the parameters are staged
   const index_t warps = nt / kWarp, first = index_t(blockIdx.x) * warps + warp;
-  for (index_t b = first; b < sh.batch; b += index_t(gridDim.x) * warps) {
+  const index_t stride = index_t(gridDim.x) * warps;
+  for (index_t b = first; b < sh.batch; b += stride) {
+    // Inputs are copied asynchronously (all of a prompt's copies in flight at once), then waited
+    // for; the next prompt's are prefetched into L2 meanwhile.
+    if (b + stride < sh.batch) {
+      const index_t next = b + stride;
+      if (kMode == KaMode::vjp && a.context != nullptr)
+        prefetch_l2(a.context + next * ctx_size, ctx_size, lane, kWarp);
+      else
+        prefetch_l2(a.Z0 + next * per, per, lane, kWarp);
+      if (kMode == KaMode::vjp) prefetch_l2(a.d_Z_out + next * per, per, lane, kWarp);
+    }
     if (kMode == KaMode::vjp && a.context != nullptr) {  // context rows (stride Tt) → workspace (Sw)
       const T* src = a.context + b * ctx_size;
       for (int r = 0; r < ctx_rows; ++r)
-        for (int j = lane; j < cols; j += kWarp) ws[r * S + j] = src[index_t(r) * Tt + j];
+        for (int j = lane; j < cols; j += kWarp) copy_async(ws + r * S + j, src + index_t(r) * Tt + j);
+      copy_async_wait();
       __syncwarp();
     } else {
       const T* z0 = a.Z0 + b * per;
       for (int j = lane; j < cols; j += kWarp)
-        for (int r = 0; r < D; ++r) ws[r * S + j] = z0[r * cols + j];
+        for (int r = 0; r < D; ++r) copy_async(ws + r * S + j, z0 + r * cols + j);
+      copy_async_wait();
       __syncwarp();
-      ka_warp_forward(lay, ws, V, Bq, Ck, a.acts, lane);
+      ka_warp_forward(lay, ws, staged, a.acts, a.predictions ? a.predictions + b * (L + 1) : nullptr, lane);
     }
-    if (a.predictions != nullptr && kMode != KaMode::vjp)
-      for (int l = lane; l <= L; l += kWarp) a.predictions[b * (L + 1) + l] = ws[lay.ws.z(l) + d * S + n];
     if (kMode == KaMode::forward) {
       if (a.Z_out != nullptr) {
-        const T* ZL = ws + lay.ws.z(L);
+        const T* ZL = ws + lay.z(L);
         for (int j = lane; j < cols; j += kWarp)
           for (int r = 0; r < D; ++r) a.Z_out[b * per + r * cols + j] = ZL[r * S + j];
       }
-      if (a.context != nullptr) {  // workspace → context rows, padding exactly 0
+      if (a.context != nullptr) {  // workspace → context rows, padding 0 (then !lay.compact)
         T* dst = a.context + b * ctx_size;
         for (int r = 0; r < ctx_rows; ++r)
           for (int j = lane; j < Tt; j += kWarp) dst[index_t(r) * Tt + j] = j < cols ? ws[r * S + j] : T(0);
@@ -296,16 +475,17 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
     if (kMode == KaMode::vjp) {
       const T* src = a.d_Z_out + b * per;
       for (int j = lane; j < cols; j += kWarp)
-        for (int r = 0; r < D; ++r) dZ[r * S + j] = src[r * cols + j];
+        for (int r = 0; r < D; ++r) copy_async(dZ + r * S + j, src + r * cols + j);
+      copy_async_wait();
     } else {  // ∂/∂Z_L of (1/B) Σ (TF + y_q)² is 2 r / B at [d, n]   (5)
-      const double r = recipe::loss_residual(double(ws[lay.ws.z(L) + d * S + n]), double(a.y_q[b]));
+      const double r = recipe::loss_residual(double(ws[lay.z(L) + d * S + n]), double(a.y_q[b]));
       if (lane == 0) acc[0] += r * r;
       const T seed = T(recipe::loss_seed(r, sh.batch));
       for (int j = lane; j < cols; j += kWarp)
         for (int q = 0; q < D; ++q) dZ[q * S + j] = q == d && j == n ? seed : T(0);
     }
     __syncwarp();
-    const T* dZ0 = ka_warp_backward(lay, ws, V, Bq, Ck, a.acts, acc + 1, acc + 1 + nV, acc + 1 + nV + nB, lane);
+    const T* dZ0 = ka_warp_backward(lay, ws, staged, a.acts, acc + 1, acc + 1 + nV, acc + 1 + nV + nB, lane);
     if (a.d_Z0 != nullptr)
       for (int j = lane; j < cols; j += kWarp)
         for (int r = 0; r < D; ++r) a.d_Z0[b * per + r * cols + j] = dZ0[r * S + j];

@@ -71,15 +71,38 @@ LSA_UNROLL
   }
 }
 
-// Asks for n contiguous values at src to be brought into L2 (no registers, no wait), spread over
-// the threads [0, nthreads): the next prompt of a grid-stride loop arrives while this one computes.
+// *dst = *src for a shared-memory dst and a global src without a register round trip: on sm_80+
+// an asynchronous copy (cp.async), so a thread can have hundreds in flight; the data is there after
+// copy_async_wait() (this thread) and a barrier (the others). Plain copy elsewhere (the emulator).
+template <class T>
+__device__ __forceinline__ void copy_async(T* dst, const T* src) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "cp.async copies 4, 8 or 16 bytes");
+  asm volatile("cp.async.ca.shared.global [%0], [%1], %2;\n" ::"r"(
+                   static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(src), "n"(int(sizeof(T))));
+#else
+  *dst = *src;
+#endif
+}
+
+__device__ __forceinline__ void copy_async_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_all;\n" ::: "memory");
+#endif
+}
+
+// Asks L2 for the n values at src (a 128-byte line per thread and step, no registers, no wait),
+// spread over the threads [0, nthreads): the next prompt of a grid-stride loop arrives while this
+// one computes. No-op in the emulator.
 template <class T>
 __device__ __forceinline__ void prefetch_l2(const T* src, index_t n, int tid, int nthreads) {
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__)
   const char* p = reinterpret_cast<const char*>(src);
   const index_t bytes = n * index_t(sizeof(T));
   for (index_t off = index_t(tid) * 128; off < bytes; off += index_t(nthreads) * 128)
     asm volatile("prefetch.global.L2 [%0];" ::"l"(p + off));
+  if (tid == 0 && bytes > 0) asm volatile("prefetch.global.L2 [%0];" ::"l"(p + bytes - 1));  // last line
 #else
   (void)src, (void)n, (void)tid, (void)nthreads;
 #endif
