@@ -254,6 +254,9 @@ def test_cuda_batch_sums_are_deterministic(rng, kernel_choice):
     assert runs[0][0] == runs[1][0]
     for a, b in zip(runs[0][1:], runs[1][1:]):
         np.testing.assert_array_equal(a, b)
+    # exp logits at scale 0.5 overflow float32 in ~1 of 8 draws of 20000 prompts (the CPU raises the
+    # same FloatingPointError); at 0.25 the largest |dZ0| over 40 draws was 1.5e5.
+    Z0, y, V, B, C, dZ = problem(rng, 20000, 5, 30, 3, 1, np.float32, scale=0.25)
     v = [ka.vjp(Z0, V, B, C, "exp", dZ, device="cuda") for _ in range(2)]
     for a, b in zip(v[0], v[1]):
         np.testing.assert_array_equal(a, b)
