@@ -3,8 +3,6 @@
 // (a warp per prompt) and ka_kernels.cuh (a block per prompt: shapes whose per-warp workspace does
 // not fit shared memory, or every shape under LSA_NATIVE_CUDA_OLD_KERNELS=1).
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "cuda/ka_cuda.hpp"
@@ -35,13 +33,6 @@ struct KaSizes {
                     "values; use device='cpu'");
   }
 };
-
-// LSA_NATIVE_CUDA_OLD_KERNELS=1 (read at every launch) runs the block-per-prompt ka_kernel for
-// every shape: kept until both kernels have been measured on a GPU.
-bool old_kernels_requested() {
-  const char* v = std::getenv("LSA_NATIVE_CUDA_OLD_KERNELS");
-  return v != nullptr && std::strcmp(v, "1") == 0;
-}
 
 std::string shape_text(const char* what, const KernelAttentionShape& sh) {
   return std::string(what) + ": d = " + std::to_string(sh.dim) + ", n = " + std::to_string(sh.context) +
@@ -186,11 +177,9 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z
   Scratch partial;
   const int rows =
       launch<T, KaMode::loss_grad>(sh, scope, args, &partial, "kernel_attention_loss_and_grad");
-  double loss = 0;
-  DeviceOutput<double> loss_out(scope, &loss, 1);
-  finish_gradients(sh, n, partial, rows, dv.get(), db.get(), dc.get(), loss_out.get());
-  scope.finish();  // the loss is returned: the one wait of the call
-  return loss;
+  return returned_loss(scope, [&](double* loss) {
+    finish_gradients(sh, n, partial, rows, dv.get(), db.get(), dc.get(), loss);
+  });
 }
 
 LSA_NATIVE_KA_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)

@@ -16,8 +16,8 @@
 //     lane of token i, which reads row i of h̃ / dS: the workspace's row stride Sw is odd, so the 32
 //     rows sit in 32 different banks; the parameter-gradient entries (dV, dB, dC; lanes over entries)
 //     read rows with the same odd stride;
-//   * the lanes of a warp only wait for each other at __syncwarp (four per head in the backward,
-//     one in the forward); no block barrier after the parameters are staged.
+//   * the lanes of a warp only wait for each other at __syncwarp (per layer one, plus three per head
+//     in the backward and one in the forward); no block barrier after the parameters are staged.
 // Every entry sums in the recipe's order (recipe::product_entry / token_product /
 // row_combination_entry: the inner index ascending), with the activation, softmax and loss-seed
 // formulas called from common/ka_recipe.hpp, so the CPU tests of the recipe cover this arithmetic.

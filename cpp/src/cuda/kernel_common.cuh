@@ -1,7 +1,8 @@
-// Building blocks shared by the CUDA kernels (lsa_kernels.cuh, ka_kernels.cuh): the device
-// keywords the CPU emulation (cpp/tests/cuda_emulation.hpp) redefines, staging of contiguous
-// values, warp sums and the fixed-order reduction of per-block partial sums (no atomics: two runs
-// on one device give bitwise equal results).
+// Building blocks shared by the CUDA kernels (lsa_kernels.cuh, ka_kernels.cuh, ka_warp_kernels.cuh):
+// the device keywords the CPU emulation (cpp/tests/cuda_emulation.hpp) redefines, staging of
+// contiguous values (stage, stage_all, copy_async), L2 prefetch, 16-byte shared loads (load8), warp
+// sums and the fixed-order reduction of per-block partial sums (no atomics: two runs with the same
+// launch geometry — the same GPU model and settings — give bitwise equal results).
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,6 @@
 // CUDA backend of the batched LSA (lsa.hpp): staging of host arrays and launch geometry around the
 // kernels of lsa_kernels.cuh (shared launch helpers and reductions: lsa_launch.cuh, launch.cuh).
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "cuda/lsa_cuda.hpp"
@@ -36,14 +35,8 @@ void launch_prediction(const LsaShape& sh, const DeviceScope& scope, const T* E,
   check_launch("lsa_prediction_kernel");
 }
 
-// The full forward / VJP kernels before the tiled ones, kept reachable for the comparison on a GPU:
-// LSA_NATIVE_CUDA_OLD_KERNELS=1 (read at each launch) selects them. The old kernels are also the
-// fallback for a prompt whose tiled layout exceeds the device's shared memory while theirs fits.
-bool old_kernels_requested() {
-  const char* v = std::getenv("LSA_NATIVE_CUDA_OLD_KERNELS");
-  return v != nullptr && std::string(v) == "1";
-}
-
+// The tiled full forward / VJP kernels, unless old_kernels_requested() (runtime.cuh) or only the
+// old kernels' layout fits the device's shared memory (their fallback role).
 bool use_tiled(std::size_t tiled_smem, std::size_t old_smem, const DeviceScope& scope) {
   if (old_kernels_requested()) return false;
   const std::size_t limit = std::size_t(scope.max_shared_bytes());

@@ -355,14 +355,16 @@ __global__ void vjp_epilogue_kernel(const double* __restrict__ total, int n2, T*
 //
 // The per-prompt work is products of three shapes, each done with few shared loads per FMA:
 // - Gram products over the tokens (G = E E^T / N, dP = d_F E^T; K = N + 1): register tiles
-//   kTokenTile x kTokenTile per thread (G: only tiles on or above the diagonal), the tokens split in
+//   kTokenTile x kTokenTile per thread in the VJP, kSmallTile x kSmallTile in the forward (G: only
+//   tiles on or above the diagonal), the tokens split in
 //   g interleaved groups over adjacent lanes and summed by shuffles;
 // - small [d+1]^3 products (G W^KQ, W^PV (G W^KQ), the VJP's six): 3x7 register tiles;
 // - the token side F = E + P E, dE = d_F + P^T d_F + S E: lanes over tokens (kTok per lane, loads
 //   of E and d_F conflict-free, stores coalesced), 8-row chunks whose coefficients are read as
 //   128-bit broadcasts from a transposed, padded copy CT[s * ldc + r] = C[r, s].
 // Arithmetic per entry: recipe::accumulate_tile (= product_entry / token_product for g = 1) and
-// the order of recipe::row_combination_entry. Barriers: 5 per prompt (forward), 7 (VJP).
+// the order of recipe::row_combination_entry. Barriers per prompt: 5 (forward), 6 (VJP; 4 without
+// dE).
 
 constexpr int kTiledThreads = 128;
 constexpr int kTokenTile = 7;  // Gram products of the VJP (21 = 3 tiles at d = 20)

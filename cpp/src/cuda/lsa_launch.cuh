@@ -58,11 +58,9 @@ void finish_prediction_sums(const Scratch& partial, int blocks, int rows, double
 template <class T>
 double finish_loss_and_grad(DeviceScope& scope, const Scratch& partial, int blocks, int rows,
                             index_t batch, T* d_W_pv, T* d_W_kq) {
-  double loss = 0;
-  DeviceOutput<double> loss_out(scope, &loss, 1);
-  finish_prediction_sums(partial, blocks, rows, 1.0 / double(batch), d_W_pv, d_W_kq, loss_out.get());
-  scope.finish();
-  return loss;
+  return returned_loss(scope, [&](double* loss) {
+    finish_prediction_sums(partial, blocks, rows, 1.0 / double(batch), d_W_pv, d_W_kq, loss);
+  });
 }
 
 }  // namespace

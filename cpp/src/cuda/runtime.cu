@@ -1,5 +1,6 @@
 // CUDA runtime glue (runtime.cuh) and the device-memory part of the public API (device.hpp).
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -53,8 +54,14 @@ DeviceScope::~DeviceScope() {
 
 bool DeviceScope::on_device(const void* p) const { return device_of(p) == device_; }
 
-void DeviceScope::add_host_output(void* host, const void* device, std::size_t bytes) {
-  if (bytes > 0) host_outputs_.push_back({host, device, bytes});
+void* DeviceScope::host_output(void* host, std::size_t bytes) {
+  host_outputs_.push_back({host, Scratch(bytes), bytes});
+  return host_outputs_.back().device.get();
+}
+
+bool old_kernels_requested() {
+  const char* v = std::getenv("LSA_NATIVE_CUDA_OLD_KERNELS");
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 namespace {
@@ -63,19 +70,26 @@ namespace {
 // so that the copies are queued without blocking and one wait covers them all).
 constexpr std::size_t kPinnedBytes = std::size_t(1) << 20;
 
+// Null when pinned memory cannot be had (e.g. a low memlock limit): finish() then copies straight
+// into the caller's memory.
 unsigned char* pinned_buffer() {
   struct Pinned {
     void* p = nullptr;
+    bool failed = false;
     ~Pinned() {
       if (p != nullptr) cudaFreeHost(p);  // at thread exit; errors (runtime gone) are moot
     }
   };
   thread_local Pinned pinned;
-  if (pinned.p == nullptr) LSA_CUDA_CHECK(cudaMallocHost(&pinned.p, kPinnedBytes));
+  if (pinned.p == nullptr && !pinned.failed && cudaMallocHost(&pinned.p, kPinnedBytes) != cudaSuccess) {
+    cudaGetLastError();
+    pinned.p = nullptr;
+    pinned.failed = true;
+  }
   return static_cast<unsigned char*>(pinned.p);
 }
 
-constexpr std::size_t aligned(std::size_t bytes) { return (bytes + 15) / 16 * 16; }
+constexpr std::size_t aligned(std::size_t bytes) { return (bytes + 15) / 16 * 16; }  // 16-byte slots
 
 }  // namespace
 
@@ -83,11 +97,11 @@ void DeviceScope::finish() {
   if (host_outputs_.empty()) return;
   std::size_t total = 0;
   for (const HostOutput& o : host_outputs_) total += aligned(o.bytes);
-  if (total <= kPinnedBytes) {
-    unsigned char* stage = pinned_buffer();
+  unsigned char* stage = total <= kPinnedBytes ? pinned_buffer() : nullptr;
+  if (stage != nullptr) {
     std::size_t offset = 0;
     for (const HostOutput& o : host_outputs_) {
-      LSA_CUDA_CHECK(cudaMemcpyAsync(stage + offset, o.device, o.bytes, cudaMemcpyDeviceToHost, stream()));
+      LSA_CUDA_CHECK(cudaMemcpyAsync(stage + offset, o.device.get(), o.bytes, cudaMemcpyDeviceToHost, stream()));
       offset += aligned(o.bytes);
     }
     LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));  // one wait (reports kernel faults)
@@ -96,9 +110,9 @@ void DeviceScope::finish() {
       std::memcpy(o.host, stage + offset, o.bytes);
       offset += aligned(o.bytes);
     }
-  } else {  // large outputs: straight into the caller's (pageable) memory
+  } else {  // large outputs (or no pinned memory): straight into the caller's pageable memory
     for (const HostOutput& o : host_outputs_)
-      LSA_CUDA_CHECK(cudaMemcpyAsync(o.host, o.device, o.bytes, cudaMemcpyDeviceToHost, stream()));
+      LSA_CUDA_CHECK(cudaMemcpyAsync(o.host, o.device.get(), o.bytes, cudaMemcpyDeviceToHost, stream()));
     LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));
   }
   host_outputs_.clear();
@@ -106,10 +120,12 @@ void DeviceScope::finish() {
 
 namespace {
 
-// One stream-ordered memory pool per device, private to lsa_native, that keeps what scratch frees
-// (release threshold: unlimited). With the default pool's threshold of 0, every synchronisation
-// hands the memory back to the driver and the next call of a training loop maps it again.
-// cuda_release_memory() trims them.
+// One stream-ordered memory pool per device, private to lsa_native, that keeps up to kPoolKeepBytes
+// of what scratch frees across synchronisations (the default pool keeps nothing: every call of a
+// training loop would map its scratch again); more is handed back at the next synchronisation,
+// so a rare large workspace does not stay reserved next to PyTorch's allocator.
+// cuda_release_memory() trims them to zero.
+constexpr std::uint64_t kPoolKeepBytes = std::uint64_t(256) << 20;
 constexpr int kMaxDevices = 64;
 std::mutex pools_mutex;
 cudaMemPool_t pools[kMaxDevices] = {};
@@ -124,8 +140,8 @@ cudaMemPool_t pool_of(int device) {
     props.location.id = device;
     cudaMemPool_t pool = nullptr;
     LSA_CUDA_CHECK(cudaMemPoolCreate(&pool, &props));
-    std::uint64_t keep_all = ~std::uint64_t(0);
-    LSA_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep_all));
+    std::uint64_t keep = kPoolKeepBytes;
+    LSA_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
     pools[device] = pool;
   }
   return pools[device];
@@ -137,7 +153,15 @@ Scratch::Scratch(std::size_t bytes) {
   if (bytes == 0) return;
   int device = 0;
   LSA_CUDA_CHECK(cudaGetDevice(&device));  // the call's DeviceScope made it current
-  LSA_CUDA_CHECK(cudaMallocFromPoolAsync(&ptr_, bytes, pool_of(device), stream()));
+  cudaMemPool_t pool = pool_of(device);
+  cudaError_t status = cudaMallocFromPoolAsync(&ptr_, bytes, pool, stream());
+  if (status == cudaErrorMemoryAllocation) {  // give back what the pool keeps, then try once more
+    cudaGetLastError();
+    LSA_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    LSA_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+    status = cudaMallocFromPoolAsync(&ptr_, bytes, pool, stream());
+  }
+  check(status, "cudaMallocFromPoolAsync");
 }
 
 void Scratch::release() noexcept {

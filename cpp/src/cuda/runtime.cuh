@@ -24,39 +24,8 @@ int device_of(const void* p);
 // default streams, so device inputs produced there are ready without extra synchronisation.
 inline cudaStream_t stream() { return cudaStreamLegacy; }
 
-// The device of a call: the device owning the device pointers among the arguments (they must all
-// live on one device), else the current device. It is current for the scope's lifetime.
-// The call's host outputs (DeviceOutput over host memory) register here; finish() copies them all
-// back with one wait.
-class DeviceScope {
- public:
-  explicit DeviceScope(std::initializer_list<const void*> pointers);
-  ~DeviceScope();
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  int device() const { return device_; }
-  int sm_count() const { return sm_count_; }
-  int max_shared_bytes() const { return max_shared_; }  // opt-in dynamic shared memory per block
-  // Whether the kernels can use p in place (device or managed memory of this device).
-  bool on_device(const void* p) const;
-  // `bytes` of device memory at `device` to be copied to host memory `host` by finish().
-  void add_host_output(void* host, const void* device, std::size_t bytes);
-  // Copies the host outputs back after the call's kernels and waits once (small outputs through a
-  // per-thread pinned buffer: a pageable device-to-host copy would block once per output). With
-  // no host outputs it returns at once: the kernels may still be running.
-  void finish();
-
- private:
-  struct HostOutput {
-    void* host;
-    const void* device;
-    std::size_t bytes;
-  };
-  int device_ = 0, previous_ = 0, sm_count_ = 0, max_shared_ = 0;
-  std::vector<HostOutput> host_outputs_;
-};
-
-// Stream-ordered scratch memory (cudaMallocAsync / cudaFreeAsync on stream()).
+// Stream-ordered scratch memory on stream(), from lsa_native's pool of the current device (kept
+// between calls up to a threshold; cuda_release_memory() trims it).
 class Scratch {
  public:
   Scratch() = default;
@@ -79,6 +48,40 @@ class Scratch {
   void* ptr_ = nullptr;
 };
 
+// The device of a call: the device owning the device pointers among the arguments (they must all
+// live on one device), else the current device. It is current for the scope's lifetime.
+// The call's host outputs (DeviceOutput over host memory) register here; finish() copies them all
+// back with one wait.
+class DeviceScope {
+ public:
+  explicit DeviceScope(std::initializer_list<const void*> pointers);
+  ~DeviceScope();
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  int device() const { return device_; }
+  int sm_count() const { return sm_count_; }
+  int max_shared_bytes() const { return max_shared_; }  // opt-in dynamic shared memory per block
+  // Whether the kernels can use p in place (device or managed memory of this device).
+  bool on_device(const void* p) const;
+  // Device memory for `bytes` of host output `host`, owned by the scope (so it outlives every
+  // DeviceOutput) and copied to `host` by finish().
+  void* host_output(void* host, std::size_t bytes);
+  // Copies the host outputs back after the call's kernels and waits once (small outputs through a
+  // per-thread pinned buffer: a pageable device-to-host copy would block once per output). With
+  // no host outputs it returns at once: the kernels may still be running.
+  void finish();
+
+ private:
+  struct HostOutput {
+    void* host;
+    Scratch device;
+    std::size_t bytes;
+  };
+  int device_ = 0, previous_ = 0, sm_count_ = 0, max_shared_ = 0;
+  std::vector<HostOutput> host_outputs_;
+};
+
+
 // An input array [count] as a device pointer: itself when it is on the device, else a device copy.
 template <class T>
 class DeviceInput {
@@ -98,23 +101,35 @@ class DeviceInput {
 };
 
 // An output array [count] as a device pointer: itself when it is on the device, else device
-// scratch that the scope's finish() copies to the host pointer.
+// memory of the scope that its finish() copies to the host pointer.
 template <class T>
 class DeviceOutput {
  public:
   DeviceOutput(DeviceScope& scope, T* p, index_t count) : ptr_(p) {
-    if (p == nullptr || scope.on_device(p)) return;
-    const std::size_t bytes = sizeof(T) * static_cast<std::size_t>(count);
-    copy_ = Scratch(bytes);
-    ptr_ = static_cast<T*>(copy_.get());
-    scope.add_host_output(p, ptr_, bytes);
+    if (p != nullptr && !scope.on_device(p))
+      ptr_ = static_cast<T*>(scope.host_output(p, sizeof(T) * static_cast<std::size_t>(count)));
   }
   T* get() const { return ptr_; }
 
  private:
   T* ptr_;
-  Scratch copy_;
 };
+
+// The loss a call returns: enqueue(loss) queues the kernels that write it to device memory `loss`;
+// then the scope's host outputs, the loss among them, come back with the call's one wait.
+template <class Enqueue>
+double returned_loss(DeviceScope& scope, Enqueue enqueue) {
+  double loss = 0;
+  DeviceOutput<double> out(scope, &loss, 1);
+  enqueue(out.get());
+  scope.finish();
+  return loss;
+}
+
+// LSA_NATIVE_CUDA_OLD_KERNELS=1 (read at every launch) forces the general block-per-prompt kernels
+// of the full LSA output and of kernel attention (the fallbacks for shapes the fast kernels do not
+// fit) for every shape, so that tests and benchmarks cover both.
+bool old_kernels_requested();
 
 // Launch check: configuration errors now, execution errors at the next synchronising call.
 inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
