@@ -22,8 +22,8 @@ ACTS = list(ka.ACTIVATIONS)
 # (the warp kernel's lanes hold one and two tokens), d + 1 > 8 (two register passes).
 SHAPES = [(1, 1, 1, 1, 1), (3, 1, 9, 3, 1), (5, 3, 1, 2, 1), (37, 2, 7, 2, 2), (131, 5, 30, 3, 1),
           (9, 4, 13, 2, 3), (6, 3, 31, 2, 1), (7, 3, 40, 2, 2), (5, 9, 6, 2, 2)]
-# The warp-per-prompt kernel (default) and the block kernel (LSA_NATIVE_CUDA_OLD_KERNELS=1, kept
-# until both have been measured on a GPU).
+# The warp-per-prompt kernel (default) and the block kernel (its fallback for large prompts, forced
+# for every shape by LSA_NATIVE_CUDA_OLD_KERNELS=1).
 KERNELS = ["warp", "block"]
 
 

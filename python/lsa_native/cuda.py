@@ -57,9 +57,9 @@ def synchronize() -> None:
 
 def release_memory() -> None:
     """Return the device scratch memory lsa_native keeps between calls (partial sums, workspaces,
-    host-array staging: a per-device stream-ordered pool that, unlike the default pool, does not
-    give memory back at every synchronisation) to the driver. Like ``torch.cuda.empty_cache()``:
-    needed only to hand that memory to another process or library."""
+    host-array staging: a per-device stream-ordered pool that keeps up to 256 MiB across
+    synchronisations, where the default pool would give it all back each time) to the driver.
+    Like ``torch.cuda.empty_cache()``: needed only to hand that memory to another library."""
     _core.cuda_release_memory()
 
 
