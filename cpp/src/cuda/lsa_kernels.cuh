@@ -388,13 +388,14 @@ __host__ __device__ inline int coefficient_stride(int rows) { return (rows + kCh
 // (G W^KQ)^T [rows, rows], the prompt [rows, cols]. VJP: double dW^PV, dW^KQ [rows, rows]; T: P, S [rows, ldc],
 // W^PV, W^KQ, G, dP, U, T2, dG [rows, rows], E and d_F [rows, cols].
 template <class T>
-std::size_t tiled_forward_smem(int rows, int cols) {
-  return sizeof(T) * std::size_t(rows * coefficient_stride(rows) + 4 * rows * rows + rows * cols);
+std::size_t tiled_forward_smem(int rows, int cols) {  // in size_t: d large enough to overflow int
+  const std::size_t r = std::size_t(rows), c = std::size_t(cols), ldc = std::size_t(coefficient_stride(rows));
+  return sizeof(T) * (r * ldc + 4 * r * r + r * c);
 }
 template <class T>
 std::size_t tiled_vjp_smem(int rows, int cols) {
-  return sizeof(double) * std::size_t(2 * rows * rows) +
-         sizeof(T) * std::size_t(2 * rows * coefficient_stride(rows) + 7 * rows * rows + 2 * rows * cols);
+  const std::size_t r = std::size_t(rows), c = std::size_t(cols), ldc = std::size_t(coefficient_stride(rows));
+  return sizeof(double) * (2 * r * r) + sizeof(T) * (2 * r * ldc + 7 * r * r + 2 * r * c);
 }
 
 // One product of a phase: out[r, c] = Σ_{k<K} A(r, k) B(k, c) for r < n_r, c < n_c, A and B views
@@ -741,12 +742,13 @@ __global__ void __launch_bounds__(kTiledThreads, tiled_vjp_blocks<T>())
 
 template <class T>
 std::size_t forward_smem(int rows, int cols) {
-  return sizeof(T) * std::size_t(5 * rows * rows + rows * cols);
+  const std::size_t r = std::size_t(rows), c = std::size_t(cols);
+  return sizeof(T) * (5 * r * r + r * c);
 }
 template <class T>
 std::size_t vjp_smem(int rows, int cols) {
-  return sizeof(double) * std::size_t(2 * rows * rows) +
-         sizeof(T) * std::size_t(9 * rows * rows + 2 * rows * cols);
+  const std::size_t r = std::size_t(rows), c = std::size_t(cols);
+  return sizeof(double) * (2 * r * r) + sizeof(T) * (9 * r * r + 2 * r * c);
 }
 
 }  // namespace

@@ -21,9 +21,12 @@ void prepare(Kernel kernel, std::size_t smem, const DeviceScope& scope, const ch
 }
 
 void check_prompt_size(const LsaShape& sh) {
-  // Staged prompts are indexed with int inside a kernel.
+  // Staged prompts and the [d+1, d+1] matrices are indexed with int inside a kernel (and their
+  // shared-memory sizes summed in int by the layouts).
   detail::require((sh.dim + 1) * (sh.context + 1) < (index_t(1) << 30),
                   "CUDA: a prompt (d+1)(N+1) must have fewer than 2^30 entries");
+  detail::require((sh.dim + 1) * (sh.dim + 1) < (index_t(1) << 30),
+                  "CUDA: (d+1)^2 must be below 2^30 (d <= 32766); use device='cpu'");
 }
 
 // The prediction kernels' layout with the largest warps-per-block (<= 4) whose shared memory fits.
