@@ -61,6 +61,7 @@ TAIL=8 stage bench_ka 120 "$PY" bench/gpu/bench_ka_cuda.py --out "$OUT/bench_ka_
 TAIL=20 stage bench_sampled 120 "$PY" bench/gpu/bench_sampled.py --out "$OUT/bench_sampled.json"
 TAIL=12 stage bench_torch 120 "$PY" bench/report_torch.py --device cuda --steps 10
 TAIL=8 stage bench 150 "$PY" bench/gpu/bench_cuda.py --out "$OUT/bench_cuda.json"
+TAIL=13 stage call_latency 60 "$PY" bench/gpu/call_latency.py
 
 # Nsight Compute on the prediction kernels (optional: needs GPU performance-counter permission).
 TAIL=0 OPTIONAL=1 stage ncu 120 ncu --kernel-name regex:lsa_prediction_kernel --launch-skip 1 --launch-count 2 \
