@@ -84,7 +84,8 @@ def torch_vjp(E, W_pv, W_kq, d_F):
 
 @contextlib.contextmanager
 def old_kernels(on: bool):
-    """LSA_NATIVE_CUDA_OLD_KERNELS=1 inside (the full forward/VJP kernels before the tiled ones)."""
+    """LSA_NATIVE_CUDA_OLD_KERNELS=1 inside (the general block-per-prompt kernels of the full LSA
+    output and of kernel attention), unset when `on` is false; the previous value restored after."""
     key = "LSA_NATIVE_CUDA_OLD_KERNELS"
     before = os.environ.get(key)
     if on:

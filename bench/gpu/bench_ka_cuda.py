@@ -17,7 +17,6 @@ kernel, kept until both have been measured; --no-old skips them).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from report_kernel_attention import torch_loss  # noqa: E402
 
 import lsa_native  # noqa: E402
 from lsa_native import kernel_attention as ka  # noqa: E402
-from bench_cuda import publish, timed  # noqa: E402  (CUDA-event medians, the report)
+from bench_cuda import old_kernels, publish, timed  # noqa: E402  (the switch, CUDA-event medians, the report)
 
 
 def torch_forward(Z0, V, B, C, act):
@@ -104,14 +103,10 @@ def bench_size(dtype, Bsz: int, act: str, warmup: int, repeat: int, with_torch: 
         return ka.vjp(Z0, V, B, C, act, dZ, context=ctx)
 
     for impl in ("native", "old") if with_old else ("native",):
-        if impl == "old":  # read by the launch code at every call
-            os.environ["LSA_NATIVE_CUDA_OLD_KERNELS"] = "1"
-        try:
+        with old_kernels(impl == "old"):  # read by the launch code at every call
             row("loss+grad", impl, lambda: ka.loss_and_grad(Z0, y, V, B, C, act))
             row("fwd", impl, lambda: ka.forward(Z0, V, B, C, act))
             row("fwd+vjp", impl, native_fwd_vjp)
-        finally:
-            os.environ.pop("LSA_NATIVE_CUDA_OLD_KERNELS", None)
     if with_torch:
         row("loss+grad", "torch", lambda: torch_loss_and_grad(Z0, y, V, B, C, act))
         with torch.no_grad():
