@@ -2,11 +2,16 @@
 B = 8192, float32): torch.profiler over a few steps, the native calls marked with record_function,
 host and device totals per op. For a GPU machine: python bench/gpu/profile_torch_loop.py"""
 import functools
+import sys
+from pathlib import Path
 
 import torch
 from torch.profiler import ProfilerActivity, profile, record_function
 
 import lsa_native.torch as lt
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from report_torch import adam_step  # noqa: E402  (the loop bench/report_torch.py times)
 
 d, N, B = 20, 100, 8192
 for name in ("forward", "vjp", "predict", "predict_vjp"):
@@ -24,16 +29,7 @@ E = torch.randn((B, d + 1, N + 1), device="cuda")
 E[:, d, N] = 0
 y = torch.randn(B, device="cuda")
 for output in ("full", "prediction"):
-    model = lt.LinearSelfAttention(d, output=output, seed=0).cuda()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-
-    def step():
-        out = model(E)
-        pred = out[:, -1, -1] if out.ndim == 3 else out
-        loss = 0.5 * (pred - y).square().mean()
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+    step = adam_step(lt.LinearSelfAttention(d, output=output, seed=0).cuda(), E, y)
 
     for _ in range(3):
         step()
