@@ -331,8 +331,8 @@ CHILD = textwrap.dedent("""
 
     def tick(info):
         print(info.step, flush=True)
-        if slow:
-            time.sleep(0.02)
+        if slow:  # wait for the parent's go-ahead: the kill lands at a step the parent chose
+            sys.stdin.readline()
 
     res = train.fit(train.KernelAttentionObjective(p0), opt, steps=40, progress=False,
                     data=train.Prompts(spec, batch=64, resample_every=3), run_dir=run_dir,
@@ -348,7 +348,7 @@ def _child(tmp_path, run_dir, out, resume, slow):
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     return subprocess.Popen([sys.executable, str(script), str(run_dir), str(out), resume, slow],
-                            stdout=subprocess.PIPE, text=True)
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
 
 def test_sigkill_and_resume_is_bitwise_identical(tmp_path, rng):
@@ -358,9 +358,11 @@ def test_sigkill_and_resume_is_bitwise_identical(tmp_path, rng):
     kill_at = int(rng.integers(5, 35))
     with _child(tmp_path, tmp_path / "cut", tmp_path / "cut.npy", "0", "1") as proc:
         for line in proc.stdout:
-            if int(line) >= kill_at:  # the child is mid-run (it sleeps 20 ms a step)
+            if int(line) >= kill_at:  # the child waits for a go-ahead after each step
                 os.kill(proc.pid, signal.SIGKILL)
                 break
+            proc.stdin.write("\n")
+            proc.stdin.flush()
         proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
     ckpts = sorted(p.name for p in (tmp_path / "cut").glob("ckpt_*.npz"))

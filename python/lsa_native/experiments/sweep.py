@@ -143,9 +143,14 @@ def _run_dask(name, cells, files, pending, results, scheduler, workers, bar):
 
 
 def example_cell(config: dict) -> dict:
-    """A cheap cell for tests and demonstrations: sleeps ``config['sleep']`` seconds, appends its
-    id to ``config['log']`` (one line per computation) and returns id²."""
+    """A cheap cell for tests and demonstrations: sleeps ``config['sleep']`` seconds, waits until
+    the file ``config['gate']`` exists (when given: a test holds cells back with it instead of
+    racing the clock), appends its id to ``config['log']`` (one line per computation) and returns
+    id²."""
     time.sleep(float(config.get("sleep", 0.0)))
+    gate = config.get("gate")
+    while gate and not os.path.exists(gate):
+        time.sleep(0.01)
     if config.get("log"):
         with open(config["log"], "a") as f:
             f.write(f"{config['id']}\n")
