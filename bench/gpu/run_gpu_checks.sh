@@ -57,6 +57,9 @@ stage racecheck_ka 100 compute-sanitizer --tool racecheck --error-exitcode 3 "$P
 stage racecheck 100 compute-sanitizer --tool racecheck --error-exitcode 3 "$PY" bench/gpu/sanitize_run.py
 stage synccheck 100 compute-sanitizer --tool synccheck --error-exitcode 3 "$PY" bench/gpu/sanitize_run.py
 
+stage memcheck_kgp 100 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_kgp_run.py
+TAIL=16 stage bench_ccs_training 300 "$PY" bench/gpu/bench_ccs_training.py --out "$OUT/bench_ccs_training.json"
+
 TAIL=8 stage bench_ka 120 "$PY" bench/gpu/bench_ka_cuda.py --out "$OUT/bench_ka_cuda.json"
 TAIL=20 stage bench_sampled 120 "$PY" bench/gpu/bench_sampled.py --out "$OUT/bench_sampled.json"
 TAIL=12 stage bench_torch 120 "$PY" bench/report_torch.py --device cuda --steps 10

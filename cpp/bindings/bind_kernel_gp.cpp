@@ -3,7 +3,9 @@
 #include <pybind11/stl.h>
 
 #include <optional>
+#include <string>
 
+#include "lsa_native/device.hpp"
 #include "lsa_native/kernel_gp.hpp"
 #include "lsa_native/small_matrix.hpp"
 #include "numpy_views.hpp"
@@ -69,12 +71,44 @@ void bind_dtype(py::module_& m) {
       py::arg("sweeps").noconvert(), py::arg("max_sweeps") = 30);
 }
 
+// The sampler into CUDA arrays given by address (Z0 [B, d+1, n+1], y_q [B], xi [B, n+1, d] or 0);
+// Python has read their shapes and dtype (sampling/kernel_gp.py); the driver routes to the GPU
+// because Z0 is device memory.
+template <class T>
+void sample_at(std::uint64_t seed, std::uint64_t step, const KernelGPLaw& law, index_t batch,
+               std::uintptr_t Z0, std::uintptr_t y_q, std::uintptr_t xi) {
+  py::gil_scoped_release release;
+  sample_kernel_gp(seed, step, batch, law, reinterpret_cast<T*>(Z0), reinterpret_cast<T*>(y_q),
+                   reinterpret_cast<T*>(xi), static_cast<std::int32_t*>(nullptr));
+}
+
 }  // namespace
 
 void bind_kernel_gp(py::module_& m) {
   m.attr("kernel_gp_max_exp_scale") = kKernelGPMaxExpScale;
   bind_dtype<float>(m);
   bind_dtype<double>(m);
+  m.def(
+      "kernel_gp_sample_cuda",
+      [](const std::string& dtype, std::uint64_t seed, std::uint64_t step, int kernel,
+         double bandwidth, std::optional<CArray<double>> Sigma, index_t batch, index_t d,
+         index_t n, std::uintptr_t Z0, std::uintptr_t y_q, std::uintptr_t xi) {
+        if (Sigma) require_shape(*Sigma, {d, d}, "Sigma");
+        if (cuda_pointer_device(reinterpret_cast<const void*>(Z0)) < 0)
+          throw Error("Z0: expected device memory");
+        const KernelGPLaw law{d, n, static_cast<GPKernel>(kernel), bandwidth,
+                              Sigma ? Sigma->data() : nullptr};
+        if (dtype == "float32")
+          sample_at<float>(seed, step, law, batch, Z0, y_q, xi);
+        else if (dtype == "float64")
+          sample_at<double>(seed, step, law, batch, Z0, y_q, xi);
+        else
+          throw Error("dtype: expected 'float32' or 'float64', got '" + dtype + "'");
+      },
+      py::arg("dtype"), py::arg("seed"), py::arg("step"), py::arg("kernel"), py::arg("bandwidth"),
+      py::arg("Sigma").noconvert(), py::arg("batch"), py::arg("d"), py::arg("n"), py::arg("Z0"),
+      py::arg("y_q"), py::arg("xi"),
+      "K-GP prompts sampled on the GPU into CUDA arrays given by address.");
 }
 
 }  // namespace lsa_native::bindings

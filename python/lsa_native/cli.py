@@ -58,6 +58,8 @@ def _print_table(results) -> None:
 
 def _validate(args, experiments, _common, sweep) -> dict:
     """{id: size overrides} for the ids to run; raises on any bad argument before work starts."""
+    from . import cuda as _cuda
+
     known = experiments.ids()
     if args.id != "all" and args.id not in known:
         raise ValueError(f"unknown reproduction id {args.id!r}; expected one of {known} or 'all'")
@@ -67,6 +69,8 @@ def _validate(args, experiments, _common, sweep) -> dict:
         raise ValueError(f"--workers: expected an integer >= 0, got {args.workers}")
     if args.id == "all" and args.set:
         raise ValueError("--set applies to one reproduction id, not 'all'")
+    if args.device == "cuda" and not _cuda.available():
+        raise ValueError("--device cuda: needs a build with CUDA kernels and a visible GPU")
     _common.prepare_output(args.out)
     if args.scheduler:
         sweep.check_scheduler(args.scheduler).close()
@@ -90,7 +94,7 @@ def _reproduce(args) -> int:
     chosen = list(per_id)
     command = "lsa-native " + " ".join(shlex.quote(a) for a in (args.argv or []))
     kw = dict(full=args.full, seed=args.seed, progress=not args.quiet, scheduler=args.scheduler,
-              workers=args.workers)
+              workers=args.workers, device=args.device)
     t0 = time.perf_counter()
     results = []
     for i in chosen:
@@ -165,6 +169,9 @@ def _parser() -> argparse.ArgumentParser:
                      help="Dask scheduler for sweeps (default: a LocalCluster for --full grids)")
     rep.add_argument("--workers", type=int, default=2,
                      help="LocalCluster worker processes for sweeps (0: run cells in this process)")
+    rep.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                     help="where kernel-attention trainings run (cuda: prompts sampled and models "
+                          "trained on the GPU; cached cells are shared between devices)")
     rep.add_argument("--quiet", action="store_true", help="no progress bars")
     rep.set_defaults(func=_reproduce)
     lst = sub.add_parser("list", help="list reproduction ids with their claims and sizes")

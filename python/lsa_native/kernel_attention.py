@@ -232,11 +232,12 @@ def sparse_value(A, r):
 
 def loss_and_grad_sparse(Z0, y_q, A, r, B, C, activation, *, return_predictions: bool = False):
     """Loss (1/(2B)) Σ (TF + y_q)² and gradients in the sparse parametrization V = [[A, 0],[0, r]]
-    (CCS Assumption 4.4): (loss, dA, dr, dB, dC). The gradient of a linear embedding V(A, r) is
+    (CCS Assumption 4.4): (loss, dA, dr, dB, dC), the gradients as host arrays. The gradient of a linear embedding V(A, r) is
     the matching block of dV, so this is exact."""
     V = sparse_value(A, r)
     out = loss_and_grad(Z0, y_q, V, B, C, activation, return_predictions=return_predictions)
-    loss, dV, dB, dC = out[:4]
+    loss = out[0]
+    dV, dB, dC = (cuda.to_host(g) for g in out[1:4])  # host arrays: sliced below (tiny)
     d = V.shape[2] - 1
     res = (loss, dV[:, :, :d, :d].copy(), dV[:, :, d, d].copy(), dB, dC)
     return res + (out[4],) if return_predictions else res
@@ -350,14 +351,14 @@ class KernelAttentionParams:
             return finite_output(float(0.5 * np.mean(residual**2)), "loss")
 
     def loss_and_grad(self, Z0, y_q):
-        """(loss (1/(2B)) Σ (TF + y_q)², gradient as a flat vector in the order of
-        :meth:`to_vector`)."""
+        """(loss (1/(2B)) Σ (TF + y_q)², gradient as a flat host vector in the order of
+        :meth:`to_vector`; Z0, y_q may be CUDA arrays)."""
         if self.sparse:
             loss, dA, dr, dB, dC = loss_and_grad_sparse(Z0, y_q, self.A, self.r, self.B, self.C,
                                                         self.activations)
             return loss, np.concatenate([dA.ravel(), dr.ravel(), dB.ravel(), dC.ravel()])
-        loss, dV, dB, dC = loss_and_grad(Z0, y_q, self.V, self.B, self.C, self.activations)
-        return loss, np.concatenate([dV.ravel(), dB.ravel(), dC.ravel()])
+        loss, *grads = loss_and_grad(Z0, y_q, self.V, self.B, self.C, self.activations)
+        return loss, np.concatenate([cuda.to_host(g).ravel() for g in grads])
 
     def to_vector(self) -> np.ndarray:
         parts = [self.A, self.r] if self.sparse else [self.V]

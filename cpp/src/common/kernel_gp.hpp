@@ -116,3 +116,43 @@ LSA_HD int gp_labels(int kernel, double inv_bw2, const double* xi, int n1, int d
 }
 
 }  // namespace lsa_native::detail::kgp
+
+namespace lsa_native::detail::kgp {
+
+// Doubles of per-prompt scratch sample_prompt needs: ξ [n1 x d], Y [n1], gp_labels' workspace.
+LSA_HD index_t prompt_workspace(int n1, int d) {
+  return index_t(n1) * d + n1 + gp_workspace(n1);
+}
+
+// One K-GP prompt b of a step, written in the kernel-attention layout — the whole per-prompt work
+// of the CPU driver and of the CUDA kernel (one thread per prompt), so both run this arithmetic.
+// R: Σ^{1/2} [d x d] or nullptr (Σ = I). z [d+1, n1]: columns (x_j; y_j), last (x_q; 0);
+// *y_q the query label; xi_out [n1, d] (nullable) the whitened points; returns the method (kMethod*).
+template <class T>
+LSA_HD int sample_prompt(const rng::PhiloxKey& key, std::uint32_t prompt, std::uint32_t step,
+                         int kernel, double inv_bw2, const double* R, int n1, int d,
+                         double* work, T* z, T* y_q, T* xi_out) {
+  double* xi = work;
+  double* y = xi + n1 * d;
+  sphere_points({key, prompt, step, kStreamGPPoints}, n1, d, xi);
+  const int method = gp_labels(kernel, inv_bw2, xi, n1, d, {key, prompt, step, kStreamGPLabels},
+                               y + n1, y);
+  for (int j = 0; j < n1; ++j) {
+    const double* x = xi + j * d;
+    for (int k = 0; k < d; ++k) {
+      double s = x[k];
+      if (R) {  // x = Σ^{1/2} ξ
+        s = 0;
+        for (int l = 0; l < d; ++l) s += R[k * d + l] * x[l];
+      }
+      z[k * n1 + j] = static_cast<T>(s);
+    }
+    z[d * n1 + j] = j < n1 - 1 ? static_cast<T>(y[j]) : T(0);
+  }
+  *y_q = static_cast<T>(y[n1 - 1]);
+  if (xi_out)
+    for (int i = 0; i < n1 * d; ++i) xi_out[i] = static_cast<T>(xi[i]);
+  return method;
+}
+
+}  // namespace lsa_native::detail::kgp

@@ -13,6 +13,11 @@
 #include "common/parallel.hpp"
 #include "common/small_matrix.hpp"
 #include "cpu/small_matrix_cpu.hpp"
+#include "lsa_native/config.hpp"
+#include "lsa_native/device.hpp"
+#if LSA_NATIVE_HAVE_CUDA
+#include "cuda/kernel_gp_cuda.hpp"
+#endif
 
 namespace lsa_native {
 
@@ -65,35 +70,23 @@ void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, con
   const auto st = static_cast<std::uint32_t>(step);
   std::atomic<bool> unconverged{false};
 
+#if LSA_NATIVE_HAVE_CUDA
+  if (cuda_pointer_device(Z0) >= 0) {  // device arrays: the same per-prompt recipe on the GPU
+    detail::require(cuda::sample_kernel_gp(key, st, batch, kern, inv_bw2, R, di, n1, Z0, y_q,
+                                           xi_out, method),
+                    "kernel_gp: the Jacobi eigensolver did not converge on some prompt");
+    return;
+  }
+#endif
   detail::for_each_chunk(batch, [&](index_t, index_t b0, index_t b1) {
-    std::vector<double> xi(static_cast<size_t>(n1 * di)), y(static_cast<size_t>(n1)),
-        work(static_cast<size_t>(detail::kgp::gp_workspace(n1)));
+    std::vector<double> work(static_cast<size_t>(detail::kgp::prompt_workspace(n1, di)));
     for (index_t b = b0; b < b1; ++b) {
-      const auto p = static_cast<std::uint32_t>(b);
-      detail::kgp::sphere_points({key, p, st, detail::kgp::kStreamGPPoints}, n1, di, xi.data());
-      const int m = detail::kgp::gp_labels(kern, inv_bw2, xi.data(), n1, di,
-                                           {key, p, st, detail::kgp::kStreamGPLabels},
-                                           work.data(), y.data());
+      const int m = detail::kgp::sample_prompt(key, static_cast<std::uint32_t>(b), st, kern,
+                                               inv_bw2, R, n1, di, work.data(),
+                                               Z0 + b * (d + 1) * n1, y_q + b,
+                                               xi_out ? xi_out + b * n1 * d : nullptr);
       if (m == detail::kgp::kMethodJacobiUnconverged) unconverged = true;
       if (method) method[b] = m;
-      T* z = Z0 + b * (d + 1) * n1;  // [d+1, n+1]
-      for (int j = 0; j < n1; ++j) {
-        const double* x = &xi[static_cast<size_t>(j * di)];
-        for (int k = 0; k < di; ++k) {
-          double s = x[k];
-          if (R) {  // x = Σ^{1/2} ξ
-            s = 0;
-            for (int l = 0; l < di; ++l) s += R[k * di + l] * x[l];
-          }
-          z[k * n1 + j] = static_cast<T>(s);
-        }
-        z[di * n1 + j] = j < n1 - 1 ? static_cast<T>(y[j]) : T(0);
-      }
-      y_q[b] = static_cast<T>(y[n1 - 1]);
-      if (xi_out) {
-        T* o = xi_out + b * n1 * d;
-        for (int i = 0; i < n1 * di; ++i) o[i] = static_cast<T>(xi[i]);
-      }
     }
   });
   detail::require(!unconverged, "kernel_gp: the Jacobi eigensolver did not converge on some prompt");

@@ -69,10 +69,11 @@ def machine() -> str:
 
 class Context:
     """Run-time settings of one reproduction: output folder (None: write nothing), seed, progress
-    bars, full size, Dask scheduler for sweeps. Helpers write plots, JSON and CSV there."""
+    bars, full size, Dask scheduler for sweeps, the device trainings run on ("cpu" or "cuda").
+    Helpers write plots, JSON and CSV there."""
 
     def __init__(self, id: str, out, *, seed: int, full: bool, progress: bool,
-                 scheduler: str | None = None, workers: int = 2):
+                 scheduler: str | None = None, workers: int = 2, device: str = "cpu"):
         self.id = id
         self.out = None if out is None else prepare_output(out)
         self.seed = int(seed)
@@ -80,6 +81,7 @@ class Context:
         self.progress = bool(progress)
         self.scheduler = scheduler
         self.workers = workers
+        self.device = device
         self.files: list[str] = []
         self.notes: dict = {}  # added to the result's details (e.g. how many cells were cached)
 
@@ -201,24 +203,32 @@ REGISTRY: dict[str, Entry] = {}
 def reproduction(id: str, *, claim: str, condition: str, quick: dict, full: dict):
     """Register ``body(ctx, sizes) -> (passed, measured, details)`` as reproduction ``id`` and
     return the public function ``f(out=None, *, full=False, seed=0, progress=False,
-    scheduler=None, **sizes) -> Result``. Sizes default to ``quick`` (``full``: the paper's)."""
+    scheduler=None, workers=2, device="cpu", **sizes) -> Result``. Sizes default to ``quick``
+    (``full``: the paper's); ``device="cuda"`` trains the kernel-attention cells on the GPU."""
 
     def wrap(body):
         @functools.wraps(body)
         def run(out=None, *, full: bool = False, seed: int = 0, progress: bool = False,
-                scheduler: str | None = None, workers: int = 2, **sizes) -> Result:
+                scheduler: str | None = None, workers: int = 2, device: str = "cpu",
+                **sizes) -> Result:
+            from .. import cuda
             from .._validation import positive_int
 
             if not isinstance(full, (bool, np.bool_)):
                 raise TypeError(f"full: expected True or False, got {full!r}")
             seed = positive_int(seed, "seed", minimum=0)
             workers = positive_int(workers, "workers", minimum=0)
+            if device not in ("cpu", "cuda"):
+                raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
+            if device == "cuda" and not cuda.available():
+                raise ValueError("device: 'cuda' needs a build with CUDA kernels and a visible GPU "
+                                 f"(cuda.compiled() = {cuda.compiled()}, cuda.available() = False)")
             base = dict(quick)
             if full:
                 base.update(full_sizes)
             params = check_sizes(base, sizes)
             ctx = Context(id, out, seed=seed, full=full, progress=progress, scheduler=scheduler,
-                          workers=workers)
+                          workers=workers, device=device)
             t0 = time.perf_counter()
             passed, measured, details = body(ctx, params)
             details = {**details, **ctx.notes}
@@ -239,7 +249,8 @@ def reproduction(id: str, *, claim: str, condition: str, quick: dict, full: dict
         run.__signature__ = inspect.Signature(
             [inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
             + [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in
-               (("full", False), ("seed", 0), ("progress", False), ("scheduler", None), ("workers", 2))]
+               (("full", False), ("seed", 0), ("progress", False), ("scheduler", None), ("workers", 2),
+                ("device", "cpu"))]
             + [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in quick.items()])
         REGISTRY[id] = Entry(id, claim, condition, dict(quick), dict(full_sizes), run)
         return run

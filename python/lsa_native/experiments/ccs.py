@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import baselines, data, kernel_attention as ka, train
+from .. import baselines, data, kernel_attention as ka, sampling, train
 from ._common import reproduction
 from .sweep import run_cells
 
@@ -96,8 +96,6 @@ FIG4_KERNELS = {
 
 
 def _spec(kernel: str, d: int, n: int, Sigma, seed: int, kernel_params=None):
-    from .. import sampling
-
     if kernel.startswith("fig4-"):
         alpha, g1, g2 = kernel_params if kernel_params is not None else FIG4_KERNELS[kernel[5:]]
         return CompositeGPPrompts(d, n, alpha, g1[:d], g2[:d], Sigma=Sigma, seed=seed)
@@ -117,7 +115,8 @@ def train_cell(cfg: dict) -> dict:
     """Train one kernel-attention model of CCS H.1 and evaluate it. ``cfg`` (JSON): kernel (label
     GP: linear / relu / exp, or fig4-linear / fig4-exp / fig4-composite), activations (one name per
     head), layers, context n, dim, seed, steps, batch, lr, lr_final, clip, init_scale, hold_A_zero,
-    eval_batch, trace_every (0: no trace). Returns the test in-context loss E(TF + y_q)² (CCS (5))
+    eval_batch, trace_every (0: no trace); ``_device`` ("cpu" or "cuda", not part of the cell's
+    identity) where it trains. Returns the test in-context loss E(TF + y_q)² (CCS (5))
     at every depth ℓ = 0..L on fresh prompts, the Bayes loss on the same prompts, and (trace) the
     distances dist(Σ^{1/2}B_ℓᵀC_ℓΣ^{1/2}, I), dist(A_ℓ, I) during training."""
     d, n, seed, L = cfg["dim"], cfg["context"], cfg["seed"], cfg["layers"]
@@ -131,7 +130,13 @@ def train_cell(cfg: dict) -> dict:
                                                 scale=cfg["init_scale"])
     if cfg["hold_A_zero"]:
         params0.A[...] = 0
-    objective = train.KernelAttentionObjective(params0, hold_A_zero=cfg["hold_A_zero"])
+    # "_device" is where the cell runs, not part of its identity (sweep.cell_key leaves it out);
+    # prompts without a GPU sampler (the fig4 composites) train on the CPU.
+    device = cfg.get("_device", "cpu")
+    if not isinstance(spec, sampling.KernelGPPrompts):
+        device = "cpu"
+    objective = train.KernelAttentionObjective(params0, hold_A_zero=cfg["hold_A_zero"],
+                                               device=device)
     gamma = (cfg["lr_final"] / cfg["lr"]) ** (1.0 / max(cfg["steps"] - 1, 1))
     opt = train.Adam(lr=cfg["lr"], clip_norm=cfg["clip"],
                      schedule=train.make_schedule("exponential", gamma=gamma))
@@ -182,6 +187,8 @@ def _cells_run(ctx, cells, desc):
 
         cached = sum((cache / f"{cell_key(train_cell, c)}.json").exists() for c in cells)
         ctx.notes["sweep_cells"] = f"{len(cells)} cells, {cached} read from the cache"
+    if ctx.device != "cpu":
+        cells = [dict(c, _device=ctx.device) for c in cells]
     return run_cells(train_cell, cells, ctx.cache_dir(), scheduler=ctx.scheduler,
                      workers=ctx.workers if use_dask else 0, progress=ctx.progress, desc=desc)
 
@@ -247,8 +254,6 @@ def ccs_prop31(ctx, p):
     """Native kernel attention with the construction of CCS Proposition 3.1 (and D.1 for a 2-head
     linear + exp sum) against the numpy functional-GD iterates f_ℓ of CCS (9), on K-GP prompts with
     the H.1 covariance; also the in-context loss of both along the layers."""
-    from .. import sampling
-
     d, n, L, B = p["dim"], p["context"], p["layers"], p["batch"]
     Sigma = ccs_sigma(ctx.seed, d)
     rng = ctx.rng(0)

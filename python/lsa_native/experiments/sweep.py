@@ -24,8 +24,11 @@ def _name(fn) -> str:
 
 
 def cell_key(fn, config: dict) -> str:
-    """Hash of the cell function's name and its configuration (sorted JSON)."""
-    blob = json.dumps([_name(fn), config], sort_keys=True, default=str)
+    """Hash of the cell function's name and its configuration (sorted JSON). Keys beginning with
+    ``_`` are run options — where the cell runs (``_device``), not what it computes — and are left
+    out, so a cell computed on a GPU or a CPU worker is the same cached cell."""
+    identity = {k: v for k, v in config.items() if not str(k).startswith("_")}
+    blob = json.dumps([_name(fn), identity], sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 

@@ -80,17 +80,29 @@ class KernelGPPrompts:
                 f"seed={self._seed})")
 
     def sample(self, batch: int, step: int = 0, dtype=np.float32, *, out=None,
-               return_xi: bool = True) -> PromptBatch:
+               return_xi: bool = True, device: str = "cpu") -> PromptBatch:
         """Prompts b = 0..batch−1 of training step ``step`` (0 <= step < 2^32).
 
         ``out=(Z0, y_q)``: preallocated C-contiguous arrays [B, d+1, n+1] and [B] of ``dtype`` to
         write into (no allocation in training loops). ``return_xi=False`` skips storing ξ (the
-        batch then recomputes it from Σ when a baseline asks)."""
+        batch then recomputes it from Σ when a baseline asks).
+
+        ``device="cuda"``: drawn on the GPU, one thread per prompt running the CPU's per-prompt
+        code on the same Philox streams, so each prompt equals the CPU's up to the rounding of the
+        device's exp/log/sqrt/sin/cos (an eigen route, relu's, can amplify that rounding where two
+        eigenvalues of K are close). ``out`` then holds CUDA arrays (any library with
+        ``__cuda_array_interface__``); the batch's ``E`` and ``y_q`` are CUDA arrays
+        (:class:`lsa_native.cuda.DeviceArray` unless given); ``X``, ``y``, ``x_q`` and ξ are not
+        kept (None: slice ``E`` on the device, or sample on the CPU for baselines)."""
         B = positive_int(batch, "batch")
         k = _counter(step, "step", 32)
         dt = np.dtype(dtype)
         if dt not in FLOAT_DTYPES:
             raise TypeError(f"dtype: expected float32 or float64, got {dt}")
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
+        if device == "cuda":
+            return self._sample_cuda(B, k, dt, out)
         d, n = self._dim, self._context
         Z0, y_q = (None, None) if out is None else out
         Z0 = as_out(Z0, (B, d + 1, n + 1), dt, "out[0] (Z0)")
@@ -108,6 +120,37 @@ class KernelGPPrompts:
                            kernel=self._kernel, bandwidth=self._bandwidth)
 
 
+    def _sample_cuda(self, B: int, k: int, dt: np.dtype, out) -> PromptBatch:
+        from .. import cuda
+
+        if not cuda.available():
+            raise RuntimeError("device: 'cuda' needs a build with CUDA kernels and a visible GPU "
+                               f"(cuda.compiled() = {cuda.compiled()}, cuda.available() = False)")
+        d, n = self._dim, self._context
+        shapes = {"out[0] (Z0)": (B, d + 1, n + 1), "out[1] (y_q)": (B,)}
+        if out is None:
+            arrays = [cuda.DeviceArray(list(shape), dt) for shape in shapes.values()]
+        else:
+            if not (isinstance(out, (tuple, list)) and len(out) == 2):
+                raise TypeError("out: expected a pair (Z0, y_q) of CUDA arrays")
+            arrays = list(out)
+            for a, (name, shape) in zip(arrays, shapes.items()):
+                if not cuda.is_cuda_array(a):
+                    raise TypeError(f"{name}: expected a CUDA array with device='cuda', got "
+                                    f"{type(a).__name__}")
+                v = cuda.view(a, name)
+                if v.shape != shape or v.dtype != dt or v.readonly:
+                    raise ValueError(f"{name}: expected a writable {dt} CUDA array of shape "
+                                     f"{shape}, got {v.dtype} {v.shape}")
+        Z0, y_q = arrays
+        _core.kernel_gp_sample_cuda(dt.name, self._seed, k, GP_KERNELS[self._kernel],
+                                    self._bandwidth, self._Sigma, B, d, n,
+                                    cuda.view(Z0, "Z0").ptr, cuda.view(y_q, "y_q").ptr, 0)
+        Sigma = np.eye(d) if self._Sigma is None else self._Sigma
+        return PromptBatch(X=None, y=None, x_q=None, y_q=y_q, w=None, E=Z0, Sigma=Sigma,
+                           kernel=self._kernel, bandwidth=self._bandwidth)
+
+
 class NumpyKernelGPPrompts(KernelGPPrompts):
     """The same spec drawn by the numpy reference :func:`lsa_native.data.kernel_gp_prompts` with
     ``np.random.default_rng([seed, step])`` (batched eigh): same law, other draws; for comparisons
@@ -116,7 +159,9 @@ class NumpyKernelGPPrompts(KernelGPPrompts):
     __slots__ = ()
 
     def sample(self, batch: int, step: int = 0, dtype=np.float32, *, out=None,
-               return_xi: bool = True) -> PromptBatch:
+               return_xi: bool = True, device: str = "cpu") -> PromptBatch:
+        if device != "cpu":
+            raise ValueError(f"device: the numpy sampler runs on the CPU only, got {device!r}")
         if out is not None:
             raise TypeError("out: not supported by the numpy sampler")
         rng = np.random.default_rng([self._seed, _counter(step, "step", 32)])

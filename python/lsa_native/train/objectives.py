@@ -24,7 +24,7 @@ import hashlib
 import numpy as np
 
 from .. import kernel_attention as ka
-from .. import lsa, population
+from .. import cuda, lsa, population
 from ..data import check_covariance
 from .._validation import positive_int, real_array
 from .data import Prompts
@@ -145,11 +145,24 @@ class KernelAttentionObjective(Objective):
     full V or the sparse V = [[A, 0], [0, r]] of CCS Assumption 4.4. ``hold_A_zero`` (sparse only,
     CCS Theorem 4.5 / H.2): A is fixed at 0 and left out of θ, so θ = (r, B, C); otherwise θ is
     ``params.to_vector()``. E is cast to ``dtype`` (None: the batch's dtype).
+
+    ``device="cuda"``: the training prompts are drawn on the GPU (``spec.sample(..., device=
+    "cuda")`` of a :class:`~lsa_native.train.data.Prompts` source, e.g.
+    ``sampling.KernelGPPrompts``: the CPU's prompts up to rounding), kept there while they are
+    reused (``resample_every``) and rewritten in place at each resample, and the forward/backward
+    runs on the GPU; θ and its gradient (a few hundred numbers) stay host float64, so the
+    optimizer, checkpoints and resume are those of the CPU. ``evaluate`` runs on the CPU.
     """
 
-    def __init__(self, params: ka.KernelAttentionParams, *, hold_A_zero: bool = False, dtype=None):
+    def __init__(self, params: ka.KernelAttentionParams, *, hold_A_zero: bool = False, dtype=None,
+                 device: str = "cpu"):
         if not isinstance(params, ka.KernelAttentionParams):
             raise TypeError(f"params: expected KernelAttentionParams, got {type(params).__name__}")
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
+        if device == "cuda" and not cuda.available():
+            raise RuntimeError("device: 'cuda' needs a build with CUDA kernels and a visible GPU "
+                               f"(cuda.compiled() = {cuda.compiled()}, cuda.available() = False)")
         self.hold_A_zero = bool(hold_A_zero)
         if self.hold_A_zero:
             if not params.sparse:
@@ -158,9 +171,11 @@ class KernelAttentionObjective(Objective):
                                               A=np.zeros_like(params.A, dtype=np.float64), r=params.r)
         self.template = params
         self.dtype = _float_dtype(dtype)
+        self.device = device
         full = params.to_vector()
         self._nA = params.A.size if self.hold_A_zero else 0
         self.theta0 = full[self._nA:].copy()
+        self._device_batch = (None, None)  # (sample index, (Z0, y_q) on the GPU)
 
     def unpack(self, theta) -> ka.KernelAttentionParams:
         theta = np.asarray(theta, dtype=np.float64)
@@ -168,10 +183,33 @@ class KernelAttentionObjective(Objective):
             theta = np.concatenate([np.zeros(self._nA), theta])
         return self.template.from_vector(theta)
 
+    def _batch_on_device(self, step, data):
+        """(Z0, y_q) of the step on the GPU: sampled there, rewritten in place at each resample."""
+        if not (hasattr(data, "spec") and hasattr(data, "sample_index")):
+            raise TypeError("data: device='cuda' trains on a train.Prompts source whose spec samples "
+                            f"on the GPU (e.g. sampling.KernelGPPrompts), got {type(data).__name__}")
+        k = data.sample_index(step)
+        if self._device_batch[0] != k:
+            out = self._device_batch[1]
+            try:
+                b = data.spec.sample(batch=data.batch, step=k, dtype=self.dtype or data.dtype,
+                                     device="cuda", out=out)
+            except TypeError as exc:
+                if "device" not in str(exc):
+                    raise
+                raise TypeError(f"data: {type(data.spec).__name__}.sample cannot draw on the GPU "
+                                "(device='cuda' needs a spec such as sampling.KernelGPPrompts)") from exc
+            self._device_batch = (k, (b.E, b.y_q))
+        return self._device_batch[1]
+
     def loss_and_grad(self, theta, step, data):
-        batch = data.at(step)
-        E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
-        loss, grad = self.unpack(theta).loss_and_grad(E, batch.y_q)
+        if self.device == "cuda":
+            Z0, y_q = self._batch_on_device(step, data)
+        else:
+            batch = data.at(step)
+            Z0 = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
+            y_q = batch.y_q
+        loss, grad = self.unpack(theta).loss_and_grad(Z0, y_q)
         return loss, grad[self._nA:]
 
     def evaluate(self, theta, batch):
@@ -179,6 +217,7 @@ class KernelAttentionObjective(Objective):
         return self.unpack(theta).loss(E, batch.y_q)
 
     def config(self):
+        # The device is not part of the identity: a run checkpointed on one resumes on the other.
         p = self.template
         return {"type": "KernelAttentionObjective", "layers": p.layers, "heads": p.heads,
                 "dim": p.B.shape[-1], "activations": list(p.activations), "sparse": p.sparse,

@@ -1,0 +1,130 @@
+"""Kernel-attention training on the GPU: K-GP prompts drawn on the device
+(``KernelGPPrompts.sample(device="cuda")``) and ``KernelAttentionObjective(device="cuda")`` in
+``train.fit``.
+
+The device sampler runs the CPU driver's per-prompt code (common/kernel_gp.hpp's sample_prompt)
+on the same Philox streams, one thread per prompt: covariates equal the CPU's to float64 rounding;
+labels too for the linear (Gram) and exp (Cholesky) kernels, while relu's eigen route can amplify
+the device's exp/sqrt rounding where two eigenvalues of K are close (a rotation of a nearly
+degenerate eigenspace: same law, other draws) — so relu is compared through its law-level
+statistics, not value by value. The kernel's indexing is checked without a GPU by the emulated
+C++ test (cpp/tests/test_kernel_gp_emulated.cpp: bitwise equal to the CPU driver).
+
+GPU tests carry the ``cuda`` marker and skip where no GPU is visible; the tests at the top run
+everywhere (the errors of device="cuda" without a GPU).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lsa_native
+from lsa_native import cuda, sampling, train
+from lsa_native import kernel_attention as ka
+from test_cuda import needs_gpu
+
+no_gpu = pytest.mark.skipif(lsa_native.cuda_available(), reason="a GPU is visible")
+
+
+# ---- everywhere ---------------------------------------------------------------------------------
+
+@no_gpu
+def test_device_cuda_without_a_gpu_says_why():
+    p = ka.KernelAttentionParams.gaussian(np.random.default_rng(0), 3, 2, activations="softmax")
+    with pytest.raises(RuntimeError, match="device: 'cuda' needs .*visible GPU"):
+        train.KernelAttentionObjective(p, device="cuda")
+    with pytest.raises(RuntimeError, match="device: 'cuda' needs .*visible GPU"):
+        sampling.KernelGPPrompts(3, 5, "exp", seed=1).sample(4, device="cuda")
+
+
+def test_device_names_are_checked():
+    p = ka.KernelAttentionParams.gaussian(np.random.default_rng(0), 3, 2, activations="softmax")
+    with pytest.raises(ValueError, match="device: expected 'cpu' or 'cuda', got 'gpu'"):
+        train.KernelAttentionObjective(p, device="gpu")
+    with pytest.raises(ValueError, match="device: expected 'cpu' or 'cuda', got 'tpu'"):
+        sampling.KernelGPPrompts(3, 5, "exp", seed=1).sample(4, device="tpu")
+    with pytest.raises(ValueError, match="device: the numpy sampler runs on the CPU only"):
+        sampling.NumpyKernelGPPrompts(3, 5, "exp", seed=1).sample(4, device="cuda")
+
+
+# ---- on a GPU -----------------------------------------------------------------------------------
+
+
+
+def _host(batch):
+    return cuda.to_host(batch.E), cuda.to_host(batch.y_q)
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("kernel", ["linear", "exp"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("with_sigma", [False, True])
+def test_device_prompts_equal_cpu_prompts(kernel, dtype, with_sigma):
+    Sigma = np.diag([1.0, 2.0, 0.5, 1.5, 1.0]) if with_sigma else None
+    spec = sampling.KernelGPPrompts(5, 30, kernel, bandwidth=1.0, Sigma=Sigma, seed=9)
+    for step, B in [(0, 1), (3, 257), (11, 3000)]:
+        cpu = spec.sample(B, step, dtype)
+        E, y_q = _host(spec.sample(B, step, dtype, device="cuda"))
+        tol = 1e-12 if dtype == np.float64 else 2e-6
+        scale = np.abs(cpu.E).max()
+        np.testing.assert_allclose(E, cpu.E, rtol=0, atol=tol * scale)
+        np.testing.assert_allclose(y_q, cpu.y_q, rtol=0, atol=tol * scale)
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_device_relu_prompts_have_the_cpu_covariates_and_label_law():
+    spec = sampling.KernelGPPrompts(5, 30, "relu", seed=4)
+    cpu = spec.sample(20000, 2, np.float64)
+    E, y_q = _host(spec.sample(20000, 2, np.float64, device="cuda"))
+    np.testing.assert_allclose(E[:, :5], cpu.E[:, :5], rtol=0, atol=1e-13)  # covariates
+    # Labels: most prompts agree to rounding; all share the law (second moments of y_q).
+    close = np.abs(y_q - cpu.y_q) <= 1e-9 * (1 + np.abs(cpu.y_q))
+    assert close.mean() > 0.9
+    v_cpu, v_gpu = np.var(cpu.y_q), np.var(y_q)
+    se = np.sqrt(2.0 / len(y_q)) * v_cpu
+    assert abs(v_gpu - v_cpu) < 5 * se
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_device_sampling_writes_into_out_and_is_deterministic():
+    spec = sampling.KernelGPPrompts(3, 8, "exp", seed=2)
+    first = spec.sample(100, 5, np.float32, device="cuda")
+    again = spec.sample(100, 5, np.float32, device="cuda", out=(first.E, first.y_q))
+    assert again.E is first.E
+    np.testing.assert_array_equal(cuda.to_host(again.E),
+                                  cuda.to_host(spec.sample(100, 5, np.float32, device="cuda").E))
+    with pytest.raises(ValueError, match=r"out\[0\] \(Z0\): expected a writable float32 CUDA array"):
+        spec.sample(50, 5, np.float32, device="cuda", out=(first.E, first.y_q))
+    with pytest.raises(TypeError, match=r"out\[0\] \(Z0\): expected a CUDA array"):
+        spec.sample(100, 5, np.float32, device="cuda", out=(np.zeros((100, 4, 9), np.float32),
+                                                              first.y_q))
+
+
+def _fit(device, dtype, hold_A_zero=True, steps=12):
+    spec = sampling.KernelGPPrompts(3, 10, "exp", seed=21)
+    p0 = ka.KernelAttentionParams.gaussian(np.random.default_rng(3), 3, 2, activations="softmax")
+    obj = train.KernelAttentionObjective(p0, hold_A_zero=hold_A_zero, dtype=dtype, device=device)
+    data = train.Prompts(spec, batch=512, resample_every=3, dtype=dtype)
+    return train.fit(obj, train.Adam(lr=0.01), steps=steps, data=data, progress=False)
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("hold_A_zero", [True, False])
+def test_fit_on_the_gpu_follows_the_cpu_trajectory(hold_A_zero):
+    """float64: the same prompts (to rounding) and the same optimizer give the same trajectory."""
+    gpu = _fit("cuda", np.float64, hold_A_zero)
+    cpu = _fit("cpu", np.float64, hold_A_zero)
+    np.testing.assert_allclose(gpu.theta, cpu.theta, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(gpu.history["loss"], cpu.history["loss"], rtol=1e-9)
+
+
+@pytest.mark.cuda
+@needs_gpu
+def test_fit_on_the_gpu_float32_trains():
+    res = _fit("cuda", np.float32, steps=40)
+    losses = res.history["loss"]
+    assert np.all(np.isfinite(losses)) and losses[-1] < losses[0]
