@@ -15,6 +15,8 @@ everywhere (the errors of device="cuda" without a GPU).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,42 @@ def test_device_names_are_checked():
         sampling.KernelGPPrompts(3, 5, "exp", seed=1).sample(4, device="tpu")
     with pytest.raises(ValueError, match="device: the numpy sampler runs on the CPU only"):
         sampling.NumpyKernelGPPrompts(3, 5, "exp", seed=1).sample(4, device="cuda")
+
+
+class _RecordingSpec:
+    """A spec whose device samples are host arrays (so the objective's device bookkeeping runs
+    without a GPU): records each call's step and whether it was handed the previous buffers."""
+
+    def __init__(self):
+        self.inner = sampling.KernelGPPrompts(3, 6, "exp", seed=8)
+        self.calls = []
+
+    def sample(self, *, batch, step, dtype, device="cpu", out=None):
+        assert device == "cuda"
+        self.calls.append((step, out is not None))
+        b = self.inner.sample(batch, step, dtype)
+        if out is not None:
+            out[0][...], out[1][...] = b.E, b.y_q
+            return dataclasses.replace(b, E=out[0], y_q=out[1])
+        return b
+
+
+def test_device_objective_samples_once_per_resample_into_the_same_buffers(monkeypatch):
+    monkeypatch.setattr(cuda, "available", lambda: True)
+    spec = _RecordingSpec()
+    p0 = ka.KernelAttentionParams.gaussian(np.random.default_rng(1), 3, 2, activations="softmax")
+    obj = train.KernelAttentionObjective(p0, hold_A_zero=True, device="cuda")
+    data = train.Prompts(spec, batch=16, resample_every=4, dtype=np.float64)
+    cpu = train.KernelAttentionObjective(p0, hold_A_zero=True)
+    for step in range(10):
+        loss, grad = obj.loss_and_grad(obj.theta0, step, data)
+        want = cpu.loss_and_grad(cpu.theta0, step, train.Prompts(spec.inner, batch=16,
+                                                                 resample_every=4, dtype=np.float64))
+        assert loss == want[0]
+        np.testing.assert_array_equal(grad, want[1])
+    assert spec.calls == [(0, False), (1, True), (2, True)]
+    with pytest.raises(TypeError, match="data: device='cuda' trains on a train.Prompts source"):
+        obj.loss_and_grad(obj.theta0, 0, train.FixedPrompts(spec.inner.sample(4, 0, np.float64)))
 
 
 # ---- on a GPU -----------------------------------------------------------------------------------

@@ -17,6 +17,7 @@
 #include "common/hd.hpp"
 #include "common/random.hpp"
 #include "common/small_matrix.hpp"
+#include "lsa_native/types.hpp"
 
 namespace lsa_native::detail::kgp {
 
