@@ -78,3 +78,75 @@ def test_local_cluster_sweep_killed_and_restarted(tmp_path):
     n = len(_computed(log))
     assert sweep.run_cells(sweep.example_cell, cells, cache, workers=0) == res
     assert len(_computed(log)) == n  # a finished sweep recomputes nothing
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for(condition, what: str, procs=()):
+    """Poll a condition (never the clock for correctness: the deadline only ends a broken run)."""
+    deadline = time.monotonic() + 300
+    while not condition():
+        for p in procs:
+            assert p.poll() is None, f"{what}: a process exited early ({p.args})"
+        assert time.monotonic() < deadline, f"{what}: not reached"
+        time.sleep(0.05)
+
+
+SCHEDULER_DRIVER = """
+import sys
+from lsa_native.experiments import sweep
+address, log, cache, gate = sys.argv[1:5]
+cells = [{"id": i, "log": log, "gate": gate if i >= 6 else None} for i in range(10)]
+res = sweep.run_cells(sweep.example_cell, cells, cache, scheduler=address)
+assert [r["value"] for r in res] == [i * i for i in range(10)]
+"""
+
+
+def test_external_cluster_survives_a_killed_worker(tmp_path):
+    """`dask scheduler` and two `dask worker`s as separate processes on the loopback (as on a real
+    cluster); one worker is SIGKILLed while it holds gated cells: the sweep still finishes with
+    every cell, each computed once (a killed computation never reaches the log or the cache), and
+    a second sweep computes nothing."""
+    pytest.importorskip("dask.distributed")
+    dask = os.path.join(os.path.dirname(sys.executable), "dask")
+    if not os.path.exists(dask):
+        pytest.skip("the dask command line is not installed next to this Python")
+    port = _free_port()
+    address = f"tcp://127.0.0.1:{port}"
+    log, cache, gate = tmp_path / "log.txt", tmp_path / "cache", tmp_path / "gate"
+    quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                 cwd=tmp_path)
+    procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
+                               "--dashboard-address", ":0", "--no-show"], **quiet)]
+    try:
+        for name in ("a", "b"):
+            procs.append(subprocess.Popen([dask, "worker", address, "--nworkers", "1",
+                                           "--nthreads", "1", "--name", name, "--no-nanny",
+                                           "--dashboard-address", ":0"], **quiet))
+        sweep.check_scheduler(address, timeout=60).close()
+        driver = subprocess.Popen([sys.executable, "-c", SCHEDULER_DRIVER, address, str(log),
+                                   str(cache), str(gate)], **quiet)
+        procs.append(driver)
+        # Cells 0-5 finish; 6-9 wait for the gate, so both workers are mid-cell when one dies.
+        _wait_for(lambda: len(list(cache.glob("[!.]*.json"))) == 6, "six cached cells", procs)
+        os.killpg(procs[1].pid, signal.SIGKILL)
+        procs[1].wait()
+        gate.touch()
+        assert driver.wait(timeout=300) == 0
+        assert sorted(_computed(log)) == list(range(10))  # every cell once
+        cells = [{"id": i, "log": str(log), "gate": str(gate) if i >= 6 else None}
+                 for i in range(10)]
+        res = sweep.run_cells(sweep.example_cell, cells, cache, scheduler=address)
+        assert [r["value"] for r in res] == [i * i for i in range(10)]
+        assert sorted(_computed(log)) == list(range(10))  # cached: nothing computed again
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()

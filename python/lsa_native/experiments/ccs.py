@@ -190,7 +190,8 @@ def _cells_run(ctx, cells, desc):
     if ctx.device != "cpu":
         cells = [dict(c, _device=ctx.device) for c in cells]
     return run_cells(train_cell, cells, ctx.cache_dir(), scheduler=ctx.scheduler,
-                     workers=ctx.workers if use_dask else 0, progress=ctx.progress, desc=desc)
+                     workers=ctx.workers if use_dask else 0, progress=ctx.progress, desc=desc,
+                     gpus=ctx.device == "cuda")
 
 
 def _base(p, **kw):

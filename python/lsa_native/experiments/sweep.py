@@ -49,7 +49,13 @@ def _load(path: Path):
 
 
 def _compute(fn_name: str, config: dict, cache_file: str | None, threads: int):
-    """Run one cell (on a worker or here) and store its result in the cache."""
+    """Run one cell (on a worker or here) and store its result in the cache. A cell already in
+    the cache is read, not run: Dask recomputes the results a dead worker held in memory, and
+    those must not be computed twice."""
+    if cache_file is not None:
+        cached = _load(Path(cache_file))
+        if cached is not None:
+            return cached
     module, qual = fn_name.split(":")
     fn = getattr(importlib.import_module(module), qual)
     if threads:
@@ -79,12 +85,15 @@ def check_scheduler(address: str, timeout: float = 5.0):
 
 
 def run_cells(fn, cells: list, cache_dir=None, *, scheduler: str | None = None, workers: int = 2,
-              progress: bool = False, desc: str = "cells") -> list:
+              progress: bool = False, desc: str = "cells", gpus: bool = False) -> list:
     """Results of ``fn(config)`` for every config in ``cells`` (in order).
 
     ``fn`` must be a module-level function (workers import it by name) returning JSON-able data.
     Cached results in ``cache_dir`` are reused; the others run on Dask (``scheduler`` address, or
-    a LocalCluster of ``workers`` processes) or here when ``workers == 0`` and no scheduler."""
+    a LocalCluster of ``workers`` processes) or here when ``workers == 0`` and no scheduler.
+    ``gpus``: the cells use a GPU; without a scheduler they run on one Dask worker per GPU
+    (``dask_cuda.LocalCUDACluster``, each worker pinned to its device) when dask-cuda is
+    installed, else in this process on the GPU it sees."""
     cache = None if cache_dir is None else Path(cache_dir)
     keys = [cell_key(fn, c) for c in cells]
     results = [None] * len(cells)
@@ -108,24 +117,40 @@ def run_cells(fn, cells: list, cache_dir=None, *, scheduler: str | None = None, 
     try:
         if not pending:
             return results
+        if scheduler is None and gpus and not _have_dask_cuda():
+            workers = 0
         if scheduler is None and workers == 0:
             for i in pending:
                 results[i] = _compute(name, cells[i], files[i], 0)
                 if bar:
                     bar.update()
             return results
-        _run_dask(name, cells, files, pending, results, scheduler, workers, bar)
+        _run_dask(name, cells, files, pending, results, scheduler, workers, bar, gpus)
         return results
     finally:
         if bar:
             bar.close()
 
 
-def _run_dask(name, cells, files, pending, results, scheduler, workers, bar):
+def _have_dask_cuda() -> bool:
+    try:
+        import dask_cuda  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def _run_dask(name, cells, files, pending, results, scheduler, workers, bar, gpus=False):
     from dask.distributed import Client, LocalCluster, as_completed
 
     if scheduler is not None:
         client, cluster = check_scheduler(scheduler), None
+        threads = 0
+    elif gpus:  # one worker per GPU, CUDA_VISIBLE_DEVICES set per worker by dask-cuda
+        from dask_cuda import LocalCUDACluster
+
+        cluster = LocalCUDACluster(threads_per_worker=1, dashboard_address=":0")
+        client = Client(cluster)
         threads = 0
     else:
         cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
@@ -137,6 +162,7 @@ def _run_dask(name, cells, files, pending, results, scheduler, workers, bar):
                    for i in pending}
         for fut in as_completed(futures):
             results[futures[fut]] = fut.result()
+            fut.release()  # the result is here (and cached): workers need not keep it
             if bar:
                 bar.update()
     finally:
