@@ -15,7 +15,9 @@ __all__ = ["gamma", "thm41_limits", "assumption33_init", "sigma_bound", "limit_p
 
 
 def diagonal_moments(mean, second, third) -> np.ndarray:
-    """Moments [3, d] = (E λ_i, E λ_i², E λ_i³) of independent diagonal entries, validated as the
+    """The law of a random diagonal covariance Λτ [ZFB 4.3, (4.9)] as the closed forms here and the
+    exact losses of :mod:`lsa_native.population` (which re-exports this function) take it:
+    moments [3, d] = (E λ_i, E λ_i², E λ_i³) of independent diagonal entries, validated as the
     moments of a positive random variable: means > 0, variances E λ² − (E λ)² >= 0, and
     E λ³ · E λ >= (E λ²)² (Cauchy–Schwarz on λ^{1/2}·λ^{3/2}), finite."""
     parts = [as_real(v, name) for v, name in ((mean, "mean"), (second, "second"), (third, "third"))]
