@@ -46,6 +46,7 @@ def test_native_matches_reference(rng, act, L, H, d, n, dtype, tol):
     assert Z_L.dtype == dtype and preds.shape == (4, L + 1)
     assert rel_err(Z_L, Z_ref) < tol and rel_err(preds, preds_ref) < tol
     np.testing.assert_array_equal(ka.predict(Z0, V, B, C, acts), -preds[:, -1])
+    np.testing.assert_array_equal(ka.predict(Z0, V, B, C, acts, every_layer=True), -preds)
 
 
 @pytest.mark.parametrize("act", ACTS)

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from lsa_native import data, lsa, population as pop, theory
+from lsa_native import data, lsa, population as pop, theory, train
 from lsa_native.reference import population as ref
 
 
@@ -231,7 +231,7 @@ def test_one_third_factor_of_equation_412():
         (lambda W, L: pop.gradient_flow(W, W, 3, Lambda=L, times=[1, 0.5]), "times"),
         (lambda W, L: pop.gradient_flow(W, W, 3, Lambda=L, moments=np.ones((3, 3)), times=[1]), "exactly one"),
         (lambda W, L: pop.gradient_flow(W, W, 3, Lambda=L, times=[1], method="euler"), "method"),
-        (lambda W, L: pop.gradient_descent(W, W, L, 3, step=0, n_steps=3), "step"),
+        (lambda W, L: train.gradient_descent(W, W, L, 3, step=0, n_steps=3), "step"),
     ],
 )
 def test_bad_input_raises_clear_errors(rng, make, match):
@@ -245,8 +245,8 @@ def test_gradient_descent_decreases_the_loss(rng):
     d, N = 3, 5
     Lambda = random_spd(rng, d, spread=1.5)
     W_pv0, W_kq0 = theory.assumption33_init(d, 0.3, rng=rng)
-    _, _, steps, losses = pop.gradient_descent(W_pv0, W_kq0, Lambda, N, step=0.01, n_steps=500,
-                                               record_every=50)
+    _, _, steps, losses = train.gradient_descent(W_pv0, W_kq0, Lambda, N, step=0.01, n_steps=500,
+                                                 record_every=50)
     assert steps[-1] == 500 and np.all(np.diff(losses) < 0)
 
 

@@ -86,7 +86,7 @@ def test_sgd_lsa_metric_at_recorded_steps(rng):
 
 
 def old_gradient_descent(W_pv, W_kq, Lambda, N, *, step, n_steps, record_every):
-    """population.gradient_descent before it became a call of fit (copied)."""
+    """gradient_descent (then population.gradient_descent) before it became a call of fit (copied)."""
     from lsa_native import _core
 
     W_pv, W_kq = np.array(W_pv, dtype=np.float64), np.array(W_kq, dtype=np.float64)
@@ -108,8 +108,8 @@ def test_gradient_descent_same_trajectory_as_before(rng, n_steps, record_every):
     d, N = 3, 6
     Lambda = random_spd(rng, d)
     W_pv0, W_kq0 = rng.standard_normal((2, d + 1, d + 1)) * 0.3
-    got = population.gradient_descent(W_pv0, W_kq0, Lambda, N, step=0.02, n_steps=n_steps,
-                                      record_every=record_every)
+    got = train.gradient_descent(W_pv0, W_kq0, Lambda, N, step=0.02, n_steps=n_steps,
+                                 record_every=record_every)
     want = old_gradient_descent(W_pv0, W_kq0, Lambda, N, step=0.02, n_steps=n_steps,
                                 record_every=record_every)
     for g, w in zip(got, want):

@@ -38,13 +38,18 @@ std::vector<Activation> to_activations(const std::vector<int>& codes, index_t he
   return a;
 }
 
+// y_hat: the predictions output holds ŷ = −TF (Python's predict()) instead of TF.
+PredictionOutput prediction_output(bool y_hat) {
+  return y_hat ? PredictionOutput::y_hat : PredictionOutput::tf;
+}
+
 template <class T>
 void bind_dtype(py::module_& m) {
   m.def(
       "kernel_attention_forward",
       [](const CArray<T>& Z0, const CArray<T>& V, const CArray<T>& Bq, const CArray<T>& Ck,
          const std::vector<int>& codes, std::optional<CArray<T>> Z_out,
-         std::optional<CArray<T>> predictions, std::optional<CArray<T>> context) {
+         std::optional<CArray<T>> predictions, std::optional<CArray<T>> context, bool y_hat) {
         const KernelAttentionShape s = ka_shape(Z0, V, Bq, Ck);
         const auto acts = to_activations(codes, s.heads);
         T* zo = optional_out(Z_out, {s.batch, s.dim + 1, s.context + 1}, "Z_out");
@@ -52,12 +57,12 @@ void bind_dtype(py::module_& m) {
         T* cx = optional_out(context, {s.batch, kernel_attention_context_size<T>(s)}, "context");
         py::gil_scoped_release release;
         kernel_attention_forward(s, Z0.data(), V.data(), Bq.data(), Ck.data(), acts.data(), zo, pr,
-                                 cx);
+                                 cx, prediction_output(y_hat));
       },
       py::arg("Z0").noconvert(), py::arg("V").noconvert(), py::arg("B").noconvert(),
       py::arg("C").noconvert(), py::arg("activations"), py::arg("Z_out").noconvert() = py::none(),
       py::arg("predictions").noconvert() = py::none(),
-      py::arg("context").noconvert() = py::none());
+      py::arg("context").noconvert() = py::none(), py::arg("y_hat") = false);
   m.def(
       "kernel_attention_vjp",
       [](const CArray<T>& Z0, const CArray<T>& V, const CArray<T>& Bq, const CArray<T>& Ck,
@@ -116,18 +121,20 @@ void bind_cuda_entry_points(py::module_& m) {
   m.def(
       "kernel_attention_forward_cuda",
       [](const std::string& dtype, const KernelAttentionShape& s, Address Z0, Address V, Address Bq,
-         Address Ck, const std::vector<int>& codes, Address Z_out, Address predictions, Address context) {
+         Address Ck, const std::vector<int>& codes, Address Z_out, Address predictions, Address context,
+         bool y_hat) {
         const auto acts = to_activations(codes, s.heads);
         with_dtype(dtype, [&](auto t) {
           using T = decltype(t);
           py::gil_scoped_release release;
           kernel_attention_forward(s, in_addr<T>(Z0), in_addr<T>(V), in_addr<T>(Bq), in_addr<T>(Ck),
                                    acts.data(), out_addr<T>(Z_out), out_addr<T>(predictions),
-                                   out_addr<T>(context), Device::cuda);
+                                   out_addr<T>(context), prediction_output(y_hat), Device::cuda);
         });
       },
       py::arg("dtype"), py::arg("shape"), py::arg("Z0"), py::arg("V"), py::arg("B"), py::arg("C"),
-      py::arg("activations"), py::arg("Z_out"), py::arg("predictions"), py::arg("context"));
+      py::arg("activations"), py::arg("Z_out"), py::arg("predictions"), py::arg("context"),
+      py::arg("y_hat") = false);
   m.def(
       "kernel_attention_vjp_cuda",
       [](const std::string& dtype, const KernelAttentionShape& s, Address Z0, Address V, Address Bq,

@@ -51,10 +51,12 @@ index_t kernel_attention_context_size(const KernelAttentionShape& sh) {
 template <class T>
 void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
                               const T* Ck, const Activation* acts, T* Z_out, T* predictions,
-                              T* context, Device device) {
+                              T* context, PredictionOutput prediction_output, Device device) {
   check_arguments(sh, Z0, V, Bq, Ck, acts);
+  detail::require(prediction_output == PredictionOutput::tf || prediction_output == PredictionOutput::y_hat,
+                  "prediction_output: expected PredictionOutput::tf or PredictionOutput::y_hat");
   LSA_NATIVE_BACKEND(device, kernel_attention_forward, sh, Z0, V, Bq, Ck, acts, Z_out, predictions,
-                     context);
+                     context, prediction_output);
 }
 
 template <class T>

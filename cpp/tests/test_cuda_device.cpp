@@ -146,7 +146,7 @@ void compare_ka_with_cpu(const lsa_native::KernelAttentionShape& s, lsa_native::
   DeviceBuffer<T> z0(pr.Z0), y(pr.y_q), V(pr.V), Bq(pr.Bq), Ck(pr.Ck), dz(pr.d_Z);
   DeviceBuffer<T> gZ(nz, nan), gp(np, nan), gctx(nctx, nan);
   lsa_native::kernel_attention_forward(s, z0.dev, V.dev, Bq.dev, Ck.dev, a, gZ.dev, gp.dev,
-                                       gctx.dev, Device::cuda);
+                                       gctx.dev, lsa_native::PredictionOutput::tf, Device::cuda);
   close(gZ.read(), Z, "forward Z_L");
   close(gp.read(), p, "forward predictions");
   close(gctx.read(), ctx, "forward context");
@@ -190,7 +190,8 @@ TEST(CudaDevice, KernelAttentionWithoutGpuIsAClearError) {
   EXPECT_THROW(lsa_native::kernel_attention_forward(lsa_native::KernelAttentionShape{1, 1, 1, 1, 1},
                                                     Z0.data(), V.data(), I.data(), I.data(), &act,
                                                     Z.data(), static_cast<double*>(nullptr),
-                                                    static_cast<double*>(nullptr), Device::cuda),
+                                                    static_cast<double*>(nullptr),
+                                                    lsa_native::PredictionOutput::tf, Device::cuda),
                lsa_native::Error);
 }
 

@@ -335,6 +335,14 @@ void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaK
   run(Fwd{}, fa2, nullptr);
   expect_close(Z2, Z_cpu, tol, "forward Z_L (no context)");
   expect_close(p2, p_cpu, tol, "forward predictions (no context)");
+  // Forward writing ŷ = −TF (PredictionOutput::y_hat): the same kernel's predictions, negated.
+  std::vector<T> p3(np, nan);
+  k::KaArgs<T> fa3 = fa2;
+  fa3.Z_out = nullptr;
+  fa3.predictions = p3.data();
+  fa3.prediction_output = lsa_native::PredictionOutput::y_hat;
+  run(Fwd{}, fa3, nullptr);
+  for (index_t i = 0; i < np; ++i) EXPECT_EQ(p3[i], -p2[i]) << "forward y_hat " << i;
   // VJP without and with the context, with and without the input gradient
   for (int variant = 0; variant < 3; ++variant) {
     const T* context = variant == 0 ? nullptr : cx.data();

@@ -191,7 +191,7 @@ void check(const KernelAttentionShape& s, std::vector<Activation> acts, double l
     std::copy(pr.d_Z.begin() + b * per, pr.d_Z.begin() + (b + 1) * per, dZ.begin());
     recipe_backward(st, pr, dZ, g.data());
     std::copy(dZ.begin(), dZ.end(), rZ0.begin() + b * per);
-    // loss_and_grad: the same backward seeded at [d, n]   [CCS (5)]
+    // loss_and_grad: the same backward seeded at [d, n]; loss ½·MSE (½ × CCS (5))
     const double res = recipe::loss_residual(double(st.z(st.L)[d * cols + s.context]), double(pr.y_q[b]));
     loss += res * res;
     std::fill(dZ.begin(), dZ.end(), T(0));
@@ -209,7 +209,7 @@ void check(const KernelAttentionShape& s, std::vector<Activation> acts, double l
   expect_close(split(g, nV, nB), dB, tol, "vjp d_B");
   expect_close(split(g, nV + nB, nB), dC, tol, "vjp d_C");
   expect_close(rZ0, dZ0, tol, "vjp d_Z0");
-  EXPECT_NEAR(loss / double(s.batch), loss_cpu, tol * loss_cpu) << "loss";
+  EXPECT_NEAR(0.5 * loss / double(s.batch), loss_cpu, tol * loss_cpu) << "loss";
   expect_close(split(lg, 0, nV), lV, tol, "loss d_V");
   expect_close(split(lg, nV, nB), lB, tol, "loss d_B");
   expect_close(split(lg, nV + nB, nB), lC, tol, "loss d_C");

@@ -33,6 +33,14 @@ TEST(KernelAttention, OneLayerLinearConstructionByHand) {
   EXPECT_NEAR(preds[1], -r * expected, 1e-14);
   EXPECT_EQ(preds[0], 0.0);
   EXPECT_NEAR(Z[2 * T + n], preds[1], 1e-15);
+  // PredictionOutput::y_hat: the prediction of y_q, ŷ_ℓ = −TF_ℓ (SPEC 3.3), exactly.
+  std::vector<double> y_hat(2);
+  lsa_native::kernel_attention_forward(KernelAttentionShape{1, d, n, 1, 1}, Z0.data(), V.data(),
+                                       I.data(), I.data(), &act, static_cast<double*>(nullptr),
+                                       y_hat.data(), static_cast<double*>(nullptr),
+                                       lsa_native::PredictionOutput::y_hat);
+  EXPECT_EQ(y_hat[0], -preds[0]);
+  EXPECT_EQ(y_hat[1], -preds[1]);
 }
 
 TEST(KernelAttention, GradientsMatchCentralDifferences) {
@@ -99,8 +107,8 @@ TEST(KernelAttention, SoftmaxWithHugeLogitsIsOneHot) {
   check_saturated_softmax<double>();
 }
 
-// loss_and_grad is forward + VJP seeded with ∂loss/∂Z_L = 2 r / B at [d, n]; the VJP from a saved
-// context equals the recomputing VJP bitwise.
+// loss_and_grad is the loss ½·MSE, (1/(2B)) Σ r² with r = TF + y_q, and forward + VJP seeded with
+// ∂loss/∂Z_L = r / B at [d, n]; the VJP from a saved context equals the recomputing VJP bitwise.
 TEST(KernelAttention, VjpWithAndWithoutContextComposeToLossGradient) {
   const index_t Bsz = 5, d = 3, n = 6, L = 2, H = 2, D = d + 1, per = D * (n + 1);
   std::mt19937_64 gen(5);
@@ -119,7 +127,12 @@ TEST(KernelAttention, VjpWithAndWithoutContextComposeToLossGradient) {
   lsa_native::kernel_attention_forward(shape, Z0.data(), V.data(), Bq.data(), Ck.data(), acts,
                                        Z.data(), preds.data(), ctx.data());
   std::vector<double> seed(Z0.size(), 0.0);
-  for (index_t b = 0; b < Bsz; ++b) seed[b * per + per - 1] = 2 * (preds[b * (L + 1) + L] + y[b]) / Bsz;
+  double half_mse = 0;
+  for (index_t b = 0; b < Bsz; ++b) {
+    const double r = preds[b * (L + 1) + L] + y[b];
+    seed[b * per + per - 1] = r / Bsz;
+    half_mse += 0.5 * r * r / Bsz;
+  }
   std::vector<double> gV(V.size()), gB(Bq.size()), gC(Ck.size()), gZ(Z0.size());
   std::vector<double> hV(V.size()), hB(Bq.size()), hC(Ck.size()), hZ(Z0.size());
   std::vector<double> lV(V.size()), lB(Bq.size()), lC(Ck.size()), lZ(Z0.size());
@@ -129,9 +142,10 @@ TEST(KernelAttention, VjpWithAndWithoutContextComposeToLossGradient) {
   lsa_native::kernel_attention_vjp(shape, Z0.data(), V.data(), Bq.data(), Ck.data(), acts,
                                    seed.data(), hV.data(), hB.data(), hC.data(), hZ.data(),
                                    static_cast<const double*>(nullptr));
-  lsa_native::kernel_attention_loss_and_grad(shape, Z0.data(), y.data(), V.data(), Bq.data(),
-                                             Ck.data(), acts, lV.data(), lB.data(), lC.data(),
-                                             lZ.data(), static_cast<double*>(nullptr));
+  const double loss = lsa_native::kernel_attention_loss_and_grad(
+      shape, Z0.data(), y.data(), V.data(), Bq.data(), Ck.data(), acts, lV.data(), lB.data(),
+      lC.data(), lZ.data(), static_cast<double*>(nullptr));
+  EXPECT_NEAR(loss, half_mse, 1e-14 * half_mse);
   EXPECT_EQ(gV, hV);
   EXPECT_EQ(gB, hB);
   EXPECT_EQ(gC, hC);

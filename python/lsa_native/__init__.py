@@ -1,11 +1,12 @@
 """lsa_native: fast, exact in-context-learning research on attention models.
 
 Submodules: ``lsa`` (native batched LSA), ``population`` (exact population losses, gradient flow), ``reference`` (numpy oracles), ``data`` (prompt
-samplers), ``sampling`` (native samplers by seed and step), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` (``lsa-native``).
+samplers), ``gp_kernels`` (the GP kernels of CCS (12), (14)), ``sampling`` (native samplers by seed and step), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` (``lsa-native``).
 """
 from . import _core
 from ._validation import positive_int
-from . import baselines, cuda, data, kernel_attention, lsa, population, reference, sampling, theory, train
+from . import (baselines, cuda, data, gp_kernels, kernel_attention, lsa, population, reference, sampling,
+               theory, train)
 
 __version__ = _core.__version__
 
@@ -27,6 +28,7 @@ __all__ = [
     "cuda",
     "kernel_attention",
     "baselines",
+    "gp_kernels",
     "population",
     "reference",
     "data",

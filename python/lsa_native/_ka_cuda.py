@@ -46,17 +46,6 @@ class _Call:
         return dict(Z0=self.z.source, V=self.V.keep, B=self.B.keep, C=self.C.keep, **extra)
 
 
-def scale(a, factor: float):
-    """a *= factor for a result array (numpy, PyTorch, CuPy in place; a DeviceArray by a host
-    round trip, which only results of unknown CUDA libraries are)."""
-    if isinstance(a, cuda.DeviceArray):
-        host = a.copy_to_host()
-        host *= factor
-        a.copy_from_host(host)
-    else:
-        a *= factor
-
-
 def forward(Z0, V, B, C, codes_of, return_predictions, return_context, context_type):
     c = _Call(Z0, V, B, C, codes_of)
     z = c.z
@@ -96,7 +85,7 @@ def vjp(Z0, V, B, C, codes_of, d_Z_out, context, input_grad):
 
 
 def loss_and_grad(Z0, y_q, V, B, C, codes_of, input_grad, return_predictions):
-    """The core's CCS (5) loss and gradients (kernel_attention.loss_and_grad halves them)."""
+    """The core's loss ½·MSE and its gradients (kernel_attention.loss_and_grad's convention)."""
     c = _Call(Z0, V, B, C, codes_of)
     z = c.z
     Bsz = z.shape[0]

@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from . import _core
+from ._streams import check_seed, stream_args
 
 __all__ = [
     "compiled",
@@ -197,8 +198,6 @@ def to_host(a) -> np.ndarray:
 def philox4x32(counters, seed) -> np.ndarray:
     """Philox4x32-10 words of ``counters`` [n, 4] computed on the GPU: equal to
     :func:`lsa_native.sampling.random.philox4x32` bit for bit. Host arrays in and out."""
-    from .sampling import random as _random
-
     c = np.asarray(counters)
     if c.ndim != 2 or c.shape[1] != 4:
         raise ValueError(f"counters: expected shape (n, 4), got {c.shape}")
@@ -206,20 +205,18 @@ def philox4x32(counters, seed) -> np.ndarray:
         raise ValueError("counters: expected integers in [0, 2**32)")
     c = np.ascontiguousarray(c, dtype=np.uint32)
     out = np.empty_like(c)
-    _core.cuda_philox4x32(c, _random.check_seed(seed), out)
+    _core.cuda_philox4x32(c, check_seed(seed), out)
     return out
 
 
 def _variates(normal: bool, n, seed, step, prompt, stream, start, dtype, device) -> DeviceArray:
-    from .sampling import random as _random
-
     dt = np.dtype(dtype)
     if dt not in _FLOATS:
         raise TypeError(f"dtype: expected float32 or float64, got {dt}")
     n = int(n)
     if n < 0:
         raise ValueError(f"n: expected >= 0, got {n}")
-    args = _random._stream_args(seed, step, prompt, stream, start)
+    args = stream_args(seed, step, prompt, stream, start)
     out = DeviceArray([n], dt, device)
     _core.cuda_random_variates(dt.name, normal, *args, n, out.ptr)
     return out

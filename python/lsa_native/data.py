@@ -7,6 +7,7 @@ import numpy as np
 
 from ._validation import (as_real, check_rng, finite_output, float_dtype, nonnegative_float,
                           positive_float, positive_int, real_array)
+from .gp_kernels import check_kernel, kernel_matrix
 
 __all__ = ["PromptBatch", "embed", "linear_regression_prompts", "kernel_gp_prompts",
            "unit_sphere", "check_covariance", "sqrtm", "inverse_sqrtm"]
@@ -180,8 +181,6 @@ def kernel_gp_prompts(
     uniform on the sphere (CCS H.1). K is linear <u, w>, relu max(<u, w>, 0) or exp exp(<u, w>/σ²)
     with σ = ``bandwidth`` (used by "exp" only) [CCS (12), (14)]. K_+ = U|D|Uᵀ by a batched eigh.
     This is the numpy reference of :class:`lsa_native.sampling.KernelGPPrompts`."""
-    from .baselines import kernel_matrix, check_kernel
-
     check_rng(rng)
     B, d, n = positive_int(batch, "batch"), positive_int(dim, "dim"), positive_int(context, "context")
     kernel = check_kernel(kernel)

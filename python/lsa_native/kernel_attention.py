@@ -8,7 +8,8 @@ predicts −y_q (CCS (4)); :func:`predict` returns −TF.
 Conventions (the package's, shared with ``lsa`` and ``population``):
 
 - loss: **½ · mean squared error**, f = (1/(2B)) Σ_b (TF_b + y_q,b)² — half of CCS (5), which has no
-  ½; the ½ matches ZFB (3.7). (The C++ core computes CCS (5); the wrappers here halve it.)
+  ½; the ½ matches ZFB (3.7). The native core computes this loss and its gradients (one convention,
+  ``cpp/src/common/ka_recipe.hpp``); :func:`predict`'s ŷ = −TF is written by the native forward.
 - signs: ``r`` is the entry of V = [[A, 0], [0, r]] of CCS Assumption 4.4. The functional-GD
   construction of CCS Prop. 3.1 has V = [[0, 0], [0, −r_ℓ]] with step sizes r_ℓ > 0, i.e.
   ``r = −step_sizes`` (:meth:`KernelAttentionParams.functional_gd` takes the step sizes).
@@ -176,12 +177,13 @@ def _check_context(context, Z0, V):
 
 
 def predict(Z0, V, B, C, activation, *, every_layer: bool = False):
-    """Prediction of y_q: −TF [B] (or −TF_ℓ [B, L+1] for every layer)  [CCS (4)]."""
+    """Prediction of y_q: ŷ = −TF [B] (or ŷ_ℓ = −TF_ℓ [B, L+1] for every layer)  [CCS (4)]. The
+    [B] result is the last column of the [B, L+1] native output (a view, not a copy)."""
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
-    preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype)
-    _core.kernel_attention_forward(Z0, V, B, C, codes, None, preds)
-    return -preds if every_layer else -preds[:, -1]
+    y_hat = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype)
+    _core.kernel_attention_forward(Z0, V, B, C, codes, None, y_hat, y_hat=True)
+    return y_hat if every_layer else y_hat[:, -1]
 
 
 def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
@@ -189,28 +191,16 @@ def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
     """In-context loss f = (1/(2B)) Σ (TF + y_q)² (½ × CCS (5), the package convention) and its
     gradients (dV, dB, dC) [+ dZ0] [+ TF_ℓ for every layer, B x (L+1)]. Backward ≈ 2-3x forward."""
     if resolve_device(device, Z0=Z0, y_q=y_q, V=V, B=B, C=C) == "cuda":
-        loss, *rest = _ka_cuda.loss_and_grad(Z0, y_q, V, B, C,
-                                             lambda H: _activation_codes(activation, H),
-                                             input_grad, return_predictions)
-        return _halved(loss, rest, input_grad)
+        return _ka_cuda.loss_and_grad(Z0, y_q, V, B, C, lambda H: _activation_codes(activation, H),
+                                      input_grad, return_predictions)
     Z0, V, B, C = _params(Z0, V, B, C)
     codes = _activation_codes(activation, V.shape[1])
     y_q = as_array(y_q, (Z0.shape[0],), Z0.dtype, "y_q")
     dV, dB, dC = np.empty_like(V), np.empty_like(B), np.empty_like(C)
     dZ0 = np.empty_like(Z0) if input_grad else None
-    preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype)
+    preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype) if return_predictions else None
     loss = _core.kernel_attention_loss_and_grad(Z0, y_q, V, B, C, codes, dV, dB, dC, dZ0, preds)
-    rest = [dV, dB, dC] + ([dZ0] if input_grad else []) + ([preds] if return_predictions else [])
-    return _halved(loss, rest, input_grad)
-
-
-def _halved(loss, rest, input_grad: bool) -> tuple:
-    """The backends compute CCS (5), (1/B) Σ (TF + y_q)², and its gradients; the package loss is
-    half of it: (loss/2, dV/2, dB/2, dC/2 [, dZ0/2] [, predictions]), on either device."""
-    n_grads = 3 + int(input_grad)
-    for g in rest[:n_grads]:
-        _ka_cuda.scale(g, 0.5)
-    return (0.5 * loss,) + tuple(rest)
+    return (loss, dV, dB, dC) + ((dZ0,) if input_grad else ()) + ((preds,) if return_predictions else ())
 
 
 def sparse_value(A, r):

@@ -16,6 +16,8 @@ from . import _core
 from ._validation import (as_real, finite_output, real_array, nonnegative_float, positive_float, positive_int,
                           real_float)
 from .data import check_covariance
+from .history import History
+from .theory import diagonal_moments, gamma  # diagonal_moments: public here too (re-exported)
 
 __all__ = [
     "loss",
@@ -29,7 +31,6 @@ __all__ = [
     "FlowTrajectory",
     "gradient_flow",
     "reduced_gradient_flow",
-    "gradient_descent",
 ]
 
 
@@ -57,29 +58,6 @@ def _covariance_samples(Lambdas, d: int) -> np.ndarray:
     if L.ndim != 3 or L.shape[1:] != (d, d) or L.shape[0] < 1:
         raise ValueError(f"Lambdas: expected shape (S, {d}, {d}) with S >= 1, got {L.shape}")
     return L
-
-
-def diagonal_moments(mean, second, third) -> np.ndarray:
-    """Moments [3, d] = (E λ_i, E λ_i², E λ_i³) of independent diagonal entries, validated as the
-    moments of a positive random variable: means > 0, variances E λ² − (E λ)² >= 0, and
-    E λ³ · E λ >= (E λ²)² (Cauchy–Schwarz on λ^{1/2}·λ^{3/2}), finite."""
-    parts = [as_real(v, name) for v, name in ((mean, "mean"), (second, "second"), (third, "third"))]
-    if not (parts[0].shape == parts[1].shape == parts[2].shape):
-        raise ValueError(f"mean, second, third: expected vectors of one length d, got shapes "
-                         f"{[p.shape for p in parts]}")
-    m = np.ascontiguousarray(np.stack(parts))
-    if m.ndim != 2 or m.shape[1] < 1:
-        raise ValueError(f"moments: expected three vectors of length d >= 1, got shape {m.shape}")
-    if not np.all(np.isfinite(m)):
-        raise ValueError("moments: contain non-finite values")
-    if np.any(m[0] <= 0):
-        raise ValueError("moments: E[λ_i] must be > 0 (covariance entries are positive)")
-    if np.any(m[1] - m[0] ** 2 < -1e-12 * np.maximum(1, m[1])):
-        raise ValueError("moments: E[λ_i²] − E[λ_i]² must be >= 0 (a variance)")
-    if np.any(m[2] * m[0] - m[1] ** 2 < -1e-12 * np.maximum(1, m[1] ** 2)):
-        raise ValueError("moments: E[λ_i³]·E[λ_i] must be >= E[λ_i²]² (no positive random variable "
-                         "has these moments)")
-    return m
 
 
 def _checked(result, what: str):
@@ -165,8 +143,6 @@ def _reduced_params(U11, u) -> np.ndarray:
 
 def minimum_loss(Lambda, N: int) -> float:
     """min L = ½ tr(Λ) − ½ tr(Λ² Γ^{-1})  [ZFB Lemma A.1, min ℓ̃ = −½ tr(Λ²Γ^{-1})]."""
-    from .theory import gamma
-
     Lam = check_covariance(Lambda)
     with np.errstate(over="ignore", invalid="ignore"):
         value = float(0.5 * np.trace(Lam) - 0.5 * np.trace(Lam @ Lam @ np.linalg.inv(gamma(Lam, N))))
@@ -201,8 +177,6 @@ class FlowTrajectory:
     def history(self):
         """The records as a ``train.History`` (the type ``fit`` returns): ``step`` = index of
         the recorded time, ``loss``, and the column ``time``."""
-        from .train import History
-
         h = History()
         for i, (t, L) in enumerate(zip(self.times, self.losses)):
             h.record(i, float(L), time=float(t))
@@ -278,27 +252,3 @@ def reduced_gradient_flow(U11, u: float, Lambda, N: int, *, times, method: str =
         stopped_by_tolerance=r["stopped_by_tolerance"], U11=th[:, : d * d].reshape(-1, d, d),
         u=th[:, d * d], final_U11=r["final_theta"][: d * d].reshape(d, d),
         final_u=float(r["final_theta"][d * d]))
-
-
-def gradient_descent(W_pv, W_kq, Lambda, N: int, *, step: float, n_steps: int,
-                     record_every: int = 1):
-    """Plain GD θ ← θ − η ∇L(θ) on the exact population loss (the discrete gradient flow): a thin
-    call of ``train.fit`` (``PopulationObjective``, ``SGD(lr=step)``). Returns (W_pv, W_kq,
-    steps [K], losses [K]) recorded every ``record_every`` steps and at ``n_steps`` (the final
-    parameters). A non-finite loss raises ``train.TrainingDiverged`` (a FloatingPointError)."""
-    from . import train
-
-    W_pv, W_kq, d = _params(W_pv, W_kq)
-    eta = positive_float(step, "step")
-    n_steps = positive_int(n_steps, "n_steps", minimum=0)
-    record_every = positive_int(record_every, "record_every")
-    objective = train.PopulationObjective(W_pv, W_kq, positive_int(N, "N"), Lambda=_covariance(Lambda, d))
-    if n_steps == 0:
-        L = objective.evaluate(objective.theta0)
-        if not np.isfinite(L):
-            raise FloatingPointError("gradient_descent: non-finite loss at the initial parameters")
-        return W_pv.copy(), W_kq.copy(), np.array([0]), np.array([L])
-    res = train.fit(objective, train.SGD(lr=eta), steps=n_steps, record_every=record_every,
-                    progress=False)
-    W_pv, W_kq = objective.unpack(res.theta)
-    return W_pv.copy(), W_kq.copy(), res.history["step"], res.history["loss"]

@@ -14,6 +14,31 @@ __all__ = ["gamma", "thm41_limits", "assumption33_init", "sigma_bound", "limit_p
            "covariate_shift_error", "random_cov_slopes", "random_diagonal_error"]
 
 
+def diagonal_moments(mean, second, third) -> np.ndarray:
+    """The law of a random diagonal covariance Λτ [ZFB 4.3, (4.9)] as the closed forms here and the
+    exact losses of :mod:`lsa_native.population` (which re-exports this function) take it:
+    moments [3, d] = (E λ_i, E λ_i², E λ_i³) of independent diagonal entries, validated as the
+    moments of a positive random variable: means > 0, variances E λ² − (E λ)² >= 0, and
+    E λ³ · E λ >= (E λ²)² (Cauchy–Schwarz on λ^{1/2}·λ^{3/2}), finite."""
+    parts = [as_real(v, name) for v, name in ((mean, "mean"), (second, "second"), (third, "third"))]
+    if not (parts[0].shape == parts[1].shape == parts[2].shape):
+        raise ValueError(f"mean, second, third: expected vectors of one length d, got shapes "
+                         f"{[p.shape for p in parts]}")
+    m = np.ascontiguousarray(np.stack(parts))
+    if m.ndim != 2 or m.shape[1] < 1:
+        raise ValueError(f"moments: expected three vectors of length d >= 1, got shape {m.shape}")
+    if not np.all(np.isfinite(m)):
+        raise ValueError("moments: contain non-finite values")
+    if np.any(m[0] <= 0):
+        raise ValueError("moments: E[λ_i] must be > 0 (covariance entries are positive)")
+    if np.any(m[1] - m[0] ** 2 < -1e-12 * np.maximum(1, m[1])):
+        raise ValueError("moments: E[λ_i²] − E[λ_i]² must be >= 0 (a variance)")
+    if np.any(m[2] * m[0] - m[1] ** 2 < -1e-12 * np.maximum(1, m[1] ** 2)):
+        raise ValueError("moments: E[λ_i³]·E[λ_i] must be >= E[λ_i²]² (no positive random variable "
+                         "has these moments)")
+    return m
+
+
 def gamma(Lambda, N: int) -> np.ndarray:
     """Γ = (1 + 1/N) Λ + tr(Λ)/N · I_d   [ZFB Theorem 4.1]."""
     L = check_covariance(Lambda)
@@ -148,8 +173,6 @@ def cor43_thresholds(Lambda, eps: float) -> tuple[float, float]:
 
 def _diagonal_random_cov_matrices(moments, N: int):
     """(E Λτ², E Γτ Λτ²) for diagonal Λτ with independent entries, moments [3, d]."""
-    from .population import diagonal_moments
-
     m = as_real(moments, "moments")
     if m.ndim != 2 or m.shape[0] != 3:
         raise ValueError(f"moments: expected shape (3, d), got {m.shape}")
@@ -289,8 +312,6 @@ def random_diagonal_error(a, M: int, moments, *, noise_std: float = 0.0) -> floa
     (AΛ − I)Λ(AΛ − I) → a_i² Eλ_i³ − 2a_i Eλ_i² + Eλ_i, and tr(AΛAΣ) with
     Σ = tr(Λ)Λ + Λ² + σ²Λ → Σ_i a_i² (2Eλ_i³ + Eλ_i² Σ_{j≠i} Eλ_j + σ² Eλ_i²): the error is
     cubic in the λ_i, so three moments make it exact (e.g. JMLR Figure 1's curves)."""
-    from .population import diagonal_moments
-
     a = real_array(a, "a", ndim=1)
     m = as_real(moments, "moments")
     if m.shape != (3, a.shape[0]):
@@ -334,8 +355,6 @@ def random_cov_slopes(moments, N: int, new_moments=None) -> dict:
       Exponential(1) as N → ∞ (the query shares the covariance, so Λ_new enters twice).
 
     Also returns the N → ∞ values (``*_limit``)."""
-    from .population import diagonal_moments
-
     B = random_cov_prediction_matrix(moments, N)
     m = diagonal_moments(*as_real(moments, "moments"))
     d = m.shape[1]

@@ -5,7 +5,8 @@
 // source), and for U = B X, W = C X, S = U^T W (S_ij: source token i, target token j):
 //   linear h̃ = S;  relu h̃ = max(S, 0);  exp h̃ = exp(S);
 //   softmax h̃_ij = exp(S_ij) / Σ_{k<n} exp(S_kj) for i < n, computed with the max subtracted.
-// TF = Z_L[d, n] predicts −y_q (4); loss (1/B) Σ_b (TF_b + y_q,b)² (5).
+// TF = Z_L[d, n] predicts −y_q (4). Loss: the package's ½·MSE, (1/(2B)) Σ_b (TF_b + y_q,b)² — half
+// of CCS (5), the convention of ZFB (3.7) (SPEC 3.3) — with its exact gradients.
 //
 // Layouts (row-major, C-contiguous): Z0 [B, d+1, n+1] (column j = token (x_j; y_j), the last
 // column the query (x_q; 0)); V [L, H, d+1, d+1]; Bq, Ck [L, H, d, d]; activations [H] (one per
@@ -57,6 +58,11 @@ inline Activation activation_from_code(int code, const char* what = "activations
   return static_cast<Activation>(code);
 }
 
+// What the `predictions` output of kernel_attention_forward receives for ℓ = 0..L: TF_ℓ = Z_ℓ[d, n]
+// (the model's output, CCS (4)) or ŷ_ℓ = −TF_ℓ, its prediction of y_q (SPEC 3.3: Python's
+// predict()). The sign is applied as the values are written (recipe::prediction, the one place).
+enum class PredictionOutput : int { tf, y_hat };
+
 struct KernelAttentionShape {
   index_t batch;    // B >= 1
   index_t dim;      // d >= 1
@@ -84,12 +90,15 @@ template <class T>
 index_t kernel_attention_context_size(const KernelAttentionShape& shape);
 
 // Forward pass. Z_out [B, d+1, n+1] receives Z_L when not null; predictions [B, L+1] receives
-// TF_ℓ = Z_ℓ[d, n] for ℓ = 0..L when not null; context (batch · kernel_attention_context_size
-// values) receives the per-prompt state for kernel_attention_vjp when not null.
+// TF_ℓ = Z_ℓ[d, n] for ℓ = 0..L (or ŷ_ℓ = −TF_ℓ with PredictionOutput::y_hat) when not null;
+// context (batch · kernel_attention_context_size values) receives the per-prompt state for
+// kernel_attention_vjp when not null.
 template <class T>
 void kernel_attention_forward(const KernelAttentionShape& shape, const T* Z0, const T* V,
                               const T* Bq, const T* Ck, const Activation* activations, T* Z_out,
-                              T* predictions, T* context = nullptr, Device device = Device::cpu);
+                              T* predictions, T* context = nullptr,
+                              PredictionOutput prediction_output = PredictionOutput::tf,
+                              Device device = Device::cpu);
 
 // Vector-Jacobian product of Z_L = forward(Z0, V, B, C) for the upstream d_Z_out = ∂ℓ/∂Z_L
 // [B, d+1, n+1]: d_V, d_B, d_C (written, batch sums in double, fixed order) and d_Z0
@@ -101,8 +110,9 @@ void kernel_attention_vjp(const KernelAttentionShape& shape, const T* Z0, const 
                           const T* Ck, const Activation* activations, const T* d_Z_out, T* d_V,
                           T* d_B, T* d_C, T* d_Z0, const T* context, Device device = Device::cpu);
 
-// Loss (1/B) Σ (TF_b + y_q,b)² and its gradients d_V [L, H, d+1, d+1], d_B, d_C [L, H, d, d]
-// (written), d_Z0 [B, d+1, n+1] (written when not null), predictions [B, L+1] (when not null).
+// Loss (1/(2B)) Σ_b (TF_b + y_q,b)² (½·MSE; ½ × CCS (5)) and its gradients d_V [L, H, d+1, d+1],
+// d_B, d_C [L, H, d, d] (written), d_Z0 [B, d+1, n+1] (written when not null), predictions
+// TF_ℓ [B, L+1] (when not null).
 template <class T>
 double kernel_attention_loss_and_grad(const KernelAttentionShape& shape, const T* Z0, const T* y_q,
                                       const T* V, const T* Bq, const T* Ck,
@@ -117,7 +127,8 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& shape, const T
 #define LSA_NATIVE_KA_API(X, T)                                                                   \
   X(void, kernel_attention_forward,                                                              \
     (const KernelAttentionShape& shape, const T* Z0, const T* V, const T* Bq, const T* Ck,      \
-     const Activation* activations, T* Z_out, T* predictions, T* context))                      \
+     const Activation* activations, T* Z_out, T* predictions, T* context,                       \
+     PredictionOutput prediction_output))                                                        \
   X(void, kernel_attention_vjp,                                                                  \
     (const KernelAttentionShape& shape, const T* Z0, const T* V, const T* Bq, const T* Ck,      \
      const Activation* activations, const T* d_Z_out, T* d_V, T* d_B, T* d_C, T* d_Z0,          \

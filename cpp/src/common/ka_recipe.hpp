@@ -20,7 +20,8 @@
 //   dS = activation gradient of dh̃                    (activation_gradient)
 //   dU[:, i] = W dSᵀ[:, i] (i < n; the query column 0), dW = U[:, :n] dS
 //   dB += dU Xᵀ, dC += dW Xᵀ, dX += Bᵀ dU + Cᵀ dW
-// Loss [CCS (5)]: (1/B) Σ_b (TF_b + y_q,b)² with TF = Z_L[d, n]: ∂/∂Z_L = 2 r / B at [d, n].
+// Loss, the package's ½·MSE (½ × CCS (5), ZFB (3.7)): (1/(2B)) Σ_b r_b², r = TF + y_q with
+// TF = Z_L[d, n]: ∂/∂Z_L = r / B at [d, n] (loss_residual, loss_seed, loss_value).
 //
 // Matrices are recipe::Mat views (lsa_recipe.hpp), so the same formulas run on the CPU context's
 // padded rows and on any staging a backend picks. Indices inside one prompt are int.
@@ -215,8 +216,20 @@ LSA_HD T input_gradient_entry(T base, Mat<T> Bm, Mat<T> dU, int d, int b, int j)
   return row_combination_entry(base, Bm.transposed(), dU, d, b, j);
 }
 
-// Seed of the loss's backward: ∂/∂TF of (1/B) Σ (TF + y_q)² = 2 (TF + y_q) / B   [CCS (5)].
+// ---- the loss and the prediction sign (the package's conventions, SPEC 3.3) -------------------
+
+// The loss ½·MSE of the prediction ŷ = −TF of y_q: f = (1/(2B)) Σ_b r_b², r = TF + y_q = y_q − ŷ
+// (half of CCS (5), whose loss has no ½; ZFB (3.7)'s convention).
 LSA_HD double loss_residual(double tf, double y_q) { return tf + y_q; }
-LSA_HD double loss_seed(double residual, long long batch) { return 2 * residual * (1.0 / double(batch)); }
+// f from Σ_b r_b² (any summation order a backend picks).
+LSA_HD double loss_value(double sum_of_squares, long long batch) { return 0.5 * sum_of_squares / double(batch); }
+// Seed of the loss's backward: ∂f/∂TF_b = r_b / B.
+LSA_HD double loss_seed(double residual, long long batch) { return residual * (1.0 / double(batch)); }
+
+// One value of the `predictions` output: TF_ℓ, or ŷ_ℓ = −TF_ℓ (kernel_attention.hpp).
+template <class T>
+LSA_HD T prediction(T tf, PredictionOutput what) {
+  return what == PredictionOutput::y_hat ? -tf : tf;
+}
 
 }  // namespace lsa_native::recipe

@@ -1,4 +1,4 @@
-// CPU backend of kernel attention [CCS (3), (5)]: ISA dispatch, chunks of prompts over threads,
+// CPU backend of kernel attention [CCS (3), (5); the loss ½·MSE, see common/ka_recipe.hpp]: ISA dispatch, chunks of prompts over threads,
 // parameter-gradient partials reduced in chunk order (thread-count independent). Arguments are
 // validated by kernel_attention_dispatch.cpp.
 #include <cmath>
@@ -61,11 +61,12 @@ Reduced reduce_gradients(const KernelAttentionShape& sh, T* d_V, T* d_B, T* d_C,
 template <class T>
 void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
                               const T* Ck, const Activation* acts, T* Z_out, T* predictions,
-                              T* context) {
+                              T* context, PredictionOutput prediction_output) {
   const auto& k = kernels<T>();
   detail::ChunkFlags flags(sh.batch);
   detail::for_each_chunk(sh.batch, [&](index_t c, index_t b0, index_t b1) {
-    flags.ok[c] = k.forward(sh, Z0, V, Bq, Ck, acts, Z_out, predictions, context, b0, b1);
+    flags.ok[c] = k.forward(sh, Z0, V, Bq, Ck, acts, Z_out, predictions, context, prediction_output,
+                            b0, b1);
   });
   ka_check_output(flags.all(), Z_out ? "Z_L" : "predictions", sh, Z0, V, Bq, Ck);
 }
@@ -91,7 +92,7 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z
   const Reduced r = reduce_gradients(sh, d_V, d_B, d_C, [&](index_t b0, index_t b1, double* partial) {
     return k.loss_grad(sh, Z0, y_q, V, Bq, Ck, acts, d_Z0, predictions, b0, b1, partial);
   });
-  const double loss = r.slot0 / double(sh.batch);
+  const double loss = recipe::loss_value(r.slot0, sh.batch);
   ka_check_output(std::isfinite(loss), "loss", sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
   ka_check_output(r.bad_gradient == nullptr, r.bad_gradient, sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
   ka_check_output(r.outputs_ok, d_Z0 ? "d_Z0" : "predictions", sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);

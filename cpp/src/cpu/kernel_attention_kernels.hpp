@@ -7,7 +7,8 @@
 
 namespace lsa_native::cpu {
 
-// Per-chunk partial sums of loss_grad: [1 + L·H·(d+1)² + 2·L·H·d²] = Σ r², Σ dV, Σ dB, Σ dC.
+// Per-chunk partial sums of loss_grad: [1 + L·H·(d+1)² + 2·L·H·d²] = Σ r², Σ dV, Σ dB, Σ dC
+// (r = TF + y_q; the loss is recipe::loss_value of the total Σ r²).
 inline index_t ka_partial_size(const KernelAttentionShape& s) {
   return 1 + s.layers * s.heads * ((s.dim + 1) * (s.dim + 1) + 2 * s.dim * s.dim);
 }
@@ -42,8 +43,8 @@ struct KaKernels {
   index_t lanes;  // vector width of the padded rows (fixes the context layout)
   // context: null, or B · ka_context_size values to save the forward state into.
   bool (*forward)(const KernelAttentionShape&, const T* Z0, const T* V, const T* Bq, const T* Ck,
-                  const Activation* acts, T* Z_out, T* predictions, T* context, index_t b0,
-                  index_t b1);
+                  const Activation* acts, T* Z_out, T* predictions, T* context,
+                  PredictionOutput prediction_output, index_t b0, index_t b1);
   bool (*loss_grad)(const KernelAttentionShape&, const T* Z0, const T* y_q, const T* V,
                     const T* Bq, const T* Ck, const Activation* acts, T* d_Z0, T* predictions,
                     index_t b0, index_t b1, double* partial);

@@ -258,17 +258,19 @@ void backward_prompt(Workspace<T>& w, const T* V, const T* Bq, const T* Ck, cons
   }
 }
 
+// TF_0..TF_L (or ŷ_ℓ = −TF_ℓ, recipe::prediction) of prompt b; returns the poison.
 template <class T>
-T store_predictions(Workspace<T>& w, T* predictions, index_t b) {  // TF_0..TF_L; returns the poison
+T store_predictions(Workspace<T>& w, T* predictions, index_t b, PredictionOutput what) {
   T poison = T(0);
-  for (index_t l = 0; l <= w.L; ++l) poison += detail::poison(predictions[b * (w.L + 1) + l] = w.query_label(l));
+  for (index_t l = 0; l <= w.L; ++l)
+    poison += detail::poison(predictions[b * (w.L + 1) + l] = recipe::prediction(w.query_label(l), what));
   return poison;
 }
 
 template <class T>
 bool forward_range(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
                    const T* Ck, const Activation* acts, T* Z_out, T* predictions, T* context,
-                   index_t b0, index_t b1) {
+                   PredictionOutput prediction_output, index_t b0, index_t b1) {
   const index_t per = (sh.dim + 1) * (sh.context + 1);
   const index_t ctx = ka_context_size(sh, simd::kLanes<T>);
   Workspace<T> w(sh);
@@ -277,7 +279,7 @@ bool forward_range(const KernelAttentionShape& sh, const T* Z0, const T* V, cons
     w.use_context(context ? context + b * ctx : nullptr);
     forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
     if (Z_out) poison += w.unstage(w.z(sh.layers), Z_out + b * per);
-    if (predictions) poison += store_predictions(w, predictions, b);
+    if (predictions) poison += store_predictions(w, predictions, b, prediction_output);
   }
   return detail::poison_clear(poison);
 }
@@ -292,7 +294,8 @@ inline void gradient_slots(const KernelAttentionShape& sh, double* partial, doub
   gC = gB + nB;
 }
 
-// loss_and_grad = forward_prompt, then backward_prompt seeded with ∂ℓ/∂Z_L = 2 r/B at [d, n]   (5)
+// loss_and_grad = forward_prompt, then backward_prompt seeded with ∂f/∂Z_L = r/B at [d, n] for the
+// loss f = (1/(2B)) Σ r², r = TF + y_q (recipe::loss_seed; partial[0] collects Σ r²)
 template <class T>
 bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, const T* V,
                      const T* Bq, const T* Ck, const Activation* acts, T* d_Z0, T* predictions,
@@ -306,9 +309,9 @@ bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, 
   for (index_t b = b0; b < b1; ++b) {
     forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
     const T tf = w.query_label(sh.layers);
-    const double residual = recipe::loss_residual(double(tf), double(y_q[b]));  // TF predicts −y (5)
+    const double residual = recipe::loss_residual(double(tf), double(y_q[b]));  // TF predicts −y (4)
     partial[0] += residual * residual;
-    if (predictions) poison += store_predictions(w, predictions, b);
+    if (predictions) poison += store_predictions(w, predictions, b, PredictionOutput::tf);
     std::fill(w.dZ.begin(), w.dZ.end(), T(0));
     w.dZ[d * w.Tt + sh.context] = T(recipe::loss_seed(residual, sh.batch));
     backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC);

@@ -110,7 +110,7 @@ int launch(const KernelAttentionShape& sh, const DeviceScope& scope, KaArgs<T> a
 }
 
 // Reduces the partials (`rows` rows: per block or per warp) in a fixed order into d_V, d_B, d_C
-// and, with `loss` (device), the loss Σ r² / B. Queued on the stream: nothing waits.
+// and, with `loss` (device), the loss Σ r² / (2B). Queued on the stream: nothing waits.
 template <class T>
 void finish_gradients(const KernelAttentionShape& sh, const KaSizes<T>& n, const Scratch& partial,
                       int rows, T* d_V, T* d_B, T* d_C, double* loss) {
@@ -126,7 +126,7 @@ void finish_gradients(const KernelAttentionShape& sh, const KaSizes<T>& n, const
 template <class T>
 void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const T* V, const T* Bq,
                               const T* Ck, const Activation* acts, T* Z_out, T* predictions,
-                              T* context) {
+                              T* context, PredictionOutput prediction_output) {
   const KaSizes<T> n(sh);
   DeviceScope scope({Z0, V, Bq, Ck, Z_out, predictions, context});
   DeviceInput<T> z0(scope, Z0, sh.batch * n.per), v(scope, V, n.nV), b(scope, Bq, n.nB),
@@ -135,7 +135,7 @@ void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const
   DeviceOutput<T> zo(scope, Z_out, sh.batch * n.per), pr(scope, predictions, n.preds),
       cx(scope, context, sh.batch * n.ctx);
   KaArgs<T> args{z0.get(), nullptr, v.get(), b.get(), c.get(), a.get(), nullptr, cx.get(),
-                 zo.get(), pr.get(), nullptr, nullptr, nullptr};
+                 zo.get(), pr.get(), nullptr, nullptr, nullptr, prediction_output};
   launch<T, KaMode::forward>(sh, scope, args, nullptr, "kernel_attention_forward");
   scope.finish();
 }

@@ -81,6 +81,7 @@ struct KaArgs {
   T *Z_out, *predictions, *d_Z0;  // written when not null: [B, D, cols], [B, L+1], [B, D, cols]
   double* partial;  // vjp, loss_grad: [gridDim.x, acc_width] per-block sums
   T* scratch;       // [gridDim.x, state_values] when the workspace is not in shared memory
+  PredictionOutput prediction_output = PredictionOutput::tf;  // forward: TF_ℓ or ŷ_ℓ = −TF_ℓ
 };
 
 // Forward of one prompt in the workspace ws (layout lay.ctx) by the block's threads; Z_0 is staged
@@ -265,7 +266,8 @@ __global__ void ka_kernel(KernelAttentionShape sh, KaLayout lay, KaArgs<T> a) {
       ka_forward_prompt(lay, ws, a.Z0 + b * per, V, Bq, Ck, a.acts, tid, nt);
     }
     if (a.predictions != nullptr && kMode != KaMode::vjp)
-      for (int l = tid; l <= L; l += nt) a.predictions[b * (L + 1) + l] = ws[lay.ctx.z(l) + d * Tt + n];
+      for (int l = tid; l <= L; l += nt)
+        a.predictions[b * (L + 1) + l] = recipe::prediction(ws[lay.ctx.z(l) + d * Tt + n], a.prediction_output);
     if (kMode == KaMode::forward) {
       if (a.Z_out != nullptr) {
         const T* ZL = ws + lay.ctx.z(L);
@@ -280,7 +282,7 @@ __global__ void ka_kernel(KernelAttentionShape sh, KaLayout lay, KaArgs<T> a) {
     if (kMode == KaMode::vjp) {
       const T* src = a.d_Z_out + b * per;
       for (int i = tid; i < per; i += nt) dZ[(i / cols) * Tt + i % cols] = src[i];
-    } else {  // ∂/∂Z_L of (1/B) Σ (TF + y_q)² is 2 r / B at [d, n]   (5)
+    } else {  // ∂/∂Z_L of the loss (1/(2B)) Σ r², r = TF + y_q: r / B at [d, n] (recipe::loss_seed)
       const double r = recipe::loss_residual(double(ws[lay.ctx.z(L) + d * Tt + n]), double(a.y_q[b]));
       if (tid == 0) acc[0] += r * r;
       for (int i = tid; i < D * Tt; i += nt) dZ[i] = i == d * Tt + n ? T(recipe::loss_seed(r, sh.batch)) : T(0);
@@ -295,7 +297,8 @@ __global__ void ka_kernel(KernelAttentionShape sh, KaLayout lay, KaArgs<T> a) {
     for (int i = tid; i < width; i += nt) a.partial[index_t(blockIdx.x) * width + i] = acc[i];
 }
 
-// d_V, d_B, d_C from the reduced sums total = [Σ r², dV, dB, dC]; loss = Σ r² / B   [CCS (5)].
+// d_V, d_B, d_C from the reduced sums total = [Σ r², dV, dB, dC]; loss = Σ r² / (2B)
+// (recipe::loss_value: ½·MSE, ½ × CCS (5)).
 template <class T>
 __global__ void ka_epilogue_kernel(const double* __restrict__ total, int nV, int nB, index_t batch,
                                    T* __restrict__ d_V, T* __restrict__ d_B, T* __restrict__ d_C,
@@ -305,7 +308,7 @@ __global__ void ka_epilogue_kernel(const double* __restrict__ total, int nV, int
     d_B[i] = T(total[1 + nV + i]);
     d_C[i] = T(total[1 + nV + nB + i]);
   }
-  if (threadIdx.x == 0 && loss != nullptr) *loss = total[0] / double(batch);
+  if (threadIdx.x == 0 && loss != nullptr) *loss = recipe::loss_value(total[0], batch);
 }
 
 }  // namespace

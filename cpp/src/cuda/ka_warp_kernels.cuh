@@ -272,13 +272,15 @@ __device__ void stage_head_params(const KaWarpLayout& lay, const T* __restrict__
 }
 
 // Forward of one prompt in the warp's workspace ws from Z_0 already staged (and synchronized);
-// writes the predictions Z_ℓ[d, n], ℓ = 0..L, to `predictions` when not null. Ends with __syncwarp.
+// writes the predictions Z_ℓ[d, n] (or their negatives, recipe::prediction), ℓ = 0..L, to
+// `predictions` when not null. Ends with __syncwarp.
 template <class T>
 __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
-                                const Activation* acts, T* predictions, int lane) {
+                                const Activation* acts, T* predictions, PredictionOutput what,
+                                int lane) {
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
   const auto zero = [](int) { return T(0); };
-  if (predictions != nullptr && lane == 0) predictions[0] = ws[lay.z(0) + d * S + n];
+  if (predictions != nullptr && lane == 0) predictions[0] = recipe::prediction(ws[lay.z(0) + d * S + n], what);
   for (int l = 0; l < lay.L; ++l) {
     const T* Zp = ws + lay.z(l);
     T* Zn = ws + lay.z(l + 1);
@@ -324,7 +326,7 @@ __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
       }
     }
     __syncwarp();  // Z_{ℓ+1} complete: the next layer reads its rows across tokens
-    if (predictions != nullptr && lane == 0) predictions[l + 1] = Zn[d * S + n];
+    if (predictions != nullptr && lane == 0) predictions[l + 1] = recipe::prediction(Zn[d * S + n], what);
   }
 }
 
@@ -455,7 +457,8 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
         for (int r = 0; r < D; ++r) copy_async(ws + r * S + j, z0 + r * cols + j);
       copy_async_wait();
       __syncwarp();
-      ka_warp_forward(lay, ws, staged, a.acts, a.predictions ? a.predictions + b * (L + 1) : nullptr, lane);
+      ka_warp_forward(lay, ws, staged, a.acts, a.predictions ? a.predictions + b * (L + 1) : nullptr,
+                      a.prediction_output, lane);
     }
     if (kMode == KaMode::forward) {
       if (a.Z_out != nullptr) {
@@ -477,7 +480,7 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
       for (int j = lane; j < cols; j += kWarp)
         for (int r = 0; r < D; ++r) copy_async(dZ + r * S + j, src + r * cols + j);
       copy_async_wait();
-    } else {  // ∂/∂Z_L of (1/B) Σ (TF + y_q)² is 2 r / B at [d, n]   (5)
+    } else {  // ∂/∂Z_L of the loss (1/(2B)) Σ r², r = TF + y_q: r / B at [d, n] (recipe::loss_seed)
       const double r = recipe::loss_residual(double(ws[lay.z(L) + d * S + n]), double(a.y_q[b]));
       if (lane == 0) acc[0] += r * r;
       const T seed = T(recipe::loss_seed(r, sh.batch));

@@ -2,6 +2,11 @@
 hand-written backward pass. Batched over prompts; float64 recommended.
 
 Z0 [B, d+1, n+1]; V [L, H, d+1, d+1]; B, C [L, H, d, d]; activations: H names.
+
+Conventions (the package's, SPEC 3.3, the same as the native core's, cpp/src/common/ka_recipe.hpp):
+TF = Z_L[d, n] predicts −y_q [CCS (4)], so the prediction of y_q is ŷ = −TF (``forward`` returns
+the TF_ℓ; ``lsa_native.kernel_attention.predict`` returns ŷ_ℓ = −TF_ℓ); the loss is ½·MSE,
+f = (1/(2B)) Σ_b (TF_b + y_q,b)² — half of CCS (5), as ZFB (3.7) — with ∂f/∂TF_b = (TF_b + y_q,b)/B.
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import numpy as np
 
 from .. import _core
 from .._validation import FLOAT_DTYPES, as_out, positive_float, positive_int
-from ..baselines import KERNELS, check_kernel
+from ..gp_kernels import KERNELS, check_kernel
 from ..data import PromptBatch, check_covariance
 from ..data import kernel_gp_prompts as data_kernel_gp_prompts
 

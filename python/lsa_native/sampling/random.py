@@ -7,11 +7,10 @@ Box–Muller normals, double streams 53-bit uniforms and double normals (``cpp/s
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 
 from .. import _core
+from .._streams import check_seed, check_step, stream_args as _stream_args
 from .._validation import float_dtype, positive_float, positive_int
 
 __all__ = ["STREAMS", "philox4x32", "normals", "uniforms", "gammas", "check_seed", "check_step"]
@@ -22,25 +21,6 @@ STREAMS = {
     "task_pool": 7, "task_choice": 8, "bartlett_normal": 9, "bartlett_chi2": 10,
     "kernel_gp_first": 0x100, "user": 0x1000,
 }
-
-
-def _uint(value, bits: int, name: str) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
-    value = int(value)
-    if not 0 <= value < 2**bits:
-        raise ValueError(f"{name}: expected 0 <= {name} < 2**{bits}, got {value}")
-    return value
-
-
-def check_seed(seed) -> int:
-    """The seed as a Python int in [0, 2^64), or a TypeError/ValueError."""
-    return _uint(seed, 64, "seed")
-
-
-def check_step(step) -> int:
-    """The step as a Python int in [0, 2^32) (counter word 2), or a TypeError/ValueError."""
-    return _uint(step, 32, "step")
 
 
 def _dtype(dtype) -> np.dtype:
@@ -62,11 +42,6 @@ def philox4x32(counters, seed) -> np.ndarray:
     if not np.issubdtype(c.dtype, np.integer) or (c.size and (c.min() < 0 or c.max() >= 2**32)):
         raise ValueError("counters: expected integers in [0, 2**32)")
     return _core.philox4x32(np.ascontiguousarray(c, dtype=np.uint32), check_seed(seed))
-
-
-def _stream_args(seed, step, prompt, stream, start):
-    return (check_seed(seed), check_step(step), _uint(prompt, 32, "prompt"), _uint(stream, 32, "stream"),
-            _uint(start, 64, "start"))
 
 
 def normals(n: int, *, seed=0, step=0, prompt=0, stream=STREAMS["user"], start=0,

@@ -26,8 +26,8 @@ clipping and prompts resampled every 10 steps (CCS H.1, at a reduced size)::
 
 The same loop runs :class:`LSAObjective` (sampled prompts), :class:`PopulationObjective` (exact
 loss: fixed Λ, random diagonal Λ, Λ samples) and any ``fn(theta, step) -> (loss, grad)``
-(:class:`CallableObjective`). ``sgd_lsa`` and ``population.gradient_descent`` are thin calls of
-``fit``; the native gradient flow (``population.gradient_flow``) integrates an ODE instead and
+(:class:`CallableObjective`). ``sgd_lsa`` and ``gradient_descent`` (on the population loss) are thin
+calls of ``fit``; the native gradient flow (``population.gradient_flow``) integrates an ODE instead and
 gives its records as a :class:`History` through ``FlowTrajectory.history()``.
 """
 from __future__ import annotations
@@ -36,12 +36,13 @@ from typing import Callable
 
 import numpy as np
 
+from .. import population
 from .._validation import positive_float, positive_int
 from ..data import PromptBatch
 from .data import (FixedPrompts, GeneratorPrompts, KernelGPPromptsNumpy, LinearPromptsNumpy,
                    Prompts, heldout)
 from .fit import FitResult, StepInfo, TrainingDiverged, fit
-from .history import History
+from ..history import History
 from .metrics import (bayes_loss, dist_to_identity, kernel_attention_identity_distances,
                       relative_distance)
 from .objectives import (CallableObjective, KernelAttentionObjective, LSAObjective, Objective,
@@ -59,7 +60,7 @@ __all__ = [
     "Prompts", "FixedPrompts", "GeneratorPrompts", "LinearPromptsNumpy", "KernelGPPromptsNumpy",
     "heldout",
     "dist_to_identity", "kernel_attention_identity_distances", "relative_distance", "bayes_loss",
-    "sgd_lsa",
+    "sgd_lsa", "gradient_descent",
 ]
 
 
@@ -97,3 +98,26 @@ def sgd_lsa(
               progress=progress, desc="SGD")
     W_pv, W_kq = objective.unpack(res.theta)
     return W_pv.copy(), W_kq.copy(), res.history
+
+
+def gradient_descent(W_pv, W_kq, Lambda, N: int, *, step: float, n_steps: int,
+                     record_every: int = 1):
+    """Plain GD θ ← θ − η ∇L(θ) on the exact population loss [ZFB (3.8)] (the discrete gradient
+    flow of ``population.gradient_flow``): a thin call of :func:`fit` (``PopulationObjective``,
+    ``SGD(lr=step)``). Returns (W_pv, W_kq, steps [K], losses [K]) recorded every
+    ``record_every`` steps and at ``n_steps`` (the final parameters). A non-finite loss raises
+    :class:`TrainingDiverged` (a FloatingPointError)."""
+    W_pv, W_kq, d = population._params(W_pv, W_kq)
+    eta = positive_float(step, "step")
+    n_steps = positive_int(n_steps, "n_steps", minimum=0)
+    record_every = positive_int(record_every, "record_every")
+    objective = PopulationObjective(W_pv, W_kq, positive_int(N, "N"),
+                                    Lambda=population._covariance(Lambda, d))
+    if n_steps == 0:
+        L = objective.evaluate(objective.theta0)
+        if not np.isfinite(L):
+            raise FloatingPointError("gradient_descent: non-finite loss at the initial parameters")
+        return W_pv.copy(), W_kq.copy(), np.array([0]), np.array([L])
+    res = fit(objective, SGD(lr=eta), steps=n_steps, record_every=record_every, progress=False)
+    W_pv, W_kq = objective.unpack(res.theta)
+    return W_pv.copy(), W_kq.copy(), res.history["step"], res.history["loss"]

@@ -13,7 +13,7 @@ import numpy as np
 from .._validation import positive_int, real_array
 from ..data import PromptBatch
 from .data import FixedPrompts, as_data
-from .history import History
+from ..history import History
 from .metrics import relative_distance
 from .objectives import as_objective
 from .optim import make_optimizer

@@ -1,4 +1,5 @@
-"""Per-step records of a training run (shared by ``fit``, the legacy drivers and gradient flow)."""
+"""Per-step records of a training run or a recorded trajectory: ``train.fit`` and its drivers, and
+``population.FlowTrajectory.history()`` (so it lives below both; ``train.History`` is this class)."""
 from __future__ import annotations
 
 import csv
