@@ -8,6 +8,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -24,6 +25,9 @@ namespace lsa_native {
 namespace {
 
 std::atomic<int> g_num_threads{0};  // 0: hardware default
+// Threads the system let the pool start (workers + the caller) when it refused one more
+// (std::system_error: an address-space or process limit); 0: no refusal seen. Caps num_threads().
+std::atomic<int> g_thread_cap{0};
 std::atomic<InterruptCheck> g_interrupt_check{nullptr};
 
 int default_threads() {
@@ -98,7 +102,14 @@ class Pool {
     threads_.clear();
     stop_ = false;
     const unsigned long current = generation_;  // stable: only run() changes it, under busy_
-    for (int w = 0; w < workers; ++w) threads_.emplace_back([this, current] { loop(current); });
+    for (int w = 0; w < workers; ++w) {
+      try {
+        threads_.emplace_back([this, current] { loop(current); });
+      } catch (const std::system_error&) {  // the system refused a thread: run with those started
+        g_thread_cap.store(static_cast<int>(threads_.size()) + 1);
+        return;
+      }
+    }
   }
 
   std::mutex busy_, m_;
@@ -134,10 +145,19 @@ Pool& pool() {
 
 int num_threads() {
   const int n = g_num_threads.load();
-  return n > 0 ? n : default_threads();
+  const int cap = g_thread_cap.load();
+  const int want = n > 0 ? n : default_threads();
+  return cap > 0 ? std::min(want, cap) : want;
 }
 
-void set_num_threads(int n) { g_num_threads.store(n > 0 ? n : 0); }
+int set_num_threads(int n) {
+  g_num_threads.store(n > 0 ? n : 0);
+  g_thread_cap.store(0);  // a new request: try the system again
+  // Start the workers now (an empty job), so that a refused thread shows here, in the answer,
+  // rather than as fewer threads later.
+  if (n > 1) detail::parallel_for(n, [](index_t) {});
+  return num_threads();
+}
 
 void set_interrupt_check(InterruptCheck check) { g_interrupt_check.store(check); }
 

@@ -148,6 +148,13 @@ def float_dtype(dtype, name: str = "dtype") -> np.dtype:
     return dt
 
 
+def check_flag(value, name: str) -> bool:
+    """True or False (numpy bools too); anything else a TypeError naming the argument."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected True or False, got {type(value).__name__}")
+    return bool(value)
+
+
 def check_rng(rng, name: str = "rng") -> np.random.Generator:
     if not isinstance(rng, np.random.Generator):
         raise TypeError(f"{name}: expected a numpy.random.Generator (np.random.default_rng(seed)), "

@@ -16,7 +16,9 @@ JAX raises when differentiating the callback).
 Argument errors: types, dtypes and shapes (static under ``jax.jit``) are checked before the
 callback, as TypeError/ValueError naming the argument. Values (NaN/inf inputs, overflow) are only
 known inside the callback: there the native ValueError/FloatingPointError reaches the caller
-wrapped by JAX (``JaxRuntimeError``, the message naming the argument).
+wrapped by JAX (``JaxRuntimeError``, the message naming the argument) under ``jax.jit``/
+``jax.grad``; an eager call (concrete arrays) runs the native function directly and raises it
+unwrapped.
 """
 from __future__ import annotations
 
@@ -72,17 +74,29 @@ def _check_lsa(E, W_pv, W_kq) -> None:
     _check_shape("W_kq", W_kq, (r, r))
 
 
+def _concrete(*arrays) -> bool:
+    """True outside tracing (no jit / grad / vmap): the native call then runs directly, so its
+    errors reach the caller as themselves, not wrapped by the callback."""
+    return not any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
 # --- LSA ---------------------------------------------------------------------------------------
 
-@jax.custom_vjp
 def lsa_forward(E, W_pv, W_kq):
     """F = E + W^PV E (Eᵀ W^KQ E)/N [ZFB (3.3)] for E [B, d+1, N+1], W [d+1, d+1]."""
     _check_lsa(E, W_pv, W_kq)
+    if _concrete(E, W_pv, W_kq):
+        return jax.numpy.asarray(_lsa.forward(*map(np.asarray, (E, W_pv, W_kq))))
+    return _lsa_forward(E, W_pv, W_kq)
+
+
+@jax.custom_vjp
+def _lsa_forward(E, W_pv, W_kq):
     return _call(lambda *a: _lsa.forward(*a), _spec(E.shape, E.dtype), E, W_pv, W_kq)
 
 
 def _lsa_forward_fwd(E, W_pv, W_kq):
-    return lsa_forward(E, W_pv, W_kq), (E, W_pv, W_kq)
+    return _lsa_forward(E, W_pv, W_kq), (E, W_pv, W_kq)
 
 
 def _lsa_forward_bwd(res, d_F):
@@ -92,18 +106,24 @@ def _lsa_forward_bwd(res, d_F):
     return d_E, d_W_pv, d_W_kq
 
 
-lsa_forward.defvjp(_lsa_forward_fwd, _lsa_forward_bwd)
+_lsa_forward.defvjp(_lsa_forward_fwd, _lsa_forward_bwd)
 
 
-@jax.custom_vjp
 def lsa_predict(E, W_pv, W_kq):
     """ŷ = F[:, d, N] [ZFB (3.6)], shape [B]."""
     _check_lsa(E, W_pv, W_kq)
+    if _concrete(E, W_pv, W_kq):
+        return jax.numpy.asarray(_lsa.predict(*map(np.asarray, (E, W_pv, W_kq))))
+    return _lsa_predict(E, W_pv, W_kq)
+
+
+@jax.custom_vjp
+def _lsa_predict(E, W_pv, W_kq):
     return _call(lambda *a: _lsa.predict(*a), _spec(E.shape[:1], E.dtype), E, W_pv, W_kq)
 
 
 def _lsa_predict_fwd(E, W_pv, W_kq):
-    return lsa_predict(E, W_pv, W_kq), (E, W_pv, W_kq)
+    return _lsa_predict(E, W_pv, W_kq), (E, W_pv, W_kq)
 
 
 def _lsa_predict_bwd(res, d_y):
@@ -113,7 +133,7 @@ def _lsa_predict_bwd(res, d_y):
     return d_E, d_W_pv, d_W_kq
 
 
-lsa_predict.defvjp(_lsa_predict_fwd, _lsa_predict_bwd)
+_lsa_predict.defvjp(_lsa_predict_fwd, _lsa_predict_bwd)
 
 
 # --- kernel attention ----------------------------------------------------------------------------
@@ -131,6 +151,8 @@ def kernel_attention(Z0, V, B, C, activation="softmax"):
     _check_shape("C", C, (L, H, r - 1, r - 1))
     _ka._activation_codes(activation, H)  # TypeError/ValueError naming it
     names = (activation,) * H if isinstance(activation, str) else tuple(activation)
+    if _concrete(Z0, V, B, C):
+        return jax.numpy.asarray(_ka.forward(*map(np.asarray, (Z0, V, B, C)), list(names)))
     return _kernel_attention(names, Z0, V, B, C)
 
 

@@ -42,7 +42,7 @@ from . import _core
 from . import kernel_attention as _ka
 from . import lsa as _lsa
 from . import theory as _theory
-from ._validation import positive_float, positive_int
+from ._validation import check_flag, positive_float, positive_int
 from .lsa import predict_vjp as _predict_vjp
 
 __all__ = [
@@ -112,12 +112,6 @@ def _output(output) -> str:
     if output not in ("prediction", "full"):
         raise ValueError(f"output: expected 'prediction' or 'full', got {output!r}")
     return output
-
-
-def _flag(value, name: str) -> bool:
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected True or False, got {type(value).__name__}")
-    return bool(value)
 
 
 def _device(t: torch.Tensor) -> str:
@@ -235,7 +229,7 @@ def kernel_attention(Z0: torch.Tensor, V: torch.Tensor, B: torch.Tensor, C: torc
         raise ValueError(f"V: expected a tensor [L, H, d+1, d+1], got shape {tuple(V.shape)}")
     _ka._activation_codes(activation, V.shape[1])  # validates (TypeError/ValueError naming it)
     names = [activation] * V.shape[1] if isinstance(activation, str) else list(activation)
-    return _KernelAttention.apply(Z0, V, B, C, names, _flag(save_context, "save_context"))
+    return _KernelAttention.apply(Z0, V, B, C, names, check_flag(save_context, "save_context"))
 
 
 def sparse_value(A: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
@@ -246,6 +240,8 @@ def sparse_value(A: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
         if t.dtype not in _DTYPES:
             raise TypeError(f"{name}: expected dtype torch.float32 or torch.float64, got {t.dtype}")
+        if not bool(torch.isfinite(t).all()):  # [L, H, d, d]: a cheap check
+            raise ValueError(f"{name}: contains non-finite values (NaN or inf)")
     if r.dtype != A.dtype or r.device != A.device:
         raise TypeError(f"r: expected dtype {A.dtype} on {A.device} (those of A), got {r.dtype} "
                         f"on {r.device}")
@@ -300,8 +296,8 @@ class KernelAttention(torch.nn.Module):
         super().__init__()
         output = _output(output)
         dtype = _torch_dtype(dtype)
-        sparse = _flag(sparse, "sparse")
-        save_context = _flag(save_context, "save_context")
+        sparse = check_flag(sparse, "sparse")
+        save_context = check_flag(save_context, "save_context")
         p = _ka.KernelAttentionParams.gaussian(np.random.default_rng(_seed(seed)), dim, layers,
                                                heads, activations, sparse=sparse, scale=scale)
         as_param = lambda a: torch.nn.Parameter(torch.from_numpy(a).to(dtype))

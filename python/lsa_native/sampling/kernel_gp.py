@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _core
-from .._validation import FLOAT_DTYPES, as_out, check_sampled, positive_float, positive_int, rescale_hint
+from .._validation import as_out, check_flag, check_sampled, float_dtype, positive_float, positive_int, rescale_hint
 from ..baselines import KERNELS, check_kernel
 from ..data import PromptBatch, check_covariance
 from ..data import kernel_gp_prompts as data_kernel_gp_prompts
@@ -88,9 +88,8 @@ class KernelGPPrompts:
         batch then recomputes it from Σ when a baseline asks)."""
         B = positive_int(batch, "batch")
         k = _counter(step, "step", 32)
-        dt = np.dtype(dtype)
-        if dt not in FLOAT_DTYPES:
-            raise TypeError(f"dtype: expected float32 or float64, got {dt}")
+        dt = float_dtype(dtype)
+        return_xi = check_flag(return_xi, "return_xi")
         d, n = self._dim, self._context
         Z0, y_q = (None, None) if out is None else out
         Z0 = as_out(Z0, (B, d + 1, n + 1), dt, "out[0] (Z0)")

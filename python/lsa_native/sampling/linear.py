@@ -15,7 +15,7 @@ import numpy as np
 
 from .. import _core
 from .. import cuda as _cuda
-from .._validation import (as_array, check_finite_result, check_no_overlap, check_sampled, fits_dtype,
+from .._validation import (as_array, check_finite_result, check_flag, check_no_overlap, check_sampled, fits_dtype,
                            float_dtype, nonnegative_float, positive_int, real_array, real_float,
                            rescale_hint)
 from ..data import PromptBatch, check_covariance
@@ -135,10 +135,10 @@ class LinearPrompts:
         set_(self, "covariance_law", covariance_law)
         set_(self, "covariates", covariates)
         set_(self, "seed", check_seed(seed))
-        set_(self, "query_noise", bool(query_noise))
+        set_(self, "query_noise", check_flag(query_noise, "query_noise"))
         set_(self, "query_Lambda", None if query_Lambda is None else check_covariance(query_Lambda, "query_Lambda", d))
         spec = {"dim": d, "context": n, "seed": self.seed, "chol": chol, "query_chol": qchol,
-                "noise_std": noise, "query_noise": bool(query_noise), "tasks": self.tasks or 0,
+                "noise_std": noise, "query_noise": self.query_noise, "tasks": self.tasks or 0,
                 "law": law[0], "law_a": law[1], "law_b": law[2], "law_p": law[3],
                 "covariates": covariates}
         set_(self, "_spec", spec)
