@@ -114,3 +114,32 @@ def test_check_covariance_empty_and_split_shape_rank():
     with pytest.raises(ValueError, match="^E: expected a 3-d array"):
         lsa.split_shape(np.zeros((2, 3)))
     assert lsa.split_shape(np.zeros((2, 4, 6))) == (2, 3, 5)
+
+
+def test_set_num_threads_under_an_address_space_cap_clamps_with_a_warning():
+    """4096 threads' stacks exceed a 3 GiB address space: the pool keeps part of the threads it
+    could start, set_num_threads says so (RuntimeWarning, the count in use returned), and native
+    calls and allocations afterwards still work — no crash, no bare RuntimeError."""
+    import subprocess
+    import sys
+    import textwrap
+
+    resource = pytest.importorskip("resource")
+    code = textwrap.dedent("""
+        import warnings, numpy as np, lsa_native as ln
+        from lsa_native.sampling import normals
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            got = ln.set_num_threads(4096)
+        assert 1 <= got < 4096 and ln.num_threads() == got, got
+        assert any("set_num_threads" in str(w.message) for w in caught), caught
+        a = normals(4096 * 2000)          # a parallel call, then a 60 MiB allocation
+        assert np.isfinite(a).all()
+        assert ln.set_num_threads(2) == 2
+        print("ok", got)
+    """)
+    cap = 3 << 30
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (cap, cap))  # noqa: E731
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       preexec_fn=limit, timeout=300)
+    assert p.returncode == 0 and p.stdout.startswith("ok"), p.stderr[-2000:]

@@ -93,6 +93,30 @@ class Pool {
   }
   void resize(int workers) {  // called with busy_ held
     if (static_cast<int>(threads_.size()) == workers) return;
+    stop_workers();
+    const unsigned long current = generation_;  // stable: only run() changes it, under busy_
+    for (int w = 0; w < workers; ++w) {
+      try {
+        threads_.emplace_back([this, current] { loop(current); });
+      } catch (const std::system_error&) {
+        // The system refused a thread (a process or address-space limit). The threads started
+        // hold that space (their stacks), so keep only half of them: the rest is left for the
+        // job's own allocations. Later calls use at most that many (num_threads()).
+        const int keep = static_cast<int>(threads_.size()) / 2;
+        stop_workers();
+        for (int k = 0; k < keep; ++k) {
+          try {
+            threads_.emplace_back([this, current] { loop(current); });
+          } catch (const std::system_error&) {
+            break;
+          }
+        }
+        g_thread_cap.store(static_cast<int>(threads_.size()) + 1);
+        return;
+      }
+    }
+  }
+  void stop_workers() {  // called with busy_ held
     {
       std::lock_guard<std::mutex> lock(m_);
       stop_ = true;
@@ -101,15 +125,6 @@ class Pool {
     for (auto& t : threads_) t.join();
     threads_.clear();
     stop_ = false;
-    const unsigned long current = generation_;  // stable: only run() changes it, under busy_
-    for (int w = 0; w < workers; ++w) {
-      try {
-        threads_.emplace_back([this, current] { loop(current); });
-      } catch (const std::system_error&) {  // the system refused a thread: run with those started
-        g_thread_cap.store(static_cast<int>(threads_.size()) + 1);
-        return;
-      }
-    }
   }
 
   std::mutex busy_, m_;
