@@ -380,7 +380,7 @@ F = [
     ("smp.KernelGPPrompts", {"dim": ("3", "int"), "context": ("5", "int"), "kernel": ("'linear'", "name"),
                              "seed": ("3", "int0")}, []),
     # ---- train: objectives, optimizers, schedules, fit arguments ----
-    ("train.Adam", {"lr": ("0.01", "pfloat"), "betas": ("(0.9, 0.999)", "free"), "eps": ("1e-8", "pfloat"),
+    ("train.Adam", {"lr": ("0.01", "pfloat"), "betas": ("(0.9, 0.999)", "free"), "eps": ("1e-8", "nnfloat"),
                     "clip_norm": ("1.0", "pfloat?")}, []),
     ("train.AdamW", {"lr": ("0.01", "pfloat"), "weight_decay": ("0.01", "nnfloat")}, []),
     ("train.Schedule", {"kind": ("'cosine'", "name"), "gamma": ("0.5", "pfloat"), "step_size": ("2", "int"),
@@ -390,10 +390,10 @@ F = [
     ("train.Prompts", {"spec": ("spec", "name"), "batch": ("4", "int"), "resample_every": ("1", "int")}, []),
     ("train.fit", {"objective": ("train.LSAObjective(W, W2)", "name"), "optimizer": ("'adam'", "name"),
                    "steps": ("2", "int"), "data": ("train.Prompts(spec, batch=4)", "name"),
-                   "eval_data": ("spec.sample(8)", "name?"), "eval_every": ("1", "int"),
+                   "eval_data": ("spec.sample(8)", "name?"), "eval_every": ("1", "int?"),
                    "record_every": ("1", "int"), "bayes_loss": ("0.1", "nnfloat?"),
-                   "run_dir": ("tmpdir()", "rundir"), "checkpoint_every": ("1", "int"),
-                   "keep_checkpoints": ("2", "int"), "progress": ("False", "bool")}, ["loss", "theta"]),
+                   "run_dir": ("tmpdir()", "rundir"), "checkpoint_every": ("1", "int?"),
+                   "keep_checkpoints": ("2", "int"), "progress": ("False", "bool?")}, ["loss", "theta"]),
     # ---- torch / JAX wrappers (skipped where not installed) ----
     ("lt.lsa_predict", {"E": ("tE", "tensor"), "W_pv": ("tW", "tensor"), "W_kq": ("tW", "tensor")}, ["y_hat"]),
     ("lt.lsa_forward", {"E": ("tE", "tensor"), "W_pv": ("tW", "tensor"), "W_kq": ("tW", "tensor")}, ["F"]),
