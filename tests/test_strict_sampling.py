@@ -90,14 +90,16 @@ def test_label_fn_applied_with_noise_kept():
 def test_the_output_check_is_skipped_only_when_the_law_bounds_prove_finiteness():
     # bound of y = d z_max (row scale z_max) + σ z_max; Λ = c I with c just under the float32 limit
     spec = LinearPrompts(3, 4, (1e36) ** 2 * np.eye(3))  # x ~ 1e36·z: labels may overflow float32
-    x_max, y_max = spec._bounds()
-    assert y_max > np.finfo(np.float32).max / 4
+    x_max, y_max, lam_max = spec._bounds()
+    assert y_max > np.finfo(np.float32).max / 4 and lam_max == 0
     try:
         b = spec.sample(64)
         assert np.all(np.isfinite(b.E))
     except FloatingPointError as e:
         assert "Lambda" in str(e)
     assert LinearPrompts(3, 4)._bounds()[1] < 1e4
+    # a law whose λ itself may overflow float32 (the native draw is made in float32) is scanned
+    assert LinearPrompts(3, 4, covariance_law=("exponential", 3e37))._bounds()[2] > 3.4e38
 
 
 @pytest.mark.parametrize("flag", ["yes", None, 1.5])

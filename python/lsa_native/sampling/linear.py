@@ -144,6 +144,11 @@ class LinearPrompts:
         set_(self, "_spec", spec)
         set_(self, "_law_tuple", law)
         _core.sample_linear_prompts(spec, 1, 0)  # native validation of the whole spec, once
+        # What scales the covariates, {argument: s} with |x_k| <= s · max|z| (for the output check)
+        scales = {k: _row_scale(F) for k, F in (("Lambda", chol), ("query_Lambda", qchol)) if F is not None}
+        if law[0] != "fixed":
+            scales["covariance_law"] = float(np.sqrt(_lambda_max(law)))
+        set_(self, "_x_scales", scales)
 
     def replace(self, **changes) -> "LinearPrompts":
         """A copy with some fields changed (e.g. ``Lambda=c * Lambda``, ``context=M``, ``seed=``)."""
@@ -180,20 +185,22 @@ class LinearPrompts:
         w = np.empty((B, d), dt)
         x_q = np.empty((B, d), dt)
         _core.sample_linear_prompts(self._spec, B, check_step(step), E=E, y_q=y_q, X=X, y=y, w=w, x_q=x_q)
-        self._check_draws(E, y_q)
-        if query == "orthogonal":
+        if query == "orthogonal":  # |P x_q| <= |x_q|: the bounds of the draws still hold
             Q, _ = np.linalg.qr(np.swapaxes(X, 1, 2).astype(np.float64))  # [B, d, N] orthonormal span
             xq = x_q.astype(np.float64)
             xq = xq - np.einsum("bdn,bn->bd", Q, np.einsum("bdn,bd->bn", Q, xq))
             x_q[...] = xq
             E[:, :d, N] = x_q
-            y_q[...] = np.einsum("bd,bd->b", xq, w)
+            with np.errstate(over="ignore"):  # checked below
+                y_q[...] = np.einsum("bd,bd->b", xq, w)
+        self._check_draws(E, y_q)
         if label_fn is not None:
             noise = y.astype(np.float64) - np.einsum("bnd,bd->bn", X.astype(np.float64), w.astype(np.float64))
             lin_q = np.einsum("bd,bd->b", x_q.astype(np.float64), w.astype(np.float64))
             q_noise = y_q.astype(np.float64) - lin_q
-            y[...] = _labels(label_fn, y.astype(np.float64) - noise, dt) + noise
-            y_q[...] = _labels(label_fn, lin_q, dt) + q_noise
+            with np.errstate(over="ignore"):  # checked below
+                y[...] = _labels(label_fn, y.astype(np.float64) - noise) + noise
+                y_q[...] = _labels(label_fn, lin_q) + q_noise
             check_sampled(("y", y, "label_fn: its labels plus the noise overflow; rescale them"),
                           ("y_q", y_q, "label_fn: its labels plus the noise overflow; rescale them"))
             E[:, d, :N] = y
@@ -257,18 +264,15 @@ class LinearPrompts:
 
     def _x_cause(self) -> str:
         """The argument that scales the covariates (the largest factor)."""
-        scales = {name: _row_scale(F) for name, F in self._factors().items()}
-        if self._law_tuple[0] != "fixed":
-            scales["covariance_law"] = np.sqrt(_lambda_max(self._law_tuple))
+        scales = self._x_scales
         return max(scales, key=scales.get) if scales else "Lambda"
 
-    def _bounds(self) -> tuple[float, float]:
-        """(bound of |x|, bound of |y|) over every draw: |x_k| <= max_k Σ_m |F_km| · z_max (or
-        √λ_max · z_max), |y| <= d · z_max · |x|_max + σ z_max."""
-        scale = max([_row_scale(F) for F in self._factors().values()]
-                    + [np.sqrt(_lambda_max(self._law_tuple))])
-        x = scale * _Z_MAX
-        return x, self.dim * _Z_MAX * x + self.noise_std * _Z_MAX
+    def _bounds(self) -> tuple[float, float, float]:
+        """Bounds of |x|, |y| and λ over every draw: |x_k| <= max_k Σ_m |F_km| · z_max (or
+        √λ_max · z_max), |y| <= d · z_max · |x|_max + σ z_max, λ <= λ_max (random laws; 0 else)."""
+        x = max(self._x_scales.values(), default=1.0) * _Z_MAX
+        lam = _lambda_max(self._law_tuple) if self._law_tuple[0] != "fixed" else 0.0
+        return x, self.dim * _Z_MAX * x + self.noise_std * _Z_MAX, lam
 
     def _cause(self, name: str, dt) -> str:
         return f"{name} is too large for {np.dtype(dt)}: {rescale_hint(name, dt)}"
@@ -276,8 +280,8 @@ class LinearPrompts:
     def _check_draws(self, E, y_q) -> None:
         """E's covariates and labels and y_q finite: free when the law's bounds prove it (every
         usual law), else one pass over them naming the argument that overflowed."""
-        x_max, y_max = self._bounds()
-        if y_max < float(np.finfo(E.dtype).max) / 4:  # room for the rounding of the sums
+        x_max, y_max, lam_max = self._bounds()
+        if max(y_max, lam_max) < float(np.finfo(E.dtype).max) / 4:  # room for the sums' rounding
             return
         d = self.dim
         noise_part = self.noise_std * _Z_MAX
@@ -306,7 +310,7 @@ class LinearPrompts:
         arrays. ``"cuda"`` without CUDA kernels in the build, or without a GPU, raises ValueError.
         """
         B = positive_int(batch, "batch")
-        dt = _float_dtype(dtype)
+        dt = self._dtype(dtype)
         r = self.dim + 1
         device = _cuda.resolve_device(device, W_pv=W_pv, W_kq=W_kq)
         if device == "cuda":
@@ -347,7 +351,7 @@ class LinearPrompts:
         return f"LinearPrompts({self.dim}, {self.context}{lam}, {', '.join(opts + [f'seed={self.seed}'])})"
 
 
-def _labels(label_fn, z: np.ndarray, dt) -> np.ndarray:
+def _labels(label_fn, z: np.ndarray) -> np.ndarray:
     """label_fn(z) checked: real, finite, one label per input (z's shape [B, N] or [B])."""
     return real_array(label_fn(z), f"label_fn output (labels for inputs of shape {z.shape})",
                       shape=z.shape, nonempty=False)
