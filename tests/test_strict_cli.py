@@ -59,3 +59,13 @@ def test_bounds_accept_the_full_sizes():
 
     for entry in experiments.REGISTRY.values():
         cli._check_bounds(entry, dict(entry.full), full=True)
+
+
+def test_bounds_allow_larger_than_paper_sizes_within_memory():
+    from lsa_native import experiments
+
+    reg = experiments.REGISTRY
+    cli._check_bounds(reg["zfb-random-cov"], {"slope_samples": 2_000_000}, full=True)  # chunked
+    cli._check_bounds(reg["zfb-thm41"], {"batch": 100_000, "steps": 100_000}, full=False)
+    with pytest.raises(ValueError, match="--set batch, --set context"):
+        cli._check_bounds(reg["zfb-thm41"], {"batch": 1_000_000, "context": 2000}, full=False)

@@ -21,13 +21,14 @@ class UsageError(ValueError):
 # the run: the reproductions derive per-cell seeds from --seed (2·seed + 1, 1000·seed + k) that
 # must stay below the samplers' 2^64; a size may be up to SIZE_FACTOR times the larger of its
 # quick and full (paper) values; one batch of prompts, batch x (dim+1) x (context+1) values, at
-# most PROMPT_VALUES_MAX (16 GiB in float64).
+# most PROMPT_VALUES_MAX (64 GiB in float64: a sanity bound, some sizes are drawn in chunks).
 SEED_LIMIT = 2**32
 WORKERS_MAX = 256
 SIZE_FACTOR = 100
-PROMPT_VALUES_MAX = 2**31
-# Size names (over all ids) that count prompts in one batch, and tokens in one prompt.
-BATCH_SIZES = ("batch", "samples", "eval_batch", "tf_batch", "slope_samples", "curve_samples")
+PROMPT_VALUES_MAX = 2**33
+# Size names (over all ids) that count prompts in one batch (slope_samples: drawn in chunks of
+# 20000, not listed), and tokens in one prompt.
+BATCH_SIZES = ("batch", "samples", "eval_batch", "tf_batch", "curve_samples")
 CONTEXT_SIZES = ("context", "contexts", "test_length", "test_lengths", "slope_length")
 
 

@@ -163,9 +163,14 @@ class LinearPrompts:
                query: str = "iid") -> PromptBatch:
         """The B prompts of training step ``step`` as a PromptBatch (X, y, x_q, y_q, w, E).
 
+        The draws are checked once: a law whose parameters do not fit ``dtype`` is refused up
+        front (ValueError naming it); draws that overflow raise FloatingPointError naming the
+        output and the argument (no pass over the output when the law's bounds rule it out).
+
         Evaluation shifts [ZFB 4.2] (Python compositions of the native draws):
         ``label_fn``: nonlinear labels y = f(<w, x>) + σ ε (task shift), applied to context and
-        query targets; ``query="orthogonal"``: x_q replaced by its projection onto the orthogonal
+        query targets; f is called on <w, x> [B, N] and on <w, x_q> [B] and must return real,
+        finite labels of the same shape (elementwise f, e.g. ``np.tanh``); ``query="orthogonal"``: x_q replaced by its projection onto the orthogonal
         complement of span(x_1..x_N) (needs N < d), y_q = <w, x_q> recomputed (query shift).
         """
         B = _batch(batch, self.dim, self.context)
