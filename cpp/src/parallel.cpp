@@ -192,7 +192,10 @@ void poll_interrupt() {
 void parallel_for(index_t n_tasks, const std::function<void(index_t)>& fn) {
   if (n_tasks <= 0) return;
   // Only the entering thread polls: the host's check (Python's signal handlers) runs there. An
-  // Interrupted thrown by a task stops the remaining tasks like any other exception.
+  // Interrupted thrown by a task stops the remaining tasks like any other exception. It polls once
+  // on entry too, so that a call polls whichever thread the tasks go to (a warm pool worker can
+  // take every task of a short job before the caller takes one).
+  poll_interrupt();
   const std::thread::id caller = std::this_thread::get_id();
   const std::function<void(index_t)> polled = [&](index_t i) {
     if (std::this_thread::get_id() == caller) poll_interrupt();
