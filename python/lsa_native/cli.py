@@ -32,9 +32,12 @@ BATCH_SIZES = ("batch", "samples", "eval_batch", "tf_batch", "curve_samples")
 CONTEXT_SIZES = ("context", "contexts", "test_length", "test_lengths", "slope_length")
 
 
+_SEED_RANGE = f"0 <= seed < {SEED_LIMIT}"
+
+
 def _check_seed(seed: int) -> None:
     if not 0 <= seed < SEED_LIMIT:
-        raise ValueError(f"--seed: expected an integer in [0, 2^32), got {seed}")
+        raise ValueError(f"--seed: expected an integer with {_SEED_RANGE}, got {seed}")
 
 
 def _numbers(value) -> list:
@@ -241,13 +244,15 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("id", help="reproduction id or 'all'")
     rep.add_argument("--full", action="store_true", help="the paper's sizes (slow)")
     rep.add_argument("--out", default="reproductions", help="output folder (default: reproductions)")
-    rep.add_argument("--seed", type=int, default=0, help="0 <= seed < 2^32 (default 0)")
+    rep.add_argument("--seed", type=int, default=0, help=f"{_SEED_RANGE} (default 0)")
     rep.add_argument("--set", action="append", metavar="NAME=VALUE",
-                     help="override a size, e.g. --set steps=400 --set contexts=10,20 (repeatable)")
+                     help="override a size, e.g. --set steps=400 --set contexts=10,20 (repeatable; "
+                          f"each at most {SIZE_FACTOR}x its quick/full value)")
     rep.add_argument("--scheduler", metavar="ADDRESS",
                      help="Dask scheduler for sweeps (default: a LocalCluster for --full grids)")
     rep.add_argument("--workers", type=int, default=2,
-                     help="LocalCluster worker processes for sweeps, 0..256 (0: run cells in this process)")
+                     help=f"LocalCluster worker processes for sweeps, 0..{WORKERS_MAX} (0: run cells in "
+                          "this process)")
     rep.add_argument("--quiet", action="store_true", help="no progress bars")
     rep.set_defaults(func=_reproduce)
     lst = sub.add_parser("list", help="list reproduction ids with their claims and sizes")
@@ -259,7 +264,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=int, default=3000)
     demo.add_argument("--lr", type=float, default=0.008)
     demo.add_argument("--flow-time", type=float, default=60.0)
-    demo.add_argument("--seed", type=int, default=0, help="0 <= seed < 2^32 (default 0)")
+    demo.add_argument("--seed", type=int, default=0, help=f"{_SEED_RANGE} (default 0)")
     demo.add_argument("--plot", metavar="PNG", help="write a figure of both runs to this file")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=_demo)
