@@ -87,6 +87,42 @@ def run_cli(*argv):
             rc = e.code
     return ("__cli__", rc, err.getvalue())
 
+try:  # the wrappers' cases are skipped where torch / jax are not installed
+    import torch
+    from lsa_native import torch as lt
+    tE = torch.from_numpy(E32.copy()); tW = torch.from_numpy(W32.copy())
+    tZ0 = torch.from_numpy(Z0.astype(np.float32)); tV = torch.from_numpy(V.astype(np.float32))
+    tB = torch.from_numpy(Bk.astype(np.float32)); tC = torch.from_numpy(Ck.astype(np.float32))
+    tA = torch.from_numpy(Ak.astype(np.float32)); tr = torch.from_numpy(rk.astype(np.float32))
+except ImportError:
+    lt = None
+try:
+    import jax, jax.numpy as jnp
+    from lsa_native import jax as lj
+    jE = jnp.asarray(E32); jW = jnp.asarray(W32); jZ0 = jnp.asarray(Z0.astype(np.float32))
+    jV = jnp.asarray(V.astype(np.float32)); jB = jnp.asarray(Bk.astype(np.float32))
+    jC = jnp.asarray(Ck.astype(np.float32))
+except ImportError:
+    lj = None
+spec = smp.LinearPrompts(3, 5, seed=1)
+def tmpdir():
+    return tempfile.mkdtemp(prefix="corpus_")
+
+def under_as_cap(code, cap_mb=3000):
+    # `code` in a fresh interpreter under an address-space cap: its last stdout line back, or its
+    # error re-raised with its class when it names one (a crash: RuntimeError, i.e. generic).
+    import subprocess, sys, resource
+    limit = lambda: resource.setrlimit(resource.RLIMIT_AS, (cap_mb << 20, cap_mb << 20))
+    p = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True,
+                       preexec_fn=limit, timeout=60)
+    if p.returncode == 0:
+        return float(p.stdout.split()[-1])
+    last = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else f"exit {p.returncode}"
+    for cls in (ValueError, TypeError, FloatingPointError):
+        if last.startswith(cls.__name__ + ":"):
+            raise cls(last.split(":", 1)[1].strip())
+    raise RuntimeError(f"exit {p.returncode}: {last}")
+
 def equal_params():
     a = ka.KernelAttentionParams.gaussian(rng(), 2, 1)
     b = ka.KernelAttentionParams.gaussian(rng(), 2, 1)
@@ -145,6 +181,26 @@ POOLS = {
     "name": [("'nope'", E), ("None", E), ("3", E), ("''", E), ("['exp', 'nope']", E)],
     "rng": [("None", E), ("0", E), ("'x'", E)],
     "dtype": [("np.int32", E), ("'nope'", E), ("np.float16", E), ("complex", E), ("None", A)],
+    "law": [  # covariance_law of LinearPrompts
+        ("('exponential', 'a')", E), ("('gamma', 'a', 1.0)", E), ("('two_point', 0.0, 0.0, 0.5)", E),
+        ("('two_point', 0.0, 1.0, 1.0)", E), ("('two_point', 1.0, 0.0, 0.0)", E),
+        ("('two_point', 1.0, 2.0, 1.5)", E), ("('gamma', -1.0, 1.0)", E), ("('exponential', np.nan)", E),
+        ("('uniform', 2.0, 1.0)", E), ("('nope', 1.0)", E), ("('exponential', 1.0, 2.0)", E), ("42", E),
+        ("('exponential', 1j)", E), ("('exponential', None)", E), ("('exponential', 1e308)", A),
+        ("('gamma', 1e-300, 1.0)", A), ("('uniform', 0.0, 1e300)", A), ("'gamma'", E), ("()", E)],
+    "callable": [("42", E), ("'abc'", E), ("lambda z: z[..., None]", E), ("lambda z: z * np.nan", E),
+                 ("lambda z: z * 1j", E), ("lambda z: None", E), ("lambda z: 'a'", E),
+                 ("lambda z: z[:1]", E), ("lambda z: z * 1e300", A), ("lambda z: z * 1e39", A),
+                 ("lambda z: np.tanh(z)", A), ("lambda z: z.astype(np.float32)", A)],
+    "bool": [("'yes'", E), ("None", E), ("1.5", E), ("np.bool_(True)", A)],
+    "tensor": [("None", E), ("'abc'", E), ("{g}.numpy()", E), ("{g}.double()", E), ("{g}.int()", E),
+               ("{g}[..., :-1]", A), ("{g}[None]", E), ("{g} * float('nan')", E),
+               ("{g} * 1e30", A), ("{g}.transpose(-1, -2)", A), ("{g}.to(torch.complex64)", E)],
+    "jarray": [("None", E), ("'abc'", E), ("[[1.0]]", E), ("{g}.astype(jnp.int32)", E),
+               ("{g}[..., :-1]", A), ("{g}[None]", E), ("{g} * 1e30", A)],
+    "tdtype": [("torch.int32", E), ("'float'", E), ("None", E), ("np.float32", E)],
+    "seed": [("'a'", E), ("-1", E), ("2.5", E), ("np.int64(3)", A), ("None", A)],
+    "rundir": [("123", E), ("'/proc/forbidden/run'", E), ("b'/tmp/x'", E), ("None", A)],
 }
 
 
@@ -304,10 +360,165 @@ F = [
     ("train.relative_distance", {"theta": ("np.ones(3)", "array"), "target": ("np.ones(3) * 2", "array")}, []),
     ("train.dist_to_identity", {"M": ("Lam", "free")}, []),
     ("ln.set_num_threads", {"n": ("1", "int0")}, []),
+    # ---- sampling (issue 23): every sampler's arguments and its output checks ----
+    ("smp.LinearPrompts", {"dim": ("3", "int"), "context": ("5", "int"), "covariance_law": ("('exponential', 1.0)", "law"),
+                           "tasks": ("4", "int?"), "noise_std": ("0.1", "nnfloat")}, []),
+    ("smp.LinearPrompts", {"dim": ("3", "int"), "context": ("5", "int"), "query_Lambda": ("Lam", "cov?"),
+                           "covariates": ("'sphere'", "name"), "query_noise": ("True", "bool")}, []),
+    ("smp.LinearPrompts(3, 5, covariance_law=('gamma', 2.0, 1.0)).sample_lambdas",
+     {"batch": ("4", "int"), "step": ("0", "int0"), "dtype": ("np.float64", "dtype")}, ["lambdas"]),
+    ("spec.sample", {"batch": ("4", "int"), "step": ("1", "int0"), "dtype": ("np.float64", "dtype"),
+                     "label_fn": ("np.sin", "callable"), "query": ("'iid'", "name")}, ["y", "y_q", "E"]),
+    ("spec.sample_embedding", {"batch": ("4", "int"), "step": ("1", "int0"), "dtype": ("np.float32", "dtype")}, []),
+    ("spec.lsa_loss_and_grad", {"W_pv": ("W32", "array"), "W_kq": ("W32", "array"), "batch": ("8", "int"),
+                                "step": ("0", "int0"), "method": ("'tokens'", "name")},
+     ["loss", "dW_pv", "dW_kq"]),
+    ("smp.KernelGPPrompts(3, 5, 'relu').sample", {"batch": ("4", "int"), "step": ("0", "int0"),
+                                                  "dtype": ("np.float64", "dtype"), "return_xi": ("True", "bool")}, []),
+    ("smp.NumpyKernelGPPrompts(3, 5).sample", {"batch": ("4", "int"), "step": ("0", "int0"),
+                                               "dtype": ("np.float32", "dtype")}, []),
+    ("smp.KernelGPPrompts", {"dim": ("3", "int"), "context": ("5", "int"), "kernel": ("'linear'", "name"),
+                             "seed": ("3", "int0")}, []),
+    # ---- train: objectives, optimizers, schedules, fit arguments ----
+    ("train.Adam", {"lr": ("0.01", "pfloat"), "betas": ("(0.9, 0.999)", "free"), "eps": ("1e-8", "nnfloat"),
+                    "clip_norm": ("1.0", "pfloat?")}, []),
+    ("train.AdamW", {"lr": ("0.01", "pfloat"), "weight_decay": ("0.01", "nnfloat")}, []),
+    ("train.Schedule", {"kind": ("'cosine'", "name"), "gamma": ("0.5", "pfloat"), "step_size": ("2", "int"),
+                        "total_steps": ("10", "int"), "min_factor": ("0.1", "nnfloat"),
+                        "warmup_steps": ("0", "int0")}, []),
+    ("train.KernelAttentionObjective", {"params": ("kp", "name")}, []),
+    ("train.Prompts", {"spec": ("spec", "name"), "batch": ("4", "int"), "resample_every": ("1", "int")}, []),
+    ("train.fit", {"objective": ("train.LSAObjective(W, W2)", "name"), "optimizer": ("'adam'", "name"),
+                   "steps": ("2", "int"), "data": ("train.Prompts(spec, batch=4)", "name"),
+                   "eval_data": ("spec.sample(8)", "name?"), "eval_every": ("1", "int?"),
+                   "record_every": ("1", "int"), "bayes_loss": ("0.1", "nnfloat?"),
+                   "run_dir": ("tmpdir()", "rundir"), "checkpoint_every": ("1", "int?"),
+                   "keep_checkpoints": ("2", "int"), "progress": ("False", "bool?")}, ["loss", "theta"]),
+    # ---- torch / JAX wrappers (skipped where not installed) ----
+    ("lt.lsa_predict", {"E": ("tE", "tensor"), "W_pv": ("tW", "tensor"), "W_kq": ("tW", "tensor")}, ["y_hat"]),
+    ("lt.lsa_forward", {"E": ("tE", "tensor"), "W_pv": ("tW", "tensor"), "W_kq": ("tW", "tensor")}, ["F"]),
+    ("lt.kernel_attention", {"Z0": ("tZ0", "tensor"), "V": ("tV", "tensor"), "B": ("tB", "tensor"),
+                             "C": ("tC", "tensor"), "activation": ("'softmax'", "name"),
+                             "save_context": ("False", "bool")}, ["Z_L", "Z"]),
+    ("lt.sparse_value", {"A": ("tA", "tensor"), "r": ("tr", "tensor")}, []),
+    ("lt.LinearSelfAttention", {"dim": ("3", "int"), "sigma": ("0.1", "pfloat"), "output": ("'full'", "name"),
+                                "dtype": ("torch.float64", "tdtype"), "seed": ("0", "seed")}, []),
+    ("lt.KernelAttention", {"dim": ("3", "int"), "layers": ("2", "int"), "heads": ("1", "int"),
+                            "activations": ("'exp'", "name"), "sparse": ("True", "bool"),
+                            "scale": ("0.1", "pfloat"), "output": ("'prediction'", "name"),
+                            "dtype": ("torch.float32", "tdtype"), "seed": ("0", "seed")}, []),
+    ("lj.lsa_predict", {"E": ("jE", "jarray"), "W_pv": ("jW", "jarray"), "W_kq": ("jW", "jarray")}, ["y_hat"]),
+    ("lj.lsa_forward", {"E": ("jE", "jarray"), "W_pv": ("jW", "jarray"), "W_kq": ("jW", "jarray")}, ["F"]),
+    ("lj.kernel_attention", {"Z0": ("jZ0", "jarray"), "V": ("jV", "jarray"), "B": ("jB", "jarray"),
+                             "C": ("jC", "jarray"), "activation": ("'exp'", "name")}, ["Z_L"]),
 ]
 
 # Hand-written cases: (code, expect, extra names).
 SPECIAL = [
+    # ---- sampling (issue 23): outputs checked once, degenerate laws refused ----
+    ("smp.LinearPrompts(3, 5, 1e200 * np.eye(3)).sample(4)", A, ["Lambda", "E"]),
+    ("smp.LinearPrompts(3, 5, 1e200 * np.eye(3)).sample_embedding(4)", A, ["Lambda", "E"]),
+    ("smp.LinearPrompts(3, 5, 1e76 * np.eye(3)).sample(4)", A, ["Lambda", "E"]),
+    ("smp.LinearPrompts(3, 5, 1e-100 * np.eye(3)).sample(4)", A, ["Lambda", "E"]),
+    ("smp.LinearPrompts(3, 5, 1e300 * np.eye(3)).sample(4, dtype=np.float64)", A, ["Lambda", "E"]),
+    ("smp.LinearPrompts(3, 5, noise_std=1e200).sample(4)", A, ["noise_std", "E", "y"]),
+    ("smp.LinearPrompts(3, 5, noise_std=1e300).sample(4, dtype=np.float64)", A, ["noise_std", "E", "y"]),
+    ("smp.LinearPrompts(3, 5, noise_std=1e-50).sample(4)", A, ["noise_std"]),
+    ("smp.LinearPrompts(3, 5, covariance_law=('exponential', 1e308)).sample(4, dtype=np.float64)", A, ["covariance_law", "E"]),
+    ("smp.LinearPrompts(3, 5, covariance_law=('exponential', 1e308)).sample_lambdas(4)", A, ["covariance_law", "lambdas"]),
+    ("smp.LinearPrompts(3, 5, covariance_law=('exponential', 1e37)).sample_lambdas(4, dtype=np.float32)", A, ["covariance_law", "lambdas"]),
+    ("smp.LinearPrompts(3, 5, covariance_law=('gamma', 1e300, 1e10)).sample(4, dtype=np.float64)", A, ["covariance_law", "E"]),
+    ("smp.LinearPrompts(3, 5, covariance_law=('exponential', 1e300)).lsa_loss_and_grad(W, W2, batch=4, dtype=np.float64)", A, ["covariance_law", "loss", "dW_pv", "dW_kq"]),
+    ("smp.LinearPrompts(3, 5, 1e200 * np.eye(3)).lsa_loss_and_grad(W32, W32, batch=4)", A, ["Lambda", "loss"]),
+    ("smp.LinearPrompts(3, 5, covariance_law=('two_point', 0, 0, 0.5))", E, ["covariance_law"]),
+    ("smp.LinearPrompts(3, 5, covariance_law=('gamma', 'a', 1))", E, ["covariance_law", "shape"]),
+    ("smp.LinearPrompts(3, 5, tasks=2, covariance_law=('uniform', 0.0, 1e300)).sample(4, dtype=np.float64)", A, ["covariance_law", "E"]),
+    ("smp.KernelGPPrompts(3, 5, Sigma=1e300 * np.eye(3)).sample(4)", A, ["Sigma", "E"]),
+    ("smp.KernelGPPrompts(3, 5, Sigma=1e300 * np.eye(3)).sample(4, dtype=np.float64)", A, ["Sigma", "E"]),
+    ("smp.KernelGPPrompts(3, 5, Sigma=1e80 * np.eye(3)).sample(4)", A, ["Sigma", "E"]),
+    ("smp.KernelGPPrompts(2, 3, 'exp', bandwidth=0.07).sample(50)", A, ["bandwidth", "y_q", "E"]),
+    ("smp.NumpyKernelGPPrompts(3, 5, Sigma=1e300 * np.eye(3)).sample(4)", A, ["Sigma", "X", "E"]),
+    ("data.linear_regression_prompts(rng(), 4, 3, 5, noise_std=1e300, dtype=np.float32)", A, ["noise_std", "y"]),
+    ("data.linear_regression_prompts(rng(), 4, 3, 5, Lambda=1e300 * np.eye(3), dtype=np.float32)", A, ["Lambda", "X"]),
+    ("data.embed(X * 1e39, y, xq, np.float32)", E, ["X"]),
+    ("spec.sample(4, query='nope')", E, ["query"]),
+    ("spec.sample(4, query='orthogonal')", E, ["query", "orthogonal"]),
+    ("data.check_covariance(np.zeros((0, 0)))", E, ["Lambda"]),
+    ("data.check_covariance(np.zeros((0, 0)), 'Sigma')", E, ["Sigma"]),
+    ("lsa.split_shape(np.zeros((2, 3)))", E, ["E"]),
+    ("lsa.split_shape(None)", E, ["E"]),
+    ("under_as_cap('import lsa_native as ln, numpy as np; from lsa_native.sampling import normals; "
+     "n = ln.set_num_threads(4096); normals(4096 * 2000); print(ln.num_threads())')", A, ["n"]),
+    # ---- train: fit argument handling, divergence, run directories (issue 23 families 1, 5, 6) ----
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), eval_data=spec, eval_every=1)", E, ["eval_data"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), eval_data=train.Prompts(spec, batch=4), eval_every=1)", A, ["eval_data"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), metrics=lambda p: 1.0)", E, ["metrics"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), metrics={'m': lambda p: None})", E, ["metrics", "m"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), metrics={'m': lambda p: 'x'})", E, ["metrics", "m"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), callbacks=None)", E, ["callbacks"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), callbacks=[1])", E, ["callbacks"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), run_dir=123)", E, ["run_dir"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), eval_data=smp.LinearPrompts(4, 5).sample(8), eval_every=1)", E, ["eval_data"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), bayes_loss=np.nan)", E, ["bayes_loss"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), bayes_loss=np.inf)", E, ["bayes_loss"]),
+    ("train.fit(lambda th, step: (1.0, th * 1j), 'adam', steps=2, theta0=np.ones(3))", E, ["objective", "grad", "gradient"]),
+    ("train.fit(lambda th, step: (None, th), 'adam', steps=2, theta0=np.ones(3))", E, ["objective", "loss"]),
+    ("train.fit(lambda th, step: ('a', th), 'adam', steps=2, theta0=np.ones(3))", E, ["objective", "loss"]),
+    ("train.fit(train.LSAObjective(W * 1e15, W2 * 1e15), 'sgd', steps=5, data=train.Prompts(spec, batch=4), lr=1e10)", A, ["loss", "diverged", "TrainingDiverged", "lr"]),
+    ("train.fit(train.LSAObjective(W, W2), train.Adam(lr=1e30, eps=0.0), steps=5, data=train.Prompts(spec, batch=4))", A, ["loss", "diverged", "lr"]),
+    ("train.Schedule(min_factor='a')", E, ["min_factor"]),
+    ("train.Schedule(kind='step', gamma='a')", E, ["gamma"]),
+    ("train.Schedule(kind='cosine', total_steps='a')", E, ["total_steps"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), run_dir='/proc/forbidden/run', checkpoint_every=1)", E, ["run_dir"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), run_dir=tmpdir(), checkpoint_every=1, keep_checkpoints=0)", E, ["keep_checkpoints"]),
+    ("train.fit(train.LSAObjective(W, W2), 'adam', steps=2, data=train.Prompts(spec, batch=4), run_dir=tmpdir(), resume='yes')", E, ["resume"]),
+    # ---- torch / JAX wrappers: the issue's cases ----
+    ("lt.LinearSelfAttention(3, sigma=np.float32(0.1))", A, ["sigma"]),
+    ("lt.kernel_attention(tZ0, tV, tB, tC, None)", E, ["activation"]),
+    ("lt.sparse_value(Ak, rk)", E, ["A", "r"]),
+    ("lt.LinearSelfAttention(3)(tE[..., :-1].contiguous())", A, ["E"]),
+    ("lt.KernelAttention(3, 2, sparse=False)(tZ0 * float('nan'))", E, ["Z0"]),
+    ("lj.kernel_attention(jZ0, jV, jB, jC, None)", E, ["activation"]),
+    ("lj.lsa_predict(jE, jnp.eye(5, dtype=jnp.float32), jW)", E, ["W_pv"]),
+    ("lj.lsa_predict(np.asarray(E32), W32, W32)", A, ["E"]),
+    # ---- CLI: every flag, values that used to pass validation and fail the run ----
+    ("run_cli('reproduce', 'zfb-thm41', '--seed', '18446744073709551616', '--out', tmpdir())", E, ["seed", "--seed"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--seed', '4294967296', '--out', tmpdir())", E, ["seed", "--seed"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--seed', 'x')", E, ["seed", "--seed"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--set', 'context=100000', '--out', tmpdir())", E, ["context"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--set', 'batch=1000000000000', '--out', tmpdir())", E, ["batch"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--set', 'steps=1e3', '--out', tmpdir())", E, ["steps"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--set', 'lr=x', '--out', tmpdir())", E, ["lr"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--set', 'lr=1e9', '--out', tmpdir())", E, ["lr"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--set', 'flow_time=1e300', '--out', tmpdir())", E, ["flow_time"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--set', 'batch=1000000', '--set', 'context=2000', '--out', tmpdir())", E, ["batch", "context"]),
+    ("run_cli('reproduce', 'zfb-thm42', '--set', 'contexts=10,100000', '--out', tmpdir())", E, ["contexts"]),
+    ("run_cli('reproduce', 'zfb-thm42', '--set', 'test_lengths=5,a', '--out', tmpdir())", E, ["test_lengths"]),
+    ("run_cli('reproduce', 'zfb-random-cov', '--set', 'scales=1,-4', '--out', tmpdir())", E, ["scales"]),
+    ("run_cli('reproduce', 'ccs-fig1', '--set', 'kernels=linear,nope', '--out', tmpdir())", E, ["kernels"]),
+    ("run_cli('reproduce', 'ccs-fig1', '--set', 'seeds=0', '--out', tmpdir())", E, ["seeds"]),
+    ("run_cli('reproduce', 'ccs-fig2', '--set', 'depths=1,100000', '--out', tmpdir())", E, ["depths"]),
+    ("run_cli('reproduce', 'ccs-fig3-5-6', '--set', 'eval_batch=10000000000', '--out', tmpdir())", E, ["eval_batch"]),
+    ("run_cli('reproduce', 'ccs-prop31', '--full', '--set', 'layers=100000', '--out', tmpdir())", E, ["layers"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--workers', '100000', '--out', tmpdir())", E, ["workers", "--workers"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--workers', 'x')", E, ["workers", "--workers"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--out', '')", E, ["out", "--out"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--out', '/dev/null/x')", E, ["out", "--out"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--scheduler', 'not an address', '--out', tmpdir())", E, ["scheduler", "--scheduler"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--bogus')", E, ["bogus", "unrecognized"]),
+    ("run_cli('reproduce', 'zfb-thm41', '--full', '--set', 'steps=0', '--out', tmpdir())", E, ["steps"]),
+    ("run_cli('demo', '--plot', '/proc/x.png', '--quiet')", E, ["plot", "--plot"]),
+    ("run_cli('demo', '--plot', '/tmp', '--quiet')", E, ["plot", "--plot"]),
+    ("run_cli('demo', '--plot', '', '--quiet')", E, ["plot", "--plot"]),
+    ("run_cli('demo', '--context', '100000', '--quiet')", E, ["context", "--context"]),
+    ("run_cli('demo', '--batch', '1000000000000', '--quiet')", E, ["batch", "--batch"]),
+    ("run_cli('demo', '--seed', '18446744073709551616', '--quiet')", E, ["seed", "--seed"]),
+    ("run_cli('demo', '--lr', '1e9', '--quiet')", E, ["lr", "--lr"]),
+    ("run_cli('demo', '--flow-time', '1e300', '--quiet')", E, ["flow-time", "--flow-time"]),
+    ("run_cli('demo', '--steps', '1e3', '--quiet')", E, ["steps", "--steps"]),
+    ("run_cli('demo', '--bogus')", E, ["bogus", "unrecognized"]),
+    ("run_cli('list', '--bogus')", E, ["bogus", "unrecognized"]),
+
     # out= overlapping an input must not give wrong numbers.
     ("lsa.predict(E64, W, W2, out=W[0, :B])", E, ["out", "W_pv"]),
     ("lsa.predict(E64, W, W2, out=E64[0, 0, :B])", E, ["out", "E"]),
@@ -601,6 +812,9 @@ def _names_something(msg: str, names) -> bool:
 def classify(case: dict) -> tuple[str, str]:
     ns: dict = {}
     exec(PREAMBLE, ns)
+    for wrapper, package in (("lt", "torch"), ("lj", "jax")):
+        if ns[wrapper] is None and re.search(rf"(?<![A-Za-z0-9_]){wrapper}\.", case["code"]):
+            return "skip", f"{package} is not installed"
     try:
         res = eval(case["code"], ns)
     except (ValueError, TypeError, FloatingPointError) as e:
@@ -706,7 +920,15 @@ def run(cases, python: str, jobs: int, timeout: float, progress: bool = True) ->
     return results
 
 
-CLASSES = ["ok", "clean", "generic", "silent", "crash", "hang"]
+CLASSES = ["ok", "clean", "generic", "silent", "crash", "hang", "skip"]
+
+# Surfaces (--surface) by case area (the code's first name): the rest of the API is "core".
+SURFACES = {"sampling": ("smp", "spec", "data"), "train": ("train",), "torch": ("lt",),
+            "jax": ("lj",), "cli": ("run_cli",)}
+
+
+def surface(area: str) -> str:
+    return next((name for name, areas in SURFACES.items() if area in areas), "core")
 
 
 def main() -> int:
@@ -718,6 +940,8 @@ def main() -> int:
     ap.add_argument("--json", help="write every case with its class to this file")
     ap.add_argument("--list", action="store_true", help="print the cases and exit")
     ap.add_argument("--only", help="regular expression: run only cases whose code matches")
+    ap.add_argument("--surface", help="comma-separated surfaces to run: "
+                    + ", ".join(list(SURFACES) + ["core"]) + " (default: all)")
     ap.add_argument("--show", default="generic,silent,crash,hang",
                     help="classes whose cases are printed (comma-separated)")
     a = ap.parse_args()
@@ -727,6 +951,12 @@ def main() -> int:
     cases = build_cases()
     if a.only:
         cases = [c for c in cases if re.search(a.only, c["code"])]
+    if a.surface:
+        wanted = set(a.surface.split(","))
+        unknown = wanted - set(SURFACES) - {"core"}
+        if unknown:
+            ap.error(f"--surface: unknown {sorted(unknown)}; expected {list(SURFACES) + ['core']}")
+        cases = [c for c in cases if surface(c["area"]) in wanted]
     if a.list:
         for c in cases:
             print(c["id"], c["expect"], c["code"])

@@ -60,7 +60,8 @@ PYBIND11_MODULE(_core, m) {
         "True when CUDA kernels were compiled in and a GPU is visible.");
   m.def("num_threads", &lsa_native::num_threads, "CPU threads used by batched kernels.");
   m.def("set_num_threads", &lsa_native::set_num_threads, py::arg("n"),
-        "Set the CPU thread count (n < 1 restores the default). Results do not depend on it.");
+        "Set the CPU thread count (n < 1 restores the default) and return the count in use: less "
+        "than n when the system refused more threads. Results do not depend on it.");
   m.def("cpu_kernel_isa", &lsa_native::cpu_kernel_isa,
         "Instruction set the CPU kernels dispatched to.");
   bind_stream_sum<float>(m);

@@ -8,6 +8,7 @@
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -24,6 +25,9 @@ namespace lsa_native {
 namespace {
 
 std::atomic<int> g_num_threads{0};  // 0: hardware default
+// Threads the system let the pool start (workers + the caller) when it refused one more
+// (std::system_error: an address-space or process limit); 0: no refusal seen. Caps num_threads().
+std::atomic<int> g_thread_cap{0};
 std::atomic<InterruptCheck> g_interrupt_check{nullptr};
 
 int default_threads() {
@@ -89,6 +93,30 @@ class Pool {
   }
   void resize(int workers) {  // called with busy_ held
     if (static_cast<int>(threads_.size()) == workers) return;
+    stop_workers();
+    const unsigned long current = generation_;  // stable: only run() changes it, under busy_
+    for (int w = 0; w < workers; ++w) {
+      try {
+        threads_.emplace_back([this, current] { loop(current); });
+      } catch (const std::system_error&) {
+        // The system refused a thread (a process or address-space limit). The threads started
+        // hold that space (their stacks), so keep only half of them: the rest is left for the
+        // job's own allocations. Later calls use at most that many (num_threads()).
+        const int keep = static_cast<int>(threads_.size()) / 2;
+        stop_workers();
+        for (int k = 0; k < keep; ++k) {
+          try {
+            threads_.emplace_back([this, current] { loop(current); });
+          } catch (const std::system_error&) {
+            break;
+          }
+        }
+        g_thread_cap.store(static_cast<int>(threads_.size()) + 1);
+        return;
+      }
+    }
+  }
+  void stop_workers() {  // called with busy_ held
     {
       std::lock_guard<std::mutex> lock(m_);
       stop_ = true;
@@ -97,8 +125,6 @@ class Pool {
     for (auto& t : threads_) t.join();
     threads_.clear();
     stop_ = false;
-    const unsigned long current = generation_;  // stable: only run() changes it, under busy_
-    for (int w = 0; w < workers; ++w) threads_.emplace_back([this, current] { loop(current); });
   }
 
   std::mutex busy_, m_;
@@ -134,10 +160,19 @@ Pool& pool() {
 
 int num_threads() {
   const int n = g_num_threads.load();
-  return n > 0 ? n : default_threads();
+  const int cap = g_thread_cap.load();
+  const int want = n > 0 ? n : default_threads();
+  return cap > 0 ? std::min(want, cap) : want;
 }
 
-void set_num_threads(int n) { g_num_threads.store(n > 0 ? n : 0); }
+int set_num_threads(int n) {
+  g_num_threads.store(n > 0 ? n : 0);
+  g_thread_cap.store(0);  // a new request: try the system again
+  // Start the workers now (an empty job), so that a refused thread shows here, in the answer,
+  // rather than as fewer threads later.
+  if (n > 1) detail::parallel_for(n, [](index_t) {});
+  return num_threads();
+}
 
 void set_interrupt_check(InterruptCheck check) { g_interrupt_check.store(check); }
 
@@ -157,7 +192,10 @@ void poll_interrupt() {
 void parallel_for(index_t n_tasks, const std::function<void(index_t)>& fn) {
   if (n_tasks <= 0) return;
   // Only the entering thread polls: the host's check (Python's signal handlers) runs there. An
-  // Interrupted thrown by a task stops the remaining tasks like any other exception.
+  // Interrupted thrown by a task stops the remaining tasks like any other exception. It polls once
+  // on entry too, so that a call polls whichever thread the tasks go to (a warm pool worker can
+  // take every task of a short job before the caller takes one).
+  poll_interrupt();
   const std::thread::id caller = std::this_thread::get_id();
   const std::function<void(index_t)> polled = [&](index_t i) {
     if (std::this_thread::get_id() == caller) poll_interrupt();

@@ -15,10 +15,20 @@ cuda_available = _core.cuda_available
 num_threads = _core.num_threads
 
 
-def set_num_threads(n: int) -> None:
-    """Use ``n`` CPU threads in the batched kernels (0 restores the default: all cores).
+def set_num_threads(n: int) -> int:
+    """Use ``n`` CPU threads in the batched kernels (0 restores the default: all cores) and return
+    the count in use. When the system refuses to start that many (a process or address-space
+    limit), the pool keeps the threads it could start, with a RuntimeWarning saying so.
     Results never depend on it: batch reductions run over fixed chunks in a fixed order."""
-    _core.set_num_threads(positive_int(n, "n", minimum=0, maximum=4096))
+    n = positive_int(n, "n", minimum=0, maximum=4096)
+    got = _core.set_num_threads(n)
+    if n > 0 and got < n:
+        import warnings
+
+        warnings.warn(f"set_num_threads: the system refused threads beyond {got} (a process or "
+                      f"address-space limit); using {got} instead of {n}", RuntimeWarning,
+                      stacklevel=2)
+    return got
 
 
 cpu_kernel_isa = _core.cpu_kernel_isa

@@ -250,9 +250,9 @@ def sample_linear_prompts(spec: dict, batch: typing.SupportsInt | typing.Support
 @typing.overload
 def sample_linear_prompts(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, E: numpy.typing.NDArray[numpy.float64] | None = None, y_q: numpy.typing.NDArray[numpy.float64] | None = None, X: numpy.typing.NDArray[numpy.float64] | None = None, y: numpy.typing.NDArray[numpy.float64] | None = None, w: numpy.typing.NDArray[numpy.float64] | None = None, x_q: numpy.typing.NDArray[numpy.float64] | None = None, lam: numpy.typing.NDArray[numpy.float64] | None = None) -> None:
     ...
-def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> None:
+def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
-    Set the CPU thread count (n < 1 restores the default). Results do not depend on it.
+    Set the CPU thread count (n < 1 restores the default) and return the count in use: less than n when the system refused more threads. Results do not depend on it.
     """
 @typing.overload
 def simd_log(x: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32]) -> None:

@@ -96,6 +96,47 @@ def finite_output(result, output: str, hint: str = ""):
                              + (f" ({hint})" if hint else ""))
 
 
+def check_sampled(*outputs, dtype=None) -> None:
+    """The output check of every sampler, run once per call: each ``(name, array, cause)`` of
+    `outputs` (array None: skipped) finite — and within `dtype`'s range when given (draws made in
+    float64 for a `dtype` batch) —, else FloatingPointError naming the output and `cause` (the
+    argument whose scale made the draws overflow, and the fix)."""
+    for name, a, cause in outputs:
+        if a is None:
+            continue
+        a = np.asarray(a)
+        dt = a.dtype if dtype is None else np.dtype(dtype)
+        if dt == a.dtype:
+            ok = np.isfinite(a).all()
+        else:  # NaN fails the comparison too
+            ok = bool(np.abs(a).max(initial=0.0) <= float(np.finfo(dt).max))
+        if not ok:
+            raise FloatingPointError(f"{name}: overflowed {dt} to non-finite values while sampling "
+                                     f"({cause})")
+
+
+def fits_dtype(value, name: str, dtype, *, nonzero: bool = False) -> None:
+    """ValueError naming `name` when a value (a number or an array) overflows `dtype`, or, with
+    `nonzero`, when a nonzero value rounds to 0 in it (a scale that would silently vanish)."""
+    dt = np.dtype(dtype)
+    a = np.abs(np.asarray(value, dtype=np.float64))
+    big = float(a.max(initial=0.0))
+    if big > float(np.finfo(dt).max):
+        raise ValueError(f"{name}: {big:.3g} overflows {dt}, the sampling dtype; "
+                         + rescale_hint(name, dt))
+    if nonzero:
+        with np.errstate(under="ignore"):
+            vanished = (a > 0) & (a.astype(dt) == 0)
+        if np.any(vanished):
+            raise ValueError(f"{name}: {float(a[vanished].min()):.3g} underflows {dt} to 0, the "
+                             f"sampling dtype (degenerate draws); " + rescale_hint(name, dt))
+
+
+def rescale_hint(name: str, dtype) -> str:
+    """What to do about `name` overflowing `dtype`: rescale it, or (float32) sample float64."""
+    return f"rescale {name}" + (" or use dtype=float64" if np.dtype(dtype) != np.float64 else "")
+
+
 def float_dtype(dtype, name: str = "dtype") -> np.dtype:
     """float32 or float64, else TypeError naming the argument."""
     try:
@@ -105,6 +146,13 @@ def float_dtype(dtype, name: str = "dtype") -> np.dtype:
     if dt not in FLOAT_DTYPES:
         raise TypeError(f"{name}: expected float32 or float64, got {dt}")
     return dt
+
+
+def check_flag(value, name: str) -> bool:
+    """True or False (numpy bools too); anything else a TypeError naming the argument."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected True or False, got {type(value).__name__}")
+    return bool(value)
 
 
 def check_rng(rng, name: str = "rng") -> np.random.Generator:
@@ -175,14 +223,20 @@ def positive_int(value, name: str, minimum: int = 1, maximum: int = INDEX_MAX) -
     return int(value)
 
 
+def _short(value) -> str:
+    """`value` for a message: its type and a repr cut to 40 characters."""
+    r = repr(value)
+    return f"{type(value).__name__} {r if len(r) <= 40 else r[:37] + '...'}"
+
+
 def real_float(value, name: str) -> float:
     """A finite real number (bool, complex, strings and NaN/inf refused)."""
-    if isinstance(value, (bool, complex, np.complexfloating, str, bytes)):
-        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}")
+    if isinstance(value, (bool, np.bool_, complex, np.complexfloating, str, bytes)):
+        raise TypeError(f"{name}: expected a real number, got {_short(value)}")
     try:
         v = float(value)
     except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}") from None
+        raise TypeError(f"{name}: expected a real number, got {_short(value)}") from None
     if not np.isfinite(v):
         raise ValueError(f"{name}: expected a finite number, got {value}")
     return v

@@ -17,6 +17,56 @@ class UsageError(ValueError):
     """Bad command-line arguments, detected before anything runs."""
 
 
+# Bounds of the arguments, checked before any work so that a bad value exits 2 instead of failing
+# the run: the reproductions derive per-cell seeds from --seed (2·seed + 1, 1000·seed + k) that
+# must stay below the samplers' 2^64; a size may be up to SIZE_FACTOR times the larger of its
+# quick and full (paper) values; one batch of prompts, batch x (dim+1) x (context+1) values, at
+# most PROMPT_VALUES_MAX (64 GiB in float64: a sanity bound, some sizes are drawn in chunks).
+SEED_LIMIT = 2**32
+WORKERS_MAX = 256
+SIZE_FACTOR = 100
+PROMPT_VALUES_MAX = 2**33
+# Size names (over all ids) that count prompts in one batch (slope_samples: drawn in chunks of
+# 20000, not listed), and tokens in one prompt.
+BATCH_SIZES = ("batch", "samples", "eval_batch", "tf_batch", "curve_samples")
+CONTEXT_SIZES = ("context", "contexts", "test_length", "test_lengths", "slope_length")
+
+
+_SEED_RANGE = f"0 <= seed < {SEED_LIMIT}"
+
+
+def _check_seed(seed: int) -> None:
+    if not 0 <= seed < SEED_LIMIT:
+        raise ValueError(f"--seed: expected an integer with {_SEED_RANGE}, got {seed}")
+
+
+def _numbers(value) -> list:
+    """The numbers of a size value (a number or a list of them; names and flags: none)."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    return [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+def _check_bounds(entry, sizes: dict, *, full: bool, flag=lambda key: f"--set {key}") -> None:
+    """Each size at most SIZE_FACTOR x its largest quick/full value, and one prompt batch of the
+    resulting sizes within PROMPT_VALUES_MAX values. `flag(key)` names the argument."""
+    for key, value in sizes.items():
+        cap = SIZE_FACTOR * max(_numbers(entry.quick.get(key)) + _numbers(entry.full.get(key)) + [0])
+        for v in _numbers(value):
+            if cap and v > cap:
+                raise ValueError(f"{flag(key)}: expected at most {cap} ({SIZE_FACTOR} x its "
+                                 f"largest quick/full value), got {v}")
+    merged = {**entry.quick, **(entry.full if full else {}), **sizes}
+    largest = {key: max(_numbers(merged[key])) for key in merged if _numbers(merged[key])}
+    batch = max((largest[k] for k in BATCH_SIZES if k in largest), default=1)
+    context = max((largest[k] for k in CONTEXT_SIZES if k in largest), default=1)
+    values = batch * (largest.get("dim", 1) + 1) * (context + 1)
+    if values > PROMPT_VALUES_MAX:
+        names = [k for k in BATCH_SIZES + CONTEXT_SIZES + ("dim",) if k in largest]
+        raise ValueError(f"{', '.join(flag(k) for k in names)}: one batch of prompts would hold "
+                         f"{values:.3g} values (batch x (dim+1) x (context+1)), more than "
+                         f"{PROMPT_VALUES_MAX:.3g}; choose smaller sizes")
+
+
 def _parse_value(text: str, ref):
     if isinstance(ref, bool):
         if text.lower() in ("1", "true", "yes", "on"):
@@ -28,9 +78,15 @@ def _parse_value(text: str, ref):
         proto = ref[0] if ref else 0.0
         return [_parse_value(t, proto) for t in text.split(",") if t.strip()]
     if isinstance(ref, int):
-        return int(text)
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"expected an integer, got {text!r}") from None
     if isinstance(ref, float):
-        return float(text)
+        try:
+            return float(text)
+        except ValueError:
+            raise ValueError(f"expected a number, got {text!r}") from None
     return text
 
 
@@ -50,6 +106,25 @@ def _sizes(entry, assignments):
     return sizes
 
 
+def _check_writable(path: str, flag: str) -> None:
+    """`path` can be created or overwritten as a file: probed by opening it for appending (a file
+    this probe created is removed again)."""
+    import os
+    from pathlib import Path
+
+    p = Path(path)
+    if not path.strip() or p.is_dir():
+        raise ValueError(f"{flag}: expected a file path, got {path!r}")
+    existed = p.exists()
+    try:
+        with open(p, "ab"):
+            pass
+    except OSError as e:
+        raise ValueError(f"{flag}: cannot write {path!r} ({e.strerror or e})") from None
+    if not existed:
+        os.unlink(p)
+
+
 def _print_table(results) -> None:
     from .experiments.runner import table
 
@@ -63,22 +138,30 @@ def _validate(args, experiments, _common, sweep) -> dict:
     known = experiments.ids()
     if args.id != "all" and args.id not in known:
         raise ValueError(f"unknown reproduction id {args.id!r}; expected one of {known} or 'all'")
-    if args.seed < 0:
-        raise ValueError(f"--seed: expected an integer >= 0, got {args.seed}")
-    if args.workers < 0:
-        raise ValueError(f"--workers: expected an integer >= 0, got {args.workers}")
+    _check_seed(args.seed)
+    if not 0 <= args.workers <= WORKERS_MAX:
+        raise ValueError(f"--workers: expected an integer in [0, {WORKERS_MAX}], got {args.workers}")
     if args.id == "all" and args.set:
         raise ValueError("--set applies to one reproduction id, not 'all'")
     if args.device == "cuda" and not _cuda.available():
         raise ValueError("--device cuda: needs a build with CUDA kernels and a visible GPU")
-    _common.prepare_output(args.out)
+    if not args.out.strip():
+        raise ValueError("--out: expected a folder path, got an empty string")
+    try:
+        _common.prepare_output(args.out)
+    except ValueError as e:
+        raise ValueError(f"--{e}") from None  # "out: ..." names the flag
     if args.scheduler:
         sweep.check_scheduler(args.scheduler).close()
     per_id = {}
     for i in (known if args.id == "all" else [args.id]):
         entry = experiments.REGISTRY[i]
         sizes = _sizes(entry, args.set)
-        _common.check_sizes({**entry.quick, **(entry.full if args.full else {})}, sizes)
+        try:
+            _common.check_sizes({**entry.quick, **(entry.full if args.full else {})}, sizes)
+        except (ValueError, TypeError) as e:
+            raise ValueError(f"--set {e}") from None
+        _check_bounds(entry, sizes, full=args.full)
         per_id[i] = sizes
     return per_id
 
@@ -113,7 +196,6 @@ def _reproduce(args) -> int:
 
 def _demo(args) -> int:
     """``demo``: ``reproduce zfb-thm41`` with the historical flags (--plot PNG)."""
-    import os
     import shutil
     import tempfile
     from pathlib import Path
@@ -123,15 +205,19 @@ def _demo(args) -> int:
 
     sizes = dict(dim=args.dim, context=args.context, batch=args.batch, steps=args.steps,
                  lr=args.lr, flow_time=args.flow_time)
-    # Every argument is checked before the run: sizes, seed, and the plot's folder.
+    # Every argument is checked before the run: sizes, seed, and the plot's file.
+    entry = experiments.REGISTRY["zfb-thm41"]
+    flag = lambda key: "--" + key.replace("_", "-")  # noqa: E731
     try:
-        _common.check_sizes(experiments.REGISTRY["zfb-thm41"].quick, sizes)
-        if args.seed < 0:
-            raise ValueError(f"--seed: expected an integer >= 0, got {args.seed}")
-        if args.plot:
-            folder = Path(args.plot).resolve().parent
-            if not folder.is_dir() or not os.access(folder, os.W_OK):
-                raise ValueError(f"--plot: folder {str(folder)!r} does not exist or is not writable")
+        try:
+            _common.check_sizes(entry.quick, sizes)
+        except (ValueError, TypeError) as e:  # "key: why" -> "--key: why"
+            key, why = str(e).split(":", 1)
+            raise ValueError(f"{flag(key)}:{why}") from None
+        _check_bounds(entry, sizes, full=False, flag=flag)
+        _check_seed(args.seed)
+        if args.plot is not None:
+            _check_writable(args.plot, "--plot")
     except (ValueError, TypeError) as e:
         raise UsageError(str(e)) from None
     with tempfile.TemporaryDirectory() as tmp:
@@ -162,13 +248,15 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("id", help="reproduction id or 'all'")
     rep.add_argument("--full", action="store_true", help="the paper's sizes (slow)")
     rep.add_argument("--out", default="reproductions", help="output folder (default: reproductions)")
-    rep.add_argument("--seed", type=int, default=0)
+    rep.add_argument("--seed", type=int, default=0, help=f"{_SEED_RANGE} (default 0)")
     rep.add_argument("--set", action="append", metavar="NAME=VALUE",
-                     help="override a size, e.g. --set steps=400 --set contexts=10,20 (repeatable)")
+                     help="override a size, e.g. --set steps=400 --set contexts=10,20 (repeatable; "
+                          f"each at most {SIZE_FACTOR}x its quick/full value)")
     rep.add_argument("--scheduler", metavar="ADDRESS",
                      help="Dask scheduler for sweeps (default: a LocalCluster for --full grids)")
     rep.add_argument("--workers", type=int, default=2,
-                     help="LocalCluster worker processes for sweeps (0: run cells in this process)")
+                     help=f"LocalCluster worker processes for sweeps, 0..{WORKERS_MAX} (0: run cells in "
+                          "this process)")
     rep.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                      help="where kernel-attention trainings run (cuda: prompts sampled and models "
                           "trained on the GPU; cached cells are shared between devices)")
@@ -183,7 +271,7 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--steps", type=int, default=3000)
     demo.add_argument("--lr", type=float, default=0.008)
     demo.add_argument("--flow-time", type=float, default=60.0)
-    demo.add_argument("--seed", type=int, default=0)
+    demo.add_argument("--seed", type=int, default=0, help=f"{_SEED_RANGE} (default 0)")
     demo.add_argument("--plot", metavar="PNG", help="write a figure of both runs to this file")
     demo.add_argument("--quiet", action="store_true", help="no progress bar")
     demo.set_defaults(func=_demo)

@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._validation import (as_real, check_rng, finite_output, float_dtype, nonnegative_float,
-                          positive_float, positive_int, real_array)
+from ._validation import (as_real, check_rng, check_sampled, finite_output, float_dtype,
+                          nonnegative_float, positive_float, positive_int, real_array, rescale_hint)
 from .gp_kernels import check_kernel, kernel_matrix
 
 __all__ = ["PromptBatch", "embed", "linear_regression_prompts", "kernel_gp_prompts",
@@ -85,10 +85,11 @@ def embed(X, y, x_q, dtype=np.float64) -> np.ndarray:
     X [B, N, d], y [B, N], x_q [B, d] → E [B, d+1, N+1] (C-contiguous, the fast layout)."""
     X, y, x_q = prompt_arrays(X, y, x_q)
     B, N, d = X.shape
-    E = np.zeros((B, d + 1, N + 1), dtype=float_dtype(dtype))
-    E[:, :d, :N] = np.swapaxes(X, 1, 2)
-    E[:, d, :N] = y
-    E[:, :d, N] = x_q
+    dt = float_dtype(dtype)
+    E = np.zeros((B, d + 1, N + 1), dtype=dt)
+    E[:, :d, :N] = np.swapaxes(real_array(X, "X", dtype=dt), 1, 2)  # values beyond dt refused
+    E[:, d, :N] = real_array(y, "y", dtype=dt)
+    E[:, :d, N] = real_array(x_q, "x_q", dtype=dt)
     return E
 
 
@@ -106,6 +107,8 @@ def check_covariance(Lambda, name: str = "Lambda", d: int | None = None) -> np.n
         raise ValueError(f"{name}: expected a square [d, d] matrix, got shape {L.shape}")
     if d is not None and L.shape[0] != d:
         raise ValueError(f"{name}: expected shape {(d, d)}, got {L.shape}")
+    if L.shape[0] == 0:
+        raise ValueError(f"{name}: expected a non-empty [d, d] matrix (d >= 1), got shape {L.shape}")
     if not np.all(np.isfinite(L)):
         raise ValueError(f"{name}: contains non-finite values")
     if not np.allclose(L, L.T, rtol=1e-10, atol=1e-12 * max(1.0, np.abs(L).max())):
@@ -142,11 +145,16 @@ def linear_regression_prompts(
     X = rng.standard_normal((B, N, d)) @ chol.T
     x_q = rng.standard_normal((B, d)) @ chol.T
     y = np.einsum("bnd,bd->bn", X, w)
-    if noise_std > 0:
-        y = y + noise_std * rng.standard_normal((B, N))
     y_q = np.einsum("bd,bd->b", x_q, w)
+    noise = noise_std * rng.standard_normal((B, N)) if noise_std > 0 else None
+    label_cause = "noise_std" if noise is not None and np.abs(noise).max() >= np.abs(y).max() else "Lambda"
+    if noise is not None:
+        y = y + noise
     if query_noise and noise_std > 0:
         y_q = y_q + noise_std * rng.standard_normal(B)
+    check_sampled(("X", X, _too_large("Lambda", dtype)), ("x_q", x_q, _too_large("Lambda", dtype)),
+                  ("y", y, _too_large(label_cause, dtype)), ("y_q", y_q, _too_large(label_cause, dtype)),
+                  dtype=dtype)
     return PromptBatch(X=X, y=y, x_q=x_q, y_q=y_q.astype(dtype), w=w, E=embed(X, y, x_q, dtype),
                        Lambda=Lam, noise_std=noise_std, query_noise=bool(query_noise))
 
@@ -192,11 +200,17 @@ def kernel_gp_prompts(
     K = kernel_matrix(kernel, xi, xi, bandwidth)
     w, U = np.linalg.eigh(0.5 * (K + np.swapaxes(K, 1, 2)))
     Y = np.einsum("bij,bj->bi", U * np.sqrt(np.abs(w))[:, None, :], rng.standard_normal((B, n + 1)))
-    finite_output(Y, "y", "the kernel matrix overflowed: use a larger bandwidth")
+    check_sampled(("X", X_all, _too_large("Sigma", dtype)),
+                  ("y", Y, f"the kernel matrix overflowed {dtype}: use a larger bandwidth"
+                              + (" or dtype=float64" if dtype != np.float64 else "")), dtype=dtype)
     X, x_q = X_all[:, :n], X_all[:, n]
     return PromptBatch(X=X, y=Y[:, :n], x_q=x_q, y_q=Y[:, n].astype(dtype), w=None,
                        E=embed(X, Y[:, :n], x_q, dtype), Sigma=np.eye(d) if S is None else S,
                        xi=xi[:, :n], xi_q=xi[:, n], kernel=kernel, bandwidth=bandwidth)
+
+
+def _too_large(name: str, dtype) -> str:
+    return f"{name} is too large for {np.dtype(dtype)}: {rescale_hint(name, dtype)}"
 
 
 def sqrtm(M, name: str = "Sigma", d: int | None = None) -> np.ndarray:

@@ -12,6 +12,13 @@ run the native CPU code through ``jax.pure_callback`` (so they work under ``jax.
 The callbacks copy between JAX and numpy buffers where JAX requires it (outputs are handed to
 JAX as new arrays). Higher-order derivatives are not supported (the VJPs are not differentiable:
 JAX raises when differentiating the callback).
+
+Argument errors: types, dtypes and shapes (static under ``jax.jit``) are checked before the
+callback, as TypeError/ValueError naming the argument. Values (NaN/inf inputs, overflow) are only
+known inside the callback: there the native ValueError/FloatingPointError reaches the caller
+wrapped by JAX (``JaxRuntimeError``, the message naming the argument) under ``jax.jit``/
+``jax.grad``; an eager call (concrete arrays) runs the native function directly and raises it
+unwrapped.
 """
 from __future__ import annotations
 
@@ -36,6 +43,9 @@ def _call(fn, out, *args):
 
 
 def _check_dtypes(names, arrays):
+    for n, a in zip(names, arrays):
+        if not (hasattr(a, "dtype") and hasattr(a, "shape")):
+            raise TypeError(f"{n}: expected a JAX or numpy array, got {type(a).__name__}")
     dt = arrays[0].dtype
     if dt not in (np.float32, np.float64):
         raise TypeError(f"{names[0]}: expected float32 or float64, got {dt}")
@@ -44,17 +54,49 @@ def _check_dtypes(names, arrays):
             raise TypeError(f"{n}: expected dtype {dt} (the dtype of {names[0]}), got {a.dtype}")
 
 
+def _check_shape(name: str, a, shape: tuple) -> None:
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(a.shape)}")
+
+
+def _check_prompts(name: str, a) -> int:
+    """d+1 of prompts [B, d+1, N+1] (B, d, N >= 1): the native shape rules, before the callback."""
+    if len(a.shape) != 3 or a.shape[0] < 1 or a.shape[1] < 2 or a.shape[2] < 2:
+        raise ValueError(f"{name}: expected a 3-d array [B, d+1, N+1] with B, d, N >= 1, got shape "
+                         f"{tuple(a.shape)}")
+    return a.shape[1]
+
+
+def _check_lsa(E, W_pv, W_kq) -> None:
+    _check_dtypes(("E", "W_pv", "W_kq"), (E, W_pv, W_kq))
+    r = _check_prompts("E", E)
+    _check_shape("W_pv", W_pv, (r, r))
+    _check_shape("W_kq", W_kq, (r, r))
+
+
+def _concrete(*arrays) -> bool:
+    """True outside tracing (no jit / grad / vmap): the native call then runs directly, so its
+    errors reach the caller as themselves, not wrapped by the callback."""
+    return not any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
 # --- LSA ---------------------------------------------------------------------------------------
 
-@jax.custom_vjp
 def lsa_forward(E, W_pv, W_kq):
     """F = E + W^PV E (Eᵀ W^KQ E)/N [ZFB (3.3)] for E [B, d+1, N+1], W [d+1, d+1]."""
-    _check_dtypes(("E", "W_pv", "W_kq"), (E, W_pv, W_kq))
+    _check_lsa(E, W_pv, W_kq)
+    if _concrete(E, W_pv, W_kq):
+        return jax.numpy.asarray(_lsa.forward(*map(np.asarray, (E, W_pv, W_kq))))
+    return _lsa_forward(E, W_pv, W_kq)
+
+
+@jax.custom_vjp
+def _lsa_forward(E, W_pv, W_kq):
     return _call(lambda *a: _lsa.forward(*a), _spec(E.shape, E.dtype), E, W_pv, W_kq)
 
 
 def _lsa_forward_fwd(E, W_pv, W_kq):
-    return lsa_forward(E, W_pv, W_kq), (E, W_pv, W_kq)
+    return _lsa_forward(E, W_pv, W_kq), (E, W_pv, W_kq)
 
 
 def _lsa_forward_bwd(res, d_F):
@@ -64,18 +106,24 @@ def _lsa_forward_bwd(res, d_F):
     return d_E, d_W_pv, d_W_kq
 
 
-lsa_forward.defvjp(_lsa_forward_fwd, _lsa_forward_bwd)
+_lsa_forward.defvjp(_lsa_forward_fwd, _lsa_forward_bwd)
+
+
+def lsa_predict(E, W_pv, W_kq):
+    """ŷ = F[:, d, N] [ZFB (3.6)], shape [B]."""
+    _check_lsa(E, W_pv, W_kq)
+    if _concrete(E, W_pv, W_kq):
+        return jax.numpy.asarray(_lsa.predict(*map(np.asarray, (E, W_pv, W_kq))))
+    return _lsa_predict(E, W_pv, W_kq)
 
 
 @jax.custom_vjp
-def lsa_predict(E, W_pv, W_kq):
-    """ŷ = F[:, d, N] [ZFB (3.6)], shape [B]."""
-    _check_dtypes(("E", "W_pv", "W_kq"), (E, W_pv, W_kq))
+def _lsa_predict(E, W_pv, W_kq):
     return _call(lambda *a: _lsa.predict(*a), _spec(E.shape[:1], E.dtype), E, W_pv, W_kq)
 
 
 def _lsa_predict_fwd(E, W_pv, W_kq):
-    return lsa_predict(E, W_pv, W_kq), (E, W_pv, W_kq)
+    return _lsa_predict(E, W_pv, W_kq), (E, W_pv, W_kq)
 
 
 def _lsa_predict_bwd(res, d_y):
@@ -85,7 +133,7 @@ def _lsa_predict_bwd(res, d_y):
     return d_E, d_W_pv, d_W_kq
 
 
-lsa_predict.defvjp(_lsa_predict_fwd, _lsa_predict_bwd)
+_lsa_predict.defvjp(_lsa_predict_fwd, _lsa_predict_bwd)
 
 
 # --- kernel attention ----------------------------------------------------------------------------
@@ -93,11 +141,18 @@ lsa_predict.defvjp(_lsa_predict_fwd, _lsa_predict_bwd)
 def kernel_attention(Z0, V, B, C, activation="softmax"):
     """Z_L of CCS (3) for Z0 [B, d+1, n+1], V [L, H, d+1, d+1], B, C [L, H, d, d]; ``activation``
     one name or H names (static). Differentiable in Z0, V, B, C. CCS's prediction is −Z_L[:, d, n]."""
-    if getattr(V, "ndim", None) != 4:
-        raise ValueError(f"V: expected shape [L, H, d+1, d+1], got {getattr(V, 'shape', V)}")
-    names = (activation,) * V.shape[1] if isinstance(activation, str) else tuple(activation)
-    _ka._activation_codes(list(names), V.shape[1])
     _check_dtypes(("Z0", "V", "B", "C"), (Z0, V, B, C))
+    r = _check_prompts("Z0", Z0)
+    if len(V.shape) != 4:
+        raise ValueError(f"V: expected shape [L, H, d+1, d+1], got {tuple(V.shape)}")
+    L, H = V.shape[:2]
+    _check_shape("V", V, (L, H, r, r))
+    _check_shape("B", B, (L, H, r - 1, r - 1))
+    _check_shape("C", C, (L, H, r - 1, r - 1))
+    _ka._activation_codes(activation, H)  # TypeError/ValueError naming it
+    names = (activation,) * H if isinstance(activation, str) else tuple(activation)
+    if _concrete(Z0, V, B, C):
+        return jax.numpy.asarray(_ka.forward(*map(np.asarray, (Z0, V, B, C)), list(names)))
     return _kernel_attention(names, Z0, V, B, C)
 
 

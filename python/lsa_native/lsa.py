@@ -29,7 +29,10 @@ __all__ = ["predict", "loss_and_grad", "forward", "vjp", "predict_vjp", "split_s
 
 def split_shape(E: np.ndarray) -> tuple[int, int, int]:
     """(B, d, N) of an embedding batch [B, d+1, N+1]."""
-    B, rows, cols = E.shape
+    shape = np.shape(E)
+    if len(shape) != 3:
+        raise ValueError(f"E: expected a 3-d array [B, d+1, N+1], got shape {shape}")
+    B, rows, cols = shape
     return B, rows - 1, cols - 1
 
 

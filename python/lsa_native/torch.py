@@ -33,7 +33,6 @@ Double backward is refused (``once_differentiable``): the native VJPs are not di
 from __future__ import annotations
 
 import functools
-import math
 
 import numpy as np
 import torch
@@ -43,6 +42,7 @@ from . import _core
 from . import kernel_attention as _ka
 from . import lsa as _lsa
 from . import theory as _theory
+from ._validation import check_flag, positive_float, positive_int
 from .lsa import predict_vjp as _predict_vjp
 
 __all__ = [
@@ -95,6 +95,23 @@ def _operand(t, name: str, like: torch.Tensor | None = None):
     if not t.is_contiguous():
         t = t.contiguous()  # the one visible copy for a non-contiguous input
     return t.numpy() if t.device.type == "cpu" else t
+
+
+def _torch_dtype(dtype, name: str = "dtype") -> torch.dtype:
+    if dtype not in _DTYPES:
+        raise TypeError(f"{name}: expected torch.float32 or torch.float64, got {dtype!r}")
+    return dtype
+
+
+def _seed(seed):
+    """None or an integer >= 0 for np.random.default_rng (its own errors are not about `seed`)."""
+    return None if seed is None else positive_int(seed, "seed", minimum=0)
+
+
+def _output(output) -> str:
+    if output not in ("prediction", "full"):
+        raise ValueError(f"output: expected 'prediction' or 'full', got {output!r}")
+    return output
 
 
 def _device(t: torch.Tensor) -> str:
@@ -205,16 +222,29 @@ def kernel_attention(Z0: torch.Tensor, V: torch.Tensor, B: torch.Tensor, C: torc
     """Z_L of CCS (3) for Z0 [B, d+1, n+1], V [L, H, d+1, d+1], B, C [L, H, d, d] and one
     activation name or H names (linear, relu, exp, softmax); differentiable in Z0, V, B, C.
     CCS's prediction of y_q is −Z_L[:, d, n] (4)."""
-    if not isinstance(V, torch.Tensor) or V.ndim != 4:
-        raise ValueError(f"V: expected a tensor [L, H, d+1, d+1], got {getattr(V, 'shape', V)}")
+    for name, t in (("Z0", Z0), ("V", V), ("B", B), ("C", C)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if V.ndim != 4:
+        raise ValueError(f"V: expected a tensor [L, H, d+1, d+1], got shape {tuple(V.shape)}")
+    _ka._activation_codes(activation, V.shape[1])  # validates (TypeError/ValueError naming it)
     names = [activation] * V.shape[1] if isinstance(activation, str) else list(activation)
-    _ka._activation_codes(names, V.shape[1])  # validates
-    return _KernelAttention.apply(Z0, V, B, C, names, bool(save_context))
+    return _KernelAttention.apply(Z0, V, B, C, names, check_flag(save_context, "save_context"))
 
 
 def sparse_value(A: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
     """V = [[A, 0], [0, r]] of CCS Assumption 4.4 from A [L, H, d, d] and r [L, H], with torch
     ops (gradients flow back to A and r as the matching blocks of dV)."""
+    for name, t in (("A", A), ("r", r)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in _DTYPES:
+            raise TypeError(f"{name}: expected dtype torch.float32 or torch.float64, got {t.dtype}")
+        if not bool(torch.isfinite(t).all()):  # [L, H, d, d]: a cheap check
+            raise ValueError(f"{name}: contains non-finite values (NaN or inf)")
+    if r.dtype != A.dtype or r.device != A.device:
+        raise TypeError(f"r: expected dtype {A.dtype} on {A.device} (those of A), got {r.dtype} "
+                        f"on {r.device}")
     if A.ndim != 4 or A.shape[2] != A.shape[3] or r.shape != A.shape[:2]:
         raise ValueError(f"A, r: expected shapes [L, H, d, d] and [L, H], got {tuple(A.shape)} "
                          f"and {tuple(r.shape)}")
@@ -235,15 +265,13 @@ class LinearSelfAttention(torch.nn.Module):
     def __init__(self, dim: int, *, sigma: float = 0.1, output: str = "prediction",
                  dtype: torch.dtype = torch.float32, seed=None, Theta=None):
         super().__init__()
-        if output not in ("prediction", "full"):
-            raise ValueError(f"output: expected 'prediction' or 'full', got {output!r}")
-        if not (isinstance(sigma, (int, float)) and sigma > 0 and math.isfinite(sigma)):
-            raise ValueError(f"sigma: expected a finite number > 0, got {sigma!r}")
-        W_pv, W_kq = _theory.assumption33_init(dim, sigma, rng=np.random.default_rng(seed),
+        self.output = _output(output)
+        dtype = _torch_dtype(dtype)
+        sigma = positive_float(sigma, "sigma")  # numpy scalars too
+        W_pv, W_kq = _theory.assumption33_init(dim, sigma, rng=np.random.default_rng(_seed(seed)),
                                                Theta=Theta)
         self.W_pv = torch.nn.Parameter(torch.from_numpy(W_pv).to(dtype))
         self.W_kq = torch.nn.Parameter(torch.from_numpy(W_kq).to(dtype))
-        self.output = output
 
     def forward(self, E: torch.Tensor) -> torch.Tensor:
         if self.output == "prediction":
@@ -266,10 +294,12 @@ class KernelAttention(torch.nn.Module):
                  save_context: bool = False, dtype: torch.dtype = torch.float32,
                  seed: int | None = None):
         super().__init__()
-        if output not in ("prediction", "full"):
-            raise ValueError(f"output: expected 'prediction' or 'full', got {output!r}")
-        p = _ka.KernelAttentionParams.gaussian(np.random.default_rng(seed), dim, layers, heads,
-                                               activations, sparse=sparse, scale=scale)
+        output = _output(output)
+        dtype = _torch_dtype(dtype)
+        sparse = check_flag(sparse, "sparse")
+        save_context = check_flag(save_context, "save_context")
+        p = _ka.KernelAttentionParams.gaussian(np.random.default_rng(_seed(seed)), dim, layers,
+                                               heads, activations, sparse=sparse, scale=scale)
         as_param = lambda a: torch.nn.Parameter(torch.from_numpy(a).to(dtype))
         if sparse:
             self.A, self.r = as_param(p.A), as_param(p.r)

@@ -38,7 +38,9 @@ void cuda_release_memory();
 // Results never depend on it: batch reductions run over fixed-size chunks combined in a fixed order.
 int num_threads();
 // Sets the thread count; n < 1 restores the default. Thread-safe; affects later calls only.
-void set_num_threads(int n);
+// Returns the count now in use: less than n when the system refused to start more threads (an
+// address-space or process limit); the pool then runs with the threads it could start.
+int set_num_threads(int n);
 
 // Name of the instruction set the CPU kernels dispatch to at run time ("avx2-fma" or "baseline").
 const char* cpu_kernel_isa();

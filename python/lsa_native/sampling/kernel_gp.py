@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import _core
-from .._validation import FLOAT_DTYPES, as_out, positive_float, positive_int
+from .._validation import as_out, check_flag, check_sampled, float_dtype, positive_float, positive_int, rescale_hint
 from ..gp_kernels import KERNELS, check_kernel
 from ..data import PromptBatch, check_covariance
 from ..data import kernel_gp_prompts as data_kernel_gp_prompts
@@ -96,13 +96,12 @@ class KernelGPPrompts:
         kept (None: slice ``E`` on the device, or sample on the CPU for baselines)."""
         B = positive_int(batch, "batch")
         k = _counter(step, "step", 32)
-        dt = np.dtype(dtype)
-        if dt not in FLOAT_DTYPES:
-            raise TypeError(f"dtype: expected float32 or float64, got {dt}")
+        dt = float_dtype(dtype)
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
         if device == "cuda":
             return self._sample_cuda(B, k, dt, out)
+        return_xi = check_flag(return_xi, "return_xi")
         d, n = self._dim, self._context
         Z0, y_q = (None, None) if out is None else out
         Z0 = as_out(Z0, (B, d + 1, n + 1), dt, "out[0] (Z0)")
@@ -110,9 +109,12 @@ class KernelGPPrompts:
         xi = np.empty((B, n + 1, d), dt) if return_xi else None
         _core.kernel_gp_sample(self._seed, k, GP_KERNELS[self._kernel], self._bandwidth,
                                self._Sigma, Z0, y_q, xi)
-        if not np.all(np.isfinite(y_q)):  # only float32 with a tiny exp bandwidth can get here
-            raise FloatingPointError(f"labels overflowed {dt}: bandwidth {self._bandwidth} makes "
-                                     f"exp(<u, w>/σ²) too large; use float64 or a larger bandwidth")
+        # One pass over the draws: negligible next to the O(n³) factorization per prompt.
+        labels = (f"bandwidth {self._bandwidth} makes exp(<u, w>/σ²) too large for {dt}: use a "
+                  f"larger bandwidth" + (" or dtype=float64" if dt != np.float64 else "")
+                  if self._kernel == "exp" else f"Sigma is too large for {dt}: {rescale_hint('Sigma', dt)}")
+        check_sampled(("E (covariates)", Z0[:, :d], f"Sigma is too large for {dt}: {rescale_hint('Sigma', dt)}"),
+                      ("E (labels)", Z0[:, d], labels), ("y_q", y_q, labels))
         Sigma = np.eye(d) if self._Sigma is None else self._Sigma
         return PromptBatch(X=np.swapaxes(Z0[:, :d, :n], 1, 2), y=Z0[:, d, :n], x_q=Z0[:, :d, n],
                            y_q=y_q, w=None, E=Z0, Sigma=Sigma,

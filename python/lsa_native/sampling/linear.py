@@ -15,7 +15,9 @@ import numpy as np
 
 from .. import _core
 from .. import cuda as _cuda
-from .._validation import as_array, check_finite_result, check_no_overlap, float_dtype, nonnegative_float, positive_int
+from .._validation import (as_array, check_finite_result, check_flag, check_no_overlap, check_sampled, fits_dtype,
+                           float_dtype, nonnegative_float, positive_int, real_array, real_float,
+                           rescale_hint)
 from ..data import PromptBatch, check_covariance
 from .random import check_seed, check_step
 
@@ -29,7 +31,8 @@ COVARIANCE_LAWS = {"exponential": ("scale",), "gamma": ("shape", "scale"), "unif
 
 
 def _law(law):
-    """(name, a, b, p) of a covariance law given as None, a name, or a tuple (name, *params)."""
+    """(name, a, b, p) of a covariance law given as None, a name, or a tuple (name, *params); each
+    parameter a finite real number, and a law whose λ is 0 with probability 1 refused."""
     if law is None:
         return ("fixed", 0.0, 0.0, 0.0)
     if isinstance(law, str):
@@ -37,14 +40,42 @@ def _law(law):
     if not isinstance(law, (tuple, list)) or not law or not isinstance(law[0], str):
         raise TypeError("covariance_law: expected None, a law name, or a tuple (name, *params), "
                         f"got {law!r}")
-    name, params = law[0], tuple(float(v) for v in law[1:])
+    name = law[0]
     if name not in COVARIANCE_LAWS:
         raise ValueError(f"covariance_law: unknown law {name!r}; expected one of {sorted(COVARIANCE_LAWS)}")
     expected = COVARIANCE_LAWS[name]
-    if len(params) != len(expected):
-        raise ValueError(f"covariance_law: {name} takes parameters {expected}, got {params}")
+    if len(law) - 1 != len(expected):
+        raise ValueError(f"covariance_law: {name} takes parameters {expected}, got {tuple(law[1:])}")
+    params = tuple(real_float(v, f"covariance_law: {name} parameter {k!r}")
+                   for k, v in zip(expected, law[1:]))
     a, b, p = (params + (0.0, 0.0, 0.0))[:3]
+    if name == "two_point" and (a == b == 0 or (p == 1 and a == 0) or (p == 0 and b == 0)):
+        raise ValueError(f"covariance_law: two_point{params} gives λ = 0 with probability 1 "
+                         "(all covariates zero); expected a > 0 or b > 0 with a chance to be drawn")
     return (name, a, b, p)
+
+
+# Largest |variate| the native streams give (cpp/src/common/random.hpp), rounded up: Box–Muller
+# normals |z| <= 8.57 (double; 5.77 float), exponentials −log u <= 53 ln 2 = 36.7.
+_Z_MAX, _EXP_MAX = 9.0, 37.0
+
+
+def _lambda_max(law) -> float:
+    """An upper bound of λ under a random covariance law (1 when fixed)."""
+    name, a, b, p = law
+    if name == "exponential":
+        return a * _EXP_MAX
+    if name == "gamma":  # Marsaglia–Tsang δ(1 + z/√(9δ))³, δ = α − 1/3, α = shape (+1 if < 1)
+        delta = (a + 1 if a < 1 else a) - 1 / 3
+        return b * delta * (1 + _Z_MAX / np.sqrt(9 * delta)) ** 3
+    if name in ("uniform", "two_point"):
+        return max(a, b)
+    return 1.0
+
+
+def _row_scale(chol) -> float:
+    """max_k Σ_m |F_km|: |(F z)_k| <= it · max|z|."""
+    return float(np.abs(chol).sum(axis=1).max())
 
 
 def _factor(Lambda, d, name):
@@ -104,14 +135,20 @@ class LinearPrompts:
         set_(self, "covariance_law", covariance_law)
         set_(self, "covariates", covariates)
         set_(self, "seed", check_seed(seed))
-        set_(self, "query_noise", bool(query_noise))
+        set_(self, "query_noise", check_flag(query_noise, "query_noise"))
         set_(self, "query_Lambda", None if query_Lambda is None else check_covariance(query_Lambda, "query_Lambda", d))
         spec = {"dim": d, "context": n, "seed": self.seed, "chol": chol, "query_chol": qchol,
-                "noise_std": noise, "query_noise": bool(query_noise), "tasks": self.tasks or 0,
+                "noise_std": noise, "query_noise": self.query_noise, "tasks": self.tasks or 0,
                 "law": law[0], "law_a": law[1], "law_b": law[2], "law_p": law[3],
                 "covariates": covariates}
         set_(self, "_spec", spec)
+        set_(self, "_law_tuple", law)
         _core.sample_linear_prompts(spec, 1, 0)  # native validation of the whole spec, once
+        # What scales the covariates, {argument: s} with |x_k| <= s · max|z| (for the output check)
+        scales = {k: _row_scale(F) for k, F in (("Lambda", chol), ("query_Lambda", qchol)) if F is not None}
+        if law[0] != "fixed":
+            scales["covariance_law"] = float(np.sqrt(_lambda_max(law)))
+        set_(self, "_x_scales", scales)
 
     def replace(self, **changes) -> "LinearPrompts":
         """A copy with some fields changed (e.g. ``Lambda=c * Lambda``, ``context=M``, ``seed=``)."""
@@ -126,14 +163,26 @@ class LinearPrompts:
                query: str = "iid") -> PromptBatch:
         """The B prompts of training step ``step`` as a PromptBatch (X, y, x_q, y_q, w, E).
 
+        The draws are checked once: a law whose parameters do not fit ``dtype`` is refused up
+        front (ValueError naming it); draws that overflow raise FloatingPointError naming the
+        output and the argument (no pass over the output when the law's bounds rule it out).
+
         Evaluation shifts [ZFB 4.2] (Python compositions of the native draws):
         ``label_fn``: nonlinear labels y = f(<w, x>) + σ ε (task shift), applied to context and
-        query targets; ``query="orthogonal"``: x_q replaced by its projection onto the orthogonal
+        query targets; f is called on <w, x> [B, N] and on <w, x_q> [B] and must return real,
+        finite labels of the same shape (elementwise f, e.g. ``np.tanh``); ``query="orthogonal"``: x_q replaced by its projection onto the orthogonal
         complement of span(x_1..x_N) (needs N < d), y_q = <w, x_q> recomputed (query shift).
         """
         B = _batch(batch, self.dim, self.context)
-        dt = _float_dtype(dtype)
+        dt = self._dtype(dtype)
+        if query not in ("iid", "orthogonal"):
+            raise ValueError(f"query: expected 'iid' or 'orthogonal', got {query!r}")
         d, N = self.dim, self.context
+        if query == "orthogonal" and N >= d:
+            raise ValueError(f"query='orthogonal' needs context N < dim d, got N={N}, d={d}")
+        if label_fn is not None and not callable(label_fn):
+            raise TypeError(f"label_fn: expected a callable mapping <w, x> [B, N] to labels, got "
+                            f"{type(label_fn).__name__}")
         E = np.empty((B, d + 1, N + 1), dt)
         y_q = np.empty(B, dt)
         X = np.empty((B, N, d), dt)
@@ -141,23 +190,24 @@ class LinearPrompts:
         w = np.empty((B, d), dt)
         x_q = np.empty((B, d), dt)
         _core.sample_linear_prompts(self._spec, B, check_step(step), E=E, y_q=y_q, X=X, y=y, w=w, x_q=x_q)
-        if query not in ("iid", "orthogonal"):
-            raise ValueError(f"query: expected 'iid' or 'orthogonal', got {query!r}")
-        if query == "orthogonal":
-            if N >= d:
-                raise ValueError(f"query='orthogonal' needs context N < dim d, got N={N}, d={d}")
+        if query == "orthogonal":  # |P x_q| <= |x_q|: the bounds of the draws still hold
             Q, _ = np.linalg.qr(np.swapaxes(X, 1, 2).astype(np.float64))  # [B, d, N] orthonormal span
             xq = x_q.astype(np.float64)
             xq = xq - np.einsum("bdn,bn->bd", Q, np.einsum("bdn,bd->bn", Q, xq))
             x_q[...] = xq
             E[:, :d, N] = x_q
-            y_q[...] = np.einsum("bd,bd->b", xq, w)
+            with np.errstate(over="ignore"):  # checked below
+                y_q[...] = np.einsum("bd,bd->b", xq, w)
+        self._check_draws(E, y_q)
         if label_fn is not None:
             noise = y.astype(np.float64) - np.einsum("bnd,bd->bn", X.astype(np.float64), w.astype(np.float64))
             lin_q = np.einsum("bd,bd->b", x_q.astype(np.float64), w.astype(np.float64))
             q_noise = y_q.astype(np.float64) - lin_q
-            y[...] = np.asarray(label_fn(y.astype(np.float64) - noise)) + noise
-            y_q[...] = np.asarray(label_fn(lin_q)) + q_noise
+            with np.errstate(over="ignore"):  # checked below
+                y[...] = _labels(label_fn, y.astype(np.float64) - noise) + noise
+                y_q[...] = _labels(label_fn, lin_q) + q_noise
+            check_sampled(("y", y, "label_fn: its labels plus the noise overflow; rescale them"),
+                          ("y_q", y_q, "label_fn: its labels plus the noise overflow; rescale them"))
             E[:, d, :N] = y
         return self._batch(X=X, y=y, x_q=x_q, y_q=y_q, w=w, E=E)
 
@@ -181,20 +231,69 @@ class LinearPrompts:
         """(E [B, d+1, N+1], y_q [B]) of step ``step`` only: the training fast path (optional
         preallocated ``E``/``y_q`` of the exact dtype are filled in place)."""
         B = positive_int(batch, "batch")
-        dt = _float_dtype(dtype)
+        dt = self._dtype(dtype)
         d, N = self.dim, self.context
         E = _out(E, (B, d + 1, N + 1), dt, "E")
         y_q = _out(y_q, (B,), dt, "y_q")
         check_no_overlap("y_q", y_q, {"E": E})
         _core.sample_linear_prompts(self._spec, B, check_step(step), E=E, y_q=y_q)
+        self._check_draws(E, y_q)
         return E, y_q
 
     def sample_lambdas(self, batch: int, step: int = 0, dtype=np.float64) -> np.ndarray:
         """Diagonals [B, d] of the per-prompt Λ_τ of step ``step`` (the diagonal of Λ when fixed)."""
         B = positive_int(batch, "batch")
-        lam = np.empty((B, self.dim), _float_dtype(dtype))
+        lam = np.empty((B, self.dim), self._dtype(dtype))
         _core.sample_linear_prompts(self._spec, B, check_step(step), lam=lam)
+        check_sampled(("lambdas", lam, self._cause(self._x_cause(), lam.dtype)))  # [B, d]: cheap
         return lam
+
+    # ---- the output check: proven finite up front, else one pass over the draws ----------------
+
+    def _factors(self) -> dict:
+        """{argument: its Cholesky factor} of the fixed covariances."""
+        out = {"Lambda": self._spec["chol"], "query_Lambda": self._spec["query_chol"]}
+        return {k: v for k, v in out.items() if v is not None}
+
+    def _dtype(self, dtype) -> np.dtype:
+        """The sampling dtype, with the law's parameters representable in it (the native plan
+        converts them to it): overflow, or a scale rounding to 0, refused up front."""
+        dt = _float_dtype(dtype)
+        for name, F in self._factors().items():
+            fits_dtype(F, name, dt)
+            fits_dtype(np.diag(F), name, dt, nonzero=True)
+        fits_dtype(self.noise_std, "noise_std", dt, nonzero=True)
+        if self._law_tuple[0] != "fixed":
+            fits_dtype(self._law_tuple[1:], "covariance_law", dt, nonzero=True)
+        return dt
+
+    def _x_cause(self) -> str:
+        """The argument that scales the covariates (the largest factor)."""
+        scales = self._x_scales
+        return max(scales, key=scales.get) if scales else "Lambda"
+
+    def _bounds(self) -> tuple[float, float, float]:
+        """Bounds of |x|, |y| and λ over every draw: |x_k| <= max_k Σ_m |F_km| · z_max (or
+        √λ_max · z_max), |y| <= d · z_max · |x|_max + σ z_max, λ <= λ_max (random laws; 0 else)."""
+        x = max(self._x_scales.values(), default=1.0) * _Z_MAX
+        lam = _lambda_max(self._law_tuple) if self._law_tuple[0] != "fixed" else 0.0
+        return x, self.dim * _Z_MAX * x + self.noise_std * _Z_MAX, lam
+
+    def _cause(self, name: str, dt) -> str:
+        return f"{name} is too large for {np.dtype(dt)}: {rescale_hint(name, dt)}"
+
+    def _check_draws(self, E, y_q) -> None:
+        """E's covariates and labels and y_q finite: free when the law's bounds prove it (every
+        usual law), else one pass over them naming the argument that overflowed."""
+        x_max, y_max, lam_max = self._bounds()
+        if max(y_max, lam_max) < float(np.finfo(E.dtype).max) / 4:  # room for the sums' rounding
+            return
+        d = self.dim
+        noise_part = self.noise_std * _Z_MAX
+        y_cause = "noise_std" if noise_part >= y_max - noise_part else self._x_cause()
+        check_sampled(("E (covariates)", E[:, :d], self._cause(self._x_cause(), E.dtype)),
+                      ("E (labels)", E[:, d], self._cause(y_cause, E.dtype)),
+                      ("y_q", y_q, self._cause(y_cause, E.dtype)))
 
     # ---- fused training step -------------------------------------------------------------------
 
@@ -216,7 +315,7 @@ class LinearPrompts:
         arrays. ``"cuda"`` without CUDA kernels in the build, or without a GPU, raises ValueError.
         """
         B = positive_int(batch, "batch")
-        dt = _float_dtype(dtype)
+        dt = self._dtype(dtype)
         r = self.dim + 1
         device = _cuda.resolve_device(device, W_pv=W_pv, W_kq=W_kq)
         if device == "cuda":
@@ -255,6 +354,12 @@ class LinearPrompts:
             opts.append("query_noise=True")
         lam = "" if self.Lambda is None else ", Lambda=..."
         return f"LinearPrompts({self.dim}, {self.context}{lam}, {', '.join(opts + [f'seed={self.seed}'])})"
+
+
+def _labels(label_fn, z: np.ndarray) -> np.ndarray:
+    """label_fn(z) checked: real, finite, one label per input (z's shape [B, N] or [B])."""
+    return real_array(label_fn(z), f"label_fn output (labels for inputs of shape {z.shape})",
+                      shape=z.shape, nonempty=False)
 
 
 def _batch(batch, d: int, n: int) -> int:
