@@ -128,10 +128,13 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
     bar = _progress_bar(plan.progress, plan.steps, state.step, plan.desc)
     rec = _Recorder(plan, state, history, guard, bar)
     try:
-        t, stopped = _run_steps(plan, state, rec, guard, bar)
-        # Final row: the final parameters, on the last step's prompts (no fresh sample).
-        loss, grad = guard.loss_and_grad(t, state.theta, max(t - 1, 0))
-        rec.write(t, state.theta, loss, grad, None)
+        # numpy's floating-point warnings are off in the loop: every result is checked and a
+        # non-finite one raised as TrainingDiverged (one switch per run, not one per step).
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            t, stopped = _run_steps(plan, state, rec, guard, bar)
+            # Final row: the final parameters, on the last step's prompts (no fresh sample).
+            loss, grad = guard.loss_and_grad(t, state.theta, max(t - 1, 0))
+            rec.write(t, state.theta, loss, grad, None)
         if state.run is not None:
             _save(plan, state, t, rec.elapsed())
             state.run.write_table(history)  # the whole run as a table, once finished
@@ -411,7 +414,7 @@ class _Divergence:
         loss = real_output(loss, f"objective: the loss of {type(objective).__name__}")
         if not math.isfinite(loss):
             raise self.error(t, f"non-finite loss ({loss!r})", theta)
-        if not np.all(np.isfinite(grad)):
+        if not np.isfinite(grad).all():
             raise self.error(t, "non-finite gradient", theta)
         return loss, grad
 
@@ -426,9 +429,8 @@ class _Divergence:
     def update(self, t: int, theta, grad, opt_state) -> dict:
         """The optimizer step θ_t → θ_{t+1} in place; non-finite θ_{t+1} is divergence at step t."""
         before = theta.copy()
-        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):  # checked just below
-            info = self.plan.optimizer.step(theta, grad, opt_state)
-        if not np.all(np.isfinite(theta)):
+        info = self.plan.optimizer.step(theta, grad, opt_state)
+        if not np.isfinite(theta).all():
             raise self.error(t, "the update gave non-finite parameters", before, lr=info["lr"])
         return info
 
