@@ -413,9 +413,9 @@ class _Divergence:
         loss, grad = self.call(t, theta, objective.loss_and_grad, theta, data_step, self.plan.data)
         loss = real_output(loss, f"objective: the loss of {type(objective).__name__}")
         if not math.isfinite(loss):
-            raise self.error(t, f"non-finite loss ({loss!r})", theta)
+            raise self.error(t, f"non-finite loss ({loss!r})", theta, self._lr_into(t))
         if not np.isfinite(grad).all():
-            raise self.error(t, "non-finite gradient", theta)
+            raise self.error(t, "non-finite gradient", theta, self._lr_into(t))
         return loss, grad
 
     def evaluate(self, t: int, theta) -> float:
@@ -423,7 +423,7 @@ class _Divergence:
         value = self.call(t, theta, objective.evaluate, theta, self.plan.eval_batch)
         value = real_output(value, f"eval_data: the held-out loss of {type(objective).__name__}")
         if not math.isfinite(value):
-            raise self.error(t, f"non-finite held-out loss ({value!r})", theta)
+            raise self.error(t, f"non-finite held-out loss ({value!r})", theta, self._lr_into(t))
         return value
 
     def update(self, t: int, theta, grad, opt_state) -> dict:
@@ -431,7 +431,7 @@ class _Divergence:
         before = theta.copy()
         info = self.plan.optimizer.step(theta, grad, opt_state)
         if not np.isfinite(theta).all():
-            raise self.error(t, "the update gave non-finite parameters", before, lr=info["lr"])
+            raise self.error(t, "the update gave non-finite parameters", before, info["lr"])
         return info
 
     def call(self, t: int, theta, fn, *args):
@@ -442,17 +442,20 @@ class _Divergence:
         except TrainingDiverged:
             raise
         except FloatingPointError as e:
-            raise self.error(t, str(e), theta) from e
+            raise self.error(t, str(e), theta, self._lr_into(t)) from e
         except ValueError as e:
             if t > 0 and not np.all(np.abs(theta) <= _F32_MAX):  # θ_0 that large is bad input
-                raise self.error(t, f"parameters beyond the float32 range ({e})", theta) from e
+                raise self.error(t, f"parameters beyond the float32 range ({e})", theta,
+                                 self._lr_into(t)) from e
             raise
 
-    def error(self, t: int, what: str, theta, lr: float | None = -1.0) -> TrainingDiverged:
-        """TrainingDiverged at step t; ``lr``: that of the update that led there (default: the
-        one that gave θ_t; None at θ_0, where no update has been made)."""
-        if lr == -1.0:
-            lr = None if t == 0 else self.plan.optimizer.learning_rate(t - 1)
+    def _lr_into(self, t: int) -> float | None:
+        """The learning rate of the update that gave θ_t (None for θ_0: none has been made)."""
+        return None if t == 0 else self.plan.optimizer.learning_rate(t - 1)
+
+    def error(self, t: int, what: str, theta, lr: float | None) -> TrainingDiverged:
+        """TrainingDiverged at step t, ``theta`` the last finite parameters, ``lr`` that of the
+        update that led there (None: θ_0 itself fails)."""
         if lr is None:
             message = (f"training diverged at step {t}: {what}; at the initial parameters, before "
                        "any update, so the learning rate plays no part: check theta0 and the data "
