@@ -551,16 +551,20 @@ def _run_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Divergence, b
     while t < plan.steps:
         loss, grad = guard.loss_and_grad(t, theta, t)
         # Records of step t describe θ_t: take them before the update.
-        row = rec.write(t, theta, loss, grad, optimizer.learning_rate(opt_state["t"])) if rec.due(t) else None
+        row = None
+        if rec.due(t):
+            row = rec.write(t, theta, loss, grad, optimizer.learning_rate(opt_state["t"]))
         info = guard.update(t, theta, grad, opt_state)
         t += 1
         if bar is not None:
             bar.update(1)
-        if state.run is not None and plan.checkpoint_every is not None and t % plan.checkpoint_every == 0 and t < plan.steps:
+        every = plan.checkpoint_every
+        if state.run is not None and every is not None and t % every == 0 and t < plan.steps:
             _save(plan, state, t, rec.elapsed())
-        if plan.callbacks and _notify(plan.callbacks, StepInfo(t - 1, theta, loss, info["grad_norm"],
-                                                                 info["lr"], row, plan.objective)):
-            return t, True
+        if plan.callbacks:
+            seen = StepInfo(t - 1, theta, loss, info["grad_norm"], info["lr"], row, plan.objective)
+            if _notify(plan.callbacks, seen):
+                return t, True
     return t, False
 
 

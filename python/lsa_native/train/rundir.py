@@ -1,10 +1,12 @@
 """Run directories: ``config.json``, ``history.jsonl`` (one record per line, appended and flushed as
 the run goes; ``history.csv`` when it ends), and checkpoints ``ckpt_<step>.npz`` written atomically
-(temporary file, fsync, rename) keeping the last few. A write that fails (a full disk) raises an
-OSError of the same errno naming the file and what was being written, and leaves no partial file:
-the temporary file is removed, a history row cut short is cut off again, older checkpoints stay. A checkpoint at step s holds θ and the
+(temporary file, fsync, rename) keeping the last few. A checkpoint at step s holds θ and the
 optimizer state after s updates, the data source's state and the configuration's hash; resuming
-from it re-runs steps s, s+1, … exactly as the uninterrupted run would (bitwise)."""
+from it re-runs steps s, s+1, … exactly as the uninterrupted run would (bitwise).
+
+A write that fails (a full disk) raises an OSError of the same errno naming the file and what was
+being written, and leaves no partial file: the temporary file is removed, a history row cut short
+is cut off again, and the older checkpoints stay as they were."""
 from __future__ import annotations
 
 import hashlib
