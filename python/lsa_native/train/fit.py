@@ -115,7 +115,9 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
     Divergence — a non-finite loss, gradient, held-out loss or updated parameters, or a native
     FloatingPointError (overflow) — raises :class:`TrainingDiverged` with the step, the last good
     checkpoint and a learning-rate hint (at step 0 it says the initial parameters or the data are
-    to blame). Returns a :class:`FitResult`.
+    to blame); numpy's floating-point warnings are off during the run, these checks replace them.
+    Bad arguments raise TypeError/ValueError naming them before any step. Returns a
+    :class:`FitResult`.
     """
     plan = _setup(objective, optimizer, optimizer_kwargs, steps=steps, data=data, theta0=theta0,
                   eval_data=eval_data, eval_every=eval_every, record_every=record_every,
