@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import csv
-import io
 import math
 from dataclasses import dataclass, field
 
@@ -56,18 +55,12 @@ class History:
         cols = [self.step, self.loss, *self.metrics.values()]
         return [dict(zip(names, vals)) for vals in zip(*cols)]
 
-    def csv_text(self) -> str:
-        """The records as CSV: a header of :meth:`columns`, one line per row."""
-        out = io.StringIO()
-        w = csv.writer(out)
-        w.writerow(self.columns())
-        for row in self.rows():
-            w.writerow(row.values())
-        return out.getvalue()
-
     def to_csv(self, path) -> None:
         with open(path, "w", newline="") as f:
-            f.write(self.csv_text())
+            w = csv.writer(f)
+            w.writerow(self.columns())
+            for row in self.rows():
+                w.writerow(row.values())
 
     @classmethod
     def from_rows(cls, rows) -> "History":

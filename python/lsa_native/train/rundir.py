@@ -48,14 +48,16 @@ def _write_error(e: OSError, path: Path, what: str) -> OSError:
 
 
 def _atomic_write(path: Path, write, what: str) -> None:
-    """write(f) into a temporary file, fsync, rename onto ``path``: ``path`` is the old file or the
-    whole new one. On any failure the temporary file is removed."""
+    """write(tmp) writes a temporary file, which is fsynced and renamed onto ``path``: ``path`` is
+    the old file or the whole new one. On any failure the temporary file is removed."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with open(tmp, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
+        write(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException as e:
         with suppress(OSError):
@@ -63,6 +65,11 @@ def _atomic_write(path: Path, write, what: str) -> None:
         if isinstance(e, OSError):
             raise _write_error(e, path, what) from e
         raise
+
+
+def _savez(path: Path, arrays: dict) -> None:
+    with open(path, "wb") as f:  # a file object: np.savez would add ".npz" to a name
+        np.savez(f, **arrays)
 
 
 class HistoryLog:
@@ -118,7 +125,7 @@ class RunDir:
                 raise CheckpointError(f"run_dir: {self.path} already holds this run; pass "
                                       "resume=True to continue it, or use a new run_dir")
         text = json.dumps(self.config, indent=1, sort_keys=True)
-        _atomic_write(cfg_path, lambda f: f.write(text.encode()), "the run configuration")
+        _atomic_write(cfg_path, lambda tmp: tmp.write_bytes(text.encode()), "the run configuration")
 
     @property
     def history_path(self) -> Path:
@@ -137,7 +144,7 @@ class RunDir:
         for k, v in opt_state.items():
             arrays[f"opt.{k}"] = np.asarray(v)
         path = self.path / f"ckpt_{step:09d}.npz"
-        _atomic_write(path, lambda f: np.savez(f, **arrays), f"the checkpoint of step {step}")
+        _atomic_write(path, lambda tmp: _savez(tmp, arrays), f"the checkpoint of step {step}")
         for old in self.checkpoints()[:-self.keep]:
             old.unlink(missing_ok=True)
         return path
@@ -182,7 +189,7 @@ class RunDir:
                 if row.get("step", before_step) < before_step:
                     rows.append(row)
         text = "".join(json.dumps(r) + "\n" for r in rows)
-        _atomic_write(self.history_path, lambda f: f.write(text.encode()),
+        _atomic_write(self.history_path, lambda tmp: tmp.write_bytes(text.encode()),
                       f"the history of steps before {before_step}")
         return rows
 
@@ -191,5 +198,4 @@ class RunDir:
 
     def write_table(self, history) -> None:
         """history.csv: the whole run as a table (written atomically, once the run ends)."""
-        text = history.csv_text()
-        _atomic_write(self.path / "history.csv", lambda f: f.write(text.encode()), "the history table")
+        _atomic_write(self.path / "history.csv", history.to_csv, "the history table")
