@@ -1,34 +1,52 @@
-"""``fit``: one optimization loop for every objective (see the package docstring)."""
+"""``fit``: one optimization loop for every objective (see the package docstring).
+
+The call is in parts: :func:`_setup` checks every argument once, before any work (bad input is a
+TypeError/ValueError naming the argument there, never in the loop); :func:`_start` opens the run
+directory and resumes from its newest checkpoint; :class:`_Recorder` writes the history rows;
+:func:`_run_steps` takes the steps. Every sign of divergence — a non-finite loss, gradient,
+held-out loss or updated parameters, a native overflow — is raised by :class:`_Divergence` as one
+:class:`TrainingDiverged`.
+"""
 from __future__ import annotations
 
 import hashlib
-import json
 import math
+import os
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import positive_int, real_array
+from .._validation import nonnegative_float, positive_int, real_array
 from ..data import PromptBatch
-from .data import FixedPrompts, as_data
 from ..history import History
+from ._checks import flag, real_array_output, real_output
+from .data import FixedPrompts, Prompts, as_data
 from .metrics import relative_distance
-from .objectives import as_objective
-from .optim import make_optimizer
+from .objectives import CallableObjective, Objective, as_objective
+from .optim import grad_norm, make_optimizer
 from .rundir import RunDir
 
 __all__ = ["fit", "FitResult", "TrainingDiverged", "StepInfo"]
 
+# The columns fit writes itself: no metric may take these names.
+_COLUMNS = ("step", "loss", "grad_norm", "lr", "time", "eval_loss", "bayes_gap", "dist_to_target")
+_F32_MAX = float(np.finfo(np.float32).max)
+
 
 class TrainingDiverged(FloatingPointError):
-    """A non-finite loss or gradient. Attributes: ``step``, ``checkpoint`` (path of the last good
-    checkpoint or None), ``theta`` (the parameters that gave it), ``history`` (records so far)."""
+    """Training met a non-finite value: a loss, gradient or held-out loss, the parameters after an
+    update, or a native overflow (that FloatingPointError is the ``__cause__``). Attributes:
+    ``step``, ``checkpoint`` (path of the last good checkpoint or None), ``theta`` (the last finite
+    parameters: those of ``step``), ``history`` (records so far), ``lr`` (the learning rate of the
+    update that led there; None when the initial parameters themselves fail, at step 0)."""
 
-    def __init__(self, message, *, step, checkpoint, theta, history):
+    def __init__(self, message, *, step, checkpoint, theta, history, lr=None):
         super().__init__(message)
         self.step, self.checkpoint, self.theta, self.history = step, checkpoint, theta, history
+        self.lr = lr
 
 
 @dataclass
@@ -60,12 +78,254 @@ class FitResult:
     checkpoint: object
 
 
-def _sha(a) -> str:
-    return hashlib.sha256(np.ascontiguousarray(a, dtype=np.float64).tobytes()).hexdigest()
+def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval_data=None,
+        eval_every: int | None = None, record_every: int = 1, metrics: dict | None = None,
+        target=None, bayes_loss: float | None = None, callbacks=(), run_dir=None,
+        checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = False,
+        progress: bool | None = None, desc: str = "fit", **optimizer_kwargs) -> FitResult:
+    """Minimize ``objective`` with ``optimizer`` for ``steps`` steps; see the package docstring.
+
+    Step t (0-based) evaluates ``objective.loss_and_grad(θ_t, t, data)`` and applies one optimizer
+    step. Rows are recorded at t % record_every == 0 and t % eval_every == 0, plus a final row at
+    t = ``steps`` for the final parameters (``history["loss"][-1]`` is their loss on the last
+    step's prompts). A row holds
+    ``step``, ``loss`` (training, at θ_t), ``grad_norm`` (before clipping), ``lr``, ``time``
+    (seconds since the start, across resumptions), ``eval_loss`` (on ``eval_data``, every
+    ``eval_every`` steps), ``dist_to_target`` (‖θ − target‖/‖target‖, ``target`` a flat θ),
+    ``bayes_gap`` (eval_loss − ``bayes_loss``) and each ``metrics[name](params)`` (params =
+    ``objective.unpack(θ_t)``; a real number or array, or a dict adding one column per key).
+
+    ``optimizer``: an :class:`~lsa_native.train.optim.Optimizer` or a name ("sgd", "adam", "adamw")
+    with its keywords passed here (``fit(obj, "adam", lr=1e-3, clip_norm=1.0, ...)``).
+    ``data``: a data source (``Prompts``, ``FixedPrompts``, ``GeneratorPrompts``) or a PromptBatch
+    (fixed). ``eval_data``: a held-out PromptBatch (``train.heldout(spec, batch=...)``), or a
+    ``Prompts``/``FixedPrompts`` source, evaluated on one fixed batch: its first, ``source.at(0)``
+    (give a ``Prompts`` source a spec seed the training data does not use); a
+    ``CallableObjective``'s ``eval_fn`` receives any ``eval_data`` as given.
+    ``metrics``: ``{name: metric(params)}``, or one callable (recorded as "metric").
+    ``callbacks``: a callable ``cb(StepInfo)`` or a list of them (None: none); a truthy return
+    stops the run.
+    ``run_dir``: directory (a str or path) for config.json, history.jsonl (appended as the run
+    goes; history.csv when it ends) and checkpoints every
+    ``checkpoint_every`` steps (and at the end), the last ``keep_checkpoints`` kept; ``resume``
+    continues from its newest checkpoint, bitwise identical to an uninterrupted run. A write that
+    fails (a full disk) raises OSError naming the file and leaves no partial file.
+    ``progress``: a tqdm bar with the loss (None: only when stderr is a terminal).
+
+    Divergence — a non-finite loss, gradient, held-out loss or updated parameters, or a native
+    FloatingPointError (overflow) — raises :class:`TrainingDiverged` with the step, the last good
+    checkpoint and a learning-rate hint (at step 0 it says the initial parameters or the data are
+    to blame); numpy's floating-point warnings are off during the run, these checks replace them.
+    Bad arguments raise TypeError/ValueError naming them before any step. Returns a
+    :class:`FitResult`.
+    """
+    plan = _setup(objective, optimizer, optimizer_kwargs, steps=steps, data=data, theta0=theta0,
+                  eval_data=eval_data, eval_every=eval_every, record_every=record_every,
+                  metrics=metrics, target=target, bayes_loss=bayes_loss, callbacks=callbacks,
+                  run_dir=run_dir, checkpoint_every=checkpoint_every,
+                  keep_checkpoints=keep_checkpoints, resume=resume, progress=progress, desc=desc)
+    state = _start(plan)
+    history = History.from_rows(state.rows)
+    guard = _Divergence(plan, state, history)
+    bar = _progress_bar(plan.progress, plan.steps, state.step, plan.desc)
+    rec = _Recorder(plan, state, history, guard, bar)
+    try:
+        # numpy's floating-point warnings are off in the loop: every result is checked and a
+        # non-finite one raised as TrainingDiverged (one switch per run, not one per step).
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            t, stopped = _run_steps(plan, state, rec, guard, bar)
+            # Final row: the final parameters, on the last step's prompts (no fresh sample).
+            loss, grad = guard.loss_and_grad(t, state.theta, max(t - 1, 0))
+            rec.write(t, state.theta, loss, grad, None)
+        if state.run is not None:
+            _save(plan, state, t, rec.elapsed())
+            state.run.write_table(history)  # the whole run as a table, once finished
+    finally:
+        rec.close()
+        if bar is not None:
+            bar.close()
+    return FitResult(theta=state.theta, params=plan.objective.unpack(state.theta), history=history,
+                     steps=t, stopped=stopped, checkpoint=state.checkpoint)
+
+
+# ---- setup: every argument checked once ---------------------------------------------------------
+
+@dataclass
+class _Plan:
+    """fit's arguments after the checks of :func:`_setup`."""
+
+    objective: object
+    optimizer: object
+    steps: int
+    data: object
+    theta: np.ndarray
+    eval_batch: object
+    eval_every: int | None
+    eval_config: object
+    record_every: int
+    metrics: dict
+    target: np.ndarray | None
+    bayes_loss: float | None
+    callbacks: list
+    run_dir: object
+    checkpoint_every: int | None
+    keep_checkpoints: int
+    resume: bool
+    progress: bool | None
+    desc: str
+
+
+def _setup(objective, optimizer, optimizer_kwargs, *, steps, data, theta0, eval_data, eval_every,
+           record_every, metrics, target, bayes_loss, callbacks, run_dir, checkpoint_every,
+           keep_checkpoints, resume, progress, desc) -> _Plan:
+    objective = as_objective(objective, theta0)
+    optimizer = make_optimizer(optimizer, **optimizer_kwargs)
+    steps = positive_int(steps, "steps")
+    record_every = positive_int(record_every, "record_every")
+    eval_every = _every(eval_every, "eval_every")
+    checkpoint_every = _every(checkpoint_every, "checkpoint_every")
+    keep_checkpoints = positive_int(keep_checkpoints, "keep_checkpoints")
+    resume = flag(resume, "resume")
+    progress = None if progress is None else flag(progress, "progress")
+    if not isinstance(desc, str):
+        raise TypeError(f"desc: expected a string, got {type(desc).__name__}")
+    data = as_data(data)
+    if data is None and getattr(objective, "needs_data", False):
+        raise ValueError(f"data: {type(objective).__name__} trains on prompts; pass data= "
+                         "(Prompts(spec, batch=...), FixedPrompts or a PromptBatch)")
+    theta = _initial_theta(objective, theta0)
+    eval_batch = _eval_batch(eval_data, objective)
+    if eval_batch is not None and eval_every is None:
+        eval_every = record_every
+    if eval_every is not None:
+        _check_evaluation(objective, eval_batch)
+    dim = _model_dim(objective)
+    _check_dim("data", data, dim)
+    _check_dim("eval_data", eval_batch, dim)
+    if target is not None:
+        target = real_array(target, "target")
+        relative_distance(theta, target)  # validates the shape now, not at the first record
+    if bayes_loss is not None:
+        bayes_loss = nonnegative_float(bayes_loss, "bayes_loss")
+        if eval_every is None:
+            raise ValueError("bayes_loss: the gap is taken on held-out losses; pass eval_data")
+    if run_dir is not None and not isinstance(run_dir, (str, os.PathLike)):
+        raise TypeError(f"run_dir: expected a directory path (str or os.PathLike), got "
+                        f"{type(run_dir).__name__}")
+    if run_dir is None and (resume or checkpoint_every is not None):
+        raise ValueError("run_dir: required for resume=True or checkpoint_every")
+    eval_config = None if run_dir is None or eval_every is None else _eval_config(eval_data, eval_batch)
+    return _Plan(objective, optimizer, steps, data, theta, eval_batch, eval_every, eval_config,
+                 record_every, _metrics(metrics), target, bayes_loss, _callbacks(callbacks),
+                 run_dir, checkpoint_every, keep_checkpoints, resume, progress, desc)
 
 
 def _every(value, name):
     return None if value is None else positive_int(value, name)
+
+
+def _initial_theta(objective, theta0) -> np.ndarray:
+    theta = (np.array(objective.theta0, dtype=np.float64) if theta0 is None
+             else real_array(theta0, "theta0").copy())
+    if theta.shape != np.shape(objective.theta0):
+        raise ValueError(f"theta0: expected shape {np.shape(objective.theta0)}, got {theta.shape}")
+    return theta
+
+
+def _eval_batch(eval_data, objective):
+    """The held-out batch: a PromptBatch as given, a Prompts/FixedPrompts source's first batch;
+    for a CallableObjective (its eval_fn decides) anything."""
+    if eval_data is None or isinstance(eval_data, PromptBatch):
+        return eval_data
+    if isinstance(eval_data, (Prompts, FixedPrompts)):
+        return eval_data.at(0)
+    if isinstance(objective, CallableObjective):
+        return eval_data
+    spec = callable(getattr(eval_data, "sample", None))
+    raise TypeError(
+        "eval_data: expected a held-out PromptBatch (train.heldout(spec, batch=...)) or a Prompts "
+        f"or FixedPrompts source, got {type(eval_data).__name__}"
+        + (" (a sampler spec, which has no batch size: wrap it as train.heldout(spec, batch=...))"
+           if spec else ""))
+
+
+def _eval_config(eval_data, eval_batch):
+    """How a run directory identifies the held-out data."""
+    if isinstance(eval_data, Prompts):
+        return eval_data.config()
+    if isinstance(eval_batch, PromptBatch):
+        return FixedPrompts(eval_batch).config()
+    return type(eval_data).__name__
+
+
+def _check_evaluation(objective, eval_batch) -> None:
+    """eval_every needs an objective that evaluates and, when it trains on prompts, eval_data."""
+    evaluate = getattr(type(objective), "evaluate", None)
+    if (not callable(evaluate) or evaluate is Objective.evaluate
+            or (isinstance(objective, CallableObjective) and objective.eval_fn is None)):
+        hint = " (pass eval_fn= to CallableObjective)" if isinstance(objective, CallableObjective) else ""
+        raise TypeError(f"eval_data, eval_every: {type(objective).__name__} has no held-out "
+                        f"evaluation{hint}")
+    if eval_batch is None and getattr(objective, "needs_data", False):
+        raise ValueError("eval_data: required with eval_every (a held-out PromptBatch)")
+
+
+def _model_dim(objective):
+    """d of the prompts the objective trains on (None: no prompts, or not known)."""
+    if not getattr(objective, "needs_data", False) or not callable(getattr(objective, "config", None)):
+        return None
+    return objective.config().get("dim")
+
+
+def _check_dim(name: str, source, dim) -> None:
+    """Prompts of the model's d (E has d + 1 rows), checked before the first step."""
+    if isinstance(source, FixedPrompts):
+        source = source.prompts
+    if isinstance(source, PromptBatch):
+        got = np.shape(source.E)[1] - 1
+    elif isinstance(source, Prompts):
+        got = getattr(source.spec, "dim", None)
+    else:
+        return
+    if dim is not None and got is not None and got != dim:
+        raise ValueError(f"{name}: prompts of dimension d = {got}, the model has d = {dim} "
+                         f"(E must have d + 1 = {dim + 1} rows)")
+
+
+def _metrics(metrics) -> dict:
+    """{name: metric(params)}: a dict of callables, or one callable recorded as "metric"."""
+    if metrics is None:
+        return {}
+    if callable(metrics) and not isinstance(metrics, Mapping):
+        return {"metric": metrics}
+    if not isinstance(metrics, Mapping):
+        raise TypeError("metrics: expected a dict {name: metric(params)} or one callable, got "
+                        f"{type(metrics).__name__}")
+    for name, fn in metrics.items():
+        if not isinstance(name, str):
+            raise TypeError(f"metrics: expected string names, got {name!r}")
+        if name in _COLUMNS:
+            raise ValueError(f"metrics[{name!r}]: a column fit writes itself ({', '.join(_COLUMNS)}); "
+                             "choose another name")
+        if not callable(fn):
+            raise TypeError(f"metrics[{name!r}]: expected a callable metric(params) -> float")
+    return dict(metrics)
+
+
+def _callbacks(callbacks) -> list:
+    if callbacks is None:
+        return []
+    if callable(callbacks):
+        return [callbacks]
+    try:
+        callbacks = list(callbacks)
+    except TypeError:
+        raise TypeError("callbacks: expected a callable cb(StepInfo), a list of them or None, got "
+                        f"{type(callbacks).__name__}") from None
+    for i, cb in enumerate(callbacks):
+        if not callable(cb):
+            raise TypeError(f"callbacks[{i}]: expected a callable cb(StepInfo), got {type(cb).__name__}")
+    return callbacks
 
 
 def _progress_bar(progress, steps, start, desc):
@@ -83,181 +343,237 @@ def _progress_bar(progress, steps, start, desc):
     return tqdm(total=steps, initial=start, desc=desc, unit="step")
 
 
-def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval_data=None,
-        eval_every: int | None = None, record_every: int = 1, metrics: dict | None = None,
-        target=None, bayes_loss: float | None = None, callbacks=(), run_dir=None,
-        checkpoint_every: int | None = None, keep_checkpoints: int = 3, resume: bool = False,
-        progress: bool | None = None, desc: str = "fit", **optimizer_kwargs) -> FitResult:
-    """Minimize ``objective`` with ``optimizer`` for ``steps`` steps; see the package docstring.
+# ---- start: fresh, or from the run directory's newest checkpoint --------------------------------
 
-    Step t (0-based) evaluates ``objective.loss_and_grad(θ_t, t, data)`` and applies one optimizer
-    step. Rows are recorded at t % record_every == 0 and t % eval_every == 0, plus a final row at
-    t = ``steps`` for the final parameters (``history["loss"][-1]`` is their loss on the last
-    step's prompts). A row holds
-    ``step``, ``loss`` (training, at θ_t), ``grad_norm`` (before clipping), ``lr``, ``time``
-    (seconds since the start, across resumptions), ``eval_loss`` (on ``eval_data``, every
-    ``eval_every`` steps), ``dist_to_target`` (‖θ − target‖/‖target‖, ``target`` a flat θ),
-    ``bayes_gap`` (eval_loss − ``bayes_loss``) and each ``metrics[name](params)`` (params =
-    ``objective.unpack(θ_t)``; a float or array, or a dict adding one column per key).
+@dataclass
+class _State:
+    """The run as it goes: θ and the optimizer state (updated in place), the step the loop starts
+    at, the time and rows of earlier sessions, the run directory and its last checkpoint."""
 
-    ``optimizer``: an :class:`~lsa_native.train.optim.Optimizer` or a name ("sgd", "adam", "adamw")
-    with its keywords passed here (``fit(obj, "adam", lr=1e-3, clip_norm=1.0, ...)``).
-    ``data``: a data source (``Prompts``, ``FixedPrompts``, ``GeneratorPrompts``) or a PromptBatch
-    (fixed). ``callbacks``: callables ``cb(StepInfo)``; a truthy return stops the run.
-    ``run_dir``: directory for config.json, history.jsonl (appended as the run goes; history.csv
-    when it ends) and checkpoints every
-    ``checkpoint_every`` steps (and at the end), the last ``keep_checkpoints`` kept; ``resume``
-    continues from its newest checkpoint, bitwise identical to an uninterrupted run.
-    ``progress``: a tqdm bar with the loss (None: only when stderr is a terminal).
+    theta: np.ndarray
+    opt_state: dict
+    step: int = 0
+    elapsed: float = 0.0
+    rows: list = field(default_factory=list)
+    run: RunDir | None = None
+    checkpoint: object = None
 
-    A non-finite loss or gradient raises :class:`TrainingDiverged` (step, last good checkpoint,
-    a hint). Returns a :class:`FitResult`.
-    """
-    objective = as_objective(objective, theta0)
-    optimizer = make_optimizer(optimizer, **optimizer_kwargs)
-    steps = positive_int(steps, "steps")
-    record_every = positive_int(record_every, "record_every")
-    eval_every = _every(eval_every, "eval_every")
-    checkpoint_every = _every(checkpoint_every, "checkpoint_every")
-    keep_checkpoints = positive_int(keep_checkpoints, "keep_checkpoints")
-    data = as_data(data)
-    if data is None and getattr(objective, "needs_data", False):
-        raise ValueError(f"data: {type(objective).__name__} trains on prompts; pass data= "
-                         "(Prompts(spec, batch=...), FixedPrompts or a PromptBatch)")
-    theta = (np.array(objective.theta0, dtype=np.float64) if theta0 is None
-             else real_array(theta0, "theta0").copy())
-    if theta.shape != np.shape(objective.theta0):
-        raise ValueError(f"theta0: expected shape {np.shape(objective.theta0)}, got {theta.shape}")
-    if eval_data is not None and eval_every is None:
-        eval_every = record_every
-    if eval_every is not None and eval_data is None and objective.needs_data:
-        raise ValueError("eval_data: required with eval_every (a held-out PromptBatch)")
-    if target is not None:
-        target = np.asarray(target, dtype=np.float64)
-        relative_distance(theta, target)  # validates the shape now, not at the first record
-    if bayes_loss is not None:
-        bayes_loss = float(bayes_loss)
-        if eval_every is None:
-            raise ValueError("bayes_loss: the gap is taken on held-out losses; pass eval_data")
-    metrics = dict(metrics or {})
-    for name, fn in metrics.items():
-        if not callable(fn):
-            raise TypeError(f"metrics[{name!r}]: expected a callable metric(params) -> float")
-    callbacks = [callbacks] if callable(callbacks) else list(callbacks)
-    if run_dir is None and (resume or checkpoint_every is not None):
-        raise ValueError("run_dir: required for resume=True or checkpoint_every")
 
-    opt_state = optimizer.init(theta)
-    start, elapsed0, rows0 = 0, 0.0, []
-    run, last_ckpt = None, None
-    if run_dir is not None:
-        config = {"objective": objective.config(), "optimizer": optimizer.config(),
-                  "data": None if data is None else data.config(), "theta0_sha256": _sha(theta),
-                  "eval": None if eval_every is None else {
-                      "every": eval_every,
-                      "data": (FixedPrompts(eval_data).config() if isinstance(eval_data, PromptBatch)
-                               else type(eval_data).__name__)},
-                  "record_every": record_every, "steps": steps,
-                  "checkpoint_every": checkpoint_every, "keep_checkpoints": keep_checkpoints}
-        run = RunDir(run_dir, config, resume=resume, keep=keep_checkpoints)
-        ckpts = run.checkpoints() if resume else []
-        if ckpts:
-            last_ckpt = ckpts[-1]
-            ck = run.load(last_ckpt, theta.size)
-            if ck["step"] > steps:
-                raise ValueError(f"steps: the checkpoint is at step {ck['step']} > steps = {steps}")
-            if set(ck["opt_state"]) != set(opt_state):
-                raise ValueError(f"checkpoint {last_ckpt}: optimizer state does not match the optimizer")
-            theta, opt_state, start, elapsed0 = ck["theta"], ck["opt_state"], ck["step"], ck["elapsed"]
-            if data is not None:
-                data.load_state(ck["data_state"])
-        rows0 = run.read_history(start) if resume else []
+def _sha(a) -> str:
+    return hashlib.sha256(np.ascontiguousarray(a, dtype=np.float64).tobytes()).hexdigest()
 
-    history = History.from_rows(rows0)
-    log = run.open_history() if run is not None else None
-    bar = _progress_bar(progress, steps, start, desc)
-    t0 = time.perf_counter()
 
-    def record(t, loss, grad_norm, lr):
-        row = {"step": t, "loss": float(loss), "grad_norm": grad_norm, "lr": lr,
-               "time": elapsed0 + time.perf_counter() - t0}
-        if eval_every is not None and (t % eval_every == 0 or t == steps):
-            ev = float(objective.evaluate(theta, eval_data))
-            row["eval_loss"] = ev
-            if bayes_loss is not None:
-                row["bayes_gap"] = ev - bayes_loss
-        if target is not None:
-            row["dist_to_target"] = relative_distance(theta, target)
-        if metrics:
-            params = objective.unpack(theta)
-            for name, fn in metrics.items():
-                value = fn(params)
-                items = value.items() if isinstance(value, dict) else [(name, value)]
-                for key, v in items:  # a dict-valued metric adds one column per key
-                    row[key] = float(v) if np.ndim(v) == 0 else np.asarray(v).tolist()
-        history.append_row(row)
-        if log is not None:
-            log.write(json.dumps(row) + "\n")
-            log.flush()
-        if bar is not None:
-            bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
+def _config(plan: _Plan) -> dict:
+    """The run directory's config.json (a resumption must match it)."""
+    return {"objective": plan.objective.config(), "optimizer": plan.optimizer.config(),
+            "data": None if plan.data is None else plan.data.config(),
+            "theta0_sha256": _sha(plan.theta),
+            "eval": None if plan.eval_every is None else {"every": plan.eval_every,
+                                                          "data": plan.eval_config},
+            "record_every": plan.record_every, "steps": plan.steps,
+            "checkpoint_every": plan.checkpoint_every, "keep_checkpoints": plan.keep_checkpoints}
+
+
+def _start(plan: _Plan) -> _State:
+    state = _State(plan.theta, plan.optimizer.init(plan.theta))
+    if plan.run_dir is None:
+        return state
+    state.run = run = RunDir(plan.run_dir, _config(plan), resume=plan.resume, keep=plan.keep_checkpoints)
+    ckpts = run.checkpoints() if plan.resume else []
+    if ckpts:
+        state.checkpoint = ckpts[-1]
+        ck = run.load(state.checkpoint, plan.theta.size)
+        if ck["step"] > plan.steps:
+            raise ValueError(f"steps: the checkpoint is at step {ck['step']} > steps = {plan.steps}")
+        if set(ck["opt_state"]) != set(state.opt_state):
+            raise ValueError(f"checkpoint {state.checkpoint}: optimizer state does not match the optimizer")
+        state.theta, state.opt_state = ck["theta"], ck["opt_state"]
+        state.step, state.elapsed = ck["step"], ck["elapsed"]
+        if plan.data is not None:
+            plan.data.load_state(ck["data_state"])
+    state.rows = run.read_history(state.step) if plan.resume else []
+    return state
+
+
+def _save(plan: _Plan, state: _State, t: int, elapsed: float) -> None:
+    state.checkpoint = state.run.save(t, state.theta, state.opt_state,
+                                      plan.data.state() if plan.data is not None else {}, elapsed)
+
+
+# ---- divergence ---------------------------------------------------------------------------------
+
+class _Divergence:
+    """Runs the objective and the optimizer for the loop and raises :class:`TrainingDiverged` at
+    the first non-finite value they give (checks on results only: arguments were checked once)."""
+
+    def __init__(self, plan: _Plan, state: _State, history: History):
+        self.plan, self.state, self.history = plan, state, history
+
+    def loss_and_grad(self, t: int, theta, data_step: int):
+        """(loss, grad) at θ_t on the prompts of ``data_step``."""
+        objective = self.plan.objective
+        loss, grad = self.call(t, theta, objective.loss_and_grad, theta, data_step, self.plan.data)
+        loss = real_output(loss, f"objective: the loss of {type(objective).__name__}")
+        if not math.isfinite(loss):
+            raise self.error(t, f"non-finite loss ({loss!r})", theta, self._lr_into(t))
+        if not np.isfinite(grad).all():
+            raise self.error(t, "non-finite gradient", theta, self._lr_into(t))
+        return loss, grad
+
+    def evaluate(self, t: int, theta) -> float:
+        objective = self.plan.objective
+        value = self.call(t, theta, objective.evaluate, theta, self.plan.eval_batch)
+        value = real_output(value, f"eval_data: the held-out loss of {type(objective).__name__}")
+        if not math.isfinite(value):
+            raise self.error(t, f"non-finite held-out loss ({value!r})", theta, self._lr_into(t))
+        return value
+
+    def update(self, t: int, theta, grad, opt_state) -> dict:
+        """The optimizer step θ_t → θ_{t+1} in place; non-finite θ_{t+1} is divergence at step t."""
+        before = theta.copy()
+        info = self.plan.optimizer.step(theta, grad, opt_state)
+        if not np.isfinite(theta).all():
+            raise self.error(t, "the update gave non-finite parameters", before, info["lr"])
+        return info
+
+    def call(self, t: int, theta, fn, *args):
+        """fn(*args) at θ_t; a native overflow (FloatingPointError, or a ValueError because θ has
+        grown past the float32 range a float32 model computes in) is divergence at step t."""
+        try:
+            return fn(*args)
+        except TrainingDiverged:
+            raise
+        except FloatingPointError as e:
+            raise self.error(t, str(e), theta, self._lr_into(t)) from e
+        except ValueError as e:
+            if t > 0 and not np.all(np.abs(theta) <= _F32_MAX):  # θ_0 that large is bad input
+                raise self.error(t, f"parameters beyond the float32 range ({e})", theta,
+                                 self._lr_into(t)) from e
+            raise
+
+    def _lr_into(self, t: int) -> float | None:
+        """The learning rate of the update that gave θ_t (None for θ_0: none has been made)."""
+        return None if t == 0 else self.plan.optimizer.learning_rate(t - 1)
+
+    def error(self, t: int, what: str, theta, lr: float | None) -> TrainingDiverged:
+        """TrainingDiverged at step t, ``theta`` the last finite parameters, ``lr`` that of the
+        update that led there (None: θ_0 itself fails)."""
+        if lr is None:
+            message = (f"training diverged at step {t}: {what}; at the initial parameters, before "
+                       "any update, so the learning rate plays no part: check theta0 and the data "
+                       "(rescale the inputs, or compute in float64: dtype=np.float64)")
+        else:
+            message = (f"training diverged at step {t}: {what}; {self._where()}. "
+                       f"Hint: {self._hint(lr)}.")
+        return TrainingDiverged(message, step=t, checkpoint=self.state.checkpoint,
+                                theta=np.array(theta), history=self.history, lr=lr)
+
+    def _where(self) -> str:
+        if self.state.checkpoint is not None:
+            return f"last good checkpoint: {self.state.checkpoint}"
+        return "no checkpoint (pass run_dir= and checkpoint_every= to keep one)"
+
+    def _hint(self, lr: float) -> str:
+        optimizer = self.plan.optimizer
+        fixes = [f"lower the learning rate (the update used lr = {lr:.3g}; try {lr / 10:.3g} or less)"]
+        if optimizer.clip_norm is None:
+            fixes.append("clip the gradient (clip_norm=)")
+        if getattr(optimizer, "eps", None) == 0:
+            fixes.append("use eps > 0 (eps = 0 divides by zero where a gradient is zero)")
+        return ", ".join(fixes) + ", or compute in float64 (dtype=np.float64)"
+
+
+# ---- records ------------------------------------------------------------------------------------
+
+class _Recorder:
+    """The history rows (see :func:`fit`): kept in ``history``, appended to history.jsonl."""
+
+    def __init__(self, plan: _Plan, state: _State, history: History, guard: _Divergence, bar):
+        self.plan, self.history, self.guard, self.bar = plan, history, guard, bar
+        self.log = state.run.open_history() if state.run is not None else None
+        self.elapsed0, self.t0 = state.elapsed, time.perf_counter()
+
+    def elapsed(self) -> float:
+        """Seconds of training, across resumptions."""
+        return self.elapsed0 + time.perf_counter() - self.t0
+
+    def due(self, t: int) -> bool:
+        every = self.plan.eval_every
+        return t % self.plan.record_every == 0 or (every is not None and t % every == 0)
+
+    def write(self, t: int, theta, loss: float, grad, lr) -> dict:
+        plan = self.plan
+        row = {"step": t, "loss": loss, "grad_norm": grad_norm(grad), "lr": lr, "time": self.elapsed()}
+        if plan.eval_every is not None and (t % plan.eval_every == 0 or t == plan.steps):
+            row["eval_loss"] = self.guard.evaluate(t, theta)
+            if plan.bayes_loss is not None:
+                row["bayes_gap"] = row["eval_loss"] - plan.bayes_loss
+        if plan.target is not None:
+            row["dist_to_target"] = self.guard.call(t, theta, relative_distance, theta, plan.target)
+        if plan.metrics:
+            row.update(_metric_columns(plan.metrics, plan.objective.unpack(theta)))
+        self.history.append_row(row)
+        if self.log is not None:
+            self.log.append(row)
+        if self.bar is not None:
+            self.bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
         return row
 
-    def diverged(t, loss, grad):
-        what = "loss" if not math.isfinite(loss) else "gradient"
-        where = (f"last good checkpoint: {last_ckpt}" if last_ckpt is not None else
-                 "no checkpoint (pass run_dir= and checkpoint_every= to keep one)")
-        return TrainingDiverged(
-            f"training diverged at step {t}: non-finite {what} ({loss!r}); {where}. Hint: lower "
-            f"the learning rate (lr = {optimizer.learning_rate(t):.3g}), clip the gradient "
-            "(clip_norm=), or compute in float64 (dtype=np.float64).",
-            step=t, checkpoint=last_ckpt, theta=theta.copy(), history=history)
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()
 
-    stopped = False
-    try:
-        t = start
-        while t < steps:
-            loss, grad = objective.loss_and_grad(theta, t, data)
-            loss = float(loss)
-            if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
-                raise diverged(t, loss, grad)
-            recording = t % record_every == 0 or (eval_every is not None and t % eval_every == 0)
-            # Records of step t describe θ_t: take them before the update.
-            row = None
-            if recording:
-                grad_norm = float(np.linalg.norm(grad))
-                row = record(t, loss, grad_norm, optimizer.learning_rate(opt_state["t"]))
-            info = optimizer.step(theta, grad, opt_state)
-            t += 1
-            if bar is not None:
-                bar.update(1)
-            if run is not None and checkpoint_every is not None and t % checkpoint_every == 0 and t < steps:
-                last_ckpt = run.save(t, theta, opt_state, data.state() if data is not None else {},
-                                     elapsed0 + time.perf_counter() - t0)
-            if callbacks:
-                theta.flags.writeable = False
-                try:
-                    si = StepInfo(t - 1, theta, loss, info["grad_norm"], info["lr"], row, objective)
-                    stop = any([bool(cb(si)) for cb in callbacks])
-                finally:
-                    theta.flags.writeable = True
-                if stop:
-                    stopped = True
-                    break
-        # Final row: the final parameters, on the last step's prompts (no fresh sample).
-        loss, grad = objective.loss_and_grad(theta, max(t - 1, 0), data)
-        loss = float(loss)
-        if not (math.isfinite(loss) and np.all(np.isfinite(grad))):
-            raise diverged(t, loss, grad)
-        record(t, loss, float(np.linalg.norm(grad)), None)
-        if run is not None:
-            last_ckpt = run.save(t, theta, opt_state, data.state() if data is not None else {},
-                                 elapsed0 + time.perf_counter() - t0)
-            history.to_csv(run.path / "history.csv")  # the whole run as a table, once finished
-    finally:
-        if log is not None:
-            log.close()
+
+def _metric_columns(metrics: dict, params) -> dict:
+    """{column: value} of every metric at ``params`` (a dict-valued metric: one column per key);
+    a value that is not a real number or array is a TypeError naming the metric."""
+    out = {}
+    for name, fn in metrics.items():
+        value = fn(params)
+        several = isinstance(value, Mapping)
+        for key, v in (value.items() if several else [(name, value)]):
+            label = f"metrics[{name!r}]" + (f"[{key!r}]" if several else "")
+            if several and (not isinstance(key, str) or key in _COLUMNS):
+                raise ValueError(f"{label}: expected a string key that is not a column fit writes "
+                                 f"itself ({', '.join(_COLUMNS)})")
+            if isinstance(v, (list, tuple)) or (isinstance(v, np.ndarray) and v.ndim > 0):
+                out[key] = real_array_output(v, label).tolist()
+            else:
+                out[key] = real_output(v, label)
+    return out
+
+
+# ---- the loop -----------------------------------------------------------------------------------
+
+def _run_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Divergence, bar):
+    """Steps state.step, …, plan.steps − 1 (or until a callback stops the run); returns
+    (the step reached, whether a callback stopped the run)."""
+    theta, opt_state, optimizer = state.theta, state.opt_state, plan.optimizer
+    t = state.step
+    while t < plan.steps:
+        loss, grad = guard.loss_and_grad(t, theta, t)
+        # Records of step t describe θ_t: take them before the update.
+        row = None
+        if rec.due(t):
+            row = rec.write(t, theta, loss, grad, optimizer.learning_rate(opt_state["t"]))
+        info = guard.update(t, theta, grad, opt_state)
+        t += 1
         if bar is not None:
-            bar.close()
-    return FitResult(theta=theta, params=objective.unpack(theta), history=history, steps=t,
-                     stopped=stopped, checkpoint=last_ckpt)
+            bar.update(1)
+        every = plan.checkpoint_every
+        if state.run is not None and every is not None and t % every == 0 and t < plan.steps:
+            _save(plan, state, t, rec.elapsed())
+        if plan.callbacks:
+            seen = StepInfo(t - 1, theta, loss, info["grad_norm"], info["lr"], row, plan.objective)
+            if _notify(plan.callbacks, seen):
+                return t, True
+    return t, False
+
+
+def _notify(callbacks: list, info: StepInfo) -> bool:
+    """Every callback sees the step (θ read-only meanwhile); True when one asks to stop."""
+    info.theta.flags.writeable = False
+    try:
+        return any([bool(cb(info)) for cb in callbacks])
+    finally:
+        info.theta.flags.writeable = True

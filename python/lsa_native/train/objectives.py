@@ -27,6 +27,7 @@ from .. import kernel_attention as ka
 from .. import cuda, lsa, population
 from ..data import check_covariance
 from .._validation import positive_int, real_array
+from ._checks import real_array_output, real_output
 from .data import Prompts
 
 __all__ = ["Objective", "LSAObjective", "KernelAttentionObjective", "PopulationObjective",
@@ -262,14 +263,22 @@ class PopulationObjective(_WeightPair, Objective):
 
 class CallableObjective(Objective):
     """Any ``fn(theta, step) -> (loss, grad)`` with an initial ``theta0``; ``eval_fn(theta, batch)``
-    (optional) gives held-out losses. ``name`` identifies it in run directories."""
+    (optional) gives held-out losses (``batch``: ``fit``'s ``eval_data``, passed as given). ``name``
+    identifies it in run directories. The loss must be a real number and the gradient real values,
+    one per parameter (TypeError/ValueError naming the objective otherwise; a non-finite value is
+    ``fit``'s divergence)."""
 
     needs_data = False
 
     def __init__(self, fn, theta0, *, eval_fn=None, name: str | None = None):
         if not callable(fn):
             raise TypeError(f"fn: expected a callable fn(theta, step) -> (loss, grad), got {type(fn).__name__}")
-        theta0 = np.array(theta0, dtype=np.float64)
+        if eval_fn is not None and not callable(eval_fn):
+            raise TypeError(f"eval_fn: expected a callable eval_fn(theta, batch) -> float, "
+                            f"got {type(eval_fn).__name__}")
+        if name is not None and not isinstance(name, str):
+            raise TypeError(f"name: expected a string or None, got {type(name).__name__}")
+        theta0 = real_array(theta0, "theta0", nonempty=False).copy()
         if theta0.ndim != 1 or theta0.size < 1:
             raise ValueError(f"theta0: expected a non-empty flat vector, got shape {theta0.shape}")
         self.fn, self.eval_fn, self.theta0 = fn, eval_fn, theta0
@@ -280,16 +289,16 @@ class CallableObjective(Objective):
         if not (isinstance(out, tuple) and len(out) == 2):
             raise TypeError(f"objective: a callable objective must return (loss, grad), got "
                             f"{type(out).__name__}")
-        loss, grad = out
-        grad = np.asarray(grad, dtype=np.float64)
+        loss = real_output(out[0], f"objective: the loss returned by {self.name}")
+        grad = real_array_output(out[1], f"objective: the gradient returned by {self.name}")
         if grad.size != theta.size:
             raise ValueError(f"objective: the gradient has {grad.size} values, θ has {theta.size}")
-        return float(loss), grad.reshape(theta.shape)
+        return loss, grad.reshape(theta.shape)
 
     def evaluate(self, theta, batch):
         if self.eval_fn is None:
             return super().evaluate(theta, batch)
-        return float(self.eval_fn(theta, batch))
+        return real_output(self.eval_fn(theta, batch), f"eval_fn: the held-out loss of {self.name}")
 
     def config(self):
         return {"type": "CallableObjective", "name": self.name, "size": int(self.theta0.size)}

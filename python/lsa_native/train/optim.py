@@ -25,38 +25,39 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .._validation import positive_float, real_array
+from .._validation import nonnegative_float, positive_float, real_array
+from ._checks import flag
 from .schedules import Schedule, make_schedule
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "make_optimizer", "clip_grad_norm", "OPTIMIZERS"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "make_optimizer", "clip_grad_norm", "grad_norm",
+           "OPTIMIZERS"]
 
 _CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ adds it to the norm
+
+
+def grad_norm(grad: np.ndarray) -> float:
+    """‖g‖₂ without overflow in ‖g‖² for a finite g (inf only when ‖g‖₂ itself exceeds the float64
+    range)."""
+    grad = np.asarray(grad, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        norm = float(np.linalg.norm(grad))
+    if math.isinf(norm) and np.all(np.isfinite(grad)):  # ‖g‖² overflowed: rescale first
+        big = float(np.max(np.abs(grad)))
+        norm = big * float(np.linalg.norm(grad / big))
+    return norm
 
 
 def clip_grad_norm(grad: np.ndarray, max_norm: float) -> tuple[np.ndarray, float]:
     """(g · min(1, max_norm/(‖g‖₂ + 1e-6)), ‖g‖₂) — ``torch.nn.utils.clip_grad_norm_``."""
     grad = real_array(grad, "grad", nonempty=False)
     max_norm = positive_float(max_norm, "max_norm")
-    norm = float(np.linalg.norm(grad))
-    if not math.isfinite(norm):  # ‖g‖² overflowed (grad itself is finite): rescale first
-        big = float(np.max(np.abs(grad)))
-        norm = big * float(np.linalg.norm(grad / big))
+    norm = grad_norm(grad)
     coef = max_norm / (norm + _CLIP_EPS)
     return (grad * coef if coef < 1.0 else grad), norm
 
 
-def _nonnegative(value, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected a real number, got {type(value).__name__}") from None
-    if not math.isfinite(v) or v < 0:
-        raise ValueError(f"{name}: expected a finite number >= 0, got {value}")
-    return v
-
-
 def _unit_interval(value, name: str) -> float:
-    v = _nonnegative(value, name)
+    v = nonnegative_float(value, name)
     if v >= 1:
         raise ValueError(f"{name}: expected a number in [0, 1), got {value}")
     return v
@@ -93,7 +94,7 @@ class Optimizer:
         if self.clip_norm is not None:
             grad, norm = clip_grad_norm(grad, self.clip_norm)
         else:
-            norm = float(np.linalg.norm(grad))
+            norm = grad_norm(grad)
         lr = self.learning_rate(state["t"])
         state["t"] += 1
         self._update(theta, grad, state, lr)
@@ -126,7 +127,8 @@ class SGD(Optimizer):
         object.__setattr__(self, "name", "sgd")
         object.__setattr__(self, "momentum", _unit_interval(self.momentum, "momentum"))
         object.__setattr__(self, "dampening", _unit_interval(self.dampening, "dampening"))
-        object.__setattr__(self, "weight_decay", _nonnegative(self.weight_decay, "weight_decay"))
+        object.__setattr__(self, "weight_decay", nonnegative_float(self.weight_decay, "weight_decay"))
+        object.__setattr__(self, "nesterov", flag(self.nesterov, "nesterov"))
         if self.nesterov and (self.momentum <= 0 or self.dampening != 0):
             raise ValueError("nesterov: needs momentum > 0 and dampening = 0 (as torch.optim.SGD)")
 
@@ -167,8 +169,9 @@ class Adam(Optimizer):
         except (TypeError, ValueError):
             raise ValueError(f"betas: expected a pair (beta1, beta2), got {self.betas!r}") from None
         object.__setattr__(self, "betas", (_unit_interval(b1, "betas[0]"), _unit_interval(b2, "betas[1]")))
-        object.__setattr__(self, "eps", _nonnegative(self.eps, "eps"))
-        object.__setattr__(self, "weight_decay", _nonnegative(self.weight_decay, "weight_decay"))
+        object.__setattr__(self, "eps", nonnegative_float(self.eps, "eps"))
+        object.__setattr__(self, "weight_decay", nonnegative_float(self.weight_decay, "weight_decay"))
+        object.__setattr__(self, "amsgrad", flag(self.amsgrad, "amsgrad"))
 
     def init(self, theta):
         state = super().init(theta)
@@ -225,6 +228,9 @@ def make_optimizer(optimizer, **kwargs) -> Optimizer:
         if kwargs:
             raise TypeError("optimizer: keyword arguments are only accepted with an optimizer name")
         return optimizer
-    if isinstance(optimizer, str) and optimizer.lower() in OPTIMIZERS:
+    if not isinstance(optimizer, str):
+        raise TypeError(f"optimizer: expected an Optimizer or one of {sorted(OPTIMIZERS)}, got "
+                        f"{type(optimizer).__name__}")
+    if optimizer.lower() in OPTIMIZERS:
         return OPTIMIZERS[optimizer.lower()](**kwargs)
     raise ValueError(f"optimizer: expected an Optimizer or one of {sorted(OPTIMIZERS)}, got {optimizer!r}")

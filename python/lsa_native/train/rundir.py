@@ -2,7 +2,11 @@
 the run goes; ``history.csv`` when it ends), and checkpoints ``ckpt_<step>.npz`` written atomically
 (temporary file, fsync, rename) keeping the last few. A checkpoint at step s holds θ and the
 optimizer state after s updates, the data source's state and the configuration's hash; resuming
-from it re-runs steps s, s+1, … exactly as the uninterrupted run would (bitwise)."""
+from it re-runs steps s, s+1, … exactly as the uninterrupted run would (bitwise).
+
+A write that fails (a full disk) raises an OSError of the same errno naming the file and what was
+being written, and leaves no partial file: the temporary file is removed, a history row cut short
+is cut off again, and the older checkpoints stay as they were."""
 from __future__ import annotations
 
 import hashlib
@@ -10,11 +14,12 @@ import json
 import os
 import re
 import zipfile
+from contextlib import suppress
 from pathlib import Path
 
 import numpy as np
 
-__all__ = ["RunDir", "CheckpointError"]
+__all__ = ["RunDir", "CheckpointError", "HistoryLog"]
 
 FORMAT = "lsa_native.train.fit/1"
 _CKPT = re.compile(r"^ckpt_(\d{9})\.npz$")
@@ -35,13 +40,62 @@ def identity_hash(config: dict) -> str:
     return hashlib.sha256(_canonical(ident).encode()).hexdigest()
 
 
-def _atomic_write(path: Path, write) -> None:
+def _write_error(e: OSError, path: Path, what: str) -> OSError:
+    """``e`` again with a message naming ``path`` and ``what`` was being written; the errno is kept
+    (so is the subclass: OSError(errno, ...) picks it), so a full disk is still errno ENOSPC."""
+    message = f"run_dir: writing {what} failed ({e.strerror or e})"
+    return OSError(e.errno, message, str(path)) if e.errno is not None else OSError(f"{message}: {path}")
+
+
+def _atomic_write(path: Path, write, what: str) -> None:
+    """write(tmp) writes a temporary file, which is fsynced and renamed onto ``path``: ``path`` is
+    the old file or the whole new one. On any failure the temporary file is removed."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    with open(tmp, "wb") as f:
-        write(f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException as e:
+        with suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError):
+            raise _write_error(e, path, what) from e
+        raise
+
+
+def _savez(path: Path, arrays: dict) -> None:
+    with open(path, "wb") as f:  # a file object: np.savez would add ".npz" to a name
+        np.savez(f, **arrays)
+
+
+class HistoryLog:
+    """``history.jsonl`` open for appending one JSON row per line, unbuffered (each row is on disk
+    when :meth:`append` returns). A row that cannot be written whole is cut off again."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        try:
+            self._file = open(path, "ab", buffering=0)
+        except OSError as e:
+            raise _write_error(e, path, "the history") from e
+
+    def append(self, row: dict) -> None:
+        data = memoryview((json.dumps(row) + "\n").encode())
+        end = self._file.seek(0, os.SEEK_END)
+        try:
+            while data:
+                data = data[self._file.write(data):]
+        except OSError as e:
+            with suppress(OSError):
+                self._file.truncate(end)
+            raise _write_error(e, self.path, f"the history row of step {row.get('step')}") from e
+
+    def close(self) -> None:
+        self._file.close()
 
 
 class RunDir:
@@ -70,7 +124,8 @@ class RunDir:
             if not resume and (self.checkpoints() or self.history_path.exists()):
                 raise CheckpointError(f"run_dir: {self.path} already holds this run; pass "
                                       "resume=True to continue it, or use a new run_dir")
-        _atomic_write(cfg_path, lambda f: f.write(json.dumps(self.config, indent=1, sort_keys=True).encode()))
+        text = json.dumps(self.config, indent=1, sort_keys=True)
+        _atomic_write(cfg_path, lambda tmp: tmp.write_bytes(text.encode()), "the run configuration")
 
     @property
     def history_path(self) -> Path:
@@ -89,7 +144,7 @@ class RunDir:
         for k, v in opt_state.items():
             arrays[f"opt.{k}"] = np.asarray(v)
         path = self.path / f"ckpt_{step:09d}.npz"
-        _atomic_write(path, lambda f: np.savez(f, **arrays))
+        _atomic_write(path, lambda tmp: _savez(tmp, arrays), f"the checkpoint of step {step}")
         for old in self.checkpoints()[:-self.keep]:
             old.unlink(missing_ok=True)
         return path
@@ -134,8 +189,13 @@ class RunDir:
                 if row.get("step", before_step) < before_step:
                     rows.append(row)
         text = "".join(json.dumps(r) + "\n" for r in rows)
-        _atomic_write(self.history_path, lambda f: f.write(text.encode()))
+        _atomic_write(self.history_path, lambda tmp: tmp.write_bytes(text.encode()),
+                      f"the history of steps before {before_step}")
         return rows
 
-    def open_history(self):
-        return open(self.history_path, "a")
+    def open_history(self) -> HistoryLog:
+        return HistoryLog(self.history_path)
+
+    def write_table(self, history) -> None:
+        """history.csv: the whole run as a table (written atomically, once the run ends)."""
+        _atomic_write(self.path / "history.csv", history.to_csv, "the history table")

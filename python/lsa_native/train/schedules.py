@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .._validation import positive_float, positive_int
+from .._validation import positive_float, positive_int, real_float
 
 __all__ = ["Schedule", "make_schedule", "SCHEDULES"]
 
@@ -35,13 +35,16 @@ class Schedule:
     warmup_steps: int = 0
 
     def __post_init__(self):
+        if not isinstance(self.kind, str):
+            raise TypeError(f"schedule: expected a kind name in {list(SCHEDULES)}, got "
+                            f"{type(self.kind).__name__}")
         if self.kind not in SCHEDULES:
             raise ValueError(f"schedule: unknown kind {self.kind!r}; expected one of {list(SCHEDULES)}")
         object.__setattr__(self, "gamma", positive_float(self.gamma, "gamma"))
         object.__setattr__(self, "step_size", positive_int(self.step_size, "step_size"))
         object.__setattr__(self, "total_steps", positive_int(self.total_steps, "total_steps"))
         object.__setattr__(self, "warmup_steps", positive_int(self.warmup_steps, "warmup_steps", minimum=0))
-        m = float(self.min_factor)
+        m = real_float(self.min_factor, "min_factor")
         if not (0 <= m <= 1):
             raise ValueError(f"min_factor: expected a number in [0, 1], got {self.min_factor}")
         object.__setattr__(self, "min_factor", m)
