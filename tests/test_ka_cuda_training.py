@@ -99,30 +99,36 @@ def _host(batch):
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("with_sigma", [False, True])
 def test_device_prompts_equal_cpu_prompts(kernel, dtype, with_sigma):
+    """Covariates to float64 rounding; labels through the Cholesky factor of an exp kernel matrix
+    whose conditioning amplifies the device's exp rounding (1e-11 relative seen at d = 3, n = 30
+    on an H100), hence 1e-9 for float64 labels."""
     Sigma = np.diag([1.0, 2.0, 0.5, 1.5, 1.0]) if with_sigma else None
     spec = sampling.KernelGPPrompts(5, 30, kernel, bandwidth=1.0, Sigma=Sigma, seed=9)
     for step, B in [(0, 1), (3, 257), (11, 3000)]:
         cpu = spec.sample(B, step, dtype)
         E, y_q = _host(spec.sample(B, step, dtype, device="cuda"))
-        tol = 1e-12 if dtype == np.float64 else 2e-6
         scale = np.abs(cpu.E).max()
-        np.testing.assert_allclose(E, cpu.E, rtol=0, atol=tol * scale)
-        np.testing.assert_allclose(y_q, cpu.y_q, rtol=0, atol=tol * scale)
+        x_tol, y_tol = (1e-13, 1e-9) if dtype == np.float64 else (2e-6, 2e-6)
+        np.testing.assert_allclose(E[:, :5], cpu.E[:, :5], rtol=0, atol=x_tol * scale)
+        np.testing.assert_allclose(E[:, 5], cpu.E[:, 5], rtol=0, atol=y_tol * scale)
+        np.testing.assert_allclose(y_q, cpu.y_q, rtol=0, atol=y_tol * scale)
 
 
 @pytest.mark.cuda
 @needs_gpu
 def test_device_relu_prompts_have_the_cpu_covariates_and_label_law():
+    """relu's labels go through an eigendecomposition of an indefinite K: where eigenvalues are
+    close, the device's rounding rotates the eigenvectors (30% of prompts differ beyond 1e-9 on an
+    H100 at d = 5, n = 30), so labels are compared by law: the second moments of y_q and of the
+    context labels, CPU vs GPU, within 5 standard errors."""
     spec = sampling.KernelGPPrompts(5, 30, "relu", seed=4)
     cpu = spec.sample(20000, 2, np.float64)
     E, y_q = _host(spec.sample(20000, 2, np.float64, device="cuda"))
     np.testing.assert_allclose(E[:, :5], cpu.E[:, :5], rtol=0, atol=1e-13)  # covariates
-    # Labels: most prompts agree to rounding; all share the law (second moments of y_q).
-    close = np.abs(y_q - cpu.y_q) <= 1e-9 * (1 + np.abs(cpu.y_q))
-    assert close.mean() > 0.9
-    v_cpu, v_gpu = np.var(cpu.y_q), np.var(y_q)
-    se = np.sqrt(2.0 / len(y_q)) * v_cpu
-    assert abs(v_gpu - v_cpu) < 5 * se
+    for got, want in ((y_q, cpu.y_q), (E[:, 5, 0], cpu.E[:, 5, 0]), (E[:, 5, 7], cpu.E[:, 5, 7])):
+        se = np.sqrt(2.0 / len(want)) * np.var(want)
+        assert abs(np.var(got) - np.var(want)) < 5 * se
+        assert abs(np.mean(got) - np.mean(want)) < 5 * np.sqrt(np.var(want) / len(want))
 
 
 @pytest.mark.cuda
