@@ -179,7 +179,13 @@ class FlowTrajectory:
 
     For the full model ``W_pv``/``W_kq`` are [T, d+1, d+1]; for the reduced flow ``U11`` [T, d, d]
     and ``u`` [T]. ``final_*`` describe where integration stopped (a tolerance may stop it early:
-    then ``times`` is a prefix of the request and ``stopped_by_tolerance`` is True)."""
+    then ``times`` is a prefix of the request and ``stopped_by_tolerance`` is True).
+
+    ``method`` is what ran: "dopri5", "rk4", "rosenbrock", or "dopri5+rosenbrock" (``method="auto"``
+    switched at ``switch_time``; None when it did not). ``steps`` counts the accepted steps of every
+    integrator (``stiff_steps`` of them Rosenbrock steps), ``gradient_evaluations`` include the
+    Jacobians' (2n each), ``jacobian_evaluations`` and ``factorizations`` count the Rosenbrock
+    method's Jacobians and Cholesky factorisations."""
 
     times: np.ndarray
     losses: np.ndarray
@@ -189,6 +195,11 @@ class FlowTrajectory:
     rejected_steps: int
     gradient_evaluations: int
     stopped_by_tolerance: bool
+    method: str
+    jacobian_evaluations: int
+    factorizations: int
+    stiff_steps: int
+    switch_time: float | None
     W_pv: np.ndarray | None = None
     W_kq: np.ndarray | None = None
     final_W_pv: np.ndarray | None = None
@@ -209,18 +220,29 @@ class FlowTrajectory:
         return h
 
 
+FLOW_METHODS = ("dopri5", "rk4", "rosenbrock", "auto")
+
+
 def _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_target, max_steps):
     times = real_array(times, "times", ndim=1, finite=False, nonempty=False)
     if times.size == 0 or not np.all(np.isfinite(times)) or np.any(times < 0) or np.any(np.diff(times) < 0):
         raise ValueError("times: expected a non-empty, non-decreasing sequence of finite times >= 0")
-    if method not in ("dopri5", "rk4"):
-        raise ValueError(f"method: expected 'dopri5' or 'rk4', got {method!r}")
+    if method not in FLOW_METHODS:
+        raise ValueError(f"method: expected one of {', '.join(map(repr, FLOW_METHODS))}, got {method!r}")
     return dict(times=times.tolist(), method=method, rtol=positive_float(rtol, "rtol"),
                 atol=nonnegative_float(atol, "atol"), step=positive_float(step, "step"),
                 grad_tol=nonnegative_float(grad_tol, "grad_tol"),
                 loss_target=real_float(loss_target, "loss_target"),
                 gap_tol=nonnegative_float(gap_tol, "gap_tol"),
                 max_steps=positive_int(max_steps, "max_steps"))
+
+
+def _flow_counts(r: dict) -> dict:
+    """The FlowTrajectory fields shared by the full and the reduced flow, from the native result."""
+    keys = ("times", "losses", "final_time", "final_loss", "steps", "rejected_steps",
+            "gradient_evaluations", "stopped_by_tolerance", "method", "jacobian_evaluations",
+            "factorizations", "stiff_steps", "switch_time")
+    return {k: r[k] for k in keys}
 
 
 def gradient_flow(W_pv, W_kq, N: int, *, Lambda=None, moments=None, samples=None, times,
@@ -252,12 +274,8 @@ def gradient_flow(W_pv, W_kq, N: int, *, Lambda=None, moments=None, samples=None
     n = d + 1
     thetas = r["thetas"].reshape(-1, 2, n, n)
     final = r["final_theta"].reshape(2, n, n)
-    return FlowTrajectory(
-        times=r["times"], losses=r["losses"], final_time=r["final_time"],
-        final_loss=r["final_loss"], steps=r["steps"], rejected_steps=r["rejected_steps"],
-        gradient_evaluations=r["gradient_evaluations"],
-        stopped_by_tolerance=r["stopped_by_tolerance"], W_pv=thetas[:, 0], W_kq=thetas[:, 1],
-        final_W_pv=final[0], final_W_kq=final[1])
+    return FlowTrajectory(**_flow_counts(r), W_pv=thetas[:, 0], W_kq=thetas[:, 1],
+                          final_W_pv=final[0], final_W_kq=final[1])
 
 
 def reduced_gradient_flow(U11, u: float, Lambda, N: int, *, times, method: str = "dopri5",
@@ -272,10 +290,7 @@ def reduced_gradient_flow(U11, u: float, Lambda, N: int, *, times, method: str =
     r = _core.gradient_flow_reduced(U11, real_float(u, "u"), Lam, positive_int(N, "N"), **opts)
     th = r["thetas"]
     return FlowTrajectory(
-        times=r["times"], losses=r["losses"], final_time=r["final_time"],
-        final_loss=r["final_loss"], steps=r["steps"], rejected_steps=r["rejected_steps"],
-        gradient_evaluations=r["gradient_evaluations"],
-        stopped_by_tolerance=r["stopped_by_tolerance"], U11=th[:, : d * d].reshape(-1, d, d),
+        **_flow_counts(r), U11=th[:, : d * d].reshape(-1, d, d),
         u=th[:, d * d], final_U11=r["final_theta"][: d * d].reshape(d, d),
         final_u=float(r["final_theta"][d * d]))
 
