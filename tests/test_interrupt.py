@@ -22,6 +22,14 @@ LONG_CALLS = {
             ln.population.gradient_flow(W_pv, W_kq, 10, Lambda=Lam, times=[0.0, t_end])
         long_args, short_args = (1e9,), (1.0,)
     """,
+    # The stiff method polls inside its Jacobian too (2n = 2500 gradients of an O(d^4) objective here).
+    "gradient_flow_rosenbrock": """
+        def call(d):
+            W_pv, W_kq = ln.theory.assumption33_init(d, 0.1, rng=np.random.default_rng(0))
+            ln.population.gradient_flow(W_pv, W_kq, 10, moments=ln.population.exponential_moments(d),
+                                        times=[0.0, 1.0], method="rosenbrock")
+        long_args, short_args = (24,), (2,)
+    """,
     "kernel_attention": """
         rng = np.random.default_rng(0)
         p = ln.kernel_attention.KernelAttentionParams.gaussian(rng, dim=5, layers=8,
