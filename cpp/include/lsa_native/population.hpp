@@ -67,13 +67,14 @@ using LossAndGrad = std::function<double(const double* theta, double* grad)>;
 // - rosenbrock: the linearly implicit Rosenbrock–W method ROS34PW2 [Rang & Angermann, BIT 45
 //   (2005)]: 4 stages, order 3 with ANY matrix A in place of the Jacobian (a W-method), embedded
 //   order 2, L-stable, stiffly accurate. Stage i solves (I − h_f γ J) k_i = h f(Y_i) + h_f J Σ_j
-//   γ_ij k_j with f = −∇L, J ≈ ∂f/∂θ = −∇²L by central differences of the exact gradient (2n
-//   gradients, columns in parallel), and a Cholesky factorisation of I − h_f γ J (symmetric; on the
-//   parameters whose row of J is not zero) made at some step h_f and kept while h <= 1.25 h_f and
-//   h >= h_f/8: that is the W-method with A = (h_f/h) J, which keeps order 3 and stays A-stable on
-//   J's real spectrum for any h_f/h >= 0.7. J is re-evaluated only after a rejected step (or a
-//   failed factorisation) with a J from an earlier state. Per step: 4 gradients and 4 pairs of
-//   triangular solves; per J: 2n gradients; per factorisation: m³/3 flops (m active parameters).
+//   γ_ij k_j with f = −∇L and J ≈ ∂f/∂θ = −∇²L by central differences of the exact gradient (2n
+//   gradients, columns in parallel), through a Cholesky factorisation of I − h_f γ J (symmetric;
+//   restricted to the parameters whose row of J is not zero) made at a step h_f and kept for steps
+//   h_f/8 <= h <= 1.25 h_f (any shorter step that lands on a requested time): the W-method with
+//   A = (h_f/h) J, which keeps order 3 and is A-stable on J's real spectrum for h_f/h >= 0.7. J is
+//   re-evaluated after the state moves 20% from J's, and on a rejection far beyond the tolerance
+//   or after a 0.1% move (gradient_flow.cpp). Per step: 4 gradients, 4 pairs of triangular solves;
+//   per J: 2n gradients; per factorisation m³/3 flops (m: parameters in the Cholesky).
 // - automatic: dopri5 until it stalls on stability, then rosenbrock to the end. Stall: after an
 //   accepted step, h·ρ̂ > 3.25 with ρ̂ = ‖k7 − k6‖/‖y_{n+1} − Y6‖ (the two stages at c = 1: an
 //   estimate of the dominant eigenvalue's size), on 15 accepted steps with no 6 consecutive steps
