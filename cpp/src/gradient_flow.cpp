@@ -16,8 +16,8 @@ namespace {
 
 using Method = FlowOptions::Method;
 
-// ROS34PW2 [Rang & Angermann, BIT 45 (2005) 761-787, Table 4.2; the PETSc TSROSW "ra34pw2"
-// tableau]: Y_i = y + Σ_{j<i} a_ij k_j, (I − hγA) k_i = h f(Y_i) + h A Σ_{j<i} γ_ij k_j,
+// ROS34PW2 [Rang & Angermann, BIT 45 (2005) 761-787; coefficients as in PETSc's TSROSW
+// "ra34pw2"]: Y_i = y + Σ_{j<i} a_ij k_j, (I − hγA) k_i = h f(Y_i) + h A Σ_{j<i} γ_ij k_j,
 // y_{n+1} = y + Σ b_i k_i, error estimate Σ (b_i − b̂_i) k_i (b̂: the embedded order-2 weights).
 // The order-3 conditions hold for any A (a W-method); stiffly accurate (b = the last row of a + γ).
 namespace ros34pw2 {
@@ -36,9 +36,10 @@ constexpr double kB[kStages] = {2.4212380706095346e-01, -1.2232505839045147e+00,
                                 1.5452602553351020e+00, 4.3586652150845900e-01};
 constexpr double kBhat[kStages] = {3.7810903145819369e-01, -9.6042292212423178e-02,
                                    5.0000000000000000e-01, 2.1793326075422950e-01};
-// A factorisation made at step h_f serves steps h with h_f/h in [1/kGrow, kShrink]: W-method with
-// A = (h_f/h) J, whose stability function stays <= 1 on J's (real, <= 0) stiff spectrum for every
-// h_f/h >= 0.7 (checked numerically up to 1e8); the lower end keeps a shrunken step's J accurate.
+// A factorisation made at step h_f serves steps h with h_f/h in [1/kGrow, kShrink]: the W-method
+// with A = (h_f/h) J, whose stability function |R| stays <= 1 on J's real spectrum <= 0 for every
+// h_f/h >= 0.7 (checked numerically up to 1e8; 0.5 is unstable). Past kShrink it refactors: a
+// large h_f/h is stable but damps stiff components poorly.
 constexpr double kGrow = 1.25, kShrink = 8.0;
 }  // namespace ros34pw2
 
