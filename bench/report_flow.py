@@ -72,9 +72,12 @@ def projected_dopri5_row(label, case, horizon, t_s):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--full", action="store_true", help="DOPRI5 over the whole horizon (d = 3, 5)")
-    parser.add_argument("--random-cov", action="store_true", help="zfb-random-cov's full flow (minutes)")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--full", action="store_true",
+                        help="DOPRI5 over the whole horizon (d = 3, 5)")
+    parser.add_argument("--random-cov", action="store_true",
+                        help="zfb-random-cov's full flow (minutes)")
     args = parser.parse_args(argv)
     print(f"lsa_native {ln.__version__}, {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs, {ln.num_threads()} threads")

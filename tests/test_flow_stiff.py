@@ -114,7 +114,8 @@ def test_auto_on_the_other_objectives(rng):
     Lam = random_spd(rng, d)
     noisy = {m: pop.gradient_flow(W_pv0, W_kq0, N, Lambda=Lam, times=[5.0], method=m, noise_std=0.3,
                                   rtol=RTOL, atol=ATOL) for m in ("dopri5", "rosenbrock")}
-    np.testing.assert_allclose(noisy["rosenbrock"].final_W_kq, noisy["dopri5"].final_W_kq, atol=AGREE)
+    np.testing.assert_allclose(noisy["rosenbrock"].final_W_kq, noisy["dopri5"].final_W_kq,
+                               atol=AGREE)
 
     U11 = 0.1 * rng.standard_normal((d, d))
     red = {m: pop.reduced_gradient_flow(U11, 0.1, Lam, N, times=[1e4], method=m)
@@ -138,7 +139,8 @@ def test_stopping_tolerance_and_max_steps_hold_for_the_stiff_method(rng):
 
 def test_method_names_and_size_limit_are_checked():
     W_pv, W_kq = theory.assumption33_init(2, 0.1, rng=np.random.default_rng(0))
-    with pytest.raises(ValueError, match="method: expected one of 'dopri5', 'rk4', 'rosenbrock', 'auto'"):
+    with pytest.raises(ValueError,
+                       match="method: expected one of 'dopri5', 'rk4', 'rosenbrock', 'auto'"):
         pop.gradient_flow(W_pv, W_kq, 5, Lambda=np.eye(2), times=[1.0], method="radau")
     d = 54  # 2(d+1)² = 6050 parameters: a dense Jacobian of 290 MB
     W = np.zeros((d + 1, d + 1))

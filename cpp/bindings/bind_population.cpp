@@ -56,7 +56,8 @@ py::dict run_flow(const LossAndGrad& f, std::vector<double> theta0, const std::v
   else if (method == "rk4") o.method = FlowOptions::Method::rk4;
   else if (method == "rosenbrock") o.method = FlowOptions::Method::rosenbrock;
   else if (method == "auto") o.method = FlowOptions::Method::automatic;
-  else throw Error("method: expected 'dopri5', 'rk4', 'rosenbrock' or 'auto', got '" + method + "'");
+  else
+    throw Error("method: expected 'dopri5', 'rk4', 'rosenbrock' or 'auto', got '" + method + "'");
   o.rtol = rtol;
   o.atol = atol;
   o.step = step;

@@ -116,7 +116,8 @@ double norm2(const std::vector<double>& v) {
 // ∂f/∂θ for f = −∇L by central differences of the exact gradient, columns in parallel, symmetrised
 // (the exact −∇²L is symmetric): step ε_j = ∛eps·max(1, |θ_j|), error O(ε²) ~ 1e-11 relative (the
 // population losses are quartic in θ, so the error term is (ε²/6)·∂³(∇L)[e_j, e_j], a constant).
-std::vector<double> central_difference_jacobian(const LossAndGrad& f, const std::vector<double>& y) {
+std::vector<double> central_difference_jacobian(const LossAndGrad& f,
+                                                const std::vector<double>& y) {
   const size_t n = y.size();
   const double rel = std::cbrt(std::numeric_limits<double>::epsilon());
   std::vector<double> Jt(n * n);  // row j = column j of J
@@ -313,8 +314,8 @@ class Flow {
   }
   // automatic: counts accepted DOPRI5 steps at the edge of the stability region, h·ρ̂ > 3.25 with
   // ρ̂ = ‖f(y_{n+1}) − f(Y6)‖/‖y_{n+1} − Y6‖ (the two stages at c = 1); 15 of them without 6
-  // consecutive steps below switch to the Rosenbrock method for the rest of the flow [Hairer,
-  // Nørsett & Wanner, Solving ODEs I, Sec. IV.10, and Hairer's DOPRI5 code].
+  // consecutive steps below switch to the Rosenbrock method for the rest of the flow [Hairer &
+  // Wanner, Solving ODEs II, Sec. IV.2 "Stiffness detection", and Hairer's DOPRI5 code].
   void detect_stiffness(double h, const std::vector<double>& y_new, const std::vector<double>& y6,
                         const std::vector<double>& f_new, const std::vector<double>& f6) {
     if (n_ > size_t(kMaxStiffParameters)) return;

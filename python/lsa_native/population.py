@@ -228,7 +228,8 @@ def _flow_options(times, method, rtol, atol, step, grad_tol, gap_tol, loss_targe
     if times.size == 0 or not np.all(np.isfinite(times)) or np.any(times < 0) or np.any(np.diff(times) < 0):
         raise ValueError("times: expected a non-empty, non-decreasing sequence of finite times >= 0")
     if method not in FLOW_METHODS:
-        raise ValueError(f"method: expected one of {', '.join(map(repr, FLOW_METHODS))}, got {method!r}")
+        names = ", ".join(map(repr, FLOW_METHODS))
+        raise ValueError(f"method: expected one of {names}, got {method!r}")
     return dict(times=times.tolist(), method=method, rtol=positive_float(rtol, "rtol"),
                 atol=nonnegative_float(atol, "atol"), step=positive_float(step, "step"),
                 grad_tol=nonnegative_float(grad_tol, "grad_tol"),

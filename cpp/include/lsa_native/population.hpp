@@ -60,7 +60,7 @@ double reduced_loss(index_t d, const double* U11, double u, const double* Lambda
 // evaluates the columns of its Jacobian in parallel.
 using LossAndGrad = std::function<double(const double* theta, double* grad)>;
 
-// Integrators (docs/population.md, "Integrators"):
+// Integrators (docs/population.md, "Gradient-flow integrators"):
 // - dopri5: adaptive Dormand–Prince 5(4), explicit, FSAL: ~6 gradients per step. Near a minimum
 //   its step is held by stability at h ≈ 3.3/ρ(∇²L), not by accuracy.
 // - rk4: fixed-step classical RK4 (`step`).
@@ -78,7 +78,8 @@ using LossAndGrad = std::function<double(const double* theta, double* grad)>;
 // - automatic: dopri5 until it stalls on stability, then rosenbrock to the end. Stall: after an
 //   accepted step, h·ρ̂ > 3.25 with ρ̂ = ‖k7 − k6‖/‖y_{n+1} − Y6‖ (the two stages at c = 1: an
 //   estimate of the dominant eigenvalue's size), on 15 accepted steps with no 6 consecutive steps
-//   below it [Hairer, Nørsett & Wanner, Solving ODEs I, Sec. IV.10; Hairer's DOPRI5 code].
+//   below it [Hairer & Wanner, Solving ODEs II, Sec. IV.2 "Stiffness detection"; Hairer's DOPRI5
+//   code].
 struct FlowOptions {
   enum class Method { dopri5, rk4, rosenbrock, automatic } method = Method::dopri5;
   double rtol = 1e-12, atol = 1e-14;  // dopri5/rosenbrock error control (mixed per component)
