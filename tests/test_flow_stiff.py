@@ -102,7 +102,8 @@ def test_auto_saves_most_of_dopri5s_gradients(rng):
 
 
 def test_auto_on_the_other_objectives(rng):
-    """Random diagonal covariance (Theorem 4.5's limit), label noise and the reduced flow."""
+    """Random diagonal covariance (Theorem 4.5's limit), label noise, covariance samples and the
+    reduced flow."""
     d, N = 3, 10
     moments = pop.exponential_moments(d)
     W_pv0, W_kq0 = theory.assumption33_init(d, 0.1, rng=rng)
@@ -115,6 +116,13 @@ def test_auto_on_the_other_objectives(rng):
     noisy = {m: pop.gradient_flow(W_pv0, W_kq0, N, Lambda=Lam, times=[5.0], method=m, noise_std=0.3,
                                   rtol=RTOL, atol=ATOL) for m in ("dopri5", "rosenbrock")}
     np.testing.assert_allclose(noisy["rosenbrock"].final_W_kq, noisy["dopri5"].final_W_kq,
+                               atol=AGREE)
+
+    # Covariance samples: the objective runs its own parallel loop inside the parallel Jacobian.
+    samples = np.stack([random_spd(rng, d) for _ in range(20)])
+    sampled = {m: pop.gradient_flow(W_pv0, W_kq0, N, samples=samples, times=[5.0], method=m,
+                                    rtol=RTOL, atol=ATOL) for m in ("dopri5", "rosenbrock")}
+    np.testing.assert_allclose(sampled["rosenbrock"].final_W_kq, sampled["dopri5"].final_W_kq,
                                atol=AGREE)
 
     U11 = 0.1 * rng.standard_normal((d, d))
