@@ -37,6 +37,15 @@ LONG_CALLS = {
                                         method="rk4", step=1e-3)
         long_args, short_args = (9e3,), (1.0,)
     """,
+    # The stiff method polls inside its Jacobian too (2n = 2500 gradients of an O(d^4) objective here).
+    "gradient_flow_rosenbrock": """
+        NATIVE = "gradient_flow_population"
+        def call(d):
+            W_pv, W_kq = ln.theory.assumption33_init(d, 0.1, rng=np.random.default_rng(0))
+            ln.population.gradient_flow(W_pv, W_kq, 10, moments=ln.population.exponential_moments(d),
+                                        times=[0.0, 1.0], method="rosenbrock")
+        long_args, short_args = (24,), (2,)
+    """,
     "kernel_attention": """
         rng = np.random.default_rng(0)
         p = ln.kernel_attention.KernelAttentionParams.gaussian(rng, dim=5, layers=8,

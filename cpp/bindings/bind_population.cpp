@@ -54,7 +54,10 @@ py::dict run_flow(const LossAndGrad& f, std::vector<double> theta0, const std::v
   FlowOptions o;
   if (method == "dopri5") o.method = FlowOptions::Method::dopri5;
   else if (method == "rk4") o.method = FlowOptions::Method::rk4;
-  else throw Error("method: expected 'dopri5' or 'rk4', got '" + method + "'");
+  else if (method == "rosenbrock") o.method = FlowOptions::Method::rosenbrock;
+  else if (method == "auto") o.method = FlowOptions::Method::automatic;
+  else
+    throw Error("method: expected 'dopri5', 'rk4', 'rosenbrock' or 'auto', got '" + method + "'");
   o.rtol = rtol;
   o.atol = atol;
   o.step = step;
@@ -81,6 +84,11 @@ py::dict run_flow(const LossAndGrad& f, std::vector<double> theta0, const std::v
   out["steps"] = r.steps;
   out["rejected_steps"] = r.rejected_steps;
   out["gradient_evaluations"] = r.gradient_evaluations;
+  out["jacobian_evaluations"] = r.jacobian_evaluations;
+  out["factorizations"] = r.factorizations;
+  out["stiff_steps"] = r.stiff_steps;
+  out["switch_time"] = r.switch_time >= 0 ? py::object(py::float_(r.switch_time)) : py::none();
+  out["method"] = r.method_used;
   out["stopped_by_tolerance"] = r.stopped_by_tolerance;
   return out;
 }
