@@ -261,8 +261,8 @@ def test_hopeless_flow_request_is_refused_early_with_a_projection():
     W_pv, W_kq = 0.3 * g.standard_normal((2, 4, 4))
     with pytest.raises(ValueError, match=r"max_steps: reaching t = .* needs about .* steps at the recent rate"):
         ln.population.gradient_flow(W_pv, W_kq, 5, Lambda=np.diag([1.0, 2.0, 0.5]),
-                                    times=[0.0, 1e9], max_steps=10**5)
+                                    times=[0.0, 1e9], max_steps=10**5, method="dopri5")
     # A feasible long request still integrates (rate ~18 steps per unit time here).
     r = ln.population.gradient_flow(W_pv, W_kq, 5, Lambda=np.diag([1.0, 2.0, 0.5]),
-                                    times=[0.0, 2000.0], max_steps=10**5)
+                                    times=[0.0, 2000.0], max_steps=10**5, method="dopri5")
     assert r.final_time == 2000.0

@@ -221,7 +221,7 @@ def _flow_counts(r: dict) -> dict:
 
 
 def gradient_flow(W_pv, W_kq, N: int, *, Lambda=None, moments=None, samples=None, times,
-                  method: str = "dopri5", rtol: float = 1e-12, atol: float = 1e-14,
+                  method: str = "auto", rtol: float = 1e-12, atol: float = 1e-14,
                   step: float = 1e-2, grad_tol: float = 0.0, gap_tol: float = 0.0,
                   loss_target: float = 0.0, max_steps: int = 10_000_000, noise_std: float = 0.0,
                   query_noise: bool = False) -> FlowTrajectory:
@@ -235,7 +235,7 @@ def gradient_flow(W_pv, W_kq, N: int, *, Lambda=None, moments=None, samples=None
 
     ``method`` (docs/population.md, "Gradient-flow integrators"):
 
-    - ``"dopri5"`` (default): adaptive Dormand–Prince 5(4) under ``rtol``/``atol``, 6 gradients a
+    - ``"dopri5"``: adaptive Dormand–Prince 5(4) under ``rtol``/``atol``, 6 gradients a
       step. Near a minimum the Hessian's spread holds its step at ≈ 3.3/λ_max(∇²L) by stability,
       so its steps grow linearly with the horizon (d = 5 to t = 1e5: ~6e5 steps).
     - ``"rk4"``: fixed-step RK4 (``step``).
@@ -245,7 +245,7 @@ def gradient_flow(W_pv, W_kq, N: int, *, Lambda=None, moments=None, samples=None
       in parallel), Cholesky of I − hγJ on the parameters with a nonzero Jacobian row, both reused
       across steps (re-evaluated after 20% moves or far-off rejections). Per step: 4 gradients and
       4 pairs of triangular solves. At most 6000 parameters (d <= 53).
-    - ``"auto"``: DOPRI5 until it stalls on stability — h·ρ̂ > 3.25 on 15 accepted steps (ρ̂: the
+    - ``"auto"`` (default): DOPRI5 until it stalls on stability — h·ρ̂ > 3.25 on 15 accepted steps (ρ̂: the
       dominant eigenvalue's size estimated from DOPRI5's last two stages; Hairer's stiffness test)
       — then ROS34PW2 to the end: the explicit method resolves the transient, the implicit one the
       stiff tail (d = 5 to t = 1e5: ~1000 steps, 0.1 s).
@@ -273,7 +273,7 @@ def gradient_flow(W_pv, W_kq, N: int, *, Lambda=None, moments=None, samples=None
                           final_W_pv=final[0], final_W_kq=final[1])
 
 
-def reduced_gradient_flow(U11, u: float, Lambda, N: int, *, times, method: str = "dopri5",
+def reduced_gradient_flow(U11, u: float, Lambda, N: int, *, times, method: str = "auto",
                           rtol: float = 1e-12, atol: float = 1e-14, step: float = 1e-2,
                           grad_tol: float = 0.0, gap_tol: float = 0.0, loss_target: float = 0.0,
                           max_steps: int = 10_000_000) -> FlowTrajectory:
