@@ -114,7 +114,7 @@ LSA_HD int abs_root_times(double* a, int n, const double* z, double* work, doubl
 // exp: Cholesky K = L Lᵀ, Y = L z (K is PSD, so K_+ = K), n1³/3 flops; when the Cholesky fails at
 //      rounding level (a pivot <= 0 of a numerically singular K) and always for relu (indefinite
 //      K): K = U D Uᵀ by Householder + implicit QL (abs_root_times), Y = U |D|^{1/2} z, whose
-//      covariance is U|D|Uᵀ = K_+; ~7n1³ flops (about 0.3 s at n1 = 600 on one core).
+//      covariance is U|D|Uᵀ = K_+; ~7n1³ flops (about 0.5 s at n1 = 600 on one core).
 //      (A cyclic Jacobi did this before: ~150n1³ flops and worse than cubic in n1. The switch
 //      changed the eigenvectors' signs, hence Y's values for a (seed, step); not the law.)
 // work: gp_workspace(n1) doubles. poll() runs every O(n1²) flops (see small_matrix.hpp).
