@@ -115,8 +115,11 @@ def trace_z(b, K):
 Z_MAX = 5.0
 
 
+# ("exp", 1, 8): K numerically singular, so the Cholesky fails and the eigen path (with its
+# 1/max|K| scaling) draws the labels (test_label_methods checks that).
 @pytest.mark.parametrize("kernel, d, n, bandwidth", [("exp", 5, 5, 1.0), ("exp", 3, 5, 0.7),
-                                                     ("relu", 3, 12, 1.0), ("linear", 3, 5, 1.0)])
+                                                     ("exp", 1, 8, 1.0), ("relu", 3, 12, 1.0),
+                                                     ("linear", 3, 5, 1.0)])
 def test_label_covariance_is_k_plus(rng, kernel, d, n, bandwidth):
     Sigma = ccs_h1_sigma(rng, d) if d == 5 else None
     spec = KernelGPPrompts(d, n, kernel, bandwidth=bandwidth, Sigma=Sigma, seed=fresh_seed(rng))
@@ -149,7 +152,8 @@ def test_k_plus_is_psd_and_equals_k_for_psd_kernels(rng):
 
 
 def test_label_methods(rng):
-    """Gram root for linear, Cholesky for exp, Jacobi for relu (CCS Def. 3.3 K_+ roots)."""
+    """Gram root for linear, Cholesky for exp, eigendecomposition for relu (CCS Def. 3.3 K_+
+    roots), and for exp when its Cholesky fails (d = 1, n = 8: almost always)."""
     for kernel, code in (("linear", 0), ("exp", 1), ("relu", 2)):
         Z0, y = np.empty((300, 4, 8)), np.empty(300)
         m = np.empty(300, np.int32)
@@ -158,6 +162,31 @@ def test_label_methods(rng):
             assert np.mean(m == code) > 0.99 and np.all((m == 1) | (m == 2))
         else:
             assert np.all(m == code)
+    Z0, y, m = np.empty((300, 2, 9)), np.empty(300), np.empty(300, np.int32)
+    _core.kernel_gp_sample(fresh_seed(rng), 0, GP_KERNELS["exp"], 1.0, None, Z0, y, None, m)
+    assert np.mean(m == 2) > 0.9
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kernel, d", [("relu", 3), ("exp", 1)])
+def test_large_context_label_covariance(rng, kernel, d):
+    """n = 64: the eigen path with many nontrivial Householder reflectors (and the in-prompt
+    interrupt polling) still gives Cov(Y | X) = K_+: the entries among the first and last three
+    points and the query, and the trace. (Slow: numpy's batched eigh for the reference K_+.)"""
+    n, B = 64, 2000
+    b = KernelGPPrompts(d, n, kernel, seed=fresh_seed(rng)).sample(B, step=2, dtype=np.float64)
+    Kp = kplus(b, kernel)
+    keep = np.r_[0:3, n - 3:n + 1]
+    Y = np.concatenate([b.y, b.y_q[:, None]], axis=1)[:, keep]
+    D = Y[:, :, None] * Y[:, None, :] - Kp[:, keep][:, :, keep]
+    iu = np.triu_indices(keep.size)
+    D = D[:, iu[0], iu[1]]
+    z = D.mean(axis=0) / (D.std(axis=0, ddof=1) / np.sqrt(B))
+    assert np.abs(z).max() < Z_MAX, z
+    assert abs(trace_z(b, Kp)) < 4
+    if kernel == "relu":  # power: K in place of K_+ (expected z ≈ 15 here) must fail
+        pts = np.concatenate([b.xi, b.xi_q[:, None]], axis=1)
+        assert trace_z(b, baselines.kernel_matrix("relu", pts, pts)) > 2 * Z_MAX
 
 
 # ---------------- two-sample tests against the numpy reference ----------------

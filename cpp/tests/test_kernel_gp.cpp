@@ -1,5 +1,5 @@
 // K-GP sampler (kernel_gp.hpp) and its per-prompt recipe (common/kernel_gp.hpp): layout, sphere
-// points, the Cholesky / Jacobi roots, determinism across thread counts, argument errors.
+// points, the Cholesky / eigen roots, determinism across thread counts, argument errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,11 +41,33 @@ TEST(KernelGP, LabelsAreRootTimesNormals) {
       ASSERT_TRUE(detail::cholesky_in_place(K.data(), n1));
       detail::lower_matvec(K.data(), n1, z.data(), want.data());
     } else if (kernel == detail::kgp::kRelu) {
-      ASSERT_EQ(m, detail::kgp::kMethodJacobi);
-      std::vector<double> w(n1), V(n1 * n1);
-      ASSERT_GE(detail::jacobi_eigen(K.data(), n1, w.data(), V.data()), 0);
+      // K = Q T Qᵀ, T = S D Sᵀ: y = Q S |D|^{1/2} z, with S and Q rebuilt by the kit.
+      ASSERT_EQ(m, detail::kgp::kMethodEigen);
+      std::vector<double> w(n1), off(n1), scratch(2 * n1), St(n1 * n1, 0.0), Kq(K);
+      detail::householder_tridiagonal(Kq.data(), n1, w.data(), off.data(), scratch.data());
+      for (int i = 0; i < n1; ++i) St[i * n1 + i] = 1;
+      ASSERT_GE(detail::tridiagonal_ql(w.data(), off.data(), n1, St.data()), 0);
+      for (int j = 0; j < n1; ++j)
+        for (int i = 0; i < n1; ++i) want[i] += St[j * n1 + i] * std::sqrt(std::fabs(w[j])) * z[j];
+      detail::householder_apply(Kq.data(), n1, want.data());
+      // And U|D|Uᵀ = K_+ (the same as the Jacobi's, which is basis-free): covariance of y.
+      std::vector<double> wj(n1), Vj(n1 * n1), Kj(K);
+      ASSERT_GE(detail::jacobi_eigen(Kj.data(), n1, wj.data(), Vj.data()), 0);
+      std::vector<double> U(n1 * n1);
+      for (int j = 0; j < n1; ++j) {
+        std::vector<double> col(St.begin() + j * n1, St.begin() + (j + 1) * n1);
+        detail::householder_apply(Kq.data(), n1, col.data());
+        for (int i = 0; i < n1; ++i) U[i * n1 + j] = col[i];
+      }
       for (int i = 0; i < n1; ++i)
-        for (int j = 0; j < n1; ++j) want[i] += V[i * n1 + j] * std::sqrt(std::fabs(w[j])) * z[j];
+        for (int k = 0; k < n1; ++k) {
+          double ours = 0, jac = 0;
+          for (int j = 0; j < n1; ++j) {
+            ours += U[i * n1 + j] * std::fabs(w[j]) * U[k * n1 + j];
+            jac += Vj[i * n1 + j] * std::fabs(wj[j]) * Vj[k * n1 + j];
+          }
+          EXPECT_NEAR(ours, jac, 1e-12) << i << ", " << k;
+        }
     } else {
       ASSERT_EQ(m, detail::kgp::kMethodGram);
       for (int i = 0; i < n1; ++i)

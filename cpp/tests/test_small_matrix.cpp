@@ -1,5 +1,5 @@
-// The small-matrix kit of common/small_matrix.hpp: Cholesky, cyclic Jacobi, triangular products
-// and solves, on random matrices of odd sizes and n = 1, in float and double.
+// The small-matrix kit of common/small_matrix.hpp: Cholesky, cyclic Jacobi, Householder + QL,
+// triangular products and solves, on random matrices of odd sizes and n = 1, in float and double.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -140,6 +140,99 @@ TEST(SmallMatrix, JacobiReportsNonConvergence) {
   std::vector<double> a = {1, 2, 2, 1};
   std::vector<double> w(2), v(4);
   EXPECT_EQ(jacobi_eigen(a.data(), 2, w.data(), v.data(), 0), -1);  // zero sweeps allowed
+}
+
+// A = V diag(w) Vᵀ by householder_tridiagonal + tridiagonal_ql (+ householder_apply for V = Q S):
+// returns the QL iterations; v [n x n] gets the eigenvectors as columns.
+template <class T>
+int householder_ql_eigen(std::vector<T> a, int n, std::vector<T>& w, std::vector<T>& v) {
+  std::vector<T> off(n), work(2 * n), st(n * n, T(0)), col(n);
+  w.assign(n, T(0));
+  v.assign(n * n, T(0));
+  householder_tridiagonal(a.data(), n, w.data(), off.data(), work.data());
+  for (int i = 0; i < n; ++i) st[i * n + i] = T(1);
+  const int iterations = tridiagonal_ql(w.data(), off.data(), n, st.data());
+  for (int j = 0; j < n; ++j) {  // column j of V = Q (row j of Sᵀ)
+    std::copy(st.begin() + j * n, st.begin() + (j + 1) * n, col.begin());
+    householder_apply(a.data(), n, col.data());
+    for (int i = 0; i < n; ++i) v[i * n + j] = col[i];
+  }
+  return iterations;
+}
+
+TYPED_TEST(SmallMatrix, HouseholderQLDiagonalizesToRounding) {
+  using T = TypeParam;
+  const double eps = SmallEps<T>::value;
+  std::mt19937_64 gen(7);
+  for (int n : {1, 2, 3, 4, 9, 17, 40, 97}) {
+    for (bool spd : {false, true}) {
+      const auto a = random_symmetric<T>(n, gen, spd);
+      std::vector<T> w, v;
+      const int iterations = householder_ql_eigen(a, n, w, v);
+      ASSERT_GE(iterations, 0) << "n = " << n;
+      EXPECT_LE(iterations, 3 * n) << "n = " << n;
+      double rec = 0, orth = 0;
+      for (int i = 0; i < n; ++i)
+        for (int j = 0; j < n; ++j) {
+          double s = 0, o = 0;
+          for (int k = 0; k < n; ++k) {
+            s += double(v[i * n + k]) * double(w[k]) * double(v[j * n + k]);
+            o += double(v[k * n + i]) * double(v[k * n + j]);
+          }
+          rec = std::max(rec, std::fabs(s - double(a[i * n + j])));
+          orth = std::max(orth, std::fabs(o - double(i == j)));
+        }
+      // Backward stable: residual and loss of orthogonality a few n·eps (of ‖A‖_F).
+      EXPECT_LE(rec, 20 * n * eps * frob(a)) << "n = " << n << " spd " << spd;
+      EXPECT_LE(orth, 20 * n * eps) << "n = " << n << " spd " << spd;
+      // The eigenvalues agree with the cyclic Jacobi's (Weyl: both within n·eps·‖A‖_F).
+      std::vector<T> wj(n), vj(n * n);
+      auto aj = a;
+      ASSERT_GE(jacobi_eigen(aj.data(), n, wj.data(), vj.data()), 0);
+      std::sort(w.begin(), w.end());
+      std::sort(wj.begin(), wj.end());
+      for (int i = 0; i < n; ++i)
+        EXPECT_NEAR(double(w[i]), double(wj[i]), 40 * n * eps * frob(a)) << "n = " << n;
+    }
+  }
+}
+
+TYPED_TEST(SmallMatrix, HouseholderQLOnDiagonalRepeatedAndTridiagonal) {
+  using T = TypeParam;
+  const double eps = SmallEps<T>::value;
+  std::vector<T> w, v;
+  // Already diagonal: no reflector, no QL iteration, the eigenvalues exactly.
+  EXPECT_EQ(householder_ql_eigen<T>({T(3), 0, 0, 0, T(-2), 0, 0, 0, T(3)}, 3, w, v), 0);
+  EXPECT_EQ(w, (std::vector<T>{T(3), T(-2), T(3)}));
+  // Rank one (eigenvalues 5, 0, 0, 0, 0): a fully repeated zero eigenvalue.
+  ASSERT_GE(householder_ql_eigen(std::vector<T>(25, T(1)), 5, w, v), 0);
+  std::sort(w.begin(), w.end());
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(double(w[i]), 0, 40 * eps);
+  EXPECT_NEAR(double(w[4]), 5, 40 * eps);
+  // Tridiagonal input: the reflectors are the identity (τ = 0), Q = I.
+  std::vector<T> t = {T(2), T(1), 0, T(1), T(2), T(1), 0, T(1), T(2)};  // 2 − √2, 2, 2 + √2
+  ASSERT_GE(householder_ql_eigen(t, 3, w, v), 0);
+  std::sort(w.begin(), w.end());
+  EXPECT_NEAR(double(w[0]), 2 - std::sqrt(2.0), 20 * eps);
+  EXPECT_NEAR(double(w[1]), 2, 20 * eps);
+  EXPECT_NEAR(double(w[2]), 2 + std::sqrt(2.0), 20 * eps);
+}
+
+TEST(SmallMatrix, HouseholderQLPollsAndStops) {
+  // The poll runs inside both stages; an exception thrown by it ends the call (Ctrl-C on the CPU).
+  std::mt19937_64 gen(3);
+  const int n = 30;
+  auto a = random_symmetric<double>(n, gen, false);
+  std::vector<double> d(n), e(n), work(2 * n), st(n * n, 0.0);
+  int calls = 0;
+  householder_tridiagonal(a.data(), n, d.data(), e.data(), work.data(), [&] { ++calls; });
+  EXPECT_EQ(calls, n - 2);  // one per reflector
+  for (int i = 0; i < n; ++i) st[i * n + i] = 1;
+  calls = 0;
+  EXPECT_GE(tridiagonal_ql(d.data(), e.data(), n, st.data(), [&] { ++calls; }), 0);
+  EXPECT_EQ(calls, n);  // one per eigenvalue
+  struct Stop {};
+  EXPECT_THROW(tridiagonal_ql(d.data(), e.data(), n, st.data(), [] { throw Stop(); }), Stop);
 }
 
 }  // namespace

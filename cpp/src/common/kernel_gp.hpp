@@ -30,8 +30,8 @@ constexpr int kLinear = 0, kRelu = 1, kExp = 2;
 // How a prompt's labels were drawn (the values recorded in the `method` output).
 constexpr int kMethodGram = 0;       // linear: Y = Ξ θ, θ ~ N(0, I_d) (R = Ξ, K = ΞΞᵀ is PSD)
 constexpr int kMethodCholesky = 1;   // K = L Lᵀ succeeded: K_+ = K, Y = L z
-constexpr int kMethodJacobi = 2;     // K = U D Uᵀ (Jacobi): Y = U |D|^{1/2} z
-constexpr int kMethodJacobiUnconverged = 3;  // Jacobi hit its sweep limit (never observed)
+constexpr int kMethodEigen = 2;      // K = U D Uᵀ (Householder + QL): Y = U |D|^{1/2} z
+constexpr int kMethodEigenUnconverged = 3;  // QL hit its iteration limit (never observed)
 
 // The normals at positions [0, count) of a stream, two per Philox block (double Box–Muller).
 LSA_HD void stream_normals(const rng::StreamAddress& a, int count, double* z) {
@@ -75,16 +75,54 @@ LSA_HD void kernel_matrix(int kernel, double inv_bw2, const double* xi, int n1, 
 }
 
 // Workspace doubles gp_labels needs for n1 points.
-LSA_HD int gp_workspace(int n1) { return 2 * n1 * n1 + 2 * n1; }
+LSA_HD int gp_workspace(int n1) { return 2 * n1 * n1 + 5 * n1; }
+
+// y [n] = U |D|^{1/2} z for the symmetric K = U D Uᵀ held in a [n x n] (overwritten), z [n]:
+// K = Q T Qᵀ (Householder), T = S D Sᵀ (implicit QL), y = Q (S |D|^{1/2} z); O(n³): 4n³/3 flops
+// for T and ~6n³ for S. K is scaled by 1/max|K_ij| first when that exceeds 1 (the exp kernel's
+// e^{1/σ²}), so that no square overflows. work [n² + 4n]: Sᵀ [n x n], D [n], T's off-diagonal
+// [n], 2n scratch. Returns the QL iterations, or −1 (not converged, or K not finite).
+template <class Poll>
+LSA_HD int abs_root_times(double* a, int n, const double* z, double* work, double* y, Poll poll) {
+  double* St = work;           // [n x n] Sᵀ (rows: eigenvectors of T)
+  double* diag = St + n * n;   // [n] T_ii, then D
+  double* off = diag + n;      // [n] T_{i,i+1}
+  double* scratch = off + n;   // [2n]
+  double big = 0;
+  for (int i = 0; i < n; ++i)
+    for (int j = i; j < n; ++j) big = big > std::fabs(a[i * n + j]) ? big : std::fabs(a[i * n + j]);
+  if (!(big < INFINITY)) return -1;  // also NaN
+  const double unscale = big > 1 ? std::sqrt(big) : 1.0;  // |D|^{1/2} of K from that of K / big
+  if (big > 1)
+    for (int i = 0; i < n; ++i)
+      for (int j = i; j < n; ++j) a[i * n + j] /= big;
+  householder_tridiagonal(a, n, diag, off, scratch, poll);
+  for (int i = 0; i < n * n; ++i) St[i] = 0;
+  for (int i = 0; i < n; ++i) St[i * n + i] = 1;
+  const int iterations = tridiagonal_ql(diag, off, n, St, poll);
+  for (int i = 0; i < n; ++i) y[i] = 0;
+  for (int j = 0; j < n; ++j) {  // S |D|^{1/2} z = Σ_j (|D_j|^{1/2} z_j) S_:j, row j of Sᵀ
+    const double c = std::sqrt(std::fabs(diag[j])) * z[j] * unscale;
+    const double* sj = St + j * n;
+    for (int i = 0; i < n; ++i) y[i] += c * sj[i];
+  }
+  householder_apply(a, n, y);
+  return iterations;
+}
 
 // Y [n1] ~ N(0, K_+(ξ)) given ξ [n1 x d]  [CCS Definition 3.3], K_+ = U|D|Uᵀ.
 // linear: Y = Ξ θ (θ = the first d normals of `labels`): covariance ΞΞᵀ = K = K_+ in O(n1·d);
-// exp: Cholesky K = L Lᵀ, Y = L z (K is PSD, so K_+ = K); when the Cholesky fails at rounding
-//      level (a pivot <= 0 of a numerically singular K) and always for relu (indefinite K):
-//      cyclic Jacobi K = U D Uᵀ, Y = U |D|^{1/2} z, whose covariance is U|D|Uᵀ = K_+.
-// work: gp_workspace(n1) doubles. Returns the method used (kMethod*).
+// exp: Cholesky K = L Lᵀ, Y = L z (K is PSD, so K_+ = K), n1³/3 flops; when the Cholesky fails at
+//      rounding level (a pivot <= 0 of a numerically singular K) and always for relu (indefinite
+//      K): K = U D Uᵀ by Householder + implicit QL (abs_root_times), Y = U |D|^{1/2} z, whose
+//      covariance is U|D|Uᵀ = K_+; ~7n1³ flops (about 0.5 s at n1 = 600 on one core).
+//      (A cyclic Jacobi did this before: ~150n1³ flops and worse than cubic in n1. The switch
+//      changed the eigenvectors' signs, hence Y's values for a (seed, step); not the law.)
+// work: gp_workspace(n1) doubles. poll() runs every O(n1²) flops (see small_matrix.hpp).
+// Returns the method used (kMethod*).
+template <class Poll = NoPoll>
 LSA_HD int gp_labels(int kernel, double inv_bw2, const double* xi, int n1, int d,
-                     const rng::StreamAddress& labels, double* work, double* y) {
+                     const rng::StreamAddress& labels, double* work, double* y, Poll poll = {}) {
   if (kernel == kLinear) {
     double* theta = work;
     stream_normals(labels, d, theta);
@@ -96,29 +134,18 @@ LSA_HD int gp_labels(int kernel, double inv_bw2, const double* xi, int n1, int d
     return kMethodGram;
   }
   double* A = work;              // [n1 x n1]
-  double* V = A + n1 * n1;       // [n1 x n1]
-  double* w = V + n1 * n1;       // [n1]
-  double* z = w + n1;            // [n1]
+  double* z = A + n1 * n1;       // [n1]
+  double* eigen_work = z + n1;   // [n1² + 4 n1]
   stream_normals(labels, n1, z);
   kernel_matrix(kernel, inv_bw2, xi, n1, d, A);
-  if (kernel == kExp && cholesky_in_place(A, n1)) {
+  if (kernel == kExp && cholesky_in_place(A, n1, poll)) {
     lower_matvec(A, n1, z, y);
     return kMethodCholesky;
   }
   if (kernel == kExp) kernel_matrix(kernel, inv_bw2, xi, n1, d, A);  // the Cholesky overwrote it
-  const int sweeps = jacobi_eigen(A, n1, w, V);
-  for (int j = 0; j < n1; ++j) w[j] = std::sqrt(std::fabs(w[j])) * z[j];
-  for (int i = 0; i < n1; ++i) {
-    double s = 0;
-    for (int j = 0; j < n1; ++j) s += V[i * n1 + j] * w[j];
-    y[i] = s;
-  }
-  return sweeps >= 0 ? kMethodJacobi : kMethodJacobiUnconverged;
+  return abs_root_times(A, n1, z, eigen_work, y, poll) >= 0 ? kMethodEigen
+                                                            : kMethodEigenUnconverged;
 }
-
-}  // namespace lsa_native::detail::kgp
-
-namespace lsa_native::detail::kgp {
 
 // Doubles of per-prompt scratch sample_prompt needs: ξ [n1 x d], Y [n1], gp_labels' workspace.
 LSA_HD index_t prompt_workspace(int n1, int d) {
@@ -128,16 +155,17 @@ LSA_HD index_t prompt_workspace(int n1, int d) {
 // One K-GP prompt b of a step, written in the kernel-attention layout — the whole per-prompt work
 // of the CPU driver and of the CUDA kernel (one thread per prompt), so both run this arithmetic.
 // R: Σ^{1/2} [d x d] or nullptr (Σ = I). z [d+1, n1]: columns (x_j; y_j), last (x_q; 0);
-// *y_q the query label; xi_out [n1, d] (nullable) the whitened points; returns the method (kMethod*).
-template <class T>
+// *y_q the query label; xi_out [n1, d] (nullable) the whitened points; poll as in gp_labels;
+// returns the method (kMethod*).
+template <class T, class Poll = NoPoll>
 LSA_HD int sample_prompt(const rng::PhiloxKey& key, std::uint32_t prompt, std::uint32_t step,
                          int kernel, double inv_bw2, const double* R, int n1, int d,
-                         double* work, T* z, T* y_q, T* xi_out) {
+                         double* work, T* z, T* y_q, T* xi_out, Poll poll = {}) {
   double* xi = work;
   double* y = xi + n1 * d;
   sphere_points({key, prompt, step, kStreamGPPoints}, n1, d, xi);
   const int method = gp_labels(kernel, inv_bw2, xi, n1, d, {key, prompt, step, kStreamGPLabels},
-                               y + n1, y);
+                               y + n1, y, poll);
   for (int j = 0; j < n1; ++j) {
     const double* x = xi + j * d;
     for (int k = 0; k < d; ++k) {

@@ -7,8 +7,10 @@
 #include <cmath>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "common/interrupt.hpp"
 #include "common/kernel_gp.hpp"
 #include "common/parallel.hpp"
 #include "common/small_matrix.hpp"
@@ -37,6 +39,40 @@ void symmetric_sqrt(const double* sigma, index_t d, double* root, const char* na
       root[i * n + j] = s;
     }
 }
+
+namespace {
+
+// Prompts of at least this many points (n + 1) poll for Ctrl-C inside their factorization (every
+// O(n²) flops) and before each prompt: one such prompt takes a millisecond or more, so a chunk of
+// kPromptsPerChunk of them would outlast the poll interval. Smaller prompts rely on the poll
+// between chunks (parallel_for), which keeps the per-prompt cost of tiny contexts unchanged.
+constexpr int kPollInsidePromptPoints = 64;
+
+// The poll passed to gp_labels. Only the thread that entered the library runs the host's check
+// (detail::poll_interrupt); when it reports an interruption, the other threads stop at their next
+// poll too instead of finishing their (possibly long) prompts.
+class PromptPoll {
+ public:
+  explicit PromptPoll(bool active) : active_(active) {}
+  void operator()() const {
+    if (!active_) return;
+    if (stop_.load(std::memory_order_relaxed)) throw Interrupted();
+    if (std::this_thread::get_id() != caller_) return;
+    try {
+      detail::poll_interrupt();
+    } catch (const Interrupted&) {
+      stop_.store(true, std::memory_order_relaxed);
+      throw;
+    }
+  }
+
+ private:
+  bool active_;
+  std::thread::id caller_ = std::this_thread::get_id();
+  mutable std::atomic<bool> stop_{false};
+};
+
+}  // namespace
 
 template <class T>
 void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, const KernelGPLaw& law,
@@ -69,27 +105,30 @@ void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, con
   const rng::PhiloxKey key = rng::philox_key(seed);
   const auto st = static_cast<std::uint32_t>(step);
   std::atomic<bool> unconverged{false};
+  const PromptPoll poll(n1 >= kPollInsidePromptPoints);
+  const auto poll_ref = [&poll] { poll(); };  // the callable gp_labels copies
 
 #if LSA_NATIVE_HAVE_CUDA
   if (cuda_pointer_device(Z0) >= 0) {  // device arrays: the same per-prompt recipe on the GPU
     detail::require(cuda::sample_kernel_gp(key, st, batch, kern, inv_bw2, R, di, n1, Z0, y_q,
                                            xi_out, method),
-                    "kernel_gp: the Jacobi eigensolver did not converge on some prompt");
+                    "kernel_gp: the QL eigensolver did not converge on some prompt");
     return;
   }
 #endif
   detail::for_each_chunk(batch, [&](index_t, index_t b0, index_t b1) {
     std::vector<double> work(static_cast<size_t>(detail::kgp::prompt_workspace(n1, di)));
     for (index_t b = b0; b < b1; ++b) {
+      poll();
       const int m = detail::kgp::sample_prompt(key, static_cast<std::uint32_t>(b), st, kern,
                                                inv_bw2, R, n1, di, work.data(),
                                                Z0 + b * (d + 1) * n1, y_q + b,
-                                               xi_out ? xi_out + b * n1 * d : nullptr);
-      if (m == detail::kgp::kMethodJacobiUnconverged) unconverged = true;
+                                               xi_out ? xi_out + b * n1 * d : nullptr, poll_ref);
+      if (m == detail::kgp::kMethodEigenUnconverged) unconverged = true;
       if (method) method[b] = m;
     }
   });
-  detail::require(!unconverged, "kernel_gp: the Jacobi eigensolver did not converge on some prompt");
+  detail::require(!unconverged, "kernel_gp: the QL eigensolver did not converge on some prompt");
 }
 
 template void sample_kernel_gp<float>(std::uint64_t, std::uint64_t, index_t, const KernelGPLaw&,

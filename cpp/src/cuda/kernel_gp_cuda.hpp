@@ -13,7 +13,7 @@ namespace lsa_native::cuda {
 // Prompts 0..batch−1 of `step` by common/kernel_gp.hpp's sample_prompt, one GPU thread per prompt
 // (so each equals the CPU's prompt up to the rounding of the device's exp/log/sqrt/sin/cos).
 // root: Σ^{1/2} [d, d] on the host, or nullptr. Z0, y_q (device), xi, method (nullable) may be
-// device or host memory. Returns false when the Jacobi eigensolver hit its sweep limit on a prompt.
+// device or host memory. Returns false when the QL eigensolver hit its iteration limit on a prompt.
 template <class T>
 bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t batch, int kernel,
                       double inv_bw2, const double* root, int d, int n1, T* Z0, T* y_q, T* xi,

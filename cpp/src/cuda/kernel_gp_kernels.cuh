@@ -14,7 +14,7 @@ namespace {
 constexpr int kKernelGPThreads = 64;
 
 // Prompts first .. first+count−1; work: count × prompt_workspace(n1, d) doubles; *unconverged is
-// set to 1 when a Jacobi eigensolve hit its sweep limit.
+// set to 1 when a QL eigensolve hit its iteration limit.
 template <class T>
 __global__ void __launch_bounds__(kKernelGPThreads)
     kernel_gp_kernel(rng::PhiloxKey key, std::uint32_t step, index_t first, index_t count,
@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kKernelGPThreads)
       work + i * detail::kgp::prompt_workspace(n1, d), Z0 + b * (d + 1) * n1, y_q + b,
       xi ? xi + b * n1 * d : nullptr);
   if (method) method[b] = m;
-  if (m == detail::kgp::kMethodJacobiUnconverged) *unconverged = 1;
+  if (m == detail::kgp::kMethodEigenUnconverged) *unconverged = 1;
 }
 
 }  // namespace
