@@ -142,3 +142,26 @@ def test_noise_terms_are_large_here(rng, d, N, sigma):
     L = ref.loss_and_grad(W_pv, W_kq, Lambda, N, sigma)[0]
     shift = 0.5 * p2**2 * sigma**4 * (k2 @ Lambda @ k2) / N
     assert shift > 1e4 * RTOL * abs(L)
+
+
+@pytest.mark.parametrize("query", [False, True])
+def test_sampled_prompts_carry_the_population_noise(rng, query):
+    """The native sampler draws the noise the population loss assumes: y_i − <w, x_i> = σ ε_i with
+    ε_i ~ N(0, 1) (mean 0, variance σ², fourth moment 3σ⁴), and y_q − <w, x_q> the same with query
+    noise, exactly 0 without. 12 000 residuals: a wrong σ scale (σ/2: variance σ²/4) gives z ≈ 60."""
+    from lsa_native.sampling import LinearPrompts
+
+    d, N, B, sigma = 3, 30, 400, 0.7
+    spec = LinearPrompts(d, N, random_spd(rng, d), noise_std=sigma, query_noise=query,
+                         seed=int(rng.integers(2**63)))
+    b = spec.sample(B, step=int(rng.integers(2**31)), dtype=np.float64)
+    r = (b.y - np.einsum("bnd,bd->bn", b.X, b.w)).ravel() / sigma
+    n = r.size
+    assert abs(r.mean()) / np.sqrt(1 / n) < 5
+    assert abs(np.mean(r**2) - 1) / np.sqrt(2 / n) < 5  # Var(ε²) = 2
+    assert abs(np.mean(r**4) - 3) / np.sqrt(96 / n) < 5  # Var(ε⁴) = 105 − 9
+    r_q = b.y_q - np.einsum("bd,bd->b", b.x_q, b.w)
+    if query:
+        assert abs(np.mean(r_q**2) / sigma**2 - 1) / np.sqrt(2 / B) < 5
+    else:
+        np.testing.assert_allclose(r_q, 0, atol=1e-12 * np.abs(b.y_q).max())

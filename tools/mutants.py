@@ -151,7 +151,7 @@ MUTANTS = [
     Mutant("prompt-label-noise", "cpp/src/common/linear_prompts.hpp",
            "return P.sigma > T(0) ? y + P.sigma * *eps : y;",
            "return P.sigma > T(0) ? y + T(0.5) * P.sigma * *eps : y;", "label noise σ/2 in sampled prompts",
-           SAMPLING),
+           SAMPLING + ("tests/test_population_noise.py",)),
     Mutant("wishart-dof", "cpp/src/cpu/simd_random.hpp",
            "shape[l] = T(0.5) * static_cast<T>(N - slot.i);", "shape[l] = T(0.5) * static_cast<T>(N - slot.i + 1);",
            "Bartlett χ²_{N−i} → χ²_{N−i+1} (SIMD path)", SAMPLING),
