@@ -33,9 +33,9 @@ no_gpu = pytest.mark.skipif(lsa_native.cuda_available(), reason="a GPU is visibl
 @no_gpu
 def test_device_cuda_without_a_gpu_says_why():
     p = ka.KernelAttentionParams.gaussian(np.random.default_rng(0), 3, 2, activations="softmax")
-    with pytest.raises(RuntimeError, match="device: 'cuda' needs .*visible GPU"):
+    with pytest.raises(ValueError, match="device: 'cuda' needs .*visible GPU"):
         train.KernelAttentionObjective(p, device="cuda")
-    with pytest.raises(RuntimeError, match="device: 'cuda' needs .*visible GPU"):
+    with pytest.raises(ValueError, match="device: 'cuda' needs .*visible GPU"):
         sampling.KernelGPPrompts(3, 5, "exp", seed=1).sample(4, device="cuda")
 
 
@@ -81,6 +81,13 @@ def test_device_objective_samples_once_per_resample_into_the_same_buffers(monkey
         assert loss == want[0]
         np.testing.assert_array_equal(grad, want[1])
     assert spec.calls == [(0, False), (1, True), (2, True)]
+    # Another source (or batch size) at the same sample index: drawn anew, into new buffers.
+    other = _RecordingSpec()
+    obj.loss_and_grad(obj.theta0, 9, train.Prompts(other, batch=16, resample_every=4,
+                                                    dtype=np.float64))
+    obj.loss_and_grad(obj.theta0, 9, train.Prompts(other, batch=8, resample_every=4,
+                                                    dtype=np.float64))
+    assert other.calls == [(2, False), (2, False)]
     with pytest.raises(TypeError, match="data: device='cuda' trains on a train.Prompts source"):
         obj.loss_and_grad(obj.theta0, 0, train.FixedPrompts(spec.inner.sample(4, 0, np.float64)))
 

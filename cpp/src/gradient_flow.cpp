@@ -70,7 +70,9 @@ class StiffMatrices {
     L_.resize(m * m);
     for (size_t i = 0; i < m * m; ++i) L_[i] = -h * ros34pw2::kGamma * J_[i];
     for (size_t i = 0; i < m; ++i) L_[i * m + i] += 1.0;
-    const bool ok = detail::cholesky_in_place(L_.data(), static_cast<int>(m));
+    // Ctrl-C inside the O(m³) factorization too (m up to 6000: tens of seconds).
+    const bool ok = detail::cholesky_in_place(L_.data(), static_cast<int>(m),
+                                              [] { detail::poll_interrupt(); });
     factor_step_ = ok ? h : 0;
     return ok;
   }

@@ -27,7 +27,7 @@ TEST(KernelGP, SpherePointsHaveUnitNorm) {
 // Y = R z with R R^T = K_+: rebuild R from the recipe's own z and check the labels for each method.
 TEST(KernelGP, LabelsAreRootTimesNormals) {
   const int n1 = 8, d = 3;
-  std::vector<double> xi(n1 * d), y(n1), work(detail::kgp::gp_workspace(n1)), z(n1), K(n1 * n1);
+  std::vector<double> xi(n1 * d), y(n1), work(detail::kgp::gp_workspace(n1, d)), z(n1), K(n1 * n1);
   const rng::StreamAddress pts{rng::philox_key(11), 2, 0, detail::kgp::kStreamGPPoints};
   const rng::StreamAddress lab{rng::philox_key(11), 2, 0, detail::kgp::kStreamGPLabels};
   detail::kgp::sphere_points(pts, n1, d, xi.data());

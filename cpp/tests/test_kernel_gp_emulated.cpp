@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -17,8 +18,11 @@ namespace {
 using lsa_native::index_t;
 namespace kgp = lsa_native::detail::kgp;
 
+// `launches` > 1 splits the batch over several launches (first > 0), as the CUDA driver does when
+// the per-prompt workspaces of the whole batch exceed its scratch budget.
 template <class T>
-void expect_kernel_matches_driver(int kernel, bool with_sigma, int d, int n, index_t batch) {
+void expect_kernel_matches_driver(int kernel, bool with_sigma, int d, int n, index_t batch,
+                                  int launches = 1) {
   const std::uint64_t seed = 77, step = 5;
   const int n1 = n + 1;
   const double bandwidth = 0.9, inv_bw2 = 1.0 / (bandwidth * bandwidth);
@@ -37,14 +41,19 @@ void expect_kernel_matches_driver(int kernel, bool with_sigma, int d, int n, ind
 
   std::vector<T> z(zsize, T(-7)), y(batch, T(-7)), xi(batch * n1 * d, T(-7));
   std::vector<std::int32_t> m(batch, -1);
-  std::vector<double> work(batch * kgp::prompt_workspace(n1, d));
+  const index_t chunk = (batch + launches - 1) / launches;
+  // Exactly one chunk's workspace, so that a prompt writing past its slice shows (under ASan).
+  std::vector<double> work(chunk * kgp::prompt_workspace(n1, d));
   int unconverged = 0;
   const unsigned threads = lsa_native::cuda::kernels::kKernelGPThreads;
-  lsa_emu::launch(unsigned((batch + threads - 1) / threads), threads, 0,
-                  lsa_native::cuda::kernels::kernel_gp_kernel<T>, lsa_native::rng::philox_key(seed),
-                  std::uint32_t(step), index_t(0), batch, kernel, inv_bw2,
-                  with_sigma ? static_cast<const double*>(root.data()) : nullptr, d, n1, work.data(),
-                  z.data(), y.data(), xi.data(), m.data(), &unconverged);
+  for (index_t first = 0; first < batch; first += chunk) {
+    const index_t count = std::min(chunk, batch - first);
+    lsa_emu::launch(unsigned((count + threads - 1) / threads), threads, 0,
+                    lsa_native::cuda::kernels::kernel_gp_kernel<T>,
+                    lsa_native::rng::philox_key(seed), std::uint32_t(step), first, count, kernel,
+                    inv_bw2, with_sigma ? static_cast<const double*>(root.data()) : nullptr, d, n1,
+                    work.data(), z.data(), y.data(), xi.data(), m.data(), &unconverged);
+  }
   EXPECT_EQ(unconverged, 0);
   EXPECT_EQ(z, z_cpu);
   EXPECT_EQ(y, y_cpu);
@@ -63,6 +72,18 @@ TEST(KernelGPEmulated, EveryKernelMatchesTheDriver) {
 TEST(KernelGPEmulated, OneDimensionAndOneContextPoint) {
   expect_kernel_matches_driver<double>(kgp::kExp, false, 1, 1, 3);
   expect_kernel_matches_driver<double>(kgp::kRelu, true, 1, 2, 65);
+}
+
+// The linear kernel's θ [d] lives in the label workspace: a large d with one context point needs
+// more room than the factorizations (19 doubles at n + 1 = 2 would overrun 2n1² + 5n1 = 18).
+TEST(KernelGPEmulated, LinearKernelLargeDimensionFewPoints) {
+  expect_kernel_matches_driver<double>(kgp::kLinear, false, 19, 1, 5);
+  expect_kernel_matches_driver<float>(kgp::kLinear, true, 40, 2, 3);
+}
+
+TEST(KernelGPEmulated, BatchSplitOverSeveralLaunches) {
+  expect_kernel_matches_driver<double>(kgp::kRelu, false, 3, 9, 150, 3);
+  expect_kernel_matches_driver<float>(kgp::kExp, true, 4, 6, 67, 2);
 }
 
 }  // namespace

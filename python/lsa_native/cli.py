@@ -143,8 +143,7 @@ def _validate(args, experiments, _common, sweep) -> dict:
         raise ValueError(f"--workers: expected an integer in [0, {WORKERS_MAX}], got {args.workers}")
     if args.id == "all" and args.set:
         raise ValueError("--set applies to one reproduction id, not 'all'")
-    if args.device == "cuda" and not _cuda.available():
-        raise ValueError("--device cuda: needs a build with CUDA kernels and a visible GPU")
+    _cuda.check_device(args.device, "--device")
     if not args.out.strip():
         raise ValueError("--out: expected a folder path, got an empty string")
     try:

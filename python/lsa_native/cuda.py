@@ -23,6 +23,7 @@ from ._streams import check_seed, stream_args
 __all__ = [
     "compiled",
     "available",
+    "check_device",
     "DeviceArray",
     "is_cuda_array",
     "to_device",
@@ -49,6 +50,18 @@ def compiled() -> bool:
 def available() -> bool:
     """True when CUDA kernels were compiled and a GPU is visible."""
     return bool(_core.cuda_available())
+
+
+def check_device(device, name: str = "device") -> str:
+    """``device`` as given when it is "cpu", or "cuda" with CUDA kernels and a GPU to run them;
+    a ValueError naming ``name`` otherwise (the one check of every ``device=`` that picks where
+    training or sampling runs)."""
+    if not isinstance(device, str) or device not in ("cpu", "cuda"):
+        raise ValueError(f"{name}: expected 'cpu' or 'cuda', got {device!r}")
+    if device == "cuda" and not available():
+        raise ValueError(f"{name}: 'cuda' needs a build with CUDA kernels and a visible GPU "
+                         f"(cuda.compiled() = {compiled()}, cuda.available() = False)")
+    return device
 
 
 def synchronize() -> None:

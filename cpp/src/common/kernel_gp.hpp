@@ -74,8 +74,12 @@ LSA_HD void kernel_matrix(int kernel, double inv_bw2, const double* xi, int n1, 
     }
 }
 
-// Workspace doubles gp_labels needs for n1 points.
-LSA_HD int gp_workspace(int n1) { return 2 * n1 * n1 + 5 * n1; }
+// Workspace doubles gp_labels needs for n1 points in dimension d (the linear kernel keeps θ [d]
+// there, which can exceed the factorizations' room when d is large and n1 small).
+LSA_HD int gp_workspace(int n1, int d) {
+  const int factorization = 2 * n1 * n1 + 5 * n1;
+  return d > factorization ? d : factorization;
+}
 
 // y [n] = U |D|^{1/2} z for the symmetric K = U D Uᵀ held in a [n x n] (overwritten), z [n]:
 // K = Q T Qᵀ (Householder), T = S D Sᵀ (implicit QL), y = Q (S |D|^{1/2} z); O(n³): 4n³/3 flops
@@ -118,7 +122,7 @@ LSA_HD int abs_root_times(double* a, int n, const double* z, double* work, doubl
 //      covariance is U|D|Uᵀ = K_+; ~7n1³ flops (about 0.5 s at n1 = 600 on one core).
 //      (A cyclic Jacobi did this before: ~150n1³ flops and worse than cubic in n1. The switch
 //      changed the eigenvectors' signs, hence Y's values for a (seed, step); not the law.)
-// work: gp_workspace(n1) doubles. poll() runs every O(n1²) flops (see small_matrix.hpp).
+// work: gp_workspace(n1, d) doubles. poll() runs every O(n1²) flops (see small_matrix.hpp).
 // Returns the method used (kMethod*).
 template <class Poll = NoPoll>
 LSA_HD int gp_labels(int kernel, double inv_bw2, const double* xi, int n1, int d,
@@ -149,7 +153,7 @@ LSA_HD int gp_labels(int kernel, double inv_bw2, const double* xi, int n1, int d
 
 // Doubles of per-prompt scratch sample_prompt needs: ξ [n1 x d], Y [n1], gp_labels' workspace.
 LSA_HD index_t prompt_workspace(int n1, int d) {
-  return index_t(n1) * d + n1 + gp_workspace(n1);
+  return index_t(n1) * d + n1 + gp_workspace(n1, d);
 }
 
 // One K-GP prompt b of a step, written in the kernel-attention layout — the whole per-prompt work

@@ -83,7 +83,8 @@ void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, con
   detail::require(d >= 1, "dim: expected d >= 1, got " + std::to_string(d));
   detail::require(n >= 1, "context: expected n >= 1, got " + std::to_string(n));
   detail::require(n + 1 <= 4096, "context: expected n + 1 <= 4096, got " + std::to_string(n));
-  detail::require(d * (n + 1) <= (index_t(1) << 31), "dim * (context + 1) too large");
+  // The per-prompt recipe indexes a prompt's (d+1) x (n+1) values with int.
+  detail::require((d + 1) * (n + 1) < (index_t(1) << 31), "(dim + 1) * (context + 1) too large");
   detail::require(step < (std::uint64_t(1) << 32), "step: expected 0 <= step < 2^32");
   const int kern = static_cast<int>(law.kernel);
   detail::require(kern >= 0 && kern <= 2, "kernel: unknown kernel code " + std::to_string(kern));

@@ -222,11 +222,7 @@ def reproduction(id: str, *, claim: str, condition: str, quick: dict, full: dict
                 raise TypeError(f"full: expected True or False, got {full!r}")
             seed = positive_int(seed, "seed", minimum=0)
             workers = positive_int(workers, "workers", minimum=0)
-            if device not in ("cpu", "cuda"):
-                raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
-            if device == "cuda" and not cuda.available():
-                raise ValueError("device: 'cuda' needs a build with CUDA kernels and a visible GPU "
-                                 f"(cuda.compiled() = {cuda.compiled()}, cuda.available() = False)")
+            device = cuda.check_device(device)
             base = dict(quick)
             if full:
                 base.update(full_sizes)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _core
+from .. import _core, cuda
 from .._validation import as_out, check_flag, check_sampled, float_dtype, positive_float, positive_int, rescale_hint
 from ..gp_kernels import KERNELS, check_kernel
 from ..data import PromptBatch, check_covariance
@@ -49,8 +49,8 @@ class KernelGPPrompts:
 
     Cost per prompt O(n³) in the context n: ~n³/3 flops for a Cholesky (exp), ~7n³ for an
     eigendecomposition (relu): on one core about 0.5 s at n = 600 and 10 s at n = 1500 (relu),
-    spread over ``lsa_native.set_num_threads`` threads across prompts. Ctrl-C interrupts a call
-    (contexts of 63 points or more poll inside each prompt).
+    spread over ``lsa_native.set_num_threads`` threads across prompts. Ctrl-C interrupts a CPU call
+    (contexts of 63 points or more poll inside each prompt); see :meth:`sample` for the GPU.
     """
 
     __slots__ = ("_dim", "_context", "_kernel", "_bandwidth", "_Sigma", "_seed")
@@ -99,17 +99,17 @@ class KernelGPPrompts:
         code on the same Philox streams, so each prompt equals the CPU's up to the rounding of the
         device's exp/log/sqrt/sin/cos (an eigen route, relu's, can amplify that rounding where two
         eigenvalues of K are close). ``out`` then holds CUDA arrays (any library with
-        ``__cuda_array_interface__``); the batch's ``E`` and ``y_q`` are CUDA arrays
+        ``__cuda_array_interface__``); ``y_q`` is checked for overflow (one copy of B numbers).
+        One GPU thread draws a whole prompt, so the device pays off for CCS-size contexts (n ≲ 100);
+        a GPU call is not interrupted by Ctrl-C. The batch's ``E`` and ``y_q`` are CUDA arrays
         (:class:`lsa_native.cuda.DeviceArray` unless given); ``X``, ``y``, ``x_q`` and ξ are not
         kept (None: slice ``E`` on the device, or sample on the CPU for baselines)."""
         B = positive_int(batch, "batch")
         k = _counter(step, "step", 32)
         dt = float_dtype(dtype)
-        if device not in ("cpu", "cuda"):
-            raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
-        if device == "cuda":
-            return self._sample_cuda(B, k, dt, out)
         return_xi = check_flag(return_xi, "return_xi")
+        if cuda.check_device(device) == "cuda":
+            return self._sample_cuda(B, k, dt, out)
         d, n = self._dim, self._context
         Z0, y_q = (None, None) if out is None else out
         Z0 = as_out(Z0, (B, d + 1, n + 1), dt, "out[0] (Z0)")
@@ -118,11 +118,9 @@ class KernelGPPrompts:
         _core.kernel_gp_sample(self._seed, k, GP_KERNELS[self._kernel], self._bandwidth,
                                self._Sigma, Z0, y_q, xi)
         # One pass over the draws: negligible next to the O(n³) factorization per prompt.
-        labels = (f"bandwidth {self._bandwidth} makes exp(<u, w>/σ²) too large for {dt}: use a "
-                  f"larger bandwidth" + (" or dtype=float64" if dt != np.float64 else "")
-                  if self._kernel == "exp" else f"Sigma is too large for {dt}: {rescale_hint('Sigma', dt)}")
-        check_sampled(("E (covariates)", Z0[:, :d], f"Sigma is too large for {dt}: {rescale_hint('Sigma', dt)}"),
-                      ("E (labels)", Z0[:, d], labels), ("y_q", y_q, labels))
+        check_sampled(("E (covariates)", Z0[:, :d], self._covariates_hint(dt)),
+                      ("E (labels)", Z0[:, d], self._labels_hint(dt)),
+                      ("y_q", y_q, self._labels_hint(dt)))
         Sigma = np.eye(d) if self._Sigma is None else self._Sigma
         return PromptBatch(X=np.swapaxes(Z0[:, :d, :n], 1, 2), y=Z0[:, d, :n], x_q=Z0[:, :d, n],
                            y_q=y_q, w=None, E=Z0, Sigma=Sigma,
@@ -130,12 +128,16 @@ class KernelGPPrompts:
                            kernel=self._kernel, bandwidth=self._bandwidth)
 
 
-    def _sample_cuda(self, B: int, k: int, dt: np.dtype, out) -> PromptBatch:
-        from .. import cuda
+    def _covariates_hint(self, dt: np.dtype) -> str:
+        return f"Sigma is too large for {dt}: {rescale_hint('Sigma', dt)}"
 
-        if not cuda.available():
-            raise RuntimeError("device: 'cuda' needs a build with CUDA kernels and a visible GPU "
-                               f"(cuda.compiled() = {cuda.compiled()}, cuda.available() = False)")
+    def _labels_hint(self, dt: np.dtype) -> str:
+        if self._kernel == "exp":
+            return (f"bandwidth {self._bandwidth} makes exp(<u, w>/σ²) too large for {dt}: use a "
+                    "larger bandwidth" + (" or dtype=float64" if dt != np.float64 else ""))
+        return self._covariates_hint(dt)
+
+    def _sample_cuda(self, B: int, k: int, dt: np.dtype, out) -> PromptBatch:
         d, n = self._dim, self._context
         shapes = {"out[0] (Z0)": (B, d + 1, n + 1), "out[1] (y_q)": (B,)}
         if out is None:
@@ -156,6 +158,9 @@ class KernelGPPrompts:
         _core.kernel_gp_sample_cuda(dt.name, self._seed, k, GP_KERNELS[self._kernel],
                                     self._bandwidth, self._Sigma, B, d, n,
                                     cuda.view(Z0, "Z0").ptr, cuda.view(y_q, "y_q").ptr, 0)
+        # The query labels come back (B numbers, once per resample): an overflow of the labels
+        # shows there; the covariates are bounded by Σ's check at construction.
+        check_sampled(("y_q", cuda.to_host(y_q), self._labels_hint(dt)))
         Sigma = np.eye(d) if self._Sigma is None else self._Sigma
         return PromptBatch(X=None, y=None, x_q=None, y_q=y_q, w=None, E=Z0, Sigma=Sigma,
                            kernel=self._kernel, bandwidth=self._bandwidth)

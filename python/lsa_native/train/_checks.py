@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._validation import check_flag as flag  # noqa: F401  (re-exported for train)
+
 __all__ = ["flag", "real_output", "real_array_output"]
-
-
-def flag(value, name: str) -> bool:
-    """A bool (Python or numpy); anything else is refused — ``bool("no")`` is True."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name}: expected True or False, got {type(value).__name__}")
-    return bool(value)
 
 
 def real_output(value, name: str) -> float:

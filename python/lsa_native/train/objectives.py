@@ -20,6 +20,7 @@ population loss, and for kernel attention (1/(2B)) Σ_b (TF_b + y_q,b)² = ½ ×
 from __future__ import annotations
 
 import hashlib
+import inspect
 
 import numpy as np
 
@@ -149,9 +150,10 @@ class KernelAttentionObjective(Objective):
 
     ``device="cuda"``: the training prompts are drawn on the GPU (``spec.sample(..., device=
     "cuda")`` of a :class:`~lsa_native.train.data.Prompts` source, e.g.
-    ``sampling.KernelGPPrompts``: the CPU's prompts up to rounding), kept there while they are
-    reused (``resample_every``) and rewritten in place at each resample, and the forward/backward
-    runs on the GPU; θ and its gradient (a few hundred numbers) stay host float64, so the
+    ``sampling.KernelGPPrompts``: the CPU's prompts up to rounding), directly in ``dtype`` (the
+    CPU route draws in the source's dtype and casts), kept there while they are reused
+    (``resample_every``) and rewritten in place at each resample, and the forward/backward runs on
+    the GPU; θ and its gradient (a few hundred numbers) stay host float64, so the
     optimizer, checkpoints and resume are those of the CPU. ``evaluate`` runs on the CPU.
     """
 
@@ -159,11 +161,7 @@ class KernelAttentionObjective(Objective):
                  device: str = "cpu"):
         if not isinstance(params, ka.KernelAttentionParams):
             raise TypeError(f"params: expected KernelAttentionParams, got {type(params).__name__}")
-        if device not in ("cpu", "cuda"):
-            raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
-        if device == "cuda" and not cuda.available():
-            raise RuntimeError("device: 'cuda' needs a build with CUDA kernels and a visible GPU "
-                               f"(cuda.compiled() = {cuda.compiled()}, cuda.available() = False)")
+        self.device = cuda.check_device(device)
         self.hold_A_zero = bool(hold_A_zero)
         if self.hold_A_zero:
             if not params.sparse:
@@ -172,7 +170,6 @@ class KernelAttentionObjective(Objective):
                                               A=np.zeros_like(params.A, dtype=np.float64), r=params.r)
         self.template = params
         self.dtype = _float_dtype(dtype)
-        self.device = device
         full = params.to_vector()
         self._nA = params.A.size if self.hold_A_zero else 0
         self.theta0 = full[self._nA:].copy()
@@ -185,22 +182,23 @@ class KernelAttentionObjective(Objective):
         return self.template.from_vector(theta)
 
     def _batch_on_device(self, step, data):
-        """(Z0, y_q) of the step on the GPU: sampled there, rewritten in place at each resample."""
-        if not (hasattr(data, "spec") and hasattr(data, "sample_index")):
+        """(Z0, y_q) of the step on the GPU: sampled there in ``dtype`` (None: the source's), and
+        rewritten in place at each resample while the source, batch size and dtype stay the same
+        (the cache is keyed on all four, so a second ``fit`` with another source samples anew)."""
+        spec = getattr(data, "spec", None)
+        if not (hasattr(data, "sample_index") and spec is not None
+                and "device" in inspect.signature(spec.sample).parameters):
             raise TypeError("data: device='cuda' trains on a train.Prompts source whose spec samples "
-                            f"on the GPU (e.g. sampling.KernelGPPrompts), got {type(data).__name__}")
-        k = data.sample_index(step)
-        if self._device_batch[0] != k:
-            out = self._device_batch[1]
-            try:
-                b = data.spec.sample(batch=data.batch, step=k, dtype=self.dtype or data.dtype,
-                                     device="cuda", out=out)
-            except TypeError as exc:
-                if "device" not in str(exc):
-                    raise
-                raise TypeError(f"data: {type(data.spec).__name__}.sample cannot draw on the GPU "
-                                "(device='cuda' needs a spec such as sampling.KernelGPPrompts)") from exc
-            self._device_batch = (k, (b.E, b.y_q))
+                            "on the GPU (e.g. sampling.KernelGPPrompts), got "
+                            f"{type(spec if spec is not None else data).__name__}")
+        dtype = self.dtype if self.dtype is not None else data.dtype
+        key = (id(spec), data.batch, np.dtype(dtype), data.sample_index(step))
+        cached_key, arrays = self._device_batch
+        if cached_key != key:
+            reuse = cached_key is not None and cached_key[:3] == key[:3]
+            b = spec.sample(batch=data.batch, step=key[3], dtype=dtype, device="cuda",
+                            out=arrays if reuse else None)
+            self._device_batch = (key, (b.E, b.y_q))
         return self._device_batch[1]
 
     def loss_and_grad(self, theta, step, data):
