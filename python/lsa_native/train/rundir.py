@@ -106,7 +106,11 @@ class RunDir:
         self.config = dict(config, format=FORMAT)
         self.hash = identity_hash(self.config)
         self.keep = keep
-        self.path.mkdir(parents=True, exist_ok=True)
+        try:
+            self.path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise type(e)(e.errno, f"run_dir: cannot create the run directory {str(self.path)!r} "
+                                   f"({e.strerror})", str(self.path)) from e
         for stale in self.path.glob(".*.tmp*"):  # left by a kill during an atomic write
             stale.unlink(missing_ok=True)
         cfg_path = self.path / "config.json"
