@@ -173,7 +173,7 @@ class KernelAttentionObjective(Objective):
         full = params.to_vector()
         self._nA = params.A.size if self.hold_A_zero else 0
         self.theta0 = full[self._nA:].copy()
-        self._device_batch = (None, None)  # (sample index, (Z0, y_q) on the GPU)
+        self._device_batch = (None, None)  # ((spec, B, dtype, sample index), (Z0, y_q) on the GPU)
 
     def unpack(self, theta) -> ka.KernelAttentionParams:
         theta = np.asarray(theta, dtype=np.float64)
@@ -192,7 +192,8 @@ class KernelAttentionObjective(Objective):
                             "on the GPU (e.g. sampling.KernelGPPrompts), got "
                             f"{type(spec if spec is not None else data).__name__}")
         dtype = self.dtype if self.dtype is not None else data.dtype
-        key = (id(spec), data.batch, np.dtype(dtype), data.sample_index(step))
+        # The spec itself (not its id, which a new object could reuse) is kept in the key.
+        key = (spec, data.batch, np.dtype(dtype), data.sample_index(step))
         cached_key, arrays = self._device_batch
         if cached_key != key:
             reuse = cached_key is not None and cached_key[:3] == key[:3]
