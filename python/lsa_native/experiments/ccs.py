@@ -228,15 +228,19 @@ def _plot_loss_vs_layers(ax, rows, field, values, label, *, title):
 
 
 def _mean_over_seeds(results, cells, key_fields):
-    """{key: (mean loss per layer [L+1], mean Bayes loss)} averaged over seeds."""
+    """{key: (mean loss per layer [L+1], mean Bayes loss)} averaged over the seeds that trained
+    (a diverged training's losses are NaN; a group whose every seed diverged stays NaN)."""
     groups = {}
     for cfg, r in zip(cells, results):
         key = tuple(cfg[f] if not isinstance(cfg[f], list) else tuple(cfg[f]) for f in key_fields)
         groups.setdefault(key, []).append(r)
     out = {}
     for key, rs in groups.items():
-        out[key] = (np.nanmean([r["loss_per_layer"] for r in rs], axis=0),
-                    float(np.mean([r["bayes_loss"] for r in rs])))
+        losses = np.array([r["loss_per_layer"] for r in rs], dtype=np.float64)
+        trained = ~np.isnan(losses)
+        mean = np.where(trained.any(axis=0), np.where(trained, losses, 0).sum(axis=0)
+                        / np.maximum(trained.sum(axis=0), 1), np.nan)
+        out[key] = (mean, float(np.mean([r["bayes_loss"] for r in rs])))
     return out
 
 
