@@ -82,11 +82,13 @@ def test_monte_carlo_check_has_power(rng):
     assert abs(z_scores(losses[:, None], np.array([L - missing]))[0]) > Z_MAX
 
 
-@pytest.mark.parametrize("d,N", [(1, 1), (3, 2), (4, 7)])
-def test_gradient_matches_finite_differences(rng, d, N):
+@pytest.mark.parametrize("d,N,sigma", [(1, 1, 0.0), (3, 2, 0.0), (4, 7, 0.0), (2, 3, 1.1), (4, 6, 0.7)])
+def test_gradient_matches_finite_differences(rng, d, N, sigma):
+    """With label noise (sigma > 0, query noise on) too: a slip in a noise term's gradient only."""
     Lambda = random_spd(rng, d)
     W_pv, W_kq = random_full_params(rng, d)
-    _, g_pv, g_kq = pop.loss_and_grad(W_pv, W_kq, Lambda, N)
+    noise = dict(noise_std=sigma, query_noise=sigma > 0)
+    _, g_pv, g_kq = pop.loss_and_grad(W_pv, W_kq, Lambda, N, **noise)
     h = 1e-5
     for W, g, which in ((W_pv, g_pv, 0), (W_kq, g_kq, 1)):
         fd = np.zeros_like(W)
@@ -96,7 +98,8 @@ def test_gradient_matches_finite_differences(rng, d, N):
             Wm[idx] -= h
             args_p = (Wp, W_kq) if which == 0 else (W_pv, Wp)
             args_m = (Wm, W_kq) if which == 0 else (W_pv, Wm)
-            fd[idx] = (pop.loss(*args_p, Lambda, N) - pop.loss(*args_m, Lambda, N)) / (2 * h)
+            fd[idx] = (pop.loss(*args_p, Lambda, N, **noise)
+                       - pop.loss(*args_m, Lambda, N, **noise)) / (2 * h)
         # L is a quartic in θ: central-difference truncation is O(h² |∂³L|) ~ 1e-9 here.
         np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())
 

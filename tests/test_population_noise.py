@@ -107,27 +107,8 @@ def test_flow_records_the_noisy_loss(rng, query):
                                    atol=1e-6 * np.abs(g).max() + 1e-7 * np.abs(W).max())
 
 
-@pytest.mark.parametrize("d,N,sigma", [(2, 3, 1.1), (4, 6, 0.7)])
-def test_noisy_gradient_matches_finite_differences(rng, d, N, sigma):
-    """Loss and gradient of the noise terms agree with each other (a gradient-only slip)."""
-    Lambda = random_spd(rng, d)
-    W_pv, W_kq = random_full_params(rng, d)
-    _, g_pv, g_kq = pop.loss_and_grad(W_pv, W_kq, Lambda, N, noise_std=sigma, query_noise=True)
-    h = 1e-5
-
-    def loss(Wp, Wk):
-        return pop.loss(Wp, Wk, Lambda, N, noise_std=sigma, query_noise=True)
-
-    for W, g, which in ((W_pv, g_pv, 0), (W_kq, g_kq, 1)):
-        fd = np.zeros_like(W)
-        for idx in np.ndindex(W.shape):
-            Wp, Wm = W.copy(), W.copy()
-            Wp[idx] += h
-            Wm[idx] -= h
-            fd[idx] = (loss(Wp, W_kq) - loss(Wm, W_kq) if which == 0
-                       else loss(W_pv, Wp) - loss(W_pv, Wm)) / (2 * h)
-        # L is a quartic in θ: the central difference is exact to O(h²|∂³L|) ~ 1e-9 here.
-        np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-7 * np.abs(fd).max())
+# The noisy loss's finite-difference check is test_population.py::test_gradient_matches_finite_differences
+# (its noise_std > 0, query_noise=True cases).
 
 
 def test_query_noise_adds_half_sigma_squared(rng):
