@@ -12,6 +12,7 @@ namespace py = pybind11;
 
 namespace lsa_native::bindings {
 void bind_lsa(py::module_& m);
+void bind_multihead(py::module_& m);
 void bind_population(py::module_& m);
 void bind_kernel_attention(py::module_& m);
 void bind_kernel_gp(py::module_& m);
@@ -67,6 +68,7 @@ PYBIND11_MODULE(_core, m) {
   bind_stream_sum<float>(m);
   bind_stream_sum<double>(m);
   lsa_native::bindings::bind_lsa(m);
+  lsa_native::bindings::bind_multihead(m);
   lsa_native::bindings::bind_population(m);
   lsa_native::bindings::bind_kernel_attention(m);
   lsa_native::bindings::bind_kernel_gp(m);

@@ -3,3 +3,4 @@
 #define LSA_ISA_NS isa_avx2
 #include "cpu/lsa_kernels.inl"
 #include "cpu/lsa_predict_vjp.inl"
+#include "cpu/multihead_kernels.inl"

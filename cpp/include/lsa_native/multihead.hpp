@@ -1,0 +1,89 @@
+// Batched one-layer H-head linear self-attention in the embedding of Zhang, Frei, Bartlett
+// [ZFB (3.3)-(3.4)], the model of Zhang, Singh, Latham & Saxe (ICML 2025, arXiv 2501.16265):
+//
+//   F = E + Σ_h W^PV_h E (Eᵀ W^KQ_h E) / N = E + P E,   P = Σ_h W^PV_h G W^KQ_h,   G = E Eᵀ / N.
+//
+// Layout contract (as lsa.hpp, with a head axis on the parameters):
+//   E      [B, d+1, N+1]  C-contiguous prompts, the last column the query token (x_q; 0)
+//   W_pv   [H, d+1, d+1]  C-contiguous, W^PV_h
+//   W_kq   [H, d+1, d+1]  C-contiguous, W^KQ_h (merged key-query). The separate parametrization
+//                         W^KQ_h = W^K_hᵀ W^Q_h (W^K_h, W^Q_h of shape [r, d+1]) is formed by the
+//                         caller (lsa_native.multihead), its gradient chained from dW^KQ_h.
+// H = 1 runs the one-head kernels of lsa.hpp (token scalars, O(N d) per prompt) and equals them
+// bitwise. H >= 2 is computed Gram-first: G once per prompt (O(N d²)), then each head from G and the
+// query column only, O(d²) per head: never the O(N²) attention matrix.
+//
+// Threads, determinism, accuracy, error handling and Device as in lsa.hpp. Device::cuda is
+// supported for H = 1 (the LSA kernels); H >= 2 has CPU kernels only (Device::cuda throws Error).
+#pragma once
+
+#include "lsa_native/device.hpp"
+#include "lsa_native/lsa.hpp"
+#include "lsa_native/types.hpp"
+
+namespace lsa_native {
+
+// Throws Error unless H >= 1 and H·(d+1)² fits in index_t (after validate(shape)).
+void validate_heads(const LsaShape& shape, index_t heads);
+
+// ŷ_b = F_b[d, N] = E_b[d, N] + Σ_h p_hᵀ G_b q_h with p_h the last row of W^PV_h and
+// q_h = W^KQ_h e_q (the query token; exact for any label slot).          [ZFB (3.6), per head]
+//   y_hat [B] (written)
+template <class T>
+void multihead_lsa_predict(const LsaShape& shape, index_t heads, const T* E, const T* W_pv,
+                           const T* W_kq, T* y_hat, Device device = Device::cpu);
+
+// L = (1/(2B)) Σ_b (ŷ_b − y_q,b)²  [ZFB (3.7)] and its gradients: dW_pv [H, d+1, d+1] nonzero only
+// in the last row of each head (Σ_b r_b G_b q_h / B), dW_kq[h] = Σ_b r_b (G_b p_h) e_qᵀ / B.
+// Returns L; y_hat [B] written when not null.
+template <class T>
+double multihead_lsa_loss_and_grad(const LsaShape& shape, index_t heads, const T* E, const T* y_q,
+                                   const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq,
+                                   T* y_hat = nullptr, Device device = Device::cpu);
+
+// Full output F = E + P E, P = Σ_h W^PV_h G W^KQ_h.   F [B, d+1, N+1] (written)
+template <class T>
+void multihead_lsa_forward(const LsaShape& shape, index_t heads, const T* E, const T* W_pv,
+                           const T* W_kq, T* F, Device device = Device::cpu);
+
+// VJP of multihead_lsa_forward for d_F = ∂ℓ/∂F, with dP = d_F Eᵀ:
+//   dW^PV_h = Σ_b dP (G W^KQ_h)ᵀ,  dW^KQ_h = Σ_b (W^PV_h G)ᵀ dP,
+//   dE = d_F + Pᵀ d_F + (dG + dGᵀ) E / N,  dG = Σ_h W^PV_hᵀ dP W^KQ_hᵀ.
+//   d_W_pv, d_W_kq [H, d+1, d+1] (written), d_E [B, d+1, N+1] (written when not null)
+template <class T>
+void multihead_lsa_vjp(const LsaShape& shape, index_t heads, const T* E, const T* W_pv,
+                       const T* W_kq, const T* d_F, T* d_W_pv, T* d_W_kq, T* d_E = nullptr,
+                       Device device = Device::cpu);
+
+// VJP of multihead_lsa_predict for d_y = ∂ℓ/∂ŷ [B]:
+//   dW^PV_h last row Σ_b dŷ_b G_b q_h (the rest 0),  dW^KQ_h = Σ_b dŷ_b (G_b p_h) e_q,bᵀ,
+//   dE_b = (dŷ_b / N) S_b E_b with S_b = Σ_h (p_h q_hᵀ + q_h p_hᵀ), + dŷ_b Σ_h W^KQ_hᵀ G_b p_h on
+//   the query column, + dŷ_b on the query-label slot.
+template <class T>
+void multihead_lsa_predict_vjp(const LsaShape& shape, index_t heads, const T* E, const T* W_pv,
+                               const T* W_kq, const T* d_y, T* d_W_pv, T* d_W_kq, T* d_E = nullptr,
+                               Device device = Device::cpu);
+
+// ---- the one list of multi-head entry points (as LSA_NATIVE_LSA_API; CPU backend only) ----
+#define LSA_NATIVE_MULTIHEAD_API(X, T)                                                          \
+  X(void, multihead_lsa_predict,                                                               \
+    (const LsaShape& shape, index_t heads, const T* E, const T* W_pv, const T* W_kq, T* y_hat)) \
+  X(double, multihead_lsa_loss_and_grad,                                                       \
+    (const LsaShape& shape, index_t heads, const T* E, const T* y_q, const T* W_pv,            \
+     const T* W_kq, T* d_W_pv, T* d_W_kq, T* y_hat))                                           \
+  X(void, multihead_lsa_forward,                                                               \
+    (const LsaShape& shape, index_t heads, const T* E, const T* W_pv, const T* W_kq, T* F))     \
+  X(void, multihead_lsa_vjp,                                                                   \
+    (const LsaShape& shape, index_t heads, const T* E, const T* W_pv, const T* W_kq,           \
+     const T* d_F, T* d_W_pv, T* d_W_kq, T* d_E))                                              \
+  X(void, multihead_lsa_predict_vjp,                                                           \
+    (const LsaShape& shape, index_t heads, const T* E, const T* W_pv, const T* W_kq,           \
+     const T* d_y, T* d_W_pv, T* d_W_kq, T* d_E))
+
+#define LSA_NATIVE_MULTIHEAD_EXTERN(R, name, params) \
+  extern template R name(LSA_NATIVE_UNPAREN params, Device);
+LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_MULTIHEAD_EXTERN, float)
+LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_MULTIHEAD_EXTERN, double)
+#undef LSA_NATIVE_MULTIHEAD_EXTERN
+
+}  // namespace lsa_native

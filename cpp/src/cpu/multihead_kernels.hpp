@@ -1,0 +1,47 @@
+// CPU kernels of the H-head LSA (multihead.hpp) over a range of prompts, compiled once per
+// instruction set (multihead_kernels.inl, included by lsa_kernels_{base,avx2}.cpp beside the
+// one-head kernels whose token-axis tiles it reuses) and chosen at run time; drivers in
+// multihead_cpu.cpp.
+#pragma once
+
+#include "cpu/isa.hpp"
+#include "lsa_native/multihead.hpp"
+
+namespace lsa_native::cpu {
+
+// Widths of the per-chunk double partial sums (reduced in chunk order by the driver).
+// loss_grad: L, then d_p [H, d+1] (∂/∂ last rows of W^PV_h), then d_K [H, d+1, d+1] (∂/∂W^KQ_h).
+inline index_t multihead_loss_grad_partial_size(index_t d, index_t heads) {
+  return 1 + heads * (d + 1) + heads * (d + 1) * (d + 1);
+}
+// predict_vjp: d_p [H, d+1], d_K [H, d+1, d+1].
+inline index_t multihead_predict_vjp_partial_size(index_t d, index_t heads) {
+  return heads * (d + 1) + heads * (d + 1) * (d + 1);
+}
+// vjp: dW_pv [H, d+1, d+1], dW_kq [H, d+1, d+1].
+inline index_t multihead_vjp_partial_size(index_t d, index_t heads) {
+  return 2 * heads * (d + 1) * (d + 1);
+}
+
+// Kernels over prompts [b0, b1); arrays as in multihead.hpp. The bool ones return false when a
+// value they wrote to y_hat, F or d_E was non-finite (tested in the writing pass).
+template <class T>
+struct MultiHeadKernels {
+  bool (*predict)(const LsaShape&, index_t heads, const T* E, const T* W_pv, const T* W_kq,
+                  T* y_hat, index_t b0, index_t b1);
+  // partial [multihead_loss_grad_partial_size] (written): Σ r², Σ r ∂ŷ/∂p_h, Σ r ∂ŷ/∂W^KQ_h.
+  void (*loss_grad)(const LsaShape&, index_t heads, const T* E, const T* y_q, const T* W_pv,
+                    const T* W_kq, T* y_hat, index_t b0, index_t b1, double* partial);
+  // partial [multihead_predict_vjp_partial_size] (written): Σ dŷ ∂ŷ/∂p_h, Σ dŷ ∂ŷ/∂W^KQ_h.
+  bool (*predict_vjp)(const LsaShape&, index_t heads, const T* E, const T* W_pv, const T* W_kq,
+                      const T* d_y, T* d_E, index_t b0, index_t b1, double* partial);
+  bool (*forward)(const LsaShape&, index_t heads, const T* E, const T* W_pv, const T* W_kq, T* F,
+                  index_t b0, index_t b1);
+  // partial [multihead_vjp_partial_size] (written): Σ_b dW_pv, Σ_b dW_kq.
+  bool (*vjp)(const LsaShape&, index_t heads, const T* E, const T* W_pv, const T* W_kq,
+              const T* d_F, T* d_E, index_t b0, index_t b1, double* partial);
+};
+
+LSA_NATIVE_DECLARE_PER_ISA(template <class T> MultiHeadKernels<T> multihead_kernels();)
+
+}  // namespace lsa_native::cpu
