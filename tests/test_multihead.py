@@ -1,0 +1,211 @@
+"""H-head linear self-attention (lsa_native.multihead, native Gram-first CPU kernels): vs the naive
+numpy reference (per-head attention matrices) for every entry point, both parametrizations, both
+dtypes, odd sizes, d = 1, N = 1; H = 1 bitwise equal to lsa in float64; gradients vs central
+differences; thread-count independence; bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import lsa_native
+from lsa_native import lsa
+from lsa_native import multihead as mh
+from lsa_native.reference import multihead as ref
+
+SIZES = [(1, 1, 1, 2), (5, 1, 9, 3), (4, 6, 13, 2), (7, 5, 20, 5), (3, 20, 40, 4), (2, 3, 2, 7)]
+# Tolerances relative to the largest entry of the reference: float64 rounding of sums over the
+# N+1 tokens and the d+1 rows ~1e-15 (margin for the conditioning of differences), float32 ~1e-6.
+TOL = {np.float64: 1e-11, np.float32: 2e-4}
+
+
+def _draw(rng, B, d, N, H, label_slot=True):
+    E = rng.standard_normal((B, d + 1, N + 1))
+    if not label_slot:
+        E[:, d, N] = 0
+    W_pv, W_kq = rng.standard_normal((2, H, d + 1, d + 1))
+    return E, W_pv, W_kq
+
+
+def _close(got, want, dtype, what):
+    got = np.asarray(got)
+    assert got.dtype == dtype and got.shape == np.shape(want), what
+    scale = max(np.abs(want).max(), 1e-300)
+    assert np.abs(got - want).max() <= TOL[dtype] * scale, what
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("B,d,N,H", SIZES)
+def test_matches_reference(rng, B, d, N, H, dtype):
+    E, W_pv, W_kq = _draw(rng, B, d, N, H, label_slot=bool(rng.integers(2)))
+    y_q = rng.standard_normal(B)
+    d_F = rng.standard_normal(E.shape)
+    d_y = rng.standard_normal(B)
+    c = [a.astype(dtype) for a in (E, W_pv, W_kq, y_q, d_F, d_y)]
+    _close(mh.predict(c[0], c[1], c[2]), ref.predict(E, W_pv, W_kq), dtype, "predict")
+    _close(mh.forward(c[0], c[1], c[2]), ref.forward(E, W_pv, W_kq), dtype, "forward")
+    L, *grads, y_hat = mh.loss_and_grad(c[0], c[3], c[1], c[2], return_predictions=True)
+    L_ref, *grads_ref = ref.loss_and_grad(E, y_q, W_pv, W_kq)
+    assert abs(L - L_ref) <= TOL[dtype] * 10 * L_ref
+    for name, g, w in zip(("dW_pv", "dW_kq"), grads, grads_ref):
+        _close(g, w, dtype, "loss_and_grad " + name)
+    _close(y_hat, ref.predict(E, W_pv, W_kq), dtype, "y_hat")
+    for name, g, w in zip(("dW_pv", "dW_kq", "dE"), mh.vjp(c[0], c[1], c[2], c[4]),
+                          ref.vjp(E, W_pv, W_kq, d_F)):
+        _close(g, w, dtype, "vjp " + name)
+    for name, g, w in zip(("dW_pv", "dW_kq", "dE"), mh.predict_vjp(c[0], c[1], c[2], c[5]),
+                          ref.predict_vjp(E, W_pv, W_kq, d_y)):
+        _close(g, w, dtype, "predict_vjp " + name)
+    assert mh.vjp(c[0], c[1], c[2], c[4], with_input_grad=False)[-1] is None
+    assert mh.predict_vjp(c[0], c[1], c[2], c[5], with_input_grad=False)[-1] is None
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("r", [1, 2, 4])
+def test_separate_matches_reference(rng, r, dtype):
+    B, d, N, H = 6, 3, 11, 3
+    E = rng.standard_normal((B, d + 1, N + 1))
+    W_pv = rng.standard_normal((H, d + 1, d + 1))
+    W_k, W_q = rng.standard_normal((2, H, r, d + 1))
+    y_q = rng.standard_normal(B)
+    W_kq = ref.merge_kq(W_k, W_q)
+    assert np.linalg.matrix_rank(W_kq[0]) == r
+    c = [a.astype(dtype) for a in (E, W_pv, W_k, W_q, y_q)]
+    _close(mh.predict(c[0], c[1], W_k=c[2], W_q=c[3]), ref.predict(E, W_pv, W_kq), dtype, "predict")
+    L, d_pv, d_k, d_q = mh.loss_and_grad(c[0], c[4], c[1], W_k=c[2], W_q=c[3])
+    L_ref, d_pv_ref, d_kq_ref = ref.loss_and_grad(E, y_q, W_pv, W_kq)
+    d_k_ref, d_q_ref = ref.chain_kq(W_k, W_q, d_kq_ref)
+    assert abs(L - L_ref) <= TOL[dtype] * 10 * L_ref
+    for name, g, w in (("dW_pv", d_pv, d_pv_ref), ("dW_k", d_k, d_k_ref), ("dW_q", d_q, d_q_ref)):
+        _close(g, w, dtype, name)
+
+
+def test_one_head_is_lsa_bitwise(rng):
+    """H = 1 (merged) equals the one-head LSA bitwise in float64, every entry point."""
+    B, d, N = 9, 4, 17
+    E, W_pv, W_kq = _draw(rng, B, d, N, 1)
+    y_q, d_y = rng.standard_normal((2, B))
+    d_F = rng.standard_normal(E.shape)
+    one = (W_pv[0], W_kq[0])
+    assert np.array_equal(mh.predict(E, W_pv, W_kq), lsa.predict(E, *one))
+    assert np.array_equal(mh.forward(E, W_pv, W_kq), lsa.forward(E, *one))
+    got, want = mh.loss_and_grad(E, y_q, W_pv, W_kq), lsa.loss_and_grad(E, y_q, *one)
+    assert got[0] == want[0]
+    assert all(np.array_equal(g[0], w) for g, w in zip(got[1:], want[1:]))
+    for got, want in ((mh.vjp(E, W_pv, W_kq, d_F), lsa.vjp(E, *one, d_F)),
+                      (mh.predict_vjp(E, W_pv, W_kq, d_y), lsa.predict_vjp(E, *one, d_y))):
+        assert np.array_equal(got[0][0], want[0]) and np.array_equal(got[1][0], want[1])
+        assert np.array_equal(got[2], want[2])
+
+
+def test_heads_add_up(rng):
+    """The H-head prediction minus the label slot is the sum of the one-head predictions: no
+    cross-head term (a power check of the reference too)."""
+    B, d, N, H = 5, 3, 8, 4
+    E, W_pv, W_kq = _draw(rng, B, d, N, H, label_slot=False)
+    parts = sum(lsa.predict(E, W_pv[h], W_kq[h]) for h in range(H))
+    np.testing.assert_allclose(mh.predict(E, W_pv, W_kq), parts, rtol=1e-12, atol=1e-12)
+
+
+def _central(f, x, eps=1e-6):
+    g = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        x0 = x[i]
+        x[i] = x0 + eps
+        fp = f()
+        x[i] = x0 - eps
+        fm = f()
+        x[i] = x0
+        g[i] = (fp - fm) / (2 * eps)
+    return g
+
+
+@pytest.mark.parametrize("separate", [False, True])
+def test_loss_gradient_matches_central_differences(rng, separate):
+    B, d, N, H, r = 4, 2, 5, 3, 1
+    E = rng.standard_normal((B, d + 1, N + 1))
+    E[:, d, N] = 0
+    y_q = rng.standard_normal(B)
+    W_pv = rng.standard_normal((H, d + 1, d + 1))
+    if separate:
+        W_k, W_q = rng.standard_normal((2, H, r, d + 1))
+        kw = {"W_k": W_k, "W_q": W_q}
+        params = {"W_pv": W_pv, "W_k": W_k, "W_q": W_q}
+    else:
+        W_kq = rng.standard_normal((H, d + 1, d + 1))
+        kw = {"W_kq": W_kq}
+        params = {"W_pv": W_pv, "W_kq": W_kq}
+    loss = lambda: mh.loss_and_grad(E, y_q, W_pv, **kw)[0]  # noqa: E731
+    grads = mh.loss_and_grad(E, y_q, W_pv, **kw)[1:]
+    for (name, x), g in zip(params.items(), grads):
+        fd = _central(loss, x)
+        assert np.abs(g - fd).max() <= 1e-7 * max(1.0, np.abs(fd).max()), name
+
+
+def test_input_gradients_match_central_differences(rng):
+    B, d, N, H = 2, 2, 3, 3
+    E, W_pv, W_kq = _draw(rng, B, d, N, H)
+    d_F = rng.standard_normal(E.shape)
+    d_y = rng.standard_normal(B)
+    fd_F = _central(lambda: float(np.sum(d_F * mh.forward(E, W_pv, W_kq))), E)
+    fd_y = _central(lambda: float(d_y @ mh.predict(E, W_pv, W_kq)), E)
+    np.testing.assert_allclose(mh.vjp(E, W_pv, W_kq, d_F)[2], fd_F, rtol=1e-6, atol=1e-7)
+    np.testing.assert_allclose(mh.predict_vjp(E, W_pv, W_kq, d_y)[2], fd_y, rtol=1e-6, atol=1e-7)
+
+
+def test_thread_count_independent(rng):
+    B, d, N, H = 301, 4, 9, 3
+    E, W_pv, W_kq = _draw(rng, B, d, N, H)
+    y_q = rng.standard_normal(B)
+    before = lsa_native.num_threads()
+    try:
+        lsa_native.set_num_threads(1)
+        one = mh.loss_and_grad(E, y_q, W_pv, W_kq)
+        lsa_native.set_num_threads(3)
+        many = mh.loss_and_grad(E, y_q, W_pv, W_kq)
+    finally:
+        lsa_native.set_num_threads(before)
+    assert one[0] == many[0]
+    assert all(np.array_equal(a, b) for a, b in zip(one[1:], many[1:]))
+
+
+def test_bad_input(rng):
+    E, W_pv, W_kq = _draw(rng, 3, 2, 4, 2)
+    with pytest.raises(ValueError, match="W_pv: expected at least one head"):
+        mh.predict(E, W_pv[:0], W_kq[:0])
+    with pytest.raises(ValueError, match="W_pv: expected shape"):
+        mh.predict(E, W_pv[0], W_kq[0])
+    with pytest.raises(ValueError, match="W_kq: expected shape"):
+        mh.predict(E, W_pv, W_kq[:1])
+    with pytest.raises(ValueError, match="W_kq: expected shape"):
+        mh.predict(E, W_pv, W_kq[:, :2, :2])
+    W_k = rng.standard_normal((2, 1, 3))
+    with pytest.raises(ValueError, match=r"W_k: rank r = 4 out of range"):
+        mh.predict(E, W_pv, W_k=np.zeros((2, 4, 3)), W_q=np.zeros((2, 4, 3)))
+    with pytest.raises(ValueError, match=r"W_k: expected shape \(2, r, 3\)"):
+        mh.predict(E, W_pv, W_k=W_k[:1], W_q=W_k[:1])
+    with pytest.raises(ValueError, match="W_q: expected shape"):
+        mh.predict(E, W_pv, W_k=W_k, W_q=np.zeros((2, 2, 3)))
+    with pytest.raises(TypeError, match="either W_kq"):
+        mh.predict(E, W_pv, W_kq, W_k=W_k, W_q=W_k)
+    with pytest.raises(TypeError, match="either W_kq"):
+        mh.predict(E, W_pv)
+    with pytest.raises(TypeError, match="needs both"):
+        mh.predict(E, W_pv, W_k=W_k)
+    bad = W_kq.copy()
+    bad[1, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="W_kq"):
+        mh.predict(E, W_pv, bad)
+    bad = W_pv.copy()
+    bad[0, 2, 1] = np.inf
+    with pytest.raises(ValueError, match="W_pv"):
+        mh.loss_and_grad(E, np.zeros(3), bad, W_kq)
+    E_bad = E.copy()
+    E_bad[0, 0, 0] = np.nan
+    with pytest.raises((ValueError, FloatingPointError), match="E"):
+        mh.predict(E_bad, W_pv, W_kq)
+    with pytest.raises(ValueError, match="E: expected a 3-d"):
+        mh.predict(E[0], W_pv, W_kq)
+    with pytest.raises(ValueError, match="y_q: expected shape"):
+        mh.loss_and_grad(E, np.zeros(2), W_pv, W_kq)
+    with pytest.raises(TypeError, match="E: expected dtype"):
+        mh.predict(E.astype(np.int64), W_pv, W_kq)
