@@ -1,0 +1,195 @@
+"""H-head linear attention (lsa_native.multihead), the case of issue 21: 5 heads with separate
+rank-one keys and queries (W^KQ_h = W^K_hᵀ W^Q_h), d = 5, N = 20, B = 4096, float32, full-batch
+SGD from init 0.01 on prompts of LinearPrompts(Λ = diag(1, …, 5)/15) (Zhang et al. 2025's data
+class: eigenvalues ∝ 1..d, tr Λ = 1, so the initial loss is ½ tr Λ = 0.5).
+
+Part 1, one SGD step (loss, gradient, update) timed in the same run, medians:
+  native     lsa_native.multihead.loss_and_grad (Gram-first CPU kernels) + numpy update
+  torch-attn a plain PyTorch loop of the same model as a user writes it: every head's
+             (N+1)x(N+1) attention matrix, F = E + Σ_h W^PV_h E (Eᵀ W^KQ_h E)/N, ŷ = F[:, d, N]
+  torch-qcol the best plain PyTorch form: the query column only, ŷ = Σ_h p_hᵀ (E Eᵀ/N) W^KQ_h e_q
+  torch-wrap the lsa_native.torch autograd function (MultiHeadLinearSelfAttention, output='prediction')
+each on a fixed batch ("model") and with the step's prompts sampled ("+ sampling": the native
+sampler into a reused buffer; the torch loops get the same numpy arrays).
+
+Part 2, the training curve of the native step: the loss (mean over windows of 50 steps) at
+checkpoints and the plateaus found (runs of >= 8 windows within ±2 %).
+
+    python bench/report_multihead.py [--steps 20000] [--lr 1.0] [--repeats 15] [--threads 0]
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+import lsa_native as ln
+from lsa_native import multihead as mh
+from lsa_native.sampling import LinearPrompts
+
+from timing import median_seconds
+
+D, N, H, R, B = 5, 20, 5, 1, 4096
+
+
+def spec(seed=1):
+    return LinearPrompts(D, N, Lambda=np.diag(np.arange(1, D + 1) / 15.0), seed=seed)
+
+
+def init(seed=0):
+    rng = np.random.default_rng(seed)
+    return [0.01 * rng.standard_normal(s).astype(np.float32)
+            for s in ((H, D + 1, D + 1), (H, R, D + 1), (H, R, D + 1))]
+
+
+def torch_step_fn(params, lr, form):
+    W_pv, W_k, W_q = (torch.tensor(p, requires_grad=True) for p in params)
+
+    def step(E_np, y_np):
+        E, y = torch.from_numpy(E_np), torch.from_numpy(y_np)
+        W_kq = W_k.transpose(1, 2) @ W_q  # [H, d+1, d+1]
+        if form == "attn":
+            Eh = E.unsqueeze(1)  # [B, 1, d+1, N+1]
+            A = Eh.transpose(-1, -2) @ W_kq @ Eh / N  # Eᵀ W^KQ_h E: [B, H, N+1, N+1]
+            F = E + (W_pv @ Eh @ A).sum(dim=1)
+            pred = F[:, D, N]
+        else:
+            G = E @ E.transpose(1, 2) / N  # [B, d+1, d+1]
+            q = E[:, :, N] @ W_kq.transpose(1, 2)  # q_h = W^KQ_h e_q: [H, B, d+1]
+            pG = W_pv[:, D, :].unsqueeze(0) @ G  # p_hᵀ G: [B, H, d+1]
+            pred = E[:, D, N] + (pG * q.transpose(0, 1)).sum(dim=(1, 2))
+        loss = 0.5 * ((pred - y) ** 2).mean()
+        for p in (W_pv, W_k, W_q):
+            p.grad = None
+        loss.backward()
+        with torch.no_grad():
+            for p in (W_pv, W_k, W_q):
+                p -= lr * p.grad
+        return float(loss.detach())
+
+    return step
+
+
+def torch_wrap_step_fn(params, lr):
+    import lsa_native.torch as lt
+
+    model = lt.MultiHeadLinearSelfAttention(D, H, rank=R, output="prediction", dtype=torch.float32)
+    with torch.no_grad():
+        model.W_pv.copy_(torch.from_numpy(params[0]))
+        model.W_k.copy_(torch.from_numpy(params[1]))
+        model.W_q.copy_(torch.from_numpy(params[2]))
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+
+    def step(E_np, y_np):
+        E, y = torch.from_numpy(E_np), torch.from_numpy(y_np)
+        loss = 0.5 * ((model(E) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        return float(loss.detach())
+
+    return step
+
+
+def native_step_fn(params, lr):
+    W_pv, W_k, W_q = (p.copy() for p in params)
+
+    def step(E, y):
+        loss, g_pv, g_k, g_q = mh.loss_and_grad(E, y, W_pv, W_k=W_k, W_q=W_q)
+        W_pv[...] -= lr * g_pv
+        W_k[...] -= lr * g_k
+        W_q[...] -= lr * g_q
+        return loss
+
+    return step
+
+
+def timings(lr, repeats):
+    s = spec()
+    E = np.empty((B, D + 1, N + 1), np.float32)
+    y = np.empty(B, np.float32)
+    s.sample_embedding(B, 0, np.float32, E=E, y_q=y)
+    params = init()
+    steps = {"native": native_step_fn(params, lr), "torch-attn": torch_step_fn(params, lr, "attn"),
+             "torch-qcol": torch_step_fn(params, lr, "qcol")}
+    try:
+        steps["torch-wrap"] = torch_wrap_step_fn(params, lr)
+    except (ImportError, AttributeError) as e:  # pragma: no cover
+        print("torch wrapper unavailable:", e)
+    rows = {}
+    for name, fn in steps.items():
+        model = median_seconds(lambda: fn(E, y), repeats)
+        counter = iter(range(10**9))
+
+        def sampled():
+            s.sample_embedding(B, next(counter), np.float32, E=E, y_q=y)
+            fn(E, y)
+
+        rows[name] = (model, median_seconds(sampled, repeats))
+    base = rows["native"]
+    print(f"\nPart 1: one full-batch SGD step, H = {H}, r = {R}, d = {D}, N = {N}, B = {B}, float32, "
+          f"{ln.num_threads()} native threads, {torch.get_num_threads()} torch threads "
+          f"(ISA {ln._core.cpu_kernel_isa()})")
+    print(f"{'step':<12}{'model ms':>10}{'vs native':>11}{'+ sampling ms':>15}{'vs native':>11}")
+    for name, (m, t) in rows.items():
+        print(f"{name:<12}{m * 1e3:>10.2f}{m / base[0]:>10.1f}x{t * 1e3:>15.2f}{t / base[1]:>10.1f}x")
+
+
+def plateaus(window_means, width=8, tol=0.02):
+    """(first window, last window, median) of every run of >= `width` windows whose means stay
+    within ±tol of the run's median."""
+    out, i, m = [], 0, len(window_means)
+    while i < m:
+        j = i + 1
+        while j < m and abs(window_means[j] / np.median(window_means[i:j + 1]) - 1) <= tol:
+            j += 1
+        if j - i >= width:
+            out.append((i, j - 1, float(np.median(window_means[i:j]))))
+        i = j
+    return out
+
+
+def training(lr, steps):
+    s = spec()
+    E = np.empty((B, D + 1, N + 1), np.float32)
+    y = np.empty(B, np.float32)
+    step = native_step_fn(init(), lr)
+    losses = np.empty(steps)
+    t0 = time.perf_counter()
+    for k in range(steps):
+        s.sample_embedding(B, k, np.float32, E=E, y_q=y)
+        losses[k] = step(E, y)
+    took = time.perf_counter() - t0
+    w = 50
+    means = losses[: steps // w * w].reshape(-1, w).mean(axis=1)
+    print(f"\nPart 2: native training, lr = {lr}, {steps} steps in {took:.1f} s "
+          f"({took / steps * 1e3:.2f} ms/step incl. sampling)")
+    marks = [0, 250, 500, 1000, 2000, 4000, 8000, 12000, 16000, 20000, 30000, 40000]
+    print("step   " + "  ".join(f"{k:>6}" for k in marks if k < steps))
+    print("loss   " + "  ".join(f"{means[min(k // w, len(means) - 1)]:>6.3f}" for k in marks if k < steps))
+    print("plateaus (steps, loss):")
+    for a, b, level in plateaus(means):
+        print(f"  {a * w:>6}-{(b + 1) * w:<6} {level:.3f}")
+    return losses
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=20000)
+    ap.add_argument("--lr", type=float, default=1.0)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--threads", type=int, default=0, help="native and torch threads (0: default)")
+    ap.add_argument("--skip-training", action="store_true")
+    args = ap.parse_args()
+    if args.threads:
+        ln.set_num_threads(args.threads)
+    torch.set_num_threads(ln.num_threads())
+    timings(args.lr, args.repeats)
+    if not args.skip_training:
+        training(args.lr, args.steps)
+
+
+if __name__ == "__main__":
+    main()
