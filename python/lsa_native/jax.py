@@ -5,6 +5,9 @@ run the native CPU code through ``jax.pure_callback`` (so they work under ``jax.
 
 - :func:`lsa_forward` (E, W_pv, W_kq) → F [ZFB (3.3)]; backward: the native ``lsa.vjp``.
 - :func:`lsa_predict` (E, W_pv, W_kq) → ŷ [B] [ZFB (3.6)]; backward: ``lsa.predict_vjp``.
+- :func:`multihead_lsa_forward`, :func:`multihead_lsa_predict` (E, W_pv, W_kq [H, d+1, d+1]) → the
+  H-head F = E + Σ_h W^PV_h E (Eᵀ W^KQ_h E)/N and its ŷ; backward: ``multihead.vjp`` /
+  ``multihead.predict_vjp`` (separate key/query: pass W_kq = W_kᵀ W_q formed with jnp ops).
 - :func:`kernel_attention` (Z0, V, B, C, activation) → Z_L of CCS (3); the backward runs the
   native VJP that recomputes the forward per prompt (a saved context would have to be copied
   into a JAX buffer and back, and is not faster on CPU: see ``lsa_native.torch``).
@@ -29,9 +32,11 @@ import numpy as np
 
 from . import kernel_attention as _ka
 from . import lsa as _lsa
+from . import multihead as _mh
 from .lsa import predict_vjp as _predict_vjp
 
-__all__ = ["lsa_forward", "lsa_predict", "kernel_attention"]
+__all__ = ["lsa_forward", "lsa_predict", "multihead_lsa_forward", "multihead_lsa_predict",
+           "kernel_attention"]
 
 
 def _spec(shape, dtype):
@@ -134,6 +139,55 @@ def _lsa_predict_bwd(res, d_y):
 
 
 _lsa_predict.defvjp(_lsa_predict_fwd, _lsa_predict_bwd)
+
+
+# --- multi-head LSA ---------------------------------------------------------------------------
+
+def _check_multihead(E, W_pv, W_kq) -> None:
+    _check_dtypes(("E", "W_pv", "W_kq"), (E, W_pv, W_kq))
+    r = _check_prompts("E", E)
+    if len(W_pv.shape) != 3 or W_pv.shape[0] < 1:
+        raise ValueError(f"W_pv: expected shape (H, {r}, {r}) with H >= 1, got {tuple(W_pv.shape)}")
+    _check_shape("W_pv", W_pv, (W_pv.shape[0], r, r))
+    _check_shape("W_kq", W_kq, W_pv.shape)
+
+
+def _native_vjp_function(forward, vjp, out_shape):
+    """A custom_vjp f(E, W_pv, W_kq) running `forward` and, for the upstream u, `vjp`(E, W_pv,
+    W_kq, u) → (dW_pv, dW_kq, dE) in callbacks; out_shape(E) is the output's shape."""
+
+    @jax.custom_vjp
+    def f(E, W_pv, W_kq):
+        return _call(lambda *a: forward(*a), _spec(out_shape(E), E.dtype), E, W_pv, W_kq)
+
+    def bwd(res, up):
+        E, W_pv, W_kq = res
+        out = (_spec(W_pv.shape, E.dtype), _spec(W_kq.shape, E.dtype), _spec(E.shape, E.dtype))
+        d_W_pv, d_W_kq, d_E = _call(lambda *a: vjp(*a), out, E, W_pv, W_kq, up)
+        return d_E, d_W_pv, d_W_kq
+
+    f.defvjp(lambda E, W_pv, W_kq: (f(E, W_pv, W_kq), (E, W_pv, W_kq)), bwd)
+    return f
+
+
+_multihead_forward = _native_vjp_function(_mh.forward, _mh.vjp, lambda E: E.shape)
+_multihead_predict = _native_vjp_function(_mh.predict, _mh.predict_vjp, lambda E: E.shape[:1])
+
+
+def multihead_lsa_forward(E, W_pv, W_kq):
+    """F = E + Σ_h W^PV_h E (Eᵀ W^KQ_h E)/N for E [B, d+1, N+1], W_pv, W_kq [H, d+1, d+1]."""
+    _check_multihead(E, W_pv, W_kq)
+    if _concrete(E, W_pv, W_kq):
+        return jax.numpy.asarray(_mh.forward(*map(np.asarray, (E, W_pv, W_kq))))
+    return _multihead_forward(E, W_pv, W_kq)
+
+
+def multihead_lsa_predict(E, W_pv, W_kq):
+    """ŷ = F[:, d, N] = E[:, d, N] + Σ_h p_hᵀ G q_h, shape [B]."""
+    _check_multihead(E, W_pv, W_kq)
+    if _concrete(E, W_pv, W_kq):
+        return jax.numpy.asarray(_mh.predict(*map(np.asarray, (E, W_pv, W_kq))))
+    return _multihead_predict(E, W_pv, W_kq)
 
 
 # --- kernel attention ----------------------------------------------------------------------------

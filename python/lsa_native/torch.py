@@ -7,6 +7,9 @@ Functions (``torch.autograd.Function`` s, float32 or float64 CPU tensors, all in
   native ``lsa.vjp`` (gradients for W_pv, W_kq and E).
 - :func:`lsa_predict` (E, W_pv, W_kq) → ŷ = F[:, d, N] [ZFB (3.6)], O(N d) per prompt; backward:
   the native ``lsa_predict_vjp`` (``lsa.predict_vjp``), O(N d) per prompt.
+- :func:`multihead_lsa_forward`, :func:`multihead_lsa_predict` (E, W_pv, W_kq [H, d+1, d+1]): the
+  H-head model F = E + Σ_h W^PV_h E (Eᵀ W^KQ_h E)/N and its ŷ (:mod:`lsa_native.multihead`, CPU
+  tensors); backward: the native ``multihead.vjp`` / ``multihead.predict_vjp``.
 - :func:`kernel_attention` (Z0, V, B, C, activation) → Z_L of CCS (3) (all activations, layers,
   heads). With ``save_context=True`` the forward saves the native per-prompt context (≈ 20 KiB
   per prompt at d = 5, n = 30, L = 3, float32: 0.6 GB at B = 30000) and the backward runs only
@@ -18,7 +21,8 @@ Functions (``torch.autograd.Function`` s, float32 or float64 CPU tensors, all in
   Gradients for V, B, C and Z0. The sparse V = [[A, 0], [0, r]] of CCS Assumption 4.4 goes
   through the full V (:func:`sparse_value`, differentiable torch ops).
 
-Modules: :class:`LinearSelfAttention` (ZFB's W^PV, W^KQ with the Assumption 3.3 initialization)
+Modules: :class:`LinearSelfAttention` (ZFB's W^PV, W^KQ with the Assumption 3.3 initialization),
+:class:`MultiHeadLinearSelfAttention` (H heads, merged W^KQ_h or separate W^K_hᵀ W^Q_h of rank r)
 and :class:`KernelAttention` (CCS's A, r or V, and B, C with the Gaussian initialization of
 ``KernelAttentionParams.gaussian``).
 
@@ -41,6 +45,7 @@ from torch.autograd.function import once_differentiable
 from . import _core
 from . import kernel_attention as _ka
 from . import lsa as _lsa
+from . import multihead as _mh
 from . import theory as _theory
 from ._validation import check_flag, positive_float, positive_int
 from .lsa import predict_vjp as _predict_vjp
@@ -48,9 +53,12 @@ from .lsa import predict_vjp as _predict_vjp
 __all__ = [
     "lsa_forward",
     "lsa_predict",
+    "multihead_lsa_forward",
+    "multihead_lsa_predict",
     "kernel_attention",
     "sparse_value",
     "LinearSelfAttention",
+    "MultiHeadLinearSelfAttention",
     "KernelAttention",
 ]
 
@@ -179,6 +187,44 @@ class _LSAPredict(torch.autograd.Function):
         return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
 
 
+def _mh_args(E, W_pv, W_kq):
+    if E.device.type != "cpu":
+        raise ValueError("E: the multi-head model runs on CPU tensors only (no CUDA kernels for "
+                         "H >= 2 yet); move the tensors with .cpu()")
+    return _lsa_args(E, W_pv, W_kq)
+
+
+class _MultiHeadForward(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, E, W_pv, W_kq):
+        ctx.save_for_backward(E, W_pv, W_kq)
+        return _tensor(_mh.forward(*_mh_args(E, W_pv, W_kq)))
+
+    @staticmethod
+    @_first_order
+    def backward(ctx, d_F):
+        E = ctx.saved_tensors[0]
+        d_W_pv, d_W_kq, d_E = _mh.vjp(*_mh_args(*ctx.saved_tensors), _operand(d_F, "d_F", E),
+                                      with_input_grad=ctx.needs_input_grad[0])
+        return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
+
+
+class _MultiHeadPredict(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, E, W_pv, W_kq):
+        ctx.save_for_backward(E, W_pv, W_kq)
+        return _tensor(_mh.predict(*_mh_args(E, W_pv, W_kq)))
+
+    @staticmethod
+    @_first_order
+    def backward(ctx, d_y):
+        E = ctx.saved_tensors[0]
+        d_W_pv, d_W_kq, d_E = _mh.predict_vjp(*_mh_args(*ctx.saved_tensors),
+                                              _operand(d_y, "d_y", E),
+                                              with_input_grad=ctx.needs_input_grad[0])
+        return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
+
+
 def _ka_args(Z0, V, B, C):
     return _operand(Z0, "Z0"), _operand(V, "V", Z0), _operand(B, "B", Z0), _operand(C, "C", Z0)
 
@@ -215,6 +261,19 @@ def lsa_forward(E: torch.Tensor, W_pv: torch.Tensor, W_kq: torch.Tensor) -> torc
 def lsa_predict(E: torch.Tensor, W_pv: torch.Tensor, W_kq: torch.Tensor) -> torch.Tensor:
     """ŷ = F[:, d, N] = E[:, d, N] + pᵀ G q [ZFB (3.6)], shape [B]; differentiable in all three."""
     return _LSAPredict.apply(E, W_pv, W_kq)
+
+
+def multihead_lsa_forward(E: torch.Tensor, W_pv: torch.Tensor, W_kq: torch.Tensor) -> torch.Tensor:
+    """F = E + Σ_h W^PV_h E (Eᵀ W^KQ_h E)/N for E [B, d+1, N+1], W_pv, W_kq [H, d+1, d+1] (CPU);
+    differentiable in all three (native Gram-first forward and VJP). The separate parametrization:
+    pass W_kq = W_k.transpose(1, 2) @ W_q (torch ops; autograd chains to W_k, W_q)."""
+    return _MultiHeadForward.apply(E, W_pv, W_kq)
+
+
+def multihead_lsa_predict(E: torch.Tensor, W_pv: torch.Tensor, W_kq: torch.Tensor) -> torch.Tensor:
+    """ŷ = F[:, d, N] = E[:, d, N] + Σ_h p_hᵀ G q_h, q_h = W^KQ_h e_q, shape [B] (CPU);
+    differentiable in all three (native ``multihead.predict_vjp``)."""
+    return _MultiHeadPredict.apply(E, W_pv, W_kq)
 
 
 def kernel_attention(Z0: torch.Tensor, V: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
@@ -277,6 +336,49 @@ class LinearSelfAttention(torch.nn.Module):
         if self.output == "prediction":
             return lsa_predict(E, self.W_pv, self.W_kq)
         return lsa_forward(E, self.W_pv, self.W_kq)
+
+
+class MultiHeadLinearSelfAttention(torch.nn.Module):
+    """One-layer H-head linear self-attention F = E + Σ_h W^PV_h E (Eᵀ W^KQ_h E)/N (Zhang, Singh,
+    Latham & Saxe 2025 in ZFB's embedding), CPU tensors.
+
+    Parameters ``W_pv`` [H, d+1, d+1] and, with ``rank=None`` (merged), ``W_kq`` [H, d+1, d+1]; with
+    ``rank=r`` (1 <= r <= d+1, separate), ``W_k``, ``W_q`` [H, r, d+1] and W^KQ_h = W^K_hᵀ W^Q_h.
+    Initialization: i.i.d. N(0, init_scale²) entries from ``np.random.default_rng(seed)`` (the
+    paper's small initialization, e.g. 0.01). ``output="prediction"`` returns ŷ [B],
+    ``output="full"`` F [B, d+1, N+1].
+    """
+
+    def __init__(self, dim: int, heads: int, *, rank: int | None = None, init_scale: float = 0.01,
+                 output: str = "prediction", dtype: torch.dtype = torch.float32, seed=None):
+        super().__init__()
+        self.output = _output(output)
+        dtype = _torch_dtype(dtype)
+        n = positive_int(dim, "dim") + 1
+        H = positive_int(heads, "heads")
+        scale = positive_float(init_scale, "init_scale")
+        if rank is not None:
+            rank = positive_int(rank, "rank")
+            if rank > n:
+                raise ValueError(f"rank: expected 1 <= r <= d+1 = {n}, got {rank}")
+        self.rank = rank
+        rng = np.random.default_rng(_seed(seed))
+        draw = lambda *shape: torch.nn.Parameter(  # noqa: E731
+            torch.from_numpy(scale * rng.standard_normal(shape)).to(dtype))
+        self.W_pv = draw(H, n, n)
+        if rank is None:
+            self.W_kq = draw(H, n, n)
+        else:
+            self.W_k, self.W_q = draw(H, rank, n), draw(H, rank, n)
+
+    def key_query(self) -> torch.Tensor:
+        """W^KQ [H, d+1, d+1] (merged: the parameter; separate: W^K_hᵀ W^Q_h, differentiable)."""
+        return self.W_kq if self.rank is None else self.W_k.transpose(1, 2) @ self.W_q
+
+    def forward(self, E: torch.Tensor) -> torch.Tensor:
+        if self.output == "prediction":
+            return multihead_lsa_predict(E, self.W_pv, self.key_query())
+        return multihead_lsa_forward(E, self.W_pv, self.key_query())
 
 
 class KernelAttention(torch.nn.Module):
