@@ -209,3 +209,66 @@ def test_bad_input(rng):
         mh.loss_and_grad(E, np.zeros(2), W_pv, W_kq)
     with pytest.raises(TypeError, match="E: expected dtype"):
         mh.predict(E.astype(np.int64), W_pv, W_kq)
+
+
+# ---- the train objective ----------------------------------------------------------------------
+
+def test_objective_fused_equals_batch_path(rng):
+    """The fused path (native sampler into a reused buffer) trains on the very prompts of
+    data.at(step): the same θ trajectory as the non-fused path, bitwise; its loss and gradient are
+    multihead.loss_and_grad's on that batch."""
+    from lsa_native import train
+    from lsa_native.sampling import LinearPrompts
+
+    d, N, H, r = 3, 7, 2, 1
+    W_pv = 0.3 * rng.standard_normal((H, d + 1, d + 1))
+    W_k, W_q = 0.3 * rng.standard_normal((2, H, r, d + 1))
+    spec = LinearPrompts(d, N, seed=int(rng.integers(1000)))
+    runs = []
+    for fused in (True, False):
+        obj = train.MultiHeadLSAObjective(W_pv, W_k=W_k, W_q=W_q, fused=fused, dtype=np.float64)
+        res = train.fit(obj, "sgd", lr=0.05, steps=7, progress=False,
+                        data=train.Prompts(spec, batch=33, resample_every=2, dtype=np.float64))
+        runs.append(res.theta)
+    np.testing.assert_array_equal(runs[0], runs[1])
+    obj = train.MultiHeadLSAObjective(W_pv, W_k=W_k, W_q=W_q)
+    src = train.Prompts(spec, batch=33, dtype=np.float64)
+    loss, grad = obj.loss_and_grad(obj.theta0, 3, src)
+    b = src.at(3)
+    want = mh.loss_and_grad(b.E, b.y_q, W_pv, W_k=W_k, W_q=W_q)
+    assert loss == want[0]
+    np.testing.assert_array_equal(grad, np.concatenate([g.ravel() for g in want[1:]]))
+    assert obj.evaluate(obj.theta0, b) == want[0]
+    p = obj.unpack(obj.theta0)
+    assert set(p) == {"W_pv", "W_k", "W_q"} and np.array_equal(p["W_k"], W_k)
+
+
+def test_objective_merged_decreases_loss(rng):
+    from lsa_native import train
+    from lsa_native.sampling import LinearPrompts
+
+    d, N, H = 2, 10, 3
+    W_pv, W_kq = 0.1 * rng.standard_normal((2, H, d + 1, d + 1))
+    obj = train.MultiHeadLSAObjective(W_pv, W_kq)
+    res = train.fit(obj, "adam", lr=0.02, steps=150, progress=False,
+                    data=train.Prompts(LinearPrompts(d, N, seed=3), batch=256))
+    loss = res.history["loss"]
+    assert np.mean(loss[-20:]) < 0.7 * np.mean(loss[:5])
+    assert obj.config()["shapes"] == {"W_pv": [H, 3, 3], "W_kq": [H, 3, 3]}
+
+
+def test_objective_bad_arguments(rng):
+    from lsa_native import train
+
+    W_pv = np.zeros((2, 3, 3))
+    with pytest.raises(ValueError, match="method"):
+        train.MultiHeadLSAObjective(W_pv, np.zeros((2, 3, 3)), method="wishart")
+    with pytest.raises(ValueError, match="W_kq"):
+        train.MultiHeadLSAObjective(W_pv, np.zeros((3, 3, 3)))
+    with pytest.raises(ValueError, match="rank"):
+        train.MultiHeadLSAObjective(W_pv, W_k=np.zeros((2, 4, 3)), W_q=np.zeros((2, 4, 3)))
+    with pytest.raises(ValueError, match="W_pv: expected at least one head"):
+        train.MultiHeadLSAObjective(np.zeros((0, 3, 3)), np.zeros((0, 3, 3)))
+    E = rng.standard_normal((2, 4, 5))
+    with pytest.raises(ValueError, match=r"W_pv: expected shape \(2, 4, 4\)"):
+        mh.predict(E, W_pv, np.zeros((2, 3, 3)))

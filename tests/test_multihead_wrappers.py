@@ -62,18 +62,17 @@ def test_jax_matches_reference(rng):
     d_y = rng.standard_normal(E.shape[0])
     d_F = rng.standard_normal(E.shape)
     jax.config.update("jax_enable_x64", True)  # as tests/test_jax.py
-    if True:
-        grads = jax.grad(lambda *a: jnp.dot(lj.multihead_lsa_predict(*a), d_y), argnums=(1, 2, 0))(
-            E, W_pv, W_kq)
-        for got, w in zip(grads, ref.predict_vjp(E, W_pv, W_kq, d_y)):
-            np.testing.assert_allclose(np.asarray(got), w, rtol=1e-11, atol=1e-11)
-        loss = jax.jit(lambda *a: jnp.sum(lj.multihead_lsa_forward(*a) * d_F))
-        grads = jax.grad(loss, argnums=(1, 2, 0))(E, W_pv, W_kq)
-        for got, w in zip(grads, ref.vjp(E, W_pv, W_kq, d_F)):
-            np.testing.assert_allclose(np.asarray(got), w, rtol=1e-11, atol=1e-11)
-        np.testing.assert_allclose(np.asarray(lj.multihead_lsa_forward(E, W_pv, W_kq)),
-                                   ref.forward(E, W_pv, W_kq), rtol=1e-12, atol=1e-12)
-        with pytest.raises(ValueError, match="W_kq: expected shape"):
-            lj.multihead_lsa_predict(E, W_pv, W_kq[:2])
-        with pytest.raises(ValueError, match="W_pv: expected shape"):
-            lj.multihead_lsa_predict(E, W_pv[0], W_kq)
+    grads = jax.grad(lambda *a: jnp.dot(lj.multihead_lsa_predict(*a), d_y), argnums=(1, 2, 0))(
+        E, W_pv, W_kq)
+    for got, w in zip(grads, ref.predict_vjp(E, W_pv, W_kq, d_y)):
+        np.testing.assert_allclose(np.asarray(got), w, rtol=1e-11, atol=1e-11)
+    loss = jax.jit(lambda *a: jnp.sum(lj.multihead_lsa_forward(*a) * d_F))
+    grads = jax.grad(loss, argnums=(1, 2, 0))(E, W_pv, W_kq)
+    for got, w in zip(grads, ref.vjp(E, W_pv, W_kq, d_F)):
+        np.testing.assert_allclose(np.asarray(got), w, rtol=1e-11, atol=1e-11)
+    np.testing.assert_allclose(np.asarray(lj.multihead_lsa_forward(E, W_pv, W_kq)),
+                               ref.forward(E, W_pv, W_kq), rtol=1e-12, atol=1e-12)
+    with pytest.raises(ValueError, match="W_kq: expected shape"):
+        lj.multihead_lsa_predict(E, W_pv, W_kq[:2])
+    with pytest.raises(ValueError, match="W_pv: expected shape"):
+        lj.multihead_lsa_predict(E, W_pv[0], W_kq)

@@ -31,7 +31,7 @@ from . import _core
 from ._validation import as_array, as_float_array, as_out, real_array
 
 __all__ = ["predict", "loss_and_grad", "forward", "vjp", "predict_vjp", "merge_kq", "chain_kq",
-           "heads_of"]
+           "parameters"]
 
 
 def merge_kq(W_k, W_q) -> np.ndarray:
@@ -46,22 +46,14 @@ def chain_kq(W_k, W_q, d_W_kq):
     return d_W_k.astype(d_W_kq.dtype, copy=False), d_W_q.astype(d_W_kq.dtype, copy=False)
 
 
-def heads_of(W_pv) -> int:
-    """H of W_pv [H, d+1, d+1] (shape rules as below)."""
-    return int(np.shape(W_pv)[0])
-
-
-def _weights(E, W_pv, W_kq, W_k, W_q):
-    """(E, W_pv, W_kq merged, (W_k, W_q) or None) in E's dtype, shapes checked with messages
-    naming the argument."""
-    E = as_float_array(E, "E")
-    _core.lsa_shape(E.shape)  # E's rules (3-d, B, d, N >= 1), before anything is allocated
-    n = E.shape[1]
-    W_pv = real_array(W_pv, "W_pv", dtype=E.dtype, nonempty=False)
-    if W_pv.ndim != 3 or W_pv.shape[1:] != (n, n):
-        raise ValueError(f"W_pv: expected shape (H, {n}, {n}) (H heads of [d+1, d+1]), got "
-                         f"{W_pv.shape}")
-    H = W_pv.shape[0]
+def parameters(W_pv, W_kq=None, *, W_k=None, W_q=None, dtype=np.float64):
+    """(W_pv, W_kq merged, (W_k, W_q) or None) as C-contiguous `dtype` arrays after the shape
+    rules, with messages naming the argument: W_pv [H, d+1, d+1] with H >= 1; either W_kq of
+    W_pv's shape or both W_k and W_q [H, r, d+1] with 1 <= r <= d+1; all finite."""
+    W_pv = real_array(W_pv, "W_pv", dtype=dtype, nonempty=False)
+    if W_pv.ndim != 3 or W_pv.shape[1] != W_pv.shape[2] or W_pv.shape[1] < 2:
+        raise ValueError(f"W_pv: expected shape (H, d+1, d+1) (H heads, d >= 1), got {W_pv.shape}")
+    H, n = W_pv.shape[:2]
     if H < 1:
         raise ValueError(f"W_pv: expected at least one head (H >= 1), got shape {W_pv.shape}")
     separate = W_k is not None or W_q is not None
@@ -69,18 +61,30 @@ def _weights(E, W_pv, W_kq, W_k, W_q):
         raise TypeError("expected either W_kq (merged) or both W_k= and W_q= (separate), not "
                         + ("both" if separate else "neither"))
     if not separate:
-        return E, W_pv, as_array(W_kq, (H, n, n), E.dtype, "W_kq"), None
+        return W_pv, as_array(W_kq, (H, n, n), dtype, "W_kq"), None
     if W_k is None or W_q is None:
         raise TypeError("the separate parametrization needs both W_k= and W_q=")
-    W_k = real_array(W_k, "W_k", dtype=E.dtype, nonempty=False)
+    W_k = real_array(W_k, "W_k", dtype=dtype, nonempty=False)
     if W_k.ndim != 3 or W_k.shape[0] != H or W_k.shape[2] != n:
         raise ValueError(f"W_k: expected shape ({H}, r, {n}) (H = {H} heads of rank r keys), got "
                          f"{W_k.shape}")
     r = W_k.shape[1]
     if not 1 <= r <= n:
         raise ValueError(f"W_k: rank r = {r} out of range, expected 1 <= r <= d+1 = {n}")
-    W_q = as_array(W_q, W_k.shape, E.dtype, "W_q")
-    return E, W_pv, merge_kq(W_k, W_q).astype(E.dtype, copy=False), (W_k, W_q)
+    W_q = as_array(W_q, W_k.shape, dtype, "W_q")
+    return W_pv, merge_kq(W_k, W_q).astype(dtype, copy=False), (W_k, W_q)
+
+
+def _weights(E, W_pv, W_kq, W_k, W_q):
+    """(E, W_pv, W_kq merged, (W_k, W_q) or None) in E's dtype, every shape checked."""
+    E = as_float_array(E, "E")
+    _core.lsa_shape(E.shape)  # E's rules (3-d, B, d, N >= 1), before anything is allocated
+    W_pv, W_kq, sep = parameters(W_pv, W_kq, W_k=W_k, W_q=W_q, dtype=E.dtype)
+    n = E.shape[1]
+    if W_pv.shape[1] != n:
+        raise ValueError(f"W_pv: expected shape ({W_pv.shape[0]}, {n}, {n}) (E has d+1 = {n} "
+                         f"rows), got {W_pv.shape}")
+    return E, W_pv, W_kq, sep
 
 
 def _key_query_grads(sep, d_W_kq):

@@ -45,7 +45,8 @@ from .fit import FitResult, StepInfo, TrainingDiverged, fit
 from ..history import History
 from .metrics import (bayes_loss, dist_to_identity, kernel_attention_identity_distances,
                       relative_distance)
-from .objectives import (CallableObjective, KernelAttentionObjective, LSAObjective, Objective,
+from .objectives import (CallableObjective, KernelAttentionObjective, LSAObjective,
+                         MultiHeadLSAObjective, Objective,
                          PopulationObjective)
 from .optim import SGD, Adam, AdamW, Optimizer, clip_grad_norm, make_optimizer
 from .rundir import CheckpointError
@@ -53,7 +54,7 @@ from .schedules import Schedule, make_schedule
 
 __all__ = [
     "fit", "FitResult", "StepInfo", "TrainingDiverged", "CheckpointError", "History",
-    "Objective", "LSAObjective", "KernelAttentionObjective", "PopulationObjective",
+    "Objective", "LSAObjective", "MultiHeadLSAObjective", "KernelAttentionObjective", "PopulationObjective",
     "CallableObjective",
     "Optimizer", "SGD", "Adam", "AdamW", "make_optimizer", "clip_grad_norm", "Schedule",
     "make_schedule",

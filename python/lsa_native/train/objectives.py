@@ -25,13 +25,13 @@ import inspect
 import numpy as np
 
 from .. import kernel_attention as ka
-from .. import cuda, lsa, population
+from .. import cuda, lsa, multihead, population
 from ..data import check_covariance
 from .._validation import positive_int, real_array
 from ._checks import real_array_output, real_output
 from .data import Prompts
 
-__all__ = ["Objective", "LSAObjective", "KernelAttentionObjective", "PopulationObjective",
+__all__ = ["Objective", "LSAObjective", "MultiHeadLSAObjective", "KernelAttentionObjective", "PopulationObjective",
            "CallableObjective", "as_objective"]
 
 
@@ -138,6 +138,84 @@ class LSAObjective(_WeightPair, Objective):
     def config(self):
         return {"type": "LSAObjective", "dim": self.n - 1, "dtype": getattr(self.dtype, "name", None),
                 "method": self.method, "fused": self.fused, "device": self.device}
+
+
+class MultiHeadLSAObjective(Objective):
+    """One-layer H-head linear self-attention on sampled prompts (:mod:`lsa_native.multihead`),
+    L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² [ZFB (3.7)], ŷ = E[d, N] + Σ_h p_hᵀ G q_h.
+
+    θ = (Vec W^PV, Vec W^KQ) with ``W_kq`` [H, d+1, d+1] (merged), or (Vec W^PV, Vec W^K,
+    Vec W^Q) with ``W_k``, ``W_q`` [H, r, d+1] (separate, W^KQ_h = W^K_hᵀ W^Q_h); ``W_pv``
+    [H, d+1, d+1]. Pass either ``W_kq`` or both ``W_k=`` and ``W_q=``.
+
+    With a :class:`~lsa_native.train.data.Prompts` source whose spec has ``sample_embedding``
+    (the native ``sampling.LinearPrompts``), the fused path runs: the step's prompts are drawn by
+    the native sampler into a buffer reused across steps (no PromptBatch, no covariate/task
+    arrays) and consumed by the native H-head kernel, cast to ``dtype`` (None: the source's
+    dtype); the same prompts as ``data.at(step)``. Otherwise ``multihead.loss_and_grad`` on the
+    step's batch. ``method``: "tokens" (the only one: the Wishart path of ``LSAObjective`` is
+    not built for H heads yet).
+    """
+
+    def __init__(self, W_pv, W_kq=None, *, W_k=None, W_q=None, dtype=None, method: str = "tokens",
+                 fused: bool = True):
+        self.dtype = _float_dtype(dtype)
+        if method != "tokens":
+            raise ValueError(f"method: expected 'tokens' (the only method of the multi-head "
+                             f"objective), got {method!r}")
+        W_pv, W_kq_m, sep = multihead.parameters(W_pv, W_kq, W_k=W_k, W_q=W_q)
+        self.parts = {"W_pv": W_pv.shape, **({"W_kq": W_kq_m.shape} if sep is None else
+                                            {"W_k": sep[0].shape, "W_q": sep[1].shape})}
+        arrays = (W_pv, W_kq_m) if sep is None else (W_pv, *sep)
+        self.theta0 = np.concatenate([a.ravel() for a in arrays])
+        self.method, self.fused = method, bool(fused)
+        self._buffer = (None, None, None)
+
+    def unpack(self, theta):
+        """{name: view of θ} for W_pv and W_kq, or W_pv, W_k and W_q."""
+        out, k = {}, 0
+        for name, shape in self.parts.items():
+            n = int(np.prod(shape))
+            out[name] = theta[k:k + n].reshape(shape)
+            k += n
+        return out
+
+    def _prompts(self, data, step):
+        """(E, y_q) of the step: the fused native draw into the reused buffer, or the batch."""
+        if (self.fused and isinstance(data, Prompts)
+                and callable(getattr(data.spec, "sample_embedding", None))):
+            dt = self.dtype or data.dtype
+            key = (data.batch, dt)
+            if self._buffer[0] != key:
+                self._buffer = (key, None, None)
+                self._buffer = (key, *data.spec.sample_embedding(data.batch, data.sample_index(step), dt))
+            else:
+                data.spec.sample_embedding(data.batch, data.sample_index(step), dt,
+                                           E=self._buffer[1], y_q=self._buffer[2])
+            return self._buffer[1], self._buffer[2]
+        return self._batch(data.at(step))
+
+    def _batch(self, batch):
+        E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
+        return E, batch.y_q
+
+    def _loss_and_grad(self, theta, E, y_q):
+        p = self.unpack(theta)
+        W_pv = p.pop("W_pv")
+        loss, *grads = multihead.loss_and_grad(E, y_q, W_pv, **p)
+        return loss, np.concatenate([g.ravel() for g in grads]).astype(np.float64)
+
+    def loss_and_grad(self, theta, step, data):
+        return self._loss_and_grad(theta, *self._prompts(data, step))
+
+    def evaluate(self, theta, batch):
+        return self._loss_and_grad(theta, *self._batch(batch))[0]
+
+    def config(self):
+        return {"type": "MultiHeadLSAObjective",
+                "shapes": {k: list(v) for k, v in self.parts.items()},
+                "dtype": getattr(self.dtype, "name", None), "method": self.method,
+                "fused": self.fused}
 
 
 class KernelAttentionObjective(Objective):
