@@ -8,9 +8,13 @@ Part 1, one SGD step (loss, gradient, update) timed in the same run, medians:
   torch-attn a plain PyTorch loop of the same model as a user writes it: every head's
              (N+1)x(N+1) attention matrix, F = E + Σ_h W^PV_h E (Eᵀ W^KQ_h E)/N, ŷ = F[:, d, N]
   torch-qcol the best plain PyTorch form: the query column only, ŷ = Σ_h p_hᵀ (E Eᵀ/N) W^KQ_h e_q
-  torch-wrap the lsa_native.torch autograd function (MultiHeadLinearSelfAttention, output='prediction')
-each on a fixed batch ("model") and with the step's prompts sampled ("+ sampling": the native
-sampler into a reused buffer; the torch loops get the same numpy arrays).
+  torch-wrap the lsa_native.torch module (MultiHeadLinearSelfAttention, output='prediction')
+  lsa-heads  what a user could do before: H one-head lsa.predict calls, then H lsa.predict_vjp
+             calls with the common residual, chained to W^K_h, W^Q_h in numpy
+each on a fixed batch ("model"), with the step's prompts drawn by the native sampler into a
+reused buffer ("+ native sampling", the same arrays for every row), and with each loop's own
+sampling ("+ own sampling": the torch loops draw x ~ N(0, Λ), w ~ N(0, I) with torch.randn as a
+plain PyTorch script does; the native rows keep the native sampler).
 
 Part 2, the training curve of the native step: the loss (mean over windows of 50 steps) at
 checkpoints and the plateaus found (runs of >= 8 windows within ±2 %).
@@ -93,6 +97,38 @@ def torch_wrap_step_fn(params, lr):
     return step
 
 
+def lsa_heads_step_fn(params, lr):
+    from lsa_native import lsa
+
+    W_pv, W_k, W_q = (p.copy() for p in params)
+
+    def step(E, y):
+        W_kq = mh.merge_kq(W_k, W_q).astype(E.dtype)
+        pred = sum(lsa.predict(E, W_pv[h], W_kq[h]) for h in range(H))  # label slots are 0
+        res = pred - y
+        grads = [lsa.predict_vjp(E, W_pv[h], W_kq[h], res / B, with_input_grad=False)
+                 for h in range(H)]
+        g_k, g_q = mh.chain_kq(W_k, W_q, np.stack([g[1] for g in grads]))
+        W_pv[...] -= lr * np.stack([g[0] for g in grads])
+        W_k[...] -= lr * g_k
+        W_q[...] -= lr * g_q
+        return 0.5 * float(np.mean(res * res))
+
+    return step
+
+
+def torch_prompts(generator):
+    """(E, y_q) of B prompts drawn with torch ops (x ~ N(0, Λ), w ~ N(0, I), y = w·x)."""
+    lam = torch.sqrt(torch.arange(1, D + 1, dtype=torch.float32) / 15.0)
+    x = torch.randn(B, N + 1, D, generator=generator) * lam
+    w = torch.randn(B, D, generator=generator)
+    y = torch.einsum("bnd,bd->bn", x, w)
+    E = torch.cat([x, y.unsqueeze(-1)], dim=-1).transpose(1, 2).contiguous()
+    y_q = E[:, D, N].clone()
+    E[:, D, N] = 0
+    return E.numpy(), y_q.numpy()
+
+
 def native_step_fn(params, lr):
     W_pv, W_k, W_q = (p.copy() for p in params)
 
@@ -113,28 +149,31 @@ def timings(lr, repeats):
     s.sample_embedding(B, 0, np.float32, E=E, y_q=y)
     params = init()
     steps = {"native": native_step_fn(params, lr), "torch-attn": torch_step_fn(params, lr, "attn"),
-             "torch-qcol": torch_step_fn(params, lr, "qcol")}
-    try:
-        steps["torch-wrap"] = torch_wrap_step_fn(params, lr)
-    except (ImportError, AttributeError) as e:  # pragma: no cover
-        print("torch wrapper unavailable:", e)
+             "torch-qcol": torch_step_fn(params, lr, "qcol"),
+             "torch-wrap": torch_wrap_step_fn(params, lr), "lsa-heads": lsa_heads_step_fn(params, lr)}
+    own_sampling = {"torch-attn", "torch-qcol", "torch-wrap"}
+    generator = torch.Generator().manual_seed(0)
     rows = {}
     for name, fn in steps.items():
         model = median_seconds(lambda: fn(E, y), repeats)
-        counter = iter(range(10**9))
+        counter = iter(range(1, 10**9))
 
-        def sampled():
+        def native_sampled():
             s.sample_embedding(B, next(counter), np.float32, E=E, y_q=y)
             fn(E, y)
 
-        rows[name] = (model, median_seconds(sampled, repeats))
+        sampled = median_seconds(native_sampled, repeats)
+        own = median_seconds(lambda: fn(*torch_prompts(generator)), repeats) if name in own_sampling else sampled
+        rows[name] = (model, sampled, own)
     base = rows["native"]
     print(f"\nPart 1: one full-batch SGD step, H = {H}, r = {R}, d = {D}, N = {N}, B = {B}, float32, "
           f"{ln.num_threads()} native threads, {torch.get_num_threads()} torch threads "
-          f"(ISA {ln._core.cpu_kernel_isa()})")
-    print(f"{'step':<12}{'model ms':>10}{'vs native':>11}{'+ sampling ms':>15}{'vs native':>11}")
-    for name, (m, t) in rows.items():
-        print(f"{name:<12}{m * 1e3:>10.2f}{m / base[0]:>10.1f}x{t * 1e3:>15.2f}{t / base[1]:>10.1f}x")
+          f"(ISA {ln._core.cpu_kernel_isa()}); medians of {repeats}")
+    print(f"{'step':<12}{'model ms':>10}{'ratio':>8}{'+ native sampling':>19}{'ratio':>8}"
+          f"{'+ own sampling':>16}{'ratio':>8}")
+    for name, (m, t, o) in rows.items():
+        print(f"{name:<12}{m * 1e3:>10.2f}{m / base[0]:>7.1f}x{t * 1e3:>19.2f}{t / base[1]:>7.1f}x"
+              f"{o * 1e3:>16.2f}{o / base[2]:>7.1f}x")
 
 
 def plateaus(window_means, width=8, tol=0.02):

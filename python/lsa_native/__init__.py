@@ -1,12 +1,13 @@
 """lsa_native: fast, exact in-context-learning research on attention models.
 
-Submodules: ``lsa`` (native batched LSA), ``population`` (exact population losses, gradient flow), ``reference`` (numpy oracles), ``data`` (prompt
+Submodules: ``lsa`` (native batched LSA), ``multihead`` (H-head linear attention, merged or
+separate key/query), ``population`` (exact population losses, gradient flow), ``reference`` (numpy oracles), ``data`` (prompt
 samplers), ``gp_kernels`` (the GP kernels of CCS (12), (14)), ``sampling`` (native samplers by seed and step), ``theory`` (ZFB closed forms), ``train`` (training drivers), ``cli`` (``lsa-native``).
 """
 from . import _core
 from ._validation import positive_int
-from . import (baselines, cuda, data, gp_kernels, kernel_attention, lsa, population, reference, sampling,
-               theory, train)
+from . import (baselines, cuda, data, gp_kernels, kernel_attention, lsa, multihead, population,
+               reference, sampling, theory, train)
 
 __version__ = _core.__version__
 
@@ -35,6 +36,7 @@ cpu_kernel_isa = _core.cpu_kernel_isa
 
 __all__ = [
     "lsa",
+    "multihead",
     "cuda",
     "kernel_attention",
     "baselines",
