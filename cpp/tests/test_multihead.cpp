@@ -69,7 +69,7 @@ TEST(MultiHead, RefusesBadHeadCounts) {
   double y = 0;
   EXPECT_THROW(lsa_native::multihead_lsa_predict(s, 0, E.data(), W.data(), W.data(), &y),
                lsa_native::Error);
-  EXPECT_THROW(lsa_native::multihead_lsa_predict(s, 2, E.data(), W.data(), W.data(), nullptr),
+  EXPECT_THROW(lsa_native::multihead_lsa_predict(s, 2, E.data(), W.data(), W.data(), static_cast<double*>(nullptr)),
                lsa_native::Error);
 }
 
