@@ -175,11 +175,10 @@ bool mh_predict_vjp_range(const LsaShape& sh, index_t H, const T* E, const T* W_
     // Σ_h W^KQ_hᵀ G p_h = Σ_h Σ_k (G p_h)_k W^KQ_h[k, :]: the query column through q_h.
     std::fill(through.begin(), through.end(), T(0));
     for (index_t h = 0; h < H; ++h) {
-      std::vector<T>& t = through;
       const T* W = w.W + h * rows * lr;
       const T* gp = w.head(w.Gp, h);
       for (index_t k = 0; k < rows; ++k)
-        for (index_t r = 0; r < rows; ++r) t[r] += gp[k] * W[k * lr + r];
+        for (index_t r = 0; r < rows; ++r) through[r] += gp[k] * W[k * lr + r];
     }
     T* out = de.get();
     for (index_t r = 0; r < rows; ++r) out[r * de.ld + N] += g * through[r];
