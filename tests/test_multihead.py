@@ -243,6 +243,30 @@ def test_objective_fused_equals_batch_path(rng):
     assert set(p) == {"W_pv", "W_k", "W_q"} and np.array_equal(p["W_k"], W_k)
 
 
+def test_objective_draws_once_per_sample_index(rng):
+    """With resample_every = 3 the fused path draws once per 3 steps, into one reused buffer."""
+    from lsa_native import train
+    from lsa_native.sampling import LinearPrompts
+
+    class Counting:
+        def __init__(self, spec):
+            self.spec, self.calls = spec, []
+
+        def sample(self, **kw):
+            return self.spec.sample(**kw)
+
+        def sample_embedding(self, batch, step, dtype, **buffers):
+            self.calls.append((step, buffers.get("E") is not None))
+            return self.spec.sample_embedding(batch, step, dtype, **buffers)
+
+    spec = Counting(LinearPrompts(2, 5, seed=int(rng.integers(1000))))
+    obj = train.MultiHeadLSAObjective(np.zeros((2, 3, 3)), np.zeros((2, 3, 3)))
+    src = train.Prompts(spec, batch=8, resample_every=3)
+    for step in range(7):
+        obj.loss_and_grad(obj.theta0, step, src)
+    assert spec.calls == [(0, False), (1, True), (2, True)]
+
+
 def test_objective_merged_decreases_loss(rng):
     from lsa_native import train
     from lsa_native.sampling import LinearPrompts

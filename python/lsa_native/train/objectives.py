@@ -169,7 +169,7 @@ class MultiHeadLSAObjective(Objective):
         arrays = (W_pv, W_kq_m) if sep is None else (W_pv, *sep)
         self.theta0 = np.concatenate([a.ravel() for a in arrays])
         self.method, self.fused = method, bool(fused)
-        self._buffer = (None, None, None)
+        self._draw = (None, None, None, None)  # (spec, sample index, E, y_q) of the last draw
 
     def unpack(self, theta):
         """{name: view of θ} for W_pv and W_kq, or W_pv, W_k and W_q."""
@@ -181,19 +181,20 @@ class MultiHeadLSAObjective(Objective):
         return out
 
     def _prompts(self, data, step):
-        """(E, y_q) of the step: the fused native draw into the reused buffer, or the batch."""
-        if (self.fused and isinstance(data, Prompts)
+        """(E, y_q) of the step: the fused native draw into the buffer kept from the last step
+        (drawn again only when the sample index changes), or the batch."""
+        if not (self.fused and isinstance(data, Prompts)
                 and callable(getattr(data.spec, "sample_embedding", None))):
-            dt = self.dtype or data.dtype
-            key = (data.batch, dt)
-            if self._buffer[0] != key:
-                self._buffer = (key, None, None)
-                self._buffer = (key, *data.spec.sample_embedding(data.batch, data.sample_index(step), dt))
-            else:
-                data.spec.sample_embedding(data.batch, data.sample_index(step), dt,
-                                           E=self._buffer[1], y_q=self._buffer[2])
-            return self._buffer[1], self._buffer[2]
-        return self._batch(data.at(step))
+            return self._batch(data.at(step))
+        dt, index = self.dtype or data.dtype, data.sample_index(step)
+        spec, last, E, y_q = self._draw
+        reuse = spec is data.spec and E.shape[0] == data.batch and E.dtype == dt
+        if not (reuse and last == index):
+            buffers = {"E": E, "y_q": y_q} if reuse else {}
+            self._draw = (None, None, None, None)  # free the old buffer before a new one
+            E, y_q = data.spec.sample_embedding(data.batch, index, dt, **buffers)
+            self._draw = (data.spec, index, E, y_q)
+        return E, y_q
 
     def _batch(self, batch):
         E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
