@@ -149,24 +149,15 @@ void validate(const LinearPromptSpec& s) {
   if (s.chol) check_lower_factor(s.chol, s.dim, "Lambda");
   if (s.query_chol) check_lower_factor(s.query_chol, s.dim, "query_Lambda");
   const double a = s.law_a, b = s.law_b, p = s.law_p;
-  switch (s.law) {
+  switch (s.law) {  // the checks of the table LSA_NATIVE_COVARIANCE_LAWS (sampling.hpp)
     case CovarianceLaw::fixed:
       break;
-    case CovarianceLaw::exponential:
-      require(std::isfinite(a) && a > 0, "covariance_law: exponential scale must be > 0");
-      break;
-    case CovarianceLaw::gamma:
-      require(std::isfinite(a) && a > 0 && std::isfinite(b) && b > 0,
-              "covariance_law: gamma shape and scale must be > 0");
-      break;
-    case CovarianceLaw::uniform:
-      require(std::isfinite(a) && std::isfinite(b) && a >= 0 && a < b,
-              "covariance_law: uniform needs 0 <= lo < hi");
-      break;
-    case CovarianceLaw::two_point:
-      require(std::isfinite(a) && std::isfinite(b) && a >= 0 && b >= 0 && p >= 0 && p <= 1,
-              "covariance_law: two_point needs values >= 0 and 0 <= p <= 1");
-      break;
+#define LSA_NATIVE_COVARIANCE_LAW_CHECK(name, check, message, ...) \
+  case CovarianceLaw::name:                                         \
+    require(check, "covariance_law: " message);                     \
+    break;
+      LSA_NATIVE_COVARIANCE_LAWS(LSA_NATIVE_COVARIANCE_LAW_CHECK)
+#undef LSA_NATIVE_COVARIANCE_LAW_CHECK
     default:
       throw Error("covariance_law: unknown law");
   }
