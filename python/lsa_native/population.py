@@ -84,7 +84,7 @@ def covariance_law_moments(d: int, covariance_law) -> np.ndarray:
     laws of :data:`lsa_native.covariance_laws.COVARIANCE_LAWS`): the ``moments`` of
     :func:`loss_and_grad_random_diagonal` and :func:`gradient_flow` for prompts of that law."""
     d = positive_int(d, "d")
-    return _law_moments(random_law(covariance_law), d, "its third moment overflows float64")
+    return _law_moments(random_law(covariance_law), d, "covariance_law: its third moment overflows float64")
 
 
 def _law_moments(law, d: int, overflow: str) -> np.ndarray:
