@@ -300,3 +300,15 @@ def test_activation_names_come_from_the_native_table():
     V, B, C = np.zeros((1, 1, 2, 2)), np.zeros((1, 1, 1, 1)), np.zeros((1, 1, 1, 1))
     with pytest.raises(ValueError, match="unknown activation code"):
         _core.kernel_attention_forward(Z0, V, B, C, [len(ka.ACTIVATIONS)], None, None)
+
+
+def test_reference_has_every_activation_of_the_native_table():
+    """The numpy reference's forward/backward table is keyed by the native names: an activation
+    added to LSA_NATIVE_ACTIVATIONS without its reference entry fails here."""
+    from lsa_native import _core
+
+    assert set(ref.ACTIVATIONS) == set(_core.ACTIVATION_NAMES)
+    S = np.zeros((1, 3, 3))
+    for bad in ("tanh", ["relu"]):
+        with pytest.raises(ValueError, match="unknown activation"):
+            ref.activation_forward(bad, S, 2)

@@ -144,6 +144,71 @@ def test_random_covariance_laws(law, mean, var):
     assert stats.kstest(xs, "norm").pvalue > 1e-4
 
 
+# One example of every law of the native table (a new law needs one: test_law_table_is_complete).
+LAW_EXAMPLES = {"exponential": (2.0,), "gamma": (3.0, 0.5), "uniform": (0.5, 2.5), "two_point": (1.0, 4.0, 0.25)}
+
+
+def test_law_table_is_complete():
+    """The laws come from the native table; each has an example here and moments and a bound in
+    lsa_native.covariance_laws (a law without them fails loudly, naming itself)."""
+    from lsa_native import _core, covariance_laws
+
+    assert ln.sampling.COVARIANCE_LAWS is _core.COVARIANCE_LAWS is covariance_laws.COVARIANCE_LAWS
+    assert set(LAW_EXAMPLES) == set(_core.COVARIANCE_LAWS)
+    assert set(covariance_laws._FORMULAS) == set(_core.COVARIANCE_LAWS)
+    for name, params in _core.COVARIANCE_LAWS.items():
+        assert isinstance(params, tuple) and len(params) == len(LAW_EXAMPLES[name]) >= 1
+        LinearPrompts(2, 3, covariance_law=(name, *LAW_EXAMPLES[name]))  # the native table knows it
+    missing = {k: v for k, v in covariance_laws._FORMULAS.items() if k != "gamma"}
+    law = covariance_laws.parse_law(("gamma", 2.0, 1.0))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(covariance_laws, "_FORMULAS", missing)
+        for f in (covariance_laws.law_moments, covariance_laws.lambda_max):
+            with pytest.raises(NotImplementedError, match="gamma"):
+                f(law)
+
+
+@pytest.mark.parametrize("name", sorted(LAW_EXAMPLES))
+def test_covariance_law_moments_match_the_draws(name, rng):
+    """(E λ, E λ², E λ³) of population.covariance_law_moments against the native draws (z-scores),
+    every draw within the law's bound; power: the moments of the law with its values scaled by 1.1
+    are rejected."""
+    from lsa_native import covariance_laws
+
+    params = LAW_EXAMPLES[name]
+    d, B = 4, 40000
+    spec = LinearPrompts(d, 2, covariance_law=(name, *params), seed=int(rng.integers(2**63)))
+    lam = spec.sample_lambdas(B).ravel()
+    powers = np.stack([lam, lam**2, lam**3], axis=1)
+    m = population.covariance_law_moments(d, (name, *params))
+    assert m.shape == (3, d) and np.all(m == m[:, :1])
+    assert np.abs(_zmean(powers, m[:, 0])).max() < Z_MAX
+    scaled = tuple(1.1 * v for v in params[:2]) + params[2:]
+    wrong = population.covariance_law_moments(d, (name, *scaled))
+    assert np.abs(_zmean(powers, wrong[:, 0])).max() > Z_MAX
+    bound = covariance_laws.lambda_max(covariance_laws.parse_law((name, *params)))
+    assert lam.max() <= bound
+    assert spec.sample_lambdas(B, dtype=np.float32).max() <= bound
+
+
+def test_covariance_law_moments_errors():
+    d = 3
+    np.testing.assert_array_equal(population.covariance_law_moments(d, ("exponential", 1.7)),
+                                  population.exponential_moments(d, 1.7))
+    np.testing.assert_array_equal(population.covariance_law_moments(d, "exponential"),
+                                  population.exponential_moments(d))
+    with pytest.raises(ValueError, match="covariance_law: expected a random law"):
+        population.covariance_law_moments(d, None)
+    with pytest.raises(ValueError, match="covariance_law: uniform needs 0 <= lo < hi"):
+        population.covariance_law_moments(d, ("uniform", 2.0, 1.0))
+    with pytest.raises(ValueError, match="unknown law"):
+        population.covariance_law_moments(d, ("cauchy", 1.0))
+    with pytest.raises(ValueError, match="d"):
+        population.covariance_law_moments(0, "exponential")
+    with pytest.raises(FloatingPointError, match="moments"):
+        population.covariance_law_moments(d, ("gamma", 1e110, 1.0))
+
+
 def test_task_pool():
     d, kappa, B = 3, 5, 20000
     spec = LinearPrompts(d, 2, tasks=kappa, seed=3)
@@ -238,6 +303,23 @@ def test_wishart_random_covariance_matches_population():
     for method in ("tokens", "wishart"):
         v = _fused_samples(spec, W_pv, W_kq, method, batches=60, B=8192)
         assert np.abs(_z(v, exact)).max() < Z_MAX
+
+
+@pytest.mark.parametrize("name", sorted(set(LAW_EXAMPLES) - {"exponential"}))
+def test_random_law_loss_matches_population(name, rng):
+    """The exact random-Λ loss with the table's moments is the mean of the sampled steps, for every
+    law (exponential: the test above); power: the moments of the fixed Λ = E Λτ are rejected."""
+    d, N = 2, 3
+    W_pv, W_kq = 0.4 * rng.standard_normal((2, d + 1, d + 1))
+    law = (name, *LAW_EXAMPLES[name])
+    spec = LinearPrompts(d, N, covariance_law=law, seed=int(rng.integers(2**63)))
+    v = _fused_samples(spec, W_pv, W_kq, "wishart", batches=40, B=8192)
+    moments = population.covariance_law_moments(d, law)
+    exact = population.loss_and_grad_random_diagonal(W_pv, W_kq, moments, N)
+    assert np.abs(_z(v, exact)).max() < Z_MAX
+    mean = moments[0]  # λ deterministic at its mean: same E Λτ, other higher moments
+    wrong = population.loss_and_grad_random_diagonal(W_pv, W_kq, np.stack([mean, mean**2, mean**3]), N)
+    assert np.abs(_z(v, wrong)).max() > Z_MAX
 
 
 # ---- errors ------------------------------------------------------------------------------------

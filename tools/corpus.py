@@ -273,6 +273,7 @@ F = [
     ("pop.diagonal_moments", {"mean": ("np.ones(3)", "array"), "second": ("2 * np.ones(3)", "array"),
                               "third": ("6 * np.ones(3)", "array")}, ["moments"]),
     ("pop.exponential_moments", {"d": ("3", "int"), "scale": ("1.0", "pfloat")}, []),
+    ("pop.covariance_law_moments", {"d": ("3", "int"), "covariance_law": ("('gamma', 2.0, 1.0)", "law")}, []),
     ("pop.minimum_loss", {"Lambda": ("Lam", "cov"), "N": ("5", "int")}, ["loss"]),
     ("pop.gradient_flow", {"W_pv": ("W", "array"), "W_kq": ("W2", "array"), "N": ("5", "int"),
                            "Lambda": ("Lam", "cov"), "times": ("[0.0, 1.0]", "free"),

@@ -12,6 +12,26 @@
 namespace lsa_native::bindings {
 namespace {
 
+// The law named `name`: "fixed" or a row of the table LSA_NATIVE_COVARIANCE_LAWS (sampling.hpp).
+CovarianceLaw covariance_law(const std::string& name) {
+  if (name == "fixed") return CovarianceLaw::fixed;
+  for (const CovarianceLawInfo& law : covariance_laws)
+    if (name == law.name) return law.law;
+  throw Error("covariance_law: unknown law '" + name + "'");
+}
+
+// {name: (parameter names...)} of the random laws, in table order: lsa_native._core.COVARIANCE_LAWS.
+py::dict covariance_law_parameters() {
+  py::dict out;
+  for (const CovarianceLawInfo& law : covariance_laws) {
+    py::list params;
+    for (const char* param : law.params)
+      if (param != nullptr) params.append(param);
+    out[law.name] = py::tuple(params);
+  }
+  return out;
+}
+
 // A LinearPromptSpec viewing the arrays of `d` (which the caller keeps alive).
 LinearPromptSpec spec_from_dict(const py::dict& d) {
   LinearPromptSpec s;
@@ -32,13 +52,7 @@ LinearPromptSpec spec_from_dict(const py::dict& d) {
   s.noise_std = d["noise_std"].cast<double>();
   s.query_noise = d["query_noise"].cast<bool>();
   s.tasks = d["tasks"].cast<index_t>();
-  const std::string law = d["law"].cast<std::string>();
-  if (law == "fixed") s.law = CovarianceLaw::fixed;
-  else if (law == "exponential") s.law = CovarianceLaw::exponential;
-  else if (law == "gamma") s.law = CovarianceLaw::gamma;
-  else if (law == "uniform") s.law = CovarianceLaw::uniform;
-  else if (law == "two_point") s.law = CovarianceLaw::two_point;
-  else throw Error("covariance_law: unknown law '" + law + "'");
+  s.law = covariance_law(d["law"].cast<std::string>());
   s.law_a = d["law_a"].cast<double>();
   s.law_b = d["law_b"].cast<double>();
   s.law_p = d["law_p"].cast<double>();
@@ -188,6 +202,7 @@ void bind_sampling(py::module_& m) {
       "Philox4x32-10 words of counters [n, 4] under key = (low, high) words of the 64-bit seed.");
   bind_dtype<float>(m);
   bind_dtype<double>(m);
+  m.attr("COVARIANCE_LAWS") = covariance_law_parameters();
 }
 
 }  // namespace lsa_native::bindings

@@ -7,33 +7,13 @@
 
 #include "cpu/lsa_cpu.hpp"
 #include "dispatch.hpp"
-#include "lsa_native/cuda_random.hpp"
 #include "lsa_native/device.hpp"
 #include "lsa_native/lsa.hpp"
 #if LSA_NATIVE_HAVE_CUDA
 #include "cuda/lsa_cuda.hpp"
-#include "cuda/random_cuda.hpp"
 #endif
 
 namespace lsa_native {
-
-#if !LSA_NATIVE_HAVE_CUDA
-// No CUDA kernels in this build (cuda_compiled() == false): the device-memory API refuses.
-namespace {
-[[noreturn]] void no_cuda() {
-  throw Error("CUDA: this build of lsa_native has no CUDA kernels (built without nvcc or with "
-              "LSA_NATIVE_CUDA=OFF)");
-}
-}  // namespace
-bool cuda_available() { return false; }
-void* cuda_allocate(std::size_t, int) { no_cuda(); }
-int cuda_pointer_device(const void*) { return -1; }
-void cuda_free(void*) noexcept {}
-void cuda_copy(void*, const void*, std::size_t) { no_cuda(); }
-int cuda_current_device() { no_cuda(); }
-void cuda_synchronize() { no_cuda(); }
-void cuda_release_memory() {}
-#endif
 
 // The one place of the rules on E's extents (the bindings and Python only read E's shape).
 void validate(const LsaShape& s) {
@@ -126,58 +106,6 @@ void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* 
   LSA_NATIVE_BACKEND(device, lsa_predict_vjp, shape, E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E);
 }
 #undef LSA_NATIVE_BACKEND
-
-// ---- counter-based variates on the GPU (cuda_random.hpp) ----
-namespace {
-void require_stream_range(std::uint64_t start, index_t n, std::uint64_t per_block) {
-  detail::require(n >= 0, "n: expected >= 0, got " + std::to_string(n));
-  detail::require(start + std::uint64_t(n) <= (std::uint64_t(1) << 32) * per_block,
-                  "start + n: beyond the stream");
-}
-}  // namespace
-
-void cuda_philox4x32_10(const std::uint32_t* counters, index_t n, std::uint64_t seed,
-                        std::uint32_t* out) {
-  detail::require(n >= 0, "n: expected >= 0, got " + std::to_string(n));
-  detail::require(n == 0 || (counters != nullptr && out != nullptr), "counters, out: null pointer");
-  detail::use_cuda(Device::cuda);
-#if LSA_NATIVE_HAVE_CUDA
-  cuda::philox4x32_10(counters, n, seed, out);
-#else
-  (void)seed;
-#endif
-}
-
-namespace {
-// Normals or uniforms of one stream on the GPU: checks, then the kernel.
-template <class T>
-void cuda_variates(const StreamId& id, std::uint64_t start, index_t n, T* out, bool normal) {
-  require_stream_range(start, n, 16 / sizeof(T));  // variates per block: 4 (float), 2 (double)
-  detail::require(n == 0 || out != nullptr, "out: null pointer");
-  detail::use_cuda(Device::cuda);
-#if LSA_NATIVE_HAVE_CUDA
-  cuda::random_variates(id, start, n, out, normal);
-#else
-  (void)id;
-  (void)normal;
-#endif
-}
-}  // namespace
-
-template <class T>
-void cuda_random_normals(const StreamId& id, std::uint64_t start, index_t n, T* out) {
-  cuda_variates(id, start, n, out, true);
-}
-
-template <class T>
-void cuda_random_uniforms(const StreamId& id, std::uint64_t start, index_t n, T* out) {
-  cuda_variates(id, start, n, out, false);
-}
-
-template void cuda_random_normals<float>(const StreamId&, std::uint64_t, index_t, float*);
-template void cuda_random_normals<double>(const StreamId&, std::uint64_t, index_t, double*);
-template void cuda_random_uniforms<float>(const StreamId&, std::uint64_t, index_t, float*);
-template void cuda_random_uniforms<double>(const StreamId&, std::uint64_t, index_t, double*);
 
 // The public functions: every entry point of the list, for float and double (lsa.hpp).
 #define LSA_NATIVE_LSA_INSTANTIATE(R, name, params) template R name(LSA_NATIVE_UNPAREN params, Device);

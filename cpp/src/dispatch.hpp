@@ -1,5 +1,5 @@
-// The device choice of dispatch.cpp, shared by the other dispatchers (kernel_attention_dispatch.cpp)
-// and by entry points defined beside their CPU code (the fused sampled steps of sampling_cpu.cpp).
+// The device choice of dispatch.cpp, shared by the other dispatchers (kernel_attention_dispatch.cpp,
+// sampling_dispatch.cpp).
 #pragma once
 
 #include "lsa_native/device.hpp"

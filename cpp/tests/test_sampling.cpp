@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <random>
+#include <set>
+#include <string>
 #include <vector>
 
 #include "common/wishart.hpp"
@@ -104,6 +106,37 @@ TEST(Sampling, BatchIndependentOfThreadCount) {
   lsa_native::sample_linear_prompts<float>(s, B, 5, o);
   lsa_native::set_num_threads(before);
   EXPECT_EQ(E1, E2);
+}
+
+// Every row of the covariance-law table (LSA_NATIVE_COVARIANCE_LAWS): its law in table order after
+// `fixed`, a unique name, its parameter names first in params; its check refuses NaN parameters
+// with a message naming the law.
+TEST(Sampling, CovarianceLawTableRows) {
+  std::vector<std::string> names;
+  for (const auto& row : lsa_native::covariance_laws) {
+    EXPECT_EQ(static_cast<size_t>(row.law), names.size() + 1);  // enum order: fixed, then the rows
+    names.push_back(row.name);
+    ASSERT_NE(row.params[0], nullptr) << row.name;
+    for (int k = 1; k < 3; ++k) {
+      if (row.params[k] != nullptr) {
+        EXPECT_NE(row.params[k - 1], nullptr) << row.name;
+      }
+    }
+    lsa_native::LinearPromptSpec s;
+    s.dim = 2;
+    s.context = 3;
+    s.law = row.law;
+    s.law_a = s.law_b = s.law_p = std::nan("");
+    try {
+      lsa_native::validate(s);
+      ADD_FAILURE() << row.name << ": NaN parameters accepted";
+    } catch (const lsa_native::Error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind(std::string("covariance_law: ") + row.name, 0), 0u)
+          << e.what();
+    }
+  }
+  const std::set<std::string> unique(names.begin(), names.end());
+  EXPECT_EQ(unique.size(), names.size());
 }
 
 TEST(Sampling, BadSpecsThrow) {

@@ -15,6 +15,7 @@ import numpy as np
 from . import _core
 from ._validation import (as_real, finite_output, real_array, nonnegative_float, positive_float, positive_int,
                           real_float)
+from .covariance_laws import law_moments, random_law
 from .data import check_covariance
 from .history import History
 from .theory import diagonal_moments, gamma  # diagonal_moments: public here too (re-exported)
@@ -27,6 +28,7 @@ __all__ = [
     "reduced_loss_and_grad",
     "diagonal_moments",
     "exponential_moments",
+    "covariance_law_moments",
     "minimum_loss",
     "FlowTrajectory",
     "gradient_flow",
@@ -72,10 +74,22 @@ def _checked(result, what: str):
 def exponential_moments(d: int, scale: float = 1.0) -> np.ndarray:
     """Moments of λ_i iid scale·Exponential(1): (c, 2c², 6c³) [ZFB 4.3, the ⅓ example]."""
     d = positive_int(d, "d")
-    c = np.float64(positive_float(scale, "scale"))
-    with np.errstate(over="ignore"):
-        m = (np.full(d, c), np.full(d, 2 * c**2), np.full(d, 6 * c**3))
-    return diagonal_moments(*finite_output(m, "moments", "scale³ overflows float64"))
+    c = positive_float(scale, "scale")
+    return _law_moments(("exponential", c, 0.0, 0.0), d, "scale³ overflows float64")
+
+
+def covariance_law_moments(d: int, covariance_law) -> np.ndarray:
+    """Moments [3, d] = (E λ, E λ², E λ³) of λ_i iid under a random covariance law [ZFB 4.3],
+    given as to :class:`lsa_native.sampling.LinearPrompts` (``("gamma", shape, scale)``, …; the
+    laws of :data:`lsa_native.covariance_laws.COVARIANCE_LAWS`): the ``moments`` of
+    :func:`loss_and_grad_random_diagonal` and :func:`gradient_flow` for prompts of that law."""
+    d = positive_int(d, "d")
+    return _law_moments(random_law(covariance_law), d, "covariance_law: its third moment overflows float64")
+
+
+def _law_moments(law, d: int, overflow: str) -> np.ndarray:
+    m = tuple(np.full(d, v) for v in law_moments(law))
+    return diagonal_moments(*finite_output(m, "moments", overflow))
 
 
 def _as_moments(moments, d: int) -> np.ndarray:

@@ -44,12 +44,47 @@ void simd_sincos_2pi(const T* u, index_t n, T* s, T* c);
 
 // ---- linear-regression prompts [ZFB 3.3, 4.2, 4.3; CCS H.1] ------------------------------------
 
-// Law of the per-prompt random diagonal covariance Λ_τ = diag(λ_1..λ_d), λ_k iid [ZFB 4.3]:
-//   exponential: λ = a·Exp(1) (scale a > 0; JMLR Fig. 1 uses a = c)
-//   gamma:       λ = b·Gamma(a) (shape a > 0, scale b > 0)
-//   uniform:     λ ~ U(a, b) (0 <= a < b)
-//   two_point:   λ = a with probability p, else b (a, b >= 0, 0 <= p <= 1)
-enum class CovarianceLaw { fixed, exponential, gamma, uniform, two_point };
+// The laws of the per-prompt random diagonal covariance Λ_τ = diag(λ_1..λ_d), λ_k iid [ZFB 4.3]:
+// one row each, X(name, check, message, parameter names...), the parameters being
+// (a, b, p) = (law_a, law_b, law_p) of LinearPromptSpec in the order named:
+//   exponential(scale):   λ = a·Exp(1) (a > 0; JMLR Fig. 1 uses a = c)
+//   gamma(shape, scale):  λ = b·Gamma(a) (a > 0, b > 0)
+//   uniform(lo, hi):      λ ~ U(a, b) (0 <= a < b)
+//   two_point(a, b, p):   λ = a with probability p, else b (a, b >= 0, 0 <= p <= 1)
+// The table generates the enum CovarianceLaw (after `fixed`), covariance_laws[] (the names and
+// parameter names: the binding's name → law map and lsa_native._core.COVARIANCE_LAWS) and
+// validate()'s parameter checks (`check` on doubles a, b, p; Error "covariance_law: <message>").
+// A new law also needs its draw (linear::lambda_entry, common/linear_prompts.hpp) and its moments
+// and bound (python/lsa_native/covariance_laws.py).
+#define LSA_NATIVE_COVARIANCE_LAWS(X)                                                          \
+  X(exponential, std::isfinite(a) && a > 0, "exponential scale must be > 0", "scale")          \
+  X(gamma, std::isfinite(a) && a > 0 && std::isfinite(b) && b > 0,                             \
+    "gamma shape and scale must be > 0", "shape", "scale")                                     \
+  X(uniform, std::isfinite(a) && std::isfinite(b) && a >= 0 && a < b,                          \
+    "uniform needs 0 <= lo < hi", "lo", "hi")                                                  \
+  X(two_point, std::isfinite(a) && std::isfinite(b) && a >= 0 && b >= 0 && p >= 0 && p <= 1,   \
+    "two_point needs values >= 0 and 0 <= p <= 1", "a", "b", "p")
+
+enum class CovarianceLaw {
+  fixed,  // one Λ for every prompt (LinearPromptSpec::chol, or the identity)
+#define LSA_NATIVE_COVARIANCE_LAW_ENUM(name, check, message, ...) name,
+  LSA_NATIVE_COVARIANCE_LAWS(LSA_NATIVE_COVARIANCE_LAW_ENUM)
+#undef LSA_NATIVE_COVARIANCE_LAW_ENUM
+};
+
+// A random law's name and parameter names (at most three: a, b, p; the rest null).
+struct CovarianceLawInfo {
+  CovarianceLaw law;
+  const char* name;
+  const char* params[3];
+};
+inline constexpr CovarianceLawInfo covariance_laws[] = {
+#define LSA_NATIVE_COVARIANCE_LAW_INFO(name, check, message, ...) \
+  {CovarianceLaw::name, #name, {__VA_ARGS__}},
+    LSA_NATIVE_COVARIANCE_LAWS(LSA_NATIVE_COVARIANCE_LAW_INFO)
+#undef LSA_NATIVE_COVARIANCE_LAW_INFO
+};
+
 // Covariates: x = L z with z ~ N(0, I) (gaussian), or x = L ξ with ξ uniform on the unit sphere
 // (sphere; CCS H.1: L ξ has the law of Σ^{1/2} ξ since ξ is rotation invariant).
 enum class Covariates { gaussian, sphere };

@@ -82,11 +82,15 @@ LSA_HD rng::StreamAddress task_address(const Law<T>& P, std::uint32_t j) {
 
 // λ_k of prompt b's Λ_τ = diag(λ) [ZFB 4.3] (P.law != fixed), from position k of kStreamCovariance:
 // exponential a·(−log u), gamma b·Gamma(a), uniform a + (b − a) u, two-point (u < p ? a : b).
+// One case per row of LSA_NATIVE_COVARIANCE_LAWS (sampling.hpp); no default, so that -Wswitch
+// names a law of the table without its draw.
 template <class T, class Math = rng::ScalarMath>
 LSA_HD T lambda_entry(const Law<T>& P, index_t b, index_t k) {
   const rng::StreamAddress a = P.address(b, rng::kStreamCovariance);
   const auto pos = static_cast<std::uint64_t>(k);
   switch (P.law) {
+    case CovarianceLaw::fixed:
+      break;
     case CovarianceLaw::exponential:
       return -P.law_a * Math::log(rng::uniform_at<T>(a, pos));
     case CovarianceLaw::gamma:
@@ -95,9 +99,8 @@ LSA_HD T lambda_entry(const Law<T>& P, index_t b, index_t k) {
       return P.law_a + (P.law_b - P.law_a) * rng::uniform_at<T>(a, pos);
     case CovarianceLaw::two_point:
       return rng::uniform_at<T>(a, pos) < P.law_p ? P.law_a : P.law_b;
-    default:
-      return T(1);
   }
+  return T(1);
 }
 
 // One covariate in place: v[k·stride] (k < d) holds z ~ N(0, I) and becomes

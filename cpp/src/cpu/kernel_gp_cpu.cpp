@@ -1,11 +1,8 @@
-// CPU K-GP sampler (kernel_gp.hpp): argument checks, then common/kernel_gp.hpp per prompt, in
-// parallel over fixed chunks of prompts.
-#include "lsa_native/kernel_gp.hpp"
-
-#include <algorithm>
+// CPU K-GP sampler (cpu/sampling_cpu.hpp; checked and routed by sampling_dispatch.cpp):
+// common/kernel_gp.hpp per prompt, in parallel over fixed chunks of prompts. Also Σ^{1/2}
+// (kernel_gp.hpp's symmetric_sqrt).
 #include <atomic>
 #include <cmath>
-#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -14,12 +11,9 @@
 #include "common/kernel_gp.hpp"
 #include "common/parallel.hpp"
 #include "common/small_matrix.hpp"
+#include "cpu/sampling_cpu.hpp"
 #include "cpu/small_matrix_cpu.hpp"
-#include "lsa_native/config.hpp"
-#include "lsa_native/device.hpp"
-#if LSA_NATIVE_HAVE_CUDA
-#include "cuda/kernel_gp_cuda.hpp"
-#endif
+#include "lsa_native/kernel_gp.hpp"
 
 namespace lsa_native {
 
@@ -74,67 +68,38 @@ class PromptPoll {
 
 }  // namespace
 
+}  // namespace lsa_native
+
+namespace lsa_native::cpu {
+
 template <class T>
-void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, const KernelGPLaw& law,
-                      T* Z0, T* y_q, T* xi_out, std::int32_t* method) {
-  const index_t d = law.dim, n = law.context;
-  detail::require(batch >= 1, "batch: expected B >= 1, got " + std::to_string(batch));
-  detail::require(batch <= (index_t(1) << 32), "batch: at most 2^32 prompts (the prompt counter)");
-  detail::require(d >= 1, "dim: expected d >= 1, got " + std::to_string(d));
-  detail::require(n >= 1, "context: expected n >= 1, got " + std::to_string(n));
-  detail::require(n + 1 <= 4096, "context: expected n + 1 <= 4096, got " + std::to_string(n));
-  // The per-prompt recipe indexes a prompt's (d+1) x (n+1) values with int.
-  detail::require((d + 1) * (n + 1) < (index_t(1) << 31), "(dim + 1) * (context + 1) too large");
-  detail::require(step < (std::uint64_t(1) << 32), "step: expected 0 <= step < 2^32");
-  const int kern = static_cast<int>(law.kernel);
-  detail::require(kern >= 0 && kern <= 2, "kernel: unknown kernel code " + std::to_string(kern));
-  detail::require(std::isfinite(law.bandwidth) && law.bandwidth > 0,
-                  "bandwidth: expected a finite number > 0, got " + std::to_string(law.bandwidth));
-  const double inv_bw2 = 1.0 / (law.bandwidth * law.bandwidth);
-  detail::require(kern != detail::kgp::kExp || inv_bw2 <= kKernelGPMaxExpScale,
-                  "bandwidth: the exp kernel needs 1/bandwidth^2 <= " +
-                      std::to_string(kKernelGPMaxExpScale) + " (exp overflows), got bandwidth " +
-                      std::to_string(law.bandwidth));
-  detail::require(Z0 != nullptr && y_q != nullptr, "Z0, y_q must not be null");
-  std::vector<double> root;
-  if (law.sigma != nullptr) {
-    root.resize(static_cast<size_t>(d * d));
-    symmetric_sqrt(law.sigma, d, root.data(), "Sigma");
-  }
-  const double* R = law.sigma != nullptr ? root.data() : nullptr;
-  const int di = static_cast<int>(d), n1 = static_cast<int>(n + 1);
-  const rng::PhiloxKey key = rng::philox_key(seed);
-  const auto st = static_cast<std::uint32_t>(step);
+bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t batch, int kernel,
+                      double inv_bw2, const double* root, int d, int n1, T* Z0, T* y_q, T* xi,
+                      std::int32_t* method) {
   std::atomic<bool> unconverged{false};
   const PromptPoll poll(n1 >= kPollInsidePromptPoints);
   const auto poll_ref = [&poll] { poll(); };  // the callable gp_labels copies
-
-#if LSA_NATIVE_HAVE_CUDA
-  if (cuda_pointer_device(Z0) >= 0) {  // device arrays: the same per-prompt recipe on the GPU
-    detail::require(cuda::sample_kernel_gp(key, st, batch, kern, inv_bw2, R, di, n1, Z0, y_q,
-                                           xi_out, method),
-                    "kernel_gp: the QL eigensolver did not converge on some prompt");
-    return;
-  }
-#endif
+  const index_t prompt_size = index_t(d + 1) * n1;
   detail::for_each_chunk(batch, [&](index_t, index_t b0, index_t b1) {
-    std::vector<double> work(static_cast<size_t>(detail::kgp::prompt_workspace(n1, di)));
+    std::vector<double> work(static_cast<size_t>(detail::kgp::prompt_workspace(n1, d)));
     for (index_t b = b0; b < b1; ++b) {
       poll();
-      const int m = detail::kgp::sample_prompt(key, static_cast<std::uint32_t>(b), st, kern,
-                                               inv_bw2, R, n1, di, work.data(),
-                                               Z0 + b * (d + 1) * n1, y_q + b,
-                                               xi_out ? xi_out + b * n1 * d : nullptr, poll_ref);
+      const int m = detail::kgp::sample_prompt(key, static_cast<std::uint32_t>(b), step, kernel,
+                                               inv_bw2, root, n1, d, work.data(),
+                                               Z0 + b * prompt_size, y_q + b,
+                                               xi ? xi + b * n1 * d : nullptr, poll_ref);
       if (m == detail::kgp::kMethodEigenUnconverged) unconverged = true;
       if (method) method[b] = m;
     }
   });
-  detail::require(!unconverged, "kernel_gp: the QL eigensolver did not converge on some prompt");
+  return !unconverged;
 }
 
-template void sample_kernel_gp<float>(std::uint64_t, std::uint64_t, index_t, const KernelGPLaw&,
-                                      float*, float*, float*, std::int32_t*);
-template void sample_kernel_gp<double>(std::uint64_t, std::uint64_t, index_t, const KernelGPLaw&,
-                                       double*, double*, double*, std::int32_t*);
+template bool sample_kernel_gp<float>(const rng::PhiloxKey&, std::uint32_t, index_t, int, double,
+                                      const double*, int, int, float*, float*, float*,
+                                      std::int32_t*);
+template bool sample_kernel_gp<double>(const rng::PhiloxKey&, std::uint32_t, index_t, int, double,
+                                       const double*, int, int, double*, double*, double*,
+                                       std::int32_t*);
 
-}  // namespace lsa_native
+}  // namespace lsa_native::cpu

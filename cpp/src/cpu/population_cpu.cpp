@@ -89,132 +89,174 @@ struct Grad {
   }
 };
 
-// 2L and, when g is not null, ∂(2L): the sum of the six terms of docs/population.md.
-double twice_loss_noiseless(const Params& P, const Mat& Lam, index_t N, Grad* g) {
+// The products of Λ and the parameters that the six terms of 2L share (docs/population.md, with
+// n = N: a = Λp1, α = p1ᵀΛp1, τ = tr(K1Λ), β = tr(K1ΛK1ᵀΛ), Φ = ΛΓ [ZFB Thm 4.1]).
+struct Shared {
+  double n;         // N
+  double trL, trL2; // tr Λ, tr Λ²
+  Mat L2, Phi;      // Λ², Φ = E[Λ̂ Λ̂] = (1 + 1/N)Λ² + tr(Λ)/N · Λ
+  Vecd a;           // Λ p1
+  double alpha;     // p1ᵀ Λ p1
+  Mat KL, LK, LKL;  // K1Λ, ΛK1, ΛK1Λ
+  double tau;       // tr(K1Λ)
+  Vecd u1, Lu1;     // K1ᵀa, ΛK1ᵀa
+  double beta;      // tr(K1ΛK1ᵀΛ) = <ΛK1Λ, K1>
+  Vecd Lk2;         // Λ k2
+
+  Shared(const Params& P, const Mat& Lam, index_t N)
+      : n(double(N)), trL(trace(Lam)), trL2(0), L2(matmul(Lam, Lam)), Phi(Lam.n),
+        a(matvec(Lam, P.p1)), alpha(dot(P.p1, a)), KL(matmul(P.K1, Lam)), LK(matmul(Lam, P.K1)),
+        LKL(matmul(LK, Lam)), tau(trace(KL)), u1(matvec_t(P.K1, a)), Lu1(matvec(Lam, u1)),
+        beta(frobenius_dot(LKL, P.K1)), Lk2(matvec(Lam, P.k2)) {
+    trL2 = trace(L2);
+    add_scaled(Phi, 1 + 1 / n, L2);
+    add_scaled(Phi, trL / n, Lam);
+  }
+};
+
+// Each term below returns its value and, when g is not null, adds its gradient to g. The caller
+// runs them in the order T1, T2, T3, T4, X, F6 (the order the gradients accumulate in).
+
+// T1 = E[v0ᵀΛv0] = (1 + 1/N) aᵀK1ΛK1ᵀa + α tr(K1ΛK1ᵀΛ)/N
+double term_T1(const Shared& s, Grad* g) {
+  const double n = s.n;
+  const double T1 = (1 + 1 / n) * dot(s.u1, s.Lu1) + s.alpha * s.beta / n;
+  if (g) {
+    const Vecd LKLu1 = matvec(s.LK, s.Lu1);
+    add_scaled(g->p1, 2 * (1 + 1 / n), LKLu1);
+    add_scaled(g->p1, 2 * s.beta / n, s.a);
+    add_outer(g->K1, 2 * (1 + 1 / n), s.a, s.Lu1);
+    add_scaled(g->K1, 2 * s.alpha / n, s.LKL);
+  }
+  return T1;
+}
+
+// T2 = E tr(M1ᵀΛM1) = tr(RᵀΛRΦ) − 2 tr(RΛ²) + tr Λ,  R = p2 K1ᵀ + k2 p1ᵀ
+double term_T2(const Shared& s, const Params& P, const Mat& Lam, Grad* g) {
   const index_t d = Lam.n;
-  const double n = double(N);
   const Mat& K1 = P.K1;
   const Vecd &p1 = P.p1, &k2 = P.k2;
   const double p2 = P.p2;
-
-  const double trL = trace(Lam);
-  const Mat L2 = matmul(Lam, Lam);
-  const double trL2 = trace(L2);
-  // Φ = E[Λ̂ Λ̂] = ΛΓ = (1 + 1/N)Λ² + tr(Λ)/N · Λ,  Γ = (1 + 1/N)Λ + tr(Λ)/N · I   [ZFB Thm 4.1]
-  Mat Phi(d);
-  add_scaled(Phi, 1 + 1 / n, L2);
-  add_scaled(Phi, trL / n, Lam);
-
-  const Vecd a = matvec(Lam, p1);  // a = Λ p1
-  const double alpha = dot(p1, a);
-  const Mat KL = matmul(K1, Lam);  // K1 Λ
-  const Mat LK = matmul(Lam, K1);  // Λ K1
-  const double tau = trace(KL);    // τ = tr(K1 Λ)
-
-  // T1 = (1 + 1/N) a^T K1 Λ K1^T a + α tr(K1 Λ K1^T Λ) / N
-  const Vecd u1 = matvec_t(K1, a);  // K1^T a
-  const Vecd Lu1 = matvec(Lam, u1);
-  const Mat LKL = matmul(LK, Lam);                // Λ K1 Λ
-  const double beta = frobenius_dot(LKL, K1);     // tr(K1 Λ K1^T Λ) = <ΛK1Λ, K1>
-  const double T1 = (1 + 1 / n) * dot(u1, Lu1) + alpha * beta / n;
-
-  // T2 = tr(R^T Λ R Φ) − 2 tr(R Λ²) + tr Λ,  R = p2 K1^T + k2 p1^T
   Mat R(d), LR(d);  // Λ R = p2 (K1 Λ)^T + (Λ k2) p1^T: no product needed
-  const Vecd Lk2 = matvec(Lam, k2);
   for (index_t i = 0; i < d; ++i)
     for (index_t j = 0; j < d; ++j) {
       R(i, j) = p2 * K1(j, i) + k2[i] * p1[j];
-      LR(i, j) = p2 * KL(j, i) + Lk2[i] * p1[j];
+      LR(i, j) = p2 * s.KL(j, i) + s.Lk2[i] * p1[j];
     }
-  const Mat LRPhi = matmul(LR, Phi);
-  const double T2 = frobenius_dot(R, LRPhi) - 2 * frobenius_dot(R, L2) + trL;
+  const Mat LRPhi = matmul(LR, s.Phi);
+  const double T2 = frobenius_dot(R, LRPhi) - 2 * frobenius_dot(R, s.L2) + s.trL;
+  if (g) {  // through D = ∂T2/∂R = 2(Λ R Φ − Λ²)
+    Mat D = LRPhi;
+    add_scaled(D, -1.0, s.L2);
+    for (double& v : D.a) v *= 2;
+    for (index_t i = 0; i < d; ++i)
+      for (index_t j = 0; j < d; ++j) {
+        g->p2 += D(i, j) * K1(j, i);
+        g->K1(j, i) += p2 * D(i, j);
+      }
+    add_scaled(g->k2, 1.0, matvec(D, p1));
+    add_scaled(g->p1, 1.0, matvec_t(D, k2));
+  }
+  return T2;
+}
 
-  // T3 = p2² (k2^T Λ k2)(1 + 2/N)(tr(Λ)² + 2 tr(Λ²))
-  const double k2Lk2 = dot(k2, Lk2);
-  const double c3 = (1 + 2 / n) * (trL * trL + 2 * trL2);
+// T3 = E[v2ᵀΛv2] = p2² (k2ᵀΛk2)(1 + 2/N)(tr(Λ)² + 2 tr(Λ²))
+double term_T3(const Shared& s, const Params& P, Grad* g) {
+  const double p2 = P.p2;
+  const double k2Lk2 = dot(P.k2, s.Lk2);
+  const double c3 = (1 + 2 / s.n) * (s.trL * s.trL + 2 * s.trL2);
   const double T3 = p2 * p2 * k2Lk2 * c3;
+  if (g) {
+    g->p2 += 2 * p2 * k2Lk2 * c3;
+    add_scaled(g->k2, 2 * p2 * p2 * c3, s.Lk2);
+  }
+  return T3;
+}
 
-  // T4 = 2 p2 p1^T M4 K1 Λ k2,  M4 = tr(Λ) Λ + (2/N) Λ²
-  Mat M4(d);
-  add_scaled(M4, trL, Lam);
-  add_scaled(M4, 2 / n, L2);
-  const Vecd z = matvec(KL, k2);   // K1 Λ k2
-  const Vecd w4 = matvec(M4, p1);  // M4 p1
+// T4 = 2 E[v0ᵀΛv2] = 2 p2 p1ᵀ M4 K1 Λ k2,  M4 = tr(Λ) Λ + (2/N) Λ²
+double term_T4(const Shared& s, const Params& P, const Mat& Lam, Grad* g) {
+  const double p2 = P.p2;
+  Mat M4(Lam.n);
+  add_scaled(M4, s.trL, Lam);
+  add_scaled(M4, 2 / s.n, s.L2);
+  const Vecd z = matvec(s.KL, P.k2);  // K1 Λ k2
+  const Vecd w4 = matvec(M4, P.p1);   // M4 p1
   const double T4 = 2 * p2 * dot(w4, z);
+  if (g) {
+    g->p2 += 2 * dot(w4, z);
+    add_scaled(g->p1, 2 * p2, matvec(M4, z));
+    add_scaled(g->k2, 2 * p2, matvec_t(s.KL, w4));
+    add_outer(g->K1, 2 * p2, w4, s.Lk2);
+  }
+  return T4;
+}
 
-  // X = (2/N) m̄·m,  m̄ = K1^T a + p2 tr(Λ) k2,  m = τ a + Λ (K1 + K1^T) a
-  Vecd mbar = u1;
-  add_scaled(mbar, p2 * trL, k2);
-  Vecd m = matvec(LK, a);
-  add_scaled(m, tau, a);
-  add_scaled(m, 1.0, Lu1);
+// X = (2/N) m̄ᵀm (the cross term),  m̄ = E v = K1ᵀa + p2 tr(Λ) k2,  m = τ a + Λ (K1 + K1ᵀ) a
+double term_X(const Shared& s, const Params& P, const Mat& Lam, Grad* g) {
+  const double n = s.n, p2 = P.p2;
+  Vecd mbar = s.u1;
+  add_scaled(mbar, p2 * s.trL, P.k2);
+  Vecd m = matvec(s.LK, s.a);
+  add_scaled(m, s.tau, s.a);
+  add_scaled(m, 1.0, s.Lu1);
   const double X = 2 / n * dot(mbar, m);
+  if (g) {
+    g->p2 += 2 / n * s.trL * dot(P.k2, m);
+    add_scaled(g->k2, 2 / n * p2 * s.trL, m);
+    const Vecd v = matvec(Lam, mbar);
+    add_scaled(g->p1, 2 / n, matvec(s.LK, m));
+    add_scaled(g->p1, 2 / n * s.tau, v);
+    add_scaled(g->p1, 2 / n, matvec(Lam, matvec_t(P.K1, v)));
+    add_scaled(g->p1, 2 / n, matvec(s.LK, v));
+    add_outer(g->K1, 2 / n, s.a, m);
+    add_scaled(g->K1, 2 / n * dot(mbar, s.a), Lam);
+    add_outer(g->K1, 2 / n, v, s.a);
+    add_outer(g->K1, 2 / n, s.a, v);
+  }
+  return X;
+}
 
-  // F6 = [α(τ² + 2 tr(SΛSΛ)) + 4τ a^T S a + 8 a^T SΛS a] / N²,  S = (K1 + K1^T)/2
+// F6 = [α(τ² + 2 tr(SΛSΛ)) + 4τ aᵀSa + 8 aᵀSΛSa] / N² (the 6th moment of x_q),  S = (K1 + K1ᵀ)/2
+double term_F6(const Shared& s, const Params& P, const Mat& Lam, Grad* g) {
+  const index_t d = Lam.n;
+  const double n = s.n, alpha = s.alpha, tau = s.tau;
+  const Mat& K1 = P.K1;
   Mat S(d), SL(d), LSL(d);  // SΛ = ½(K1Λ + (ΛK1)^T), ΛSΛ = ½(ΛK1Λ + (ΛK1Λ)^T)
   for (index_t i = 0; i < d; ++i)
     for (index_t j = 0; j < d; ++j) {
       S(i, j) = 0.5 * (K1(i, j) + K1(j, i));
-      SL(i, j) = 0.5 * (KL(i, j) + LK(j, i));
-      LSL(i, j) = 0.5 * (LKL(i, j) + LKL(j, i));
+      SL(i, j) = 0.5 * (s.KL(i, j) + s.LK(j, i));
+      LSL(i, j) = 0.5 * (s.LKL(i, j) + s.LKL(j, i));
     }
   const double tSLSL = trace_product(SL, SL);
-  const Vecd Sa = matvec(S, a);
-  const double aSa = dot(a, Sa);
+  const Vecd Sa = matvec(S, s.a);
+  const double aSa = dot(s.a, Sa);
   const Vecd LSa = matvec(Lam, Sa);
   const double aSLSa = dot(Sa, LSa);
   const double F6 = (alpha * (tau * tau + 2 * tSLSL) + 4 * tau * aSa + 8 * aSLSa) / (n * n);
-
-  if (g) {
-    Grad& G = *g;
-    // ∂T1
-    const Vecd LKLu1 = matvec(LK, Lu1);
-    add_scaled(G.p1, 2 * (1 + 1 / n), LKLu1);
-    add_scaled(G.p1, 2 * beta / n, a);
-    add_outer(G.K1, 2 * (1 + 1 / n), a, Lu1);
-    add_scaled(G.K1, 2 * alpha / n, LKL);
-    // ∂T2 through D = ∂T2/∂R = 2(Λ R Φ − Λ²)
-    Mat D = LRPhi;
-    add_scaled(D, -1.0, L2);
-    for (double& v : D.a) v *= 2;
-    for (index_t i = 0; i < d; ++i)
-      for (index_t j = 0; j < d; ++j) {
-        G.p2 += D(i, j) * K1(j, i);
-        G.K1(j, i) += p2 * D(i, j);
-      }
-    add_scaled(G.k2, 1.0, matvec(D, p1));
-    add_scaled(G.p1, 1.0, matvec_t(D, k2));
-    // ∂T3
-    G.p2 += 2 * p2 * k2Lk2 * c3;
-    add_scaled(G.k2, 2 * p2 * p2 * c3, Lk2);
-    // ∂T4
-    G.p2 += 2 * dot(w4, z);
-    add_scaled(G.p1, 2 * p2, matvec(M4, z));
-    add_scaled(G.k2, 2 * p2, matvec_t(KL, w4));
-    add_outer(G.K1, 2 * p2, w4, Lk2);
-    // ∂X
-    G.p2 += 2 / n * trL * dot(k2, m);
-    add_scaled(G.k2, 2 / n * p2 * trL, m);
-    const Vecd v = matvec(Lam, mbar);
-    add_scaled(G.p1, 2 / n, matvec(LK, m));
-    add_scaled(G.p1, 2 / n * tau, v);
-    add_scaled(G.p1, 2 / n, matvec(Lam, matvec_t(K1, v)));
-    add_scaled(G.p1, 2 / n, matvec(LK, v));
-    add_outer(G.K1, 2 / n, a, m);
-    add_scaled(G.K1, 2 / n * dot(mbar, a), Lam);
-    add_outer(G.K1, 2 / n, v, a);
-    add_outer(G.K1, 2 / n, a, v);
-    // ∂F6 (the S-gradient is symmetric, so it is also the K1-gradient)
+  if (g) {  // the S-gradient is symmetric, so it is also the K1-gradient
     const double inv_n2 = 1 / (n * n);
-    add_scaled(G.p1, inv_n2 * 2 * (tau * tau + 2 * tSLSL), a);
-    add_scaled(G.p1, inv_n2 * 8 * tau, LSa);
-    add_scaled(G.p1, inv_n2 * 16, matvec(Lam, matvec(S, LSa)));
-    add_scaled(G.K1, inv_n2 * (2 * alpha * tau + 4 * aSa), Lam);
-    add_scaled(G.K1, inv_n2 * 4 * alpha, LSL);
-    add_outer(G.K1, inv_n2 * 4 * tau, a, a);
-    add_outer(G.K1, inv_n2 * 8, a, LSa);
-    add_outer(G.K1, inv_n2 * 8, LSa, a);
+    add_scaled(g->p1, inv_n2 * 2 * (tau * tau + 2 * tSLSL), s.a);
+    add_scaled(g->p1, inv_n2 * 8 * tau, LSa);
+    add_scaled(g->p1, inv_n2 * 16, matvec(Lam, matvec(S, LSa)));
+    add_scaled(g->K1, inv_n2 * (2 * alpha * tau + 4 * aSa), Lam);
+    add_scaled(g->K1, inv_n2 * 4 * alpha, LSL);
+    add_outer(g->K1, inv_n2 * 4 * tau, s.a, s.a);
+    add_outer(g->K1, inv_n2 * 8, s.a, LSa);
+    add_outer(g->K1, inv_n2 * 8, LSa, s.a);
   }
+  return F6;
+}
+
+// 2L and, when g is not null, ∂(2L): the sum of the six terms of docs/population.md.
+double twice_loss_noiseless(const Params& P, const Mat& Lam, index_t N, Grad* g) {
+  const Shared s(P, Lam, N);
+  const double T1 = term_T1(s, g);
+  const double T2 = term_T2(s, P, Lam, g);
+  const double T3 = term_T3(s, P, g);
+  const double T4 = term_T4(s, P, Lam, g);
+  const double X = term_X(s, P, Lam, g);
+  const double F6 = term_F6(s, P, Lam, g);
   return T1 + T2 + T3 + T4 + X + F6;
 }
 

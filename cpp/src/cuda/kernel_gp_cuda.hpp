@@ -1,6 +1,6 @@
 // CUDA route of the K-GP sampler (kernel_gp.hpp): the arguments are validated and Σ^{1/2} is
-// computed by the driver (cpu/kernel_gp_cpu.cpp), which takes this route when Z0 is device memory.
-// No CUDA header here.
+// computed by the dispatcher (sampling_dispatch.cpp), which takes this route when Z0 is device
+// memory. No CUDA header here.
 #pragma once
 
 #include <cstdint>

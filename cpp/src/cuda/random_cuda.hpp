@@ -1,4 +1,4 @@
-// CUDA implementations of cuda_random.hpp; arguments are validated by dispatch.cpp.
+// CUDA implementations of cuda_random.hpp; arguments are validated by sampling_dispatch.cpp.
 #pragma once
 
 #include <cstdint>

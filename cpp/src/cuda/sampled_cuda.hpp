@@ -1,5 +1,5 @@
 // CUDA implementation of the fused sampled LSA steps (sampling.hpp); the law is already validated
-// (a linear::Plan) and the method's conditions checked by sampling_cpu.cpp. No CUDA header here.
+// (a linear::Plan) and the method's conditions checked by sampling_dispatch.cpp. No CUDA header here.
 #pragma once
 
 #include "common/linear_prompts.hpp"

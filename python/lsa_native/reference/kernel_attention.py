@@ -10,40 +10,57 @@ f = (1/(2B)) Σ_b (TF_b + y_q,b)² — half of CCS (5), as ZFB (3.7) — with �
 """
 from __future__ import annotations
 
+from typing import Callable, NamedTuple
+
 import numpy as np
 
-__all__ = ["activation_forward", "forward", "vjp", "loss_and_grad"]
+__all__ = ["ACTIVATIONS", "activation_forward", "forward", "vjp", "loss_and_grad"]
+
+
+def _softmax(S, n):
+    """Column-wise softmax over the sources i < n (row n stays 0)."""
+    Sm = S[:, :n, :]
+    E = np.exp(Sm - Sm.max(axis=1, keepdims=True))
+    H = np.zeros_like(S)
+    H[:, :n, :] = E / E.sum(axis=1, keepdims=True)
+    return H
+
+
+class _Activation(NamedTuple):
+    """h̃ [CCS (12)] on S [B, n+1, n+1] and its backward dS from (S, H = h̃(S), dH); row n (the
+    query as a source) of either is overwritten with 0 by the caller."""
+    forward: Callable[[np.ndarray, int], np.ndarray]
+    backward: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+
+#: The activations by name, one entry per name of the native table (``_core.ACTIVATION_NAMES``,
+#: cpp/include/lsa_native/kernel_attention.hpp; tests/test_kernel_attention.py checks the keys).
+ACTIVATIONS = {
+    "linear": _Activation(lambda S, n: S.copy(), lambda S, H, dH: dH.copy()),
+    "relu": _Activation(lambda S, n: np.maximum(S, 0), lambda S, H, dH: dH * (S > 0)),
+    "exp": _Activation(lambda S, n: np.exp(S), lambda S, H, dH: dH * H),
+    # column-wise over sources: dS = H ∘ (dH − Σ_i H ∘ dH)
+    "softmax": _Activation(_softmax, lambda S, H, dH: H * (dH - np.sum(H * dH, axis=1, keepdims=True))),
+}
+
+
+def _activation(name) -> _Activation:
+    try:
+        return ACTIVATIONS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown activation {name!r}") from None
 
 
 def activation_forward(name, S, n):
     """h̃ on S [B, n+1, n+1] (rows: sources i, columns: targets j); row n (the query as a source)
     is zeroed, as the mask M discards it."""
-    if name == "linear":
-        H = S.copy()
-    elif name == "relu":
-        H = np.maximum(S, 0)
-    elif name == "exp":
-        H = np.exp(S)
-    elif name == "softmax":
-        Sm = S[:, :n, :]
-        E = np.exp(Sm - Sm.max(axis=1, keepdims=True))
-        H = np.zeros_like(S)
-        H[:, :n, :] = E / E.sum(axis=1, keepdims=True)
-    else:
-        raise ValueError(f"unknown activation {name!r}")
+    H = _activation(name).forward(S, n)
     H[:, n, :] = 0
     return H
 
 
 def _activation_backward(name, S, H, dH, n):
-    if name == "linear":
-        dS = dH.copy()
-    elif name == "relu":
-        dS = dH * (S > 0)
-    elif name == "exp":
-        dS = dH * H
-    else:  # softmax, column-wise over sources
-        dS = H * (dH - np.sum(H * dH, axis=1, keepdims=True))
+    dS = _activation(name).backward(S, H, dH)
     dS[:, n, :] = 0
     return dS
 

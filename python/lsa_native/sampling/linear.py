@@ -16,62 +16,12 @@ import numpy as np
 from .. import _core
 from .. import cuda as _cuda
 from .._validation import (as_array, check_finite_result, check_flag, check_no_overlap, check_sampled, fits_dtype,
-                           float_dtype, nonnegative_float, positive_int, real_array, real_float,
-                           rescale_hint)
+                           float_dtype, nonnegative_float, positive_int, real_array, rescale_hint)
+from ..covariance_laws import COVARIANCE_LAWS, Z_MAX, lambda_max, parse_law
 from ..data import PromptBatch, check_covariance
 from .random import check_seed, check_step
 
 __all__ = ["LinearPrompts", "COVARIANCE_LAWS"]
-
-#: Laws of the per-prompt random diagonal covariance Λ_τ = diag(λ) [ZFB 4.3] and their parameters:
-#: exponential(scale) — λ = scale·Exp(1), JMLR Fig. 1 —, gamma(shape, scale), uniform(lo, hi),
-#: two_point(a, b, p) — λ = a with probability p, else b.
-COVARIANCE_LAWS = {"exponential": ("scale",), "gamma": ("shape", "scale"), "uniform": ("lo", "hi"),
-                   "two_point": ("a", "b", "p")}
-
-
-def _law(law):
-    """(name, a, b, p) of a covariance law given as None, a name, or a tuple (name, *params); each
-    parameter a finite real number, and a law whose λ is 0 with probability 1 refused."""
-    if law is None:
-        return ("fixed", 0.0, 0.0, 0.0)
-    if isinstance(law, str):
-        law = (law,) if law != "exponential" else (law, 1.0)
-    if not isinstance(law, (tuple, list)) or not law or not isinstance(law[0], str):
-        raise TypeError("covariance_law: expected None, a law name, or a tuple (name, *params), "
-                        f"got {law!r}")
-    name = law[0]
-    if name not in COVARIANCE_LAWS:
-        raise ValueError(f"covariance_law: unknown law {name!r}; expected one of {sorted(COVARIANCE_LAWS)}")
-    expected = COVARIANCE_LAWS[name]
-    if len(law) - 1 != len(expected):
-        raise ValueError(f"covariance_law: {name} takes parameters {expected}, got {tuple(law[1:])}")
-    params = tuple(real_float(v, f"covariance_law: {name} parameter {k!r}")
-                   for k, v in zip(expected, law[1:]))
-    a, b, p = (params + (0.0, 0.0, 0.0))[:3]
-    if name == "two_point" and (a == b == 0 or (p == 1 and a == 0) or (p == 0 and b == 0)):
-        raise ValueError(f"covariance_law: two_point{params} gives λ = 0 with probability 1 "
-                         "(all covariates zero); expected a > 0 or b > 0 with a chance to be drawn")
-    return (name, a, b, p)
-
-
-# Largest |variate| the native streams give (cpp/src/common/random.hpp), rounded up: Box–Muller
-# normals |z| <= 8.57 (double; 5.77 float), exponentials −log u <= 53 ln 2 = 36.7.
-_Z_MAX, _EXP_MAX = 9.0, 37.0
-
-
-def _lambda_max(law) -> float:
-    """An upper bound of λ under a random covariance law (1 when fixed)."""
-    name, a, b, p = law
-    if name == "exponential":
-        return a * _EXP_MAX
-    if name == "gamma":  # Marsaglia–Tsang δ(1 + z/√(9δ))³, δ = α − 1/3, α = shape (+1 if < 1)
-        delta = (a + 1 if a < 1 else a) - 1 / 3
-        return b * delta * (1 + _Z_MAX / np.sqrt(9 * delta)) ** 3
-    if name in ("uniform", "two_point"):
-        return max(a, b)
-    return 1.0
-
 
 def _row_scale(chol) -> float:
     """max_k Σ_m |F_km|: |(F z)_k| <= it · max|z|."""
@@ -121,7 +71,7 @@ class LinearPrompts:
                 raise ValueError(f"tasks: expected 1 <= kappa <= 2**32 (None: fresh tasks), got {tasks}")
         if covariates not in ("gaussian", "sphere"):
             raise ValueError(f"covariates: expected 'gaussian' or 'sphere', got {covariates!r}")
-        law = _law(covariance_law)
+        law = parse_law(covariance_law)
         if law[0] != "fixed" and Lambda is not None:
             raise ValueError("Lambda: a random covariance law replaces Lambda; pass one or the other")
         chol = _factor(Lambda, d, "Lambda")
@@ -147,7 +97,7 @@ class LinearPrompts:
         # What scales the covariates, {argument: s} with |x_k| <= s · max|z| (for the output check)
         scales = {k: _row_scale(F) for k, F in (("Lambda", chol), ("query_Lambda", qchol)) if F is not None}
         if law[0] != "fixed":
-            scales["covariance_law"] = float(np.sqrt(_lambda_max(law)))
+            scales["covariance_law"] = float(np.sqrt(lambda_max(law)))
         set_(self, "_x_scales", scales)
 
     def replace(self, **changes) -> "LinearPrompts":
@@ -275,9 +225,9 @@ class LinearPrompts:
     def _bounds(self) -> tuple[float, float, float]:
         """Bounds of |x|, |y| and λ over every draw: |x_k| <= max_k Σ_m |F_km| · z_max (or
         √λ_max · z_max), |y| <= d · z_max · |x|_max + σ z_max, λ <= λ_max (random laws; 0 else)."""
-        x = max(self._x_scales.values(), default=1.0) * _Z_MAX
-        lam = _lambda_max(self._law_tuple) if self._law_tuple[0] != "fixed" else 0.0
-        return x, self.dim * _Z_MAX * x + self.noise_std * _Z_MAX, lam
+        x = max(self._x_scales.values(), default=1.0) * Z_MAX
+        lam = lambda_max(self._law_tuple) if self._law_tuple[0] != "fixed" else 0.0
+        return x, self.dim * Z_MAX * x + self.noise_std * Z_MAX, lam
 
     def _cause(self, name: str, dt) -> str:
         return f"{name} is too large for {np.dtype(dt)}: {rescale_hint(name, dt)}"
@@ -289,7 +239,7 @@ class LinearPrompts:
         if max(y_max, lam_max) < float(np.finfo(E.dtype).max) / 4:  # room for the sums' rounding
             return
         d = self.dim
-        noise_part = self.noise_std * _Z_MAX
+        noise_part = self.noise_std * Z_MAX
         y_cause = "noise_std" if noise_part >= y_max - noise_part else self._x_cause()
         check_sampled(("E (covariates)", E[:, :d], self._cause(self._x_cause(), E.dtype)),
                       ("E (labels)", E[:, d], self._cause(y_cause, E.dtype)),
