@@ -314,27 +314,43 @@ class LinearPrompts:
         parameters may be numpy or CUDA arrays (they are tiny and copied); the gradients are numpy
         arrays. ``"cuda"`` without CUDA kernels in the build, or without a GPU, raises ValueError.
         """
-        B = positive_int(batch, "batch")
-        dt = self._dtype(dtype)
-        r = self.dim + 1
         device = _cuda.resolve_device(device, W_pv=W_pv, W_kq=W_kq)
+        step_fn = self.fused_step(batch=batch, method=method, dtype=dtype, device=device)
         if device == "cuda":
             W_pv = W_pv if isinstance(W_pv, np.ndarray) else _cuda.to_host(W_pv)
             W_kq = W_kq if isinstance(W_kq, np.ndarray) else _cuda.to_host(W_kq)
+        r, dt = self.dim + 1, step_fn.dtype
         W_pv = as_array(W_pv, (r, r), dt, "W_pv")
         W_kq = as_array(W_kq, (r, r), dt, "W_kq")
-        if method not in ("tokens", "wishart", "auto"):
-            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
-        if method == "auto":
-            method = "wishart" if self.wishart_applies else "tokens"
         d_pv = np.empty((r, r), dt)
         d_kq = np.empty((r, r), dt)
-        loss = _core.linear_prompts_lsa_loss_and_grad(self._spec, B, check_step(step), method,
-                                                      W_pv, W_kq, d_pv, d_kq, device)
+        loss = step_fn(W_pv, W_kq, check_step(step), d_pv, d_kq)
         # The fused sampler + LSA kernel raises no native flag: check the (small) outputs here.
         for name, out in (("loss", loss), ("dW_pv", d_pv), ("dW_kq", d_kq)):
             check_finite_result(out, {}, name)
         return float(loss), d_pv, d_kq
+
+    def fused_step(self, *, batch: int, method: str = "tokens", dtype=np.float32, device: str = "cpu"):
+        """The step of :meth:`lsa_loss_and_grad` with its arguments checked once, for a training
+        loop: ``step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq) -> loss`` writes the gradients into the
+        last two and returns L. The caller passes C-contiguous ``step_fn.dtype`` arrays [d+1, d+1]
+        (host arrays; the native call still refuses others) and a step in [0, 2^32); the result is
+        not checked for finiteness (the loop does). ``device``: "cpu" or "cuda"."""
+        B = positive_int(batch, "batch")
+        dt = self._dtype(dtype)
+        if method not in ("tokens", "wishart", "auto"):
+            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
+        if method == "auto":
+            method = "wishart" if self.wishart_applies else "tokens"
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
+        spec, native = self._spec, _core.linear_prompts_lsa_loss_and_grad
+
+        def step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq):
+            return native(spec, B, step, method, W_pv, W_kq, d_W_pv, d_W_kq, device)
+
+        step_fn.dtype, step_fn.method = dt, method
+        return step_fn
 
     @property
     def wishart_applies(self) -> bool:

@@ -26,7 +26,7 @@ from ._checks import flag, real_array_output, real_output
 from .data import FixedPrompts, Prompts, as_data
 from .metrics import relative_distance
 from .objectives import CallableObjective, Objective, as_objective
-from .optim import grad_norm, make_optimizer
+from .optim import make_optimizer, unchecked_grad_norm
 from .rundir import RunDir
 
 __all__ = ["fit", "FitResult", "TrainingDiverged", "StepInfo"]
@@ -34,6 +34,7 @@ __all__ = ["fit", "FitResult", "TrainingDiverged", "StepInfo"]
 # The columns fit writes itself: no metric may take these names.
 _COLUMNS = ("step", "loss", "grad_norm", "lr", "time", "eval_loss", "bayes_gap", "dist_to_target")
 _F32_MAX = float(np.finfo(np.float32).max)
+_F64 = np.dtype(np.float64)
 
 
 class TrainingDiverged(FloatingPointError):
@@ -135,8 +136,8 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             t, stopped = _run_steps(plan, state, rec, guard, bar)
             # Final row: the final parameters, on the last step's prompts (no fresh sample).
-            loss, grad = guard.loss_and_grad(t, state.theta, max(t - 1, 0))
-            rec.write(t, state.theta, loss, grad, None)
+            loss, _, norm = guard.loss_and_grad(t, state.theta, max(t - 1, 0))
+            rec.write(t, state.theta, loss, norm, None)
         if state.run is not None:
             _save(plan, state, t, rec.elapsed())
             state.run.write_table(history)  # the whole run as a table, once finished
@@ -158,6 +159,7 @@ class _Plan:
     optimizer: object
     steps: int
     data: object
+    step_fn: object  # objective.bind(data): (θ, step) -> (loss, grad), prepared once
     theta: np.ndarray
     eval_batch: object
     eval_every: int | None
@@ -215,7 +217,9 @@ def _setup(objective, optimizer, optimizer_kwargs, *, steps, data, theta0, eval_
     if run_dir is None and (resume or checkpoint_every is not None):
         raise ValueError("run_dir: required for resume=True or checkpoint_every")
     eval_config = None if run_dir is None or eval_every is None else _eval_config(eval_data, eval_batch)
-    return _Plan(objective, optimizer, steps, data, theta, eval_batch, eval_every, eval_config,
+    step_fn = objective.bind(data) if callable(getattr(objective, "bind", None)) else (
+        lambda theta, step: objective.loss_and_grad(theta, step, data))
+    return _Plan(objective, optimizer, steps, data, step_fn, theta, eval_batch, eval_every, eval_config,
                  record_every, _metrics(metrics), target, bayes_loss, _callbacks(callbacks),
                  run_dir, checkpoint_every, keep_checkpoints, resume, progress, desc)
 
@@ -408,17 +412,22 @@ class _Divergence:
 
     def __init__(self, plan: _Plan, state: _State, history: History):
         self.plan, self.state, self.history = plan, state, history
+        self._before = None  # θ_t during the update of step t
 
     def loss_and_grad(self, t: int, theta, data_step: int):
-        """(loss, grad) at θ_t on the prompts of ``data_step``."""
-        objective = self.plan.objective
-        loss, grad = self.call(t, theta, objective.loss_and_grad, theta, data_step, self.plan.data)
-        loss = real_output(loss, f"objective: the loss of {type(objective).__name__}")
+        """(loss, grad, ‖grad‖₂) at θ_t on the prompts of ``data_step`` (grad: a buffer the next
+        call may overwrite)."""
+        loss, grad = self.call(t, theta, self.plan.step_fn, theta, data_step)
+        if type(loss) is not float:
+            loss = real_output(loss, f"objective: the loss of {type(self.plan.objective).__name__}")
         if not math.isfinite(loss):
             raise self.error(t, f"non-finite loss ({loss!r})", theta, self._lr_into(t))
-        if not np.isfinite(grad).all():
+        if type(grad) is not np.ndarray or grad.dtype != _F64:
+            grad = np.asarray(grad, dtype=np.float64)
+        norm = unchecked_grad_norm(grad)  # NaN or inf for a non-finite gradient
+        if not math.isfinite(norm) and not np.isfinite(grad).all():
             raise self.error(t, "non-finite gradient", theta, self._lr_into(t))
-        return loss, grad
+        return loss, grad, norm
 
     def evaluate(self, t: int, theta) -> float:
         objective = self.plan.objective
@@ -428,10 +437,14 @@ class _Divergence:
             raise self.error(t, f"non-finite held-out loss ({value!r})", theta, self._lr_into(t))
         return value
 
-    def update(self, t: int, theta, grad, opt_state) -> dict:
-        """The optimizer step θ_t → θ_{t+1} in place; non-finite θ_{t+1} is divergence at step t."""
-        before = theta.copy()
-        info = self.plan.optimizer.step(theta, grad, opt_state)
+    def update(self, t: int, theta, grad, norm: float, opt_state) -> dict:
+        """The optimizer step θ_t → θ_{t+1} in place; non-finite θ_{t+1} is divergence at step t
+        (θ_t, kept in a buffer of the run, is the error's last finite θ)."""
+        before = self._before
+        if before is None or before.shape != theta.shape:
+            before = self._before = np.empty_like(theta)
+        np.copyto(before, theta)
+        info = self.plan.optimizer.step(theta, grad, opt_state, norm=norm)
         if not np.isfinite(theta).all():
             raise self.error(t, "the update gave non-finite parameters", before, info["lr"])
         return info
@@ -501,9 +514,9 @@ class _Recorder:
         every = self.plan.eval_every
         return t % self.plan.record_every == 0 or (every is not None and t % every == 0)
 
-    def write(self, t: int, theta, loss: float, grad, lr) -> dict:
+    def write(self, t: int, theta, loss: float, norm: float, lr) -> dict:
         plan = self.plan
-        row = {"step": t, "loss": loss, "grad_norm": grad_norm(grad), "lr": lr, "time": self.elapsed()}
+        row = {"step": t, "loss": loss, "grad_norm": norm, "lr": lr, "time": self.elapsed()}
         if plan.eval_every is not None and (t % plan.eval_every == 0 or t == plan.steps):
             row["eval_loss"] = self.guard.evaluate(t, theta)
             if plan.bayes_loss is not None:
@@ -551,12 +564,12 @@ def _run_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Divergence, b
     theta, opt_state, optimizer = state.theta, state.opt_state, plan.optimizer
     t = state.step
     while t < plan.steps:
-        loss, grad = guard.loss_and_grad(t, theta, t)
+        loss, grad, norm = guard.loss_and_grad(t, theta, t)
         # Records of step t describe θ_t: take them before the update.
         row = None
         if rec.due(t):
-            row = rec.write(t, theta, loss, grad, optimizer.learning_rate(opt_state["t"]))
-        info = guard.update(t, theta, grad, opt_state)
+            row = rec.write(t, theta, loss, norm, optimizer.learning_rate(opt_state["t"]))
+        info = guard.update(t, theta, grad, norm, opt_state)
         t += 1
         if bar is not None:
             bar.update(1)

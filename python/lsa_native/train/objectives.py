@@ -10,7 +10,11 @@ The protocol (duck-typed; :class:`Objective` is the base):
   (exact objectives ignore ``batch``);
 - ``unpack(theta)``: the model's parameters (what metrics and callbacks receive);
 - ``config() -> dict``: JSON-able identity (run directories refuse a checkpoint of another one);
-- ``needs_data``: whether ``fit`` must be given ``data=``.
+- ``needs_data``: whether ``fit`` must be given ``data=``;
+- ``bind(data) -> step_fn`` (optional; the base gives one): ``step_fn(theta, step) -> (loss,
+  grad)`` for a training loop on ``data``, with everything that does not change between steps
+  checked and prepared once (``fit`` calls it once per run). ``grad`` may be a buffer the next
+  call overwrites.
 
 **Loss convention (one for the whole package): ½ · mean squared error of the prediction of
 y_q** — ZFB (3.7) L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² for LSA, its expectation ZFB (3.8) for the
@@ -27,7 +31,7 @@ import numpy as np
 from .. import kernel_attention as ka
 from .. import cuda, lsa, population
 from ..data import check_covariance
-from .._validation import positive_int, real_array
+from .._validation import as_array, positive_int, real_array
 from ._checks import real_array_output, real_output
 from .data import Prompts
 
@@ -53,6 +57,22 @@ def _float_dtype(dtype):
     return dt
 
 
+class _CastBatch:
+    """(E, y_q) of the step's batch in ``dtype`` (None: as they are), cast once per batch: a data
+    source hands the same batch object while it is reused, so the cast is kept for it."""
+
+    def __init__(self):
+        self._last = (None, None, None)
+
+    def __call__(self, batch, dtype):
+        if dtype is None or batch.E.dtype == dtype:
+            return batch.E, batch.y_q
+        if self._last[0] is not batch or self._last[1] != dtype:
+            self._last = (None, None, None)  # free the old cast first
+            self._last = (batch, dtype, (batch.E.astype(dtype), batch.y_q))
+        return self._last[2]
+
+
 class Objective:
     """Base of the objectives; see the module docstring for the protocol."""
 
@@ -64,6 +84,11 @@ class Objective:
 
     def evaluate(self, theta, batch) -> float:
         raise TypeError(f"{type(self).__name__} has no held-out evaluation")
+
+    def bind(self, data):
+        """``step_fn(theta, step) -> (loss, grad)`` on ``data`` (see the module docstring)."""
+        loss_and_grad = self.loss_and_grad
+        return lambda theta, step: loss_and_grad(theta, step, data)
 
     def unpack(self, theta):
         return theta
@@ -112,6 +137,7 @@ class LSAObjective(_WeightPair, Objective):
         if device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
         self.method, self.fused, self.device = method, bool(fused), device
+        self._cast = _CastBatch()
 
     def _fused(self, data) -> bool:
         return (self.fused and isinstance(data, Prompts)
@@ -125,10 +151,43 @@ class LSAObjective(_WeightPair, Objective):
                 W_pv, W_kq, batch=data.batch, step=data.sample_index(step), method=self.method,
                 dtype=self.dtype or data.dtype, **where)
         else:
-            batch = data.at(step)
-            E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
-            loss, g_pv, g_kq = lsa.loss_and_grad(E, batch.y_q, W_pv, W_kq)
+            E, y_q = self._cast(data.at(step), self.dtype)
+            loss, g_pv, g_kq = lsa.loss_and_grad(E, y_q, W_pv, W_kq)
         return loss, np.concatenate([g_pv.ravel(), g_kq.ravel()])
+
+    def bind(self, data):
+        """The fused step with its arguments checked once (``spec.fused_step``, e.g.
+        :meth:`~lsa_native.sampling.LinearPrompts.fused_step`): per step only θ's cast into a
+        preallocated buffer and the native call (float64: none, it reads θ and writes the gradient
+        buffer in place); otherwise the base's step."""
+        if not (self._fused(data) and callable(getattr(data.spec, "fused_step", None))):
+            return super().bind(data)
+        device = "cpu" if self.device == "auto" else self.device
+        step_fn = data.spec.fused_step(batch=data.batch, method=self.method,
+                                       dtype=self.dtype or data.dtype, device=device)
+        r, k, dt = self.n, self.n * self.n, step_fn.dtype
+        grad = np.empty(2 * k)
+        # float64: the native call reads θ and writes the gradient in place; float32: through one
+        # cast copy of θ and one of the gradient.
+        W, d = (None, None) if dt == np.float64 else (np.empty(2 * k, dt), np.empty(2 * k, dt))
+        every = data.resample_every
+        square = lambda v: (v[:k].reshape(r, r), v[k:].reshape(r, r))  # noqa: E731
+        views = [None, square(W) if W is not None else None, square(grad if d is None else d)]
+
+        def lsa_step(theta, step):
+            if W is None:  # float64: θ itself (views cached while fit passes the same array)
+                if views[0] is not theta:
+                    views[0], views[1] = theta, square(theta)
+            else:
+                np.copyto(W, theta, casting="unsafe")
+                if not np.isfinite(W).all():  # θ past float32's range: as_array's ValueError
+                    as_array(theta[:k], (k,), dt, "W_pv"), as_array(theta[k:], (k,), dt, "W_kq")
+            loss = step_fn(*views[1], step // every, *views[2])
+            if d is not None:
+                np.copyto(grad, d)
+            return loss, grad
+
+        return lsa_step
 
     def evaluate(self, theta, batch):
         W_pv, W_kq = self.unpack(theta)
@@ -174,6 +233,7 @@ class KernelAttentionObjective(Objective):
         self._nA = params.A.size if self.hold_A_zero else 0
         self.theta0 = full[self._nA:].copy()
         self._device_batch = (None, None)  # ((spec, B, dtype, sample index), (Z0, y_q) on the GPU)
+        self._cast = _CastBatch()
 
     def unpack(self, theta) -> ka.KernelAttentionParams:
         theta = np.asarray(theta, dtype=np.float64)
@@ -206,9 +266,7 @@ class KernelAttentionObjective(Objective):
         if self.device == "cuda":
             Z0, y_q = self._batch_on_device(step, data)
         else:
-            batch = data.at(step)
-            Z0 = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
-            y_q = batch.y_q
+            Z0, y_q = self._cast(data.at(step), self.dtype)
         loss, grad = self.unpack(theta).loss_and_grad(Z0, y_q)
         return loss, grad[self._nA:]
 
