@@ -14,7 +14,8 @@ The protocol (duck-typed; :class:`Objective` is the base):
 - ``bind(data) -> step_fn`` (optional; the base gives one): ``step_fn(theta, step) -> (loss,
   grad)`` for a training loop on ``data``, with everything that does not change between steps
   checked and prepared once (``fit`` calls it once per run). ``grad`` may be a buffer the next
-  call overwrites.
+  call overwrites; the step may leave numpy's overflow warning to its caller (``fit`` turns it
+  off for the run and checks every result).
 
 **Loss convention (one for the whole package): ½ · mean squared error of the prediction of
 y_q** — ZFB (3.7) L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² for LSA, its expectation ZFB (3.8) for the
