@@ -6,7 +6,9 @@
 #pragma once
 
 #include "common/optim_recipe.hpp"
-#include "cuda/kernel_common.cuh"
+#if defined(__CUDACC__)
+#include "cuda/kernel_common.cuh"  // the device keywords (the emulator defines its own)
+#endif
 
 namespace lsa_native::cuda::kernels {
 namespace {
