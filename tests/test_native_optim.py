@@ -183,3 +183,102 @@ def test_gpu_step_equals_the_cpu_step_bitwise(rng, name, kwargs):
     theta, state = gpu.host_state()
     np.testing.assert_array_equal(theta, host.current)
     assert gpu.status() == host.status()
+
+
+# ---- fit with θ and the optimizer state in native buffers (the GPU loop, run on host arrays) ----
+
+import importlib  # noqa: E402
+
+from lsa_native import sampling  # noqa: E402
+
+fit_module = importlib.import_module("lsa_native.train.fit")  # (train.fit is the function)
+
+
+@pytest.fixture
+def native_loop(monkeypatch):
+    """fit's device loop with the host array backend: the same Python code as on a GPU."""
+    monkeypatch.setattr(fit_module, "_native_arrays", lambda plan: native_optim.HOST)
+
+
+def _lsa_problem(seed, dtype=np.float64):
+    spec = sampling.LinearPrompts(3, 9, seed=seed)
+    rng = np.random.default_rng(seed)
+    W_pv, W_kq = 0.2 * rng.standard_normal((4, 4)), 0.2 * rng.standard_normal((4, 4))
+    return train.LSAObjective(W_pv, W_kq), train.Prompts(spec, batch=33, dtype=dtype)
+
+
+def _fit(seed, optimizer, **kw):
+    objective, source = _lsa_problem(seed, kw.pop("dtype", np.float64))
+    return train.fit(objective, optimizer, data=source, progress=False, **kw)
+
+
+@pytest.mark.parametrize("optimizer, exact", [
+    (train.SGD(lr=0.05, momentum=0.9), True),
+    (train.AdamW(lr=0.01, weight_decay=0.1), True),
+    (train.Adam(lr=0.01, clip_norm=0.05), False),  # the native norm: another summation order
+])
+@pytest.mark.parametrize("record_every", [1, 4])
+def test_native_loop_follows_the_host_loop(rng, monkeypatch, optimizer, exact, record_every):
+    seed = int(rng.integers(2**31))
+    host = _fit(seed, optimizer, steps=13, record_every=record_every)
+    monkeypatch.setattr(fit_module, "_native_arrays", lambda plan: native_optim.HOST)
+    native = _fit(seed, optimizer, steps=13, record_every=record_every)
+    if exact:
+        np.testing.assert_array_equal(native.theta, host.theta)
+        np.testing.assert_array_equal(native.history["loss"], host.history["loss"])
+    else:
+        np.testing.assert_allclose(native.theta, host.theta, rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(native.history["loss"], host.history["loss"], rtol=1e-10)
+    assert native.history.step == host.history.step
+    np.testing.assert_allclose(native.history["grad_norm"], host.history["grad_norm"], rtol=1e-13)
+    np.testing.assert_array_equal(native.history["lr"], host.history["lr"])
+
+
+@pytest.mark.parametrize("record_every", [1, 5])
+def test_native_loop_divergence_names_the_step_and_the_last_finite_parameters(native_loop, rng,
+                                                                             monkeypatch,
+                                                                             record_every):
+    seed = int(rng.integers(2**31))
+    with pytest.raises(train.TrainingDiverged, match="lower the learning rate") as e:
+        _fit(seed, train.SGD(lr=1e6), steps=60, record_every=record_every)
+    err = e.value
+    assert err.step >= 1 and err.lr == 1e6 and np.all(np.isfinite(err.theta))
+    # The same failure as the host loop, whatever the record interval (detection is deferred).
+    monkeypatch.setattr(fit_module, "_native_arrays", lambda plan: None)
+    with pytest.raises(train.TrainingDiverged) as host:
+        _fit(seed, train.SGD(lr=1e6), steps=60, record_every=record_every)
+    assert host.value.step == err.step
+    np.testing.assert_array_equal(host.value.theta, err.theta)
+
+
+def test_native_loop_checkpoints_host_arrays_and_resumes_bitwise(native_loop, rng, tmp_path):
+    seed = int(rng.integers(2**31))
+    opt = train.Adam(lr=0.01, amsgrad=True)
+    whole = _fit(seed, opt, steps=12, run_dir=tmp_path / "a", checkpoint_every=4)
+    stop = lambda info: info.step == 6  # noqa: E731  (stops after step 6: checkpoint at 4)
+    _fit(seed, opt, steps=12, run_dir=tmp_path / "b", checkpoint_every=4, callbacks=stop)
+    ckpt = sorted((tmp_path / "b").glob("ckpt_*.npz"))[-1]
+    with np.load(ckpt) as z:
+        assert all(isinstance(z[k], np.ndarray) for k in z.files)
+    resumed = _fit(seed, opt, steps=12, run_dir=tmp_path / "b", checkpoint_every=4, resume=True)
+    np.testing.assert_array_equal(resumed.theta, whole.theta)
+
+
+def test_device_is_not_part_of_the_lsa_objective_identity():
+    a = train.LSAObjective(np.eye(3), np.eye(3), device="cpu")
+    b = train.LSAObjective(np.eye(3), np.eye(3), device="auto")
+    assert a.config() == b.config() and "device" not in a.config()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not cuda.available(), reason="needs a GPU")
+def test_gpu_fit_keeps_theta_on_the_device_and_matches_the_cpu(rng):
+    seed = int(rng.integers(2**31))
+    spec = sampling.LinearPrompts(3, 9, seed=seed)
+    W = 0.2 * np.random.default_rng(seed).standard_normal((2, 4, 4))
+    source = train.Prompts(spec, batch=64, dtype=np.float64)
+    results = [train.fit(train.LSAObjective(W[0], W[1], device=device), train.Adam(lr=0.01),
+                         data=source, steps=20, record_every=5, progress=False)
+               for device in ("cpu", "cuda")]
+    np.testing.assert_allclose(results[1].theta, results[0].theta, rtol=1e-9)
+    np.testing.assert_allclose(results[1].history["loss"], results[0].history["loss"], rtol=1e-9)

@@ -26,7 +26,8 @@ from ._checks import flag, real_array_output, real_output
 from .data import FixedPrompts, Prompts, as_data
 from .metrics import relative_distance
 from .objectives import CallableObjective, Objective, as_objective
-from .optim import make_optimizer, unchecked_grad_norm
+from . import native_optim
+from .optim import SGD, Adam, AdamW, make_optimizer, unchecked_grad_norm
 from .rundir import RunDir
 
 __all__ = ["fit", "FitResult", "TrainingDiverged", "StepInfo"]
@@ -134,7 +135,11 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
         # numpy's floating-point warnings are off in the loop: every result is checked and a
         # non-finite one raised as TrainingDiverged (one switch per run, not one per step).
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            t, stopped = _run_steps(plan, state, rec, guard, bar)
+            arrays = _native_arrays(plan)
+            if arrays is None:
+                t, stopped = _run_steps(plan, state, rec, guard, bar)
+            else:
+                t, stopped = _run_native_steps(plan, state, rec, guard, bar, arrays)
             # Final row: the final parameters, on the last step's prompts (no fresh sample).
             loss, _, norm = guard.loss_and_grad(t, state.theta, max(t - 1, 0))
             rec.write(t, state.theta, loss, norm, None)
@@ -590,3 +595,75 @@ def _notify(callbacks: list, info: StepInfo) -> bool:
         return any([bool(cb(info)) for cb in callbacks])
     finally:
         info.theta.flags.writeable = True
+
+
+# ---- the loop with θ and the optimizer state where the model runs (a GPU) -----------------------
+
+def _native_arrays(plan: _Plan):
+    """Where θ and the optimizer state live during the loop: on the GPU (the native optimizer
+    step, :mod:`.native_optim`) for an objective with ``device == "cuda"`` and one of the built-in
+    optimizers; None (the Python optimizers on host arrays) otherwise."""
+    if (getattr(plan.objective, "device", None) == "cuda"
+            and type(plan.optimizer) in (SGD, Adam, AdamW)):
+        return native_optim.CUDA
+    return None
+
+
+def _run_native_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Divergence, bar, arrays):
+    """:func:`_run_steps` with θ and the optimizer state in ``arrays``' buffers and the optimizer
+    step native (no wait): the gradient norm and the divergence checks are read back only for a
+    record, a checkpoint, a callback or the end (the status record keeps the first failure and
+    the parameters before it). The objective's step still takes host θ and gives a host loss and
+    gradient (the native model calls take host parameters and wait for their loss), so θ comes
+    down and the gradient goes up each step: those two small copies are all that is left to
+    remove once the model calls take device parameters."""
+    native = native_optim.NativeOptimizer(plan.optimizer, state.theta, arrays,
+                                          opt_state=state.opt_state)
+    first, t = state.step, state.step
+    on_host = arrays is native_optim.HOST
+
+    def check(t_now):
+        """The status record: a recorded failure becomes TrainingDiverged; returns the norm."""
+        norm, code, bad = native.status()
+        if code != native_optim.OK:
+            before = arrays.to_host(native.theta_read_at(bad - first))
+            if code == native_optim.BAD_GRADIENT:
+                raise guard.error(bad, "non-finite gradient", before, guard._lr_into(bad))
+            raise guard.error(bad, "the update gave non-finite parameters", before,
+                              plan.optimizer.learning_rate(bad))
+        return norm
+
+    def sync_state():
+        state.theta, state.opt_state = native.host_state()
+
+    while t < plan.steps:
+        theta = native.current if on_host else arrays.to_host(native.current)
+        loss, grad = guard.call(t, theta, plan.step_fn, theta, t)
+        if type(loss) is not float:
+            loss = real_output(loss, f"objective: the loss of {type(plan.objective).__name__}")
+        if not math.isfinite(loss):
+            check(t)  # an earlier recorded failure is the cause
+            raise guard.error(t, f"non-finite loss ({loss!r})", theta, guard._lr_into(t))
+        arrays.write(native.grad, grad)
+        lr = native.step(t)
+        t += 1
+        if bar is not None:
+            bar.update(1)
+        every = plan.checkpoint_every
+        save = state.run is not None and every is not None and t % every == 0 and t < plan.steps
+        row = None
+        if rec.due(t - 1) or save or plan.callbacks or t == plan.steps:
+            norm = check(t)
+            if rec.due(t - 1):  # the record of step t − 1 describes θ_{t−1}, its input
+                row = rec.write(t - 1, theta, loss, norm, lr)
+            if save:
+                sync_state()
+                _save(plan, state, t, rec.elapsed())
+            if plan.callbacks:
+                after = arrays.to_host(native.current)
+                if _notify(plan.callbacks, StepInfo(t - 1, after, loss, norm, lr, row, plan.objective)):
+                    sync_state()
+                    return t, True
+    check(t)
+    sync_state()
+    return t, False

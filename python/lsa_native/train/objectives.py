@@ -196,8 +196,9 @@ class LSAObjective(_WeightPair, Objective):
         return lsa.loss_and_grad(E, batch.y_q, W_pv, W_kq)[0]
 
     def config(self):
+        # The device is not part of the identity: a run checkpointed on one resumes on the other.
         return {"type": "LSAObjective", "dim": self.n - 1, "dtype": getattr(self.dtype, "name", None),
-                "method": self.method, "fused": self.fused, "device": self.device}
+                "method": self.method, "fused": self.fused}
 
 
 class KernelAttentionObjective(Objective):
