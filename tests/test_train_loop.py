@@ -122,3 +122,34 @@ def test_one_pass_norm_is_numpys(rng, scale):
         assert norm == pytest.approx(scale * np.linalg.norm(g / scale), rel=1e-14)
     assert grad_norm(g) == norm
     assert math.isnan(grad_norm(np.array([1.0, np.nan])))
+
+
+# ---- LinearPrompts.sample(device=) -------------------------------------------------------------
+
+from lsa_native import cuda  # noqa: E402
+
+
+def test_sample_device_argument():
+    spec = sampling.LinearPrompts(2, 3, seed=0)
+    with pytest.raises(ValueError, match="device"):
+        spec.sample(4, device="tpu")
+    with pytest.raises(ValueError, match="device"):
+        spec.sample(4, device=None)
+    if not cuda.available():
+        with pytest.raises(ValueError, match=r"device: 'cuda' needs .*cuda.available\(\) = False"):
+            spec.sample(4, device="cuda")
+    cpu = spec.sample(4, device="cpu")
+    np.testing.assert_array_equal(cpu.E, spec.sample(4).E)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not cuda.available(), reason="needs a GPU")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sample_on_the_device_equals_the_cpu_sample(rng, dtype):
+    spec = sampling.LinearPrompts(3, 5, noise_std=0.1, seed=int(rng.integers(2**31)))
+    host, gpu = spec.sample(7, step=3, dtype=dtype), spec.sample(7, step=3, dtype=dtype, device="cuda")
+    for name in ("X", "y", "x_q", "y_q", "w", "E"):
+        a = getattr(gpu, name)
+        assert cuda.is_cuda_array(a)
+        np.testing.assert_array_equal(cuda.to_host(a), getattr(host, name))
+    np.testing.assert_array_equal(gpu.Lambda, host.Lambda)

@@ -160,7 +160,7 @@ class LinearPrompts:
 
     def sample(self, batch: int, step: int = 0, dtype=np.float32, *,
                label_fn: Optional[Callable[[np.ndarray], np.ndarray]] = None,
-               query: str = "iid") -> PromptBatch:
+               query: str = "iid", device: str = "cpu") -> PromptBatch:
         """The B prompts of training step ``step`` as a PromptBatch (X, y, x_q, y_q, w, E).
 
         The draws are checked once: a law whose parameters do not fit ``dtype`` is refused up
@@ -172,7 +172,14 @@ class LinearPrompts:
         query targets; f is called on <w, x> [B, N] and on <w, x_q> [B] and must return real,
         finite labels of the same shape (elementwise f, e.g. ``np.tanh``); ``query="orthogonal"``: x_q replaced by its projection onto the orthogonal
         complement of span(x_1..x_N) (needs N < d), y_q = <w, x_q> recomputed (query shift).
+
+        ``device="cuda"``: the arrays (X, y, x_q, y_q, w, E) as CUDA ``DeviceArray``s (the law
+        stays host arrays; ξ is left out), equal to the CPU's bit for bit: they are drawn by the
+        CPU sampler and copied (one copy per array). The fused step
+        (:meth:`lsa_loss_and_grad`) generates its prompts on the GPU itself. Without CUDA kernels
+        or a GPU: ValueError naming ``device``.
         """
+        on_gpu = _cuda.check_device(device) == "cuda"
         B = _batch(batch, self.dim, self.context)
         dt = self._dtype(dtype)
         if query not in ("iid", "orthogonal"):
@@ -209,7 +216,12 @@ class LinearPrompts:
             check_sampled(("y", y, "label_fn: its labels plus the noise overflow; rescale them"),
                           ("y_q", y_q, "label_fn: its labels plus the noise overflow; rescale them"))
             E[:, d, :N] = y
-        return self._batch(X=X, y=y, x_q=x_q, y_q=y_q, w=w, E=E)
+        arrays = {"X": X, "y": y, "x_q": x_q, "y_q": y_q, "w": w, "E": E}
+        if on_gpu:
+            out = self._batch(**arrays)
+            return dataclasses.replace(out, xi=None, xi_q=None,
+                                       **{k: _cuda.to_device(a) for k, a in arrays.items()})
+        return self._batch(**arrays)
 
     def _batch(self, **arrays) -> PromptBatch:
         """A PromptBatch carrying the law where PromptBatch has the fields for it (Λ or Σ, the
