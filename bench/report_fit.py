@@ -6,7 +6,8 @@ native calls, at d = 5, N = 20, B = 4096 — LSAObjective on fresh prompts, fuse
 batch trained in float32 (so E is cast: the cast must happen once, not per step). The bare loop
 calls the native function directly (``_core.linear_prompts_lsa_loss_and_grad`` /
 ``_core.kernel_attention_loss_and_grad``) with preallocated arrays and takes the SGD step
-θ ← θ − η g in place; fit runs the same SGD with records every step (its default). Two
+θ ← θ − η g in place, plus the one call fit makes for its final record (the loss at the final θ);
+fit runs the same SGD with records every step (its default). Two
 measures, median over ``--repeats`` alternating runs of ``--steps`` steps each:
 
 - wall and CPU time per step of both loops with the real kernels (the overhead is their
@@ -25,7 +26,7 @@ callback timestamps each step. Sampling is reported amortized (time per sample /
 sample. "Python overhead" = step − native − optimizer − sampling in that step (parameter
 unpacking, dtype casts, the ½ scaling, gradient concatenation, records, the loop).
 
-    python bench/report_fit.py --loop [--steps 200] [--repeats 7]
+    python bench/report_fit.py --loop [--steps 200] [--repeats 7] [--lsa-only]
     python bench/report_fit.py [--steps 20] [--batch 30000] [--resample-every 10] [--sampler numpy|native]
 """
 from __future__ import annotations
@@ -86,10 +87,11 @@ def _lsa_case(method, d=5, N=20, B=4096):
         views = (W[:r * r].reshape(r, r), W[r * r:].reshape(r, r), g[:r * r].reshape(r, r),
                  g[r * r:].reshape(r, r))
         native = _core.linear_prompts_lsa_loss_and_grad  # looked up per run (the no-op swap)
-        for t in range(steps):
+        for t in range(steps + 1):  # fit's final record evaluates the final θ: one more call
             np.copyto(W, theta, casting="unsafe")
-            native(spec._spec, B, t, method, views[0], views[1], views[2], views[3], "cpu")
-            theta -= LR * g
+            native(spec._spec, B, min(t, steps - 1), method, *views, "cpu")
+            if t < steps:
+                theta -= LR * g
 
     def fitted(steps):
         train.fit(train.LSAObjective(W_pv, W_kq, method=method), "sgd", lr=LR, steps=steps,
@@ -114,10 +116,11 @@ def _ka_case(d=5, n=20, L=3, B=4096):
         ws = [p.reshape(s.shape) for p, s in zip(np.split(w, cut), (params.V, params.B, params.C))]
         gs = [p.reshape(s.shape) for p, s in zip(np.split(g, cut), (params.V, params.B, params.C))]
         native = _core.kernel_attention_loss_and_grad
-        for _ in range(steps):
+        for t in range(steps + 1):  # fit's final record evaluates the final θ: one more call
             np.copyto(w, theta, casting="unsafe")
             native(Z0, y_q, *ws, codes, *gs, None, None)
-            theta -= LR * g
+            if t < steps:
+                theta -= LR * g
 
     def fitted(steps):
         train.fit(train.KernelAttentionObjective(params, dtype=np.float32), "sgd", lr=LR,
@@ -158,10 +161,11 @@ def _measure(case, steps, repeats):
     return out
 
 
-def loop_report(steps: int, repeats: int) -> None:
+def loop_report(steps: int, repeats: int, only_lsa: bool = False) -> None:
     cases = {"LSA tokens (d=5 N=20 B=4096)": _lsa_case("tokens"),
-             "LSA wishart (d=5 N=20 B=4096)": _lsa_case("wishart"),
-             "kernel attention softmax (d=5 n=20 L=3 B=4096, f64 batch, f32 model)": _ka_case()}
+             "LSA wishart (d=5 N=20 B=4096)": _lsa_case("wishart")}
+    if not only_lsa:
+        cases["kernel attention softmax (d=5 n=20 L=3 B=4096, f64 batch, f32 model)"] = _ka_case()
     print(f"lsa_native {ln.__version__}, {ln.num_threads()} threads, load average "
           f"{os.getloadavg()[0]:.1f}; SGD, records every step; median of {repeats} runs of "
           f"{steps} steps")
@@ -189,9 +193,10 @@ def main(argv=None) -> int:
     p.add_argument("--sampler", choices=["numpy", "native"], default="numpy")
     p.add_argument("--loop", action="store_true", help="fit vs a bare loop of the native calls")
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--lsa-only", action="store_true", help="--loop: skip kernel attention")
     args = p.parse_args(argv)
     if args.loop:
-        loop_report(args.steps if args.steps != 20 else 200, args.repeats)
+        loop_report(args.steps if args.steps != 20 else 200, args.repeats, args.lsa_only)
         return 0
     d, n, L = 5, 30, 3
     rng = np.random.default_rng(0)
