@@ -120,6 +120,12 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
     to blame); numpy's floating-point warnings are off during the run, these checks replace them.
     Bad arguments raise TypeError/ValueError naming them before any step. Returns a
     :class:`FitResult`.
+
+    An objective with ``device="cuda"`` and a built-in optimizer (SGD, Adam, AdamW) trains with θ
+    and the optimizer state on the GPU (:mod:`.native_optim`: one native step, equal to the
+    Python optimizer's to rounding); the gradient norm and the divergence checks are read back
+    only for a record, a checkpoint, a callback or the end (the first failure and the parameters
+    before it are kept on the device, so the error is the same).
     """
     plan = _setup(objective, optimizer, optimizer_kwargs, steps=steps, data=data, theta0=theta0,
                   eval_data=eval_data, eval_every=eval_every, record_every=record_every,

@@ -124,9 +124,9 @@ class LSAObjective(_WeightPair, Objective):
     (the native ``sampling.LinearPrompts``), the fused path runs (no prompts materialized;
     ``method`` "tokens", "wishart" or "auto", see ``LinearPrompts.lsa_loss_and_grad``); otherwise ``lsa.loss_and_grad`` on the step's batch, its
     E cast to ``dtype`` (None: the batch's dtype).
-    ``device``: where the fused step runs, "cpu", "cuda" (prompts generated on the GPU; θ and the
-    gradients stay host arrays) or "auto" (= "cpu" for host parameters); the non-fused path and
-    ``evaluate`` run on the CPU.
+    ``device``: where the fused step runs, "cpu", "cuda" (prompts generated on the GPU; ``fit``
+    then keeps θ and the optimizer state on the GPU, see ``fit``) or "auto" (= "cpu" for host
+    parameters); the non-fused path and ``evaluate`` run on the CPU.
     """
 
     def __init__(self, W_pv, W_kq, *, dtype=None, method: str = "tokens", fused: bool = True,
@@ -214,8 +214,8 @@ class KernelAttentionObjective(Objective):
     ``sampling.KernelGPPrompts``: the CPU's prompts up to rounding), directly in ``dtype`` (the
     CPU route draws in the source's dtype and casts), kept there while they are reused
     (``resample_every``) and rewritten in place at each resample, and the forward/backward runs on
-    the GPU; θ and its gradient (a few hundred numbers) stay host float64, so the
-    optimizer, checkpoints and resume are those of the CPU. ``evaluate`` runs on the CPU.
+    the GPU; ``fit`` keeps θ and the optimizer state on the GPU too (the native optimizer step;
+    checkpoints are host arrays, so a run resumes on either device). ``evaluate`` runs on the CPU.
     """
 
     def __init__(self, params: ka.KernelAttentionParams, *, hold_A_zero: bool = False, dtype=None,
