@@ -61,6 +61,25 @@ def test_bound_step_without_fusion_is_loss_and_grad(rng):
     np.testing.assert_array_equal(grad, want[1])
 
 
+@pytest.mark.parametrize("sparse, hold_A_zero", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("dtype", [None, np.float32, np.float64])
+def test_bound_kernel_attention_step_equals_loss_and_grad(rng, sparse, hold_A_zero, dtype):
+    d, L, H = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    acts = [["softmax", "relu", "exp", "linear"][int(i)] for i in rng.integers(0, 4, H)]
+    params = ka.KernelAttentionParams.gaussian(rng, d, L, H, acts, sparse=sparse)
+    objective = train.KernelAttentionObjective(params, hold_A_zero=hold_A_zero, dtype=dtype)
+    spec = sampling.KernelGPPrompts(d, int(rng.integers(1, 6)), "exp", seed=int(rng.integers(2**31)))
+    source = train.Prompts(spec, batch=int(rng.integers(1, 9)), resample_every=2, dtype=np.float64)
+    step_fn = objective.bind(source)
+    theta = objective.theta0 + 0.05 * rng.standard_normal(objective.theta0.size)
+    for t in (0, 1, 2):
+        loss, grad = step_fn(theta, t)
+        want_loss, want_grad = objective.loss_and_grad(theta, t, source)
+        assert loss == want_loss
+        np.testing.assert_array_equal(grad, want_grad)
+        assert grad.shape == theta.shape
+
+
 def test_fused_step_checks_its_arguments_once():
     spec = sampling.LinearPrompts(2, 4, seed=0)
     with pytest.raises(ValueError, match="method"):

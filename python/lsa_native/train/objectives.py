@@ -264,6 +264,47 @@ class KernelAttentionObjective(Objective):
             self._device_batch = (key, (b.E, b.y_q))
         return self._device_batch[1]
 
+    def bind(self, data):
+        """The step with the parameter layout prepared once: θ is scattered into one flat
+        [V | B | C] buffer of the batch's dtype (sparse V's other entries stay 0) and the gradient
+        gathered from the native dV, dB, dC by precomputed positions (no parameter objects, V
+        embedding or concatenations of pieces per step); E cast once per batch, as
+        :meth:`loss_and_grad`, whose results it gives bitwise."""
+        p, dest = self.template, self._positions()
+        shapes = [(p.layers, p.heads, p.B.shape[-1] + 1, p.B.shape[-1] + 1), p.B.shape, p.C.shape]
+        cuts = np.cumsum([int(np.prod(s)) for s in shapes])
+        activations = list(p.activations)
+        buffers = {}  # dtype -> (flat buffer, (V, B, C) views)
+
+        def ka_step(theta, step):
+            if self.device == "cuda":
+                Z0, y_q = self._batch_on_device(step, data)
+            else:
+                Z0, y_q = self._cast(data.at(step), self.dtype)
+            dt = np.dtype(Z0.dtype)
+            if dt not in buffers:
+                flat = np.zeros(cuts[-1], dt)
+                buffers[dt] = (flat, [a.reshape(s) for a, s in zip(np.split(flat, cuts[:-1]), shapes)])
+            flat, views = buffers[dt]
+            flat[dest] = theta
+            loss, *grads = ka.loss_and_grad(Z0, y_q, *views, activations)
+            return loss, np.concatenate([cuda.to_host(g).ravel() for g in grads])[dest]
+
+        return ka_step
+
+    def _positions(self) -> np.ndarray:
+        """Where each entry of θ sits in the flat [V | B | C] buffer (θ's order: to_vector's,
+        without A when held at zero)."""
+        p = self.template
+        if not p.sparse:
+            return np.arange(self.theta0.size)
+        V = np.arange(p.layers * p.heads * (p.B.shape[-1] + 1) ** 2).reshape(
+            p.layers, p.heads, p.B.shape[-1] + 1, p.B.shape[-1] + 1)
+        d = p.B.shape[-1]
+        rest = V.size + np.arange(p.B.size + p.C.size)
+        full = np.concatenate([V[:, :, :d, :d].ravel(), V[:, :, d, d].ravel(), rest])
+        return full[self._nA:]
+
     def loss_and_grad(self, theta, step, data):
         if self.device == "cuda":
             Z0, y_q = self._batch_on_device(step, data)
