@@ -1,6 +1,24 @@
-"""One Adam step of a 3-layer softmax kernel-attention model at CCS's size (d = 5, n = 30,
-B = 30000, float32, sparse V, prompts resampled every 10 steps: CCS H.1) through ``train.fit``,
-broken into sampling / native forward+backward / optimizer / Python overhead (medians per step).
+"""``train.fit`` against the loop it runs, two reports.
+
+``--loop`` (issue 22, "the loop around the kernel"): fit's overhead over a bare loop of the same
+native calls, at d = 5, N = 20, B = 4096 — LSAObjective on fresh prompts, fused "tokens" and
+"wishart" steps (``sampling.LinearPrompts``), and KernelAttentionObjective on a fixed float64
+batch trained in float32 (so E is cast: the cast must happen once, not per step). The bare loop
+calls the native function directly (``_core.linear_prompts_lsa_loss_and_grad`` /
+``_core.kernel_attention_loss_and_grad``) with preallocated arrays and takes the SGD step
+θ ← θ − η g in place, plus the one call fit makes for its final record (the loss at the final θ);
+fit runs the same SGD with records every step (its default). Two
+measures, median over ``--repeats`` alternating runs of ``--steps`` steps each:
+
+- wall and CPU time per step of both loops with the real kernels (the overhead is their
+  difference: noisy on a loaded machine, where both swing with the load);
+- the overhead alone: both loops again with the native call replaced by a no-op (the difference
+  is then fit's Python work per step, almost load-free), as a share of the bare loop's real step.
+
+Without ``--loop``: one Adam step of a 3-layer softmax kernel-attention model at CCS's size
+(d = 5, n = 30, B = 30000, float32, sparse V, prompts resampled every 10 steps: CCS H.1) through
+``train.fit``, broken into sampling / native forward+backward / optimizer / Python overhead
+(medians per step).
 
 Timing is by instrumentation inside one real ``fit`` run: the sampler's ``sample``, the native
 ``_core.kernel_attention_loss_and_grad`` and the optimizer's ``step`` are wrapped with timers; a
@@ -8,6 +26,7 @@ callback timestamps each step. Sampling is reported amortized (time per sample /
 sample. "Python overhead" = step − native − optimizer − sampling in that step (parameter
 unpacking, dtype casts, the ½ scaling, gradient concatenation, records, the loop).
 
+    python bench/report_fit.py --loop [--steps 200] [--repeats 7] [--lsa-only]
     python bench/report_fit.py [--steps 20] [--batch 30000] [--resample-every 10] [--sampler numpy|native]
 """
 from __future__ import annotations
@@ -46,13 +65,139 @@ class Timer:
         return sum(s for t0, s in self.calls if a <= t0 < b)
 
 
+# ---- --loop: fit against a bare loop of the same native calls ---------------------------------
+
+LR = 1e-4
+
+
+def _clock():
+    return time.perf_counter(), time.process_time()
+
+
+def _lsa_case(method, d=5, N=20, B=4096):
+    spec = ln.sampling.LinearPrompts(d, N, seed=0)
+    rng = np.random.default_rng(1)
+    r = d + 1
+    W_pv, W_kq = 0.1 * rng.standard_normal((r, r)), 0.1 * rng.standard_normal((r, r))
+
+    def bare(steps):
+        theta = np.concatenate([W_pv.ravel(), W_kq.ravel()])
+        W = np.empty(2 * r * r, np.float32)
+        g = np.empty(2 * r * r, np.float32)
+        views = (W[:r * r].reshape(r, r), W[r * r:].reshape(r, r), g[:r * r].reshape(r, r),
+                 g[r * r:].reshape(r, r))
+        native = _core.linear_prompts_lsa_loss_and_grad  # looked up per run (the no-op swap)
+        for t in range(steps + 1):  # fit's final record evaluates the final θ: one more call
+            np.copyto(W, theta, casting="unsafe")
+            native(spec._spec, B, min(t, steps - 1), method, *views, "cpu")
+            if t < steps:
+                theta -= LR * g
+
+    def fitted(steps):
+        train.fit(train.LSAObjective(W_pv, W_kq, method=method), "sgd", lr=LR, steps=steps,
+                  data=train.Prompts(spec, batch=B), progress=False)
+
+    return bare, fitted, "linear_prompts_lsa_loss_and_grad"
+
+
+def _ka_case(d=5, n=20, L=3, B=4096):
+    rng = np.random.default_rng(2)
+    batch = ln.sampling.KernelGPPrompts(d, n, "exp", seed=0).sample(batch=B, dtype=np.float64)
+    params = ka.KernelAttentionParams.gaussian(rng, d, L, 1, "softmax", sparse=False)
+    codes = ka._activation_codes(params.activations, 1)
+
+    def bare(steps):
+        Z0, y_q = batch.E.astype(np.float32), batch.y_q.astype(np.float32)
+        theta = params.to_vector()
+        sizes = [params.V.size, params.B.size, params.C.size]
+        w = np.empty(theta.size, np.float32)
+        g = np.empty(theta.size, np.float32)
+        cut = np.cumsum(sizes)[:-1]
+        ws = [p.reshape(s.shape) for p, s in zip(np.split(w, cut), (params.V, params.B, params.C))]
+        gs = [p.reshape(s.shape) for p, s in zip(np.split(g, cut), (params.V, params.B, params.C))]
+        native = _core.kernel_attention_loss_and_grad
+        for t in range(steps + 1):  # fit's final record evaluates the final θ: one more call
+            np.copyto(w, theta, casting="unsafe")
+            native(Z0, y_q, *ws, codes, *gs, None, None)
+            if t < steps:
+                theta -= LR * g
+
+    def fitted(steps):
+        train.fit(train.KernelAttentionObjective(params, dtype=np.float32), "sgd", lr=LR,
+                  steps=steps, data=batch, progress=False)
+
+    return bare, fitted, "kernel_attention_loss_and_grad"
+
+
+def _timed(fn, steps):
+    w0, c0 = _clock()
+    fn(steps)
+    w1, c1 = _clock()
+    return (w1 - w0) / steps, (c1 - c0) / steps
+
+
+def _noop(*args):
+    """A stand-in for the native call: the arguments unread, a loss of 0."""
+    return 0.0
+
+
+def _measure(case, steps, repeats):
+    bare, fitted, native_name = case
+    out = {}
+    for label, swap in (("real", False), ("noop", True)):
+        orig = getattr(_core, native_name)
+        if swap:
+            setattr(_core, native_name, _noop)
+        try:
+            bare(2), fitted(2)  # warm-up
+            runs = {"bare": [], "fit": []}
+            for _ in range(repeats):
+                runs["bare"].append(_timed(bare, steps))
+                runs["fit"].append(_timed(fitted, steps))
+        finally:
+            setattr(_core, native_name, orig)
+        for k, v in runs.items():
+            out[label, k] = (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
+    return out
+
+
+def loop_report(steps: int, repeats: int, only_lsa: bool = False) -> None:
+    cases = {"LSA tokens (d=5 N=20 B=4096)": _lsa_case("tokens"),
+             "LSA wishart (d=5 N=20 B=4096)": _lsa_case("wishart")}
+    if not only_lsa:
+        cases["kernel attention softmax (d=5 n=20 L=3 B=4096, f64 batch, f32 model)"] = _ka_case()
+    print(f"lsa_native {ln.__version__}, {ln.num_threads()} threads, load average "
+          f"{os.getloadavg()[0]:.1f}; SGD, records every step; median of {repeats} runs of "
+          f"{steps} steps")
+    threads = ln.num_threads()
+    print("| case | bare step wall / CPU (µs) | fit step wall / CPU (µs) | fit − bare wall / CPU | "
+          "fit overhead, no-op kernel: wall / CPU (µs) | CPU overhead / (bare CPU / threads) |")
+    print("|---|---|---|---|---|---|")
+    for name, case in cases.items():
+        m = _measure(case, steps, repeats)
+        (bw, bc), (fw, fc) = m["real", "bare"], m["real", "fit"]
+        (nbw, nbc), (nfw, nfc) = m["noop", "bare"], m["noop", "fit"]
+        print(f"| {name} | {bw * 1e6:.0f} / {bc * 1e6:.0f} | {fw * 1e6:.0f} / {fc * 1e6:.0f} | "
+              f"{100 * (fw - bw) / bw:+.1f}% / {100 * (fc - bc) / bc:+.1f}% | "
+              f"{(nfw - nbw) * 1e6:.1f} / {(nfc - nbc) * 1e6:.1f} | "
+              f"{100 * (nfc - nbc) / (bc / threads):.1f}% |")
+    print("(last column: fit's single-threaded Python work per step over the step of a bare loop "
+          "whose native call keeps every thread busy, i.e. its wall time on an idle machine)")
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--batch", type=int, default=30000)
     p.add_argument("--resample-every", type=int, default=10)
     p.add_argument("--sampler", choices=["numpy", "native"], default="numpy")
+    p.add_argument("--loop", action="store_true", help="fit vs a bare loop of the native calls")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--lsa-only", action="store_true", help="--loop: skip kernel attention")
     args = p.parse_args(argv)
+    if args.loop:
+        loop_report(args.steps if args.steps != 20 else 200, args.repeats, args.lsa_only)
+        return 0
     d, n, L = 5, 30, 3
     rng = np.random.default_rng(0)
     Q, _ = np.linalg.qr(rng.standard_normal((d, d)))

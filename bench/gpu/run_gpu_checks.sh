@@ -58,6 +58,8 @@ stage racecheck 100 compute-sanitizer --tool racecheck --error-exitcode 3 "$PY" 
 stage synccheck 100 compute-sanitizer --tool synccheck --error-exitcode 3 "$PY" bench/gpu/sanitize_run.py
 
 stage memcheck_kgp 100 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_kgp_run.py
+stage memcheck_optim 60 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_optim_run.py
+stage racecheck_optim 60 compute-sanitizer --tool racecheck --error-exitcode 3 "$PY" bench/gpu/sanitize_optim_run.py
 TAIL=16 stage bench_ccs_training 300 "$PY" bench/gpu/bench_ccs_training.py --out "$OUT/bench_ccs_training.json"
 
 TAIL=8 stage bench_ka 120 "$PY" bench/gpu/bench_ka_cuda.py --out "$OUT/bench_ka_cuda.json"

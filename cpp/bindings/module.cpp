@@ -18,6 +18,7 @@ void bind_kernel_attention(py::module_& m);
 void bind_kernel_gp(py::module_& m);
 void bind_sampling(py::module_& m);
 void bind_cuda(py::module_& m);
+void bind_optim(py::module_& m);
 }  // namespace lsa_native::bindings
 
 namespace {
@@ -74,4 +75,5 @@ PYBIND11_MODULE(_core, m) {
   lsa_native::bindings::bind_kernel_gp(m);
   lsa_native::bindings::bind_sampling(m);
   lsa_native::bindings::bind_cuda(m);
+  lsa_native::bindings::bind_optim(m);
 }

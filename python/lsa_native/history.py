@@ -33,9 +33,25 @@ class History:
                 col.append(math.nan)
 
     def append_row(self, row: dict) -> None:
-        """Record a row dict with keys ``step``, ``loss`` and any metrics."""
-        row = dict(row)
-        self.record(row.pop("step"), row.pop("loss", None), **row)
+        """Record a row dict with keys ``step``, ``loss`` and any metrics (as :meth:`record`, in
+        one pass over the row: ``fit`` appends one per step)."""
+        n = len(self.step)
+        self.step.append(int(row["step"]))
+        loss = row.get("loss")
+        self.loss.append(float(loss) if loss is not None else math.nan)
+        metrics, seen = self.metrics, 0
+        for k, v in row.items():
+            if k == "step" or k == "loss":
+                continue
+            col = metrics.get(k)
+            if col is None:
+                col = metrics[k] = [math.nan] * n
+            col.append(math.nan if v is None else v)
+            seen += 1
+        if seen != len(metrics):  # columns this row lacks
+            for col in metrics.values():
+                if len(col) == n:
+                    col.append(math.nan)
 
     def __len__(self) -> int:
         return len(self.step)

@@ -110,7 +110,7 @@ class LinearPrompts:
 
     def sample(self, batch: int, step: int = 0, dtype=np.float32, *,
                label_fn: Optional[Callable[[np.ndarray], np.ndarray]] = None,
-               query: str = "iid") -> PromptBatch:
+               query: str = "iid", device: str = "cpu") -> PromptBatch:
         """The B prompts of training step ``step`` as a PromptBatch (X, y, x_q, y_q, w, E).
 
         The draws are checked once: a law whose parameters do not fit ``dtype`` is refused up
@@ -122,7 +122,14 @@ class LinearPrompts:
         query targets; f is called on <w, x> [B, N] and on <w, x_q> [B] and must return real,
         finite labels of the same shape (elementwise f, e.g. ``np.tanh``); ``query="orthogonal"``: x_q replaced by its projection onto the orthogonal
         complement of span(x_1..x_N) (needs N < d), y_q = <w, x_q> recomputed (query shift).
+
+        ``device="cuda"``: the arrays (X, y, x_q, y_q, w, E) as CUDA ``DeviceArray``s (the law
+        stays host arrays; ξ is left out), equal to the CPU's bit for bit: they are drawn by the
+        CPU sampler and copied (one copy per array). The fused step
+        (:meth:`lsa_loss_and_grad`) generates its prompts on the GPU itself. Without CUDA kernels
+        or a GPU: ValueError naming ``device``.
         """
+        on_gpu = _cuda.check_device(device) == "cuda"
         B = _batch(batch, self.dim, self.context)
         dt = self._dtype(dtype)
         if query not in ("iid", "orthogonal"):
@@ -159,7 +166,12 @@ class LinearPrompts:
             check_sampled(("y", y, "label_fn: its labels plus the noise overflow; rescale them"),
                           ("y_q", y_q, "label_fn: its labels plus the noise overflow; rescale them"))
             E[:, d, :N] = y
-        return self._batch(X=X, y=y, x_q=x_q, y_q=y_q, w=w, E=E)
+        arrays = {"X": X, "y": y, "x_q": x_q, "y_q": y_q, "w": w, "E": E}
+        if on_gpu:
+            out = self._batch(**arrays)
+            return dataclasses.replace(out, xi=None, xi_q=None,
+                                       **{k: _cuda.to_device(a) for k, a in arrays.items()})
+        return self._batch(**arrays)
 
     def _batch(self, **arrays) -> PromptBatch:
         """A PromptBatch carrying the law where PromptBatch has the fields for it (Λ or Σ, the
@@ -264,27 +276,43 @@ class LinearPrompts:
         parameters may be numpy or CUDA arrays (they are tiny and copied); the gradients are numpy
         arrays. ``"cuda"`` without CUDA kernels in the build, or without a GPU, raises ValueError.
         """
-        B = positive_int(batch, "batch")
-        dt = self._dtype(dtype)
-        r = self.dim + 1
         device = _cuda.resolve_device(device, W_pv=W_pv, W_kq=W_kq)
+        step_fn = self.fused_step(batch=batch, method=method, dtype=dtype, device=device)
         if device == "cuda":
             W_pv = W_pv if isinstance(W_pv, np.ndarray) else _cuda.to_host(W_pv)
             W_kq = W_kq if isinstance(W_kq, np.ndarray) else _cuda.to_host(W_kq)
+        r, dt = self.dim + 1, step_fn.dtype
         W_pv = as_array(W_pv, (r, r), dt, "W_pv")
         W_kq = as_array(W_kq, (r, r), dt, "W_kq")
-        if method not in ("tokens", "wishart", "auto"):
-            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
-        if method == "auto":
-            method = "wishart" if self.wishart_applies else "tokens"
         d_pv = np.empty((r, r), dt)
         d_kq = np.empty((r, r), dt)
-        loss = _core.linear_prompts_lsa_loss_and_grad(self._spec, B, check_step(step), method,
-                                                      W_pv, W_kq, d_pv, d_kq, device)
+        loss = step_fn(W_pv, W_kq, check_step(step), d_pv, d_kq)
         # The fused sampler + LSA kernel raises no native flag: check the (small) outputs here.
         for name, out in (("loss", loss), ("dW_pv", d_pv), ("dW_kq", d_kq)):
             check_finite_result(out, {}, name)
         return float(loss), d_pv, d_kq
+
+    def fused_step(self, *, batch: int, method: str = "tokens", dtype=np.float32, device: str = "cpu"):
+        """The step of :meth:`lsa_loss_and_grad` with its arguments checked once, for a training
+        loop: ``step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq) -> loss`` writes the gradients into the
+        last two and returns L. The caller passes C-contiguous ``step_fn.dtype`` arrays [d+1, d+1]
+        (host arrays; the native call still refuses others) and a step in [0, 2^32); the result is
+        not checked for finiteness (the loop does). ``device``: "cpu" or "cuda"."""
+        B = positive_int(batch, "batch")
+        dt = self._dtype(dtype)
+        if method not in ("tokens", "wishart", "auto"):
+            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
+        if method == "auto":
+            method = "wishart" if self.wishart_applies else "tokens"
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
+        spec, native = self._spec, _core.linear_prompts_lsa_loss_and_grad
+
+        def step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq):
+            return native(spec, B, step, method, W_pv, W_kq, d_W_pv, d_W_kq, device)
+
+        step_fn.dtype, step_fn.method = dt, method
+        return step_fn
 
     @property
     def wishart_applies(self) -> bool:

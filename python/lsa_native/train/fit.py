@@ -26,7 +26,8 @@ from ._checks import flag, real_array_output, real_output
 from .data import FixedPrompts, Prompts, as_data
 from .metrics import relative_distance
 from .objectives import CallableObjective, Objective, as_objective
-from .optim import grad_norm, make_optimizer
+from . import native_optim
+from .optim import SGD, Adam, AdamW, make_optimizer, unchecked_grad_norm
 from .rundir import RunDir
 
 __all__ = ["fit", "FitResult", "TrainingDiverged", "StepInfo"]
@@ -34,6 +35,7 @@ __all__ = ["fit", "FitResult", "TrainingDiverged", "StepInfo"]
 # The columns fit writes itself: no metric may take these names.
 _COLUMNS = ("step", "loss", "grad_norm", "lr", "time", "eval_loss", "bayes_gap", "dist_to_target")
 _F32_MAX = float(np.finfo(np.float32).max)
+_F64 = np.dtype(np.float64)
 
 
 class TrainingDiverged(FloatingPointError):
@@ -118,6 +120,12 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
     to blame); numpy's floating-point warnings are off during the run, these checks replace them.
     Bad arguments raise TypeError/ValueError naming them before any step. Returns a
     :class:`FitResult`.
+
+    An objective with ``device="cuda"`` and a built-in optimizer (SGD, Adam, AdamW) trains with θ
+    and the optimizer state on the GPU (:mod:`.native_optim`: one native step, equal to the
+    Python optimizer's to rounding); the gradient norm and the divergence checks are read back
+    only for a record, a checkpoint, a callback or the end (the first failure and the parameters
+    before it are kept on the device, so the error is the same).
     """
     plan = _setup(objective, optimizer, optimizer_kwargs, steps=steps, data=data, theta0=theta0,
                   eval_data=eval_data, eval_every=eval_every, record_every=record_every,
@@ -133,10 +141,14 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
         # numpy's floating-point warnings are off in the loop: every result is checked and a
         # non-finite one raised as TrainingDiverged (one switch per run, not one per step).
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
-            t, stopped = _run_steps(plan, state, rec, guard, bar)
+            arrays = _native_arrays(plan)
+            if arrays is None:
+                t, stopped = _run_steps(plan, state, rec, guard, bar)
+            else:
+                t, stopped = _run_native_steps(plan, state, rec, guard, bar, arrays)
             # Final row: the final parameters, on the last step's prompts (no fresh sample).
-            loss, grad = guard.loss_and_grad(t, state.theta, max(t - 1, 0))
-            rec.write(t, state.theta, loss, grad, None)
+            loss, _, norm = guard.loss_and_grad(t, state.theta, max(t - 1, 0))
+            rec.write(t, state.theta, loss, norm, None)
         if state.run is not None:
             _save(plan, state, t, rec.elapsed())
             state.run.write_table(history)  # the whole run as a table, once finished
@@ -158,6 +170,7 @@ class _Plan:
     optimizer: object
     steps: int
     data: object
+    step_fn: object  # objective.bind(data): (θ, step) -> (loss, grad), prepared once
     theta: np.ndarray
     eval_batch: object
     eval_every: int | None
@@ -215,7 +228,9 @@ def _setup(objective, optimizer, optimizer_kwargs, *, steps, data, theta0, eval_
     if run_dir is None and (resume or checkpoint_every is not None):
         raise ValueError("run_dir: required for resume=True or checkpoint_every")
     eval_config = None if run_dir is None or eval_every is None else _eval_config(eval_data, eval_batch)
-    return _Plan(objective, optimizer, steps, data, theta, eval_batch, eval_every, eval_config,
+    step_fn = objective.bind(data) if callable(getattr(objective, "bind", None)) else (
+        lambda theta, step: objective.loss_and_grad(theta, step, data))
+    return _Plan(objective, optimizer, steps, data, step_fn, theta, eval_batch, eval_every, eval_config,
                  record_every, _metrics(metrics), target, bayes_loss, _callbacks(callbacks),
                  run_dir, checkpoint_every, keep_checkpoints, resume, progress, desc)
 
@@ -408,17 +423,22 @@ class _Divergence:
 
     def __init__(self, plan: _Plan, state: _State, history: History):
         self.plan, self.state, self.history = plan, state, history
+        self._before = None  # θ_t during the update of step t
 
     def loss_and_grad(self, t: int, theta, data_step: int):
-        """(loss, grad) at θ_t on the prompts of ``data_step``."""
-        objective = self.plan.objective
-        loss, grad = self.call(t, theta, objective.loss_and_grad, theta, data_step, self.plan.data)
-        loss = real_output(loss, f"objective: the loss of {type(objective).__name__}")
+        """(loss, grad, ‖grad‖₂) at θ_t on the prompts of ``data_step`` (grad: a buffer the next
+        call may overwrite)."""
+        loss, grad = self.call(t, theta, self.plan.step_fn, theta, data_step)
+        if type(loss) is not float:
+            loss = real_output(loss, f"objective: the loss of {type(self.plan.objective).__name__}")
         if not math.isfinite(loss):
             raise self.error(t, f"non-finite loss ({loss!r})", theta, self._lr_into(t))
-        if not np.isfinite(grad).all():
+        if type(grad) is not np.ndarray or grad.dtype != _F64:
+            grad = np.asarray(grad, dtype=np.float64)
+        norm = unchecked_grad_norm(grad)  # NaN or inf for a non-finite gradient
+        if not math.isfinite(norm) and not np.isfinite(grad).all():
             raise self.error(t, "non-finite gradient", theta, self._lr_into(t))
-        return loss, grad
+        return loss, grad, norm
 
     def evaluate(self, t: int, theta) -> float:
         objective = self.plan.objective
@@ -428,10 +448,14 @@ class _Divergence:
             raise self.error(t, f"non-finite held-out loss ({value!r})", theta, self._lr_into(t))
         return value
 
-    def update(self, t: int, theta, grad, opt_state) -> dict:
-        """The optimizer step θ_t → θ_{t+1} in place; non-finite θ_{t+1} is divergence at step t."""
-        before = theta.copy()
-        info = self.plan.optimizer.step(theta, grad, opt_state)
+    def update(self, t: int, theta, grad, norm: float, opt_state) -> dict:
+        """The optimizer step θ_t → θ_{t+1} in place; non-finite θ_{t+1} is divergence at step t
+        (θ_t, kept in a buffer of the run, is the error's last finite θ)."""
+        before = self._before
+        if before is None or before.shape != theta.shape:
+            before = self._before = np.empty_like(theta)
+        np.copyto(before, theta)
+        info = self.plan.optimizer.step(theta, grad, opt_state, norm=norm)
         if not np.isfinite(theta).all():
             raise self.error(t, "the update gave non-finite parameters", before, info["lr"])
         return info
@@ -501,9 +525,9 @@ class _Recorder:
         every = self.plan.eval_every
         return t % self.plan.record_every == 0 or (every is not None and t % every == 0)
 
-    def write(self, t: int, theta, loss: float, grad, lr) -> dict:
+    def write(self, t: int, theta, loss: float, norm: float, lr) -> dict:
         plan = self.plan
-        row = {"step": t, "loss": loss, "grad_norm": grad_norm(grad), "lr": lr, "time": self.elapsed()}
+        row = {"step": t, "loss": loss, "grad_norm": norm, "lr": lr, "time": self.elapsed()}
         if plan.eval_every is not None and (t % plan.eval_every == 0 or t == plan.steps):
             row["eval_loss"] = self.guard.evaluate(t, theta)
             if plan.bayes_loss is not None:
@@ -551,12 +575,12 @@ def _run_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Divergence, b
     theta, opt_state, optimizer = state.theta, state.opt_state, plan.optimizer
     t = state.step
     while t < plan.steps:
-        loss, grad = guard.loss_and_grad(t, theta, t)
+        loss, grad, norm = guard.loss_and_grad(t, theta, t)
         # Records of step t describe θ_t: take them before the update.
         row = None
         if rec.due(t):
-            row = rec.write(t, theta, loss, grad, optimizer.learning_rate(opt_state["t"]))
-        info = guard.update(t, theta, grad, opt_state)
+            row = rec.write(t, theta, loss, norm, optimizer.learning_rate(opt_state["t"]))
+        info = guard.update(t, theta, grad, norm, opt_state)
         t += 1
         if bar is not None:
             bar.update(1)
@@ -577,3 +601,75 @@ def _notify(callbacks: list, info: StepInfo) -> bool:
         return any([bool(cb(info)) for cb in callbacks])
     finally:
         info.theta.flags.writeable = True
+
+
+# ---- the loop with θ and the optimizer state where the model runs (a GPU) -----------------------
+
+def _native_arrays(plan: _Plan):
+    """Where θ and the optimizer state live during the loop: on the GPU (the native optimizer
+    step, :mod:`.native_optim`) for an objective with ``device == "cuda"`` and one of the built-in
+    optimizers; None (the Python optimizers on host arrays) otherwise."""
+    if (getattr(plan.objective, "device", None) == "cuda"
+            and type(plan.optimizer) in (SGD, Adam, AdamW)):
+        return native_optim.CUDA
+    return None
+
+
+def _run_native_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Divergence, bar, arrays):
+    """:func:`_run_steps` with θ and the optimizer state in ``arrays``' buffers and the optimizer
+    step native (no wait): the gradient norm and the divergence checks are read back only for a
+    record, a checkpoint, a callback or the end (the status record keeps the first failure and
+    the parameters before it). The objective's step still takes host θ and gives a host loss and
+    gradient (the native model calls take host parameters and wait for their loss), so θ comes
+    down and the gradient goes up each step: those two small copies are all that is left to
+    remove once the model calls take device parameters."""
+    native = native_optim.NativeOptimizer(plan.optimizer, state.theta, arrays,
+                                          opt_state=state.opt_state)
+    first, t = state.step, state.step
+    on_host = arrays is native_optim.HOST
+
+    def check(t_now):
+        """The status record: a recorded failure becomes TrainingDiverged; returns the norm."""
+        norm, code, bad = native.status()
+        if code != native_optim.OK:
+            before = arrays.to_host(native.theta_read_at(bad - first))
+            if code == native_optim.BAD_GRADIENT:
+                raise guard.error(bad, "non-finite gradient", before, guard._lr_into(bad))
+            raise guard.error(bad, "the update gave non-finite parameters", before,
+                              plan.optimizer.learning_rate(bad))
+        return norm
+
+    def sync_state():
+        state.theta, state.opt_state = native.host_state()
+
+    while t < plan.steps:
+        theta = native.current if on_host else arrays.to_host(native.current)
+        loss, grad = guard.call(t, theta, plan.step_fn, theta, t)
+        if type(loss) is not float:
+            loss = real_output(loss, f"objective: the loss of {type(plan.objective).__name__}")
+        if not math.isfinite(loss):
+            check(t)  # an earlier recorded failure is the cause
+            raise guard.error(t, f"non-finite loss ({loss!r})", theta, guard._lr_into(t))
+        arrays.write(native.grad, grad)
+        lr = native.step(t)
+        t += 1
+        if bar is not None:
+            bar.update(1)
+        every = plan.checkpoint_every
+        save = state.run is not None and every is not None and t % every == 0 and t < plan.steps
+        row = None
+        if rec.due(t - 1) or save or plan.callbacks or t == plan.steps:
+            norm = check(t)
+            if rec.due(t - 1):  # the record of step t − 1 describes θ_{t−1}, its input
+                row = rec.write(t - 1, theta, loss, norm, lr)
+            if save:
+                sync_state()
+                _save(plan, state, t, rec.elapsed())
+            if plan.callbacks:
+                after = arrays.to_host(native.current)
+                if _notify(plan.callbacks, StepInfo(t - 1, after, loss, norm, lr, row, plan.objective)):
+                    sync_state()
+                    return t, True
+    check(t)
+    sync_state()
+    return t, False

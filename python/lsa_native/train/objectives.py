@@ -10,7 +10,12 @@ The protocol (duck-typed; :class:`Objective` is the base):
   (exact objectives ignore ``batch``);
 - ``unpack(theta)``: the model's parameters (what metrics and callbacks receive);
 - ``config() -> dict``: JSON-able identity (run directories refuse a checkpoint of another one);
-- ``needs_data``: whether ``fit`` must be given ``data=``.
+- ``needs_data``: whether ``fit`` must be given ``data=``;
+- ``bind(data) -> step_fn`` (optional; the base gives one): ``step_fn(theta, step) -> (loss,
+  grad)`` for a training loop on ``data``, with everything that does not change between steps
+  checked and prepared once (``fit`` calls it once per run). ``grad`` may be a buffer the next
+  call overwrites; the step may leave numpy's overflow warning to its caller (``fit`` turns it
+  off for the run and checks every result).
 
 **Loss convention (one for the whole package): ½ · mean squared error of the prediction of
 y_q** — ZFB (3.7) L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² for LSA, its expectation ZFB (3.8) for the
@@ -27,7 +32,7 @@ import numpy as np
 from .. import kernel_attention as ka
 from .. import cuda, lsa, multihead, population
 from ..data import check_covariance
-from .._validation import positive_int, real_array
+from .._validation import as_array, positive_int, real_array
 from ._checks import real_array_output, real_output
 from .data import Prompts
 
@@ -53,6 +58,22 @@ def _float_dtype(dtype):
     return dt
 
 
+class _CastBatch:
+    """(E, y_q) of the step's batch in ``dtype`` (None: as they are), cast once per batch: a data
+    source hands the same batch object while it is reused, so the cast is kept for it."""
+
+    def __init__(self):
+        self._last = (None, None, None)
+
+    def __call__(self, batch, dtype):
+        if dtype is None or batch.E.dtype == dtype:
+            return batch.E, batch.y_q
+        if self._last[0] is not batch or self._last[1] != dtype:
+            self._last = (None, None, None)  # free the old cast first
+            self._last = (batch, dtype, (batch.E.astype(dtype), batch.y_q))
+        return self._last[2]
+
+
 class Objective:
     """Base of the objectives; see the module docstring for the protocol."""
 
@@ -64,6 +85,11 @@ class Objective:
 
     def evaluate(self, theta, batch) -> float:
         raise TypeError(f"{type(self).__name__} has no held-out evaluation")
+
+    def bind(self, data):
+        """``step_fn(theta, step) -> (loss, grad)`` on ``data`` (see the module docstring)."""
+        loss_and_grad = self.loss_and_grad
+        return lambda theta, step: loss_and_grad(theta, step, data)
 
     def unpack(self, theta):
         return theta
@@ -98,9 +124,9 @@ class LSAObjective(_WeightPair, Objective):
     (the native ``sampling.LinearPrompts``), the fused path runs (no prompts materialized;
     ``method`` "tokens", "wishart" or "auto", see ``LinearPrompts.lsa_loss_and_grad``); otherwise ``lsa.loss_and_grad`` on the step's batch, its
     E cast to ``dtype`` (None: the batch's dtype).
-    ``device``: where the fused step runs, "cpu", "cuda" (prompts generated on the GPU; θ and the
-    gradients stay host arrays) or "auto" (= "cpu" for host parameters); the non-fused path and
-    ``evaluate`` run on the CPU.
+    ``device``: where the fused step runs, "cpu", "cuda" (prompts generated on the GPU; ``fit``
+    then keeps θ and the optimizer state on the GPU, see ``fit``) or "auto" (= "cpu" for host
+    parameters); the non-fused path and ``evaluate`` run on the CPU.
     """
 
     def __init__(self, W_pv, W_kq, *, dtype=None, method: str = "tokens", fused: bool = True,
@@ -112,6 +138,7 @@ class LSAObjective(_WeightPair, Objective):
         if device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
         self.method, self.fused, self.device = method, bool(fused), device
+        self._cast = _CastBatch()
 
     def _fused(self, data) -> bool:
         return (self.fused and isinstance(data, Prompts)
@@ -125,10 +152,43 @@ class LSAObjective(_WeightPair, Objective):
                 W_pv, W_kq, batch=data.batch, step=data.sample_index(step), method=self.method,
                 dtype=self.dtype or data.dtype, **where)
         else:
-            batch = data.at(step)
-            E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
-            loss, g_pv, g_kq = lsa.loss_and_grad(E, batch.y_q, W_pv, W_kq)
+            E, y_q = self._cast(data.at(step), self.dtype)
+            loss, g_pv, g_kq = lsa.loss_and_grad(E, y_q, W_pv, W_kq)
         return loss, np.concatenate([g_pv.ravel(), g_kq.ravel()])
+
+    def bind(self, data):
+        """The fused step with its arguments checked once (``spec.fused_step``, e.g.
+        :meth:`~lsa_native.sampling.LinearPrompts.fused_step`): per step only θ's cast into a
+        preallocated buffer and the native call (float64: none, it reads θ and writes the gradient
+        buffer in place); otherwise the base's step."""
+        if not (self._fused(data) and callable(getattr(data.spec, "fused_step", None))):
+            return super().bind(data)
+        device = "cpu" if self.device == "auto" else self.device
+        step_fn = data.spec.fused_step(batch=data.batch, method=self.method,
+                                       dtype=self.dtype or data.dtype, device=device)
+        r, k, dt = self.n, self.n * self.n, step_fn.dtype
+        grad = np.empty(2 * k)
+        # float64: the native call reads θ and writes the gradient in place; float32: through one
+        # cast copy of θ and one of the gradient.
+        W, d = (None, None) if dt == np.float64 else (np.empty(2 * k, dt), np.empty(2 * k, dt))
+        every = data.resample_every
+        square = lambda v: (v[:k].reshape(r, r), v[k:].reshape(r, r))  # noqa: E731
+        views = [None, square(W) if W is not None else None, square(grad if d is None else d)]
+
+        def lsa_step(theta, step):
+            if W is None:  # float64: θ itself (views cached while fit passes the same array)
+                if views[0] is not theta:
+                    views[0], views[1] = theta, square(theta)
+            else:
+                np.copyto(W, theta, casting="unsafe")
+                if not np.isfinite(W).all():  # θ past float32's range: as_array's ValueError
+                    as_array(theta[:k], (k,), dt, "W_pv"), as_array(theta[k:], (k,), dt, "W_kq")
+            loss = step_fn(*views[1], step // every, *views[2])
+            if d is not None:
+                np.copyto(grad, d)
+            return loss, grad
+
+        return lsa_step
 
     def evaluate(self, theta, batch):
         W_pv, W_kq = self.unpack(theta)
@@ -136,8 +196,9 @@ class LSAObjective(_WeightPair, Objective):
         return lsa.loss_and_grad(E, batch.y_q, W_pv, W_kq)[0]
 
     def config(self):
+        # The device is not part of the identity: a run checkpointed on one resumes on the other.
         return {"type": "LSAObjective", "dim": self.n - 1, "dtype": getattr(self.dtype, "name", None),
-                "method": self.method, "fused": self.fused, "device": self.device}
+                "method": self.method, "fused": self.fused}
 
 
 class MultiHeadLSAObjective(Objective):
@@ -232,8 +293,8 @@ class KernelAttentionObjective(Objective):
     ``sampling.KernelGPPrompts``: the CPU's prompts up to rounding), directly in ``dtype`` (the
     CPU route draws in the source's dtype and casts), kept there while they are reused
     (``resample_every``) and rewritten in place at each resample, and the forward/backward runs on
-    the GPU; θ and its gradient (a few hundred numbers) stay host float64, so the
-    optimizer, checkpoints and resume are those of the CPU. ``evaluate`` runs on the CPU.
+    the GPU; ``fit`` keeps θ and the optimizer state on the GPU too (the native optimizer step;
+    checkpoints are host arrays, so a run resumes on either device). ``evaluate`` runs on the CPU.
     """
 
     def __init__(self, params: ka.KernelAttentionParams, *, hold_A_zero: bool = False, dtype=None,
@@ -253,6 +314,7 @@ class KernelAttentionObjective(Objective):
         self._nA = params.A.size if self.hold_A_zero else 0
         self.theta0 = full[self._nA:].copy()
         self._device_batch = (None, None)  # ((spec, B, dtype, sample index), (Z0, y_q) on the GPU)
+        self._cast = _CastBatch()
 
     def unpack(self, theta) -> ka.KernelAttentionParams:
         theta = np.asarray(theta, dtype=np.float64)
@@ -281,13 +343,52 @@ class KernelAttentionObjective(Objective):
             self._device_batch = (key, (b.E, b.y_q))
         return self._device_batch[1]
 
+    def bind(self, data):
+        """The step with the parameter layout prepared once: θ is scattered into one flat
+        [V | B | C] buffer of the batch's dtype (sparse V's other entries stay 0) and the gradient
+        gathered from the native dV, dB, dC by precomputed positions (no parameter objects, V
+        embedding or concatenations of pieces per step); E cast once per batch, as
+        :meth:`loss_and_grad`, whose results it gives bitwise."""
+        p, dest = self.template, self._positions()
+        shapes = [(p.layers, p.heads, p.B.shape[-1] + 1, p.B.shape[-1] + 1), p.B.shape, p.C.shape]
+        cuts = np.cumsum([int(np.prod(s)) for s in shapes])
+        activations = list(p.activations)
+        buffers = {}  # dtype -> (flat buffer, (V, B, C) views)
+
+        def ka_step(theta, step):
+            if self.device == "cuda":
+                Z0, y_q = self._batch_on_device(step, data)
+            else:
+                Z0, y_q = self._cast(data.at(step), self.dtype)
+            dt = np.dtype(Z0.dtype)
+            if dt not in buffers:
+                flat = np.zeros(cuts[-1], dt)
+                buffers[dt] = (flat, [a.reshape(s) for a, s in zip(np.split(flat, cuts[:-1]), shapes)])
+            flat, views = buffers[dt]
+            flat[dest] = theta
+            loss, *grads = ka.loss_and_grad(Z0, y_q, *views, activations)
+            return loss, np.concatenate([cuda.to_host(g).ravel() for g in grads])[dest]
+
+        return ka_step
+
+    def _positions(self) -> np.ndarray:
+        """Where each entry of θ sits in the flat [V | B | C] buffer (θ's order: to_vector's,
+        without A when held at zero)."""
+        p = self.template
+        if not p.sparse:
+            return np.arange(self.theta0.size)
+        V = np.arange(p.layers * p.heads * (p.B.shape[-1] + 1) ** 2).reshape(
+            p.layers, p.heads, p.B.shape[-1] + 1, p.B.shape[-1] + 1)
+        d = p.B.shape[-1]
+        rest = V.size + np.arange(p.B.size + p.C.size)
+        full = np.concatenate([V[:, :, :d, :d].ravel(), V[:, :, d, d].ravel(), rest])
+        return full[self._nA:]
+
     def loss_and_grad(self, theta, step, data):
         if self.device == "cuda":
             Z0, y_q = self._batch_on_device(step, data)
         else:
-            batch = data.at(step)
-            Z0 = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
-            y_q = batch.y_q
+            Z0, y_q = self._cast(data.at(step), self.dtype)
         loss, grad = self.unpack(theta).loss_and_grad(Z0, y_q)
         return loss, grad[self._nA:]
 

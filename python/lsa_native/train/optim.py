@@ -30,7 +30,7 @@ from ._checks import flag
 from .schedules import Schedule, make_schedule
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "make_optimizer", "clip_grad_norm", "grad_norm",
-           "OPTIMIZERS"]
+           "unchecked_grad_norm", "OPTIMIZERS"]
 
 _CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ adds it to the norm
 
@@ -38,9 +38,18 @@ _CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ adds it to the norm
 def grad_norm(grad: np.ndarray) -> float:
     """‖g‖₂ without overflow in ‖g‖² for a finite g (inf only when ‖g‖₂ itself exceeds the float64
     range)."""
-    grad = np.asarray(grad, dtype=np.float64)
     with np.errstate(over="ignore"):
-        norm = float(np.linalg.norm(grad))
+        return unchecked_grad_norm(np.asarray(grad, dtype=np.float64))
+
+
+def unchecked_grad_norm(grad: np.ndarray) -> float:
+    """:func:`grad_norm` of a float64 array, for a caller that has numpy's overflow warning off
+    (``fit``'s loop): np.linalg.norm's own sum sqrt(g·g), without its overhead."""
+    flat = grad.ravel()
+    sq = float(flat.dot(flat))
+    if math.isfinite(sq):
+        return math.sqrt(sq)
+    norm = float(np.linalg.norm(grad))
     if math.isinf(norm) and np.all(np.isfinite(grad)):  # ‖g‖² overflowed: rescale first
         big = float(np.max(np.abs(grad)))
         norm = big * float(np.linalg.norm(grad / big))
@@ -52,8 +61,13 @@ def clip_grad_norm(grad: np.ndarray, max_norm: float) -> tuple[np.ndarray, float
     grad = real_array(grad, "grad", nonempty=False)
     max_norm = positive_float(max_norm, "max_norm")
     norm = grad_norm(grad)
+    return _clipped(grad, norm, max_norm), norm
+
+
+def _clipped(grad: np.ndarray, norm: float, max_norm: float) -> np.ndarray:
+    """g · min(1, max_norm/(‖g‖₂ + 1e-6)) given ‖g‖₂ (a copy only when it scales)."""
     coef = max_norm / (norm + _CLIP_EPS)
-    return (grad * coef if coef < 1.0 else grad), norm
+    return grad * coef if coef < 1.0 else grad
 
 
 def _unit_interval(value, name: str) -> float:
@@ -87,14 +101,16 @@ class Optimizer:
         """η for the (t+1)-th step (t = steps already taken)."""
         return self.lr * self.schedule(t)
 
-    def step(self, theta: np.ndarray, grad: np.ndarray, state: dict) -> dict:
+    def step(self, theta: np.ndarray, grad: np.ndarray, state: dict, *,
+             norm: float | None = None) -> dict:
         """θ ← update(θ, g) in place (θ float64 [P]); advances ``state``; returns the step's
-        records: ``lr`` and ``grad_norm`` (before clipping)."""
+        records: ``lr`` and ``grad_norm`` (before clipping). ``norm``: ``grad_norm(grad)`` when
+        the caller has it already (``fit`` does)."""
         grad = np.asarray(grad, dtype=np.float64)
-        if self.clip_norm is not None:
-            grad, norm = clip_grad_norm(grad, self.clip_norm)
-        else:
+        if norm is None:
             norm = grad_norm(grad)
+        if self.clip_norm is not None:
+            grad = _clipped(grad, norm, self.clip_norm)
         lr = self.learning_rate(state["t"])
         state["t"] += 1
         self._update(theta, grad, state, lr)

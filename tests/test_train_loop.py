@@ -1,0 +1,174 @@
+"""The loop around the kernels (issue 22): objectives bound once per fit (``Objective.bind``) give
+the steps of ``loss_and_grad``; ``LinearPrompts.fused_step`` checks its arguments once; E is cast
+once per batch; ``History.append_row`` keeps ``record``'s columns; the one-pass gradient norm."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from lsa_native import kernel_attention as ka
+from lsa_native import sampling, train
+from lsa_native.history import History
+from lsa_native.train.optim import grad_norm, unchecked_grad_norm
+
+
+def _lsa(rng, d):
+    r = d + 1
+    return 0.3 * rng.standard_normal((r, r)), 0.3 * rng.standard_normal((r, r))
+
+
+@pytest.mark.parametrize("method", ["tokens", "wishart"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d, N", [(1, 1), (3, 7), (5, 20)])
+def test_bound_fused_step_equals_loss_and_grad(rng, method, dtype, d, N):
+    if method == "wishart" and N < d:
+        pytest.skip("wishart needs N >= d")
+    spec = sampling.LinearPrompts(d, N, seed=int(rng.integers(2**31)))
+    source = train.Prompts(spec, batch=int(rng.integers(1, 70)), resample_every=3, dtype=dtype)
+    objective = train.LSAObjective(*_lsa(rng, d), method=method)
+    step_fn = objective.bind(source)
+    theta = objective.theta0 + 0.1 * rng.standard_normal(objective.theta0.size)
+    for t in (0, 2, 3, 7):  # resample_every = 3: steps 0, 2 share prompts
+        loss, grad = step_fn(theta, t)
+        want_loss, want_grad = objective.loss_and_grad(theta, t, source)
+        assert loss == want_loss  # the same native call on the same prompts: bitwise
+        np.testing.assert_array_equal(grad, want_grad)
+        assert grad.dtype == np.float64 and grad.shape == theta.shape
+
+
+def test_bound_step_refuses_parameters_past_float32_as_loss_and_grad_does(rng):
+    spec = sampling.LinearPrompts(2, 5, seed=1)
+    source = train.Prompts(spec, batch=8, dtype=np.float32)
+    objective = train.LSAObjective(*_lsa(rng, 2))
+    theta = objective.theta0.copy()
+    theta[-1] = 1e39
+    with pytest.raises(ValueError, match="W_kq: values overflow float32"), np.errstate(over="ignore"):
+        objective.bind(source)(theta, 0)  # under fit's errstate
+    with pytest.raises(ValueError, match="W_kq: values overflow float32"):
+        objective.loss_and_grad(theta, 0, source)
+
+
+def test_bound_step_without_fusion_is_loss_and_grad(rng):
+    batch = sampling.LinearPrompts(3, 6, seed=2).sample(batch=17, dtype=np.float64)
+    objective = train.LSAObjective(*_lsa(rng, 3), dtype=np.float32)
+    theta = objective.theta0
+    step_fn = objective.bind(train.FixedPrompts(batch))
+    loss, grad = step_fn(theta, 0)
+    want = objective.loss_and_grad(theta, 0, train.FixedPrompts(batch))
+    assert loss == want[0]
+    np.testing.assert_array_equal(grad, want[1])
+
+
+@pytest.mark.parametrize("sparse, hold_A_zero", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("dtype", [None, np.float32, np.float64])
+def test_bound_kernel_attention_step_equals_loss_and_grad(rng, sparse, hold_A_zero, dtype):
+    d, L, H = int(rng.integers(1, 4)), int(rng.integers(1, 3)), int(rng.integers(1, 3))
+    acts = [["softmax", "relu", "exp", "linear"][int(i)] for i in rng.integers(0, 4, H)]
+    params = ka.KernelAttentionParams.gaussian(rng, d, L, H, acts, sparse=sparse)
+    objective = train.KernelAttentionObjective(params, hold_A_zero=hold_A_zero, dtype=dtype)
+    spec = sampling.KernelGPPrompts(d, int(rng.integers(1, 6)), "exp", seed=int(rng.integers(2**31)))
+    source = train.Prompts(spec, batch=int(rng.integers(1, 9)), resample_every=2, dtype=np.float64)
+    step_fn = objective.bind(source)
+    theta = objective.theta0 + 0.05 * rng.standard_normal(objective.theta0.size)
+    for t in (0, 1, 2):
+        loss, grad = step_fn(theta, t)
+        want_loss, want_grad = objective.loss_and_grad(theta, t, source)
+        assert loss == want_loss
+        np.testing.assert_array_equal(grad, want_grad)
+        assert grad.shape == theta.shape
+
+
+def test_fused_step_checks_its_arguments_once():
+    spec = sampling.LinearPrompts(2, 4, seed=0)
+    with pytest.raises(ValueError, match="method"):
+        spec.fused_step(batch=4, method="nope")
+    with pytest.raises(ValueError, match="device"):
+        spec.fused_step(batch=4, device="tpu")
+    with pytest.raises(TypeError, match="batch"):
+        spec.fused_step(batch=4.0)
+    with pytest.raises(TypeError, match="dtype"):
+        spec.fused_step(batch=4, dtype=np.int32)
+    step_fn = spec.fused_step(batch=4, method="auto")
+    assert step_fn.method == "wishart" and step_fn.dtype == np.float32
+
+
+@pytest.mark.parametrize("make", ["lsa", "kernel_attention"])
+def test_a_cast_batch_is_cast_once_while_it_is_reused(rng, make):
+    """dtype differing from the batch's: the cast E is the same array at every step of a fixed
+    batch (no per-step copy), and a new batch gets a new cast."""
+    if make == "lsa":
+        batch = sampling.LinearPrompts(3, 6, seed=3).sample(batch=9, dtype=np.float64)
+        objective = train.LSAObjective(*_lsa(rng, 3), dtype=np.float32, fused=False)
+    else:
+        batch = sampling.KernelGPPrompts(3, 6, "exp", seed=3).sample(batch=9, dtype=np.float64)
+        params = ka.KernelAttentionParams.gaussian(rng, 3, 2, 1, "softmax")
+        objective = train.KernelAttentionObjective(params, dtype=np.float32)
+    seen = []
+    first = objective._cast(batch, np.dtype(np.float32))
+    seen.append(first[0])
+    theta = objective.theta0
+    for t in range(3):
+        objective.loss_and_grad(theta, t, train.FixedPrompts(batch))
+        assert objective._cast(batch, np.dtype(np.float32))[0] is first[0]
+    np.testing.assert_array_equal(first[0], batch.E.astype(np.float32))
+    other = sampling.LinearPrompts(3, 6, seed=4).sample(batch=9, dtype=np.float64)
+    assert objective._cast(other, np.dtype(np.float32))[0] is not first[0]
+
+
+def test_append_row_keeps_record_columns():
+    rows = [{"step": 0, "loss": 1.0, "a": 2.0}, {"step": 1, "b": 3.0},
+            {"step": 2, "loss": None, "a": None, "c": [1, 2]}, {"step": 3, "loss": 0.5}]
+    fast, slow = History(), History()
+    for row in rows:
+        fast.append_row(row)
+        r = dict(row)
+        slow.record(r.pop("step"), r.pop("loss", None), **r)
+    assert fast.columns() == slow.columns()
+    assert repr(fast.rows()) == repr(slow.rows())  # NaN-aware comparison through repr
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-200, 1e160, 1e300])
+def test_one_pass_norm_is_numpys(rng, scale):
+    g = scale * rng.standard_normal(int(rng.integers(1, 100)))
+    with np.errstate(over="ignore", under="ignore"):
+        norm = unchecked_grad_norm(g)
+        want = float(np.linalg.norm(g))
+    if math.isfinite(want):
+        assert norm == want  # the same sum, bitwise
+    else:  # ‖g‖² overflowed: the rescaled norm
+        assert norm == pytest.approx(scale * np.linalg.norm(g / scale), rel=1e-14)
+    assert grad_norm(g) == norm
+    assert math.isnan(grad_norm(np.array([1.0, np.nan])))
+
+
+# ---- LinearPrompts.sample(device=) -------------------------------------------------------------
+
+from lsa_native import cuda  # noqa: E402
+
+
+def test_sample_device_argument():
+    spec = sampling.LinearPrompts(2, 3, seed=0)
+    with pytest.raises(ValueError, match="device"):
+        spec.sample(4, device="tpu")
+    with pytest.raises(ValueError, match="device"):
+        spec.sample(4, device=None)
+    if not cuda.available():
+        with pytest.raises(ValueError, match=r"device: 'cuda' needs .*cuda.available\(\) = False"):
+            spec.sample(4, device="cuda")
+    cpu = spec.sample(4, device="cpu")
+    np.testing.assert_array_equal(cpu.E, spec.sample(4).E)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not cuda.available(), reason="needs a GPU")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sample_on_the_device_equals_the_cpu_sample(rng, dtype):
+    spec = sampling.LinearPrompts(3, 5, noise_std=0.1, seed=int(rng.integers(2**31)))
+    host, gpu = spec.sample(7, step=3, dtype=dtype), spec.sample(7, step=3, dtype=dtype, device="cuda")
+    for name in ("X", "y", "x_q", "y_q", "w", "E"):
+        a = getattr(gpu, name)
+        assert cuda.is_cuda_array(a)
+        np.testing.assert_array_equal(cuda.to_host(a), getattr(host, name))
+    np.testing.assert_array_equal(gpu.Lambda, host.Lambda)
