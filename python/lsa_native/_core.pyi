@@ -7,7 +7,7 @@ import numpy
 import numpy.typing
 import typing
 import typing_extensions
-__all__: list[str] = ['ACTIVATION_NAMES', 'DeviceArray', 'KernelAttentionShape', 'LsaShape', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_release_memory', 'cuda_synchronize', 'dlpack_info', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_forward_cuda', 'kernel_attention_loss_and_grad', 'kernel_attention_loss_and_grad_cuda', 'kernel_attention_vjp', 'kernel_attention_vjp_cuda', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'kernel_gp_sample_cuda', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_forward_cuda', 'lsa_loss_and_grad', 'lsa_loss_and_grad_cuda', 'lsa_predict', 'lsa_predict_cuda', 'lsa_predict_vjp', 'lsa_predict_vjp_cuda', 'lsa_shape', 'lsa_vjp', 'lsa_vjp_cuda', 'multihead_lsa_forward', 'multihead_lsa_loss_and_grad', 'multihead_lsa_predict', 'multihead_lsa_predict_vjp', 'multihead_lsa_vjp', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
+__all__: list[str] = ['ACTIVATION_NAMES', 'COVARIANCE_LAWS', 'DeviceArray', 'KernelAttentionShape', 'LsaShape', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_release_memory', 'cuda_synchronize', 'dlpack_info', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_forward_cuda', 'kernel_attention_loss_and_grad', 'kernel_attention_loss_and_grad_cuda', 'kernel_attention_vjp', 'kernel_attention_vjp_cuda', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'kernel_gp_sample_cuda', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_forward_cuda', 'lsa_loss_and_grad', 'lsa_loss_and_grad_cuda', 'lsa_predict', 'lsa_predict_cuda', 'lsa_predict_vjp', 'lsa_predict_vjp_cuda', 'lsa_shape', 'lsa_vjp', 'lsa_vjp_cuda', 'multihead_lsa_forward', 'multihead_lsa_loss_and_grad', 'multihead_lsa_predict', 'multihead_lsa_predict_vjp', 'multihead_lsa_vjp', 'num_threads', 'optimizer_step', 'optimizer_step_fields', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
 class LsaShape:
     def __init__(self, batch: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex, context: typing.SupportsInt | typing.SupportsIndex) -> None:
         ...
@@ -252,6 +252,10 @@ def num_threads() -> int:
     """
     CPU threads used by batched kernels.
     """
+def optimizer_step(scalars: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, theta_in: typing.SupportsInt | typing.SupportsIndex, theta_out: typing.SupportsInt | typing.SupportsIndex, grad: typing.SupportsInt | typing.SupportsIndex, exp_avg: typing.SupportsInt | typing.SupportsIndex, exp_avg_sq: typing.SupportsInt | typing.SupportsIndex, max_exp_avg_sq: typing.SupportsInt | typing.SupportsIndex, momentum_buffer: typing.SupportsInt | typing.SupportsIndex, norm: typing.SupportsFloat | typing.SupportsIndex, status: typing.SupportsInt | typing.SupportsIndex, model_copy: typing.SupportsInt | typing.SupportsIndex, grad_dtype: str, device: str) -> None:
+    """
+    One optimizer step on buffers given by address (private: lsa_native.train.native_optim owns and checks them). scalars: host float64 [len(optimizer_step_fields)]; status: 3 doubles (norm, code, step of the first failure) in the memory of `device`; 0 = null.
+    """
 def philox4x32(counters: numpy.typing.NDArray[numpy.uint32], seed: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint32]:
     """
     Philox4x32-10 words of counters [n, 4] under key = (low, high) words of the 64-bit seed.
@@ -311,5 +315,7 @@ def stream_sum(x: numpy.typing.NDArray[numpy.float64]) -> float:
     Sum of an array read once on all threads: the read-bandwidth probe of the benchmarks.
     """
 ACTIVATION_NAMES: tuple = ('linear', 'relu', 'exp', 'softmax')
+COVARIANCE_LAWS: dict = {'exponential': ('scale'), 'gamma': ('shape', 'scale'), 'uniform': ('lo', 'hi'), 'two_point': ('a', 'b', 'p')}
 __version__: str = '0.1.0'
 kernel_gp_max_exp_scale: float = 600.0
+optimizer_step_fields: tuple = ('rule', 'lr', 'weight_decay', 'decoupled_decay', 'momentum', 'one_minus_dampening', 'nesterov', 'first', 'beta1', 'one_minus_beta1', 'beta2', 'one_minus_beta2', 'eps', 'amsgrad', 'bias1', 'bias2', 'clip_norm', 'step_index')
