@@ -120,9 +120,9 @@ def test_bad_cuda_arrays_are_clear_errors_before_any_gpu_call(rng):
 
 # ---- the route of a GPU call on an emulated GPU (runs everywhere) ------------------------------
 # Host memory presented through __cuda_array_interface__, and the native dispatcher told to run the
-# CPU kernels where it would launch the CUDA ones (_core._emulate_cuda_on_cpu): checks the route of
-# lsa.py → array views → validate() → backend (which array goes where, outputs on E's side, out=,
-# optional outputs, mixed host/CUDA operands) without a GPU.
+# CPU kernels where it would launch the CUDA ones (_core.emulate_cuda_on_cpu_for_tests): checks the
+# route of lsa.py → array views → validate() → backend (which array goes where, outputs on E's
+# side, out=, optional outputs, mixed host/CUDA operands) without a GPU.
 
 class HostBackedCudaArray:
     def __init__(self, a):
@@ -138,9 +138,9 @@ def emulated_gpu(monkeypatch):
 
     monkeypatch.setattr(cuda, "empty", lambda template, shape, dtype, device:
                         HostBackedCudaArray(np.full(shape, np.nan, dtype)))
-    _core._emulate_cuda_on_cpu(True)
+    _core.emulate_cuda_on_cpu_for_tests(True)
     yield
-    _core._emulate_cuda_on_cpu(False)
+    _core.emulate_cuda_on_cpu_for_tests(False)
 
 
 def test_array_adapter_reads_every_array_protocol(rng):

@@ -63,7 +63,7 @@ PYBIND11_MODULE(_core, m) {
   m.def("cuda_compiled", &lsa_native::cuda_compiled, "True when CUDA kernels were compiled in.");
   m.def("cuda_available", &lsa_native::cuda_available,
         "True when CUDA kernels were compiled in and a GPU is visible.");
-  m.def("_emulate_cuda_on_cpu", &lsa_native::detail::emulate_cuda_on_cpu, py::arg("on"),
+  m.def("emulate_cuda_on_cpu_for_tests", &lsa_native::detail::emulate_cuda_on_cpu, py::arg("on"),
         "Tests only: calls routed to CUDA run the CPU kernels on the same pointers (host memory "
         "presented as CUDA arrays), so the GPU route is tested without a GPU.");
   m.def("num_threads", &lsa_native::num_threads, "CPU threads used by batched kernels.");

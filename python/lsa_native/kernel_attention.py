@@ -24,7 +24,8 @@ Devices: :func:`forward`, :func:`vjp` and :func:`loss_and_grad` take ``device="a
 "cuda"`` as :mod:`lsa_native.lsa` does: ``"auto"`` runs on the GPU when any array argument is a
 CUDA array (CuPy, PyTorch CUDA tensors, ``__cuda_array_interface__`` / CUDA ``__dlpack__``), else on
 the CPU; ``"cuda"`` with numpy arrays copies them to the GPU and the results back. CUDA arrays must
-be C-contiguous with Z0's dtype; results for CUDA inputs are CUDA arrays of the same library. The
+be C-contiguous with Z0's dtype and on one device; results follow Z0 (CUDA arrays of Z0's library
+when Z0 is one, else numpy). The native core checks every operand once and picks the device. The
 GPU reduces the parameter-gradient batch sums in a fixed order (two runs are bitwise equal). A
 :class:`ForwardContext` has one layout on both devices: one saved on the GPU serves a VJP on the
 CPU and vice versa (copied where it is not).
