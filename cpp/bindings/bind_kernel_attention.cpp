@@ -69,12 +69,12 @@ py::tuple call_shape(const ArrayView& Z0, const ArrayView& V) {
 std::pair<ArrayView, std::vector<index_t>> context_of(PyCallSite& site, const py::object& context) {
   if (context.is_none()) return {site.operand(context, "context"), {}};
   py::object data = py::getattr(context, "data", py::none());
-  std::vector<index_t> shape;
   py::object recorded = py::getattr(context, "shape", py::none());
-  if (py::isinstance<py::tuple>(recorded))
-    for (auto e : recorded) shape.push_back(py::isinstance<py::int_>(e) ? e.cast<index_t>() : -1);
-  if (data.is_none())
-    throw Error("context: expected the ForwardContext of forward(..., return_context=True)");
+  if (data.is_none() || !py::isinstance<py::tuple>(recorded) || py::len(recorded) != 5)
+    throw Error("context: expected the ForwardContext of forward(..., return_context=True), got " +
+                std::string(py::str(py::type::handle_of(context).attr("__name__"))));
+  std::vector<index_t> shape;
+  for (auto e : recorded) shape.push_back(py::isinstance<py::int_>(e) ? e.cast<index_t>() : -1);
   return {site.operand(data, "context"), shape};
 }
 

@@ -141,6 +141,8 @@ void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* 
 namespace {
 using detail::require_input;
 using detail::require_output;
+using detail::in;
+using detail::out;
 
 // E [B, d+1, N+1], float32 or float64, C-contiguous: its (B, d, N) (validate(LsaShape) above).
 LsaShape prompt_shape(const ArrayView& E) {
@@ -195,14 +197,6 @@ LsaCall validate_vjp(const ArrayView& E, const ArrayView& W_pv, const ArrayView&
   return {s, detail::choose_device(choice, {&E, &W_pv, &W_kq, &upstream})};
 }
 
-template <class T>
-const T* in(const ArrayView& a) {
-  return a.present ? a.as<const T>() : nullptr;
-}
-template <class T>
-T* out(const ArrayView& a) {
-  return a.present ? a.as<T>() : nullptr;
-}
 }  // namespace
 
 void lsa_predict(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq, ArrayView& y_hat,

@@ -102,6 +102,8 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z
 namespace {
 using detail::require_input;
 using detail::require_output;
+using detail::in;
+using detail::out;
 
 // A kernel-attention call after validate(): shape, activations per head, device.
 struct KaCall {
@@ -138,14 +140,6 @@ KernelAttentionShape validate_parameters(const ArrayView& Z0, const ArrayView& V
   return s;
 }
 
-template <class T>
-const T* in(const ArrayView& a) {
-  return a.present ? a.as<const T>() : nullptr;
-}
-template <class T>
-T* out(const ArrayView& a) {
-  return a.present ? a.as<T>() : nullptr;
-}
 
 index_t context_size(const KernelAttentionShape& s, const ArrayView& Z0) {
   return detail::with_float(Z0, [&](auto t) { return kernel_attention_context_size<decltype(t)>(s); });

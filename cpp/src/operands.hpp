@@ -141,6 +141,16 @@ inline void make_outputs(CallSite& site, const ArrayView& prompts,
     if (!out->present && out->make) *out = site.make_output(out->name, shape, prompts);
 }
 
+// The pointer of a validated view for the typed backends (null when absent).
+template <class T>
+const T* in(const ArrayView& a) {
+  return a.present ? a.as<const T>() : nullptr;
+}
+template <class T>
+T* out(const ArrayView& a) {
+  return a.present ? a.as<T>() : nullptr;
+}
+
 // f(T{}) with T the C++ type of the prompts' dtype (validated: float32 or float64).
 template <class F>
 auto with_float(const ArrayView& prompts, F&& f) {

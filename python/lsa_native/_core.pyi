@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ACTIVATION_NAMES', 'DeviceArray', 'activation_codes', 'array_info', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_release_memory', 'cuda_synchronize', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_attention_vjp', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'kernel_gp_sample_cuda', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_predict_vjp', 'lsa_vjp', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
+__all__: list[str] = ['ACTIVATION_NAMES', 'DeviceArray', 'activation_codes', 'array_info', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_release_memory', 'cuda_synchronize', 'emulate_cuda_on_cpu_for_tests', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_attention_vjp', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'kernel_gp_sample_cuda', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_predict_vjp', 'lsa_vjp', 'num_threads', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
 class DeviceArray:
     """
     Owning C-contiguous CUDA device array (float32/float64). CuPy (cupy.asarray) and PyTorch (torch.as_tensor, torch.from_dlpack) wrap it without copies.
@@ -47,10 +47,6 @@ class DeviceArray:
     @property
     def shape(self) -> tuple:
         ...
-def _emulate_cuda_on_cpu(on: bool) -> None:
-    """
-    Tests only: calls routed to CUDA run the CPU kernels on the same pointers (host memory presented as CUDA arrays), so the GPU route is tested without a GPU.
-    """
 def activation_codes(activation: typing.Any, heads: typing.SupportsInt | typing.SupportsIndex, name: str = 'activation') -> list[int]:
     """
     One code per head of `activation` (a name, or a list of one name per head), checked.
@@ -102,6 +98,10 @@ def cuda_release_memory() -> None:
 def cuda_synchronize() -> None:
     """
     Wait for all work on the current CUDA device.
+    """
+def emulate_cuda_on_cpu_for_tests(on: bool) -> None:
+    """
+    Tests only: calls routed to CUDA run the CPU kernels on the same pointers (host memory presented as CUDA arrays), so the GPU route is tested without a GPU.
     """
 def gradient_flow_population(kind: str, W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], data: numpy.typing.NDArray[numpy.float64], N: typing.SupportsInt | typing.SupportsIndex, times: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], method: str, rtol: typing.SupportsFloat | typing.SupportsIndex, atol: typing.SupportsFloat | typing.SupportsIndex, step: typing.SupportsFloat | typing.SupportsIndex, grad_tol: typing.SupportsFloat | typing.SupportsIndex, loss_target: typing.SupportsFloat | typing.SupportsIndex, gap_tol: typing.SupportsFloat | typing.SupportsIndex, max_steps: typing.SupportsInt | typing.SupportsIndex, noise_std: typing.SupportsFloat | typing.SupportsIndex = 0.0, query_noise: bool = False) -> dict:
     ...
