@@ -57,5 +57,4 @@ T* optional_out(std::optional<CArray<T>>& a, const std::vector<index_t>& shape, 
   return out_ptr(*a, name);
 }
 
-
 }  // namespace lsa_native::bindings
