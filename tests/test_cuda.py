@@ -7,7 +7,6 @@ top run everywhere (device selection and the errors that need no GPU).
 """
 from __future__ import annotations
 
-import ctypes
 import os
 
 import numpy as np
@@ -119,10 +118,11 @@ def test_bad_cuda_arrays_are_clear_errors_before_any_gpu_call(rng):
         lsa.predict(fake, W_pv, W_kq)
 
 
-# ---- the Python device path on an emulated GPU (runs everywhere) --------------------------------
-# Host memory presented through __cuda_array_interface__, and the native CUDA entry points replaced
-# by the CPU kernels reading the same addresses: checks the glue of lsa.py / _lsa_cuda.py (which
-# address goes where, outputs on the right side, out=, optional outputs) without a GPU.
+# ---- the route of a GPU call on an emulated GPU (runs everywhere) ------------------------------
+# Host memory presented through __cuda_array_interface__, and the native dispatcher told to run the
+# CPU kernels where it would launch the CUDA ones (_core.emulate_cuda_on_cpu_for_tests): checks the
+# route of lsa.py → array views → validate() → backend (which array goes where, outputs on E's
+# side, out=, optional outputs, mixed host/CUDA operands) without a GPU.
 
 class HostBackedCudaArray:
     def __init__(self, a):
@@ -132,52 +132,74 @@ class HostBackedCudaArray:
                                          "version": 3}
 
 
-def _at(address, shape, dtype):
-    """The numpy array at a raw address (None for 0)."""
-    if address == 0:
-        return None
-    n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-    return np.frombuffer((ctypes.c_byte * n).from_address(address), dtype=dtype).reshape(shape)
-
-
 @pytest.fixture
 def emulated_gpu(monkeypatch):
     from lsa_native import _core
 
-    def dims(dtype, shape):
-        B, n, cols = shape.batch, shape.dim + 1, shape.context + 1
-        return np.dtype(dtype), (B, n, cols), (n, n), (B,)
-
-    def predict(dtype, shape, E, W_pv, W_kq, out):
-        dt, e, w, b = dims(dtype, shape)
-        _core.lsa_predict(_at(E, e, dt), _at(W_pv, w, dt), _at(W_kq, w, dt), _at(out, b, dt))
-
-    def loss_and_grad(dtype, shape, E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat):
-        dt, e, w, b = dims(dtype, shape)
-        return _core.lsa_loss_and_grad(_at(E, e, dt), _at(y_q, b, dt), _at(W_pv, w, dt), _at(W_kq, w, dt),
-                                       _at(d_W_pv, w, dt), _at(d_W_kq, w, dt), _at(y_hat, b, dt))
-
-    def forward(dtype, shape, E, W_pv, W_kq, out):
-        dt, e, w, b = dims(dtype, shape)
-        _core.lsa_forward(_at(E, e, dt), _at(W_pv, w, dt), _at(W_kq, w, dt), _at(out, e, dt))
-
-    def vjp(dtype, shape, E, W_pv, W_kq, d_F, d_W_pv, d_W_kq, d_E):
-        dt, e, w, b = dims(dtype, shape)
-        _core.lsa_vjp(_at(E, e, dt), _at(W_pv, w, dt), _at(W_kq, w, dt), _at(d_F, e, dt),
-                      _at(d_W_pv, w, dt), _at(d_W_kq, w, dt), _at(d_E, e, dt))
-
-    def predict_vjp(dtype, shape, E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E):
-        dt, e, w, b = dims(dtype, shape)
-        _core.lsa_predict_vjp(_at(E, e, dt), _at(W_pv, w, dt), _at(W_kq, w, dt), _at(d_y, b, dt),
-                              _at(d_W_pv, w, dt), _at(d_W_kq, w, dt), _at(d_E, e, dt))
-
-    for name, fn in (("lsa_predict_cuda", predict), ("lsa_loss_and_grad_cuda", loss_and_grad),
-                     ("lsa_forward_cuda", forward), ("lsa_vjp_cuda", vjp),
-                     ("lsa_predict_vjp_cuda", predict_vjp)):
-        monkeypatch.setattr(_core, name, fn)
-    monkeypatch.setattr(cuda, "pointer_device", lambda ptr: 0)
     monkeypatch.setattr(cuda, "empty", lambda template, shape, dtype, device:
                         HostBackedCudaArray(np.full(shape, np.nan, dtype)))
+    _core.emulate_cuda_on_cpu_for_tests(True)
+    yield
+    _core.emulate_cuda_on_cpu_for_tests(False)
+
+
+def test_array_adapter_reads_every_array_protocol(rng):
+    """One view per operand (pointer, shape, byte strides, dtype, device) from numpy, from
+    __cuda_array_interface__ (a host pointer presented as a CUDA array: parsed, never launched)
+    and from __dlpack__ (numpy and PyTorch CPU tensors), without copies."""
+    from lsa_native import _core
+
+    E = rng.standard_normal((2, 3, 4))
+    info = _core.array_info(E, "E")
+    assert (info["ptr"], info["shape"], info["strides"], info["dtype"], info["device"]) == (
+        E.ctypes.data, (2, 3, 4), E.strides, "float64", -1)
+    T = np.asfortranarray(E.astype(np.float32))
+    assert _core.array_info(T)["strides"] == T.strides
+    assert _core.array_info(E[:, ::2])["strides"] == E[:, ::2].strides
+    fake = FakeCudaArray((5, 3), "<f8", strides=(8, 40), ptr=E.ctypes.data, readonly=True)
+    info = _core.array_info(fake)
+    assert (info["ptr"], info["shape"], info["strides"], info["dtype"], info["readonly"]) == (
+        E.ctypes.data, (5, 3), (8, 40), "float64", True)
+    assert info["device"] >= 0
+    assert _core.array_info(FakeCudaArray((2, 2), "<f2"))["dtype"] == "float16"
+
+    class DLPackOnly:
+        def __init__(self, a):
+            self._a = a
+
+        def __dlpack__(self, stream=None):
+            return self._a.__dlpack__()
+
+    info = _core.array_info(DLPackOnly(E[1:]), "E")
+    assert (info["ptr"], info["shape"], info["strides"], info["dtype"], info["device"]) == (
+        E[1:].ctypes.data, (1, 3, 4), (96, 32, 8), "float64", -1)
+    assert _core.array_info(DLPackOnly(np.zeros(3, np.int32)))["dtype"] == "int32"
+    # DLPack-only host arrays: read in place by the core, converted without copies by lsa.py.
+    W = 0.3 * rng.standard_normal((2, 3, 3))
+    want = lsa.predict(E, W[0], W[1])
+    np.testing.assert_array_equal(_core.lsa_predict(DLPackOnly(E), W[0], W[1]), want)
+    np.testing.assert_array_equal(lsa.predict(DLPackOnly(E), DLPackOnly(W[0]), W[1]), want)
+    with pytest.raises(TypeError, match="out: expected an array"):
+        lsa.predict(E, W[0], W[1], out=[0.0, 0.0])
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(E)
+    info = _core.array_info(t.transpose(1, 2), "E")
+    assert (info["ptr"], info["shape"], info["strides"], info["device"]) == (
+        E.ctypes.data, (2, 4, 3), (96, 8, 32), -1)
+    np.testing.assert_array_equal(_core.lsa_predict(t, W[0], W[1]), lsa.predict(E, W[0], W[1]))
+
+
+@pytest.mark.skipif(lsa_native.cuda_available(), reason="a GPU is visible")
+def test_cuda_array_interface_without_gpu_is_refused_before_any_launch(rng):
+    """A parsed CUDA view routes the call to CUDA; without a GPU the dispatcher refuses with a
+    clear error instead of touching the pointer."""
+    (E, W_pv, W_kq, y_q), _ = random_problem(rng, 3, 2, 4, np.float64)
+    why = "no CUDA device" if lsa_native.cuda_compiled() else "no CUDA kernels"
+    fake = FakeCudaArray(E.shape, "<f8", ptr=E.ctypes.data)
+    for call in (lambda: lsa.predict(fake, W_pv, W_kq), lambda: lsa.loss_and_grad(fake, y_q, W_pv, W_kq),
+                 lambda: lsa.forward(E, FakeCudaArray(W_pv.shape, "<f8", ptr=W_pv.ctypes.data), W_kq)):
+        with pytest.raises(ValueError, match=why):
+            call()
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

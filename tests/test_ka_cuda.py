@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 import lsa_native
-from lsa_native import _core, cuda
+from lsa_native import cuda
 from lsa_native import kernel_attention as ka
-from test_cuda import FakeCudaArray, HostBackedCudaArray, _at, _import_or_skip, interop, needs_gpu
+from test_cuda import FakeCudaArray, HostBackedCudaArray, _import_or_skip, emulated_gpu, interop, needs_gpu  # noqa: F401
 
 DTYPES = [np.float32, np.float64]
 ACTS = list(ka.ACTIVATIONS)
@@ -105,47 +105,10 @@ def test_device_argument_and_bad_cuda_arrays_are_clear_errors(rng):
                                                                    (2, 2, 3, 1, 1)))
 
 
-# ---- the Python device path on an emulated GPU (runs everywhere) --------------------------------
-# Host memory behind __cuda_array_interface__, the native CUDA entry points replaced by the CPU
-# kernels on the same addresses: checks the glue of kernel_attention.py / _ka_cuda.py.
-
-@pytest.fixture
-def emulated_gpu(monkeypatch):
-    def dims(dtype, s):
-        dt = np.dtype(dtype)
-        z = (s.batch, s.dim + 1, s.context + 1)
-        v = (s.layers, s.heads, s.dim + 1, s.dim + 1)
-        b = (s.layers, s.heads, s.dim, s.dim)
-        ctx = (s.batch, _core.kernel_attention_context_size(s.dim, s.context, s.layers, s.heads,
-                                                            dt == np.float64))
-        return dt, z, v, b, ctx, (s.batch, s.layers + 1)
-
-    def forward(dtype, s, Z0, V, B, C, codes, Z_out, preds, context, y_hat=False):
-        dt, z, v, b, ctx, p = dims(dtype, s)
-        _core.kernel_attention_forward(_at(Z0, z, dt), _at(V, v, dt), _at(B, b, dt), _at(C, b, dt),
-                                       codes, _at(Z_out, z, dt), _at(preds, p, dt),
-                                       _at(context, ctx, dt), y_hat=y_hat)
-
-    def vjp(dtype, s, Z0, V, B, C, codes, d_Z_out, d_V, d_B, d_C, d_Z0, context):
-        dt, z, v, b, ctx, p = dims(dtype, s)
-        _core.kernel_attention_vjp(_at(Z0, z, dt), _at(V, v, dt), _at(B, b, dt), _at(C, b, dt),
-                                   codes, _at(d_Z_out, z, dt), _at(d_V, v, dt), _at(d_B, b, dt),
-                                   _at(d_C, b, dt), _at(d_Z0, z, dt), _at(context, ctx, dt))
-
-    def loss_and_grad(dtype, s, Z0, y_q, V, B, C, codes, d_V, d_B, d_C, d_Z0, preds):
-        dt, z, v, b, ctx, p = dims(dtype, s)
-        return _core.kernel_attention_loss_and_grad(
-            _at(Z0, z, dt), _at(y_q, (s.batch,), dt), _at(V, v, dt), _at(B, b, dt), _at(C, b, dt),
-            codes, _at(d_V, v, dt), _at(d_B, b, dt), _at(d_C, b, dt), _at(d_Z0, z, dt),
-            _at(preds, p, dt))
-
-    for name, fn in (("kernel_attention_forward_cuda", forward), ("kernel_attention_vjp_cuda", vjp),
-                     ("kernel_attention_loss_and_grad_cuda", loss_and_grad)):
-        monkeypatch.setattr(_core, name, fn)
-    monkeypatch.setattr(cuda, "pointer_device", lambda ptr: 0)
-    monkeypatch.setattr(cuda, "empty", lambda template, shape, dtype, device:
-                        HostBackedCudaArray(np.full(shape, np.nan, dtype)))
-
+# ---- the route of a GPU call on an emulated GPU (runs everywhere) ------------------------------
+# Host memory behind __cuda_array_interface__, the dispatcher running the CPU kernels where it
+# would launch the CUDA ones (test_cuda.emulated_gpu): checks kernel_attention.py → array views →
+# validate() → backend, outputs on Z0's side, saved contexts across sides.
 
 @pytest.mark.parametrize("dtype", DTYPES)
 def test_device_path_glue_on_an_emulated_gpu(rng, emulated_gpu, dtype):

@@ -299,7 +299,7 @@ def test_activation_names_come_from_the_native_table():
     Z0 = np.zeros((1, 2, 3))
     V, B, C = np.zeros((1, 1, 2, 2)), np.zeros((1, 1, 1, 1)), np.zeros((1, 1, 1, 1))
     with pytest.raises(ValueError, match="unknown activation code"):
-        _core.kernel_attention_forward(Z0, V, B, C, [len(ka.ACTIVATIONS)], None, None)
+        _core.kernel_attention_forward(Z0, V, B, C, [len(ka.ACTIVATIONS)])
 
 
 def test_reference_has_every_activation_of_the_native_table():

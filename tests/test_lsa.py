@@ -224,14 +224,15 @@ def test_bad_input_raises_clear_errors(rng, make, exc, match):
 
 
 def test_core_rejects_wrong_layout_without_crashing(rng):
-    """The private module never copies: a non-contiguous or wrong-dtype array is a TypeError."""
+    """The private module never copies: a non-contiguous array is a ValueError, a wrong dtype a
+    TypeError, both naming the argument (the native validate())."""
     from lsa_native import _core
 
     (E, W_pv, W_kq, _), _ = random_problem(rng, 5, 3, 6, np.float64)
     out = np.empty(5)
-    with pytest.raises(TypeError):
+    with pytest.raises(ValueError, match="E: arrays must be C-contiguous"):
         _core.lsa_predict(np.asfortranarray(E), W_pv, W_kq, out)
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match=r"W_pv: expected dtype float64 \(E's dtype\), got float32"):
         _core.lsa_predict(E, W_pv.astype(np.float32), W_kq, out)
     with pytest.raises(ValueError, match="W_kq"):
         _core.lsa_predict(E, W_pv, np.eye(3), out)

@@ -1,7 +1,7 @@
 """Host time per call of the CUDA paths (tiny B = 4, so the kernels take microseconds): where a
 small-batch training step spends its time outside the GPU. Layers, outermost first:
-lsa_native.torch Function (autograd) → lsa.forward (Python checks, views) → _core.*_cuda (pybind11
-+ C++ host code + launch), with the same PyTorch ops for scale. Medians of 5 groups of 300 calls
+lsa_native.torch Function (autograd) → lsa.forward (Python conversions) → _core.lsa_forward (array
+views, validate(), C++ host code + launch), with the same PyTorch ops for scale. Medians of 5 groups of 300 calls
 (one synchronize per group). For a GPU machine: python bench/gpu/call_latency.py"""
 import statistics
 import time
@@ -9,7 +9,7 @@ import time
 import torch
 
 import lsa_native.torch as lt
-from lsa_native import _core, cuda
+from lsa_native import _core
 from lsa_native import kernel_attention as ka
 from lsa_native import lsa
 
@@ -34,8 +34,6 @@ W = torch.randn((d + 1, d + 1), device="cuda") / (d + 1)
 d_F = torch.randn_like(E)
 F = torch.empty_like(E)
 Wg = W.clone().requires_grad_()
-shape = _core.LsaShape(B, d, N)
-p = [t.data_ptr() for t in (E, W, W, F)]
 Z0 = torch.randn((B, 6, 31), device="cuda")
 V, Bq = 0.1 * torch.randn((3, 1, 6, 6), device="cuda"), 0.3 * torch.randn((3, 1, 5, 5), device="cuda")
 y = torch.randn(B, device="cuda")
@@ -43,8 +41,8 @@ y = torch.randn(B, device="cuda")
 rows = [
     ("torch: E + (W (E E^T) W) E, 4 bmm", lambda: E + (W @ (E @ E.transpose(1, 2)) @ W) @ E),
     ("torch: one bmm", lambda: E @ E.transpose(1, 2)),
-    ("_core.lsa_forward_cuda (pointers)", lambda: _core.lsa_forward_cuda("float32", shape, *p)),
-    ("cuda.view(E)", lambda: cuda.view(E, "E")),
+    ("_core.lsa_forward (views, out=F)", lambda: _core.lsa_forward(E, W, W, F)),
+    ("_core.array_info(E) (one array view)", lambda: _core.array_info(E, "E")),
     ("lsa.forward(E, W, W)", lambda: lsa.forward(E, W, W)),
     ("lsa.vjp(E, W, W, d_F)", lambda: lsa.vjp(E, W, W, d_F)),
     ("lsa.loss_and_grad (returns a float: waits)", lambda: lsa.loss_and_grad(E, y, W, W)),

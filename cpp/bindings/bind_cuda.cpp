@@ -1,6 +1,6 @@
 // Bindings of the CUDA device-memory API (device.hpp): DeviceArray, an owning device array that
-// CuPy and PyTorch wrap without copies (__cuda_array_interface__, __dlpack__), and a reader of
-// DLPack capsules for inputs that offer only __dlpack__.
+// CuPy and PyTorch wrap without copies (__cuda_array_interface__, __dlpack__), and array_info: the
+// view the array adapter (array_view.hpp) makes of an array.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "array_view.hpp"
 #include "lsa_native/cuda_random.hpp"
 #include "lsa_native/device.hpp"
 #include "lsa_native/types.hpp"
@@ -20,31 +21,7 @@ namespace py = pybind11;
 
 namespace {
 
-// DLPack ABI (dlpack.h v0.8, the unversioned "dltensor" capsule every array library understands).
-struct DLDevice {
-  std::int32_t device_type;  // 1 CPU, 2 CUDA, 3 CUDA host (pinned), 13 CUDA managed
-  std::int32_t device_id;
-};
-struct DLDataType {
-  std::uint8_t code;  // 2 = float
-  std::uint8_t bits;
-  std::uint16_t lanes;
-};
-struct DLTensor {
-  void* data;
-  DLDevice device;
-  std::int32_t ndim;
-  DLDataType dtype;
-  std::int64_t* shape;
-  std::int64_t* strides;  // in elements; null = C-contiguous
-  std::uint64_t byte_offset;
-};
-struct DLManagedTensor {
-  DLTensor dl_tensor;
-  void* manager_ctx;
-  void (*deleter)(DLManagedTensor*);
-};
-constexpr std::int32_t kDLCUDA = 2;
+// The DLPack ABI structs are those of the array adapter (array_view.hpp).
 
 // Owning, C-contiguous device array of float32 or float64.
 class DeviceArray {
@@ -153,30 +130,6 @@ class DeviceArray {
   std::shared_ptr<void> memory_;
 };
 
-// Fields of a "dltensor" capsule, read without consuming it (the producer keeps ownership; the
-// caller keeps the capsule alive while it uses the pointer).
-py::dict dlpack_info(const py::capsule& capsule) {
-  if (std::string(capsule.name() ? capsule.name() : "") != "dltensor")
-    throw Error("expected an unconsumed DLPack capsule named 'dltensor'");
-  const auto* managed = static_cast<const DLManagedTensor*>(capsule.get_pointer());
-  const DLTensor& t = managed->dl_tensor;
-  py::dict d;
-  d["ptr"] = reinterpret_cast<std::uintptr_t>(static_cast<const char*>(t.data) + t.byte_offset);
-  py::tuple shape(t.ndim);
-  for (int i = 0; i < t.ndim; ++i) shape[i] = t.shape[i];
-  d["shape"] = shape;
-  if (t.strides == nullptr) {
-    d["strides"] = py::none();
-  } else {
-    py::tuple strides(t.ndim);
-    for (int i = 0; i < t.ndim; ++i) strides[i] = t.strides[i];
-    d["strides"] = strides;
-  }
-  d["dtype"] = py::make_tuple(int(t.dtype.code), int(t.dtype.bits), int(t.dtype.lanes));
-  d["device"] = py::make_tuple(int(t.device.device_type), int(t.device.device_id));
-  return d;
-}
-
 }  // namespace
 
 void bind_cuda(py::module_& m) {
@@ -214,8 +167,24 @@ void bind_cuda(py::module_& m) {
         return s + "), dtype=" + std::string(py::str(a.dtype())) + ", device=" +
                std::to_string(a.device()) + ")";
       });
-  m.def("dlpack_info", &dlpack_info, py::arg("capsule"),
-        "Pointer, shape, strides, dtype and device of a DLPack capsule (not consumed).");
+  m.def(
+      "array_info",
+      [](const py::object& a, const std::string& name) -> py::object {
+        py::list keep;
+        const ArrayView v = array_view(a, name.c_str(), keep);
+        if (!v.present) return py::none();
+        py::dict d;
+        d["ptr"] = reinterpret_cast<std::uintptr_t>(v.data);
+        d["shape"] = py::tuple(py::cast(v.shape));
+        d["strides"] = py::tuple(py::cast(v.strides));
+        d["dtype"] = v.dtype_name;
+        d["device"] = v.device;
+        d["readonly"] = v.readonly;
+        return d;
+      },
+      py::arg("a"), py::arg("name") = "a",
+      "The array view the native entry points make of `a` (numpy, __cuda_array_interface__ or "
+      "__dlpack__): ptr, shape, byte strides, dtype name, device (-1: host), readonly.");
   m.def("cuda_pointer_device",
         [](std::uintptr_t p) { return cuda_pointer_device(reinterpret_cast<const void*>(p)); },
         py::arg("ptr"), "CUDA device owning the pointer (device or managed memory), else -1.");

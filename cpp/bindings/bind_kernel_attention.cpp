@@ -1,41 +1,58 @@
-// Bindings of kernel attention (kernel_attention.hpp): array shapes adapted to the C++ API (which
-// validates the shape, pointers and activation codes once), GIL released; the Device::cuda entry
-// points take addresses checked by lsa_native._ka_cuda.
+// Bindings of kernel attention (kernel_attention.hpp): each operand becomes one array view
+// (array_view.hpp), the activations one ActivationChoice; the dispatcher
+// (kernel_attention_dispatch.cpp) validates them once and runs the backend the views ask for.
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <iterator>
-#include <optional>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "lsa_native/kernel_attention.hpp"
-#include "numpy_views.hpp"
+#include "array_view.hpp"
 
 namespace lsa_native::bindings {
 namespace {
 
-template <class T>
-KernelAttentionShape ka_shape(const CArray<T>& Z0, const CArray<T>& V, const CArray<T>& Bq,
-                              const CArray<T>& Ck) {
-  if (Z0.ndim() != 3 || Z0.shape(1) < 2 || Z0.shape(2) < 2)
-    throw Error("Z0: expected shape [B, d+1, n+1] with d >= 1 and n >= 1, got " + shape_string(Z0));
-  if (V.ndim() != 4)
-    throw Error("V: expected shape [L, H, d+1, d+1], got " + shape_string(V));
-  KernelAttentionShape s{Z0.shape(0), Z0.shape(1) - 1, Z0.shape(2) - 1, V.shape(0), V.shape(1)};
-  require_shape(V, {s.layers, s.heads, s.dim + 1, s.dim + 1}, "V");
-  require_shape(Bq, {s.layers, s.heads, s.dim, s.dim}, "B");
-  require_shape(Ck, {s.layers, s.heads, s.dim, s.dim}, "C");
-  return s;
+// The activation names of the table, sorted, as Python prints a list: "['exp', 'linear', ...]".
+std::string sorted_names() {
+  std::vector<std::string> names(std::begin(activation_names), std::end(activation_names));
+  std::sort(names.begin(), names.end());
+  std::string s = "[";
+  for (size_t i = 0; i < names.size(); ++i) s += (i ? ", '" : "'") + names[i] + "'";
+  return s + "]";
 }
 
-// One code per head as Activations; the C++ API checks their range (the activation table).
-std::vector<Activation> to_activations(const std::vector<int>& codes, index_t heads) {
-  if (static_cast<index_t>(codes.size()) != heads)
-    throw Error("activations: expected one per head (" + std::to_string(heads) + "), got " +
-                std::to_string(codes.size()));
-  std::vector<Activation> a;
-  for (int c : codes) a.push_back(static_cast<Activation>(c));
-  return a;
+// One activation of a list: a name of the table (or its code, range-checked by the dispatcher).
+Activation activation_of(const py::handle& a, const char* name) {
+  if (py::isinstance<py::str>(a)) {
+    const auto s = a.cast<std::string>();
+    for (int code = 0; code < kActivationCount; ++code)
+      if (s == activation_names[code]) return static_cast<Activation>(code);
+  } else if (py::isinstance<py::int_>(a) && !py::isinstance<py::bool_>(a)) {
+    return static_cast<Activation>(a.cast<int>());
+  }
+  throw Error(std::string(name) + ": unknown name " + std::string(py::repr(a)) +
+              "; expected one of " + sorted_names());
+}
+
+// `activation` as the caller gave it: one name for every head, or a list of names (one per head).
+ActivationChoice activation_choice(const py::handle& activation, const char* name) {
+  ActivationChoice choice;
+  choice.name = name;
+  if (py::isinstance<py::str>(activation)) {
+    choice.activations = {activation_of(activation, name)};
+    choice.shared = true;
+  } else if (py::isinstance<py::list>(activation) || py::isinstance<py::tuple>(activation)) {
+    for (auto a : activation) choice.activations.push_back(activation_of(a, name));
+  } else {
+    throw ArgumentTypeError(std::string(name) +
+                            ": expected a name or a list of names (one per head) from " +
+                            sorted_names() + ", got " +
+                            std::string(py::str(py::type::handle_of(activation).attr("__name__"))));
+  }
+  return choice;
 }
 
 // y_hat: the predictions output holds ŷ = −TF (Python's predict()) instead of TF.
@@ -43,155 +60,40 @@ PredictionOutput prediction_output(bool y_hat) {
   return y_hat ? PredictionOutput::y_hat : PredictionOutput::tf;
 }
 
-template <class T>
-void bind_dtype(py::module_& m) {
-  m.def(
-      "kernel_attention_forward",
-      [](const CArray<T>& Z0, const CArray<T>& V, const CArray<T>& Bq, const CArray<T>& Ck,
-         const std::vector<int>& codes, std::optional<CArray<T>> Z_out,
-         std::optional<CArray<T>> predictions, std::optional<CArray<T>> context, bool y_hat) {
-        const KernelAttentionShape s = ka_shape(Z0, V, Bq, Ck);
-        const auto acts = to_activations(codes, s.heads);
-        T* zo = optional_out(Z_out, {s.batch, s.dim + 1, s.context + 1}, "Z_out");
-        T* pr = optional_out(predictions, {s.batch, s.layers + 1}, "predictions");
-        T* cx = optional_out(context, {s.batch, kernel_attention_context_size<T>(s)}, "context");
-        py::gil_scoped_release release;
-        kernel_attention_forward(s, Z0.data(), V.data(), Bq.data(), Ck.data(), acts.data(), zo, pr,
-                                 cx, prediction_output(y_hat));
-      },
-      py::arg("Z0").noconvert(), py::arg("V").noconvert(), py::arg("B").noconvert(),
-      py::arg("C").noconvert(), py::arg("activations"), py::arg("Z_out").noconvert() = py::none(),
-      py::arg("predictions").noconvert() = py::none(),
-      py::arg("context").noconvert() = py::none(), py::arg("y_hat") = false);
-  m.def(
-      "kernel_attention_vjp",
-      [](const CArray<T>& Z0, const CArray<T>& V, const CArray<T>& Bq, const CArray<T>& Ck,
-         const std::vector<int>& codes, const CArray<T>& d_Z_out, CArray<T> d_V, CArray<T> d_B,
-         CArray<T> d_C, std::optional<CArray<T>> d_Z0, std::optional<CArray<T>> context) {
-        const KernelAttentionShape s = ka_shape(Z0, V, Bq, Ck);
-        const auto acts = to_activations(codes, s.heads);
-        require_shape(d_Z_out, {s.batch, s.dim + 1, s.context + 1}, "d_Z_out");
-        require_shape(d_V, {s.layers, s.heads, s.dim + 1, s.dim + 1}, "d_V");
-        require_shape(d_B, {s.layers, s.heads, s.dim, s.dim}, "d_B");
-        require_shape(d_C, {s.layers, s.heads, s.dim, s.dim}, "d_C");
-        T* dz = optional_out(d_Z0, {s.batch, s.dim + 1, s.context + 1}, "d_Z0");
-        const T* cx = nullptr;
-        if (context) {
-          require_shape(*context, {s.batch, kernel_attention_context_size<T>(s)}, "context");
-          cx = context->data();
-        }
-        T* dv = out_ptr(d_V, "d_V");
-        T* db = out_ptr(d_B, "d_B");
-        T* dc = out_ptr(d_C, "d_C");
-        py::gil_scoped_release release;
-        kernel_attention_vjp(s, Z0.data(), V.data(), Bq.data(), Ck.data(), acts.data(),
-                             d_Z_out.data(), dv, db, dc, dz, cx);
-      },
-      py::arg("Z0").noconvert(), py::arg("V").noconvert(), py::arg("B").noconvert(),
-      py::arg("C").noconvert(), py::arg("activations"), py::arg("d_Z_out").noconvert(),
-      py::arg("d_V").noconvert(), py::arg("d_B").noconvert(), py::arg("d_C").noconvert(),
-      py::arg("d_Z0").noconvert() = py::none(), py::arg("context").noconvert() = py::none());
-  m.def(
-      "kernel_attention_loss_and_grad",
-      [](const CArray<T>& Z0, const CArray<T>& y_q, const CArray<T>& V, const CArray<T>& Bq,
-         const CArray<T>& Ck, const std::vector<int>& codes, CArray<T> d_V, CArray<T> d_B,
-         CArray<T> d_C, std::optional<CArray<T>> d_Z0, std::optional<CArray<T>> predictions) {
-        const KernelAttentionShape s = ka_shape(Z0, V, Bq, Ck);
-        const auto acts = to_activations(codes, s.heads);
-        require_shape(y_q, {s.batch}, "y_q");
-        require_shape(d_V, {s.layers, s.heads, s.dim + 1, s.dim + 1}, "d_V");
-        require_shape(d_B, {s.layers, s.heads, s.dim, s.dim}, "d_B");
-        require_shape(d_C, {s.layers, s.heads, s.dim, s.dim}, "d_C");
-        T* dz = optional_out(d_Z0, {s.batch, s.dim + 1, s.context + 1}, "d_Z0");
-        T* pr = optional_out(predictions, {s.batch, s.layers + 1}, "predictions");
-        T* dv = out_ptr(d_V, "d_V");
-        T* db = out_ptr(d_B, "d_B");
-        T* dc = out_ptr(d_C, "d_C");
-        py::gil_scoped_release release;
-        return kernel_attention_loss_and_grad(s, Z0.data(), y_q.data(), V.data(), Bq.data(),
-                                              Ck.data(), acts.data(), dv, db, dc, dz, pr);
-      },
-      py::arg("Z0").noconvert(), py::arg("y_q").noconvert(), py::arg("V").noconvert(),
-      py::arg("B").noconvert(), py::arg("C").noconvert(), py::arg("activations"),
-      py::arg("d_V").noconvert(), py::arg("d_B").noconvert(), py::arg("d_C").noconvert(),
-      py::arg("d_Z0").noconvert() = py::none(), py::arg("predictions").noconvert() = py::none());
+// (B, d, n, L, H) of a validated call, the shape a ForwardContext records.
+py::tuple call_shape(const ArrayView& Z0, const ArrayView& V) {
+  return py::make_tuple(Z0.shape[0], Z0.shape[1] - 1, Z0.shape[2] - 1, V.shape[0], V.shape[1]);
 }
 
-void bind_cuda_entry_points(py::module_& m) {
-  m.def(
-      "kernel_attention_forward_cuda",
-      [](const std::string& dtype, const KernelAttentionShape& s, Address Z0, Address V, Address Bq,
-         Address Ck, const std::vector<int>& codes, Address Z_out, Address predictions, Address context,
-         bool y_hat) {
-        const auto acts = to_activations(codes, s.heads);
-        with_dtype(dtype, [&](auto t) {
-          using T = decltype(t);
-          py::gil_scoped_release release;
-          kernel_attention_forward(s, in_addr<T>(Z0), in_addr<T>(V), in_addr<T>(Bq), in_addr<T>(Ck),
-                                   acts.data(), out_addr<T>(Z_out), out_addr<T>(predictions),
-                                   out_addr<T>(context), prediction_output(y_hat), Device::cuda);
-        });
-      },
-      py::arg("dtype"), py::arg("shape"), py::arg("Z0"), py::arg("V"), py::arg("B"), py::arg("C"),
-      py::arg("activations"), py::arg("Z_out"), py::arg("predictions"), py::arg("context"),
-      py::arg("y_hat") = false);
-  m.def(
-      "kernel_attention_vjp_cuda",
-      [](const std::string& dtype, const KernelAttentionShape& s, Address Z0, Address V, Address Bq,
-         Address Ck, const std::vector<int>& codes, Address d_Z_out, Address d_V, Address d_B, Address d_C,
-         Address d_Z0, Address context) {
-        const auto acts = to_activations(codes, s.heads);
-        with_dtype(dtype, [&](auto t) {
-          using T = decltype(t);
-          py::gil_scoped_release release;
-          kernel_attention_vjp(s, in_addr<T>(Z0), in_addr<T>(V), in_addr<T>(Bq), in_addr<T>(Ck),
-                               acts.data(), in_addr<T>(d_Z_out), out_addr<T>(d_V), out_addr<T>(d_B),
-                               out_addr<T>(d_C), out_addr<T>(d_Z0), in_addr<T>(context),
-                               Device::cuda);
-        });
-      },
-      py::arg("dtype"), py::arg("shape"), py::arg("Z0"), py::arg("V"), py::arg("B"), py::arg("C"),
-      py::arg("activations"), py::arg("d_Z_out"), py::arg("d_V"), py::arg("d_B"), py::arg("d_C"),
-      py::arg("d_Z0"), py::arg("context"));
-  m.def(
-      "kernel_attention_loss_and_grad_cuda",
-      [](const std::string& dtype, const KernelAttentionShape& s, Address Z0, Address y_q, Address V,
-         Address Bq, Address Ck, const std::vector<int>& codes, Address d_V, Address d_B, Address d_C, Address d_Z0,
-         Address predictions) {
-        const auto acts = to_activations(codes, s.heads);
-        return with_dtype(dtype, [&](auto t) {
-          using T = decltype(t);
-          py::gil_scoped_release release;
-          return kernel_attention_loss_and_grad(s, in_addr<T>(Z0), in_addr<T>(y_q), in_addr<T>(V),
-                                                in_addr<T>(Bq), in_addr<T>(Ck), acts.data(),
-                                                out_addr<T>(d_V), out_addr<T>(d_B), out_addr<T>(d_C),
-                                                out_addr<T>(d_Z0), out_addr<T>(predictions),
-                                                Device::cuda);
-        });
-      },
-      py::arg("dtype"), py::arg("shape"), py::arg("Z0"), py::arg("y_q"), py::arg("V"), py::arg("B"),
-      py::arg("C"), py::arg("activations"), py::arg("d_V"), py::arg("d_B"), py::arg("d_C"),
-      py::arg("d_Z0"), py::arg("predictions"));
+// A ForwardContext (an object with .data and .shape) as the context view and its recorded shape.
+std::pair<ArrayView, std::vector<index_t>> context_of(PyCallSite& site, const py::object& context) {
+  if (context.is_none()) return {site.operand(context, "context"), {}};
+  py::object data = py::getattr(context, "data", py::none());
+  py::object recorded = py::getattr(context, "shape", py::none());
+  if (data.is_none() || !py::isinstance<py::tuple>(recorded) || py::len(recorded) != 5)
+    throw Error("context: expected the ForwardContext of forward(..., return_context=True), got " +
+                std::string(py::str(py::type::handle_of(context).attr("__name__"))));
+  std::vector<index_t> shape;
+  for (auto e : recorded) shape.push_back(py::isinstance<py::int_>(e) ? e.cast<index_t>() : -1);
+  return {site.operand(data, "context"), shape};
 }
 
 }  // namespace
 
 void bind_kernel_attention(py::module_& m) {
-  // (B, d, n, L, H), as the CUDA entry points take it.
-  py::class_<KernelAttentionShape>(m, "KernelAttentionShape")
-      .def(py::init([](index_t B, index_t d, index_t n, index_t L, index_t H) {
-             return KernelAttentionShape{B, d, n, L, H};
-           }),
-           py::arg("batch"), py::arg("dim"), py::arg("context"), py::arg("layers"), py::arg("heads"))
-      .def_readonly("batch", &KernelAttentionShape::batch)
-      .def_readonly("dim", &KernelAttentionShape::dim)
-      .def_readonly("context", &KernelAttentionShape::context)
-      .def_readonly("layers", &KernelAttentionShape::layers)
-      .def_readonly("heads", &KernelAttentionShape::heads);
-  bind_cuda_entry_points(m);
   // The activation table (kernel_attention.hpp): names in code order.
   m.attr("ACTIVATION_NAMES") = py::tuple(py::cast(std::vector<std::string>(
       std::begin(activation_names), std::end(activation_names))));
+  m.def(
+      "activation_codes",
+      [](const py::object& activation, index_t heads, const std::string& name) {
+        std::vector<int> codes;
+        for (Activation a : activations_per_head(activation_choice(activation, name.c_str()), heads))
+          codes.push_back(static_cast<int>(a));
+        return codes;
+      },
+      py::arg("activation"), py::arg("heads"), py::arg("name") = "activation",
+      "One code per head of `activation` (a name, or a list of one name per head), checked.");
   m.def(
       "kernel_attention_context_size",
       [](index_t dim, index_t context, index_t layers, index_t heads, bool float64) {
@@ -201,8 +103,76 @@ void bind_kernel_attention(py::module_& m) {
       },
       py::arg("dim"), py::arg("context"), py::arg("layers"), py::arg("heads"), py::arg("float64"),
       "Values per prompt of the saved forward context (see kernel_attention.hpp).");
-  bind_dtype<float>(m);
-  bind_dtype<double>(m);
+  m.def(
+      "kernel_attention_forward",
+      [](const py::object& Z0, const py::object& V, const py::object& Bq, const py::object& Ck,
+         const py::object& activation, bool z_out, bool predictions, bool context, bool y_hat,
+         const py::object& device) {
+        PyCallSite site;
+        const ArrayView z = site.prompts(Z0, "Z0"), v = site.operand(V, "V"),
+                        b = site.operand(Bq, "B"), c = site.operand(Ck, "C");
+        const ActivationChoice acts = activation_choice(activation, "activation");
+        ArrayView zo = site.output(py::none(), "Z_L", z_out),
+                  pr = site.output(py::none(), "predictions", predictions),
+                  cx = site.output(py::none(), "context", context);
+        kernel_attention_forward(z, v, b, c, acts, zo, pr, cx, prediction_output(y_hat),
+                                 device_choice(device), site);
+        return py::make_tuple(site.result(zo), site.result(pr), site.result(cx),
+                              context ? py::object(call_shape(z, v)) : py::none());
+      },
+      py::arg("Z0"), py::arg("V"), py::arg("B"), py::arg("C"), py::arg("activation"),
+      py::kw_only(), py::arg("z_out") = true, py::arg("predictions") = false,
+      py::arg("context") = false, py::arg("y_hat") = false, py::arg("device") = "auto",
+      "(Z_L, predictions, context data, context shape (B, d, n, L, H)), None where not asked.");
+  m.def(
+      "kernel_attention_vjp",
+      [](const py::object& Z0, const py::object& V, const py::object& Bq, const py::object& Ck,
+         const py::object& activation, const py::object& d_Z_out, const py::object& context,
+         bool input_grad, const py::object& device) {
+        PyCallSite site;
+        const ArrayView z = site.prompts(Z0, "Z0"), v = site.operand(V, "V"),
+                        b = site.operand(Bq, "B"), c = site.operand(Ck, "C"),
+                        dz = site.operand(d_Z_out, "d_Z_out");
+        const ActivationChoice acts = activation_choice(activation, "activation");
+        const auto [cx, cx_shape] = context_of(site, context);
+        ArrayView dv = site.output(py::none(), "d_V"), db = site.output(py::none(), "d_B"),
+                  dc = site.output(py::none(), "d_C"),
+                  dz0 = site.output(py::none(), "d_Z0", input_grad);
+        kernel_attention_vjp(z, v, b, c, acts, dz, dv, db, dc, dz0, cx, cx_shape,
+                             device_choice(device), site);
+        return py::make_tuple(site.result(dv), site.result(db), site.result(dc), site.result(dz0));
+      },
+      py::arg("Z0"), py::arg("V"), py::arg("B"), py::arg("C"), py::arg("activation"),
+      py::arg("d_Z_out"), py::kw_only(), py::arg("context") = py::none(),
+      py::arg("input_grad") = true, py::arg("device") = "auto",
+      "(dV, dB, dC, dZ0 or None) of kernel_attention_forward's Z_L for the upstream d_Z_out.");
+  m.def(
+      "kernel_attention_loss_and_grad",
+      [](const py::object& Z0, const py::object& y_q, const py::object& V, const py::object& Bq,
+         const py::object& Ck, const py::object& activation, bool input_grad,
+         bool return_predictions, const py::object& device) {
+        PyCallSite site;
+        const ArrayView z = site.prompts(Z0, "Z0"), y = site.operand(y_q, "y_q"),
+                        v = site.operand(V, "V"), b = site.operand(Bq, "B"),
+                        c = site.operand(Ck, "C");
+        const ActivationChoice acts = activation_choice(activation, "activation");
+        ArrayView dv = site.output(py::none(), "d_V"), db = site.output(py::none(), "d_B"),
+                  dc = site.output(py::none(), "d_C"),
+                  dz0 = site.output(py::none(), "d_Z0", input_grad),
+                  pr = site.output(py::none(), "predictions", return_predictions);
+        const double loss = kernel_attention_loss_and_grad(z, y, v, b, c, acts, dv, db, dc, dz0, pr,
+                                                           device_choice(device), site);
+        py::list out;
+        out.append(loss);
+        for (const ArrayView* g : {&dv, &db, &dc}) out.append(site.result(*g));
+        if (input_grad) out.append(site.result(dz0));
+        if (return_predictions) out.append(site.result(pr));
+        return py::tuple(out);
+      },
+      py::arg("Z0"), py::arg("y_q"), py::arg("V"), py::arg("B"), py::arg("C"),
+      py::arg("activation"), py::kw_only(), py::arg("input_grad") = false,
+      py::arg("return_predictions") = false, py::arg("device") = "auto",
+      "(loss, dV, dB, dC[, dZ0][, TF_l for every layer]) of kernel_attention_loss_and_grad.");
 }
 
 }  // namespace lsa_native::bindings

@@ -20,6 +20,9 @@ void bind_sampling(py::module_& m);
 void bind_cuda(py::module_& m);
 void bind_optim(py::module_& m);
 }  // namespace lsa_native::bindings
+namespace lsa_native::detail {
+void emulate_cuda_on_cpu(bool on);  // tests only (cpp/src/dispatch.hpp)
+}  // namespace lsa_native::detail
 
 namespace {
 template <class T>
@@ -53,6 +56,8 @@ PYBIND11_MODULE(_core, m) {
     } catch (const lsa_native::Interrupted&) {
       // The signal handler's exception is already set; raise KeyboardInterrupt if it was cleared.
       if (!PyErr_Occurred()) PyErr_SetNone(PyExc_KeyboardInterrupt);
+    } catch (const lsa_native::ArgumentTypeError& e) {
+      PyErr_SetString(PyExc_TypeError, e.what());
     } catch (const lsa_native::NonFiniteError& e) {
       PyErr_SetString(PyExc_FloatingPointError, e.what());
     }
@@ -60,6 +65,9 @@ PYBIND11_MODULE(_core, m) {
   m.def("cuda_compiled", &lsa_native::cuda_compiled, "True when CUDA kernels were compiled in.");
   m.def("cuda_available", &lsa_native::cuda_available,
         "True when CUDA kernels were compiled in and a GPU is visible.");
+  m.def("emulate_cuda_on_cpu_for_tests", &lsa_native::detail::emulate_cuda_on_cpu, py::arg("on"),
+        "Tests only: calls routed to CUDA run the CPU kernels on the same pointers (host memory "
+        "presented as CUDA arrays), so the GPU route is tested without a GPU.");
   m.def("num_threads", &lsa_native::num_threads, "CPU threads used by batched kernels.");
   m.def("set_num_threads", &lsa_native::set_num_threads, py::arg("n"),
         "Set the CPU thread count (n < 1 restores the default) and return the count in use: less "

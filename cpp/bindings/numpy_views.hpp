@@ -57,25 +57,4 @@ T* optional_out(std::optional<CArray<T>>& a, const std::vector<index_t>& shape, 
   return out_ptr(*a, name);
 }
 
-// ---- Device::cuda entry points on raw addresses (the Python layer checks CUDA arrays and passes
-// their addresses; address 0 = argument absent) ----
-template <class T>
-const T* in_addr(std::uintptr_t a) {
-  return reinterpret_cast<const T*>(a);
-}
-template <class T>
-T* out_addr(std::uintptr_t a) {
-  return reinterpret_cast<T*>(a);
-}
-
-// f(T{}) for T = float ("float32") or double ("float64"): the dtype name of a Python call picks T.
-template <class F>
-auto with_dtype(const std::string& dtype, F&& f) {
-  if (dtype == "float32") return f(float{});
-  if (dtype == "float64") return f(double{});
-  throw Error("dtype: expected 'float32' or 'float64', got '" + dtype + "'");
-}
-
-using Address = std::uintptr_t;
-
 }  // namespace lsa_native::bindings

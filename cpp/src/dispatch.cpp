@@ -2,11 +2,15 @@
 // its arguments once, here, then runs the backend the caller asked for through detail::use_cuda
 // (dispatch.hpp: the one place that asks "was CUDA compiled, is a GPU there?"). Kernel attention
 // dispatches in kernel_attention_dispatch.cpp; population's dispatcher is population.cpp (CPU only).
+#include <atomic>
+#include <cmath>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "cpu/lsa_cpu.hpp"
 #include "dispatch.hpp"
+#include "operands.hpp"
 #include "lsa_native/device.hpp"
 #include "lsa_native/lsa.hpp"
 #if LSA_NATIVE_HAVE_CUDA
@@ -31,8 +35,14 @@ void validate(const LsaShape& s) {
 }
 
 namespace detail {
+namespace {
+std::atomic<bool> cuda_emulated{false};
+}  // namespace
+
+void emulate_cuda_on_cpu(bool on) { cuda_emulated = on; }
+
 bool use_cuda(Device device) {
-  if (device == Device::cpu) return false;
+  if (device == Device::cpu || cuda_emulated) return false;
   detail::require(cuda_compiled(),
                   "device='cuda': this build of lsa_native has no CUDA kernels (built without nvcc "
                   "or with LSA_NATIVE_CUDA=OFF); use device='cpu'");
@@ -104,6 +114,155 @@ void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* 
   require_pointer(d_W_pv, "d_W_pv");
   require_pointer(d_W_kq, "d_W_kq");
   LSA_NATIVE_BACKEND(device, lsa_predict_vjp, shape, E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E);
+}
+
+// ---- the view entry points (array_view.hpp): validate() once, then the backend the views ask for
+
+namespace {
+using detail::require_input;
+using detail::require_output;
+using detail::in;
+using detail::out;
+
+// E [B, d+1, N+1], float32 or float64, C-contiguous: its (B, d, N) (validate(LsaShape) above).
+LsaShape prompt_shape(const ArrayView& E) {
+  detail::require_prompts(E);
+  const LsaShape s{E.shape[0], E.shape[1] - 1, E.shape[2] - 1};
+  validate(s);
+  return s;
+}
+
+// The operands every LSA entry point reads: E, W_pv, W_kq [d+1, d+1] in E's dtype.
+LsaShape validate_parameters(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq) {
+  const LsaShape s = prompt_shape(E);
+  require_input(W_pv, {s.dim + 1, s.dim + 1}, E);
+  require_input(W_kq, {s.dim + 1, s.dim + 1}, E);
+  return s;
+}
+
+std::vector<index_t> prompts_shape(const LsaShape& s) { return {s.batch, s.dim + 1, s.context + 1}; }
+std::vector<index_t> square(const LsaShape& s) { return {s.dim + 1, s.dim + 1}; }
+
+// An LSA call after validate(): the shape and the device it runs on.
+struct LsaCall {
+  LsaShape shape;
+  Device device;
+};
+
+// validate() of lsa_predict and lsa_forward: E, W_pv, W_kq and the output `out` (y_hat [B] or
+// F [B, d+1, N+1]).
+LsaCall validate_forward(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
+                         const ArrayView& out, bool full, DeviceChoice choice) {
+  const LsaShape s = validate_parameters(E, W_pv, W_kq);
+  require_output(out, full ? prompts_shape(s) : std::vector<index_t>{s.batch}, E,
+                 {&E, &W_pv, &W_kq});
+  return {s, detail::choose_device(choice, {&E, &W_pv, &W_kq, &out})};
+}
+
+// validate() of lsa_loss_and_grad: E, y_q [B], W_pv, W_kq (the outputs are made by the call).
+LsaCall validate_loss(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
+                      const ArrayView& W_kq, DeviceChoice choice) {
+  const LsaShape s = validate_parameters(E, W_pv, W_kq);
+  require_input(y_q, {s.batch}, E);
+  return {s, detail::choose_device(choice, {&E, &y_q, &W_pv, &W_kq})};
+}
+
+// validate() of lsa_vjp and lsa_predict_vjp: E, W_pv, W_kq and the upstream gradient (d_F
+// [B, d+1, N+1] when `full`, else d_y [B]).
+LsaCall validate_vjp(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
+                     const ArrayView& upstream, bool full, DeviceChoice choice) {
+  const LsaShape s = validate_parameters(E, W_pv, W_kq);
+  require_input(upstream, full ? prompts_shape(s) : std::vector<index_t>{s.batch}, E,
+                detail::Finite::any);
+  return {s, detail::choose_device(choice, {&E, &W_pv, &W_kq, &upstream})};
+}
+
+}  // namespace
+
+void lsa_predict(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq, ArrayView& y_hat,
+                 DeviceChoice choice, CallSite& site) {
+  const auto [s, device] = validate_forward(E, W_pv, W_kq, y_hat, false, choice);
+  detail::make_outputs(site, E, {{&y_hat, {s.batch}}});
+  detail::with_float(E, [&](auto t) {
+    using T = decltype(t);
+    site.run([&] {
+      LSA_NATIVE_BACKEND(device, lsa_predict, s, in<T>(E), in<T>(W_pv), in<T>(W_kq), out<T>(y_hat));
+    });
+    if (device == Device::cuda)
+      detail::check_host_outputs<T>({{"y_hat", &y_hat}}, {detail::host_input<T>(E)});
+  });
+}
+
+void lsa_forward(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq, ArrayView& F,
+                 DeviceChoice choice, CallSite& site) {
+  const auto [s, device] = validate_forward(E, W_pv, W_kq, F, true, choice);
+  detail::make_outputs(site, E, {{&F, prompts_shape(s)}});
+  detail::with_float(E, [&](auto t) {
+    using T = decltype(t);
+    site.run([&] {
+      LSA_NATIVE_BACKEND(device, lsa_forward, s, in<T>(E), in<T>(W_pv), in<T>(W_kq), out<T>(F));
+    });
+    if (device == Device::cuda)
+      detail::check_host_outputs<T>({{"F", &F}}, {detail::host_input<T>(E)});
+  });
+}
+
+double lsa_loss_and_grad(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
+                         const ArrayView& W_kq, ArrayView& d_W_pv, ArrayView& d_W_kq,
+                         ArrayView& y_hat, DeviceChoice choice, CallSite& site) {
+  const auto [s, device] = validate_loss(E, y_q, W_pv, W_kq, choice);
+  detail::make_outputs(site, E, {{&d_W_pv, square(s)}, {&d_W_kq, square(s)}, {&y_hat, {s.batch}}});
+  return detail::with_float(E, [&](auto t) {
+    using T = decltype(t);
+    double loss = 0;
+    site.run([&] {
+      loss = LSA_NATIVE_BACKEND(device, lsa_loss_and_grad, s, in<T>(E), in<T>(y_q), in<T>(W_pv),
+                                in<T>(W_kq), out<T>(d_W_pv), out<T>(d_W_kq), out<T>(y_hat));
+    });
+    if (device == Device::cuda && !E.on_cuda()) {
+      const auto inputs = {detail::host_input<T>(E), detail::host_input<T>(y_q)};
+      detail::check_output<T>(std::isfinite(loss), "loss", inputs);
+      detail::check_host_outputs<T>({{"dW_pv", &d_W_pv}, {"dW_kq", &d_W_kq}}, inputs);
+    }
+    return loss;
+  });
+}
+
+namespace {
+// lsa_vjp and lsa_predict_vjp on views: `full` picks the upstream d_F [B, d+1, N+1] or d_y [B].
+template <bool full>
+void vjp_views(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
+               const ArrayView& upstream, ArrayView& d_W_pv, ArrayView& d_W_kq, ArrayView& d_E,
+               DeviceChoice choice, CallSite& site) {
+  const auto [s, device] = validate_vjp(E, W_pv, W_kq, upstream, full, choice);
+  detail::make_outputs(site, E, {{&d_W_pv, square(s)}, {&d_W_kq, square(s)}, {&d_E, prompts_shape(s)}});
+  detail::with_float(E, [&](auto t) {
+    using T = decltype(t);
+    site.run([&] {
+      if constexpr (full)
+        LSA_NATIVE_BACKEND(device, lsa_vjp, s, in<T>(E), in<T>(W_pv), in<T>(W_kq), in<T>(upstream),
+                           out<T>(d_W_pv), out<T>(d_W_kq), out<T>(d_E));
+      else
+        LSA_NATIVE_BACKEND(device, lsa_predict_vjp, s, in<T>(E), in<T>(W_pv), in<T>(W_kq),
+                           in<T>(upstream), out<T>(d_W_pv), out<T>(d_W_kq), out<T>(d_E));
+    });
+    if (device == Device::cuda)
+      detail::check_host_outputs<T>({{"dW_pv", &d_W_pv}, {"dW_kq", &d_W_kq}, {"dE", &d_E}},
+                                    {detail::host_input<T>(E), detail::host_input<T>(upstream)});
+  });
+}
+}  // namespace
+
+void lsa_vjp(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq, const ArrayView& d_F,
+             ArrayView& d_W_pv, ArrayView& d_W_kq, ArrayView& d_E, DeviceChoice choice,
+             CallSite& site) {
+  vjp_views<true>(E, W_pv, W_kq, d_F, d_W_pv, d_W_kq, d_E, choice, site);
+}
+
+void lsa_predict_vjp(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
+                     const ArrayView& d_y, ArrayView& d_W_pv, ArrayView& d_W_kq, ArrayView& d_E,
+                     DeviceChoice choice, CallSite& site) {
+  vjp_views<false>(E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E, choice, site);
 }
 #undef LSA_NATIVE_BACKEND
 

@@ -10,6 +10,12 @@ namespace lsa_native::detail {
 // what is missing: CUDA kernels in this build, or a visible GPU) otherwise. False for Device::cpu.
 bool use_cuda(Device device);
 
+// Tests only (lsa_native._core.emulate_cuda_on_cpu_for_tests): with `on`, use_cuda(Device::cuda)
+// returns false without asking for a GPU, so a call routed to CUDA runs the CPU kernels on the same
+// pointers (host memory presented as CUDA arrays): the route of a GPU call (array views, outputs
+// made on the prompts' side, checks of host results) is tested on machines without a GPU.
+void emulate_cuda_on_cpu(bool on);
+
 }  // namespace lsa_native::detail
 
 // Backend call: cuda::CALL when the device is CUDA (compiled in and available), else cpu::CALL.

@@ -6,38 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-import typing_extensions
-__all__: list[str] = ['ACTIVATION_NAMES', 'COVARIANCE_LAWS', 'DeviceArray', 'KernelAttentionShape', 'LsaShape', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_release_memory', 'cuda_synchronize', 'dlpack_info', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_forward_cuda', 'kernel_attention_loss_and_grad', 'kernel_attention_loss_and_grad_cuda', 'kernel_attention_vjp', 'kernel_attention_vjp_cuda', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'kernel_gp_sample_cuda', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_forward_cuda', 'lsa_loss_and_grad', 'lsa_loss_and_grad_cuda', 'lsa_predict', 'lsa_predict_cuda', 'lsa_predict_vjp', 'lsa_predict_vjp_cuda', 'lsa_shape', 'lsa_vjp', 'lsa_vjp_cuda', 'multihead_lsa_forward', 'multihead_lsa_loss_and_grad', 'multihead_lsa_predict', 'multihead_lsa_predict_vjp', 'multihead_lsa_vjp', 'num_threads', 'optimizer_step', 'optimizer_step_fields', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
-class LsaShape:
-    def __init__(self, batch: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex, context: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def batch(self) -> int:
-        ...
-    @property
-    def context(self) -> int:
-        ...
-    @property
-    def dim(self) -> int:
-        ...
-class KernelAttentionShape:
-    def __init__(self, batch: typing.SupportsInt | typing.SupportsIndex, dim: typing.SupportsInt | typing.SupportsIndex, context: typing.SupportsInt | typing.SupportsIndex, layers: typing.SupportsInt | typing.SupportsIndex, heads: typing.SupportsInt | typing.SupportsIndex) -> None:
-        ...
-    @property
-    def batch(self) -> int:
-        ...
-    @property
-    def context(self) -> int:
-        ...
-    @property
-    def dim(self) -> int:
-        ...
-    @property
-    def heads(self) -> int:
-        ...
-    @property
-    def layers(self) -> int:
-        ...
+__all__: list[str] = ['ACTIVATION_NAMES', 'COVARIANCE_LAWS', 'DeviceArray', 'activation_codes', 'array_info', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_release_memory', 'cuda_synchronize', 'emulate_cuda_on_cpu_for_tests', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_attention_vjp', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'kernel_gp_sample_cuda', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_predict_vjp', 'lsa_vjp', 'multihead_lsa_forward', 'multihead_lsa_loss_and_grad', 'multihead_lsa_predict', 'multihead_lsa_predict_vjp', 'multihead_lsa_vjp', 'num_threads', 'optimizer_step', 'optimizer_step_fields', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
 class DeviceArray:
     """
     Owning C-contiguous CUDA device array (float32/float64). CuPy (cupy.asarray) and PyTorch (torch.as_tensor, torch.from_dlpack) wrap it without copies.
@@ -78,6 +47,14 @@ class DeviceArray:
     @property
     def shape(self) -> tuple:
         ...
+def activation_codes(activation: typing.Any, heads: typing.SupportsInt | typing.SupportsIndex, name: str = 'activation') -> list[int]:
+    """
+    One code per head of `activation` (a name, or a list of one name per head), checked.
+    """
+def array_info(a: typing.Any, name: str = 'a') -> typing.Any:
+    """
+    The array view the native entry points make of `a` (numpy, __cuda_array_interface__ or __dlpack__): ptr, shape, byte strides, dtype name, device (-1: host), readonly.
+    """
 @typing.overload
 def batched_cholesky(a: numpy.typing.NDArray[numpy.float32], ok: numpy.typing.NDArray[numpy.int32]) -> None:
     ...
@@ -122,9 +99,9 @@ def cuda_synchronize() -> None:
     """
     Wait for all work on the current CUDA device.
     """
-def dlpack_info(capsule: typing_extensions.CapsuleType) -> dict:
+def emulate_cuda_on_cpu_for_tests(on: bool) -> None:
     """
-    Pointer, shape, strides, dtype and device of a DLPack capsule (not consumed).
+    Tests only: calls routed to CUDA run the CPU kernels on the same pointers (host memory presented as CUDA arrays), so the GPU route is tested without a GPU.
     """
 def gradient_flow_population(kind: str, W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], data: numpy.typing.NDArray[numpy.float64], N: typing.SupportsInt | typing.SupportsIndex, times: collections.abc.Sequence[typing.SupportsFloat | typing.SupportsIndex], method: str, rtol: typing.SupportsFloat | typing.SupportsIndex, atol: typing.SupportsFloat | typing.SupportsIndex, step: typing.SupportsFloat | typing.SupportsIndex, grad_tol: typing.SupportsFloat | typing.SupportsIndex, loss_target: typing.SupportsFloat | typing.SupportsIndex, gap_tol: typing.SupportsFloat | typing.SupportsIndex, max_steps: typing.SupportsInt | typing.SupportsIndex, noise_std: typing.SupportsFloat | typing.SupportsIndex = 0.0, query_noise: bool = False) -> dict:
     ...
@@ -134,30 +111,18 @@ def kernel_attention_context_size(dim: typing.SupportsInt | typing.SupportsIndex
     """
     Values per prompt of the saved forward context (see kernel_attention.hpp).
     """
-@typing.overload
-def kernel_attention_forward(Z0: numpy.typing.NDArray[numpy.float32], V: numpy.typing.NDArray[numpy.float32], B: numpy.typing.NDArray[numpy.float32], C: numpy.typing.NDArray[numpy.float32], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], Z_out: numpy.typing.NDArray[numpy.float32] | None = None, predictions: numpy.typing.NDArray[numpy.float32] | None = None, context: numpy.typing.NDArray[numpy.float32] | None = None, y_hat: bool = False) -> None:
-    ...
-@typing.overload
-def kernel_attention_forward(Z0: numpy.typing.NDArray[numpy.float64], V: numpy.typing.NDArray[numpy.float64], B: numpy.typing.NDArray[numpy.float64], C: numpy.typing.NDArray[numpy.float64], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], Z_out: numpy.typing.NDArray[numpy.float64] | None = None, predictions: numpy.typing.NDArray[numpy.float64] | None = None, context: numpy.typing.NDArray[numpy.float64] | None = None, y_hat: bool = False) -> None:
-    ...
-def kernel_attention_forward_cuda(dtype: str, shape: KernelAttentionShape, Z0: typing.SupportsInt | typing.SupportsIndex, V: typing.SupportsInt | typing.SupportsIndex, B: typing.SupportsInt | typing.SupportsIndex, C: typing.SupportsInt | typing.SupportsIndex, activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], Z_out: typing.SupportsInt | typing.SupportsIndex, predictions: typing.SupportsInt | typing.SupportsIndex, context: typing.SupportsInt | typing.SupportsIndex, y_hat: bool = False) -> None:
-    ...
-@typing.overload
-def kernel_attention_loss_and_grad(Z0: numpy.typing.NDArray[numpy.float32], y_q: numpy.typing.NDArray[numpy.float32], V: numpy.typing.NDArray[numpy.float32], B: numpy.typing.NDArray[numpy.float32], C: numpy.typing.NDArray[numpy.float32], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], d_V: numpy.typing.NDArray[numpy.float32], d_B: numpy.typing.NDArray[numpy.float32], d_C: numpy.typing.NDArray[numpy.float32], d_Z0: numpy.typing.NDArray[numpy.float32] | None = None, predictions: numpy.typing.NDArray[numpy.float32] | None = None) -> float:
-    ...
-@typing.overload
-def kernel_attention_loss_and_grad(Z0: numpy.typing.NDArray[numpy.float64], y_q: numpy.typing.NDArray[numpy.float64], V: numpy.typing.NDArray[numpy.float64], B: numpy.typing.NDArray[numpy.float64], C: numpy.typing.NDArray[numpy.float64], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], d_V: numpy.typing.NDArray[numpy.float64], d_B: numpy.typing.NDArray[numpy.float64], d_C: numpy.typing.NDArray[numpy.float64], d_Z0: numpy.typing.NDArray[numpy.float64] | None = None, predictions: numpy.typing.NDArray[numpy.float64] | None = None) -> float:
-    ...
-def kernel_attention_loss_and_grad_cuda(dtype: str, shape: KernelAttentionShape, Z0: typing.SupportsInt | typing.SupportsIndex, y_q: typing.SupportsInt | typing.SupportsIndex, V: typing.SupportsInt | typing.SupportsIndex, B: typing.SupportsInt | typing.SupportsIndex, C: typing.SupportsInt | typing.SupportsIndex, activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], d_V: typing.SupportsInt | typing.SupportsIndex, d_B: typing.SupportsInt | typing.SupportsIndex, d_C: typing.SupportsInt | typing.SupportsIndex, d_Z0: typing.SupportsInt | typing.SupportsIndex, predictions: typing.SupportsInt | typing.SupportsIndex) -> float:
-    ...
-@typing.overload
-def kernel_attention_vjp(Z0: numpy.typing.NDArray[numpy.float32], V: numpy.typing.NDArray[numpy.float32], B: numpy.typing.NDArray[numpy.float32], C: numpy.typing.NDArray[numpy.float32], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], d_Z_out: numpy.typing.NDArray[numpy.float32], d_V: numpy.typing.NDArray[numpy.float32], d_B: numpy.typing.NDArray[numpy.float32], d_C: numpy.typing.NDArray[numpy.float32], d_Z0: numpy.typing.NDArray[numpy.float32] | None = None, context: numpy.typing.NDArray[numpy.float32] | None = None) -> None:
-    ...
-@typing.overload
-def kernel_attention_vjp(Z0: numpy.typing.NDArray[numpy.float64], V: numpy.typing.NDArray[numpy.float64], B: numpy.typing.NDArray[numpy.float64], C: numpy.typing.NDArray[numpy.float64], activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], d_Z_out: numpy.typing.NDArray[numpy.float64], d_V: numpy.typing.NDArray[numpy.float64], d_B: numpy.typing.NDArray[numpy.float64], d_C: numpy.typing.NDArray[numpy.float64], d_Z0: numpy.typing.NDArray[numpy.float64] | None = None, context: numpy.typing.NDArray[numpy.float64] | None = None) -> None:
-    ...
-def kernel_attention_vjp_cuda(dtype: str, shape: KernelAttentionShape, Z0: typing.SupportsInt | typing.SupportsIndex, V: typing.SupportsInt | typing.SupportsIndex, B: typing.SupportsInt | typing.SupportsIndex, C: typing.SupportsInt | typing.SupportsIndex, activations: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex], d_Z_out: typing.SupportsInt | typing.SupportsIndex, d_V: typing.SupportsInt | typing.SupportsIndex, d_B: typing.SupportsInt | typing.SupportsIndex, d_C: typing.SupportsInt | typing.SupportsIndex, d_Z0: typing.SupportsInt | typing.SupportsIndex, context: typing.SupportsInt | typing.SupportsIndex) -> None:
-    ...
+def kernel_attention_forward(Z0: typing.Any, V: typing.Any, B: typing.Any, C: typing.Any, activation: typing.Any, *, z_out: bool = True, predictions: bool = False, context: bool = False, y_hat: bool = False, device: typing.Any = 'auto') -> tuple[typing.Any, typing.Any, typing.Any, typing.Any]:
+    """
+    (Z_L, predictions, context data, context shape (B, d, n, L, H)), None where not asked.
+    """
+def kernel_attention_loss_and_grad(Z0: typing.Any, y_q: typing.Any, V: typing.Any, B: typing.Any, C: typing.Any, activation: typing.Any, *, input_grad: bool = False, return_predictions: bool = False, device: typing.Any = 'auto') -> tuple:
+    """
+    (loss, dV, dB, dC[, dZ0][, TF_l for every layer]) of kernel_attention_loss_and_grad.
+    """
+def kernel_attention_vjp(Z0: typing.Any, V: typing.Any, B: typing.Any, C: typing.Any, activation: typing.Any, d_Z_out: typing.Any, *, context: typing.Any = None, input_grad: bool = True, device: typing.Any = 'auto') -> tuple[typing.Any, typing.Any, typing.Any, typing.Any]:
+    """
+    (dV, dB, dC, dZ0 or None) of kernel_attention_forward's Z_L for the upstream d_Z_out.
+    """
 @typing.overload
 def kernel_gp_sample(seed: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, kernel: typing.SupportsInt | typing.SupportsIndex, bandwidth: typing.SupportsFloat | typing.SupportsIndex, Sigma: numpy.typing.NDArray[numpy.float64] | None, Z0: numpy.typing.NDArray[numpy.float32], y_q: numpy.typing.NDArray[numpy.float32], xi: numpy.typing.NDArray[numpy.float32] | None = None, method: numpy.typing.NDArray[numpy.int32] | None = None) -> None:
     ...
@@ -174,50 +139,26 @@ def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typ
 @typing.overload
 def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64], device: str = 'cpu') -> float:
     ...
-@typing.overload
-def lsa_forward(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32]) -> None:
-    ...
-@typing.overload
-def lsa_forward(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], out: numpy.typing.NDArray[numpy.float64]) -> None:
-    ...
-def lsa_forward_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, F: typing.SupportsInt | typing.SupportsIndex) -> None:
-    ...
-@typing.overload
-def lsa_loss_and_grad(E: numpy.typing.NDArray[numpy.float32], y_q: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32], y_hat: numpy.typing.NDArray[numpy.float32] | None = None) -> float:
-    ...
-@typing.overload
-def lsa_loss_and_grad(E: numpy.typing.NDArray[numpy.float64], y_q: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64], y_hat: numpy.typing.NDArray[numpy.float64] | None = None) -> float:
-    ...
-def lsa_loss_and_grad_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, y_q: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, d_W_pv: typing.SupportsInt | typing.SupportsIndex, d_W_kq: typing.SupportsInt | typing.SupportsIndex, y_hat: typing.SupportsInt | typing.SupportsIndex) -> float:
-    ...
-@typing.overload
-def lsa_predict(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32]) -> None:
-    ...
-@typing.overload
-def lsa_predict(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], out: numpy.typing.NDArray[numpy.float64]) -> None:
-    ...
-def lsa_predict_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, y_hat: typing.SupportsInt | typing.SupportsIndex) -> None:
-    ...
-@typing.overload
-def lsa_predict_vjp(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_y: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32], d_E: numpy.typing.NDArray[numpy.float32] | None = None) -> None:
-    ...
-@typing.overload
-def lsa_predict_vjp(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_y: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64], d_E: numpy.typing.NDArray[numpy.float64] | None = None) -> None:
-    ...
-def lsa_predict_vjp_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, d_y: typing.SupportsInt | typing.SupportsIndex, d_W_pv: typing.SupportsInt | typing.SupportsIndex, d_W_kq: typing.SupportsInt | typing.SupportsIndex, d_E: typing.SupportsInt | typing.SupportsIndex) -> None:
-    ...
-def lsa_shape(shape: collections.abc.Sequence[typing.SupportsInt | typing.SupportsIndex]) -> LsaShape:
+def lsa_forward(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, out: typing.Any = None, device: typing.Any = 'auto') -> typing.Any:
     """
-    (B, d, N) of prompts with shape [B, d+1, N+1], checked (Error naming E).
+    F [B, d+1, N+1] (lsa.hpp), written into `out` when given.
     """
-@typing.overload
-def lsa_vjp(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_F: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32], d_E: numpy.typing.NDArray[numpy.float32] | None = None) -> None:
-    ...
-@typing.overload
-def lsa_vjp(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_F: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64], d_E: numpy.typing.NDArray[numpy.float64] | None = None) -> None:
-    ...
-def lsa_vjp_cuda(dtype: str, shape: LsaShape, E: typing.SupportsInt | typing.SupportsIndex, W_pv: typing.SupportsInt | typing.SupportsIndex, W_kq: typing.SupportsInt | typing.SupportsIndex, d_F: typing.SupportsInt | typing.SupportsIndex, d_W_pv: typing.SupportsInt | typing.SupportsIndex, d_W_kq: typing.SupportsInt | typing.SupportsIndex, d_E: typing.SupportsInt | typing.SupportsIndex) -> None:
-    ...
+def lsa_loss_and_grad(E: typing.Any, y_q: typing.Any, W_pv: typing.Any, W_kq: typing.Any, return_predictions: bool = False, device: typing.Any = 'auto') -> tuple:
+    """
+    (loss, dW_pv, dW_kq[, y_hat]) of lsa.hpp's lsa_loss_and_grad.
+    """
+def lsa_predict(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, out: typing.Any = None, device: typing.Any = 'auto') -> typing.Any:
+    """
+    ŷ [B] of prompts E [B, d+1, N+1] (lsa.hpp), written into `out` when given.
+    """
+def lsa_predict_vjp(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, d_y: typing.Any, with_input_grad: bool = True, device: typing.Any = 'auto') -> tuple[typing.Any, typing.Any, typing.Any]:
+    """
+    (dW_pv, dW_kq, dE) of lsa_predict for the upstream d_y [B].
+    """
+def lsa_vjp(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, d_F: typing.Any, with_input_grad: bool = True, device: typing.Any = 'auto') -> tuple[typing.Any, typing.Any, typing.Any]:
+    """
+    (dW_pv, dW_kq, dE) of lsa_forward for the upstream d_F [B, d+1, N+1].
+    """
 @typing.overload
 def multihead_lsa_forward(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32]) -> None:
     ...

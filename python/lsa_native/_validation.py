@@ -1,4 +1,6 @@
-"""Argument checks shared by the public wrappers: clear TypeError/ValueError naming the argument.
+"""Argument checks and conversions shared by the public wrappers: clear TypeError/ValueError naming
+the argument. (The operands of the native LSA and kernel-attention entry points are only converted
+here, by ``cast_operand``: the native validate() of each entry point checks them.)
 
 Conversions here are the only copies the wrappers make: ``np.ascontiguousarray`` returns its input
 unchanged when it already has the fast layout (C-contiguous, the expected dtype).
@@ -16,24 +18,6 @@ def as_float_array(a, name: str) -> np.ndarray:
     if a.dtype not in FLOAT_DTYPES:
         raise TypeError(f"{name}: expected dtype float32 or float64, got {a.dtype}")
     return np.ascontiguousarray(a)
-
-
-def as_prompts(E, name: str = "E") -> np.ndarray:
-    """E as a C-contiguous float32/float64 array [B, d+1, N+1] with d >= 1 and N >= 1."""
-    E = as_float_array(E, name)
-    if E.ndim != 3:
-        raise ValueError(f"{name}: expected a 3-d array [B, d+1, N+1], got shape {E.shape}")
-    B, rows, cols = E.shape
-    if B < 1:
-        raise ValueError(f"{name}: expected at least one prompt (B >= 1), got shape {E.shape}")
-    if rows < 2:
-        raise ValueError(f"{name}: expected d+1 >= 2 rows (d >= 1), got shape {E.shape}")
-    if cols < 2:
-        raise ValueError(
-            f"{name}: expected N+1 >= 2 columns (N >= 1 context tokens plus the query), "
-            f"got shape {E.shape}"
-        )
-    return E
 
 
 def _asarray(a, name: str) -> np.ndarray:
@@ -56,13 +40,29 @@ def _cast(a: np.ndarray, dtype, name: str, finite: bool) -> np.ndarray:
     return out
 
 
+def _real(a, name: str) -> np.ndarray:
+    a = _asarray(a, name)
+    if a.dtype.kind not in "fiu":  # floating or integer
+        raise TypeError(f"{name}: expected a real floating-point array, got dtype {a.dtype}")
+    return a
+
+
 def as_array(a, shape: tuple, dtype, name: str, *, finite: bool = True) -> np.ndarray:
     """a converted to `dtype` (C-contiguous) after checking it is real-valued with `shape`."""
-    a = _asarray(a, name)
-    if not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)):
-        raise TypeError(f"{name}: expected a real floating-point array, got dtype {a.dtype}")
+    a = _real(a, name)
     if a.shape != tuple(shape):
         raise ValueError(f"{name}: expected shape {tuple(shape)}, got {a.shape}")
+    return _cast(a, dtype, name, finite)
+
+
+def cast_operand(a, dtype, name: str, *, finite: bool = True) -> np.ndarray:
+    """a converted to `dtype` (C-contiguous) when it is real-valued (and, with `finite`, holds no
+    NaN/inf and no value `dtype` overflows): the conversion of a native operand. An array already
+    in `dtype` and C-contiguous is returned as it is: the native validate() checks its shape and
+    (with `finite`) its values."""
+    a = _real(a, name)
+    if a.dtype == dtype and a.flags.c_contiguous:
+        return a
     return _cast(a, dtype, name, finite)
 
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from . import _core
 from ._streams import check_seed, stream_args
+from ._validation import _asarray, cast_operand
 
 __all__ = [
     "compiled",
@@ -92,9 +93,44 @@ def is_cuda_array(a) -> bool:
         return False
 
 
+def native_prompts(a, name: str):
+    """(prompts, dtype) as the native entry points read them: a CUDA array as it is, anything else
+    as a C-contiguous numpy array (copied only when it is not one); dtype is theirs when float32 or
+    float64 (the native validate() refuses other prompts), else float64."""
+    if isinstance(a, np.ndarray):
+        a = a if a.flags.c_contiguous else np.ascontiguousarray(a)
+        dtype = a.dtype
+    elif is_cuda_array(a):
+        dtype = _core.array_info(a, name)["dtype"]
+    else:
+        a = _host_array(a, name)
+        dtype = a.dtype
+    return a, np.dtype(dtype if dtype in _FLOATS else np.float64)
+
+
+def native_operand(a, dtype, name: str, *, finite: bool = True):
+    """Another operand as the native entry points read it: a CUDA array as it is (its dtype must be
+    the prompts': the native validate() checks it), anything else converted to `dtype` (the
+    prompts' dtype) by ``cast_operand`` (real-valued; NaN/inf and overflow refused with `finite`)."""
+    if isinstance(a, np.ndarray):
+        return cast_operand(a, dtype, name, finite=finite)
+    if is_cuda_array(a):
+        return a
+    return cast_operand(_host_array(a, name), dtype, name, finite=finite)
+
+
+def _host_array(a, name: str) -> np.ndarray:
+    """A host array-like as a C-contiguous numpy array (a DLPack-only array read without a copy)."""
+    if hasattr(a, "__dlpack__") and not hasattr(a, "__array__"):
+        a = np.from_dlpack(a)
+    a = _asarray(a, name)
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
 def resolve_device(device, **arrays) -> str:
     """'cpu' or 'cuda' for a call on `arrays` (None entries ignored): 'auto' follows the arrays
-    (any CUDA array → 'cuda'); 'cpu' refuses CUDA arrays."""
+    (any CUDA array → 'cuda'); 'cpu' refuses CUDA arrays. (For the Python-side samplers: the LSA
+    and kernel-attention entry points choose natively, from their operands' array views.)"""
     if not isinstance(device, str) or device not in _DEVICES:
         raise ValueError(f"device: expected one of {_DEVICES}, got {device!r}")
     on_gpu = [name for name, a in arrays.items() if is_cuda_array(a)]
@@ -119,47 +155,24 @@ class View(NamedTuple):
 
 
 def view(a, name: str) -> View:
-    """The device view of CUDA array `a`; TypeError/ValueError naming `name` unless it is a
-    C-contiguous float32/float64 array."""
-    try:
-        cai = getattr(a, "__cuda_array_interface__", None)
-    except Exception as exc:  # e.g. PyTorch refuses to export tensors that require grad
-        raise TypeError(f"{name}: cannot read the CUDA array ({exc})") from exc
-    if cai is not None:
-        if cai.get("mask") is not None:
-            raise ValueError(f"{name}: masked CUDA arrays are not supported")
-        shape = tuple(int(s) for s in cai["shape"])
-        dtype = np.dtype(cai["typestr"])
-        ptr, readonly = cai["data"]
-        strides = cai.get("strides")
-        byte_strides = None if strides is None else tuple(int(s) for s in strides)
-        owner = a
-    else:
-        capsule = a.__dlpack__(stream=None)
-        info = _core.dlpack_info(capsule)
-        code, bits, lanes = info["dtype"]
-        if code != 2 or lanes != 1:
-            raise TypeError(f"{name}: expected dtype float32 or float64, got DLPack dtype {info['dtype']}")
-        dtype = np.dtype(f"<f{bits // 8}")
-        shape = tuple(int(s) for s in info["shape"])
-        ptr, readonly = int(info["ptr"]), False
-        strides = info["strides"]
-        byte_strides = None if strides is None else tuple(int(s) * dtype.itemsize for s in strides)
-        owner = (a, capsule)
-    if dtype not in _FLOATS:
-        raise TypeError(f"{name}: expected dtype float32 or float64, got {dtype}")
-    if byte_strides is not None:
-        expected, step = [], dtype.itemsize
-        for extent in reversed(shape):
-            expected.append(step)
-            step *= extent
-        expected = tuple(reversed(expected))
-        if any(n > 1 and s != e for n, s, e in zip(shape, byte_strides, expected)):
-            raise ValueError(
-                f"{name}: CUDA arrays must be C-contiguous (byte strides {expected}), got "
-                f"{byte_strides}; pass a contiguous copy (tensor.contiguous(), cupy.ascontiguousarray)"
-            )
-    return View(int(ptr), shape, dtype, bool(readonly), owner)
+    """The device view of CUDA array `a` (read by the native array adapter, as the entry points
+    read their operands); TypeError/ValueError naming `name` unless it is a C-contiguous
+    float32/float64 array."""
+    info = _core.array_info(a, name)
+    if info["dtype"] not in ("float32", "float64"):
+        raise TypeError(f"{name}: expected dtype float32 or float64, got {info['dtype']}")
+    dtype, shape, strides = np.dtype(info["dtype"]), info["shape"], info["strides"]
+    expected, step = [], dtype.itemsize
+    for extent in reversed(shape):
+        expected.append(step)
+        step *= extent
+    expected = tuple(reversed(expected))
+    if any(n > 1 and s != e for n, s, e in zip(shape, strides, expected)):
+        raise ValueError(
+            f"{name}: CUDA arrays must be C-contiguous (byte strides {expected}), got "
+            f"{strides}; pass a contiguous copy (tensor.contiguous(), cupy.ascontiguousarray)"
+        )
+    return View(int(info["ptr"]), shape, dtype, bool(info["readonly"]), a)
 
 
 def pointer_device(ptr: int) -> int:

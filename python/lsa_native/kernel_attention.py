@@ -24,7 +24,8 @@ Devices: :func:`forward`, :func:`vjp` and :func:`loss_and_grad` take ``device="a
 "cuda"`` as :mod:`lsa_native.lsa` does: ``"auto"`` runs on the GPU when any array argument is a
 CUDA array (CuPy, PyTorch CUDA tensors, ``__cuda_array_interface__`` / CUDA ``__dlpack__``), else on
 the CPU; ``"cuda"`` with numpy arrays copies them to the GPU and the results back. CUDA arrays must
-be C-contiguous with Z0's dtype; results for CUDA inputs are CUDA arrays of the same library. The
+be C-contiguous with Z0's dtype and on one device; results follow Z0 (CUDA arrays of Z0's library
+when Z0 is one, else numpy). The native core checks every operand once and picks the device. The
 GPU reduces the parameter-gradient batch sums in a fixed order (two runs are bitwise equal). A
 :class:`ForwardContext` has one layout on both devices: one saved on the GPU serves a VJP on the
 CPU and vice versa (copied where it is not).
@@ -35,11 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import _core, _ka_cuda, cuda
-from ._ka_cuda import shape_of as _shape_of
-from .cuda import resolve_device
-from ._validation import (as_array, as_prompts, check_rng, positive_float, positive_int,
-                          real_array)
+from . import _core, cuda
+from .cuda import native_operand, native_prompts
+from ._validation import as_array, check_rng, positive_float, positive_int, real_array
 
 __all__ = [
     "ACTIVATIONS",
@@ -59,32 +58,18 @@ ACTIVATIONS = {name: code for code, name in enumerate(_core.ACTIVATION_NAMES)}
 
 
 def _activation_codes(activation, heads: int, name: str = "activation") -> list[int]:
-    if isinstance(activation, str):
-        names = [activation] * heads
-    elif isinstance(activation, (list, tuple)):
-        names = list(activation)
-    else:
-        raise TypeError(f"{name}: expected a name or a list of names (one per head) from "
-                        f"{sorted(ACTIVATIONS)}, got {type(activation).__name__}")
-    if len(names) != heads:
-        raise ValueError(f"{name}: expected one name or {heads} names (one per head), got {len(names)}")
-    for n in names:
-        if not isinstance(n, str) or n not in ACTIVATIONS:
-            raise ValueError(f"{name}: unknown name {n!r}; expected one of {sorted(ACTIVATIONS)}")
-    return [ACTIVATIONS[n] for n in names]
+    """One code per head of `activation` (a name, or a list of one name per head): the native
+    rule of every entry point (TypeError/ValueError naming `name`)."""
+    return list(_core.activation_codes(activation, heads, name))
 
 
-def _params(Z0, V, B, C):
-    Z0 = as_prompts(Z0, "Z0")
-    V = np.asarray(V)
-    if V.ndim != 4:
-        raise ValueError(f"V: expected shape [L, H, d+1, d+1], got {V.shape}")
-    L, H = V.shape[:2]
-    d = Z0.shape[1] - 1
-    V = as_array(V, (L, H, d + 1, d + 1), Z0.dtype, "V")
-    B = as_array(B, (L, H, d, d), Z0.dtype, "B")
-    C = as_array(C, (L, H, d, d), Z0.dtype, "C")
-    return Z0, V, B, C
+def _inputs(Z0, V, B, C, **more):
+    """Z0 and the parameters (and `more` inputs: y_q, d_Z_out) as the native entry points read
+    them: host arrays converted to Z0's dtype, CUDA arrays as they are. The native validate()
+    checks every operand (kernel_attention_dispatch.cpp)."""
+    Z0, dtype = native_prompts(Z0, "Z0")
+    args = [Z0] + [native_operand(a, dtype, n) for a, n in ((V, "V"), (B, "B"), (C, "C"))]
+    return args + [native_operand(a, dtype, n, finite=n != "d_Z_out") for n, a in more.items()]
 
 
 @dataclass(frozen=True)
@@ -116,24 +101,14 @@ def forward(Z0, V, B, C, activation, *, return_predictions: bool = False,
     :class:`ForwardContext` for :func:`vjp` (then the VJP skips the forward recomputation, at the
     price of the context's memory). O(L·H·n²·d) per prompt.
     Returns Z_L, or a tuple (Z_L, [predictions], [context]) in that order."""
-    if resolve_device(device, Z0=Z0, V=V, B=B, C=C) == "cuda":
-        out = _ka_cuda.forward(Z0, V, B, C, lambda H: _activation_codes(activation, H),
-                               return_predictions, return_context, ForwardContext)
-        return out if (return_predictions or return_context) else out[0]
-    Z0, V, B, C = _params(Z0, V, B, C)
-    codes = _activation_codes(activation, V.shape[1])
-    Z = np.empty_like(Z0)
-    preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype) if return_predictions else None
-    ctx = None
-    if return_context:
-        Bsz, d, n, (L, H) = Z0.shape[0], Z0.shape[1] - 1, Z0.shape[2] - 1, V.shape[:2]
-        ctx = ForwardContext(np.empty((Bsz, context_size(d, n, L, H, Z0.dtype)), Z0.dtype),
-                             (Bsz, d, n, L, H))
-    # Non-finite outputs are flagged natively while written (FloatingPointError / ValueError).
-    _core.kernel_attention_forward(Z0, V, B, C, codes, Z, preds, None if ctx is None else ctx.data)
+    Z0, V, B, C = _inputs(Z0, V, B, C)
+    Z, preds, ctx, shape = _core.kernel_attention_forward(
+        Z0, V, B, C, activation, predictions=bool(return_predictions),
+        context=bool(return_context), device=device)
     if not (return_predictions or return_context):
         return Z
-    return (Z,) + ((preds,) if return_predictions else ()) + ((ctx,) if return_context else ())
+    return ((Z,) + ((preds,) if return_predictions else ())
+            + ((ForwardContext(ctx, shape),) if return_context else ()))
 
 
 def vjp(Z0, V, B, C, activation, d_Z_out, *, context: ForwardContext | None = None,
@@ -143,46 +118,17 @@ def vjp(Z0, V, B, C, activation, d_Z_out, *, context: ForwardContext | None = No
     batch sums in float64, fixed chunk order. With ``context`` (from ``forward(...,
     return_context=True)`` on the same inputs) only the backward runs; without it the forward is
     recomputed per prompt (≈ 1/3 more time, no extra memory). Both give bitwise equal results."""
-    ctx_data = context.data if isinstance(context, ForwardContext) else None
-    if resolve_device(device, Z0=Z0, V=V, B=B, C=C, d_Z_out=d_Z_out, context=ctx_data) == "cuda":
-        _check_context(context, Z0, V)
-        out = _ka_cuda.vjp(Z0, V, B, C, lambda H: _activation_codes(activation, H), d_Z_out,
-                           context, input_grad)
-        return out
-    Z0, V, B, C = _params(Z0, V, B, C)
-    codes = _activation_codes(activation, V.shape[1])
-    d_Z_out = as_array(d_Z_out, Z0.shape, Z0.dtype, "d_Z_out", finite=False)
-    _check_context(context, Z0, V)
-    dV, dB, dC = np.empty_like(V), np.empty_like(B), np.empty_like(C)
-    dZ0 = np.empty_like(Z0) if input_grad else None
-    _core.kernel_attention_vjp(Z0, V, B, C, codes, d_Z_out, dV, dB, dC, dZ0,
-                               None if context is None else context.data)
-    return dV, dB, dC, dZ0
-
-
-def _check_context(context, Z0, V):
-    """ValueError unless `context` is None or a ForwardContext for Z0's and V's shapes (a host
-    context also of Z0's dtype; a CUDA one is checked by the CUDA path)."""
-    if context is None:
-        return
-    z, v = _shape_of(Z0), _shape_of(V)
-    shape = (z[0], z[1] - 1, z[2] - 1) + tuple(v[:2])
-    dtype = cuda.view(Z0, "Z0").dtype if cuda.is_cuda_array(Z0) else np.asarray(Z0).dtype
-    ok = isinstance(context, ForwardContext) and context.shape == shape
-    if ok and isinstance(context.data, np.ndarray):
-        ok = context.data.dtype == dtype
-    if not ok:
-        raise ValueError("context: expected the ForwardContext of forward(..., return_context=True) "
-                         f"for shape (B, d, n, L, H) = {shape} and dtype {dtype}")
+    Z0, V, B, C, d_Z_out = _inputs(Z0, V, B, C, d_Z_out=d_Z_out)
+    return _core.kernel_attention_vjp(Z0, V, B, C, activation, d_Z_out, context=context,
+                                      input_grad=bool(input_grad), device=device)
 
 
 def predict(Z0, V, B, C, activation, *, every_layer: bool = False):
     """Prediction of y_q: ŷ = −TF [B] (or ŷ_ℓ = −TF_ℓ [B, L+1] for every layer)  [CCS (4)]. The
     [B] result is the last column of the [B, L+1] native output (a view, not a copy)."""
-    Z0, V, B, C = _params(Z0, V, B, C)
-    codes = _activation_codes(activation, V.shape[1])
-    y_hat = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype)
-    _core.kernel_attention_forward(Z0, V, B, C, codes, None, y_hat, y_hat=True)
+    _, y_hat, _, _ = _core.kernel_attention_forward(*_inputs(Z0, V, B, C), activation,
+                                                    z_out=False, predictions=True, y_hat=True,
+                                                    device="cpu")
     return y_hat if every_layer else y_hat[:, -1]
 
 
@@ -190,17 +136,11 @@ def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
                   return_predictions: bool = False, device="auto"):
     """In-context loss f = (1/(2B)) Σ (TF + y_q)² (½ × CCS (5), the package convention) and its
     gradients (dV, dB, dC) [+ dZ0] [+ TF_ℓ for every layer, B x (L+1)]. Backward ≈ 2-3x forward."""
-    if resolve_device(device, Z0=Z0, y_q=y_q, V=V, B=B, C=C) == "cuda":
-        return _ka_cuda.loss_and_grad(Z0, y_q, V, B, C, lambda H: _activation_codes(activation, H),
-                                      input_grad, return_predictions)
-    Z0, V, B, C = _params(Z0, V, B, C)
-    codes = _activation_codes(activation, V.shape[1])
-    y_q = as_array(y_q, (Z0.shape[0],), Z0.dtype, "y_q")
-    dV, dB, dC = np.empty_like(V), np.empty_like(B), np.empty_like(C)
-    dZ0 = np.empty_like(Z0) if input_grad else None
-    preds = np.empty((Z0.shape[0], V.shape[0] + 1), Z0.dtype) if return_predictions else None
-    loss = _core.kernel_attention_loss_and_grad(Z0, y_q, V, B, C, codes, dV, dB, dC, dZ0, preds)
-    return (loss, dV, dB, dC) + ((dZ0,) if input_grad else ()) + ((preds,) if return_predictions else ())
+    Z0, V, B, C, y_q = _inputs(Z0, V, B, C, y_q=y_q)
+    return _core.kernel_attention_loss_and_grad(Z0, y_q, V, B, C, activation,
+                                                input_grad=bool(input_grad),
+                                                return_predictions=bool(return_predictions),
+                                                device=device)
 
 
 def sparse_value(A, r):

@@ -13,16 +13,17 @@ Devices: every function takes ``device="auto" | "cpu" | "cuda"``. ``"auto"`` run
 live: on the GPU when any argument is a CUDA array (CuPy, PyTorch CUDA tensors, anything with
 ``__cuda_array_interface__`` or a CUDA ``__dlpack__``), else on the CPU. ``"cuda"`` with numpy
 arrays copies them to the GPU and the results back. CUDA arrays must be C-contiguous with E's
-dtype; results for CUDA inputs are CUDA arrays of the same library (see :mod:`lsa_native.cuda`).
+dtype and on one device; results follow E: CUDA arrays of E's library when E is one (see
+:mod:`lsa_native.cuda`), numpy arrays otherwise. The native core chooses the device from the
+arrays (one array view per operand, validated once).
 On the GPU the batch sums are reduced in a fixed order (two runs are bitwise equal).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from . import _core, _lsa_cuda
-from .cuda import resolve_device
-from ._validation import as_array, as_float_array, as_out
+from . import _core
+from .cuda import native_operand, native_prompts
 
 __all__ = ["predict", "loss_and_grad", "forward", "vjp", "predict_vjp", "split_shape"]
 
@@ -36,25 +37,15 @@ def split_shape(E: np.ndarray) -> tuple[int, int, int]:
     return B, rows - 1, cols - 1
 
 
-# Argument rules live in one layer: the shape rules (E is [B, d+1, N+1] with B, d, N >= 1, every
-# other array's shape) are checked natively (_core.lsa_shape, the bindings, the C++ dispatcher),
-# with errors naming the argument. Python only converts: array types and dtypes (E's dtype for
-# everything), C-contiguous layout, and the finiteness checks of the inputs and results.
+# One route: Python converts (host arrays to E's dtype, C-contiguous, with the finiteness and
+# overflow rules of the conversion; CUDA arrays pass as they are), the bindings make one array view
+# per operand, and the native validate() of each entry point checks every operand (shapes, dtypes,
+# layouts, out=, devices) and runs the backend the views ask for (dispatch.cpp).
 
 
-def _as_operand(a, dtype, name: str, *, finite: bool = True) -> np.ndarray:
-    """a converted to `dtype` (C-contiguous, real-valued; finite unless `finite` is False); its
-    shape is checked natively."""
-    a = np.asarray(a)
-    return as_array(a, a.shape, dtype, name, finite=finite)
-
-
-def _params(E, W_pv, W_kq):
-    E = as_float_array(E, "E")  # its shape is checked natively
-    _core.lsa_shape(E.shape)  # E's shape rules, before outputs are allocated from it
-    W_pv = _as_operand(W_pv, E.dtype, "W_pv")
-    W_kq = _as_operand(W_kq, E.dtype, "W_kq")
-    return E, W_pv, W_kq
+def _parameters(E, W_pv, W_kq):
+    E, dtype = native_prompts(E, "E")
+    return E, native_operand(W_pv, dtype, "W_pv"), native_operand(W_kq, dtype, "W_kq"), dtype
 
 
 def predict(E, W_pv, W_kq, *, out=None, device="auto") -> np.ndarray:
@@ -66,12 +57,8 @@ def predict(E, W_pv, W_kq, *, out=None, device="auto") -> np.ndarray:
 
     Returns ŷ [B] in E's dtype (written into ``out`` when given).
     """
-    if resolve_device(device, E=E, W_pv=W_pv, W_kq=W_kq, out=out) == "cuda":
-        return _lsa_cuda.predict(E, W_pv, W_kq, out)
-    E, W_pv, W_kq = _params(E, W_pv, W_kq)
-    y_hat = as_out(out, (E.shape[0],), E.dtype, inputs={"E": E, "W_pv": W_pv, "W_kq": W_kq})
-    _core.lsa_predict(E, W_pv, W_kq, y_hat)  # non-finite ŷ: flagged natively while written
-    return y_hat
+    E, W_pv, W_kq, _ = _parameters(E, W_pv, W_kq)
+    return _core.lsa_predict(E, W_pv, W_kq, out, device)
 
 
 def loss_and_grad(E, y_q, W_pv, W_kq, *, return_predictions: bool = False, device="auto"):
@@ -83,18 +70,9 @@ def loss_and_grad(E, y_q, W_pv, W_kq, *, return_predictions: bool = False, devic
     the query label slots E[:, d, N] are 0 (prompts of (3.4)).
     Forward and backward read each prompt once from memory.
     """
-    if resolve_device(device, E=E, y_q=y_q, W_pv=W_pv, W_kq=W_kq) == "cuda":
-        return _lsa_cuda.loss_and_grad(E, y_q, W_pv, W_kq, return_predictions)
-    E, W_pv, W_kq = _params(E, W_pv, W_kq)
-    B, n = E.shape[0], E.shape[1]
-    y_q = _as_operand(y_q, E.dtype, "y_q")
-    d_W_pv = np.empty((n, n), E.dtype)
-    d_W_kq = np.empty((n, n), E.dtype)
-    y_hat = np.empty(B, E.dtype) if return_predictions else None
-    loss = _core.lsa_loss_and_grad(E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat)  # checked natively
-    if return_predictions:
-        return loss, d_W_pv, d_W_kq, y_hat
-    return loss, d_W_pv, d_W_kq
+    E, W_pv, W_kq, dtype = _parameters(E, W_pv, W_kq)
+    y_q = native_operand(y_q, dtype, "y_q")
+    return _core.lsa_loss_and_grad(E, y_q, W_pv, W_kq, bool(return_predictions), device)
 
 
 def forward(E, W_pv, W_kq, *, out=None, device="auto") -> np.ndarray:
@@ -103,12 +81,8 @@ def forward(E, W_pv, W_kq, *, out=None, device="auto") -> np.ndarray:
 
     Returns F [B, d+1, N+1] in E's dtype (written into ``out`` when given).
     """
-    if resolve_device(device, E=E, W_pv=W_pv, W_kq=W_kq, out=out) == "cuda":
-        return _lsa_cuda.forward(E, W_pv, W_kq, out)
-    E, W_pv, W_kq = _params(E, W_pv, W_kq)
-    F = as_out(out, E.shape, E.dtype, inputs={"E": E, "W_pv": W_pv, "W_kq": W_kq})
-    _core.lsa_forward(E, W_pv, W_kq, F)  # every value of F is tested natively as it is written
-    return F
+    E, W_pv, W_kq, _ = _parameters(E, W_pv, W_kq)
+    return _core.lsa_forward(E, W_pv, W_kq, out, device)
 
 
 def vjp(E, W_pv, W_kq, d_F, *, with_input_grad: bool = True, device="auto"):
@@ -119,16 +93,9 @@ def vjp(E, W_pv, W_kq, d_F, *, with_input_grad: bool = True, device="auto"):
 
     Returns ``(dW_pv, dW_kq, dE)``; dE is None when ``with_input_grad`` is False.
     """
-    if resolve_device(device, E=E, W_pv=W_pv, W_kq=W_kq, d_F=d_F) == "cuda":
-        return _lsa_cuda.vjp(E, W_pv, W_kq, d_F, with_input_grad)
-    E, W_pv, W_kq = _params(E, W_pv, W_kq)
-    d_F = _as_operand(d_F, E.dtype, "d_F", finite=False)
-    n = E.shape[1]
-    d_W_pv = np.empty((n, n), E.dtype)
-    d_W_kq = np.empty((n, n), E.dtype)
-    d_E = np.empty(E.shape, E.dtype) if with_input_grad else None
-    _core.lsa_vjp(E, W_pv, W_kq, d_F, d_W_pv, d_W_kq, d_E)  # dW_pv, dW_kq, dE checked natively
-    return d_W_pv, d_W_kq, d_E
+    E, W_pv, W_kq, dtype = _parameters(E, W_pv, W_kq)
+    d_F = native_operand(d_F, dtype, "d_F", finite=False)
+    return _core.lsa_vjp(E, W_pv, W_kq, d_F, bool(with_input_grad), device)
 
 
 def predict_vjp(E, W_pv, W_kq, d_y, *, with_input_grad: bool = True, device="auto"):
@@ -137,14 +104,6 @@ def predict_vjp(E, W_pv, W_kq, d_y, *, with_input_grad: bool = True, device="aut
     E), dE [B, d+1, N+1] = dŷ (s_j p + t_j q)/N per column j + dŷ W^KQᵀ G p on the query column
     + dŷ on the query-label slot (None without ``with_input_grad``). One pass over E per prompt,
     O(N d); parameter gradients are batch sums in float64, returned in E's dtype."""
-    if resolve_device(device, E=E, W_pv=W_pv, W_kq=W_kq, d_y=d_y) == "cuda":
-        return _lsa_cuda.predict_vjp(E, W_pv, W_kq, d_y, with_input_grad)
-    E, W_pv, W_kq = _params(E, W_pv, W_kq)
-    n = E.shape[1]
-    d_y = _as_operand(d_y, E.dtype, "d_y", finite=False)
-    d_W_pv = np.empty((n, n), E.dtype)
-    d_W_kq = np.empty((n, n), E.dtype)
-    d_E = np.empty(E.shape, E.dtype) if with_input_grad else None
-    # Non-finite outputs are flagged natively while written (FloatingPointError / ValueError).
-    _core.lsa_predict_vjp(E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E)
-    return d_W_pv, d_W_kq, d_E
+    E, W_pv, W_kq, dtype = _parameters(E, W_pv, W_kq)
+    d_y = native_operand(d_y, dtype, "d_y", finite=False)
+    return _core.lsa_predict_vjp(E, W_pv, W_kq, d_y, bool(with_input_grad), device)

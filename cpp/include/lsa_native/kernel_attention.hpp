@@ -16,6 +16,9 @@
 // Thread-safe. Invalid arguments throw lsa_native::Error.
 #pragma once
 
+#include <vector>
+
+#include "lsa_native/array_view.hpp"
 #include "lsa_native/device.hpp"
 #include "lsa_native/types.hpp"
 
@@ -118,6 +121,38 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& shape, const T
                                       const T* V, const T* Bq, const T* Ck,
                                       const Activation* activations, T* d_V, T* d_B, T* d_C,
                                       T* d_Z0, T* predictions, Device device = Device::cpu);
+
+// ---- the same entry points on array views (array_view.hpp): what the Python bindings call ----
+// The activations of a call as the caller named them: one per head, or one for every head.
+struct ActivationChoice {
+  std::vector<Activation> activations;
+  bool shared = false;  // one activation names every head's
+  const char* name = "activation";
+};
+// Throws Error unless `choice` gives one activation per head (or one shared); returns one per head.
+std::vector<Activation> activations_per_head(const ActivationChoice& choice, index_t heads);
+
+// One validate() per entry point checks every operand (Z0 float32/float64 [B, d+1, n+1]; V
+// [L, H, d+1, d+1], B, C [L, H, d, d], y_q [B], d_Z_out [B, d+1, n+1] in Z0's dtype, C-contiguous;
+// the activations; a saved context for (B, d, n, L, H) = `context_shape` and Z0's dtype), with
+// messages naming the argument. The views' devices and `device` pick the backend, Z0's dtype picks
+// T; outputs absent with `make` set are made by `site` like Z0 (absent without it: not computed).
+void kernel_attention_forward(const ArrayView& Z0, const ArrayView& V, const ArrayView& Bq,
+                              const ArrayView& Ck, const ActivationChoice& activations,
+                              ArrayView& Z_out, ArrayView& predictions, ArrayView& context,
+                              PredictionOutput prediction_output, DeviceChoice device,
+                              CallSite& site);
+void kernel_attention_vjp(const ArrayView& Z0, const ArrayView& V, const ArrayView& Bq,
+                          const ArrayView& Ck, const ActivationChoice& activations,
+                          const ArrayView& d_Z_out, ArrayView& d_V, ArrayView& d_B, ArrayView& d_C,
+                          ArrayView& d_Z0, const ArrayView& context,
+                          const std::vector<index_t>& context_shape, DeviceChoice device,
+                          CallSite& site);
+double kernel_attention_loss_and_grad(const ArrayView& Z0, const ArrayView& y_q, const ArrayView& V,
+                                      const ArrayView& Bq, const ArrayView& Ck,
+                                      const ActivationChoice& activations, ArrayView& d_V,
+                                      ArrayView& d_B, ArrayView& d_C, ArrayView& d_Z0,
+                                      ArrayView& predictions, DeviceChoice device, CallSite& site);
 
 // The list of kernel-attention entry points with two backends, as lsa.hpp's LSA_NATIVE_LSA_API:
 // X(R, name, params) with params the parameter list without the trailing `Device device` (the

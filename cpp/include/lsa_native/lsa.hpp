@@ -15,6 +15,7 @@
 // (losses, parameter gradients) run in double for both T, in a fixed chunk order.
 #pragma once
 
+#include "lsa_native/array_view.hpp"
 #include "lsa_native/device.hpp"
 #include "lsa_native/types.hpp"
 
@@ -77,12 +78,34 @@ void lsa_predict_vjp(const LsaShape& shape, const T* E, const T* W_pv, const T* 
                      const T* d_y, T* d_W_pv, T* d_W_kq, T* d_E = nullptr,
                      Device device = Device::cpu);
 
+// ---- the same entry points on array views (array_view.hpp): what the Python bindings call ----
+// One validate() per entry point checks every operand (E float32/float64 [B, d+1, N+1] with the
+// rules of validate(LsaShape); the other inputs in E's dtype with their shapes; C-contiguous
+// layouts; outputs passed by the caller on E's side, writeable, overlapping no input), with
+// messages naming the argument (Error; ArgumentTypeError for a wrong dtype or side). The views'
+// devices and `device` pick the backend (a CUDA array anywhere, or DeviceChoice::cuda: the GPU),
+// E's dtype picks T. Outputs absent with `make` set are made by `site` like E; outputs absent
+// without it are not computed (y_hat of lsa_loss_and_grad, d_E of the VJPs).
+void lsa_predict(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq, ArrayView& y_hat,
+                 DeviceChoice device, CallSite& site);
+double lsa_loss_and_grad(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
+                         const ArrayView& W_kq, ArrayView& d_W_pv, ArrayView& d_W_kq,
+                         ArrayView& y_hat, DeviceChoice device, CallSite& site);
+void lsa_forward(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq, ArrayView& F,
+                 DeviceChoice device, CallSite& site);
+void lsa_vjp(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq, const ArrayView& d_F,
+             ArrayView& d_W_pv, ArrayView& d_W_kq, ArrayView& d_E, DeviceChoice device,
+             CallSite& site);
+void lsa_predict_vjp(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
+                     const ArrayView& d_y, ArrayView& d_W_pv, ArrayView& d_W_kq, ArrayView& d_E,
+                     DeviceChoice device, CallSite& site);
+
 // ---- the one list of LSA entry points ----
 // X(R, name, params) for every entry point: R its return type, params its parenthesized parameter
 // list without the trailing `Device device` (the backend functions cpu::name / cuda::name take
 // exactly params); every entry point has both backends. The explicit instantiations (here, dispatch.cpp, cpu/lsa_cpu.cpp,
-// cuda/lsa_cuda.cu), the backend declarations (cpu/lsa_cpu.hpp, cuda/lsa_cuda.hpp) and the
-// raw-address bindings (*_cuda) are generated from it; the compiler checks it against the
+// cuda/lsa_cuda.cu) and the backend declarations (cpu/lsa_cpu.hpp, cuda/lsa_cuda.hpp) are generated
+// from it; the compiler checks it against the
 // documented declarations above (an instantiation that matches no template does not compile).
 #define LSA_NATIVE_LSA_API(X, T)                                                                 \
   X(void, lsa_predict,                                                                          \

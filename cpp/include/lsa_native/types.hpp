@@ -17,6 +17,13 @@ class Error : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+// Thrown for an argument of the wrong type or dtype (a subclass of Error: C++ callers catch both
+// as Error). The Python bindings map it to TypeError.
+class ArgumentTypeError : public Error {
+ public:
+  using Error::Error;
+};
+
 // Thrown when finite inputs produced a non-finite output (overflow, or 0·inf inside the math);
 // the message names the output. The Python bindings map it to FloatingPointError.
 class NonFiniteError : public std::overflow_error {
