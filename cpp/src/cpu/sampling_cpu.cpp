@@ -22,24 +22,12 @@ using detail::require;
 
 template <class T>
 const cpu::SamplingKernels<T>& sampling() {
-  return cpu::select_kernels<cpu::SamplingKernels<T>>(
-#if defined(LSA_NATIVE_X86_DISPATCH)
-      [] { return cpu::isa_avx2::sampling_kernels<T>(); },
-#else
-      [] { return cpu::isa_baseline::sampling_kernels<T>(); },
-#endif
-      [] { return cpu::isa_baseline::sampling_kernels<T>(); });
+  return LSA_NATIVE_SELECT_KERNELS(cpu::SamplingKernels<T>, sampling_kernels<T>());
 }
 
 template <class T>
 const cpu::LsaKernels<T>& lsa() {
-  return cpu::select_kernels<cpu::LsaKernels<T>>(
-#if defined(LSA_NATIVE_X86_DISPATCH)
-      [] { return cpu::isa_avx2::lsa_kernels<T>(); },
-#else
-      [] { return cpu::isa_baseline::lsa_kernels<T>(); },
-#endif
-      [] { return cpu::isa_baseline::lsa_kernels<T>(); });
+  return LSA_NATIVE_SELECT_KERNELS(cpu::LsaKernels<T>, lsa_kernels<T>());
 }
 
 rng::StreamAddress address(const StreamId& id) {

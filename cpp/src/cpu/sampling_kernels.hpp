@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "cpu/isa.hpp"
 #include "common/linear_prompts.hpp"
 #include "common/random.hpp"
 #include "cpu/lsa_kernels.hpp"
@@ -27,13 +29,6 @@ struct SamplingKernels {
                             index_t b1, double* partial);
 };
 
-namespace isa_baseline {
-template <class T>
-SamplingKernels<T> sampling_kernels();
-}
-namespace isa_avx2 {
-template <class T>
-SamplingKernels<T> sampling_kernels();
-}
+LSA_NATIVE_DECLARE_PER_ISA(template <class T> SamplingKernels<T> sampling_kernels();)
 
 }  // namespace lsa_native::cpu
