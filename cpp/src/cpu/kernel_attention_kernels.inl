@@ -48,34 +48,42 @@ __attribute__((always_inline)) inline void combine_rows(T* out, bool accumulate,
   for (; c0 < ld; c0 += L) block(std::integral_constant<int, 1>{}, c0);
 }
 
-// C [ra, rb] = A B^T for A [ra, ld], B [rb, ld] (ld a multiple of the vector width): 2 x 4 register
-// tiles of dot products along the tokens, one horizontal sum per entry.
+// C [ra, rb] = A B^T for A [ra, ld], B [rb, ld] (ld a multiple of the vector width): dot
+// products along the tokens. Blocks of kLanes columns of C at once: kLanes accumulators reduced
+// together by one simd::hsum_lanes (a log2(lanes)-deep shuffle tree for all of them instead of
+// one per entry); a block of fewer than half the lanes (a short tail, rb = 1) sums entry by entry.
 template <class T>
 void products_bt(const T* A, index_t ra, const T* B, index_t rb, index_t ld, T* C) {
   constexpr index_t L = simd::kLanes<T>;
-  auto tile = [&](auto ti_tag, auto tj_tag, index_t i0, index_t j0) {
-    constexpr int TI = decltype(ti_tag)::value, TJ = decltype(tj_tag)::value;
-    Vec<T> acc[TI][TJ];
-    for (int i = 0; i < TI; ++i)
-      for (int j = 0; j < TJ; ++j) acc[i][j] = simd::zero<T>();
-    for (index_t c = 0; c < ld; c += L) {
-      Vec<T> a[TI], b[TJ];
-      for (int i = 0; i < TI; ++i) a[i] = load(A + (i0 + i) * ld + c);
-      for (int j = 0; j < TJ; ++j) b[j] = load(B + (j0 + j) * ld + c);
-      for (int i = 0; i < TI; ++i)
-        for (int j = 0; j < TJ; ++j) acc[i][j] += a[i] * b[j];
+  for (index_t j0 = 0; j0 < rb; j0 += L) {
+    const index_t m = std::min(L, rb - j0);
+    if (2 * m < L) {
+      for (index_t i = 0; i < ra; ++i)
+        for (index_t j = j0; j < j0 + m; ++j) {
+          Vec<T> acc = simd::zero<T>();
+          for (index_t c = 0; c < ld; c += L) acc += load(A + i * ld + c) * load(B + j * ld + c);
+          C[i * rb + j] = simd::hsum(acc);
+        }
+      continue;
     }
-    for (int i = 0; i < TI; ++i)
-      for (int j = 0; j < TJ; ++j) C[(i0 + i) * rb + j0 + j] = simd::hsum(acc[i][j]);
-  };
-  auto row_block = [&](auto ti_tag, index_t i0) {
-    index_t j0 = 0;
-    for (; j0 + 4 <= rb; j0 += 4) tile(ti_tag, std::integral_constant<int, 4>{}, i0, j0);
-    for (; j0 < rb; ++j0) tile(ti_tag, std::integral_constant<int, 1>{}, i0, j0);
-  };
-  index_t i0 = 0;
-  for (; i0 + 2 <= ra; i0 += 2) row_block(std::integral_constant<int, 2>{}, i0);
-  for (; i0 < ra; ++i0) row_block(std::integral_constant<int, 1>{}, i0);
+    const T* rows[L];  // the block's rows of B (a partial block repeats its last row)
+    for (index_t j = 0; j < L; ++j) rows[j] = B + std::min(j0 + j, rb - 1) * ld;
+    for (index_t i = 0; i < ra; ++i) {
+      const T* a = A + i * ld;
+      Vec<T> acc[L];
+      for (index_t j = 0; j < L; ++j) acc[j] = simd::zero<T>();
+      for (index_t c = 0; c < ld; c += L) {
+        const Vec<T> av = load(a + c);
+        for (index_t j = 0; j < L; ++j) acc[j] += av * load(rows[j] + c);
+      }
+      const Vec<T> sums = simd::hsum_lanes(acc);
+      if (m == L) {
+        store(C + i * rb + j0, sums);
+      } else {
+        for (index_t j = 0; j < m; ++j) C[i * rb + j0 + j] = sums[j];
+      }
+    }
+  }
 }
 
 // The elementwise part of h̃ on `count` values, one function per entry of the activation table
