@@ -180,6 +180,11 @@ void check_normals(Isa isa) {
       z[t].assign(static_cast<size_t>(n), T(NAN));
       tables[t].normals(a, std::uint64_t(start), n, z[t].data());
     }
+    std::vector<T> u(static_cast<size_t>(n), T(NAN));
+    tables[1].uniforms(a, std::uint64_t(start), n, u.data());
+    for (index_t i = 0; i < n; ++i) {  // the uniforms: the scalar recipe's bits
+      ASSERT_EQ(u[size_t(i)], lsa_native::rng::uniform_at<T>(a, std::uint64_t(start + i))) << start + i;
+    }
     for (index_t i = 0; i < n; ++i) {
       const double exact = double(lsa_native::rng::normal_at<T>(a, std::uint64_t(start + i)));
       const double bound = kNormalBound<T> * std::max(1.0, std::fabs(exact));
@@ -189,7 +194,7 @@ void check_normals(Isa isa) {
   }
 }
 
-TEST_P(IsaTables, NormalsAgreeWithScalarRecipeWithinBound) {
+TEST_P(IsaTables, UniformsExactNormalsWithinBoundOfScalarRecipe) {
   check_normals<float>(GetParam());
   check_normals<double>(GetParam());
 }

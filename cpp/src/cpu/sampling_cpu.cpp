@@ -87,8 +87,13 @@ void random_uniforms(const StreamId& id, std::uint64_t start, index_t n, T* out)
   require(n >= 0, "n: expected >= 0");
   const std::uint64_t per = 4 / (sizeof(T) / 4);
   require((start + std::uint64_t(n)) <= (std::uint64_t(1) << 32) * per, "start + n: beyond the stream");
+  const auto& k = sampling<T>();
   const rng::StreamAddress a = address(id);
-  for (index_t i = 0; i < n; ++i) out[i] = rng::uniform_at<T>(a, start + std::uint64_t(i));
+  constexpr index_t kPer = 4096;  // as random_normals: each range a pure function of its positions
+  detail::parallel_for((n + kPer - 1) / kPer, [&](index_t t) {
+    const index_t i0 = t * kPer, m = std::min(kPer, n - i0);
+    k.uniforms(a, start + std::uint64_t(i0), m, out + i0);
+  });
 }
 
 template <class T>

@@ -19,6 +19,7 @@ using LinearPlan = linear::Law<T>;
 template <class T>
 struct SamplingKernels {
   void (*normals)(const rng::StreamAddress&, std::uint64_t start, index_t n, T* out);
+  void (*uniforms)(const rng::StreamAddress&, std::uint64_t start, index_t n, T* out);  // bitwise rng::uniform_at
   void (*log)(const T* x, index_t n, T* out);
   void (*sincos_2pi)(const T* u, index_t n, T* s, T* c);
   // Prompts [b0, b1): prompt b is written at offset b − b0 of each non-null output.
