@@ -22,6 +22,8 @@ from conftest import SEED
 LABELS = ("baseline", "avx2-fma", "avx512")
 # Normals (and the prompts built from them) across tables: |Δ| <= bound · max(1, |z|).
 NORMAL_BOUND = {np.float32: 4e-6, np.float64: 1e-14}
+# Gamma variates across tables, relative (x = d·(1 + c·z)³ carries z's rounding): see test_isa.cpp.
+GAMMA_BOUND = {np.float32: 2e-5, np.float64: 1e-13}
 # Kernel outputs across tables, relative to max(1, max |x|): FMA contraction and vector widths.
 KERNEL_TOL = {np.float32: 2e-4, np.float64: 1e-11}
 
@@ -112,9 +114,11 @@ def test_table_matches_baseline(label, baseline, tmp_path):
         x = got[key]
         dt = _dtype_of(key)
         assert x.dtype == ref.dtype and x.shape == ref.shape, key
-        if key.startswith("uniforms") or key.startswith("gammas"):
-            # Uniforms (and the scalar gamma recipe) are the same bits on every table.
+        if key.startswith("uniforms"):
+            # Uniforms are the same bits on every table.
             np.testing.assert_array_equal(x, ref, err_msg=key)
+        elif key.startswith("gammas"):
+            assert np.all(np.abs(x.astype(np.float64) - ref) <= GAMMA_BOUND[dt] * np.abs(ref)), key
         elif key.startswith(("normals", "prompts")):
             bound = NORMAL_BOUND[dt] * np.maximum(1.0, np.abs(ref.astype(np.float64)))
             assert np.all(np.abs(x.astype(np.float64) - ref) <= bound), key

@@ -199,6 +199,32 @@ TEST_P(IsaTables, UniformsExactNormalsWithinBoundOfScalarRecipe) {
   check_normals<double>(GetParam());
 }
 
+// Gamma variates (attempt 0 in SIMD, the rest by the scalar recipe) agree with rng::gamma_variate
+// within kGammaBound · x relative: x = d·(1 + c·z)³ carries z's rounding (kNormalBound) times 3c.
+template <class T>
+constexpr double kGammaBound = std::is_same<T, float>::value ? 2e-5 : 1e-13;
+
+template <class T>
+void check_gammas(Isa isa) {
+  using Sampling = cpu::SamplingKernels<T>;
+  const Sampling table = LSA_NATIVE_KERNELS_FOR(isa, Sampling, sampling_kernels<T>());
+  const lsa_native::rng::StreamAddress a{lsa_native::rng::philox_key(977), 2, 5, 9};
+  for (double shape : {0.3, 1.0, 2.5, 40.0}) {
+    const index_t n = 203;
+    std::vector<T> g(static_cast<size_t>(n), T(NAN));
+    table.gammas(a, 11, n, T(shape), g.data());
+    for (index_t i = 0; i < n; ++i) {
+      const double exact = double(lsa_native::rng::gamma_variate<T>(a, std::uint32_t(11 + i), T(shape)));
+      ASSERT_NEAR(double(g[size_t(i)]), exact, kGammaBound<T> * exact) << "shape " << shape << ", variate " << i;
+    }
+  }
+}
+
+TEST_P(IsaTables, GammasWithinBoundOfScalarRecipe) {
+  check_gammas<float>(GetParam());
+  check_gammas<double>(GetParam());
+}
+
 TEST_P(IsaTables, SmallMatrixKernelsAgreeWithBaseline) {
   std::mt19937_64 gen(41);
   std::normal_distribution<double> g;

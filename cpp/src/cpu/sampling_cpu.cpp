@@ -101,9 +101,13 @@ void random_gammas(const StreamId& id, std::uint64_t start, index_t n, T shape, 
   require(n >= 0, "n: expected >= 0");
   require(std::isfinite(double(shape)) && shape > T(0), "shape: expected > 0");
   require(start + std::uint64_t(n) <= (std::uint64_t(1) << 25), "start + n: expected <= 2^25");
+  const auto& k = sampling<T>();
   const rng::StreamAddress a = address(id);
-  for (index_t i = 0; i < n; ++i)
-    out[i] = rng::gamma_variate<T>(a, static_cast<std::uint32_t>(start + std::uint64_t(i)), shape);
+  constexpr index_t kPer = 4096;  // as random_normals: each range a pure function of its positions
+  detail::parallel_for((n + kPer - 1) / kPer, [&](index_t t) {
+    const index_t i0 = t * kPer, m = std::min(kPer, n - i0);
+    k.gammas(a, static_cast<std::uint32_t>(start + std::uint64_t(i0)), m, shape, out + i0);
+  });
 }
 
 template <class T>

@@ -20,6 +20,8 @@ template <class T>
 struct SamplingKernels {
   void (*normals)(const rng::StreamAddress&, std::uint64_t start, index_t n, T* out);
   void (*uniforms)(const rng::StreamAddress&, std::uint64_t start, index_t n, T* out);  // bitwise rng::uniform_at
+  // Gamma(shape) variates start .. start+n−1 (rng::gamma_variate's, to rounding).
+  void (*gammas)(const rng::StreamAddress&, std::uint32_t start, index_t n, T shape, T* out);
   void (*log)(const T* x, index_t n, T* out);
   void (*sincos_2pi)(const T* u, index_t n, T* s, T* c);
   // Prompts [b0, b1): prompt b is written at offset b − b0 of each non-null output.

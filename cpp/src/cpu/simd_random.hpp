@@ -369,48 +369,35 @@ inline M gamma_attempt(V shape, V z, V u, V& x) {
   return positive & accept;
 }
 
-// The Bartlett χ² of `prompts` consecutive prompts from a.prompt on:
-//   out[k·dp + i] = χ²_{N−i} = 2·Gamma((N − i)/2), variate i < dp of prompt a.prompt + k's stream
-// as rng::chi_square_variate defines it. Lanes take (prompt, variate) slots in that order (no lane
-// idles between prompts): attempt 0 in SIMD, 8 (float) or 4 (double) slots at a time; slots that
-// reject, or whose shape is below 1 and needs the boost, take the scalar recipe. The SIMD
-// log/sin/cos round differently from libm, so values agree with the scalar recipe up to rounding.
-struct ChiSlots {  // the (prompt, variate) of the next slot, advanced without division
-  std::uint32_t prompt;
-  index_t i, dp;
-  void next() {
-    if (++i == dp) {
-      i = 0;
-      ++prompt;
-    }
-  }
-};
+// Gamma variates in SIMD, slot by slot: slot s is variate `variate` of prompt `prompt`'s stream at
+// shape `shape` (the slots' fields, advanced by next() without division), and
+//   out[s] = scale · rng::gamma_variate(stream of prompt, variate, shape)
+// (scale 2 and shape (N − i)/2 give χ²_{N−i}). Lanes take consecutive slots: attempt 0 in SIMD,
+// 8 (float) or 4 (double) slots at a time; slots that reject, or whose shape is below 1 and needs
+// the boost, take the scalar recipe. The SIMD log/sin/cos round differently from libm, so values
+// agree with the scalar recipe up to rounding.
 // float: 8 slots per vector; double: 4 slots, lanes 4-7 computing block B (the uniforms) of lanes
 // 0-3's slots.
-template <class T>
-inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
-                               T* out) {
+template <class T, class Slots>
+inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Slots slot, T* out) {
   constexpr bool kFloat = sizeof(T) == 4;
   constexpr int L = kFloat ? 8 : 4;  // slots per vector
   using Mask = std::conditional_t<kFloat, I32x8, I64x4>;
   constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
-  const index_t n = prompts * dp;
-  ChiSlots slot{a.prompt, 0, dp};
   for (index_t s0 = 0; s0 < n; s0 += L) {
     U32x8 blocks, ids;
     Vec<T> shape;
-    std::uint32_t prompt_of[L];
-    index_t var_of[L];
+    std::uint32_t prompt_of[L], var_of[L];
     for (int l = 0; l < L; ++l) {
       prompt_of[l] = slot.prompt;
-      var_of[l] = slot.i;
-      blocks[l] = static_cast<std::uint32_t>(slot.i) * stride;
+      var_of[l] = slot.variate;
+      blocks[l] = slot.variate * stride;
       ids[l] = slot.prompt;
       if constexpr (!kFloat) {
         blocks[l + 4] = blocks[l] + 1;
         ids[l + 4] = slot.prompt;
       }
-      shape[l] = T(0.5) * static_cast<T>(N - slot.i);
+      shape[l] = slot.shape();
       if (s0 + l + 1 < n) slot.next();  // the tail lanes repeat the last slot
     }
     U32x8 w[4];
@@ -435,12 +422,45 @@ inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t d
     const Mask ok = gamma_attempt<T, Vec<T>, Mask>(shape, z, u, x);
     for (int l = 0; l < L && s0 + l < n; ++l) {
       const rng::StreamAddress al{a.key, prompt_of[l], a.step, a.stream};
-      out[s0 + l] = (ok[l] && shape[l] >= T(1))
-                        ? T(2) * x[l]
-                        : rng::chi_square_variate<T>(al, static_cast<std::uint32_t>(var_of[l]),
-                                                     T(N - var_of[l]));
+      out[s0 + l] = scale * ((ok[l] && shape[l] >= T(1)) ? x[l]
+                                                         : rng::gamma_variate<T>(al, var_of[l], shape[l]));
     }
   }
+}
+
+// The Bartlett χ² of `prompts` consecutive prompts from a.prompt on:
+//   out[k·dp + i] = χ²_{N−i} = 2·Gamma((N − i)/2), variate i < dp of prompt a.prompt + k's stream
+// as rng::chi_square_variate defines it; lanes take (prompt, variate) slots in that order (no lane
+// idles between prompts).
+template <class T>
+struct BartlettSlots {
+  std::uint32_t prompt, variate;
+  index_t dp, N;
+  T shape() const { return T(0.5) * static_cast<T>(N - index_t(variate)); }
+  void next() {
+    if (index_t(++variate) == dp) {
+      variate = 0;
+      ++prompt;
+    }
+  }
+};
+template <class T>
+inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
+                               T* out) {
+  fill_gamma_slots(a, prompts * dp, T(2), BartlettSlots<T>{a.prompt, 0, dp, N}, out);
+}
+
+// out[i] = Gamma(shape) variate k0 + i of stream a (rng::gamma_variate's, to rounding), i < n.
+template <class T>
+struct StreamGammaSlots {
+  std::uint32_t prompt, variate;
+  T shape_value;
+  T shape() const { return shape_value; }
+  void next() { ++variate; }
+};
+template <class T>
+inline void fill_gammas(const rng::StreamAddress& a, std::uint32_t k0, index_t n, T shape, T* out) {
+  fill_gamma_slots(a, n, T(1), StreamGammaSlots<T>{a.prompt, k0, shape}, out);
 }
 
 }  // namespace
