@@ -88,10 +88,11 @@ def child(args) -> dict:
 
     # Kernel attention at the CCS size vs torch and vs sgemm.
     Bk, dk, n, L = (3000 if args.quick else 30000), 5, 30, 3
-    Z0 = g.standard_normal((Bk, dk + 1, n + 1)).astype(np.float32)
-    y = g.standard_normal(Bk).astype(np.float32)
-    V = (0.2 / n * g.standard_normal((L, 1, dk + 1, dk + 1))).astype(np.float32)
-    Bm, Cm = ((0.2 * g.standard_normal((L, 1, dk, dk))).astype(np.float32) for _ in range(2))
+    # The data and parameters of report_kernel_attention.py (kernel-GP prompts, CCS's scale).
+    batch = ln.data.kernel_gp_prompts(g, Bk, dk, n, "exp", dtype=np.float32)
+    Z0, y = batch.E, batch.y_q
+    params = ka.KernelAttentionParams.gaussian(g, dk, L, 1, "exp", sparse=False, scale=0.2)
+    V, Bm, Cm = (a.astype(np.float32) for a in (params.V / n, params.B, params.C))
     sg = sgemm_gflops(r)
     out["sgemm_GFLOPs"] = sg
     flops = ka_flops(Bk, dk, n, L)
