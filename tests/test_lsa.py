@@ -282,7 +282,7 @@ def test_concurrent_calls_give_identical_results(rng):
 def test_package_metadata():
     assert lsa_native.__version__.count(".") == 2
     assert isinstance(lsa_native.cuda_compiled(), bool)
-    assert lsa_native.cpu_kernel_isa() in ("avx2-fma", "baseline")
+    assert lsa_native.cpu_kernel_isa() in ("avx512", "avx2-fma", "baseline")
     if not lsa_native.cuda_compiled():
         assert lsa_native.cuda_available() is False
 

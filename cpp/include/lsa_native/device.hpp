@@ -42,7 +42,9 @@ int num_threads();
 // address-space or process limit); the pool then runs with the threads it could start.
 int set_num_threads(int n);
 
-// Name of the instruction set the CPU kernels dispatch to at run time ("avx2-fma" or "baseline").
+// Name of the instruction set the CPU kernels dispatch to at run time ("avx512", "avx2-fma" or
+// "baseline"; the best this CPU supports unless the environment variable LSA_NATIVE_CPU_ISA names
+// a lower one at the first kernel call).
 const char* cpu_kernel_isa();
 
 }  // namespace lsa_native

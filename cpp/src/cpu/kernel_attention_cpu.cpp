@@ -14,13 +14,7 @@ namespace {
 
 template <class T>
 const KaKernels<T>& kernels() {
-  return select_kernels<KaKernels<T>>(
-#if defined(LSA_NATIVE_X86_DISPATCH)
-      [] { return isa_avx2::ka_kernels<T>(); },
-#else
-      [] { return isa_baseline::ka_kernels<T>(); },
-#endif
-      [] { return isa_baseline::ka_kernels<T>(); });
+  return LSA_NATIVE_SELECT_KERNELS(KaKernels<T>, ka_kernels<T>());
 }
 
 // Chunked parameter-gradient partials reduced in chunk order into d_V, d_B, d_C; returns the

@@ -3,6 +3,7 @@
 
 #include "common/finite.hpp"
 #include "common/ka_recipe.hpp"
+#include "cpu/isa.hpp"
 #include "lsa_native/kernel_attention.hpp"
 
 namespace lsa_native::cpu {
@@ -54,13 +55,6 @@ struct KaKernels {
               index_t b1, double* partial);
 };
 
-namespace isa_baseline {
-template <class T>
-KaKernels<T> ka_kernels();
-}
-namespace isa_avx2 {
-template <class T>
-KaKernels<T> ka_kernels();
-}
+LSA_NATIVE_DECLARE_PER_ISA(template <class T> KaKernels<T> ka_kernels();)
 
 }  // namespace lsa_native::cpu

@@ -48,61 +48,94 @@ __attribute__((always_inline)) inline void combine_rows(T* out, bool accumulate,
   for (; c0 < ld; c0 += L) block(std::integral_constant<int, 1>{}, c0);
 }
 
-// C [ra, rb] = A B^T for A [ra, ld], B [rb, ld] (ld a multiple of the vector width): 2 x 4 register
-// tiles of dot products along the tokens, one horizontal sum per entry.
+// C [ra, rb] = A B^T for A [ra, ld], B [rb, ld] (ld a multiple of the vector width): dot
+// products along the tokens. Blocks of kLanes columns of C at once: kLanes accumulators reduced
+// together by one simd::hsum_lanes (a log2(lanes)-deep shuffle tree for all of them instead of
+// one per entry); a block of fewer than half the lanes (a short tail, rb = 1) sums entry by entry.
 template <class T>
 void products_bt(const T* A, index_t ra, const T* B, index_t rb, index_t ld, T* C) {
   constexpr index_t L = simd::kLanes<T>;
-  auto tile = [&](auto ti_tag, auto tj_tag, index_t i0, index_t j0) {
-    constexpr int TI = decltype(ti_tag)::value, TJ = decltype(tj_tag)::value;
-    Vec<T> acc[TI][TJ];
-    for (int i = 0; i < TI; ++i)
-      for (int j = 0; j < TJ; ++j) acc[i][j] = simd::zero<T>();
-    for (index_t c = 0; c < ld; c += L) {
-      Vec<T> a[TI], b[TJ];
-      for (int i = 0; i < TI; ++i) a[i] = load(A + (i0 + i) * ld + c);
-      for (int j = 0; j < TJ; ++j) b[j] = load(B + (j0 + j) * ld + c);
-      for (int i = 0; i < TI; ++i)
-        for (int j = 0; j < TJ; ++j) acc[i][j] += a[i] * b[j];
+  for (index_t j0 = 0; j0 < rb; j0 += L) {
+    const index_t m = std::min(L, rb - j0);
+    if (2 * m < L) {
+      for (index_t i = 0; i < ra; ++i)
+        for (index_t j = j0; j < j0 + m; ++j) {
+          Vec<T> acc = simd::zero<T>();
+          for (index_t c = 0; c < ld; c += L) acc += load(A + i * ld + c) * load(B + j * ld + c);
+          C[i * rb + j] = simd::hsum(acc);
+        }
+      continue;
     }
-    for (int i = 0; i < TI; ++i)
-      for (int j = 0; j < TJ; ++j) C[(i0 + i) * rb + j0 + j] = simd::hsum(acc[i][j]);
-  };
-  auto row_block = [&](auto ti_tag, index_t i0) {
-    index_t j0 = 0;
-    for (; j0 + 4 <= rb; j0 += 4) tile(ti_tag, std::integral_constant<int, 4>{}, i0, j0);
-    for (; j0 < rb; ++j0) tile(ti_tag, std::integral_constant<int, 1>{}, i0, j0);
-  };
-  index_t i0 = 0;
-  for (; i0 + 2 <= ra; i0 += 2) row_block(std::integral_constant<int, 2>{}, i0);
-  for (; i0 < ra; ++i0) row_block(std::integral_constant<int, 1>{}, i0);
+    const T* rows[L];  // the block's rows of B (a partial block repeats its last row)
+    for (index_t j = 0; j < L; ++j) rows[j] = B + std::min(j0 + j, rb - 1) * ld;
+    for (index_t i = 0; i < ra; ++i) {
+      const T* a = A + i * ld;
+      Vec<T> acc[L];
+      for (index_t j = 0; j < L; ++j) acc[j] = simd::zero<T>();
+      for (index_t c = 0; c < ld; c += L) {
+        const Vec<T> av = load(a + c);
+        for (index_t j = 0; j < L; ++j) acc[j] += av * load(rows[j] + c);
+      }
+      const Vec<T> sums = simd::hsum_lanes(acc);
+      if (m == L) {
+        store(C + i * rb + j0, sums);
+      } else {
+        for (index_t j = 0; j < m; ++j) C[i * rb + j0 + j] = sums[j];
+      }
+    }
+  }
 }
 
-// H = h̃(S) in place on S [n, T] (sources i < n as rows, targets j as columns)   [CCS (12)]
+// The elementwise part of h̃ on `count` values, one function per entry of the activation table
+// (recipe::activation::<name>_value, vectorized); a column-wise entry receives S minus its column
+// max (the recipe's shift) and is normalized per column by activation_forward.
+template <class T>
+void linear_values(T*, index_t) {}
+template <class T>
+void relu_values(T* x, index_t count) {
+  for (index_t k = 0; k < count; ++k) x[k] = recipe::activation::relu_value(x[k], T(0));
+}
+template <class T>
+void exp_values(T* x, index_t count) {
+  simd::exp_inplace(x, count);
+}
+template <class T>
+void softmax_values(T* x, index_t count) {
+  simd::exp_inplace(x, count);  // exp(s − shift): recipe::activation::softmax_value
+}
+
+// H = h̃(S) in place on S [n, T] (sources i < n as rows, targets j as columns)   [CCS (12)];
+// T = 1 gives one target column stored contiguously. A column-wise activation is shifted by the
+// column max (large logits stay finite) before its values and divided by the column sum after.
+template <class T, bool kColumnWise, class Values>
+void activation_rows(T* S, index_t n, index_t Tt, T* col, Values values) {
+  if constexpr (kColumnWise) {
+    std::copy(S, S + Tt, col);
+    for (index_t i = 1; i < n; ++i)
+      for (index_t j = 0; j < Tt; ++j) col[j] = std::max(col[j], S[i * Tt + j]);
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < Tt; ++j) S[i * Tt + j] -= col[j];
+  }
+  values(S, n * Tt);
+  if constexpr (kColumnWise) {
+    std::fill(col, col + Tt, T(0));
+    for (index_t i = 0; i < n; ++i) axpy(col, T(1), S + i * Tt, Tt);
+    for (index_t j = 0; j < Tt; ++j) col[j] = T(1) / col[j];
+    for (index_t i = 0; i < n; ++i)
+      for (index_t j = 0; j < Tt; ++j) S[i * Tt + j] *= col[j];
+  }
+}
+
+// h̃ dispatched from the activation table (LSA_NATIVE_ACTIVATIONS): one specialized loop per entry.
 template <class T>
 void activation_forward(Activation a, T* S, index_t n, index_t Tt, T* col) {
-  const index_t count = n * Tt;
   switch (a) {
-    case Activation::linear: break;
-    case Activation::relu:
-      for (index_t k = 0; k < count; ++k) S[k] = recipe::activation::relu_value(S[k], T(0));
-      break;
-    case Activation::exp: simd::exp_inplace(S, count); break;
-    case Activation::softmax: {
-      // Column-wise over sources, max subtracted so that large logits stay finite.
-      std::copy(S, S + Tt, col);
-      for (index_t i = 1; i < n; ++i)
-        for (index_t j = 0; j < Tt; ++j) col[j] = std::max(col[j], S[i * Tt + j]);
-      for (index_t i = 0; i < n; ++i)
-        for (index_t j = 0; j < Tt; ++j) S[i * Tt + j] -= col[j];
-      simd::exp_inplace(S, count);
-      std::fill(col, col + Tt, T(0));
-      for (index_t i = 0; i < n; ++i) axpy(col, T(1), S + i * Tt, Tt);
-      for (index_t j = 0; j < Tt; ++j) col[j] = T(1) / col[j];
-      for (index_t i = 0; i < n; ++i)
-        for (index_t j = 0; j < Tt; ++j) S[i * Tt + j] *= col[j];
-      break;
-    }
+#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise)                                          \
+  case Activation::name:                                                                       \
+    activation_rows<T, column_wise>(S, n, Tt, col, [](T* x, index_t c) { name##_values(x, c); }); \
+    break;
+    LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_CASE)
+#undef LSA_NATIVE_ACTIVATION_CASE
   }
 }
 
@@ -141,6 +174,9 @@ template <class T>
 struct Workspace {
   index_t d, n, D, cols, Tt, L, H;
   std::vector<T> own, dZ, dZprev, dY, dH, dU, dW, col, prod;
+  // The query-column layer (forward_query_layer), per head s: w_q = C x_q and q = Bᵀ w_q [d],
+  // h = h̃(S[:, n]) [Tt, zero from n on], y = Z M h [D]; and its backward's scratch.
+  std::vector<T> q_wq, q_q, q_h, q_y, q_dy, q_dh, q_a, q_dwq;
   T* state;
   explicit Workspace(const KernelAttentionShape& s)
       : d(s.dim), n(s.context), D(s.dim + 1), cols(s.context + 1),
@@ -149,7 +185,9 @@ struct Workspace {
         dZ(static_cast<size_t>(D * Tt)), dZprev(dZ.size()), dY(dZ.size()),
         dH(static_cast<size_t>(n * Tt)), dU(static_cast<size_t>(d * Tt)), dW(dU.size()),
         col(static_cast<size_t>(Tt)), prod(static_cast<size_t>(D * std::max(D, n))),
-        state(own.data()) {}
+        q_wq(static_cast<size_t>(H * d)), q_q(q_wq.size()), q_h(static_cast<size_t>(H * Tt)),
+        q_y(static_cast<size_t>(H * D)), q_dy(static_cast<size_t>(D)), q_dh(static_cast<size_t>(Tt)),
+        q_a(static_cast<size_t>(d)), q_dwq(static_cast<size_t>(d)), state(own.data()) {}
   // Point the context at a caller's slice of ka_context_size values (nullptr: the own buffer).
   // The backward only reads the context, so a const slice may back it there.
   void use_context(T* slice) { state = slice ? slice : own.data(); }
@@ -178,84 +216,186 @@ struct Workspace {
   T query_label(index_t l) { return z(l)[d * Tt + n]; }
 };
 
+// Layer ℓ in full: Z_{ℓ+1} = Z_ℓ + Σ_s V_s Z_ℓ M h̃(S_s) with S_s = (B_s X)ᵀ (C_s X)   [CCS (3), (12)]
 template <class T>
-void forward_prompt(Workspace<T>& w, const T* Z0, const T* V, const T* Bq, const T* Ck,
-                    const Activation* acts) {
+void forward_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T* Ck,
+                   const Activation* acts) {
   const index_t d = w.d, n = w.n, D = w.D, Tt = w.Tt;
-  w.stage(Z0, w.z(0));
-  for (index_t l = 0; l < w.L; ++l) {
-    const T* Z = w.z(l);
-    T* Znext = w.z(l + 1);
-    std::copy(Z, Z + D * Tt, Znext);  // residual
-    for (index_t s = 0; s < w.H; ++s) {
-      const index_t p = l * w.H + s;
-      const T* Bm = Bq + p * d * d;
-      const T* Cm = Ck + p * d * d;
-      const T* Vm = V + p * D * D;
-      T *U = w.u(l, s), *Wk = w.w(l, s), *Hs = w.h(l, s), *Y = w.y(l, s);
-      // U = B X, W = C X  (X: the first d rows of Z)
-      for (index_t a = 0; a < d; ++a) {
-        combine_rows(U + a * Tt, false, Bm + a * d, 1, Z, Tt, d, Tt);
-        combine_rows(Wk + a * Tt, false, Cm + a * d, 1, Z, Tt, d, Tt);
-      }
-      // S_ij = u_i · w_j for sources i < n (M masks the query as a source), then h̃   (12)
-      for (index_t i = 0; i < n; ++i) combine_rows(Hs + i * Tt, false, U + i, Tt, Wk, Tt, d, Tt);
-      activation_forward(acts[s], Hs, n, Tt, w.col.data());
-      for (index_t i = 0; i < n; ++i) std::fill(Hs + i * Tt + w.cols, Hs + (i + 1) * Tt, T(0));
-      // Y = Z M h̃,  Z_{ℓ+1} += V Y   (3)
-      for (index_t r = 0; r < D; ++r) combine_rows(Y + r * Tt, false, Z + r * Tt, 1, Hs, Tt, n, Tt);
-      for (index_t r = 0; r < D; ++r) combine_rows(Znext + r * Tt, true, Vm + r * D, 1, Y, Tt, D, Tt);
+  const T* Z = w.z(l);
+  T* Znext = w.z(l + 1);
+  std::copy(Z, Z + D * Tt, Znext);  // residual
+  for (index_t s = 0; s < w.H; ++s) {
+    const index_t p = l * w.H + s;
+    const T* Bm = Bq + p * d * d;
+    const T* Cm = Ck + p * d * d;
+    const T* Vm = V + p * D * D;
+    T *U = w.u(l, s), *Wk = w.w(l, s), *Hs = w.h(l, s), *Y = w.y(l, s);
+    // U = B X, W = C X  (X: the first d rows of Z)
+    for (index_t a = 0; a < d; ++a) {
+      combine_rows(U + a * Tt, false, Bm + a * d, 1, Z, Tt, d, Tt);
+      combine_rows(Wk + a * Tt, false, Cm + a * d, 1, Z, Tt, d, Tt);
     }
+    // S_ij = u_i · w_j for sources i < n (M masks the query as a source), then h̃   (12)
+    for (index_t i = 0; i < n; ++i) combine_rows(Hs + i * Tt, false, U + i, Tt, Wk, Tt, d, Tt);
+    activation_forward(acts[s], Hs, n, Tt, w.col.data());
+    for (index_t i = 0; i < n; ++i) std::fill(Hs + i * Tt + w.cols, Hs + (i + 1) * Tt, T(0));
+    // Y = Z M h̃,  Z_{ℓ+1} += V Y   (3)
+    for (index_t r = 0; r < D; ++r) combine_rows(Y + r * Tt, false, Z + r * Tt, 1, Hs, Tt, n, Tt);
+    for (index_t r = 0; r < D; ++r) combine_rows(Znext + r * Tt, true, Vm + r * D, 1, Y, Tt, D, Tt);
   }
 }
 
+// Layer ℓ when only the query label TF = Z_{ℓ+1}[d, n] is needed (the last layer under the loss or
+// the predictions): per head the query column alone, O(n·d + d²) instead of O(n²·d):
+// w_q = C x_q, q = Bᵀ w_q, S[i, n] = u_i · w_q = x_i · q (i < n), h = h̃(S[:, n]), y = Z M h,
+// TF = Z[d, n] + Σ_s (V_s y_s)[d]. Only Z_{ℓ+1}[d, n] is written; h, y, w_q, q are kept per head.
+template <class T>
+void forward_query_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T* Ck,
+                         const Activation* acts) {
+  const index_t d = w.d, n = w.n, D = w.D, Tt = w.Tt;
+  const T* Z = w.z(l);
+  T tf = Z[d * Tt + n];
+  for (index_t s = 0; s < w.H; ++s) {
+    const index_t p = l * w.H + s;
+    const T* Bm = Bq + p * d * d;
+    const T* Cm = Ck + p * d * d;
+    const T* Vm = V + p * D * D;
+    T *wq = w.q_wq.data() + s * d, *q = w.q_q.data() + s * d, *h = w.q_h.data() + s * Tt,
+      *y = w.q_y.data() + s * D;
+    for (index_t a = 0; a < d; ++a) {
+      T acc = T(0);
+      for (index_t c = 0; c < d; ++c) acc += Cm[a * d + c] * Z[c * Tt + n];
+      wq[a] = acc;
+    }
+    for (index_t c = 0; c < d; ++c) {
+      T acc = T(0);
+      for (index_t a = 0; a < d; ++a) acc += Bm[a * d + c] * wq[a];
+      q[c] = acc;
+    }
+    combine_rows(h, false, q, 1, Z, Tt, d, Tt);  // h[i] = x_i · q for every token
+    activation_forward(acts[s], h, n, index_t(1), w.col.data());  // the sources i < n, one column
+    std::fill(h + n, h + Tt, T(0));                                // M: the query is no source
+    products_bt(Z, D, h, 1, Tt, y);                                // y[r] = Σ_{i<n} Z[r, i] h[i]
+    for (index_t r = 0; r < D; ++r) tf += Vm[d * D + r] * y[r];
+  }
+  w.z(l + 1)[d * Tt + n] = tf;
+}
+
+// Z_1 .. Z_L from Z0; with query_only the last layer computes the query label alone.
+template <class T>
+void forward_prompt(Workspace<T>& w, const T* Z0, const T* V, const T* Bq, const T* Ck,
+                    const Activation* acts, bool query_only = false) {
+  w.stage(Z0, w.z(0));
+  const index_t full = query_only ? w.L - 1 : w.L;
+  for (index_t l = 0; l < full; ++l) forward_layer(w, l, V, Bq, Ck, acts);
+  if (query_only) forward_query_layer(w, w.L - 1, V, Bq, Ck, acts);
+}
+
+// Layer ℓ backward in full: from ∂ℓ/∂Z_{ℓ+1} in w.dZ to ∂ℓ/∂Z_ℓ (left in w.dZ); parameter
+// gradients accumulate into gV, gB, gC.
+template <class T>
+void backward_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T* Ck,
+                    const Activation* acts, double* gV, double* gB, double* gC) {
+  const index_t d = w.d, n = w.n, D = w.D, Tt = w.Tt;
+  const T* Z = w.z(l);
+  const T* dO = w.dZ.data();  // ∂ℓ/∂Z_{ℓ+1}: every head's output receives it
+  std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
+  T* dZp = w.dZprev.data();
+  for (index_t s = 0; s < w.H; ++s) {
+    const index_t p = l * w.H + s;
+    const T* Bm = Bq + p * d * d;
+    const T* Cm = Ck + p * d * d;
+    const T* Vm = V + p * D * D;
+    const T *U = w.u(l, s), *Wk = w.w(l, s), *Hs = w.h(l, s), *Y = w.y(l, s);
+    T *dY = w.dY.data(), *dH = w.dH.data(), *dU = w.dU.data(), *dW = w.dW.data();
+    T* prod = w.prod.data();
+    // dV += dO Y^T;  dY = V^T dO
+    products_bt(dO, D, Y, D, Tt, prod);
+    for (index_t k = 0; k < D * D; ++k) gV[p * D * D + k] += double(prod[k]);
+    for (index_t q = 0; q < D; ++q) combine_rows(dY + q * Tt, false, Vm + q, D, dO, Tt, D, Tt);
+    // Y = Z M H:  dZ[:, i<n] += dY H^T;  dH = (Z M)^T dY
+    products_bt(dY, D, Hs, n, Tt, prod);
+    for (index_t r = 0; r < D; ++r)
+      for (index_t i = 0; i < n; ++i) dZp[r * Tt + i] += prod[r * n + i];
+    for (index_t i = 0; i < n; ++i) combine_rows(dH + i * Tt, false, Z + i, Tt, dY, Tt, D, Tt);
+    activation_backward(acts[s], Hs, dH, n, Tt, w.col.data());  // dH becomes dS
+    // S = U^T W:  dU[:, i] = W dS[i, :]^T for i < n (0 for the query), dW = U[:, :n] dS
+    std::fill(dU, dU + d * Tt, T(0));
+    products_bt(Wk, d, dH, n, Tt, prod);
+    for (index_t a = 0; a < d; ++a) {
+      std::copy(prod + a * n, prod + (a + 1) * n, dU + a * Tt);
+      combine_rows(dW + a * Tt, false, U + a * Tt, 1, dH, Tt, n, Tt);
+    }
+    // U = B X, W = C X:  dB += dU X^T, dC += dW X^T, dX += B^T dU + C^T dW
+    products_bt(dU, d, Z, d, Tt, prod);
+    for (index_t k = 0; k < d * d; ++k) gB[p * d * d + k] += double(prod[k]);
+    products_bt(dW, d, Z, d, Tt, prod);
+    for (index_t k = 0; k < d * d; ++k) gC[p * d * d + k] += double(prod[k]);
+    for (index_t b = 0; b < d; ++b) {
+      combine_rows(dZp + b * Tt, true, Bm + b, d, dU, Tt, d, Tt);
+      combine_rows(dZp + b * Tt, true, Cm + b, d, dW, Tt, d, Tt);
+    }
+  }
+  w.dZ.swap(w.dZprev);
+}
+
+// The backward of forward_query_layer: ∂ℓ/∂Z_{ℓ+1} is g at [d, n] alone (the loss seed), so per head
+// dV[d, :] += g y, dy = g V[d, :], dZ[:, i<n] += dy h_i, dh_i = (Z M)ᵀ dy, ds = h̃'(dh),
+// a = Σ_{i<n} ds_i x_i, dB += w_q aᵀ, dw_q = B a, dC += dw_q x_qᵀ, dX[:, i<n] += q ds_i,
+// dX[:, n] += Cᵀ dw_q — O(n·d + d²). Leaves ∂ℓ/∂Z_ℓ (dense) in w.dZ.
+template <class T>
+void backward_query_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T* Ck,
+                          const Activation* acts, double* gV, double* gB, double* gC) {
+  const index_t d = w.d, n = w.n, D = w.D, Tt = w.Tt;
+  const T* Z = w.z(l);
+  const T g = w.dZ[d * Tt + n];
+  std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
+  T* dZp = w.dZprev.data();
+  T *dy = w.q_dy.data(), *dh = w.q_dh.data(), *a = w.q_a.data(), *dwq = w.q_dwq.data();
+  for (index_t s = 0; s < w.H; ++s) {
+    const index_t p = l * w.H + s;
+    const T* Bm = Bq + p * d * d;
+    const T* Cm = Ck + p * d * d;
+    const T* Vm = V + p * D * D;
+    const T *wq = w.q_wq.data() + s * d, *q = w.q_q.data() + s * d, *h = w.q_h.data() + s * Tt,
+            *y = w.q_y.data() + s * D;
+    for (index_t r = 0; r < D; ++r) {
+      gV[p * D * D + d * D + r] += double(g * y[r]);
+      dy[r] = g * Vm[d * D + r];
+    }
+    for (index_t r = 0; r < D; ++r) axpy(dZp + r * Tt, dy[r], h, Tt);  // h is 0 from n on
+    combine_rows(dh, false, dy, 1, Z, Tt, D, Tt);
+    activation_backward(acts[s], h, dh, n, index_t(1), w.col.data());  // dh becomes ds
+    std::fill(dh + n, dh + Tt, T(0));
+    products_bt(Z, d, dh, 1, Tt, a);  // a[c] = Σ_{i<n} Z[c, i] ds[i]
+    for (index_t r = 0; r < d; ++r) {
+      T acc = T(0);
+      for (index_t c = 0; c < d; ++c) {
+        gB[p * d * d + r * d + c] += double(wq[r] * a[c]);
+        acc += Bm[r * d + c] * a[c];
+      }
+      dwq[r] = acc;
+    }
+    for (index_t r = 0; r < d; ++r)
+      for (index_t c = 0; c < d; ++c) gC[p * d * d + r * d + c] += double(dwq[r] * Z[c * Tt + n]);
+    for (index_t c = 0; c < d; ++c) {
+      axpy(dZp + c * Tt, q[c], dh, Tt);
+      T acc = T(0);
+      for (index_t r = 0; r < d; ++r) acc += Cm[r * d + c] * dwq[r];
+      dZp[c * Tt + n] += acc;
+    }
+  }
+  w.dZ.swap(w.dZprev);
+}
+
 // From ∂ℓ/∂Z_L in w.dZ to ∂ℓ/∂Z_0 (left in w.dZ); parameter gradients accumulate into gV, gB, gC.
+// query_only: the forward ran forward_query_layer last and w.dZ is nonzero at [d, n] alone.
 template <class T>
 void backward_prompt(Workspace<T>& w, const T* V, const T* Bq, const T* Ck, const Activation* acts,
-                     double* gV, double* gB, double* gC) {
-  const index_t d = w.d, n = w.n, D = w.D, Tt = w.Tt;
-  for (index_t l = w.L - 1; l >= 0; --l) {
-    const T* Z = w.z(l);
-    const T* dO = w.dZ.data();  // ∂ℓ/∂Z_{ℓ+1}: every head's output receives it
-    std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
-    T* dZp = w.dZprev.data();
-    for (index_t s = 0; s < w.H; ++s) {
-      const index_t p = l * w.H + s;
-      const T* Bm = Bq + p * d * d;
-      const T* Cm = Ck + p * d * d;
-      const T* Vm = V + p * D * D;
-      const T *U = w.u(l, s), *Wk = w.w(l, s), *Hs = w.h(l, s), *Y = w.y(l, s);
-      T *dY = w.dY.data(), *dH = w.dH.data(), *dU = w.dU.data(), *dW = w.dW.data();
-      T* prod = w.prod.data();
-      // dV += dO Y^T;  dY = V^T dO
-      products_bt(dO, D, Y, D, Tt, prod);
-      for (index_t k = 0; k < D * D; ++k) gV[p * D * D + k] += double(prod[k]);
-      for (index_t q = 0; q < D; ++q) combine_rows(dY + q * Tt, false, Vm + q, D, dO, Tt, D, Tt);
-      // Y = Z M H:  dZ[:, i<n] += dY H^T;  dH = (Z M)^T dY
-      products_bt(dY, D, Hs, n, Tt, prod);
-      for (index_t r = 0; r < D; ++r)
-        for (index_t i = 0; i < n; ++i) dZp[r * Tt + i] += prod[r * n + i];
-      for (index_t i = 0; i < n; ++i) combine_rows(dH + i * Tt, false, Z + i, Tt, dY, Tt, D, Tt);
-      activation_backward(acts[s], Hs, dH, n, Tt, w.col.data());  // dH becomes dS
-      // S = U^T W:  dU[:, i] = W dS[i, :]^T for i < n (0 for the query), dW = U[:, :n] dS
-      std::fill(dU, dU + d * Tt, T(0));
-      products_bt(Wk, d, dH, n, Tt, prod);
-      for (index_t a = 0; a < d; ++a) {
-        std::copy(prod + a * n, prod + (a + 1) * n, dU + a * Tt);
-        combine_rows(dW + a * Tt, false, U + a * Tt, 1, dH, Tt, n, Tt);
-      }
-      // U = B X, W = C X:  dB += dU X^T, dC += dW X^T, dX += B^T dU + C^T dW
-      products_bt(dU, d, Z, d, Tt, prod);
-      for (index_t k = 0; k < d * d; ++k) gB[p * d * d + k] += double(prod[k]);
-      products_bt(dW, d, Z, d, Tt, prod);
-      for (index_t k = 0; k < d * d; ++k) gC[p * d * d + k] += double(prod[k]);
-      for (index_t b = 0; b < d; ++b) {
-        combine_rows(dZp + b * Tt, true, Bm + b, d, dU, Tt, d, Tt);
-        combine_rows(dZp + b * Tt, true, Cm + b, d, dW, Tt, d, Tt);
-      }
-    }
-    w.dZ.swap(w.dZprev);
-  }
+                     double* gV, double* gB, double* gC, bool query_only = false) {
+  index_t l = w.L - 1;
+  if (query_only) backward_query_layer(w, l--, V, Bq, Ck, acts, gV, gB, gC);
+  for (; l >= 0; --l) backward_layer(w, l, V, Bq, Ck, acts, gV, gB, gC);
 }
 
 // TF_0..TF_L (or ŷ_ℓ = −TF_ℓ, recipe::prediction) of prompt b; returns the poison.
@@ -275,9 +415,11 @@ bool forward_range(const KernelAttentionShape& sh, const T* Z0, const T* V, cons
   const index_t ctx = ka_context_size(sh, simd::kLanes<T>);
   Workspace<T> w(sh);
   T poison = T(0);
+  // Predictions alone (no Z_L, no saved context) need the last layer's query column only.
+  const bool query_only = Z_out == nullptr && context == nullptr;
   for (index_t b = b0; b < b1; ++b) {
     w.use_context(context ? context + b * ctx : nullptr);
-    forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
+    forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts, query_only);
     if (Z_out) poison += w.unstage(w.z(sh.layers), Z_out + b * per);
     if (predictions) poison += store_predictions(w, predictions, b, prediction_output);
   }
@@ -307,14 +449,14 @@ bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, 
   Workspace<T> w(sh);
   T poison = T(0);
   for (index_t b = b0; b < b1; ++b) {
-    forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
+    forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts, /*query_only=*/true);
     const T tf = w.query_label(sh.layers);
     const double residual = recipe::loss_residual(double(tf), double(y_q[b]));  // TF predicts −y (4)
     partial[0] += residual * residual;
     if (predictions) poison += store_predictions(w, predictions, b, PredictionOutput::tf);
     std::fill(w.dZ.begin(), w.dZ.end(), T(0));
     w.dZ[d * w.Tt + sh.context] = T(recipe::loss_seed(residual, sh.batch));
-    backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC);
+    backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC, /*query_only=*/true);
     if (d_Z0) poison += w.unstage(w.dZ.data(), d_Z0 + b * per);
   }
   return detail::poison_clear(poison);

@@ -14,15 +14,6 @@
 namespace lsa_native {
 namespace cpu {
 
-bool use_avx2_kernels() {
-#if defined(LSA_NATIVE_X86_DISPATCH)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-#else
-  return false;
-#endif
-}
-
 namespace {
 
 template <class T>
@@ -130,7 +121,5 @@ LSA_NATIVE_LSA_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)
 LSA_NATIVE_LSA_API(LSA_NATIVE_INSTANTIATE_BACKEND, double)
 
 }  // namespace cpu
-
-const char* cpu_kernel_isa() { return cpu::use_avx2_kernels() ? "avx2-fma" : "baseline"; }
 
 }  // namespace lsa_native

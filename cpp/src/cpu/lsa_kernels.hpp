@@ -1,6 +1,7 @@
 // CPU LSA kernels over a range of prompts, compiled once per instruction set (see lsa_kernels.inl).
 #pragma once
 
+#include "cpu/isa.hpp"
 #include "lsa_native/lsa.hpp"
 
 namespace lsa_native::cpu {
@@ -45,13 +46,6 @@ struct LsaKernels {
               index_t b0, index_t b1, double* partial);
 };
 
-namespace isa_baseline {
-template <class T>
-LsaKernels<T> lsa_kernels();
-}
-namespace isa_avx2 {
-template <class T>
-LsaKernels<T> lsa_kernels();
-}
+LSA_NATIVE_DECLARE_PER_ISA(template <class T> LsaKernels<T> lsa_kernels();)
 
 }  // namespace lsa_native::cpu

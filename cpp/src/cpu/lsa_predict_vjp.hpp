@@ -1,5 +1,5 @@
 // The CPU kernel of lsa_predict_vjp (lsa.hpp) over a range of prompts, compiled once per
-// instruction set (lsa_predict_vjp.inl, included by lsa_kernels_{base,avx2}.cpp) and chosen at run
+// instruction set (lsa_predict_vjp.inl, included by lsa_kernels_{base,avx2,avx512}.cpp) and chosen at run
 // time by select_kernels (isa.hpp); the driver is in lsa_cpu.cpp.
 #pragma once
 

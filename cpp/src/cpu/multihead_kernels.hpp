@@ -1,5 +1,5 @@
 // CPU kernels of the H-head LSA (multihead.hpp) over a range of prompts, compiled once per
-// instruction set (multihead_kernels.inl, included by lsa_kernels_{base,avx2}.cpp beside the
+// instruction set (multihead_kernels.inl, included by lsa_kernels_{base,avx2,avx512}.cpp beside the
 // one-head kernels whose token-axis tiles it reuses) and chosen at run time; drivers in
 // multihead_cpu.cpp.
 #pragma once

@@ -15,25 +15,13 @@ namespace lsa_native::cpu {
 namespace {
 
 template <class T>
-const SamplingKernels<T>& sampling() {
-  return select_kernels<SamplingKernels<T>>(
-#if defined(LSA_NATIVE_X86_DISPATCH)
-      [] { return isa_avx2::sampling_kernels<T>(); },
-#else
-      [] { return isa_baseline::sampling_kernels<T>(); },
-#endif
-      [] { return isa_baseline::sampling_kernels<T>(); });
+const cpu::SamplingKernels<T>& sampling() {
+  return LSA_NATIVE_SELECT_KERNELS(cpu::SamplingKernels<T>, sampling_kernels<T>());
 }
 
 template <class T>
-const LsaKernels<T>& lsa() {
-  return select_kernels<LsaKernels<T>>(
-#if defined(LSA_NATIVE_X86_DISPATCH)
-      [] { return isa_avx2::lsa_kernels<T>(); },
-#else
-      [] { return isa_baseline::lsa_kernels<T>(); },
-#endif
-      [] { return isa_baseline::lsa_kernels<T>(); });
+const cpu::LsaKernels<T>& lsa() {
+  return LSA_NATIVE_SELECT_KERNELS(cpu::LsaKernels<T>, lsa_kernels<T>());
 }
 
 rng::StreamAddress address(const StreamId& id) {
@@ -91,15 +79,24 @@ void random_normals(const StreamId& id, std::uint64_t start, index_t n, T* out) 
 
 template <class T>
 void random_uniforms(const StreamId& id, std::uint64_t start, index_t n, T* out) {
+  const auto& k = sampling<T>();
   const rng::StreamAddress a = address(id);
-  for (index_t i = 0; i < n; ++i) out[i] = rng::uniform_at<T>(a, start + std::uint64_t(i));
+  constexpr index_t kPer = 4096;  // as random_normals: each range a pure function of its positions
+  detail::parallel_for((n + kPer - 1) / kPer, [&](index_t t) {
+    const index_t i0 = t * kPer, m = std::min(kPer, n - i0);
+    k.uniforms(a, start + std::uint64_t(i0), m, out + i0);
+  });
 }
 
 template <class T>
 void random_gammas(const StreamId& id, std::uint64_t start, index_t n, T shape, T* out) {
+  const auto& k = sampling<T>();
   const rng::StreamAddress a = address(id);
-  for (index_t i = 0; i < n; ++i)
-    out[i] = rng::gamma_variate<T>(a, static_cast<std::uint32_t>(start + std::uint64_t(i)), shape);
+  constexpr index_t kPer = 4096;  // as random_normals: each range a pure function of its positions
+  detail::parallel_for((n + kPer - 1) / kPer, [&](index_t t) {
+    const index_t i0 = t * kPer, m = std::min(kPer, n - i0);
+    k.gammas(a, static_cast<std::uint32_t>(start + std::uint64_t(i0)), m, shape, out + i0);
+  });
 }
 
 template <class T>

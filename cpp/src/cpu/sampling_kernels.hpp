@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+
+#include "cpu/isa.hpp"
 #include "common/linear_prompts.hpp"
 #include "common/random.hpp"
 #include "cpu/lsa_kernels.hpp"
@@ -17,6 +19,9 @@ using LinearPlan = linear::Law<T>;
 template <class T>
 struct SamplingKernels {
   void (*normals)(const rng::StreamAddress&, std::uint64_t start, index_t n, T* out);
+  void (*uniforms)(const rng::StreamAddress&, std::uint64_t start, index_t n, T* out);  // bitwise rng::uniform_at
+  // Gamma(shape) variates start .. start+n−1 (rng::gamma_variate's, to rounding).
+  void (*gammas)(const rng::StreamAddress&, std::uint32_t start, index_t n, T shape, T* out);
   void (*log)(const T* x, index_t n, T* out);
   void (*sincos_2pi)(const T* u, index_t n, T* s, T* c);
   // Prompts [b0, b1): prompt b is written at offset b − b0 of each non-null output.
@@ -27,13 +32,6 @@ struct SamplingKernels {
                             index_t b1, double* partial);
 };
 
-namespace isa_baseline {
-template <class T>
-SamplingKernels<T> sampling_kernels();
-}
-namespace isa_avx2 {
-template <class T>
-SamplingKernels<T> sampling_kernels();
-}
+LSA_NATIVE_DECLARE_PER_ISA(template <class T> SamplingKernels<T> sampling_kernels();)
 
 }  // namespace lsa_native::cpu

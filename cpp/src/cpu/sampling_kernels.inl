@@ -25,6 +25,14 @@ template <class T>
 void normals_kernel(const rng::StreamAddress& a, std::uint64_t start, index_t n, T* out) {
   simd::fill_normals(a, start, n, out);
 }
+template <class T>
+void gammas_kernel(const rng::StreamAddress& a, std::uint32_t start, index_t n, T shape, T* out) {
+  simd::fill_gammas(a, start, n, shape, out);
+}
+template <class T>
+void uniforms_kernel(const rng::StreamAddress& a, std::uint64_t start, index_t n, T* out) {
+  simd::fill_uniforms(a, start, n, out);
+}
 
 // Applies a vector function to n values through whole vectors (the tail padded with `pad`).
 template <class T, class Fn>
@@ -221,7 +229,7 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
 
 template <class T>
 SamplingKernels<T> sampling_kernels() {
-  return {&normals_kernel<T>, &log_kernel<T>, &sincos_kernel<T>, &linear_prompts_kernel<T>,
+  return {&normals_kernel<T>, &uniforms_kernel<T>, &gammas_kernel<T>, &log_kernel<T>, &sincos_kernel<T>, &linear_prompts_kernel<T>,
           &wishart_loss_grad_kernel<T>};
 }
 template SamplingKernels<float> sampling_kernels<float>();

@@ -217,6 +217,23 @@ inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8
   philox_blocks(a, lane + b0, w);
 }
 
+// Block order from lane order with shuffles (no scalar loop in the hot path): z[4·lane + j] =
+// v[j][lane] for 8 lanes and j < 4 (a 4 x 8 transpose), and z[2·l + j] = (j ? b : a)[l] for 4 lanes.
+inline void store_block_order(const Vec<float> (&v)[4], float* z) {
+  const Vec<float> p = __builtin_shufflevector(v[0], v[1], 0, 8, 1, 9, 2, 10, 3, 11);
+  const Vec<float> q = __builtin_shufflevector(v[2], v[3], 0, 8, 1, 9, 2, 10, 3, 11);
+  const Vec<float> p2 = __builtin_shufflevector(v[0], v[1], 4, 12, 5, 13, 6, 14, 7, 15);
+  const Vec<float> q2 = __builtin_shufflevector(v[2], v[3], 4, 12, 5, 13, 6, 14, 7, 15);
+  store(z, __builtin_shufflevector(p, q, 0, 1, 8, 9, 2, 3, 10, 11));        // lanes 0, 1
+  store(z + 8, __builtin_shufflevector(p, q, 4, 5, 12, 13, 6, 7, 14, 15));  // lanes 2, 3
+  store(z + 16, __builtin_shufflevector(p2, q2, 0, 1, 8, 9, 2, 3, 10, 11));
+  store(z + 24, __builtin_shufflevector(p2, q2, 4, 5, 12, 13, 6, 7, 14, 15));
+}
+inline void store_interleaved(Vec<double> a, Vec<double> b, double* z) {
+  store(z, __builtin_shufflevector(a, b, 0, 4, 1, 5));
+  store(z + 4, __builtin_shufflevector(a, b, 2, 6, 3, 7));
+}
+
 // The normals of 8 Philox blocks (w[j][lane] = word j of the lane's block) in block order:
 // z[4·lane + j] (float: 4 per block) or z[2·lane + j] (double: 2 per block) = normal j of the block.
 inline void lane_normals(const U32x8 (&w)[4], float* z) {  // z [32]
@@ -226,8 +243,7 @@ inline void lane_normals(const U32x8 (&w)[4], float* z) {  // z [32]
     const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h + 1]);
     rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, n[2 * h], n[2 * h + 1]);
   }
-  for (int lane = 0; lane < 8; ++lane)
-    for (int j = 0; j < 4; ++j) z[4 * lane + j] = n[j][lane];
+  store_block_order(n, z);
 }
 inline void lane_normals(const U32x8 (&w)[4], double* z) {  // z [16]
   for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
@@ -238,42 +254,68 @@ inline void lane_normals(const U32x8 (&w)[4], double* z) {  // z [16]
     const Vec<double> u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[2], q[3]);
     Vec<double> z0, z1;
     rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, z0, z1);
-    for (int l = 0; l < 4; ++l) {
-      z[2 * (4 * h + l)] = z0[l];
-      z[2 * (4 * h + l) + 1] = z1[l];
-    }
+    store_interleaved(z0, z1, z + 8 * h);
   }
 }
 
-// The normals of blocks b0..b0+7 of a stream, in stream order: z [32] (float) or [16] (double).
-template <class T>
-inline void normals_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, T* z) {
-  U32x8 w[4];
-  philox_8_blocks(a, b0, w);
-  lane_normals(w, z);
+// The uniforms of 8 Philox blocks in block order, the bits rng::uniform_at gives (the word-to-real
+// conversion is exact): z[4·lane + j] = uniform_float(word j) (float), z[2·lane + j] =
+// uniform_double(words 2j, 2j+1) (double).
+inline void lane_uniforms(const U32x8 (&w)[4], float* z) {  // z [32]
+  Vec<float> u[4];
+  for (int j = 0; j < 4; ++j) u[j] = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[j]);
+  store_block_order(u, z);
+}
+inline void lane_uniforms(const U32x8 (&w)[4], double* z) {  // z [16]
+  for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
+    U32x4 q[4];
+    for (int j = 0; j < 4; ++j)
+      q[j] = h == 0 ? __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3) : __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+    const Vec<double> u0 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[0], q[1]);
+    const Vec<double> u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[2], q[3]);
+    store_interleaved(u0, u1, z + 8 * h);
+  }
+}
+
+// out[i] = the variate at position p0 + i of stream a, i < n, with rng::NormalsPerBlock<T> variates
+// per Philox block (4 float, 2 double: normals and uniforms alike) and `lanes(w, z)` turning the
+// words of 8 consecutive blocks into their variates in block order. Whole 8-block groups are
+// written straight into out; only a group cut by p0 or by the end goes through a buffer.
+template <class T, class Lanes>
+inline void fill_by_blocks(const rng::StreamAddress& a, std::uint64_t p0, index_t n, T* out,
+                           Lanes lanes) {
+  constexpr std::uint64_t per = rng::NormalsPerBlock<T>::value;
+  constexpr std::uint64_t group = 8 * per;  // variates per 8-block call
+  T z[group];
+  std::uint64_t p = p0;
+  const std::uint64_t end = p0 + static_cast<std::uint64_t>(n);
+  while (p < end) {
+    const std::uint64_t g0 = p / group * group;  // first position of this group
+    U32x8 w[4];
+    philox_8_blocks(a, static_cast<std::uint32_t>(g0 / per), w);
+    if (g0 == p && p + group <= end) {  // a whole group: straight into out
+      lanes(w, out);
+      out += group;
+      p += group;
+      continue;
+    }
+    lanes(w, z);
+    const std::uint64_t stop = end < g0 + group ? end : g0 + group;
+    for (; p < stop; ++p) *out++ = z[p - g0];
+  }
 }
 
 // out[i] = normal at position p0 + i of stream a, i < n (the values random.hpp's normal_at defines,
 // up to the rounding of this file's log/sin/cos).
 template <class T>
 inline void fill_normals(const rng::StreamAddress& a, std::uint64_t p0, index_t n, T* out) {
-  constexpr std::uint64_t per = rng::NormalsPerBlock<T>::value;
-  constexpr std::uint64_t group = 8 * per;  // normals per 8-block call
-  T z[group];
-  std::uint64_t p = p0;
-  const std::uint64_t end = p0 + static_cast<std::uint64_t>(n);
-  while (p < end) {
-    const std::uint64_t g0 = p / group * group;  // first position of this group
-    if (g0 == p && p + group <= end) {  // a whole group: straight into out
-      normals_8_blocks(a, static_cast<std::uint32_t>(g0 / per), out);
-      out += group;
-      p += group;
-      continue;
-    }
-    normals_8_blocks(a, static_cast<std::uint32_t>(g0 / per), z);
-    const std::uint64_t stop = end < g0 + group ? end : g0 + group;
-    for (; p < stop; ++p) *out++ = z[p - g0];
-  }
+  fill_by_blocks(a, p0, n, out, [](const U32x8 (&w)[4], T* z) { lane_normals(w, z); });
+}
+
+// out[i] = uniform at position p0 + i of stream a, i < n: rng::uniform_at's values, bit for bit.
+template <class T>
+inline void fill_uniforms(const rng::StreamAddress& a, std::uint64_t p0, index_t n, T* out) {
+  fill_by_blocks(a, p0, n, out, [](const U32x8 (&w)[4], T* z) { lane_uniforms(w, z); });
 }
 
 // out[k·n + p] = the normal at position p < n of prompt a.prompt + k's stream, k < prompts: the
@@ -327,48 +369,35 @@ inline M gamma_attempt(V shape, V z, V u, V& x) {
   return positive & accept;
 }
 
-// The Bartlett χ² of `prompts` consecutive prompts from a.prompt on:
-//   out[k·dp + i] = χ²_{N−i} = 2·Gamma((N − i)/2), variate i < dp of prompt a.prompt + k's stream
-// as rng::chi_square_variate defines it. Lanes take (prompt, variate) slots in that order (no lane
-// idles between prompts): attempt 0 in SIMD, 8 (float) or 4 (double) slots at a time; slots that
-// reject, or whose shape is below 1 and needs the boost, take the scalar recipe. The SIMD
-// log/sin/cos round differently from libm, so values agree with the scalar recipe up to rounding.
-struct ChiSlots {  // the (prompt, variate) of the next slot, advanced without division
-  std::uint32_t prompt;
-  index_t i, dp;
-  void next() {
-    if (++i == dp) {
-      i = 0;
-      ++prompt;
-    }
-  }
-};
+// Gamma variates in SIMD, slot by slot: slot s is variate `variate` of prompt `prompt`'s stream at
+// shape `shape` (the slots' fields, advanced by next() without division), and
+//   out[s] = scale · rng::gamma_variate(stream of prompt, variate, shape)
+// (scale 2 and shape (N − i)/2 give χ²_{N−i}). Lanes take consecutive slots: attempt 0 in SIMD,
+// 8 (float) or 4 (double) slots at a time; slots that reject, or whose shape is below 1 and needs
+// the boost, take the scalar recipe. The SIMD log/sin/cos round differently from libm, so values
+// agree with the scalar recipe up to rounding.
 // float: 8 slots per vector; double: 4 slots, lanes 4-7 computing block B (the uniforms) of lanes
 // 0-3's slots.
-template <class T>
-inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
-                               T* out) {
+template <class T, class Slots>
+inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Slots slot, T* out) {
   constexpr bool kFloat = sizeof(T) == 4;
   constexpr int L = kFloat ? 8 : 4;  // slots per vector
   using Mask = std::conditional_t<kFloat, I32x8, I64x4>;
   constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
-  const index_t n = prompts * dp;
-  ChiSlots slot{a.prompt, 0, dp};
   for (index_t s0 = 0; s0 < n; s0 += L) {
     U32x8 blocks, ids;
     Vec<T> shape;
-    std::uint32_t prompt_of[L];
-    index_t var_of[L];
+    std::uint32_t prompt_of[L], var_of[L];
     for (int l = 0; l < L; ++l) {
       prompt_of[l] = slot.prompt;
-      var_of[l] = slot.i;
-      blocks[l] = static_cast<std::uint32_t>(slot.i) * stride;
+      var_of[l] = slot.variate;
+      blocks[l] = slot.variate * stride;
       ids[l] = slot.prompt;
       if constexpr (!kFloat) {
         blocks[l + 4] = blocks[l] + 1;
         ids[l + 4] = slot.prompt;
       }
-      shape[l] = T(0.5) * static_cast<T>(N - slot.i);
+      shape[l] = slot.shape();
       if (s0 + l + 1 < n) slot.next();  // the tail lanes repeat the last slot
     }
     U32x8 w[4];
@@ -393,12 +422,45 @@ inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t d
     const Mask ok = gamma_attempt<T, Vec<T>, Mask>(shape, z, u, x);
     for (int l = 0; l < L && s0 + l < n; ++l) {
       const rng::StreamAddress al{a.key, prompt_of[l], a.step, a.stream};
-      out[s0 + l] = (ok[l] && shape[l] >= T(1))
-                        ? T(2) * x[l]
-                        : rng::chi_square_variate<T>(al, static_cast<std::uint32_t>(var_of[l]),
-                                                     T(N - var_of[l]));
+      out[s0 + l] = scale * ((ok[l] && shape[l] >= T(1)) ? x[l]
+                                                         : rng::gamma_variate<T>(al, var_of[l], shape[l]));
     }
   }
+}
+
+// The Bartlett χ² of `prompts` consecutive prompts from a.prompt on:
+//   out[k·dp + i] = χ²_{N−i} = 2·Gamma((N − i)/2), variate i < dp of prompt a.prompt + k's stream
+// as rng::chi_square_variate defines it; lanes take (prompt, variate) slots in that order (no lane
+// idles between prompts).
+template <class T>
+struct BartlettSlots {
+  std::uint32_t prompt, variate;
+  index_t dp, N;
+  T shape() const { return T(0.5) * static_cast<T>(N - index_t(variate)); }
+  void next() {
+    if (index_t(++variate) == dp) {
+      variate = 0;
+      ++prompt;
+    }
+  }
+};
+template <class T>
+inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
+                               T* out) {
+  fill_gamma_slots(a, prompts * dp, T(2), BartlettSlots<T>{a.prompt, 0, dp, N}, out);
+}
+
+// out[i] = Gamma(shape) variate k0 + i of stream a (rng::gamma_variate's, to rounding), i < n.
+template <class T>
+struct StreamGammaSlots {
+  std::uint32_t prompt, variate;
+  T shape_value;
+  T shape() const { return shape_value; }
+  void next() { ++variate; }
+};
+template <class T>
+inline void fill_gammas(const rng::StreamAddress& a, std::uint32_t k0, index_t n, T shape, T* out) {
+  fill_gamma_slots(a, n, T(1), StreamGammaSlots<T>{a.prompt, k0, shape}, out);
 }
 
 }  // namespace

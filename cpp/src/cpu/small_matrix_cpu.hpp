@@ -1,6 +1,6 @@
 // The host part of the small-matrix kit (common/small_matrix.hpp holds the LSA_HD part, and
 // cpu/small_matrix_simd.hpp the register tiles): dense products of row-major n x n double matrices,
-// compiled once per instruction set (small_matrix_kernels.inl in small_matrix_kernels_{base,avx2}.cpp)
+// compiled once per instruction set (small_matrix_kernels.inl in small_matrix_kernels_{base,avx2,avx512}.cpp)
 // and chosen at run time, and the argument check of covariance-like matrices.
 #pragma once
 

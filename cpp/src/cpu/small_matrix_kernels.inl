@@ -1,5 +1,5 @@
 // Small dense products, included by one translation unit per instruction set with LSA_ISA_NS
-// defined (small_matrix_kernels_{base,avx2}.cpp): the register tiles of small_matrix_simd.hpp.
+// defined (small_matrix_kernels_{base,avx2,avx512}.cpp): the register tiles of small_matrix_simd.hpp.
 #include "cpu/small_matrix_cpu.hpp"
 #include "cpu/small_matrix_simd.hpp"
 

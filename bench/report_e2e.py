@@ -1,0 +1,191 @@
+"""Issue 22's CPU report in one run, as same-run ratios, once per CPU kernel table (each forced
+through LSA_NATIVE_CPU_ISA in its own child process; a table the CPU lacks falls back to the best
+one below it, and the row says which table ran):
+
+- LSA prediction forward + backward (predict + predict_vjp without the input gradient, d = 20,
+  N = 100, float32, E larger than the last-level cache) as a fraction of the read bandwidth that
+  numpy reaches on the same array (np.add.reduce over E);
+- kernel attention loss_and_grad at the CCS size (d = 5, n = 30, L = 3, B = 30000, float32, one
+  head) vs PyTorch CPU autograd of the same model, and its rate in GFLOP/s vs numpy's sgemm in the
+  same process (FLOPs counted for the full attention, ka_flops; the native last layer computes
+  only the query column, so the rate is an effective one: the full algorithm's FLOPs per second);
+- standard normals per second on one thread vs numpy's standard_normal and torch.randn.
+
+    python bench/report_e2e.py [--repeats 5] [--tables baseline,avx2-fma,avx512] [--quick] [--cpu-time]
+
+Medians of `repeats` runs; run on an otherwise idle machine if you can (say so if not). With
+--cpu-time every time is CPU-seconds of the process (time.process_time) on one thread (native,
+numpy's BLAS, torch): per-core rates, what a loaded machine disturbs least.
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+from timing import median_seconds as _median_seconds  # noqa: E402
+
+median_seconds = _median_seconds
+
+TABLES = ("baseline", "avx2-fma", "avx512")
+
+
+def ka_flops(B: int, d: int, n: int, L: int, H: int = 1) -> float:
+    """FLOPs of the full kernel-attention forward + backward (2 per multiply-add): per layer and
+    head U = BX, W = CX (2·d²T each), S = UᵀW (n·T·d), Y = Z M H (D·T·n), V Y (D²·T), T = n + 1,
+    D = d + 1; the backward counted as twice the forward."""
+    T, D = n + 1, d + 1
+    fwd = 2.0 * (2 * d * d * T + n * T * d + D * T * n + D * D * T)
+    return 3.0 * fwd * B * L * H
+
+
+def sgemm_gflops(repeats: int) -> float:
+    a = np.random.default_rng(0).standard_normal((2048, 2048), dtype=np.float32)
+    t = median_seconds(lambda: a @ a, repeats)
+    return 2 * 2048**3 / t / 1e9
+
+
+def read_bandwidth(x: np.ndarray, repeats: int) -> float:
+    """Bytes per second numpy reads x at (a sum over its leading axis)."""
+    flat = x.reshape(-1, 1024)
+    t = median_seconds(lambda: np.add.reduce(flat, axis=0), repeats)
+    return x.nbytes / t
+
+
+def child(args) -> dict:
+    """The measurements of one table (this process's LSA_NATIVE_CPU_ISA)."""
+    import lsa_native as ln
+    from lsa_native import kernel_attention as ka
+    from lsa_native.sampling import random as rnd
+
+    r = args.repeats
+    clock = time.process_time if args.cpu_time else time.perf_counter
+    global median_seconds
+    median_seconds = functools.partial(_median_seconds, clock=clock)
+    if args.cpu_time:
+        ln.set_num_threads(1)
+    out = {"isa": ln.cpu_kernel_isa(), "threads": ln.num_threads()}
+    g = np.random.default_rng(0)
+
+    # LSA prediction fwd + bwd vs read bandwidth.
+    B, d, N = (1024 if args.quick else 8192), 20, 100
+    E = g.standard_normal((B, d + 1, N + 1), dtype=np.float32)
+    Wp, Wk = (g.standard_normal((d + 1, d + 1)).astype(np.float32) / (d + 1) for _ in range(2))
+    dy = g.standard_normal(B).astype(np.float32)
+    t_fwd = median_seconds(lambda: ln.lsa.predict(E, Wp, Wk), r)
+    t_bwd = median_seconds(lambda: ln.lsa.predict_vjp(E, Wp, Wk, dy, with_input_grad=False), r)
+    bw = read_bandwidth(E, r)
+    out["lsa"] = {"fwd_ms": t_fwd * 1e3, "bwd_ms": t_bwd * 1e3, "read_GBps": bw / 1e9,
+                  "fraction": 2 * E.nbytes / (t_fwd + t_bwd) / bw}
+
+    # Kernel attention at the CCS size vs torch and vs sgemm.
+    Bk, dk, n, L = (3000 if args.quick else 30000), 5, 30, 3
+    # The data and parameters of report_kernel_attention.py (kernel-GP prompts, CCS's scale).
+    batch = ln.data.kernel_gp_prompts(g, Bk, dk, n, "exp", dtype=np.float32)
+    Z0, y = batch.E, batch.y_q
+    params = ka.KernelAttentionParams.gaussian(g, dk, L, 1, "exp", sparse=False, scale=0.2)
+    V, Bm, Cm = (a.astype(np.float32) for a in (params.V / n, params.B, params.C))
+    sg = sgemm_gflops(r)
+    out["sgemm_GFLOPs"] = sg
+    flops = ka_flops(Bk, dk, n, L)
+    torch = None
+    try:
+        import torch  # noqa: F811
+        sys.path.insert(0, str(Path(__file__).parent))
+        from report_kernel_attention import torch_loss_and_grad
+    except ImportError:
+        torch = None
+    out["ka"] = {}
+    for act in args.activations:
+        t = median_seconds(lambda: ka.loss_and_grad(Z0, y, V, Bm, Cm, act), r)
+        row = {"ms": t * 1e3, "GFLOPs": flops / t / 1e9, "of_sgemm": flops / t / 1e9 / sg}
+        if torch is not None:
+            tZ, ty, tV, tB, tC = (torch.from_numpy(np.ascontiguousarray(a)) for a in (Z0, y, V, Bm, Cm))
+            tt = median_seconds(lambda: torch_loss_and_grad(tZ, ty, tV, tB, tC, act), max(1, r // 2))
+            row["torch_ms"] = tt * 1e3
+            row["vs_torch"] = tt / t
+        out["ka"][act] = row
+
+    # Normals per second on one thread.
+    ln.set_num_threads(1)
+    m = 1 << (20 if args.quick else 22)
+    out["normals"] = {}
+    rng = np.random.default_rng(0)
+    if torch is not None:
+        torch.set_num_threads(1)
+    for dt in (np.float32, np.float64):
+        name = np.dtype(dt).name
+        t_ln = median_seconds(lambda: rnd.normals(m, seed=1, dtype=dt), r)
+        t_np = median_seconds(lambda: rng.standard_normal(m, dtype=dt), r)
+        row = {"per_s": m / t_ln, "numpy_per_s": m / t_np, "vs_numpy": t_np / t_ln}
+        if torch is not None:
+            tdt = torch.float32 if dt == np.float32 else torch.float64
+            t_t = median_seconds(lambda: torch.randn(m, dtype=tdt), r)
+            row["torch_per_s"] = m / t_t
+            row["vs_torch"] = t_t / t_ln
+        out["normals"][name] = row
+    ln.set_num_threads(1 if args.cpu_time else 0)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--tables", default=",".join(TABLES))
+    p.add_argument("--activations", default="linear,relu,exp,softmax")
+    p.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not a measurement)")
+    p.add_argument("--cpu-time", action="store_true", help="CPU-seconds on one thread (per-core rates)")
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    args.activations = args.activations.split(",")
+    if args.child:
+        print(json.dumps(child(args)))
+        return 0
+    results = {}
+    for label in args.tables.split(","):
+        env = dict(os.environ, LSA_NATIVE_CPU_ISA=label)
+        if args.cpu_time:  # one thread for numpy's BLAS and torch too (set before they load)
+            env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+        cmd = [sys.executable, __file__, "--child", "--repeats", str(args.repeats),
+               "--activations", ",".join(args.activations)]
+        cmd += ["--quick"] if args.quick else []
+        cmd += ["--cpu-time"] if args.cpu_time else []
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+        results[label] = json.loads(res.stdout.strip().splitlines()[-1])
+    first = next(iter(results.values()))
+    print(f"clock: {'CPU-seconds, 1 thread' if args.cpu_time else 'wall'}; native threads "
+          f"{first['threads']}; load average at the end: {os.getloadavg()}")
+    print("\n| table asked | table ran | LSA pred fwd ms | bwd ms | numpy read GB/s | fraction of read bw |")
+    print("|---|---|---|---|---|---|")
+    for label, r in results.items():
+        l = r["lsa"]
+        print(f"| {label} | {r['isa']} | {l['fwd_ms']:.2f} | {l['bwd_ms']:.2f} | {l['read_GBps']:.1f} "
+              f"| {l['fraction']:.0%} |")
+    print("\n| table ran | activation | KA loss_and_grad ms | GFLOP/s (effective) | sgemm GFLOP/s "
+          "| of sgemm | torch ms | vs torch |")
+    print("|---|---|---|---|---|---|---|---|")
+    for label, r in results.items():
+        for act, k in r["ka"].items():
+            print(f"| {r['isa']} | {act} | {k['ms']:.1f} | {k['GFLOPs']:.1f} | {r['sgemm_GFLOPs']:.0f} "
+                  f"| {k['of_sgemm']:.0%} | {k.get('torch_ms', float('nan')):.1f} "
+                  f"| {k.get('vs_torch', float('nan')):.1f}x |")
+    print("\n| table ran | dtype | normals/s (1 thread) | numpy /s | torch.randn /s | vs numpy | vs torch |")
+    print("|---|---|---|---|---|---|---|")
+    for label, r in results.items():
+        for name, k in r["normals"].items():
+            print(f"| {r['isa']} | {name} | {k['per_s']:.3g} | {k['numpy_per_s']:.3g} "
+                  f"| {k.get('torch_per_s', float('nan')):.3g} | {k['vs_numpy']:.1f}x "
+                  f"| {k.get('vs_torch', float('nan')):.1f}x |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

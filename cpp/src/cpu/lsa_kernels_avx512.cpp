@@ -1,0 +1,6 @@
+// LSA CPU kernels (batched LSA, prediction VJP) compiled for AVX-512 (F, VL, BW, DQ) + FMA; chosen
+// at run time when the CPU and OS support them (isa.hpp).
+#define LSA_ISA_NS isa_avx512
+#include "cpu/lsa_kernels.inl"
+#include "cpu/lsa_predict_vjp.inl"
+#include "cpu/multihead_kernels.inl"
