@@ -158,6 +158,40 @@ LossAndGrad multihead_objective(const MultiheadProblem& p, const double* data, i
   };
 }
 
+// The entries of θ that reach ŷ (the flow runs on these only; the others have zero gradient and
+// stay put): W_pv[h, d, :], then W_kq[h, :, :d] (merged) or all of W_k and W_q[h, :, :d].
+std::vector<index_t> effective_entries(const MultiheadProblem& p) {
+  const index_t d = p.d, n1 = d + 1;
+  std::vector<index_t> idx;
+  for (index_t h = 0; h < p.heads; ++h)
+    for (index_t c = 0; c <= d; ++c) idx.push_back(h * n1 * n1 + d * n1 + c);
+  index_t base = p.sizes[0];
+  if (p.rank == 0) {
+    for (index_t h = 0; h < p.heads; ++h)
+      for (index_t r = 0; r <= d; ++r)
+        for (index_t c = 0; c < d; ++c) idx.push_back(base + h * n1 * n1 + r * n1 + c);
+    return idx;
+  }
+  for (index_t i = 0; i < p.sizes[1]; ++i) idx.push_back(base + i);
+  base += p.sizes[1];
+  for (index_t row = 0; row < p.heads * p.rank; ++row)
+    for (index_t c = 0; c < d; ++c) idx.push_back(base + row * n1 + c);
+  return idx;
+}
+
+// f restricted to the entries idx of θ, the other entries held at theta_full's values.
+LossAndGrad on_entries(LossAndGrad f, std::vector<double> theta_full, std::vector<index_t> idx) {
+  return [f = std::move(f), theta_full = std::move(theta_full), idx = std::move(idx)](
+             const double* th, double* g) {
+    std::vector<double> x = theta_full, gx(g ? x.size() : 0);  // per call: thread-safe
+    for (size_t k = 0; k < idx.size(); ++k) x[idx[k]] = th[k];
+    const double loss = f(x.data(), g ? gx.data() : nullptr);
+    if (g)
+      for (size_t k = 0; k < idx.size(); ++k) g[k] = gx[idx[k]];
+    return loss;
+  };
+}
+
 LabelNoise label_noise(double std, bool query) {
   LabelNoise noise;
   noise.std = std;
@@ -289,9 +323,26 @@ void bind_population(py::module_& m) {
         if (keys.size() != 1 && keys.size() != 2)
           throw Error("keys: expected [W_kq] (merged) or [W_k, W_q] (separate)");
         const MultiheadProblem p = multihead_problem(law, W_pv, keys, data);
-        return run_flow(multihead_objective(p, data.data(), N, label_noise(noise_std, query_noise)),
-                        p.theta, times, method, rtol, atol, step, grad_tol, loss_target, gap_tol,
-                        max_steps);
+        const std::vector<index_t> idx = effective_entries(p);
+        std::vector<double> theta0(idx.size());
+        for (size_t k = 0; k < idx.size(); ++k) theta0[k] = p.theta[idx[k]];
+        py::dict out = run_flow(
+            on_entries(multihead_objective(p, data.data(), N, label_noise(noise_std, query_noise)),
+                       p.theta, idx),
+            theta0, times, method, rtol, atol, step, grad_tol, loss_target, gap_tol, max_steps);
+        // back to full-size θ (the entries that do not reach ŷ keep their initial values)
+        const Arr eff = out["thetas"].cast<Arr>(), eff_final = out["final_theta"].cast<Arr>();
+        const auto n = static_cast<py::ssize_t>(p.theta.size());
+        Arr thetas({eff.shape(0), n}), final_theta(n);
+        for (py::ssize_t t = 0; t <= eff.shape(0); ++t) {
+          double* row = t < eff.shape(0) ? thetas.mutable_data() + t * n : final_theta.mutable_data();
+          const double* src = t < eff.shape(0) ? eff.data() + t * eff.shape(1) : eff_final.data();
+          std::copy(p.theta.begin(), p.theta.end(), row);
+          for (size_t k = 0; k < idx.size(); ++k) row[idx[k]] = src[k];
+        }
+        out["thetas"] = thetas;
+        out["final_theta"] = final_theta;
+        return out;
       },
       py::arg("law"), py::arg("W_pv").noconvert(), py::arg("keys"), py::arg("data").noconvert(),
       py::arg("N"), py::arg("times"), py::arg("method"), py::arg("rtol"), py::arg("atol"),
