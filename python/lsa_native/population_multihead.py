@@ -123,9 +123,11 @@ def multihead_gradient_flow(W_pv, W_kq, N: int, *, Lambda=None, moments=None, ti
     """Gradient flow dθ/dt = −∇L(θ) on the exact H-head population loss, θ = (W_pv, W_kq) or
     (W_pv, W_k, W_q), integrated natively by the one-head flow's driver (the same DOPRI5 / RK4 /
     Rosenbrock / auto methods, tolerances and stopping rules as
-    :func:`lsa_native.population.gradient_flow`; GIL released, Ctrl-C honoured). The Rosenbrock
-    phase needs n <= 6000 parameters (n = H·(d+1)·(2d+2) merged, H·(d+1)·(d+1+2r) separate);
-    ``"auto"`` stays with DOPRI5 above that. Pass exactly one of ``Lambda`` and ``moments``."""
+    :func:`lsa_native.population.gradient_flow`; GIL released, Ctrl-C honoured). The flow runs on
+    the entries that reach ŷ (p_h, K_h; or p_h, W^K_h, W^Q_h[:, :d]); the others have zero gradient
+    and keep their values. The Rosenbrock phase needs n <= 6000 of them (n = H(d+1)² merged,
+    H(d+1 + r(2d+1)) separate); ``"auto"`` stays with DOPRI5 above that. Pass exactly one of
+    ``Lambda`` and ``moments``."""
     W_pv, keys, d, separate = _heads(W_pv, W_kq)
     if (Lambda is None) == (moments is None):
         raise ValueError("multihead_gradient_flow: pass exactly one of Lambda, moments")
