@@ -7,6 +7,7 @@ from . import _core
 from ._validation import positive_int
 from . import (baselines, cuda, data, gp_kernels, kernel_attention, lsa, population, reference, sampling,
                theory, train)
+from . import population_multihead  # exact H-head population loss (issue 21)
 
 __version__ = _core.__version__
 
@@ -40,6 +41,7 @@ __all__ = [
     "baselines",
     "gp_kernels",
     "population",
+    "population_multihead",
     "reference",
     "data",
     "sampling",
