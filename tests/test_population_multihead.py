@@ -405,3 +405,42 @@ def test_flow_reaches_the_global_minimum(rng):
     assert abs(tr.final_loss - pop.minimum_loss(Lambda, N)) <= 1e-8
     L, g_pv, g_kq = pm.multihead_loss_and_grad(tr.final_W_pv, tr.final_W_kq, Lambda, N)
     assert abs(L - tr.final_loss) <= 1e-14 * L + 1e-15
+
+
+def test_flow_of_aligned_rank_one_heads_follows_the_scalar_odes(rng):
+    """Rank-one heads each aligned with one eigenvector e_i of a diagonal Λ, label-only value and
+    feature-only key (p1 = 0, k2 = 0): U = Σ_h v_h κ_h ω_h e_i e_iᵀ, and the exact flow reduces to
+    the paper's scalar ODEs for (v, κ, ω) per head, with u = vκω and
+    ∂L/∂u = Γ_i λ_i² u − λ_i² (ZFB Lemma A.1 along e_i): solved here by scipy's DOP853."""
+    from scipy.integrate import solve_ivp
+
+    d, N = 3, 6
+    lam = np.array([1.2, 0.7, 0.3])
+    gam = (1 + 1 / N) * lam + lam.sum() / N
+    aligned = [0, 2]  # head h learns component aligned[h]
+    v0, k0, w0 = rng.uniform(0.05, 0.2, (3, len(aligned)))
+    W_pv = np.zeros((len(aligned), d + 1, d + 1))
+    W_k = np.zeros((len(aligned), 1, d + 1))
+    W_q = np.zeros((len(aligned), 1, d + 1))
+    for h, i in enumerate(aligned):
+        W_pv[h, d, d], W_k[h, 0, i], W_q[h, 0, i] = v0[h], k0[h], w0[h]
+    times = [0.0, 5.0, 20.0, 60.0]
+    flow = pm.multihead_gradient_flow(W_pv, (W_k, W_q), N, Lambda=np.diag(lam), times=times,
+                                      method="dopri5", rtol=1e-11, atol=1e-13)
+
+    def rhs(_, y):
+        v, k, w = y.reshape(3, -1)
+        du = gam[aligned] * lam[aligned] ** 2 * v * k * w - lam[aligned] ** 2
+        return -np.concatenate([du * k * w, du * v * w, du * v * k])
+
+    sol = solve_ivp(rhs, (0, times[-1]), np.concatenate([v0, k0, w0]), t_eval=times, method="DOP853",
+                    rtol=1e-11, atol=1e-13)
+    v, k, w = sol.y.reshape(3, len(aligned), -1)
+    for h, i in enumerate(aligned):
+        np.testing.assert_allclose(flow.W_pv[:, h, d, d], v[h], rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(flow.W_k[:, h, 0, i], k[h], rtol=1e-7, atol=1e-9)
+        np.testing.assert_allclose(flow.W_q[:, h, 0, i], w[h], rtol=1e-7, atol=1e-9)
+    u = v * k * w
+    L_red = 0.5 * lam.sum() + np.sum(0.5 * (gam * lam**2)[aligned, None] * u**2
+                                     - (lam**2)[aligned, None] * u, axis=0)
+    np.testing.assert_allclose(flow.losses, L_red, rtol=1e-9)

@@ -69,6 +69,8 @@ struct Kit {
     k.matvec_t(A, x, y.data(), d);
     return y;
   }
+  void mv_to(const double* A, const double* x, double* y) const { k.matvec(A, x, y, d); }
+  void mvt_to(const double* A, const double* x, double* y) const { k.matvec_t(A, x, y, d); }
   double dot(const double* x, const double* y) const { return detail::dot(x, y, n); }
   double frob(const double* A, const double* B) const { return detail::dot(A, B, n * n); }
   void axpy(double c, const double* x, double* y) const { detail::axpy(c, x, n, y); }
@@ -144,12 +146,10 @@ double twice_loss_heads(const HeadParts& P, const double* Lam, index_t N, const 
   for (index_t g_ = 0; g_ < H; ++g_)
     for (index_t h = 0; h < H; ++h) {
       const size_t gh = static_cast<size_t>(g_ * H + h) * static_cast<size_t>(d);
-      const Vec y = K.mvt(P.Km(g_), A(h)), v = K.mv(S.data() + g_ * dd, A(h));
-      const Vec ly = K.mv(Lam, y.data()), lv = K.mv(Lam, v.data());
-      std::copy(y.begin(), y.end(), Y.begin() + gh);
-      std::copy(v.begin(), v.end(), V.begin() + gh);
-      std::copy(ly.begin(), ly.end(), LY.begin() + gh);
-      std::copy(lv.begin(), lv.end(), LV.begin() + gh);
+      K.mvt_to(P.Km(g_), A(h), Y.data() + gh);
+      K.mv_to(S.data() + g_ * dd, A(h), V.data() + gh);
+      K.mv_to(Lam, Y.data() + gh, LY.data() + gh);
+      K.mv_to(Lam, V.data() + gh, LV.data() + gh);
     }
   auto at = [&](Vec& X, index_t g_, index_t h) { return X.data() + static_cast<size_t>(g_ * H + h) * static_cast<size_t>(d); };
   double nu_sum = 0, om_sum = 0, pigam = 0, piA6 = 0;
@@ -253,10 +253,13 @@ double twice_loss_heads(const HeadParts& P, const double* Lam, index_t N, const 
     // the Grams: ν (2 Σ_g K1_g ΛK1_hᵀa_g; 2 Σ_g a_g (ΛK1_gᵀa_h)ᵀ), ω (2 Σ_g S_g ΛS_h a_g;
     // ∂S_h = 2 Σ_g ΛS_g a_h a_gᵀ), πγ, πA6
     double piTau = 0;
+    Vec scratch(static_cast<size_t>(d));
     for (index_t g_ = 0; g_ < H; ++g_) {
       const size_t hg = static_cast<size_t>(h * H + g_);
-      K.axpy(2 / n, K.mv(P.Km(g_), at(LY, h, g_)).data(), ga.data());
-      K.axpy(8 / (n * n), K.mv(S.data() + g_ * dd, at(LV, h, g_)).data(), ga.data());
+      K.mv_to(P.Km(g_), at(LY, h, g_), scratch.data());
+      K.axpy(2 / n, scratch.data(), ga.data());
+      K.mv_to(S.data() + g_ * dd, at(LV, h, g_), scratch.data());
+      K.axpy(8 / (n * n), scratch.data(), ga.data());
       K.axpy(2 / n * gam[hg] + 2 / (n * n) * A6[hg], A(g_), gp1);
       K.outer(gK1, 2 / n, A(g_), at(LY, g_, h));
       K.sym_outer(gK1, 8 / (n * n), at(LV, g_, h), A(g_));
