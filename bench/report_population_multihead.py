@@ -4,7 +4,9 @@ formula, and vs a Monte Carlo estimate of equal accuracy.
     python bench/report_population_multihead.py [--d 20] [--heads 8] [--repeats 30]
 
 Cases: d = 20, H = 8, N = 20, random SPD Λ, random parameters of order one; merged heads and
-separate heads of rank 1 and 4. Times are medians of ``--repeats`` calls (same run, same machine).
+separate heads of rank 1 and 4. Times are medians of ``--repeats`` calls (same run, same machine)
+in CPU time of this process (time.process_time: robust on a shared, loaded machine; numpy's BLAS
+is held to one thread, and the native call runs on one), with the wall-time medians beside them.
 Monte Carlo: the per-prompt standard deviation of the sampled loss and gradient (the vectorised
 numpy estimator of tests/test_population_multihead.py on prompts from data.linear_regression_prompts)
 gives the number of prompts B(ε) for a standard error of ε·|L| on the loss and ε·max|∇L| on every
@@ -14,6 +16,10 @@ from __future__ import annotations
 
 import argparse
 import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # before numpy: single-threaded BLAS
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
 import platform
 import statistics
 import sys
@@ -29,24 +35,26 @@ from test_population_multihead import sampled_loss_and_grad  # noqa: E402  (the 
 
 
 def median_time(f, repeats):
+    """(median CPU seconds, median wall seconds) per call, after one warm-up call."""
     f()
-    ts = []
+    cpu, wall = [], []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        c0, t0 = time.process_time(), time.perf_counter()
         f()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts)
+        cpu.append(time.process_time() - c0)
+        wall.append(time.perf_counter() - t0)
+    return statistics.median(cpu), statistics.median(wall)
 
 
 def per_prompt_sd(rng, W_pv, W_kq, Lambda, N, batches=40, batch=500):
     """Per-prompt standard deviations of the loss and of each gradient entry (from batch means),
     and the time per prompt of sampling + estimating."""
     d = Lambda.shape[0]
-    outs, t0 = [], time.perf_counter()
+    outs, t0 = [], time.process_time()
     for _ in range(batches):
         b = data.linear_regression_prompts(rng, batch, d, N, Lambda)
         outs.append(sampled_loss_and_grad(b, W_pv, W_kq, N))
-    per_prompt = (time.perf_counter() - t0) / (batches * batch)
+    per_prompt = (time.process_time() - t0) / (batches * batch)
     cols = [np.array(x) for x in zip(*outs)]
     sds = [c.std(axis=0, ddof=1) * np.sqrt(batch) for c in cols]
     return sds, per_prompt
@@ -65,7 +73,7 @@ def main():
     Lambda = Q @ np.diag(np.geomspace(0.5, 2.0, d)) @ Q.T
     print(f"machine: {platform.machine()}, {os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}; "
           f"native threads {_core.num_threads()}; d = {d}, H = {H}, N = {N}")
-    print("\n| case | native ms | numpy reference ms | ratio |")
+    print("\n| case | native ms CPU (wall) | numpy reference ms CPU (wall) | ratio (CPU) |")
     print("|---|---|---|---|")
     cases = []
     for name, r in (("merged", 0), ("separate r=1", 1), ("separate r=4", 4)):
@@ -77,8 +85,9 @@ def main():
             keys = tuple(0.3 * rng.standard_normal((H, r, d + 1)) for _ in range(2))
             reference = lambda: ref.separate_loss_and_grad(W_pv, *keys, Lambda, N)  # noqa: E731
         native = lambda: pm.multihead_loss_and_grad(W_pv, keys, Lambda, N)  # noqa: E731
-        tn, tr = median_time(native, args.repeats), median_time(reference, args.repeats)
-        print(f"| {name} | {tn * 1e3:.3f} | {tr * 1e3:.2f} | {tr / tn:.1f}x |")
+        (tn, wn), (tr, wr) = median_time(native, args.repeats), median_time(reference, args.repeats)
+        print(f"| {name} | {tn * 1e3:.3f} ({wn * 1e3:.3f}) | {tr * 1e3:.2f} ({wr * 1e3:.2f}) | "
+              f"{tr / tn:.1f}x |")
         cases.append((name, W_pv, keys, tn))
 
     print("\nMonte Carlo of equal accuracy (merged case): prompts B(ε) for standard error ε·|L| "
@@ -88,7 +97,7 @@ def main():
     sds, per_prompt = per_prompt_sd(rng, W_pv, keys, Lambda, N)
     gmax = max(np.abs(g_pv).max(), np.abs(g_kq).max())
     sd_grad = max(sds[1].max(), sds[2].max())
-    print(f"per prompt: {per_prompt * 1e6:.1f} µs (numpy, sampling included); sd(loss) = "
+    print(f"per prompt: {per_prompt * 1e6:.1f} µs CPU (numpy, sampling included); sd(loss) = "
           f"{sds[0]:.3g} (L = {L:.4g}), max sd(grad entry) = {sd_grad:.3g} (max|∇L| = {gmax:.3g})")
     print("\n| ε | B (loss) | B (gradient) | MC time | exact native | speedup |")
     print("|---|---|---|---|---|---|")
