@@ -1,6 +1,7 @@
 // Bindings of the exact population losses and the native gradient flow (population.hpp).
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <string>
 
 #include "lsa_native/population.hpp"
@@ -295,10 +296,16 @@ void bind_population(py::module_& m) {
         const LossAndGrad f = multihead_objective(p, data.data(), N, label_noise(noise_std, query_noise));
         std::vector<double> grad(p.theta.size());
         double loss;
+        bool finite = true;
         {
           py::gil_scoped_release release;
           loss = f(p.theta.data(), grad.data());
+          finite = std::isfinite(loss);
+          for (const double g : grad) finite = finite && std::isfinite(g);
         }
+        if (!finite)
+          throw NonFiniteError("multihead_loss_and_grad: the loss or its gradient overflowed to a "
+                               "non-finite value from finite parameters; rescale W_pv/W_kq");
         py::tuple out(1 + p.sizes.size());
         out[0] = loss;
         const std::vector<const Arr*> shapes_of{&W_pv, &keys[0], keys.size() == 2 ? &keys[1] : &keys[0]};

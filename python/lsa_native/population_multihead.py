@@ -25,8 +25,8 @@ import numpy as np
 
 from . import _core
 from ._validation import as_real, positive_int
-from .population import (FlowTrajectory, _as_moments, _checked, _covariance, _flow_counts,
-                         _flow_options, _noise)
+from .population import (FlowTrajectory, _as_moments, _covariance, _flow_counts, _flow_options,
+                         _noise)
 
 __all__ = ["multihead_loss", "multihead_loss_and_grad", "multihead_loss_and_grad_random_diagonal",
            "multihead_gradient_flow", "MultiheadFlowTrajectory", "effective_tensor"]
@@ -60,8 +60,8 @@ def _heads(W_pv, W_kq):
 
 
 def _result(out, separate: bool):
-    """(L, dW_pv, dW_kq) with dW_kq a pair (dW_k, dW_q) for separate heads."""
-    out = _checked(tuple(out), "multihead_loss_and_grad")
+    """(L, dW_pv, dW_kq) with dW_kq a pair (dW_k, dW_q) for separate heads (the core raises
+    FloatingPointError when finite parameters overflowed)."""
     return (out[0], out[1], (out[2], out[3])) if separate else tuple(out)
 
 
