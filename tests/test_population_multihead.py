@@ -12,6 +12,11 @@ from lsa_native import data, population as pop, population_multihead as pm
 from lsa_native.reference import population_multihead as ref
 
 Z_MAX = 5.0  # as tests/test_population.py: P(any of ~10² Gaussian z beyond 5) < 1e-4
+# The per-prompt gradient of separate heads is a polynomial of degree ~10 in Gaussians: its batch
+# means are skewed, so the studentised z has heavier tails (one full-suite run with 100 batches of
+# 2000 gave 5.08 on a correct formula; 16 seeds with 200 x 1000 gave at most 3.2). The
+# agreement check uses 200 batches and 5.5; the power checks keep 5 (wrong models give 10-30).
+Z_AGREE = 5.5
 
 
 def random_spd(rng, d, spread=3.0):
@@ -202,10 +207,10 @@ def test_loss_and_every_gradient_entry_match_monte_carlo(rng, d, H, N, r, sigma)
     W_pv, W_kq = merged_heads(rng, H, d) if r == 0 else separate_heads(rng, H, d, r)
     noise = dict(noise_std=sigma, query_noise=sigma > 0)
     exact = _flat(pm.multihead_loss_and_grad(W_pv, W_kq, Lambda, N, **noise))
-    samples = monte_carlo(rng, W_pv, W_kq, Lambda, N, **noise)
+    samples = monte_carlo(rng, W_pv, W_kq, Lambda, N, n_batches=200, batch=1000, **noise)
     samples[0] = samples[0][:, None]
     worst = max(np.abs(z_scores(s, e)).max() for s, e in zip(samples, exact))
-    assert worst < Z_MAX, f"max |z| = {worst:.2f}"
+    assert worst < Z_AGREE, f"max |z| = {worst:.2f}"
 
 
 def test_monte_carlo_check_has_power(rng):
@@ -437,10 +442,11 @@ def test_flow_of_aligned_rank_one_heads_follows_the_scalar_odes(rng):
                     rtol=1e-11, atol=1e-13)
     v, k, w = sol.y.reshape(3, len(aligned), -1)
     for h, i in enumerate(aligned):
-        np.testing.assert_allclose(flow.W_pv[:, h, d, d], v[h], rtol=1e-7, atol=1e-9)
-        np.testing.assert_allclose(flow.W_k[:, h, 0, i], k[h], rtol=1e-7, atol=1e-9)
-        np.testing.assert_allclose(flow.W_q[:, h, 0, i], w[h], rtol=1e-7, atol=1e-9)
+        # both integrators at rtol 1e-11 over t = 60: global errors ~1e-7 (a wrong term: O(1))
+        np.testing.assert_allclose(flow.W_pv[:, h, d, d], v[h], rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(flow.W_k[:, h, 0, i], k[h], rtol=1e-6, atol=1e-8)
+        np.testing.assert_allclose(flow.W_q[:, h, 0, i], w[h], rtol=1e-6, atol=1e-8)
     u = v * k * w
     L_red = 0.5 * lam.sum() + np.sum(0.5 * (gam * lam**2)[aligned, None] * u**2
                                      - (lam**2)[aligned, None] * u, axis=0)
-    np.testing.assert_allclose(flow.losses, L_red, rtol=1e-9)
+    np.testing.assert_allclose(flow.losses, L_red, rtol=1e-8)
