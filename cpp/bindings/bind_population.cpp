@@ -1,9 +1,11 @@
 // Bindings of the exact population losses and the native gradient flow (population.hpp).
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <string>
 
 #include "lsa_native/population.hpp"
+#include "lsa_native/population_multihead.hpp"
 #include "numpy_views.hpp"
 
 namespace lsa_native::bindings {
@@ -93,6 +95,111 @@ py::dict run_flow(const LossAndGrad& f, std::vector<double> theta0, const std::v
   return out;
 }
 
+// ---- H heads (population_multihead.hpp) ----
+
+// θ = (W_pv, W_kq) flattened (merged, rank 0) or (W_pv, W_k, W_q) (separate, rank r), and the
+// multi-head loss over it for the covariance law `law` ("fixed": Λ [d, d]; "random_diagonal":
+// moments [3, d]).
+struct MultiheadProblem {
+  index_t d = 0, heads = 0, rank = 0;
+  PopulationCovariance law = PopulationCovariance::fixed;
+  std::vector<double> theta;
+  std::vector<index_t> sizes;  // entries of each array in θ
+};
+
+MultiheadProblem multihead_problem(const std::string& law, const Arr& W_pv,
+                                   const std::vector<Arr>& keys, const Arr& data) {
+  MultiheadProblem p;
+  if (W_pv.ndim() != 3 || W_pv.shape(1) != W_pv.shape(2) || W_pv.shape(1) < 2 || W_pv.shape(0) < 1)
+    throw Error("W_pv: expected shape (H, d+1, d+1) with H >= 1, d >= 1, got " + shape_string(W_pv));
+  p.heads = W_pv.shape(0);
+  p.d = W_pv.shape(1) - 1;
+  const index_t n1 = p.d + 1;
+  std::vector<const Arr*> arrays{&W_pv};
+  if (keys.size() == 1) {
+    require_shape(keys[0], {p.heads, n1, n1}, "W_kq");
+    arrays.push_back(&keys[0]);
+  } else {
+    if (keys[0].ndim() != 3 || keys[0].shape(0) != p.heads || keys[0].shape(2) != n1)
+      throw Error("W_k: expected shape (H, r, d+1) = (" + std::to_string(p.heads) + ", r, " +
+                  std::to_string(n1) + "), got " + shape_string(keys[0]));
+    p.rank = keys[0].shape(1);
+    detail::require(p.rank >= 1 && p.rank <= n1, "W_k: rank r = " + std::to_string(p.rank) +
+                                                     " out of range 1 <= r <= d+1 = " + std::to_string(n1));
+    require_shape(keys[1], {p.heads, p.rank, n1}, "W_q");
+    arrays.push_back(&keys[0]);
+    arrays.push_back(&keys[1]);
+  }
+  for (const Arr* a : arrays) {
+    p.theta.insert(p.theta.end(), a->data(), a->data() + a->size());
+    p.sizes.push_back(a->size());
+  }
+  if (law == "fixed") {
+    require_shape(data, {p.d, p.d}, "Lambda");
+  } else if (law == "random_diagonal") {
+    require_shape(data, {3, p.d}, "moments");
+    p.law = PopulationCovariance::random_diagonal;
+  } else {
+    throw Error("law: expected 'fixed' or 'random_diagonal', got '" + law + "'");
+  }
+  return p;
+}
+
+LossAndGrad multihead_objective(const MultiheadProblem& p, const double* data, index_t N,
+                                const LabelNoise& noise) {
+  const index_t d = p.d, H = p.heads, r = p.rank, s0 = p.sizes[0], s1 = p.sizes[1];
+  const PopulationCovariance law = p.law;
+  if (r == 0)
+    return [=](const double* th, double* g) {
+      return multihead_population_loss(d, H, th, th + s0, law, data, N, g, g ? g + s0 : nullptr, noise);
+    };
+  return [=](const double* th, double* g) {
+    return multihead_population_loss_separate(d, H, r, th, th + s0, th + s0 + s1, law, data, N, g,
+                                              g ? g + s0 : nullptr, g ? g + s0 + s1 : nullptr, noise);
+  };
+}
+
+// The entries of θ that reach ŷ (the flow runs on these only; the others have zero gradient and
+// stay put): W_pv[h, d, :], then W_kq[h, :, :d] (merged) or all of W_k and W_q[h, :, :d].
+std::vector<index_t> effective_entries(const MultiheadProblem& p) {
+  const index_t d = p.d, n1 = d + 1;
+  std::vector<index_t> idx;
+  for (index_t h = 0; h < p.heads; ++h)
+    for (index_t c = 0; c <= d; ++c) idx.push_back(h * n1 * n1 + d * n1 + c);
+  index_t base = p.sizes[0];
+  if (p.rank == 0) {
+    for (index_t h = 0; h < p.heads; ++h)
+      for (index_t r = 0; r <= d; ++r)
+        for (index_t c = 0; c < d; ++c) idx.push_back(base + h * n1 * n1 + r * n1 + c);
+    return idx;
+  }
+  for (index_t i = 0; i < p.sizes[1]; ++i) idx.push_back(base + i);
+  base += p.sizes[1];
+  for (index_t row = 0; row < p.heads * p.rank; ++row)
+    for (index_t c = 0; c < d; ++c) idx.push_back(base + row * n1 + c);
+  return idx;
+}
+
+// f restricted to the entries idx of θ, the other entries held at theta_full's values.
+LossAndGrad on_entries(LossAndGrad f, std::vector<double> theta_full, std::vector<index_t> idx) {
+  return [f = std::move(f), theta_full = std::move(theta_full), idx = std::move(idx)](
+             const double* th, double* g) {
+    std::vector<double> x = theta_full, gx(g ? x.size() : 0);  // per call: thread-safe
+    for (size_t k = 0; k < idx.size(); ++k) x[idx[k]] = th[k];
+    const double loss = f(x.data(), g ? gx.data() : nullptr);
+    if (g)
+      for (size_t k = 0; k < idx.size(); ++k) g[k] = gx[idx[k]];
+    return loss;
+  };
+}
+
+LabelNoise label_noise(double std, bool query) {
+  LabelNoise noise;
+  noise.std = std;
+  noise.query = query;
+  return noise;
+}
+
 }  // namespace
 
 void bind_population(py::module_& m) {
@@ -179,6 +286,75 @@ void bind_population(py::module_& m) {
       py::arg("U11").noconvert(), py::arg("u"), py::arg("Lambda").noconvert(), py::arg("N"),
       py::arg("times"), py::arg("method"), py::arg("rtol"), py::arg("atol"), py::arg("step"),
       py::arg("grad_tol"), py::arg("loss_target"), py::arg("gap_tol"), py::arg("max_steps"));
+  m.def(
+      "multihead_population_loss",
+      [](const std::string& law, const Arr& W_pv, const std::vector<Arr>& keys, const Arr& data,
+         index_t N, double noise_std, bool query_noise) {
+        if (keys.size() != 1 && keys.size() != 2)
+          throw Error("keys: expected [W_kq] (merged) or [W_k, W_q] (separate)");
+        const MultiheadProblem p = multihead_problem(law, W_pv, keys, data);
+        const LossAndGrad f = multihead_objective(p, data.data(), N, label_noise(noise_std, query_noise));
+        std::vector<double> grad(p.theta.size());
+        double loss;
+        bool finite = true;
+        {
+          py::gil_scoped_release release;
+          loss = f(p.theta.data(), grad.data());
+          finite = std::isfinite(loss);
+          for (const double g : grad) finite = finite && std::isfinite(g);
+        }
+        if (!finite)
+          throw NonFiniteError("multihead_loss_and_grad: the loss or its gradient overflowed to a "
+                               "non-finite value from finite parameters; rescale W_pv/W_kq");
+        py::tuple out(1 + p.sizes.size());
+        out[0] = loss;
+        const std::vector<const Arr*> shapes_of{&W_pv, &keys[0], keys.size() == 2 ? &keys[1] : &keys[0]};
+        const double* src = grad.data();
+        for (size_t k = 0; k < p.sizes.size(); ++k) {
+          const Arr& like = *shapes_of[k];
+          Arr gk({like.shape(0), like.shape(1), like.shape(2)});
+          std::copy(src, src + p.sizes[k], gk.mutable_data());
+          src += p.sizes[k];
+          out[k + 1] = gk;
+        }
+        return out;
+      },
+      py::arg("law"), py::arg("W_pv").noconvert(), py::arg("keys"), py::arg("data").noconvert(),
+      py::arg("N"), py::arg("noise_std") = 0.0, py::arg("query_noise") = false);
+  m.def(
+      "gradient_flow_multihead",
+      [](const std::string& law, const Arr& W_pv, const std::vector<Arr>& keys, const Arr& data,
+         index_t N, const std::vector<double>& times, const std::string& method, double rtol,
+         double atol, double step, double grad_tol, double loss_target, double gap_tol,
+         index_t max_steps, double noise_std, bool query_noise) {
+        if (keys.size() != 1 && keys.size() != 2)
+          throw Error("keys: expected [W_kq] (merged) or [W_k, W_q] (separate)");
+        const MultiheadProblem p = multihead_problem(law, W_pv, keys, data);
+        const std::vector<index_t> idx = effective_entries(p);
+        std::vector<double> theta0(idx.size());
+        for (size_t k = 0; k < idx.size(); ++k) theta0[k] = p.theta[idx[k]];
+        py::dict out = run_flow(
+            on_entries(multihead_objective(p, data.data(), N, label_noise(noise_std, query_noise)),
+                       p.theta, idx),
+            theta0, times, method, rtol, atol, step, grad_tol, loss_target, gap_tol, max_steps);
+        // back to full-size θ (the entries that do not reach ŷ keep their initial values)
+        const Arr eff = out["thetas"].cast<Arr>(), eff_final = out["final_theta"].cast<Arr>();
+        const auto n = static_cast<py::ssize_t>(p.theta.size());
+        Arr thetas({eff.shape(0), n}), final_theta(n);
+        for (py::ssize_t t = 0; t <= eff.shape(0); ++t) {
+          double* row = t < eff.shape(0) ? thetas.mutable_data() + t * n : final_theta.mutable_data();
+          const double* src = t < eff.shape(0) ? eff.data() + t * eff.shape(1) : eff_final.data();
+          std::copy(p.theta.begin(), p.theta.end(), row);
+          for (size_t k = 0; k < idx.size(); ++k) row[idx[k]] = src[k];
+        }
+        out["thetas"] = thetas;
+        out["final_theta"] = final_theta;
+        return out;
+      },
+      py::arg("law"), py::arg("W_pv").noconvert(), py::arg("keys"), py::arg("data").noconvert(),
+      py::arg("N"), py::arg("times"), py::arg("method"), py::arg("rtol"), py::arg("atol"),
+      py::arg("step"), py::arg("grad_tol"), py::arg("loss_target"), py::arg("gap_tol"),
+      py::arg("max_steps"), py::arg("noise_std") = 0.0, py::arg("query_noise") = false);
 }
 
 }  // namespace lsa_native::bindings

@@ -7,7 +7,7 @@ samplers), ``gp_kernels`` (the GP kernels of CCS (12), (14)), ``sampling`` (nati
 from . import _core
 from ._validation import positive_int
 from . import (baselines, cuda, data, gp_kernels, kernel_attention, lsa, multihead, population,
-               reference, sampling, theory, train)
+               population_multihead, reference, sampling, theory, train)
 
 __version__ = _core.__version__
 
@@ -42,6 +42,7 @@ __all__ = [
     "baselines",
     "gp_kernels",
     "population",
+    "population_multihead",
     "reference",
     "data",
     "sampling",

@@ -11,7 +11,7 @@ __all__ = ["gamma", "thm41_limits", "assumption33_init", "sigma_bound", "limit_p
            "relative_distance", "pl_constant", "thm42_prediction_error", "cor43_thresholds",
            "thm45_limits", "random_cov_prediction_matrix", "thm42_error",
            "quadratic_task_moments", "limit_predictor_error", "query_shift_error",
-           "covariate_shift_error", "random_cov_slopes", "random_diagonal_error"]
+           "covariate_shift_error", "random_cov_slopes", "random_diagonal_error", "pcr_risks"]
 
 
 def diagonal_moments(mean, second, third) -> np.ndarray:
@@ -375,3 +375,23 @@ def random_cov_slopes(moments, N: int, new_moments=None) -> dict:
         out["in_distribution" + key] = float(np.trace(BB @ np.diag(nm[1])) / nm[0].sum())
     finite_output(tuple(out.values()), "random_cov_slopes")
     return out
+
+
+def pcr_risks(Lambda, N: int) -> np.ndarray:
+    """L_r for r = 0..d: the least population loss of linear attention whose value reads the label
+    only (p1 = 0, k2 = 0, ZFB's invariant manifold) and whose K1 = Σ_h p2_h K1_h has rank <= r —
+    in-context principal-component regression of rank r [Zhang, Singh, Latham & Saxe 2025; Li,
+    Rawat & Oymak 2024]. With λ_i the eigenvalues of Λ (Γ = (1 + 1/N)Λ + tr(Λ)/N·I shares Λ's
+    eigenvectors) and ℓ̃ of ZFB Lemma A.1 written as ½‖V − M‖² − ½‖M‖² in V = (ΓΛ)^½ U Λ^½,
+    M = diag(λ_i/√Γ_i), Eckart–Young keeps the r largest λ_i/√Γ_i (the r largest λ_i):
+
+        L_r = ½ tr Λ − ½ Σ_{i <= r} λ_(i)² / Γ_(i),
+
+    L_0 = ½ tr Λ (zero attention) and L_d = min L (ZFB Lemma A.1). These are the plateaus of
+    separate rank-one heads' saddle-to-saddle dynamics (experiments ``la-separate``)."""
+    L = check_covariance(Lambda)
+    N = positive_int(N, "N")
+    lam = np.sort(np.linalg.eigvalsh(L))[::-1]
+    g = (1 + 1 / N) * lam + lam.sum() / N
+    gains = np.concatenate([[0.0], np.cumsum(lam**2 / g)])
+    return finite_output(0.5 * lam.sum() - 0.5 * gains, "pcr_risks")
