@@ -296,3 +296,60 @@ def test_objective_bad_arguments(rng):
     E = rng.standard_normal((2, 4, 5))
     with pytest.raises(ValueError, match=r"W_pv: expected shape \(2, 4, 4\)"):
         mh.predict(E, W_pv, np.zeros((2, 3, 3)))
+
+
+# ---- the route of a call (LSA's: array views, one native validate(), the device from the views) --
+
+class _HostBackedCudaArray:
+    """Host memory presented through __cuda_array_interface__ (as tests/test_cuda.py)."""
+
+    def __init__(self, a):
+        self.a = np.ascontiguousarray(a)
+        self.__cuda_array_interface__ = {"shape": self.a.shape, "typestr": self.a.dtype.str,
+                                         "data": (self.a.ctypes.data, False), "strides": None,
+                                         "version": 3}
+
+
+def test_out_and_devices_on_the_native_route(rng, monkeypatch):
+    """out= is validated natively and written in place; H >= 2 refuses CUDA (device='cuda' or a
+    CUDA array, before touching it) with a clear error; H = 1 takes LSA's GPU route (an emulated
+    GPU: CPU kernels where CUDA ones would launch) and equals the CPU bitwise."""
+    from lsa_native import _core, cuda
+
+    E, W_pv, W_kq = _draw(rng, 4, 2, 5, 2)
+    y = np.full(4, np.nan)
+    assert mh.predict(E, W_pv, W_kq, out=y) is y
+    np.testing.assert_array_equal(y, mh.predict(E, W_pv, W_kq))
+    with pytest.raises(ValueError, match=r"out: expected shape \(4, 3, 6\)"):
+        mh.forward(E, W_pv, W_kq, out=np.zeros(4))
+    with pytest.raises(ValueError, match="out: overlaps the memory of E"):
+        mh.forward(E, W_pv, W_kq, out=E)
+    with pytest.raises(TypeError, match="out: expected dtype float64"):
+        mh.predict(E, W_pv, W_kq, out=np.zeros(4, np.float32))
+    with pytest.raises(ValueError, match="the multi-head model .H >= 2. has no CUDA kernels"):
+        mh.predict(E, W_pv, W_kq, device="cuda")
+    with pytest.raises(ValueError, match="W_kq is a CUDA array, but the multi-head model"):
+        mh.loss_and_grad(E, np.zeros(4), W_pv, _HostBackedCudaArray(W_kq))
+    with pytest.raises(ValueError, match="device: expected one of"):
+        mh.predict(E, W_pv, W_kq, device="gpu")
+
+    g = _HostBackedCudaArray
+    E1, W_pv1, W_kq1 = _draw(rng, 5, 3, 7, 1)
+    y_q = rng.standard_normal(5)
+    monkeypatch.setattr(cuda, "empty", lambda template, shape, dtype, device:
+                        g(np.full(shape, np.nan, dtype)))
+    want = mh.loss_and_grad(E1, y_q, W_pv1, W_kq1, return_predictions=True)
+    want_vjp = mh.predict_vjp(E1, W_pv1, W_kq1, y_q)
+    _core.emulate_cuda_on_cpu_for_tests(True)
+    try:
+        got = mh.loss_and_grad(g(E1), g(y_q), g(W_pv1), W_kq1, return_predictions=True)
+        got_vjp = mh.predict_vjp(g(E1), W_pv1, W_kq1, y_q)
+        host = mh.loss_and_grad(E1, y_q, W_pv1, W_kq1, device="cuda")
+    finally:
+        _core.emulate_cuda_on_cpu_for_tests(False)
+    assert got[0] == want[0] == host[0]
+    for a, b in zip(got[1:], want[1:]):
+        assert isinstance(a, g) and a.a.shape == b.shape and np.array_equal(a.a, b)
+    for a, b in zip(got_vjp, want_vjp):
+        assert np.array_equal(a.a, b)
+    assert all(isinstance(a, np.ndarray) for a in host[1:])

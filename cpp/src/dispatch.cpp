@@ -124,17 +124,9 @@ using detail::require_output;
 using detail::in;
 using detail::out;
 
-// E [B, d+1, N+1], float32 or float64, C-contiguous: its (B, d, N) (validate(LsaShape) above).
-LsaShape prompt_shape(const ArrayView& E) {
-  detail::require_prompts(E);
-  const LsaShape s{E.shape[0], E.shape[1] - 1, E.shape[2] - 1};
-  validate(s);
-  return s;
-}
-
 // The operands every LSA entry point reads: E, W_pv, W_kq [d+1, d+1] in E's dtype.
 LsaShape validate_parameters(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq) {
-  const LsaShape s = prompt_shape(E);
+  const LsaShape s = detail::prompt_shape(E);
   require_input(W_pv, {s.dim + 1, s.dim + 1}, E);
   require_input(W_kq, {s.dim + 1, s.dim + 1}, E);
   return s;

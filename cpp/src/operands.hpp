@@ -11,6 +11,7 @@
 #include "common/finite.hpp"
 #include "dispatch.hpp"
 #include "lsa_native/array_view.hpp"
+#include "lsa_native/lsa.hpp"
 
 namespace lsa_native::detail {
 
@@ -54,6 +55,15 @@ inline void require_prompts(const ArrayView& prompts) {
     throw Error(std::string(prompts.name) + ": expected a 3-d array [B, d+1, N+1], got shape " +
                 shape_string(prompts.shape));
   require_layout(prompts);
+}
+
+// E [B, d+1, N+1] of LSA and the multi-head model, float32 or float64, C-contiguous: its (B, d, N)
+// after the extents' rules (validate(LsaShape), dispatch.cpp).
+inline LsaShape prompt_shape(const ArrayView& E) {
+  require_prompts(E);
+  const LsaShape s{E.shape[0], E.shape[1] - 1, E.shape[2] - 1};
+  validate(s);
+  return s;
 }
 
 inline void require_shape(const ArrayView& a, const std::vector<index_t>& shape) {

@@ -12,14 +12,6 @@ import numpy as np
 FLOAT_DTYPES = (np.dtype(np.float32), np.dtype(np.float64))
 
 
-def as_float_array(a, name: str) -> np.ndarray:
-    """a as a C-contiguous float32/float64 array (no dtype conversion: TypeError otherwise)."""
-    a = np.asarray(a)
-    if a.dtype not in FLOAT_DTYPES:
-        raise TypeError(f"{name}: expected dtype float32 or float64, got {a.dtype}")
-    return np.ascontiguousarray(a)
-
-
 def _asarray(a, name: str) -> np.ndarray:
     try:
         return np.asarray(a)

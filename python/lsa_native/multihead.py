@@ -16,10 +16,17 @@ Layout: ``E`` [B, d+1, N+1] as in :mod:`lsa_native.lsa` (columns are tokens, the
 ``W_pv`` [H, d+1, d+1]. Pass either ``W_kq`` or both ``W_k=`` and ``W_q=``. Parameters are
 converted to E's dtype; E is float32 or float64 (C-contiguous, else copied once).
 
+The route of a call is LSA's (:mod:`lsa_native.lsa`): this module converts (host arrays to E's
+dtype; CUDA arrays pass as they are) and forwards; the native validate() of each entry point checks
+every operand (shapes, dtypes, layouts, ``out=``, devices). Only the separate parametrization's
+rules (W_k, W_q against W_pv's H and d+1) and its chain rule live here. ``device="auto" | "cpu" |
+"cuda"`` as in :mod:`lsa_native.lsa`: H = 1 runs the LSA kernels on either device; H >= 2 has CPU
+kernels only (a CUDA array or ``device="cuda"`` is a ValueError).
+
 Cost: H = 1 runs the one-head LSA kernels (bitwise :mod:`lsa_native.lsa`); H >= 2 is computed
 Gram-first: G once per prompt, O(N d²), then each head from G and the query column, O(d²), never
 an O(N²) attention matrix. The separate parametrization forms W^KQ_h = W^K_hᵀ W^Q_h (O(H r d²)) and
-chains the gradients, ∂/∂W^K_h = W^Q_h dW^KQ_hᵀ, ∂/∂W^Q_h = W^K_h dW^KQ_h. CPU only for H >= 2.
+chains the gradients, ∂/∂W^K_h = W^Q_h dW^KQ_hᵀ, ∂/∂W^Q_h = W^K_h dW^KQ_h (host arrays).
 
 Accuracy: per-prompt sums in E's dtype, batch sums of the loss and gradients in float64.
 """
@@ -28,7 +35,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import _core
-from ._validation import as_array, as_float_array, as_out, real_array
+from ._validation import as_array, real_array
+from .cuda import native_operand, native_prompts
 
 __all__ = ["predict", "loss_and_grad", "forward", "vjp", "predict_vjp", "merge_kq", "chain_kq",
            "parameters"]
@@ -46,45 +54,63 @@ def chain_kq(W_k, W_q, d_W_kq):
     return d_W_k.astype(d_W_kq.dtype, copy=False), d_W_q.astype(d_W_kq.dtype, copy=False)
 
 
-def parameters(W_pv, W_kq=None, *, W_k=None, W_q=None, dtype=np.float64):
-    """(W_pv, W_kq merged, (W_k, W_q) or None) as C-contiguous `dtype` arrays after the shape
-    rules, with messages naming the argument: W_pv [H, d+1, d+1] with H >= 1; either W_kq of
-    W_pv's shape or both W_k and W_q [H, r, d+1] with 1 <= r <= d+1; all finite."""
-    W_pv = real_array(W_pv, "W_pv", dtype=dtype, nonempty=False)
-    if W_pv.ndim != 3 or W_pv.shape[1] != W_pv.shape[2] or W_pv.shape[1] < 2:
-        raise ValueError(f"W_pv: expected shape (H, d+1, d+1) (H heads, d >= 1), got {W_pv.shape}")
-    H, n = W_pv.shape[:2]
-    if H < 1:
-        raise ValueError(f"W_pv: expected at least one head (H >= 1), got shape {W_pv.shape}")
+def _is_separate(W_kq, W_k, W_q) -> bool:
+    """Whether the call uses the separate parametrization (TypeError unless exactly one is given)."""
     separate = W_k is not None or W_q is not None
     if separate == (W_kq is not None):
         raise TypeError("expected either W_kq (merged) or both W_k= and W_q= (separate), not "
                         + ("both" if separate else "neither"))
-    if not separate:
-        return W_pv, as_array(W_kq, (H, n, n), dtype, "W_kq"), None
-    if W_k is None or W_q is None:
+    if separate and (W_k is None or W_q is None):
         raise TypeError("the separate parametrization needs both W_k= and W_q=")
+    return separate
+
+
+def _separate(W_k, W_q, heads, n, dtype):
+    """(W_k, W_q) [H, r, d+1] as `dtype` arrays, 1 <= r <= d+1, W_q of W_k's shape; H and n = d+1
+    are W_pv's (None when W_pv has no such shape: the native validate() names W_pv then)."""
     W_k = real_array(W_k, "W_k", dtype=dtype, nonempty=False)
+    H = W_k.shape[0] if heads is None else heads
+    n = W_k.shape[-1] if n is None else n
     if W_k.ndim != 3 or W_k.shape[0] != H or W_k.shape[2] != n:
         raise ValueError(f"W_k: expected shape ({H}, r, {n}) (H = {H} heads of rank r keys), got "
                          f"{W_k.shape}")
     r = W_k.shape[1]
     if not 1 <= r <= n:
         raise ValueError(f"W_k: rank r = {r} out of range, expected 1 <= r <= d+1 = {n}")
-    W_q = as_array(W_q, W_k.shape, dtype, "W_q")
-    return W_pv, merge_kq(W_k, W_q).astype(dtype, copy=False), (W_k, W_q)
+    return W_k, as_array(W_q, W_k.shape, dtype, "W_q")
 
 
-def _weights(E, W_pv, W_kq, W_k, W_q):
-    """(E, W_pv, W_kq merged, (W_k, W_q) or None) in E's dtype, every shape checked."""
-    E = as_float_array(E, "E")
-    _core.lsa_shape(E.shape)  # E's rules (3-d, B, d, N >= 1), before anything is allocated
-    W_pv, W_kq, sep = parameters(W_pv, W_kq, W_k=W_k, W_q=W_q, dtype=E.dtype)
-    n = E.shape[1]
-    if W_pv.shape[1] != n:
-        raise ValueError(f"W_pv: expected shape ({W_pv.shape[0]}, {n}, {n}) (E has d+1 = {n} "
-                         f"rows), got {W_pv.shape}")
-    return E, W_pv, W_kq, sep
+def parameters(W_pv, W_kq=None, *, W_k=None, W_q=None, dtype=np.float64):
+    """(W_pv, W_kq merged, (W_k, W_q) or None) as C-contiguous `dtype` arrays after the shape
+    rules, with messages naming the argument: W_pv [H, d+1, d+1] with H >= 1; either W_kq of
+    W_pv's shape or both W_k and W_q [H, r, d+1] with 1 <= r <= d+1; all finite. For callers that
+    hold parameters without prompts (``train.MultiHeadLSAObjective``); the entry points below leave
+    W_pv and W_kq to the native validate()."""
+    W_pv = real_array(W_pv, "W_pv", dtype=dtype, nonempty=False)
+    if W_pv.ndim != 3 or W_pv.shape[1] != W_pv.shape[2] or W_pv.shape[1] < 2:
+        raise ValueError(f"W_pv: expected shape (H, d+1, d+1) (H heads, d >= 1), got {W_pv.shape}")
+    H, n = W_pv.shape[:2]
+    if H < 1:
+        raise ValueError(f"W_pv: expected at least one head (H >= 1), got shape {W_pv.shape}")
+    if not _is_separate(W_kq, W_k, W_q):
+        return W_pv, as_array(W_kq, (H, n, n), dtype, "W_kq"), None
+    sep = _separate(W_k, W_q, H, n, dtype)
+    return W_pv, merge_kq(*sep).astype(dtype, copy=False), sep
+
+
+# One route, LSA's: Python converts and forwards; the native validate() of each entry point
+# (multihead_dispatch.cpp) checks every operand and picks the backend.
+
+def _operands(E, W_pv, W_kq, W_k, W_q):
+    """(E, W_pv, W_kq merged, (W_k, W_q) or None, dtype) as the native entry points read them."""
+    E, dtype = native_prompts(E, "E")
+    W_pv = native_operand(W_pv, dtype, "W_pv")
+    if not _is_separate(W_kq, W_k, W_q):
+        return E, W_pv, native_operand(W_kq, dtype, "W_kq"), None, dtype
+    shape = np.shape(W_pv)
+    heads, n = (shape[0], shape[2]) if len(shape) == 3 else (None, None)
+    sep = _separate(W_k, W_q, heads, n, dtype)
+    return E, W_pv, merge_kq(*sep).astype(dtype, copy=False), sep, dtype
 
 
 def _key_query_grads(sep, d_W_kq):
@@ -92,45 +118,39 @@ def _key_query_grads(sep, d_W_kq):
     return (d_W_kq,) if sep is None else chain_kq(sep[0], sep[1], d_W_kq)
 
 
-def predict(E, W_pv, W_kq=None, *, W_k=None, W_q=None, out=None) -> np.ndarray:
+def predict(E, W_pv, W_kq=None, *, W_k=None, W_q=None, out=None, device="auto") -> np.ndarray:
     """Predictions ŷ_b = E_b[d, N] + Σ_h p_hᵀ G_b q_h (the query's label entry of F) for every
     prompt, p_h = last row of W^PV_h, q_h = W^KQ_h e_q, G = E Eᵀ/N  [ZFB (3.6) per head].
 
     Returns ŷ [B] in E's dtype (written into ``out`` when given)."""
-    E, W_pv, W_kq, _ = _weights(E, W_pv, W_kq, W_k, W_q)
-    y_hat = as_out(out, (E.shape[0],), E.dtype, inputs={"E": E, "W_pv": W_pv, "W_kq": W_kq})
-    _core.multihead_lsa_predict(E, W_pv, W_kq, y_hat)  # non-finite ŷ flagged natively
-    return y_hat
+    E, W_pv, W_kq, _, _ = _operands(E, W_pv, W_kq, W_k, W_q)
+    return _core.multihead_lsa_predict(E, W_pv, W_kq, out, device)
 
 
 def loss_and_grad(E, y_q, W_pv, W_kq=None, *, W_k=None, W_q=None,
-                  return_predictions: bool = False):
+                  return_predictions: bool = False, device="auto"):
     """L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² [ZFB (3.7)] and its gradients.
 
     Merged: ``(L, dW_pv, dW_kq)``; separate: ``(L, dW_pv, dW_k, dW_q)`` (plus ŷ [B] when
     ``return_predictions``). dW_pv [H, d+1, d+1] is zero but the last row of each head
     (Σ_b r_b G_b q_h / B); dW^KQ_h = Σ_b r_b (G_b p_h) e_q,bᵀ / B, chained to W^K_h, W^Q_h.
     """
-    E, W_pv, W_kq, sep = _weights(E, W_pv, W_kq, W_k, W_q)
-    y_q = as_array(np.asarray(y_q), (E.shape[0],), E.dtype, "y_q")
-    d_W_pv = np.empty(W_pv.shape, E.dtype)
-    d_W_kq = np.empty(W_pv.shape, E.dtype)
-    y_hat = np.empty(E.shape[0], E.dtype) if return_predictions else None
-    loss = _core.multihead_lsa_loss_and_grad(E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat)
-    result = (loss, d_W_pv, *_key_query_grads(sep, d_W_kq))
-    return result + (y_hat,) if return_predictions else result
+    E, W_pv, W_kq, sep, dtype = _operands(E, W_pv, W_kq, W_k, W_q)
+    y_q = native_operand(y_q, dtype, "y_q")
+    loss, d_W_pv, d_W_kq, *y_hat = _core.multihead_lsa_loss_and_grad(
+        E, y_q, W_pv, W_kq, bool(return_predictions), device)
+    return (loss, d_W_pv, *_key_query_grads(sep, d_W_kq), *y_hat)
 
 
-def forward(E, W_pv, W_kq=None, *, W_k=None, W_q=None, out=None) -> np.ndarray:
+def forward(E, W_pv, W_kq=None, *, W_k=None, W_q=None, out=None, device="auto") -> np.ndarray:
     """Full output F = E + Σ_h W^PV_h E (Eᵀ W^KQ_h E)/N, computed as E + P E with
     P = Σ_h W^PV_h G W^KQ_h (O(N d² + H d³) per prompt). Returns F [B, d+1, N+1]."""
-    E, W_pv, W_kq, _ = _weights(E, W_pv, W_kq, W_k, W_q)
-    F = as_out(out, E.shape, E.dtype, inputs={"E": E, "W_pv": W_pv, "W_kq": W_kq})
-    _core.multihead_lsa_forward(E, W_pv, W_kq, F)
-    return F
+    E, W_pv, W_kq, _, _ = _operands(E, W_pv, W_kq, W_k, W_q)
+    return _core.multihead_lsa_forward(E, W_pv, W_kq, out, device)
 
 
-def vjp(E, W_pv, W_kq=None, d_F=None, *, W_k=None, W_q=None, with_input_grad: bool = True):
+def vjp(E, W_pv, W_kq=None, d_F=None, *, W_k=None, W_q=None, with_input_grad: bool = True,
+        device="auto"):
     """Vector-Jacobian product of :func:`forward` for ``d_F`` [B, d+1, N+1], with dP = d_F Eᵀ:
     dW^PV_h = Σ_b dP (G W^KQ_h)ᵀ, dW^KQ_h = Σ_b (W^PV_h G)ᵀ dP,
     dE = d_F + Pᵀ d_F + (dG + dGᵀ) E / N, dG = Σ_h W^PV_hᵀ dP W^KQ_hᵀ.
@@ -139,27 +159,22 @@ def vjp(E, W_pv, W_kq=None, d_F=None, *, W_k=None, W_q=None, with_input_grad: bo
     ``with_input_grad``."""
     if d_F is None:
         raise TypeError("vjp: missing the upstream gradient d_F")
-    E, W_pv, W_kq, sep = _weights(E, W_pv, W_kq, W_k, W_q)
-    d_F = as_array(np.asarray(d_F), E.shape, E.dtype, "d_F", finite=False)
-    d_W_pv = np.empty(W_pv.shape, E.dtype)
-    d_W_kq = np.empty(W_pv.shape, E.dtype)
-    d_E = np.empty(E.shape, E.dtype) if with_input_grad else None
-    _core.multihead_lsa_vjp(E, W_pv, W_kq, d_F, d_W_pv, d_W_kq, d_E)
+    E, W_pv, W_kq, sep, dtype = _operands(E, W_pv, W_kq, W_k, W_q)
+    d_F = native_operand(d_F, dtype, "d_F", finite=False)
+    d_W_pv, d_W_kq, d_E = _core.multihead_lsa_vjp(E, W_pv, W_kq, d_F, bool(with_input_grad), device)
     return (d_W_pv, *_key_query_grads(sep, d_W_kq), d_E)
 
 
 def predict_vjp(E, W_pv, W_kq=None, d_y=None, *, W_k=None, W_q=None,
-                with_input_grad: bool = True):
+                with_input_grad: bool = True, device="auto"):
     """(dW_pv, dW_kq, dE) of Σ_b d_y[b] ŷ_b (separate: (dW_pv, dW_k, dW_q, dE)):
     dW^PV_h's last row Σ_b dŷ_b G_b q_h, dW^KQ_h = Σ_b dŷ_b (G_b p_h) e_q,bᵀ, and
     dE_b = (dŷ_b/N) Σ_h (p_h q_hᵀ + q_h p_hᵀ) E_b + dŷ_b Σ_h W^KQ_hᵀ G_b p_h on the query column
     + dŷ_b on the query-label slot (None without ``with_input_grad``)."""
     if d_y is None:
         raise TypeError("predict_vjp: missing the upstream gradient d_y")
-    E, W_pv, W_kq, sep = _weights(E, W_pv, W_kq, W_k, W_q)
-    d_y = as_array(np.asarray(d_y), (E.shape[0],), E.dtype, "d_y", finite=False)
-    d_W_pv = np.empty(W_pv.shape, E.dtype)
-    d_W_kq = np.empty(W_pv.shape, E.dtype)
-    d_E = np.empty(E.shape, E.dtype) if with_input_grad else None
-    _core.multihead_lsa_predict_vjp(E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E)
+    E, W_pv, W_kq, sep, dtype = _operands(E, W_pv, W_kq, W_k, W_q)
+    d_y = native_operand(d_y, dtype, "d_y", finite=False)
+    d_W_pv, d_W_kq, d_E = _core.multihead_lsa_predict_vjp(E, W_pv, W_kq, d_y,
+                                                          bool(with_input_grad), device)
     return (d_W_pv, *_key_query_grads(sep, d_W_kq), d_E)

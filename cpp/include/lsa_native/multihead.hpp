@@ -17,13 +17,15 @@
 // supported for H = 1 (the LSA kernels); H >= 2 has CPU kernels only (Device::cuda throws Error).
 #pragma once
 
+#include "lsa_native/array_view.hpp"
 #include "lsa_native/device.hpp"
 #include "lsa_native/lsa.hpp"
 #include "lsa_native/types.hpp"
 
 namespace lsa_native {
 
-// Throws Error unless H >= 1 and H·(d+1)² fits in index_t (after validate(shape)).
+// Throws Error (naming W_pv, whose first axis H is) unless H >= 1 and H·(d+1)² fits in index_t
+// (after validate(shape)).
 void validate_heads(const LsaShape& shape, index_t heads);
 
 // ŷ_b = F_b[d, N] = E_b[d, N] + Σ_h p_hᵀ G_b q_h with p_h the last row of W^PV_h and
@@ -63,6 +65,25 @@ template <class T>
 void multihead_lsa_predict_vjp(const LsaShape& shape, index_t heads, const T* E, const T* W_pv,
                                const T* W_kq, const T* d_y, T* d_W_pv, T* d_W_kq, T* d_E = nullptr,
                                Device device = Device::cpu);
+
+// ---- the same entry points on array views (array_view.hpp): what the Python bindings call ----
+// One validate() per entry point, with the operand rules of the LSA view entry points (lsa.hpp) and
+// W_pv [H, d+1, d+1] (H >= 1), W_kq of W_pv's shape; d_W_pv, d_W_kq are made [H, d+1, d+1]. The
+// views' devices and `device` pick the backend as for LSA; H >= 2 runs on the CPU only (a CUDA
+// operand or DeviceChoice::cuda is an Error naming it), H = 1 runs the LSA backends.
+void multihead_lsa_predict(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
+                           ArrayView& y_hat, DeviceChoice device, CallSite& site);
+double multihead_lsa_loss_and_grad(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
+                                   const ArrayView& W_kq, ArrayView& d_W_pv, ArrayView& d_W_kq,
+                                   ArrayView& y_hat, DeviceChoice device, CallSite& site);
+void multihead_lsa_forward(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
+                           ArrayView& F, DeviceChoice device, CallSite& site);
+void multihead_lsa_vjp(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
+                       const ArrayView& d_F, ArrayView& d_W_pv, ArrayView& d_W_kq, ArrayView& d_E,
+                       DeviceChoice device, CallSite& site);
+void multihead_lsa_predict_vjp(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
+                               const ArrayView& d_y, ArrayView& d_W_pv, ArrayView& d_W_kq,
+                               ArrayView& d_E, DeviceChoice device, CallSite& site);
 
 // ---- the one list of multi-head entry points (as LSA_NATIVE_LSA_API; CPU backend only) ----
 #define LSA_NATIVE_MULTIHEAD_API(X, T)                                                          \
