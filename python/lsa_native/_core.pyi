@@ -161,36 +161,26 @@ def lsa_vjp(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, d_F: typing.Any, 
     """
     (dW_pv, dW_kq, dE) of lsa_forward for the upstream d_F [B, d+1, N+1].
     """
-@typing.overload
-def multihead_lsa_forward(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32]) -> None:
-    ...
-@typing.overload
-def multihead_lsa_forward(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], out: numpy.typing.NDArray[numpy.float64]) -> None:
-    ...
-@typing.overload
-def multihead_lsa_loss_and_grad(E: numpy.typing.NDArray[numpy.float32], y_q: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32], y_hat: numpy.typing.NDArray[numpy.float32] | None = None) -> float:
-    ...
-@typing.overload
-def multihead_lsa_loss_and_grad(E: numpy.typing.NDArray[numpy.float64], y_q: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64], y_hat: numpy.typing.NDArray[numpy.float64] | None = None) -> float:
-    ...
-@typing.overload
-def multihead_lsa_predict(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], out: numpy.typing.NDArray[numpy.float32]) -> None:
-    ...
-@typing.overload
-def multihead_lsa_predict(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], out: numpy.typing.NDArray[numpy.float64]) -> None:
-    ...
-@typing.overload
-def multihead_lsa_predict_vjp(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_y: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32], d_E: numpy.typing.NDArray[numpy.float32] | None = None) -> None:
-    ...
-@typing.overload
-def multihead_lsa_predict_vjp(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_y: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64], d_E: numpy.typing.NDArray[numpy.float64] | None = None) -> None:
-    ...
-@typing.overload
-def multihead_lsa_vjp(E: numpy.typing.NDArray[numpy.float32], W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_F: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32], d_E: numpy.typing.NDArray[numpy.float32] | None = None) -> None:
-    ...
-@typing.overload
-def multihead_lsa_vjp(E: numpy.typing.NDArray[numpy.float64], W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_F: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64], d_E: numpy.typing.NDArray[numpy.float64] | None = None) -> None:
-    ...
+def multihead_lsa_forward(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, out: typing.Any = None, device: typing.Any = 'auto') -> typing.Any:
+    """
+    F [B, d+1, N+1] of the H-head model (multihead.hpp), written into `out` when given.
+    """
+def multihead_lsa_loss_and_grad(E: typing.Any, y_q: typing.Any, W_pv: typing.Any, W_kq: typing.Any, return_predictions: bool = False, device: typing.Any = 'auto') -> tuple:
+    """
+    (loss, dW_pv, dW_kq[, y_hat]) of multihead.hpp's multihead_lsa_loss_and_grad (gradients [H, d+1, d+1]).
+    """
+def multihead_lsa_predict(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, out: typing.Any = None, device: typing.Any = 'auto') -> typing.Any:
+    """
+    ŷ [B] of prompts E [B, d+1, N+1] and H heads W_pv, W_kq [H, d+1, d+1] (multihead.hpp), written into `out` when given.
+    """
+def multihead_lsa_predict_vjp(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, d_y: typing.Any, with_input_grad: bool = True, device: typing.Any = 'auto') -> tuple[typing.Any, typing.Any, typing.Any]:
+    """
+    (dW_pv, dW_kq, dE) of multihead_lsa_predict for the upstream d_y [B].
+    """
+def multihead_lsa_vjp(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, d_F: typing.Any, with_input_grad: bool = True, device: typing.Any = 'auto') -> tuple[typing.Any, typing.Any, typing.Any]:
+    """
+    (dW_pv, dW_kq, dE) of multihead_lsa_forward for the upstream d_F [B, d+1, N+1].
+    """
 def multihead_population_loss(law: str, W_pv: numpy.typing.NDArray[numpy.float64], keys: collections.abc.Sequence[typing.Annotated[numpy.typing.ArrayLike, numpy.float64]], data: numpy.typing.NDArray[numpy.float64], N: typing.SupportsInt | typing.SupportsIndex, noise_std: typing.SupportsFloat | typing.SupportsIndex = 0.0, query_noise: bool = False) -> tuple:
     ...
 def num_threads() -> int:
