@@ -18,7 +18,7 @@ from .. import baselines, data, kernel_attention as ka, sampling, train
 from ._common import reproduction
 from . import _figures as _fig
 from ._stats import z_threshold
-from .ccs_training import CONVERGENCE_TOL, train_cell
+from .ccs_training import CONVERGENCE_TOL, describe_schedule, train_cell
 from .sweep import run_cells
 
 __all__ = ["ccs_sigma", "train_cell", "ccs_prop31", "ccs_fig1", "ccs_fig2", "ccs_fig3_5_6",
@@ -322,7 +322,7 @@ def ccs_fig1(ctx, p):
                  trained=v["trained"], converged=v["converged"]) for (k, a, n), v in agg.items()]
     ctx.save_csv("table.csv", list(rows[0]), [list(r.values()) for r in rows])
     _fig.finish(ctx, _plot_fig1(p, agg), f"CCS Figure 1: {p['layers']}-layer transformers, "
-                f"{_schedule_text(p)}, batch {p['batch']}, {p['seeds']} seed(s); bars ±1 SE")
+                f"{p['seeds']} seed(s), bars ±1 SE\n{describe_schedule(p)}")
     checks, z = _fig1_checks(ctx, p, agg)
     passed, measured = _verdict(checks, z)
     exp_best = {n: _best_ignoring_softmax(agg, "exp", n, p["activations"]) for n in p["contexts"]} \
@@ -377,13 +377,6 @@ def _plot_fig1(p, agg):
     return fig
 
 
-def _schedule_text(p) -> str:
-    decay = min(p["decay_steps"], p["steps"])
-    stop = (f"then to convergence (tol {p['converge_tol']:g}) or {p['steps']} steps" if decay < p["steps"]
-            else f"{p['steps']} steps")
-    return f"Adam, lr {p['lr']}→{p['lr_final']} over {decay} steps, clip {p['clip']}, {stop}"
-
-
 def _training_report(results) -> dict:
     """How the trainings ended: diverged (after the retries), retried, converged, steps taken."""
     steps = [r.get("steps_taken", 0) for r in results]
@@ -431,7 +424,7 @@ def ccs_fig2(ctx, p):
     for ax, (n, k) in zip(axes[0], panels):
         _plot_loss_vs_layers(ax, agg, lambda a, L: (n, k, (a,), L), p["activations"], lambda a: f"h̃ = {a}",
                              title=f"K^{k} labels, n = {n}", depths=depths)
-    _fig.finish(ctx, fig, f"CCS Figure 2: {_schedule_text(p)}, batch {p['batch']}, {p['seeds']} seed(s)")
+    _fig.finish(ctx, fig, f"CCS Figure 2: {p['seeds']} seed(s), bars ±1 SE\n{describe_schedule(p)}")
     checks, z = _fig2_checks(ctx, p, agg)
     passed, measured = _verdict(checks, z)
     return passed, measured, {"rows": rows, "checks": checks, "z": z, **_training_report(results)}
@@ -501,7 +494,7 @@ def ccs_fig3_5_6(ctx, p):
         panels.setdefault(key, []).append(r)
     summary = [_dist_panel(key, rs) for key, rs in sorted(panels.items())]
     _fig.finish(ctx, _plot_dist_panels(summary), f"CCS Figures 3/5/6: n = {p['context']}, "
-                f"{_schedule_text(p)}, batch {p['batch']}, {p['seeds']} seed(s); mean over seeds")
+                f"{p['seeds']} seed(s), mean over seeds\n{describe_schedule(p)}")
     table = [{k: v for k, v in s.items() if not k.startswith("_")} for s in summary]
     if table:
         ctx.save_csv("table.csv", list(table[0]), [list(s.values()) for s in table])
@@ -606,8 +599,8 @@ def ccs_fig4(ctx, p):
     for ax, t in zip(axes[0], p["targets"]):
         _plot_loss_vs_layers(ax, agg, lambda m, L: (t, m, L), list(FIG4_MODELS), str, title=f"K♦ = {t}",
                              depths=depths)
-    _fig.finish(ctx, fig, f"CCS Figure 4: n = {p['context']}, {_schedule_text(p)}, batch {p['batch']}, "
-                f"{p['seeds']} seed(s)")
+    _fig.finish(ctx, fig, f"CCS Figure 4: n = {p['context']}, {p['seeds']} seed(s), bars ±1 SE\n"
+                f"{describe_schedule(p)}")
     checks, z = _fig4_checks(ctx, p, agg)
     passed, measured = _verdict(checks, z)
     return passed, measured, {"rows": rows, "checks": checks, "z": z, **_training_report(results)}

@@ -18,7 +18,7 @@ import numpy as np
 from .. import kernel_attention as ka, sampling, train
 from ..train.schedules import Schedule
 
-__all__ = ["train_cell", "ConvergenceMonitor", "FlooredExponential", "CONVERGENCE_TOL"]
+__all__ = ["train_cell", "ConvergenceMonitor", "FlooredExponential", "CONVERGENCE_TOL", "describe_schedule"]
 
 # The default convergence tolerance: the mean training loss of the last 5% of the steps taken is
 # within 1% of that of the 5% before (both halves of the last 10%).
@@ -39,6 +39,15 @@ def schedule(lr: float, lr_final: float, decay_steps: int) -> FlooredExponential
     floor = lr_final / lr
     return FlooredExponential(kind="exponential", gamma=floor ** (1.0 / max(decay_steps - 1, 1)),
                               floor=floor)
+
+
+def describe_schedule(p: dict) -> str:
+    """The training schedule of sizes ``p`` in words (figure titles, ``lsa-native list``)."""
+    decay = min(p.get("decay_steps", p["steps"]), p["steps"])
+    stop = (f"then until the training loss changes < {p['converge_tol']:g} over the last 10% of steps "
+            f"(at most {p['steps']} steps)" if decay < p["steps"] else f"{p['steps']} steps in all")
+    return (f"Adam, lr {p['lr']}→{p['lr_final']} over {decay} steps, clip {p['clip']}, {stop}, "
+            f"batch {p['batch']} resampled every 10 steps")
 
 
 class ConvergenceMonitor:
