@@ -101,6 +101,8 @@ def test_convergence_monitor_flat_vs_falling(rng):
     # a window too noisy to tell is not converged, whatever its mean change
     noisy, _ = _monitor_on(1.0 + 0.3 * rng.standard_normal(t.size))
     assert noisy.change()[1] > 0.01 and not noisy.report()["converged"]
+    rising, _ = _monitor_on((1.0 + t / 4000) * noise)  # a loss that rises has not converged
+    assert rising.change()[0] < -0.02 and not rising.report()["converged"]
     # stop=True ends the run at the first check after `start` where the change is below tol
     _, stopped = _monitor_on(np.exp(-t / 200) + noise, start=1000, stop=True, every=50)
     first = stopped.index(True)

@@ -59,8 +59,8 @@ class ConvergenceMonitor:
     of the steps taken — at least ``min_window`` — the training loss's relative change from the
     first half of that window to the second, (m₁ − m₂)/m₂, with its standard error from the
     means of ``block``-step blocks (the prompts are resampled every 10 steps). Converged when the
-    change plus ``z`` standard errors is below ``tol`` (a window too noisy to tell is not
-    converged); with ``stop`` the run ends there once ``start`` steps are taken (checked every
+    change's size plus ``z`` standard errors is below ``tol`` (a window too noisy to tell, or a
+    loss that rose, is not converged); with ``stop`` the run ends there once ``start`` steps are taken (checked every
     ``every`` steps)."""
 
     def __init__(self, tol: float = CONVERGENCE_TOL, *, start: int = 0, stop: bool = False,
@@ -78,8 +78,8 @@ class ConvergenceMonitor:
         return self.converged()
 
     def converged(self) -> bool:
-        rel, se = self.change()
-        return bool(rel + self.z * se < self.tol)
+        rel, se = self.change()  # |change|: a loss that rose over the window has not settled either
+        return bool(abs(rel) + self.z * se < self.tol)
 
     def change(self) -> tuple[float, float]:
         """(relative change of the mean training loss over the last window, its standard error);
