@@ -49,9 +49,13 @@ def _null_locator():
 
 
 def finish(ctx, fig, title: str, name: str = "figure.png", *, fontsize: float = 10) -> None:
-    """Title, layout (room for legends placed below panels), save as ``<id>_<name>`` in the
-    output folder (nothing written without one), close."""
-    fig.suptitle(title, fontsize=fontsize)
+    """Title (wrapped to the figure's width), layout (room for legends placed below panels),
+    save as ``<id>_<name>`` in the output folder (nothing written without one), close."""
+    import textwrap
+
+    width = int(fig.get_figwidth() * 120 / fontsize)  # characters that fit across the figure
+    lines = [w for line in title.split("\n") for w in textwrap.wrap(line, width) or [""]]
+    fig.suptitle("\n".join(lines), fontsize=fontsize)
     fig.tight_layout()
     ctx.save_figure(fig, name)
 
