@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["pyplot", "panels", "finish", "legend_below", "integer_ticks"]
+__all__ = ["pyplot", "panels", "finish", "legend_below", "integer_ticks", "log_or_nan"]
 
 
 def pyplot():
