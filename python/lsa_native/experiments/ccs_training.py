@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import kernel_attention as ka, sampling, train
 from ..train.schedules import Schedule
+from .ccs_prompts import bayes_prediction, ccs_sigma, spec_of
 
 __all__ = ["train_cell", "ConvergenceMonitor", "FlooredExponential", "CONVERGENCE_TOL", "describe_schedule"]
 
@@ -118,8 +119,6 @@ def train_cell(cfg: dict) -> dict:
     test in-context loss E(TF + y_q)² (CCS (5)) at every depth ℓ = 0..L on fresh prompts with
     its Monte Carlo standard error, the Bayes loss on the same prompts, the convergence report,
     and (trace) dist(Σ^{1/2}B_ℓᵀC_ℓΣ^{1/2}, I), dist(A_ℓ, I) during training."""
-    from .ccs import ccs_sigma, spec_of
-
     Sigma = ccs_sigma(cfg["seed"], cfg["dim"])
     spec = spec_of(cfg, Sigma, 2 * cfg["seed"])
     test_spec = spec_of(cfg, Sigma, 2 * cfg["seed"] + 1)
@@ -177,8 +176,6 @@ def _train_with_retries(cfg, spec, Sigma):
 def _evaluate(cfg, test_spec, params) -> dict:
     """Test loss per layer (mean and Monte Carlo SE over eval_batch fresh prompts) and the Bayes
     loss on the same prompts; NaN losses for a diverged training."""
-    from .ccs import bayes_prediction
-
     L = cfg["layers"]
     test = test_spec.sample(batch=cfg["eval_batch"], step=0, dtype=np.float64)
     out = {"bayes_loss": float(np.mean((bayes_prediction(test_spec, test) - test.y_q) ** 2))}
