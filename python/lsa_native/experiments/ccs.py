@@ -432,6 +432,8 @@ def _dist_panel(key, rs) -> dict:
         curves.update({f"A{j}": a[:, j] for j in range(a.shape[1] - 1)})
     arr = np.array(list(curves.values()))  # [matrices, T]
     a_final = [c[-1] for name, c in curves.items() if name.startswith("A")]
+    if key[0].startswith("A free") and "trace_norm_A" in rs[0]:  # ‖A_ℓ‖_F, ℓ = 0..L-2 (reported)
+        out["A_norm_final"] = [float(v) for v in np.mean([np.asarray(r["trace_norm_A"])[-1] for r in rs], axis=0)[:-1]]
     return dict(out, median_initial=float(np.median(arr[:, 0])), median_mid=float(np.median(arr[:, arr.shape[1] // 2])),
                 median_final=float(np.median(arr[:, -1])), max_final=float(np.max(arr[:, -1])),
                 A_final=float(np.median(a_final)) if a_final else float("nan"),

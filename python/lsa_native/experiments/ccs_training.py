@@ -151,8 +151,7 @@ def _train_with_retries(cfg, spec, Sigma):
     trace = cfg.get("trace_every", 0)
     metrics = None
     if trace:
-        metrics = {"dist": lambda p: {"dist_" + k: np.asarray(v).ravel()
-                                      for k, v in train.kernel_attention_identity_distances(p, Sigma).items()}}
+        metrics = {"dist": lambda p: _trace_metrics(p, Sigma)}
     decay = min(cfg.get("decay_steps") or cfg["steps"], cfg["steps"])
     info = {"diverged": True}
     for attempt in range(cfg.get("retries", 0) + 1):
@@ -171,6 +170,16 @@ def _train_with_retries(cfg, spec, Sigma):
         except (train.TrainingDiverged, FloatingPointError) as e:
             info = {"diverged": True, "error": str(e)[:200], "lr_used": lr, "retries_used": attempt}
     return None, monitor, info
+
+
+def _trace_metrics(params, Sigma) -> dict:
+    """dist(Σ½B_ℓᵀC_ℓΣ½, I), dist(A_ℓ, I) and ‖A_ℓ‖_F per layer and head (dist(A, I) of a small
+    A is noise: its norm tells whether A grew toward a·I or stayed near its initialization)."""
+    out = {"dist_" + k: np.asarray(v).ravel()
+           for k, v in train.kernel_attention_identity_distances(params, Sigma).items()}
+    if getattr(params, "A", None) is not None:
+        out["norm_A"] = np.linalg.norm(np.asarray(params.A, dtype=np.float64), axis=(-2, -1)).ravel()
+    return out
 
 
 def _evaluate(cfg, test_spec, params) -> dict:
@@ -195,7 +204,7 @@ def _evaluate(cfg, test_spec, params) -> dict:
 
 def _trace(h) -> dict:
     out = {"trace_step": [int(s) for s in h["step"]]}
-    for key in ("dist_BC", "dist_A"):
+    for key in ("dist_BC", "dist_A", "norm_A"):
         if key in h.columns():
             out["trace_" + key] = np.asarray(h[key]).tolist()
     return out
