@@ -40,3 +40,50 @@ def test_reproduce_one_writes_table_and_index(tmp_path, capsys):
     assert res["params"]["query_scale"] == [0.5, 2.0] and res["passed"]
     index = (tmp_path / "index.md").read_text()
     assert "![zfb-shifts](zfb-shifts_figure.png)" in index
+
+
+PROP31 = ["reproduce", "ccs-prop31", "--quiet", "--set", "batch=64", "--set", "layers=2"]
+
+
+def test_out_refuses_another_configuration_unless_force(tmp_path, capsys):
+    out = ["--out", str(tmp_path)]
+    assert cli.main(PROP31 + out) == 0
+    assert cli.main(PROP31 + out) == 0  # the same configuration again: allowed
+    first = (tmp_path / "ccs-prop31_result.json").read_text()
+    capsys.readouterr()
+    assert cli.main(PROP31 + out + ["--set", "context=7"]) == 2
+    err = capsys.readouterr().err
+    assert "another ccs-prop31 run" in err and "context 20 -> 7" in err and "--force" in err
+    assert (tmp_path / "ccs-prop31_result.json").read_text() == first  # untouched
+    assert cli.main(PROP31 + out + ["--seed", "3"]) == 2  # the seed is part of the configuration
+    assert cli.main(PROP31 + out + ["--full"]) == 2
+    assert cli.main(PROP31 + out + ["--set", "context=7", "--force"]) == 0
+    assert json.loads((tmp_path / "ccs-prop31_result.json").read_text())["params"]["context"] == 7
+
+
+def test_out_refuses_committed_outputs(tmp_path, capsys):
+    import shutil
+    import subprocess
+
+    if shutil.which("git") is None:
+        pytest.skip("git not installed")
+    out = ["--out", str(tmp_path)]
+    assert cli.main(PROP31 + out) == 0
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run(git + ["init", "-q"], check=True)
+    subprocess.run(git + ["add", "ccs-prop31_result.json"], check=True)
+    subprocess.run(git + ["commit", "-q", "-m", "outputs"], check=True)
+    capsys.readouterr()
+    assert cli.main(PROP31 + out) == 2  # even the same configuration: committed files are kept
+    assert "committed outputs of ccs-prop31" in capsys.readouterr().err
+    assert cli.main(PROP31 + out + ["--force"]) == 0
+
+
+def test_python_api_refuses_too(tmp_path):
+    from lsa_native import experiments
+    from lsa_native.experiments._common import OutputExists
+
+    experiments.ccs_prop31(tmp_path, batch=64, layers=2)
+    with pytest.raises(OutputExists, match="layers 2 -> 3"):
+        experiments.ccs_prop31(tmp_path, batch=64, layers=3)
+    assert experiments.ccs_prop31(tmp_path, batch=64, layers=3, force=True).passed

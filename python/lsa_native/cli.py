@@ -157,10 +157,15 @@ def _validate(args, experiments, _common, sweep) -> dict:
         entry = experiments.REGISTRY[i]
         sizes = _sizes(entry, args.set)
         try:
-            _common.check_sizes({**entry.quick, **(entry.full if args.full else {})}, sizes)
+            params = entry.sizes(args.full, sizes)
         except (ValueError, TypeError) as e:
             raise ValueError(f"--set {e}") from None
         _check_bounds(entry, sizes, full=args.full)
+        try:
+            _common.check_overwrite(args.out, i, _common.run_config(args.full, args.seed, params),
+                                    force=args.force)
+        except _common.OutputExists as e:
+            raise ValueError(f"--{e}") from None  # "out: ..." names the flag
         per_id[i] = sizes
     return per_id
 
@@ -176,7 +181,7 @@ def _reproduce(args) -> int:
     chosen = list(per_id)
     command = "lsa-native " + " ".join(shlex.quote(a) for a in (args.argv or []))
     kw = dict(full=args.full, seed=args.seed, progress=not args.quiet, scheduler=args.scheduler,
-              workers=args.workers, device=args.device)
+              workers=args.workers, device=args.device, force=True)  # checked in _validate
     t0 = time.perf_counter()
     results = []
     for i in chosen:
@@ -246,7 +251,12 @@ def _parser() -> argparse.ArgumentParser:
                     + ", ".join(experiments.ids()) + ", or 'all' (writes index.md).")
     rep.add_argument("id", help="reproduction id or 'all'")
     rep.add_argument("--full", action="store_true", help="the paper's sizes (slow)")
-    rep.add_argument("--out", default="reproductions", help="output folder (default: reproductions)")
+    rep.add_argument("--out", default="reproductions",
+                     help="output folder (default: reproductions); a folder holding another "
+                          "configuration's outputs of an id, or committed ones, is refused")
+    rep.add_argument("--force", action="store_true",
+                     help="overwrite the outputs of a previous run of another configuration, or "
+                          "committed outputs, in --out")
     rep.add_argument("--seed", type=int, default=0, help=f"{_SEED_RANGE} (default 0)")
     rep.add_argument("--set", action="append", metavar="NAME=VALUE",
                      help="override a size, e.g. --set steps=400 --set contexts=10,20 (repeatable; "
@@ -280,8 +290,13 @@ def _parser() -> argparse.ArgumentParser:
 def _list(args) -> int:
     from . import experiments
 
+    from .experiments.ccs_training import describe_schedule
+
     for i, e in experiments.REGISTRY.items():
         print(f"{i}: {e.claim}\n    pass: {e.condition}\n    quick: {e.quick}\n    full:  {e.full}")
+        if "decay_steps" in e.quick:  # a CCS training: its schedule at both sizes
+            print(f"    training (quick): {describe_schedule(e.quick)}\n"
+                  f"    training (full):  {describe_schedule({**e.quick, **e.full})}")
     return 0
 
 

@@ -18,7 +18,8 @@ import numpy as np
 from ..gp_kernels import KERNELS
 from ..kernel_attention import ACTIVATIONS
 
-__all__ = ["Result", "Context", "REGISTRY", "reproduction", "check_sizes", "machine"]
+__all__ = ["Result", "Context", "REGISTRY", "reproduction", "check_sizes", "machine",
+           "check_overwrite", "OutputExists"]
 
 
 @dataclass
@@ -140,6 +141,66 @@ def prepare_output(out) -> Path:
     return p
 
 
+class OutputExists(FileExistsError):
+    """An output folder holds a previous run's outputs that a new run would overwrite."""
+
+
+def run_config(full: bool, seed: int, params: dict) -> dict:
+    """What identifies a run's outputs: full or quick, the seed and every size (as JSON)."""
+    return _jsonable({"full": bool(full), "params": {"seed": int(seed), **params}})
+
+
+def _tracked_files(out: Path, id: str) -> list[str]:
+    """The files ``<id>_*`` in ``out`` that git tracks (none outside a work tree or without git)."""
+    import subprocess
+
+    try:
+        res = subprocess.run(["git", "-C", str(out), "ls-files", "--", f"{id}_*"],
+                             capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return res.stdout.split() if res.returncode == 0 else []
+
+
+def check_overwrite(out, id: str, config: dict, *, force: bool = False) -> None:
+    """Refuse to write reproduction ``id`` into ``out`` where that would silently replace a
+    previous run's outputs: raises :class:`OutputExists` when ``out`` holds ``<id>_result.json``
+    of a different configuration (``run_config``: quick/full, seed, sizes), or ``<id>_*`` files
+    that git tracks (committed outputs, e.g. ``docs/reproductions/``). A rerun of the same
+    configuration into an untracked folder is allowed (it continues from the cell cache).
+    ``force=True`` skips the check."""
+    if force or out is None:
+        return
+    out = Path(out)
+    tracked = _tracked_files(out, id) if out.is_dir() else []
+    if tracked:
+        raise OutputExists(f"out: {str(out)!r} holds committed outputs of {id} ({', '.join(tracked[:3])}"
+                           f"{', ...' if len(tracked) > 3 else ''}); choose another folder or pass "
+                           "--force (force=True) to overwrite them")
+    path = out / f"{id}_result.json"
+    if not path.exists():
+        return
+    try:
+        old = json.loads(path.read_text())
+        previous = {"full": bool(old.get("full", False)), "params": old.get("params")}
+    except (OSError, ValueError, AttributeError):
+        previous = None
+    if previous != config:
+        diff = _config_difference(previous, config)
+        raise OutputExists(f"out: {str(out)!r} holds outputs of another {id} run ({diff}); choose "
+                           "another folder or pass --force (force=True) to overwrite them")
+
+
+def _config_difference(old, new) -> str:
+    if not isinstance(old, dict) or not isinstance(old.get("params"), dict):
+        return f"unreadable {new and 'result.json'}"
+    parts = [] if old["full"] == new["full"] else [f"full {old['full']} -> {new['full']}"]
+    keys = sorted(set(old["params"]) | set(new["params"]))
+    parts += [f"{k} {old['params'].get(k)!r} -> {new['params'].get(k)!r}" for k in keys
+              if old["params"].get(k) != new["params"].get(k)]
+    return "; ".join(parts[:4]) + ("; ..." if len(parts) > 4 else "")
+
+
 # Names a string-valued size may take (lists of them are checked element by element): the kernel
 # and activation tables, and the targets of CCS Figure 4 (experiments/ccs.py: FIG4_KERNELS).
 CHOICES = {"kernels": KERNELS, "activations": tuple(ACTIVATIONS),
@@ -200,6 +261,10 @@ class Entry:
     full: dict
     function: Callable
 
+    def sizes(self, full: bool, overrides: dict) -> dict:
+        """The sizes of a run: quick (``full``: updated with the paper's), then ``overrides``."""
+        return check_sizes({**self.quick, **(self.full if full else {})}, overrides)
+
 
 REGISTRY: dict[str, Entry] = {}
 
@@ -214,7 +279,7 @@ def reproduction(id: str, *, claim: str, condition: str, quick: dict, full: dict
         @functools.wraps(body)
         def run(out=None, *, full: bool = False, seed: int = 0, progress: bool = False,
                 scheduler: str | None = None, workers: int = 2, device: str = "cpu",
-                **sizes) -> Result:
+                force: bool = False, **sizes) -> Result:
             from .. import cuda
             from .._validation import positive_int
 
@@ -223,10 +288,8 @@ def reproduction(id: str, *, claim: str, condition: str, quick: dict, full: dict
             seed = positive_int(seed, "seed", minimum=0)
             workers = positive_int(workers, "workers", minimum=0)
             device = cuda.check_device(device)
-            base = dict(quick)
-            if full:
-                base.update(full_sizes)
-            params = check_sizes(base, sizes)
+            params = REGISTRY[id].sizes(bool(full), sizes)
+            check_overwrite(out, id, run_config(full, seed, params), force=bool(force))
             ctx = Context(id, out, seed=seed, full=full, progress=progress, scheduler=scheduler,
                           workers=workers, device=device)
             t0 = time.perf_counter()
@@ -250,7 +313,7 @@ def reproduction(id: str, *, claim: str, condition: str, quick: dict, full: dict
             [inspect.Parameter("out", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=None)]
             + [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in
                (("full", False), ("seed", 0), ("progress", False), ("scheduler", None), ("workers", 2),
-                ("device", "cpu"))]
+                ("device", "cpu"), ("force", False))]
             + [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in quick.items()])
         REGISTRY[id] = Entry(id, claim, condition, dict(quick), dict(full_sizes), run)
         return run

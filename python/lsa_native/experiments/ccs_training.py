@@ -1,0 +1,210 @@
+"""One CCS training (a sweep cell): the setting of CCS Appendix H.1, our learning-rate schedule,
+the convergence test that sets the training horizon, and the evaluation on fresh prompts.
+
+CCS gives no learning rate, schedule or step count ("the loss values are taken after convergence
+of training loss", Section 3.3). Ours: Adam (β = 0.9, 0.999) with gradient clipping at norm
+``clip``, the rate decaying exponentially from ``lr`` to ``lr_final`` over ``decay_steps`` and
+held there; the run stops when the training loss has converged (:class:`ConvergenceMonitor`)
+after the decay, or at ``steps``. A training that diverges (non-finite loss in float32) is rerun
+from the same initialization with both rates halved, up to ``retries`` times; the rate used is
+reported.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import kernel_attention as ka, sampling, train
+from ..train.schedules import Schedule
+from .ccs_prompts import bayes_prediction, ccs_sigma, spec_of
+
+__all__ = ["train_cell", "ConvergenceMonitor", "FlooredExponential", "CONVERGENCE_TOL", "describe_schedule"]
+
+# The default convergence tolerance: the mean training loss of the last 5% of the steps taken is
+# within 1% of that of the 5% before (both halves of the last 10%), by CONVERGENCE_Z standard
+# errors: the change plus 2 SE below 1%. (Without the margin a noisy window passes by chance: at
+# B = 1000, n = 30 the SE of the change is ~2% and a plain "< 1%" stopped a training at 3300 steps
+# whose dist(M, I) was still falling.)
+CONVERGENCE_TOL = 0.01
+CONVERGENCE_Z = 2.0
+
+
+@dataclass(frozen=True)
+class FlooredExponential(Schedule):
+    """s(t) = max(γ^t, floor): exponential decay to ``floor``, then constant."""
+
+    floor: float = 0.0
+
+    def __call__(self, t: int) -> float:
+        return max(self.gamma**t, self.floor)
+
+
+def schedule(lr: float, lr_final: float, decay_steps: int) -> FlooredExponential:
+    floor = lr_final / lr
+    return FlooredExponential(kind="exponential", gamma=floor ** (1.0 / max(decay_steps - 1, 1)),
+                              floor=floor)
+
+
+def describe_schedule(p: dict) -> str:
+    """The training schedule of sizes ``p`` in words (figure titles, ``lsa-native list``)."""
+    decay = min(p.get("decay_steps", p["steps"]), p["steps"])
+    stop = (f"then until the training loss changes < {p['converge_tol']:g} over the last 10% of steps "
+            f"by {CONVERGENCE_Z:g} SE (at most {p['steps']} steps)" if decay < p["steps"] else f"{p['steps']} steps in all")
+    return (f"Adam, lr {p['lr']}→{p['lr_final']} over {decay} steps, clip {p['clip']}, {stop}, "
+            f"batch {p['batch']} resampled every 10 steps")
+
+
+class ConvergenceMonitor:
+    """The convergence test of a training (a ``fit`` callback). Over the last ``fraction`` (10%)
+    of the steps taken — at least ``min_window`` — the training loss's relative change from the
+    first half of that window to the second, (m₁ − m₂)/m₂, with its standard error from the
+    means of ``block``-step blocks (the prompts are resampled every 10 steps). Converged when the
+    change's size plus ``z`` standard errors is below ``tol`` (a window too noisy to tell, or a
+    loss that rose, is not converged); with ``stop`` the run ends there once ``start`` steps are taken (checked every
+    ``every`` steps)."""
+
+    def __init__(self, tol: float = CONVERGENCE_TOL, *, start: int = 0, stop: bool = False,
+                 every: int = 50, fraction: float = 0.1, min_window: int = 200, block: int = 10,
+                 z: float = CONVERGENCE_Z):
+        self.tol, self.start, self.stop, self.every, self.z = tol, start, stop, every, z
+        self.fraction, self.min_window, self.block = fraction, min_window, block
+        self.losses: list[float] = []
+
+    def __call__(self, info) -> bool:
+        self.losses.append(float(info.loss))
+        t = len(self.losses)
+        if not self.stop or t < self.start or t % self.every:
+            return False
+        return self.converged()
+
+    def converged(self) -> bool:
+        rel, se = self.change()  # |change|: a loss that rose over the window has not settled either
+        return bool(abs(rel) + self.z * se < self.tol)
+
+    def change(self) -> tuple[float, float]:
+        """(relative change of the mean training loss over the last window, its standard error);
+        (inf, nan) before two blocks per half exist."""
+        t = len(self.losses)
+        w = max(int(self.fraction * t), self.min_window)
+        w -= w % (2 * self.block)
+        if w < 4 * self.block or w > t:
+            return float("inf"), float("nan")
+        blocks = np.asarray(self.losses[t - w:]).reshape(-1, self.block).mean(axis=1)
+        b1, b2 = np.split(blocks, 2)
+        m1, m2 = b1.mean(), b2.mean()
+        se = np.sqrt(b1.var(ddof=1) / b1.size + b2.var(ddof=1) / b2.size) / m2
+        return float((m1 - m2) / m2), float(se)
+
+    def report(self) -> dict:
+        rel, se = self.change()
+        return {"converged": self.converged(), "train_loss_change": rel, "train_loss_change_se": se,
+                "steps_taken": len(self.losses), "convergence_tol": self.tol,
+                # the training-loss curve in 10-step block means (the convergence figure)
+                "train_loss_blocks": _block_means(self.losses, self.block)}
+
+
+def _block_means(losses, block):
+    n = len(losses) // block * block
+    return np.asarray(losses[:n]).reshape(-1, block).mean(axis=1).tolist() if n else []
+
+
+def train_cell(cfg: dict) -> dict:
+    """Train one kernel-attention model of CCS H.1 and evaluate it. ``cfg`` (JSON): kernel (label
+    GP: linear / relu / exp, or fig4-linear / fig4-exp / fig4-composite), activations (one name per
+    head), layers, context n, dim, seed, steps (the most), decay_steps (the rate's decay; the
+    convergence test stops the run after it when decay_steps < steps), converge_tol, retries,
+    batch, lr, lr_final, clip, init_scale, hold_A_zero, eval_batch, trace_every (0: no trace);
+    ``_device`` ("cpu" or "cuda", not part of the cell's identity) where it trains. Returns the
+    test in-context loss E(TF + y_q)² (CCS (5)) at every depth ℓ = 0..L on fresh prompts with
+    its Monte Carlo standard error, the Bayes loss on the same prompts, the convergence report,
+    and (trace) dist(Σ^{1/2}B_ℓᵀC_ℓΣ^{1/2}, I), dist(A_ℓ, I) during training."""
+    Sigma = ccs_sigma(cfg["seed"], cfg["dim"])
+    spec = spec_of(cfg, Sigma, 2 * cfg["seed"])
+    test_spec = spec_of(cfg, Sigma, 2 * cfg["seed"] + 1)
+    res, monitor, info = _train_with_retries(cfg, spec, Sigma)
+    out = {**info, **monitor.report()}
+    out.update(_evaluate(cfg, test_spec, None if res is None else res.params))
+    if res is not None:
+        out["train_loss_final"] = float(2 * res.history["loss"][-1])  # fit records ½ × CCS (5)
+        if cfg.get("trace_every", 0):
+            out.update(_trace(res.history))
+    return out
+
+
+def _initial_params(cfg):
+    rng = np.random.default_rng([cfg["seed"], 99])
+    params0 = ka.KernelAttentionParams.gaussian(rng, cfg["dim"], cfg["layers"], len(cfg["activations"]),
+                                                list(cfg["activations"]), sparse=True,
+                                                scale=cfg["init_scale"])
+    if cfg["hold_A_zero"]:
+        params0.A[...] = 0
+    return params0
+
+
+def _train_with_retries(cfg, spec, Sigma):
+    """(FitResult or None if every try diverged, its ConvergenceMonitor, {diverged, lr_used,
+    retries_used, error})."""
+    # "_device" is where the cell runs, not part of its identity (sweep.cell_key leaves it out);
+    # prompts without a GPU sampler (the fig4 composites) train on the CPU.
+    device = cfg.get("_device", "cpu") if isinstance(spec, sampling.KernelGPPrompts) else "cpu"
+    trace = cfg.get("trace_every", 0)
+    metrics = None
+    if trace:
+        metrics = {"dist": lambda p: _trace_metrics(p, Sigma)}
+    decay = min(cfg.get("decay_steps") or cfg["steps"], cfg["steps"])
+    info = {"diverged": True}
+    for attempt in range(cfg.get("retries", 0) + 1):
+        lr, lr_final = cfg["lr"] / 2**attempt, cfg["lr_final"] / 2**attempt
+        monitor = ConvergenceMonitor(cfg.get("converge_tol", CONVERGENCE_TOL), start=decay,
+                                     stop=decay < cfg["steps"])
+        objective = train.KernelAttentionObjective(_initial_params(cfg), hold_A_zero=cfg["hold_A_zero"],
+                                                   device=device)
+        opt = train.Adam(lr=lr, clip_norm=cfg["clip"], schedule=schedule(lr, lr_final, decay))
+        try:
+            res = train.fit(objective, opt, steps=cfg["steps"],
+                            data=train.Prompts(spec, batch=cfg["batch"], resample_every=10),
+                            record_every=trace or cfg["steps"], metrics=metrics, callbacks=[monitor],
+                            progress=False)
+            return res, monitor, {"diverged": False, "lr_used": lr, "retries_used": attempt}
+        except (train.TrainingDiverged, FloatingPointError) as e:
+            info = {"diverged": True, "error": str(e)[:200], "lr_used": lr, "retries_used": attempt}
+    return None, monitor, info
+
+
+def _trace_metrics(params, Sigma) -> dict:
+    """dist(Σ½B_ℓᵀC_ℓΣ½, I), dist(A_ℓ, I) and ‖A_ℓ‖_F per layer and head (dist(A, I) of a small
+    A is noise: its norm tells whether A grew toward a·I or stayed near its initialization)."""
+    out = {"dist_" + k: np.asarray(v).ravel()
+           for k, v in train.kernel_attention_identity_distances(params, Sigma).items()}
+    if getattr(params, "A", None) is not None:
+        out["norm_A"] = np.linalg.norm(np.asarray(params.A, dtype=np.float64), axis=(-2, -1)).ravel()
+    return out
+
+
+def _evaluate(cfg, test_spec, params) -> dict:
+    """Test loss per layer (mean and Monte Carlo SE over eval_batch fresh prompts) and the Bayes
+    loss on the same prompts; NaN losses for a diverged training."""
+    L = cfg["layers"]
+    test = test_spec.sample(batch=cfg["eval_batch"], step=0, dtype=np.float64)
+    out = {"bayes_loss": float(np.mean((bayes_prediction(test_spec, test) - test.y_q) ** 2))}
+    nan = [float("nan")] * (L + 1)
+    out.update(loss_per_layer=nan, loss_se_per_layer=nan, loss=float("nan"))
+    if params is None:
+        return out
+    try:
+        sq = (params.predict(test.E, every_layer=True) - test.y_q[:, None]) ** 2  # −TF_ℓ, ℓ = 0..L
+    except FloatingPointError:
+        return out
+    mean, se = sq.mean(axis=0), sq.std(axis=0, ddof=1) / np.sqrt(sq.shape[0])
+    out.update(loss_per_layer=[float(v) for v in mean], loss_se_per_layer=[float(v) for v in se],
+               loss=float(mean[-1]))
+    return out
+
+
+def _trace(h) -> dict:
+    out = {"trace_step": [int(s) for s in h["step"]]}
+    for key in ("dist_BC", "dist_A", "norm_A"):
+        if key in h.columns():
+            out["trace_" + key] = np.asarray(h[key]).tolist()
+    return out
