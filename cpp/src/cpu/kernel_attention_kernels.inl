@@ -86,22 +86,18 @@ void products_bt(const T* A, index_t ra, const T* B, index_t rb, index_t ld, T* 
   }
 }
 
-// The elementwise part of h̃ on `count` values, one function per entry of the activation table
-// (recipe::activation::<name>_value, vectorized); a column-wise entry receives S minus its column
-// max (the recipe's shift) and is normalized per column by activation_forward.
-template <class T>
-void linear_values(T*, index_t) {}
-template <class T>
-void relu_values(T* x, index_t count) {
-  for (index_t k = 0; k < count; ++k) x[k] = recipe::activation::relu_value(x[k], T(0));
-}
-template <class T>
-void exp_values(T* x, index_t count) {
-  simd::exp_inplace(x, count);
-}
-template <class T>
-void softmax_values(T* x, index_t count) {
-  simd::exp_inplace(x, count);  // exp(s − shift): recipe::activation::softmax_value
+// The elementwise part of h̃ on `count` values: the recipe's value function of the table entry
+// (recipe::activation::<name>_value, which the compiler specializes per entry); exp and softmax go
+// through the vectorized exp instead. A column-wise entry receives S minus its column max (the
+// recipe's shift, hence shift 0 here) and is normalized per column by activation_rows. A new
+// activation needs no code in this file.
+template <class T, Activation kActivation>
+void activation_values(T* x, index_t count) {
+  if constexpr (kActivation == Activation::exp || kActivation == Activation::softmax) {
+    simd::exp_inplace(x, count);  // e^s, and e^(s − shift) with the shift already subtracted
+  } else {
+    for (index_t k = 0; k < count; ++k) x[k] = recipe::activation_value(kActivation, x[k], T(0));
+  }
 }
 
 // H = h̃(S) in place on S [n, T] (sources i < n as rows, targets j as columns)   [CCS (12)];
@@ -130,9 +126,11 @@ void activation_rows(T* S, index_t n, index_t Tt, T* col, Values values) {
 template <class T>
 void activation_forward(Activation a, T* S, index_t n, index_t Tt, T* col) {
   switch (a) {
-#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise)                                          \
-  case Activation::name:                                                                       \
-    activation_rows<T, column_wise>(S, n, Tt, col, [](T* x, index_t c) { name##_values(x, c); }); \
+#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise)                    \
+  case Activation::name:                                                 \
+    activation_rows<T, column_wise>(S, n, Tt, col, [](T* x, index_t c) { \
+      activation_values<T, Activation::name>(x, c);                      \
+    });                                                                  \
     break;
     LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_CASE)
 #undef LSA_NATIVE_ACTIVATION_CASE
