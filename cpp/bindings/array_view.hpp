@@ -145,8 +145,10 @@ inline ArrayView from_dlpack(const py::handle& obj, const char* name, py::list& 
                             e.what() + ")");
   }
   keep.append(capsule);
-  const char* cname = PyCapsule_GetName(capsule.ptr());
-  if (!PyCapsule_CheckExact(capsule.ptr()) || cname == nullptr || std::string(cname) != "dltensor")
+  // A capsule first (GetName on another object would leave Python's error indicator set).
+  const char* cname = PyCapsule_CheckExact(capsule.ptr()) ? PyCapsule_GetName(capsule.ptr()) : nullptr;
+  if (cname == nullptr) PyErr_Clear();
+  if (cname == nullptr || std::string(cname) != "dltensor")
     throw ArgumentTypeError(std::string(name) + ": __dlpack__ returned no unconsumed 'dltensor' capsule");
   const auto* managed =
       static_cast<const DLManagedTensor*>(PyCapsule_GetPointer(capsule.ptr(), "dltensor"));

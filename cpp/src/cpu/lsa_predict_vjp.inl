@@ -1,6 +1,6 @@
 // VJP of the LSA prediction ŷ = [f_LSA(E)]_{d+1,N+1} [ZFB (3.6)] for an upstream dŷ [B] (lsa.hpp),
 // over a range of prompts; included by one translation unit per instruction set with LSA_ISA_NS
-// defined (lsa_kernels_{base,avx2}.cpp). Per prompt one pass over the tokens for t_j = p·e_j and
+// defined (lsa_kernels_{base,avx2,avx512}.cpp). Per prompt one pass over the tokens for t_j = p·e_j and
 // s_j = q·e_j (q = W^KQ e_q), one for G q = (1/N) Σ_j s_j e_j and G p = (1/N) Σ_j t_j e_j, and the
 // dE write:
 //   ∂ŷ/∂p = G q (last row of dW^PV),  ∂ŷ/∂W^KQ = (G p) e_qᵀ,

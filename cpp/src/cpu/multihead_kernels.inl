@@ -1,4 +1,4 @@
-// CPU kernels of the H-head LSA (multihead.hpp), included by lsa_kernels_{base,avx2}.cpp after
+// CPU kernels of the H-head LSA (multihead.hpp), included by lsa_kernels_{base,avx2,avx512}.cpp after
 // lsa_kernels.inl (LSA_ISA_NS defined): they reuse its token-axis tiles (PaddedRows, token_products,
 // row_combination) and the small-matrix kit (SmallMatrices).
 //
