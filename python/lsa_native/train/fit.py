@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import cuda as _cuda
 from .._validation import nonnegative_float, positive_int, real_array
 from ..data import PromptBatch
 from ..history import History
@@ -608,9 +609,11 @@ def _notify(callbacks: list, info: StepInfo) -> bool:
 def _native_arrays(plan: _Plan):
     """Where θ and the optimizer state live during the loop: on the GPU (the native optimizer
     step, :mod:`.native_optim`) for an objective with ``device == "cuda"`` and one of the built-in
-    optimizers; None (the Python optimizers on host arrays) otherwise."""
+    optimizers; None (the Python optimizers on host arrays) otherwise. Without a usable GPU the
+    host loop runs, so that the objective's first step reports the device error itself (the
+    dispatcher's "no CUDA device …" / "no CUDA kernels …"), not the first allocation."""
     if (getattr(plan.objective, "device", None) == "cuda"
-            and type(plan.optimizer) in (SGD, Adam, AdamW)):
+            and type(plan.optimizer) in (SGD, Adam, AdamW) and _cuda.available()):
         return native_optim.CUDA
     return None
 
