@@ -38,3 +38,14 @@ def assert_within_rounding(actual, expected, magnitude, n_ops: int, dtype, what:
         f"{what}: error {np.abs(actual - expected)[worst]:.3e} exceeds the rounding bound "
         f"{bound[worst]:.3e} at {worst} (ratio {excess[worst]:.2f}, dtype {np.dtype(dtype)})"
     )
+
+
+def z_scores(samples, exact):
+    """(mean − exact) / standard error, entrywise; entries with zero spread must match exactly."""
+    mean = samples.mean(axis=0)
+    se = samples.std(axis=0, ddof=1) / np.sqrt(samples.shape[0])
+    z = np.zeros_like(mean)
+    nz = se > 0
+    z[nz] = (mean[nz] - exact[nz]) / se[nz]
+    assert np.all(np.abs(mean[~nz] - exact[~nz]) <= 1e-12 * (1 + np.abs(exact[~nz])))
+    return z

@@ -9,6 +9,7 @@ import pytest
 
 from lsa_native import data, lsa, population as pop, theory, train
 from lsa_native.reference import population as ref
+from conftest import z_scores
 
 
 def random_spd(rng, d, spread=3.0):
@@ -33,17 +34,6 @@ def monte_carlo(rng, W_pv, W_kq, Lambda, N, n_batches, batch):
         g_pv.append(gp)
         g_kq.append(gk)
     return np.array(losses), np.array(g_pv), np.array(g_kq)
-
-
-def z_scores(samples, exact):
-    """(mean − exact) / standard error, entrywise; entries with zero spread must match exactly."""
-    mean = samples.mean(axis=0)
-    se = samples.std(axis=0, ddof=1) / np.sqrt(samples.shape[0])
-    z = np.zeros_like(mean)
-    nz = se > 0
-    z[nz] = (mean[nz] - exact[nz]) / se[nz]
-    assert np.all(np.abs(mean[~nz] - exact[~nz]) <= 1e-12 * (1 + np.abs(exact[~nz])))
-    return z
 
 
 # 100 batches x 2000 prompts: a missing Wick pairing at these sizes moves the mean by >> 6 standard

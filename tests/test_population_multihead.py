@@ -10,6 +10,7 @@ import pytest
 
 from lsa_native import data, population as pop, population_multihead as pm
 from lsa_native.reference import population_multihead as ref
+from conftest import z_scores
 
 Z_MAX = 5.0  # as tests/test_population.py: P(any of ~10² Gaussian z beyond 5) < 1e-4
 # The per-prompt gradient of separate heads is a polynomial of degree ~10 in Gaussians: its batch
@@ -166,16 +167,6 @@ def monte_carlo(rng, W_pv, W_kq, Lambda, N, n_batches=100, batch=2000, **noise):
     out = [sampled_loss_and_grad(data.linear_regression_prompts(rng, batch, d, N, Lambda, **noise),
                                  W_pv, W_kq, N) for _ in range(n_batches)]
     return [np.array(x) for x in zip(*out)]
-
-
-def z_scores(samples, exact):
-    mean = samples.mean(axis=0)
-    se = samples.std(axis=0, ddof=1) / np.sqrt(samples.shape[0])
-    z = np.zeros_like(mean)
-    nz = se > 0
-    z[nz] = (mean[nz] - exact[nz]) / se[nz]
-    assert np.all(np.abs(mean[~nz] - exact[~nz]) <= 1e-12 * (1 + np.abs(exact[~nz])))
-    return z
 
 
 def _flat(exact):
