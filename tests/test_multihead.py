@@ -286,7 +286,7 @@ def test_objective_bad_arguments(rng):
 
     W_pv = np.zeros((2, 3, 3))
     with pytest.raises(ValueError, match="method"):
-        train.MultiHeadLSAObjective(W_pv, np.zeros((2, 3, 3)), method="wishart")
+        train.MultiHeadLSAObjective(W_pv, np.zeros((2, 3, 3)), method="gram")
     with pytest.raises(ValueError, match="W_kq"):
         train.MultiHeadLSAObjective(W_pv, np.zeros((3, 3, 3)))
     with pytest.raises(ValueError, match="rank"):

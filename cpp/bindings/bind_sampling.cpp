@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "lsa_native/multihead.hpp"
 #include "lsa_native/sampling.hpp"
 #include "numpy_views.hpp"
 
@@ -71,6 +72,12 @@ StreamId stream_id(std::uint64_t seed, std::uint32_t step, std::uint32_t prompt,
   id.prompt = prompt;
   id.stream = stream;
   return id;
+}
+
+FusedMethod fused_method(const std::string& method) {
+  if (method == "tokens") return FusedMethod::tokens;
+  if (method == "wishart") return FusedMethod::wishart;
+  throw Error("method: expected 'tokens' or 'wishart', got '" + method + "'");
 }
 
 template <class T>
@@ -158,10 +165,7 @@ void bind_dtype(py::module_& m) {
          const CArray<T>& W_pv, const CArray<T>& W_kq, CArray<T> d_W_pv, CArray<T> d_W_kq,
          const std::string& device) {
         const LinearPromptSpec s = spec_from_dict(spec_dict);
-        FusedMethod fm;
-        if (method == "tokens") fm = FusedMethod::tokens;
-        else if (method == "wishart") fm = FusedMethod::wishart;
-        else throw Error("method: expected 'tokens' or 'wishart', got '" + method + "'");
+        const FusedMethod fm = fused_method(method);
         if (device != "cpu" && device != "cuda")
           throw Error("device: expected 'cpu' or 'cuda', got '" + device + "'");
         const Device dev = device == "cuda" ? Device::cuda : Device::cpu;
@@ -179,6 +183,30 @@ void bind_dtype(py::module_& m) {
       py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("method"),
       py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(), py::arg("d_W_pv").noconvert(),
       py::arg("d_W_kq").noconvert(), py::arg("device") = "cpu");
+  m.def(
+      "linear_prompts_multihead_loss_and_grad",
+      [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const std::string& method,
+         const CArray<T>& W_pv, const CArray<T>& W_kq, CArray<T> d_W_pv, CArray<T> d_W_kq) {
+        const LinearPromptSpec s = spec_from_dict(spec_dict);
+        const FusedMethod fm = fused_method(method);
+        if (W_pv.ndim() != 3)
+          throw Error("W_pv: expected shape (H, d+1, d+1), got " + shape_string(W_pv));
+        const index_t H = W_pv.shape(0), r = s.dim + 1;
+        require_shape(W_pv, {H, r, r}, "W_pv");
+        require_shape(W_kq, {H, r, r}, "W_kq");
+        require_shape(d_W_pv, {H, r, r}, "d_W_pv");
+        require_shape(d_W_kq, {H, r, r}, "d_W_kq");
+        T* dpv = out_ptr(d_W_pv, "d_W_pv");
+        T* dkq = out_ptr(d_W_kq, "d_W_kq");
+        py::gil_scoped_release release;
+        return linear_prompts_multihead_loss_and_grad(s, batch, step, fm, H, W_pv.data(),
+                                                      W_kq.data(), dpv, dkq);
+      },
+      py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("method"),
+      py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(), py::arg("d_W_pv").noconvert(),
+      py::arg("d_W_kq").noconvert(),
+      "(L) of multihead.hpp's linear_prompts_multihead_loss_and_grad: the fused H-head step, the "
+      "gradients written into d_W_pv, d_W_kq [H, d+1, d+1].");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #pragma once
 
 #include "lsa_native/device.hpp"
+#include "lsa_native/sampling.hpp"
 
 namespace lsa_native::detail {
 
@@ -15,6 +16,11 @@ bool use_cuda(Device device);
 // pointers (host memory presented as CUDA arrays): the route of a GPU call (array views, outputs
 // made on the prompts' side, checks of host results) is tested on machines without a GPU.
 void emulate_cuda_on_cpu(bool on);
+
+// The checks of a fused sampled step (sampling_dispatch.cpp), shared by the one-head and the H-head
+// steps: the batch, the method, and for 'wishart' the law's Bartlett conditions (Gaussian
+// covariates, N >= d, or d + 1 with label noise). The spec itself is checked by linear::Plan.
+void validate_fused_step(const LinearPromptSpec& spec, index_t batch, FusedMethod method);
 
 }  // namespace lsa_native::detail
 

@@ -1,26 +1,42 @@
 // The multi-head LSA dispatcher (multihead.hpp): every entry point checks its arguments once,
 // here (the view entry points: one validate() each, with the operand rules of operands.hpp);
-// H = 1 runs the one-head LSA backends (any device: bitwise the one-head model), H >= 2 the CPU
-// kernels (cpu/multihead_cpu.cpp).
+// H = 1 runs the one-head LSA backends (any device: bitwise the one-head model), H >= 2 the
+// multi-head ones (cpu/multihead_cpu.cpp, cuda/multihead_cuda.cu).
 #include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
 
+#include "common/linear_prompts.hpp"
 #include "cpu/lsa_cpu.hpp"
 #include "cpu/multihead_cpu.hpp"
 #include "dispatch.hpp"
 #include "lsa_native/lsa.hpp"
 #include "lsa_native/multihead.hpp"
+#include "lsa_native/sampling.hpp"
 #include "operands.hpp"
 #if LSA_NATIVE_HAVE_CUDA
 #include "cuda/lsa_cuda.hpp"
+#include "cuda/multihead_cuda.hpp"
 #endif
+
+// The backend call once the device is known (`gpu`: detail::use_cuda's answer, asked once per call):
+// cuda::CALL on a usable GPU, else cpu::CALL.
+#if LSA_NATIVE_HAVE_CUDA
+#define LSA_NATIVE_MH_BACKEND(gpu, CALL, ...) ((gpu) ? cuda::CALL(__VA_ARGS__) : cpu::CALL(__VA_ARGS__))
+#else
+#define LSA_NATIVE_MH_BACKEND(gpu, CALL, ...) ((void)(gpu), cpu::CALL(__VA_ARGS__))
+#endif
+// H = 1: the one-head LSA entry point (bitwise the one-head model); H >= 2: the multi-head one.
+#define LSA_NATIVE_MH_HEADS(gpu, heads, LSA_CALL, MH_CALL, shape, ...)                       \
+  ((heads) == 1 ? LSA_NATIVE_MH_BACKEND(gpu, LSA_CALL, shape, __VA_ARGS__)                   \
+                : LSA_NATIVE_MH_BACKEND(gpu, MH_CALL, shape, heads, __VA_ARGS__))
 
 namespace lsa_native {
 
-void validate_heads(const LsaShape& s, index_t heads) {
-  validate(s);
+namespace {
+// H >= 1 and H·(d+1)² in index_t, for a shape already validated (W_pv's first axis is H).
+void check_heads(const LsaShape& s, index_t heads) {
   detail::require(heads >= 1, "W_pv: expected at least one head (H >= 1), got H = " +
                                   std::to_string(heads));
   const index_t n2 = (s.dim + 1) * (s.dim + 1);
@@ -28,88 +44,83 @@ void validate_heads(const LsaShape& s, index_t heads) {
                   "W_pv: H*(d+1)^2 overflows a 64-bit index");
 }
 
-namespace {
-// The H >= 2 kernels run on the CPU only.
-constexpr const char* kNoMultiHeadCuda =
-    "the multi-head model (H >= 2) has no CUDA kernels yet";
-void require_cpu(Device device) {
-  detail::require(device == Device::cpu,
-                  std::string("device='cuda': ") + kNoMultiHeadCuda + "; use device='cpu'");
+// The typed entry points' checks: shape and heads once, every pointer not null; returns whether
+// the call runs on the GPU (use_cuda, once).
+bool validate_typed(const LsaShape& shape, index_t heads, Device device,
+                    std::initializer_list<std::pair<const void*, const char*>> pointers) {
+  validate_heads(shape, heads);
+  for (const auto& [p, name] : pointers) detail::require_pointer(p, name);
+  return detail::use_cuda(device);
 }
 }  // namespace
-using detail::require_pointer;
+
+void validate_heads(const LsaShape& s, index_t heads) {
+  validate(s);
+  check_heads(s, heads);
+}
 
 template <class T>
 void multihead_lsa_predict(const LsaShape& shape, index_t heads, const T* E, const T* W_pv,
                            const T* W_kq, T* y_hat, Device device) {
-  validate_heads(shape, heads);
-  if (heads == 1) return lsa_predict(shape, E, W_pv, W_kq, y_hat, device);
-  require_cpu(device);
-  require_pointer(E, "E");
-  require_pointer(W_pv, "W_pv");
-  require_pointer(W_kq, "W_kq");
-  require_pointer(y_hat, "y_hat");
-  cpu::multihead_lsa_predict(shape, heads, E, W_pv, W_kq, y_hat);
+  const bool gpu = validate_typed(shape, heads, device,
+                                  {{E, "E"}, {W_pv, "W_pv"}, {W_kq, "W_kq"}, {y_hat, "y_hat"}});
+  LSA_NATIVE_MH_HEADS(gpu, heads, lsa_predict, multihead_lsa_predict, shape, E, W_pv, W_kq, y_hat);
 }
 
 template <class T>
 double multihead_lsa_loss_and_grad(const LsaShape& shape, index_t heads, const T* E, const T* y_q,
                                    const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq, T* y_hat,
                                    Device device) {
-  validate_heads(shape, heads);
-  if (heads == 1) return lsa_loss_and_grad(shape, E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat, device);
-  require_cpu(device);
-  require_pointer(E, "E");
-  require_pointer(y_q, "y_q");
-  require_pointer(W_pv, "W_pv");
-  require_pointer(W_kq, "W_kq");
-  require_pointer(d_W_pv, "d_W_pv");
-  require_pointer(d_W_kq, "d_W_kq");
-  return cpu::multihead_lsa_loss_and_grad(shape, heads, E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat);
+  const bool gpu = validate_typed(shape, heads, device,
+                                  {{E, "E"}, {y_q, "y_q"}, {W_pv, "W_pv"}, {W_kq, "W_kq"},
+                                   {d_W_pv, "d_W_pv"}, {d_W_kq, "d_W_kq"}});
+  return LSA_NATIVE_MH_HEADS(gpu, heads, lsa_loss_and_grad, multihead_lsa_loss_and_grad, shape, E,
+                             y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat);
 }
 
 template <class T>
 void multihead_lsa_forward(const LsaShape& shape, index_t heads, const T* E, const T* W_pv,
                            const T* W_kq, T* F, Device device) {
-  validate_heads(shape, heads);
-  if (heads == 1) return lsa_forward(shape, E, W_pv, W_kq, F, device);
-  require_cpu(device);
-  require_pointer(E, "E");
-  require_pointer(W_pv, "W_pv");
-  require_pointer(W_kq, "W_kq");
-  require_pointer(F, "F");
-  cpu::multihead_lsa_forward(shape, heads, E, W_pv, W_kq, F);
+  const bool gpu = validate_typed(shape, heads, device,
+                                  {{E, "E"}, {W_pv, "W_pv"}, {W_kq, "W_kq"}, {F, "F"}});
+  LSA_NATIVE_MH_HEADS(gpu, heads, lsa_forward, multihead_lsa_forward, shape, E, W_pv, W_kq, F);
 }
 
 template <class T>
 void multihead_lsa_vjp(const LsaShape& shape, index_t heads, const T* E, const T* W_pv,
                        const T* W_kq, const T* d_F, T* d_W_pv, T* d_W_kq, T* d_E, Device device) {
-  validate_heads(shape, heads);
-  if (heads == 1) return lsa_vjp(shape, E, W_pv, W_kq, d_F, d_W_pv, d_W_kq, d_E, device);
-  require_cpu(device);
-  require_pointer(E, "E");
-  require_pointer(W_pv, "W_pv");
-  require_pointer(W_kq, "W_kq");
-  require_pointer(d_F, "d_F");
-  require_pointer(d_W_pv, "d_W_pv");
-  require_pointer(d_W_kq, "d_W_kq");
-  cpu::multihead_lsa_vjp(shape, heads, E, W_pv, W_kq, d_F, d_W_pv, d_W_kq, d_E);
+  const bool gpu = validate_typed(shape, heads, device,
+                                  {{E, "E"}, {W_pv, "W_pv"}, {W_kq, "W_kq"}, {d_F, "d_F"},
+                                   {d_W_pv, "d_W_pv"}, {d_W_kq, "d_W_kq"}});
+  LSA_NATIVE_MH_HEADS(gpu, heads, lsa_vjp, multihead_lsa_vjp, shape, E, W_pv, W_kq, d_F, d_W_pv,
+                      d_W_kq, d_E);
 }
 
 template <class T>
 void multihead_lsa_predict_vjp(const LsaShape& shape, index_t heads, const T* E, const T* W_pv,
                                const T* W_kq, const T* d_y, T* d_W_pv, T* d_W_kq, T* d_E,
                                Device device) {
-  validate_heads(shape, heads);
-  if (heads == 1) return lsa_predict_vjp(shape, E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E, device);
-  require_cpu(device);
-  require_pointer(E, "E");
-  require_pointer(W_pv, "W_pv");
-  require_pointer(W_kq, "W_kq");
-  require_pointer(d_y, "d_y");
-  require_pointer(d_W_pv, "d_W_pv");
-  require_pointer(d_W_kq, "d_W_kq");
-  cpu::multihead_lsa_predict_vjp(shape, heads, E, W_pv, W_kq, d_y, d_W_pv, d_W_kq, d_E);
+  const bool gpu = validate_typed(shape, heads, device,
+                                  {{E, "E"}, {W_pv, "W_pv"}, {W_kq, "W_kq"}, {d_y, "d_y"},
+                                   {d_W_pv, "d_W_pv"}, {d_W_kq, "d_W_kq"}});
+  LSA_NATIVE_MH_HEADS(gpu, heads, lsa_predict_vjp, multihead_lsa_predict_vjp, shape, E, W_pv, W_kq,
+                      d_y, d_W_pv, d_W_kq, d_E);
+}
+
+template <class T>
+double linear_prompts_multihead_loss_and_grad(const LinearPromptSpec& spec, index_t batch,
+                                              std::uint32_t step, FusedMethod method, index_t heads,
+                                              const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq) {
+  detail::validate_fused_step(spec, batch, method);
+  check_heads(LsaShape{batch, spec.dim, spec.context}, heads);
+  if (heads == 1)  // the one-head fused step (bitwise)
+    return linear_prompts_lsa_loss_and_grad(spec, batch, step, method, W_pv, W_kq, d_W_pv, d_W_kq);
+  for (const auto& [p, name] : {std::pair<const void*, const char*>{W_pv, "W_pv"}, {W_kq, "W_kq"},
+                                {d_W_pv, "d_W_pv"}, {d_W_kq, "d_W_kq"}})
+    detail::require_pointer(p, name);
+  const linear::Plan<T> P(spec, step);  // validates the spec
+  return cpu::linear_prompts_multihead_loss_and_grad(P, batch, method, heads, W_pv, W_kq, d_W_pv,
+                                                     d_W_kq);
 }
 
 // ---- the view entry points (multihead.hpp): validate() once, then the backend the views ask for
@@ -125,6 +136,7 @@ struct MultiHeadCall {
   LsaShape shape;
   index_t heads;
   Device device;
+  bool gpu;  // detail::use_cuda(device): the backend (false also for CUDA emulated on the CPU)
   std::vector<index_t> prompts() const { return {shape.batch, shape.dim + 1, shape.context + 1}; }
   std::vector<index_t> parameters() const { return {heads, shape.dim + 1, shape.dim + 1}; }
 };
@@ -133,31 +145,22 @@ struct MultiHeadCall {
 // W_pv's shape, in E's dtype.
 MultiHeadCall validate_parameters(const ArrayView& E, const ArrayView& W_pv,
                                   const ArrayView& W_kq) {
-  MultiHeadCall call{detail::prompt_shape(E), 1, Device::cpu};
+  MultiHeadCall call{detail::prompt_shape(E), 1, Device::cpu, false};
   const index_t n = call.shape.dim + 1;
   if (W_pv.present && W_pv.shape.size() != 3)
     throw Error("W_pv: expected shape (H, " + std::to_string(n) + ", " + std::to_string(n) +
                 ") (H heads of [d+1, d+1]), got " + detail::shape_string(W_pv.shape));
   if (W_pv.present) call.heads = W_pv.shape[0];
-  validate_heads(call.shape, call.heads);
+  check_heads(call.shape, call.heads);  // the shape: validated by prompt_shape
   require_input(W_pv, call.parameters(), E);
   require_input(W_kq, call.parameters(), E);
   return call;
 }
 
-// The device of the call (detail::choose_device); H >= 2 runs on the CPU only: an error naming the
-// CUDA operand, or device='cuda'.
-Device multihead_device(const MultiHeadCall& call, DeviceChoice choice,
-                     std::initializer_list<const ArrayView*> views) {
-  if (call.heads >= 2) {
-    for (const ArrayView* v : views)
-      if (v->present && v->on_cuda())
-        throw Error(std::string(v->name) + " is a CUDA array, but " + kNoMultiHeadCuda +
-                    " (H = " + std::to_string(call.heads) +
-                    "); copy the arrays to the host (e.g. tensor.cpu().numpy(), cupy.asnumpy)");
-    require_cpu(choice == DeviceChoice::cuda ? Device::cuda : Device::cpu);
-  }
-  return detail::choose_device(choice, views);
+// The device of the call and its backend (detail::choose_device, use_cuda asked once).
+void choose_device(MultiHeadCall& call, DeviceChoice choice,
+                   std::initializer_list<const ArrayView*> views) {
+  call.device = detail::choose_device(choice, views, &call.gpu);
 }
 
 // validate() of predict and forward: E, W_pv, W_kq and the output `out` (y_hat [B] or F).
@@ -166,7 +169,7 @@ MultiHeadCall validate_forward(const ArrayView& E, const ArrayView& W_pv, const 
   MultiHeadCall call = validate_parameters(E, W_pv, W_kq);
   require_output(out, full ? call.prompts() : std::vector<index_t>{call.shape.batch}, E,
                  {&E, &W_pv, &W_kq});
-  call.device = multihead_device(call, choice, {&E, &W_pv, &W_kq, &out});
+  choose_device(call, choice, {&E, &W_pv, &W_kq, &out});
   return call;
 }
 
@@ -175,7 +178,7 @@ MultiHeadCall validate_loss(const ArrayView& E, const ArrayView& y_q, const Arra
                             const ArrayView& W_kq, DeviceChoice choice) {
   MultiHeadCall call = validate_parameters(E, W_pv, W_kq);
   require_input(y_q, {call.shape.batch}, E);
-  call.device = multihead_device(call, choice, {&E, &y_q, &W_pv, &W_kq});
+  choose_device(call, choice, {&E, &y_q, &W_pv, &W_kq});
   return call;
 }
 
@@ -186,7 +189,7 @@ MultiHeadCall validate_vjp(const ArrayView& E, const ArrayView& W_pv, const Arra
   MultiHeadCall call = validate_parameters(E, W_pv, W_kq);
   require_input(upstream, full ? call.prompts() : std::vector<index_t>{call.shape.batch}, E,
                 detail::Finite::any);
-  call.device = multihead_device(call, choice, {&E, &W_pv, &W_kq, &upstream});
+  choose_device(call, choice, {&E, &W_pv, &W_kq, &upstream});
   return call;
 }
 
@@ -200,20 +203,12 @@ void forward_views(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W
   detail::with_float(E, [&](auto t) {
     using T = decltype(t);
     site.run([&] {
-      const LsaShape& s = c.shape;
-      if constexpr (full) {
-        if (c.heads == 1)
-          LSA_NATIVE_BACKEND(c.device, lsa_forward, s, in<T>(E), in<T>(W_pv), in<T>(W_kq),
-                             out<T>(result));
-        else
-          cpu::multihead_lsa_forward(s, c.heads, in<T>(E), in<T>(W_pv), in<T>(W_kq), out<T>(result));
-      } else {
-        if (c.heads == 1)
-          LSA_NATIVE_BACKEND(c.device, lsa_predict, s, in<T>(E), in<T>(W_pv), in<T>(W_kq),
-                             out<T>(result));
-        else
-          cpu::multihead_lsa_predict(s, c.heads, in<T>(E), in<T>(W_pv), in<T>(W_kq), out<T>(result));
-      }
+      if constexpr (full)
+        LSA_NATIVE_MH_HEADS(c.gpu, c.heads, lsa_forward, multihead_lsa_forward, c.shape, in<T>(E),
+                            in<T>(W_pv), in<T>(W_kq), out<T>(result));
+      else
+        LSA_NATIVE_MH_HEADS(c.gpu, c.heads, lsa_predict, multihead_lsa_predict, c.shape, in<T>(E),
+                            in<T>(W_pv), in<T>(W_kq), out<T>(result));
     });
     if (c.device == Device::cuda)
       detail::check_host_outputs<T>({{full ? "F" : "y_hat", &result}}, {detail::host_input<T>(E)});
@@ -231,23 +226,14 @@ void vjp_views(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
   detail::with_float(E, [&](auto t) {
     using T = decltype(t);
     site.run([&] {
-      const LsaShape& s = c.shape;
-      if constexpr (full) {
-        if (c.heads == 1)
-          LSA_NATIVE_BACKEND(c.device, lsa_vjp, s, in<T>(E), in<T>(W_pv), in<T>(W_kq),
-                             in<T>(upstream), out<T>(d_W_pv), out<T>(d_W_kq), out<T>(d_E));
-        else
-          cpu::multihead_lsa_vjp(s, c.heads, in<T>(E), in<T>(W_pv), in<T>(W_kq), in<T>(upstream),
-                                 out<T>(d_W_pv), out<T>(d_W_kq), out<T>(d_E));
-      } else {
-        if (c.heads == 1)
-          LSA_NATIVE_BACKEND(c.device, lsa_predict_vjp, s, in<T>(E), in<T>(W_pv), in<T>(W_kq),
-                             in<T>(upstream), out<T>(d_W_pv), out<T>(d_W_kq), out<T>(d_E));
-        else
-          cpu::multihead_lsa_predict_vjp(s, c.heads, in<T>(E), in<T>(W_pv), in<T>(W_kq),
-                                         in<T>(upstream), out<T>(d_W_pv), out<T>(d_W_kq),
-                                         out<T>(d_E));
-      }
+      if constexpr (full)
+        LSA_NATIVE_MH_HEADS(c.gpu, c.heads, lsa_vjp, multihead_lsa_vjp, c.shape, in<T>(E),
+                            in<T>(W_pv), in<T>(W_kq), in<T>(upstream), out<T>(d_W_pv),
+                            out<T>(d_W_kq), out<T>(d_E));
+      else
+        LSA_NATIVE_MH_HEADS(c.gpu, c.heads, lsa_predict_vjp, multihead_lsa_predict_vjp, c.shape,
+                            in<T>(E), in<T>(W_pv), in<T>(W_kq), in<T>(upstream), out<T>(d_W_pv),
+                            out<T>(d_W_kq), out<T>(d_E));
     });
     if (c.device == Device::cuda)
       detail::check_host_outputs<T>({{"dW_pv", &d_W_pv}, {"dW_kq", &d_W_kq}, {"dE", &d_E}},
@@ -276,14 +262,9 @@ double multihead_lsa_loss_and_grad(const ArrayView& E, const ArrayView& y_q, con
     using T = decltype(t);
     double loss = 0;
     site.run([&] {
-      if (c.heads == 1)
-        loss = LSA_NATIVE_BACKEND(c.device, lsa_loss_and_grad, c.shape, in<T>(E), in<T>(y_q),
-                                  in<T>(W_pv), in<T>(W_kq), out<T>(d_W_pv), out<T>(d_W_kq),
-                                  out<T>(y_hat));
-      else
-        loss = cpu::multihead_lsa_loss_and_grad(c.shape, c.heads, in<T>(E), in<T>(y_q),
-                                                in<T>(W_pv), in<T>(W_kq), out<T>(d_W_pv),
-                                                out<T>(d_W_kq), out<T>(y_hat));
+      loss = LSA_NATIVE_MH_HEADS(c.gpu, c.heads, lsa_loss_and_grad, multihead_lsa_loss_and_grad,
+                                 c.shape, in<T>(E), in<T>(y_q), in<T>(W_pv), in<T>(W_kq),
+                                 out<T>(d_W_pv), out<T>(d_W_kq), out<T>(y_hat));
     });
     if (c.device == Device::cuda && !E.on_cuda()) {
       const auto inputs = {detail::host_input<T>(E), detail::host_input<T>(y_q)};
@@ -311,5 +292,13 @@ void multihead_lsa_predict_vjp(const ArrayView& E, const ArrayView& W_pv, const 
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_MULTIHEAD_INSTANTIATE, float)
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_MULTIHEAD_INSTANTIATE, double)
 #undef LSA_NATIVE_MULTIHEAD_INSTANTIATE
+template double linear_prompts_multihead_loss_and_grad<float>(const LinearPromptSpec&, index_t,
+                                                              std::uint32_t, FusedMethod, index_t,
+                                                              const float*, const float*, float*,
+                                                              float*);
+template double linear_prompts_multihead_loss_and_grad<double>(const LinearPromptSpec&, index_t,
+                                                               std::uint32_t, FusedMethod, index_t,
+                                                               const double*, const double*,
+                                                               double*, double*);
 
 }  // namespace lsa_native

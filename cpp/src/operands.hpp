@@ -124,8 +124,10 @@ inline void require_output(const ArrayView& out, const std::vector<index_t>& sha
 
 // The backend of a call: CUDA when `choice` says so or any view is a CUDA array (then CUDA must be
 // usable: use_cuda), else the CPU. Errors for device='cpu' with a CUDA array and for CUDA arrays
-// on two devices, naming the arrays.
-inline Device choose_device(DeviceChoice choice, std::initializer_list<const ArrayView*> views) {
+// on two devices, naming the arrays. `gpu` (when given): use_cuda's answer, for a caller that picks
+// the backend itself (false for CPU, and for CUDA emulated on the CPU in tests).
+inline Device choose_device(DeviceChoice choice, std::initializer_list<const ArrayView*> views,
+                            bool* gpu = nullptr) {
   const ArrayView* first_cuda = nullptr;
   for (const ArrayView* v : views) {
     if (!v->present || !v->on_cuda()) continue;
@@ -140,7 +142,8 @@ inline Device choose_device(DeviceChoice choice, std::initializer_list<const Arr
     if (!first_cuda) first_cuda = v;
   }
   const Device device = (first_cuda || choice == DeviceChoice::cuda) ? Device::cuda : Device::cpu;
-  use_cuda(device);  // Error naming what is missing when CUDA cannot run
+  const bool on_gpu = use_cuda(device);  // Error naming what is missing when CUDA cannot run
+  if (gpu) *gpu = on_gpu;
   return device;
 }
 

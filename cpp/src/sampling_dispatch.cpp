@@ -173,21 +173,25 @@ void sample_linear_prompts(const LinearPromptSpec& spec, index_t batch, std::uin
   cpu::sample_linear_prompts(P, batch, out);
 }
 
+void detail::validate_fused_step(const LinearPromptSpec& spec, index_t batch, FusedMethod method) {
+  check_batch(batch, spec);
+  require(method == FusedMethod::tokens || method == FusedMethod::wishart,
+          "method: expected tokens or wishart");
+  if (method != FusedMethod::wishart) return;
+  require(spec.covariates == Covariates::gaussian,
+          "method: 'wishart' needs Gaussian covariates (use method='tokens')");
+  const index_t dp = spec.dim + (spec.noise_std > 0 ? 1 : 0);  // wishart::noise_dim
+  require(spec.context >= dp, "method: 'wishart' needs context N >= " + std::to_string(dp) +
+                                  " (Bartlett); use method='tokens' for shorter prompts");
+}
+
 template <class T>
 double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t batch,
                                         std::uint32_t step, FusedMethod method, const T* W_pv,
                                         const T* W_kq, T* d_W_pv, T* d_W_kq, Device device) {
-  check_batch(batch, spec);
+  detail::validate_fused_step(spec, batch, method);
   require(W_pv && W_kq && d_W_pv && d_W_kq, "W_pv, W_kq, d_W_pv, d_W_kq: null pointer");
-  require(method == FusedMethod::tokens || method == FusedMethod::wishart,
-          "method: expected tokens or wishart");
   const linear::Plan<T> P(spec, step);  // validates the spec
-  if (method == FusedMethod::wishart) {
-    require(!P.sphere, "method: 'wishart' needs Gaussian covariates (use method='tokens')");
-    const index_t dp = wishart::noise_dim(P);
-    require(P.N >= dp, "method: 'wishart' needs context N >= " + std::to_string(dp) +
-                           " (Bartlett); use method='tokens' for shorter prompts");
-  }
   return LSA_NATIVE_BACKEND(device, linear_prompts_lsa_loss_and_grad<T>, P, batch, method, W_pv,
                             W_kq, d_W_pv, d_W_kq);
 }

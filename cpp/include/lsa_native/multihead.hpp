@@ -13,13 +13,14 @@
 // bitwise. H >= 2 is computed Gram-first: G once per prompt (O(N d²)), then each head from G and the
 // query column only, O(d²) per head: never the O(N²) attention matrix.
 //
-// Threads, determinism, accuracy, error handling and Device as in lsa.hpp. Device::cuda is
-// supported for H = 1 (the LSA kernels); H >= 2 has CPU kernels only (Device::cuda throws Error).
+// Threads, determinism, accuracy, error handling and Device as in lsa.hpp: Device::cuda runs the
+// LSA kernels for H = 1 and the H-head CUDA kernels (cuda/multihead_kernels.cuh) for H >= 2.
 #pragma once
 
 #include "lsa_native/array_view.hpp"
 #include "lsa_native/device.hpp"
 #include "lsa_native/lsa.hpp"
+#include "lsa_native/sampling.hpp"
 #include "lsa_native/types.hpp"
 
 namespace lsa_native {
@@ -69,8 +70,7 @@ void multihead_lsa_predict_vjp(const LsaShape& shape, index_t heads, const T* E,
 // ---- the same entry points on array views (array_view.hpp): what the Python bindings call ----
 // One validate() per entry point, with the operand rules of the LSA view entry points (lsa.hpp) and
 // W_pv [H, d+1, d+1] (H >= 1), W_kq of W_pv's shape; d_W_pv, d_W_kq are made [H, d+1, d+1]. The
-// views' devices and `device` pick the backend as for LSA; H >= 2 runs on the CPU only (a CUDA
-// operand or DeviceChoice::cuda is an Error naming it), H = 1 runs the LSA backends.
+// views' devices and `device` pick the backend as for LSA; H = 1 runs the LSA backends.
 void multihead_lsa_predict(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
                            ArrayView& y_hat, DeviceChoice device, CallSite& site);
 double multihead_lsa_loss_and_grad(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
@@ -85,7 +85,22 @@ void multihead_lsa_predict_vjp(const ArrayView& E, const ArrayView& W_pv, const 
                                const ArrayView& d_y, ArrayView& d_W_pv, ArrayView& d_W_kq,
                                ArrayView& d_E, DeviceChoice device, CallSite& site);
 
-// ---- the one list of multi-head entry points (as LSA_NATIVE_LSA_API; CPU backend only) ----
+// The fused sampled training step of the H-head model on the prompts of step `step` of a linear
+// law (sampling.hpp): L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² and dW_pv, dW_kq [H, d+1, d+1] (written), as
+// multihead_lsa_loss_and_grad would give on those prompts, E never materialized.
+//   tokens:  a few prompts at a time drawn in cache (the draws of sample_linear_prompts) and
+//            consumed by the H-head kernel;
+//   wishart: the prompt enters only through G (and x_q, y_q): G = M Mᵀ + e_q e_qᵀ/N from a
+//            Bartlett draw (wishart.hpp, as linear_prompts_lsa_loss_and_grad's wishart), each head
+//            O(d²) per prompt whatever N. Same law as tokens, other draws; Gaussian covariates and
+//            N >= d (d + 1 with label noise).
+// H = 1 is linear_prompts_lsa_loss_and_grad (bitwise). CPU (num_threads() threads).
+template <class T>
+double linear_prompts_multihead_loss_and_grad(const LinearPromptSpec& spec, index_t batch,
+                                              std::uint32_t step, FusedMethod method, index_t heads,
+                                              const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq);
+
+// ---- the one list of multi-head entry points (as LSA_NATIVE_LSA_API; the CPU and CUDA backends) ----
 #define LSA_NATIVE_MULTIHEAD_API(X, T)                                                          \
   X(void, multihead_lsa_predict,                                                               \
     (const LsaShape& shape, index_t heads, const T* E, const T* W_pv, const T* W_kq, T* y_hat)) \

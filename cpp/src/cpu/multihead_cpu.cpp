@@ -1,14 +1,17 @@
 // CPU driver of the multi-head LSA kernels (multihead_kernels.inl): ISA dispatch, chunking over
 // threads, batch sums reduced in chunk order (results independent of the thread count), output
 // checks naming the inputs.
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "common/finite.hpp"
+#include "common/multihead_recipe.hpp"
 #include "common/parallel.hpp"
 #include "cpu/isa.hpp"
 #include "cpu/multihead_cpu.hpp"
 #include "cpu/multihead_kernels.hpp"
+#include "cpu/sampling_kernels.hpp"
 
 namespace lsa_native {
 namespace cpu {
@@ -43,7 +46,90 @@ void write_head_gradients(index_t d, index_t H, const double* d_p, const double*
     for (index_t c = 0; c < rows; ++c) d_W_pv[h * n2 + d * rows + c] = T(d_p[h * rows + c] * scale);
 }
 
+// L = ½ Σ r² / B and the gradients from the batch sums [multihead_loss_grad_partial_size], checked.
+template <class T>
+double finish_loss_and_grad(const std::vector<double>& total, index_t d, index_t H, index_t batch,
+                            T* d_W_pv, T* d_W_kq,
+                            std::initializer_list<detail::NamedInput<T>> inputs) {
+  const double inv_b = 1.0 / double(batch);
+  const double* d_p = total.data() + 1;
+  write_head_gradients(d, H, d_p, d_p + H * (d + 1), inv_b, d_W_pv, d_W_kq);
+  const double loss = 0.5 * total[0] * inv_b;
+  detail::check_output<T>(std::isfinite(loss), "loss", inputs);
+  check_parameter_gradients(d_W_pv, d_W_kq, H * (d + 1) * (d + 1), inputs);
+  return loss;
+}
+
+// Prompts generated per call of the H-head kernel in the fused tokens step (in cache).
+constexpr index_t kFusedPrompts = 8;
+
+// The per-chunk batch sums of the fused tokens step over prompts [b0, b1).
+template <class T>
+void fused_tokens_partial(const linear::Law<T>& P, index_t H, const T* W_pv, const T* W_kq,
+                          index_t b0, index_t b1, double* acc) {
+  const index_t d = P.d, N = P.N, width = multihead_loss_grad_partial_size(d, H);
+  const auto& sample = LSA_NATIVE_SELECT_KERNELS(SamplingKernels<T>, sampling_kernels<T>());
+  const auto& k = kernels<T>();
+  std::vector<T> E(static_cast<size_t>(kFusedPrompts * (d + 1) * (N + 1))), y_q(kFusedPrompts);
+  std::vector<double> part(static_cast<size_t>(width));
+  std::fill(acc, acc + width, 0.0);
+  for (index_t s0 = b0; s0 < b1; s0 += kFusedPrompts) {
+    const index_t s1 = std::min(b1, s0 + kFusedPrompts), m = s1 - s0;
+    LinearPromptOutputs<T> o;
+    o.E = E.data();
+    o.y_q = y_q.data();
+    sample.linear_prompts(P, s0, s1, o);
+    k.loss_grad(LsaShape{m, d, N}, H, E.data(), y_q.data(), W_pv, W_kq, nullptr, 0, m, part.data());
+    for (index_t i = 0; i < width; ++i) acc[i] += part[i];
+  }
+}
+
+// The per-chunk batch sums of the fused Wishart step over prompts [b0, b1): the sampling kernels'
+// Bartlett draws visited in prompt order by multihead::heads_residual.
+template <class T>
+void fused_wishart_partial(const linear::Law<T>& P, index_t H, const T* W_pv, const T* W_kq,
+                           index_t b0, index_t b1, double* acc) {
+  const index_t d = P.d, dp = wishart::noise_dim(P);
+  struct Visit {
+    const linear::Law<T>& P;
+    index_t H;
+    const T *W_pv, *W_kq;
+    wishart::Work<T> s;
+    multihead::HeadsWork<T> h;
+    double* acc;
+  };
+  std::vector<T> work(static_cast<size_t>(wishart::Work<T>::size(d, dp) +
+                                          multihead::HeadsWork<T>::size(H, d)));
+  Visit v{P, H, W_pv, W_kq, wishart::Work<T>::at(work.data(), d, dp),
+          multihead::HeadsWork<T>::at(work.data() + wishart::Work<T>::size(d, dp), H, d), acc};
+  std::fill(acc, acc + multihead_loss_grad_partial_size(d, H), 0.0);
+  const auto visit = [](void* ctx, index_t, const T* z, const T* chi2, const T* w, const T* lam_sqrt) {
+    Visit& c = *static_cast<Visit*>(ctx);
+    const double r = multihead::heads_residual(c.P, c.H, c.W_pv, c.W_kq, z, chi2, w, lam_sqrt, c.s, c.h);
+    multihead::accumulate(r, c.s.e_q, c.h, c.H, c.P.d + 1, c.acc);
+  };
+  LSA_NATIVE_SELECT_KERNELS(SamplingKernels<T>, sampling_kernels<T>())
+      .wishart_prompts(P, b0, b1, WishartVisitor<T>{visit, &v});
+}
+
 }  // namespace
+
+template <class T>
+double linear_prompts_multihead_loss_and_grad(const linear::Law<T>& P, index_t batch,
+                                              FusedMethod method, index_t H, const T* W_pv,
+                                              const T* W_kq, T* d_W_pv, T* d_W_kq) {
+  const std::vector<double> total = detail::chunk_sums(
+      batch, multihead_loss_grad_partial_size(P.d, H),
+      [&](index_t, index_t b0, index_t b1, double* partial) {
+        if (method == FusedMethod::wishart)
+          fused_wishart_partial(P, H, W_pv, W_kq, b0, b1, partial);
+        else
+          fused_tokens_partial(P, H, W_pv, W_kq, b0, b1, partial);
+      });
+  const index_t nW = head_values(LsaShape{batch, P.d, P.N}, H);
+  return finish_loss_and_grad(total, P.d, H, batch, d_W_pv, d_W_kq,
+                              {{"W_pv", W_pv, nW}, {"W_kq", W_kq, nW}});
+}
 
 template <class T>
 void multihead_lsa_predict(const LsaShape& sh, index_t H, const T* E, const T* W_pv,
@@ -66,16 +152,9 @@ double multihead_lsa_loss_and_grad(const LsaShape& sh, index_t H, const T* E, co
       [&](index_t, index_t b0, index_t b1, double* partial) {
         k.loss_grad(sh, H, E, y_q, W_pv, W_kq, y_hat, b0, b1, partial);
       });
-  const double inv_b = 1.0 / double(sh.batch);
-  const double* d_p = total.data() + 1;
-  write_head_gradients(sh.dim, H, d_p, d_p + H * (sh.dim + 1), inv_b, d_W_pv, d_W_kq);
-  const double loss = 0.5 * total[0] * inv_b;
   const index_t nE = prompt_values(sh), nW = head_values(sh, H);
-  const std::initializer_list<detail::NamedInput<T>> inputs = {
-      {"E", E, nE}, {"y_q", y_q, sh.batch}, {"W_pv", W_pv, nW}, {"W_kq", W_kq, nW}};
-  detail::check_output<T>(std::isfinite(loss), "loss", inputs);
-  check_parameter_gradients(d_W_pv, d_W_kq, nW, inputs);
-  return loss;
+  return finish_loss_and_grad(total, sh.dim, H, sh.batch, d_W_pv, d_W_kq,
+                              {{"E", E, nE}, {"y_q", y_q, sh.batch}, {"W_pv", W_pv, nW}, {"W_kq", W_kq, nW}});
 }
 
 template <class T>
@@ -132,6 +211,12 @@ void multihead_lsa_vjp(const LsaShape& sh, index_t H, const T* E, const T* W_pv,
 
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_INSTANTIATE_BACKEND, double)
+template double linear_prompts_multihead_loss_and_grad<float>(const linear::Law<float>&, index_t,
+                                                              FusedMethod, index_t, const float*,
+                                                              const float*, float*, float*);
+template double linear_prompts_multihead_loss_and_grad<double>(const linear::Law<double>&, index_t,
+                                                               FusedMethod, index_t, const double*,
+                                                               const double*, double*, double*);
 
 }  // namespace cpu
 }  // namespace lsa_native

@@ -16,6 +16,14 @@ namespace lsa_native::cpu {
 template <class T>
 using LinearPlan = linear::Law<T>;
 
+// Called once per prompt b of a Wishart range, in prompt order, with its draws in wishart.hpp's
+// layout: z [bartlett_normals], chi2 [dp], w [d], lam_sqrt [d] (random covariance laws only).
+template <class T>
+struct WishartVisitor {
+  void (*fn)(void* ctx, index_t b, const T* z, const T* chi2, const T* w, const T* lam_sqrt);
+  void* ctx;
+};
+
 template <class T>
 struct SamplingKernels {
   void (*normals)(const rng::StreamAddress&, std::uint64_t start, index_t n, T* out);
@@ -30,6 +38,8 @@ struct SamplingKernels {
   // Wishart step over prompts [b0, b1): partial [loss_grad_partial_size(d)] (written: the LSA loss_grad layout).
   void (*wishart_loss_grad)(const LinearPlan<T>& plan, const T* W_pv, const T* W_kq, index_t b0,
                             index_t b1, double* partial);
+  // The draws of the Wishart step over prompts [b0, b1), handed to `visit` (the H-head step).
+  void (*wishart_prompts)(const LinearPlan<T>& plan, index_t b0, index_t b1, WishartVisitor<T> visit);
 };
 
 LSA_NATIVE_DECLARE_PER_ISA(template <class T> SamplingKernels<T> sampling_kernels();)

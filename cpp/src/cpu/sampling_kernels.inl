@@ -192,21 +192,15 @@ void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
 
 // ---- the Wishart step ----------------------------------------------------------------------
 
-// Prompts [b0, b1) of the Wishart step: the draws by this file's range fills, the rest by
-// wishart::prompt_residual (common/wishart.hpp), summed in prompt order into partial.
-template <class T>
-void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_kq, index_t b0,
-                              index_t b1, double* partial) {
-  const index_t d = P.d, N = P.N, rows = d + 1;
+// The draws of prompts [b0, b1) of the Wishart step by this file's range fills, handed in prompt
+// order to visit(b, z_b, chi2_b, w, lam_sqrt).
+template <class T, class Visit>
+void for_each_wishart_prompt(const LinearPlan<T>& P, index_t b0, index_t b1, Visit&& visit) {
+  const index_t d = P.d, N = P.N;
   const index_t dp = wishart::noise_dim(P);
-  const index_t width = loss_grad_partial_size(d);
   constexpr index_t kGroup = 8;  // prompts whose draws are made together (SIMD lanes over all slots)
   const index_t nz = wishart::bartlett_normals(d, dp);
-  std::vector<T> w(d), lam(d), lam_sqrt(d), z(kGroup * nz), chi2(kGroup * dp),
-      work(wishart::Work<T>::size(d, dp));
-  const auto s = wishart::Work<T>::at(work.data(), d, dp);
-  std::vector<double> acc(static_cast<size_t>(width), 0.0);
-  const T* p = W_pv + d * rows;
+  std::vector<T> w(d), lam(d), lam_sqrt(d), z(kGroup * nz), chi2(kGroup * dp);
   for (index_t b = b0; b < b1; ++b) {
     const index_t g = (b - b0) % kGroup;  // b's place in its group
     if (g == 0) {
@@ -218,11 +212,35 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
     if (P.tasks) draw_task(P, b, w.data());
     else std::memcpy(w.data(), z_b + wishart::fresh_task_offset(d, dp), sizeof(T) * d);
     if (P.random_cov()) draw_lambda(P, b, lam.data(), lam_sqrt.data());
-    const double r = wishart::prompt_residual(P, W_kq, p, z_b, chi2.data() + g * dp, w.data(),
-                                              lam_sqrt.data(), s);
-    wishart::accumulate(r, s, rows, acc.data());
+    visit(b, z_b, chi2.data() + g * dp, w.data(), lam_sqrt.data());
   }
+}
+
+// Prompts [b0, b1) of the Wishart step: the draws by for_each_wishart_prompt, the rest by
+// wishart::prompt_residual (common/wishart.hpp), summed in prompt order into partial.
+template <class T>
+void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_kq, index_t b0,
+                              index_t b1, double* partial) {
+  const index_t d = P.d, rows = d + 1;
+  const index_t dp = wishart::noise_dim(P);
+  std::vector<T> work(wishart::Work<T>::size(d, dp));
+  const auto s = wishart::Work<T>::at(work.data(), d, dp);
+  std::vector<double> acc(static_cast<size_t>(loss_grad_partial_size(d)), 0.0);
+  const T* p = W_pv + d * rows;
+  for_each_wishart_prompt(P, b0, b1, [&](index_t, const T* z_b, const T* chi2_b, const T* w,
+                                         const T* lam_sqrt) {
+    const double r = wishart::prompt_residual(P, W_kq, p, z_b, chi2_b, w, lam_sqrt, s);
+    wishart::accumulate(r, s, rows, acc.data());
+  });
   std::memcpy(partial, acc.data(), sizeof(double) * acc.size());
+}
+
+template <class T>
+void wishart_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1, WishartVisitor<T> visit) {
+  for_each_wishart_prompt(P, b0, b1, [&](index_t b, const T* z_b, const T* chi2_b, const T* w,
+                                         const T* lam_sqrt) {
+    visit.fn(visit.ctx, b, z_b, chi2_b, w, lam_sqrt);
+  });
 }
 
 }  // namespace
@@ -230,7 +248,7 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
 template <class T>
 SamplingKernels<T> sampling_kernels() {
   return {&normals_kernel<T>, &uniforms_kernel<T>, &gammas_kernel<T>, &log_kernel<T>, &sincos_kernel<T>, &linear_prompts_kernel<T>,
-          &wishart_loss_grad_kernel<T>};
+          &wishart_loss_grad_kernel<T>, &wishart_prompts_kernel<T>};
 }
 template SamplingKernels<float> sampling_kernels<float>();
 template SamplingKernels<double> sampling_kernels<double>();

@@ -300,10 +300,7 @@ class LinearPrompts:
         not checked for finiteness (the loop does). ``device``: "cpu" or "cuda"."""
         B = positive_int(batch, "batch")
         dt = self._dtype(dtype)
-        if method not in ("tokens", "wishart", "auto"):
-            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
-        if method == "auto":
-            method = "wishart" if self.wishart_applies else "tokens"
+        method = self._fused_method(method)
         if device not in ("cpu", "cuda"):
             raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
         spec, native = self._spec, _core.linear_prompts_lsa_loss_and_grad
@@ -313,6 +310,34 @@ class LinearPrompts:
 
         step_fn.dtype, step_fn.method = dt, method
         return step_fn
+
+    def multihead_fused_step(self, *, batch: int, method: str = "tokens", dtype=np.float32):
+        """The fused H-head step (:mod:`lsa_native.multihead`, merged W^KQ) with its arguments checked
+        once, as :meth:`fused_step`: ``step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq) -> loss`` on
+        C-contiguous ``step_fn.dtype`` arrays [H, d+1, d+1] (H from W_pv; H = 1 is the one-head
+        step, bitwise), L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² on the prompts of ``step``, the gradients
+        written into the last two. ``method="tokens"``: the prompts of ``sample_embedding`` drawn a
+        few at a time in cache; ``"wishart"``: the Gram route, G = A S Aᵀ + e_q e_qᵀ/N with S drawn
+        by the Bartlett decomposition, O(H d²) per prompt whatever N (same law, other draws);
+        ``"auto"`` as :meth:`fused_step`. CPU; the result is not checked for finiteness."""
+        B = positive_int(batch, "batch")
+        dt = self._dtype(dtype)
+        method = self._fused_method(method)
+        spec, native = self._spec, _core.linear_prompts_multihead_loss_and_grad
+
+        def step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq):
+            return native(spec, B, step, method, W_pv, W_kq, d_W_pv, d_W_kq)
+
+        step_fn.dtype, step_fn.method = dt, method
+        return step_fn
+
+    def _fused_method(self, method: str) -> str:
+        """"tokens" or "wishart" ("auto": wishart where it applies)."""
+        if method not in ("tokens", "wishart", "auto"):
+            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
+        if method == "auto":
+            return "wishart" if self.wishart_applies else "tokens"
+        return method
 
     @property
     def wishart_applies(self) -> bool:

@@ -32,7 +32,8 @@ import numpy as np
 from .. import kernel_attention as ka
 from .. import cuda, lsa, multihead, population
 from ..data import check_covariance
-from .._validation import as_array, positive_int, real_array
+from .._validation import as_array, check_finite_result, positive_int, real_array
+from ..sampling.random import check_step
 from ._checks import real_array_output, real_output
 from .data import Prompts
 
@@ -206,31 +207,34 @@ class MultiHeadLSAObjective(Objective):
     L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² [ZFB (3.7)], ŷ = E[d, N] + Σ_h p_hᵀ G q_h.
 
     θ = (Vec W^PV, Vec W^KQ) with ``W_kq`` [H, d+1, d+1] (merged), or (Vec W^PV, Vec W^K,
-    Vec W^Q) with ``W_k``, ``W_q`` [H, r, d+1] (separate, W^KQ_h = W^K_hᵀ W^Q_h); ``W_pv``
-    [H, d+1, d+1]. Pass either ``W_kq`` or both ``W_k=`` and ``W_q=``.
+    Vec W^Q) with ``W_k``, ``W_q`` [H, r, d+1] (separate, W^KQ_h = W^K_hᵀ W^Q_h, the gradients
+    chained from dW^KQ_h here); ``W_pv`` [H, d+1, d+1]. Pass either ``W_kq`` or both ``W_k=`` and
+    ``W_q=``.
 
-    With a :class:`~lsa_native.train.data.Prompts` source whose spec has ``sample_embedding``
-    (the native ``sampling.LinearPrompts``), the fused path runs: the step's prompts are drawn by
-    the native sampler into a buffer reused across steps (no PromptBatch, no covariate/task
-    arrays) and consumed by the native H-head kernel, cast to ``dtype`` (None: the source's
-    dtype); the same prompts as ``data.at(step)``. Otherwise ``multihead.loss_and_grad`` on the
-    step's batch. ``method``: "tokens" (the only one: the Wishart path of ``LSAObjective`` is
-    not built for H heads yet).
+    With a :class:`~lsa_native.train.data.Prompts` source of the native ``sampling.LinearPrompts``
+    the fused path runs, in ``dtype`` (None: the source's dtype), by ``method`` as
+    :class:`LSAObjective`'s: "tokens": the step's prompts are drawn by the native sampler into a
+    buffer reused across steps (no PromptBatch) and consumed by the native H-head kernel, the very
+    prompts of ``data.at(step)`` (bitwise the non-fused path); "wishart": the prediction depends on
+    a prompt only through G = E Eᵀ/N and the query, so G is drawn by the Bartlett decomposition
+    and each head costs O(d²) per prompt whatever N (``spec.multihead_fused_step``; same law, other
+    draws; Gaussian covariates, N >= d, or d + 1 with label noise); "auto": wishart where it
+    applies. Otherwise ``multihead.loss_and_grad`` on the step's batch (``method`` unused).
     """
 
     def __init__(self, W_pv, W_kq=None, *, W_k=None, W_q=None, dtype=None, method: str = "tokens",
                  fused: bool = True):
         self.dtype = _float_dtype(dtype)
-        if method != "tokens":
-            raise ValueError(f"method: expected 'tokens' (the only method of the multi-head "
-                             f"objective), got {method!r}")
+        if method not in ("tokens", "wishart", "auto"):
+            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
         W_pv, W_kq_m, sep = multihead.parameters(W_pv, W_kq, W_k=W_k, W_q=W_q)
         self.parts = {"W_pv": W_pv.shape, **({"W_kq": W_kq_m.shape} if sep is None else
                                             {"W_k": sep[0].shape, "W_q": sep[1].shape})}
         arrays = (W_pv, W_kq_m) if sep is None else (W_pv, *sep)
         self.theta0 = np.concatenate([a.ravel() for a in arrays])
         self.method, self.fused = method, bool(fused)
-        self._draw = (None, None, None, None)  # (spec, sample index, E, y_q) of the last draw
+        self._step = (None, None, None, None)  # (spec, batch, dtype) of the cached Wishart step, it
+        self._draw = (None, None, None, None)  # (spec, sample index, E, y_q) of the last token draw
 
     def unpack(self, theta):
         """{name: view of θ} for W_pv and W_kq, or W_pv, W_k and W_q."""
@@ -241,12 +245,23 @@ class MultiHeadLSAObjective(Objective):
             k += n
         return out
 
+    def _fused(self, data) -> bool:
+        return (self.fused and isinstance(data, Prompts)
+                and callable(getattr(data.spec, "sample_embedding", None)))
+
+    def _wishart(self, data) -> bool:
+        """Whether the fused step takes the Wishart route: method "wishart" (ValueError for a spec
+        without ``multihead_fused_step``), or "auto" where it applies."""
+        has = callable(getattr(data.spec, "multihead_fused_step", None))
+        if self.method == "wishart" and not has:
+            raise ValueError(f"method: 'wishart' needs a spec with multihead_fused_step (the native "
+                             f"sampling.LinearPrompts), got {type(data.spec).__name__}")
+        return has and (self.method == "wishart"
+                        or (self.method == "auto" and bool(getattr(data.spec, "wishart_applies", False))))
+
     def _prompts(self, data, step):
-        """(E, y_q) of the step: the fused native draw into the buffer kept from the last step
-        (drawn again only when the sample index changes), or the batch."""
-        if not (self.fused and isinstance(data, Prompts)
-                and callable(getattr(data.spec, "sample_embedding", None))):
-            return self._batch(data.at(step))
+        """(E, y_q) of the step for the tokens route: the native draw into the buffer kept from the
+        last step (drawn again only when the sample index changes)."""
         dt, index = self.dtype or data.dtype, data.sample_index(step)
         spec, last, E, y_q = self._draw
         reuse = spec is data.spec and E.shape[0] == data.batch and E.dtype == dt
@@ -256,6 +271,32 @@ class MultiHeadLSAObjective(Objective):
             E, y_q = data.spec.sample_embedding(data.batch, index, dt, **buffers)
             self._draw = (data.spec, index, E, y_q)
         return E, y_q
+
+    def _fused_step(self, data):
+        """The spec's fused Wishart step for this source (made once per spec, batch and dtype)."""
+        key = (data.spec, data.batch, self.dtype or data.dtype)
+        if self._step[:-1] != key:
+            step_fn = data.spec.multihead_fused_step(batch=data.batch, method="wishart",
+                                                     dtype=key[2])
+            self._step = (*key, step_fn)
+        return self._step[-1]
+
+    def _wishart_step(self, theta, step, data):
+        """(L, gradient) of the fused Wishart step: W^KQ merged here for the separate parametrization and
+        the gradients chained (multihead.chain_kq)."""
+        step_fn = self._fused_step(data)
+        dt = step_fn.dtype
+        p = self.unpack(theta)
+        W_pv = as_array(p["W_pv"], p["W_pv"].shape, dt, "W_pv")
+        sep = None if "W_kq" in p else (p["W_k"].astype(dt), p["W_q"].astype(dt))
+        W_kq = (as_array(p["W_kq"], p["W_kq"].shape, dt, "W_kq") if sep is None
+                else np.ascontiguousarray(multihead.merge_kq(*sep), dt))
+        d_pv, d_kq = np.empty_like(W_pv), np.empty_like(W_kq)
+        loss = step_fn(W_pv, W_kq, check_step(data.sample_index(step)), d_pv, d_kq)
+        grads = (d_pv, d_kq) if sep is None else (d_pv, *multihead.chain_kq(*sep, d_kq))
+        for name, out in (("loss", loss), *zip(self.parts, grads)):
+            check_finite_result(out, {}, name)
+        return float(loss), np.concatenate([g.ravel() for g in grads]).astype(np.float64)
 
     def _batch(self, batch):
         E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
@@ -268,6 +309,10 @@ class MultiHeadLSAObjective(Objective):
         return loss, np.concatenate([g.ravel() for g in grads]).astype(np.float64)
 
     def loss_and_grad(self, theta, step, data):
+        if not self._fused(data):
+            return self._loss_and_grad(theta, *self._batch(data.at(step)))
+        if self._wishart(data):
+            return self._wishart_step(theta, step, data)
         return self._loss_and_grad(theta, *self._prompts(data, step))
 
     def evaluate(self, theta, batch):
