@@ -18,6 +18,10 @@
 
 namespace lsa_native::multihead {
 
+// Width of one prompt's (and a batch's) gradient sums [Σ w², Σ w G q_h, Σ w (G p_h) e_qᵀ]:
+// 1 + H rows + H rows² (acc_term's layout).
+LSA_HD index_t loss_grad_width(index_t heads, index_t rows) { return 1 + heads * rows + heads * rows * rows; }
+
 // ---- the Gram route on a formed G [rows, rows] (the CUDA prediction kernels) -------------------
 
 // (G x)_r = Σ_c G[r, c] x[c]  (G p_h, G q_h).
@@ -68,8 +72,8 @@ LSA_HD T input_grad_entry(T dy, recipe::Mat<T> S, recipe::Mat<T> E, T through_r,
   return v;
 }
 
-// Term i of one prompt's contribution to the batch sums [1 + H rows + H rows²] = [Σ w², Σ w G q_h,
-// Σ w (G p_h) e_qᵀ] (multihead_loss_grad_partial_size's layout) for the weight w (the residual or
+// Term i of one prompt's contribution to the batch sums [loss_grad_width] = [Σ w², Σ w G q_h,
+// Σ w (G p_h) e_qᵀ] for the weight w (the residual or
 // dŷ; slot 0 only for a loss).
 template <class T>
 LSA_HD double acc_term(int i, double w, const T* Gq, const T* Gp, const T* e_q, int heads,
@@ -118,7 +122,7 @@ LSA_HD double heads_residual(const linear::Law<T>& P, index_t heads, const T* W_
   return r;
 }
 
-// acc [1 + H rows + H rows²] += the prompt's terms for the weight r (acc_term's layout; the last
+// acc [loss_grad_width] += the prompt's terms for the weight r (acc_term's layout; the last
 // column of each d_K block is skipped: e_q[d] = 0 adds nothing).
 template <class T>
 LSA_HD void accumulate(double r, const T* e_q, const HeadsWork<T>& h, index_t heads, index_t rows,

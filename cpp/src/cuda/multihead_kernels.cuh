@@ -1,0 +1,316 @@
+// The CUDA kernels of the H-head LSA (multihead.hpp, H >= 2; H = 1 runs lsa_kernels.cuh), included
+// by multihead_cuda.cu and by the CPU emulation test cpp/tests/test_cuda_emulated.cpp. Launch
+// geometry, memory movement and reductions only: every per-entry formula is multihead::* or
+// recipe::* (common/multihead_recipe.hpp, common/lsa_recipe.hpp).
+//
+// Prediction, loss gradient and prediction VJP: one warp per prompt (grid-stride), Gram-first as
+// the CPU kernels: the warp stages its prompt in shared memory, forms G = E Eᵀ/N (lanes over its
+// (d+1)² entries), then per head q_h, G q_h, G p_h (lanes over H (d+1) entries): never the O(N²)
+// attention matrix. Full forward and VJP: one block per prompt (grid-stride), the one-head block
+// kernels' steps summed over the heads. Batch sums accumulate per warp/block in double, are combined
+// per block in a fixed order and reduced across blocks by reduce_partials_kernel in a fixed order:
+// no atomics, two runs on one device give bitwise equal results.
+#pragma once
+
+#include <cstddef>
+
+#include "common/lsa_recipe.hpp"
+#include "common/multihead_recipe.hpp"
+#include "cuda/kernel_common.cuh"
+#include "cuda/lsa_kernels.cuh"
+#include "lsa_native/lsa.hpp"
+
+namespace lsa_native::cuda::kernels {
+namespace {
+
+// ---- prediction, loss gradient and prediction VJP: one warp per prompt --------------------------
+
+// Shared memory of the H-head prediction kernels, in bytes: per block W^KQ [H, rows, rows] and
+// p [H, rows]; per warp the double accumulators (loss / VJP) and the T scratch.
+struct HeadsLayout {
+  int heads, rows, cols, warps;
+  bool sums;  // loss or VJP: the per-warp gradient accumulators exist
+  std::size_t block_bytes, warp_bytes;
+  // Per-warp doubles: acc = [loss, d_p (H rows), d_K (H rows²)] (multihead_loss_grad_partial_size).
+  __host__ __device__ int acc_width() const { return int(multihead::loss_grad_width(heads, rows)); }
+  __host__ __device__ std::size_t warp_doubles() const { return sums ? std::size_t(acc_width()) : 0; }
+  // Per-warp T: prompt [rows, cols], G [rows²], S [rows²] (VJP dE), q, Gq, Gp [H rows] each,
+  // e_q, through [rows] each.
+  template <class T>
+  static HeadsLayout make(int heads, int rows, int cols, int warps, bool sums) {
+    HeadsLayout l{heads, rows, cols, warps, sums, 0, 0};
+    l.block_bytes = align16(sizeof(T) * std::size_t(heads) * std::size_t(rows * rows + rows));
+    l.warp_bytes = align16(sizeof(double) * l.warp_doubles() +
+                           sizeof(T) * std::size_t(rows * cols + 2 * rows * rows +
+                                                   3 * heads * rows + 2 * rows));
+    return l;
+  }
+  __host__ __device__ std::size_t total() const { return block_bytes + std::size_t(warps) * warp_bytes; }
+};
+
+// One warp's part of the prediction kernels' shared memory.
+template <class T>
+struct HeadsWarpArea {
+  double* acc;  // [acc_width] batch sums of this warp (loss / VJP)
+  T *prompt, *G, *S, *q, *Gq, *Gp, *e_q, *through;
+};
+
+template <class T>
+__device__ __forceinline__ HeadsWarpArea<T> heads_warp_area(const HeadsLayout& lay,
+                                                            unsigned char* smem, int warp) {
+  unsigned char* mine = smem + lay.block_bytes + std::size_t(warp) * lay.warp_bytes;
+  const int hr = lay.heads * lay.rows, n2 = lay.rows * lay.rows;
+  HeadsWarpArea<T> a;
+  a.acc = reinterpret_cast<double*>(mine);
+  a.prompt = reinterpret_cast<T*>(mine + sizeof(double) * lay.warp_doubles());
+  a.G = a.prompt + lay.rows * lay.cols;
+  a.S = a.G + n2;
+  a.q = a.S + n2;
+  a.Gq = a.q + hr;
+  a.Gp = a.Gq + hr;
+  a.e_q = a.Gp + hr;
+  a.through = a.e_q + lay.rows;
+  return a;
+}
+
+// predict: y_hat. loss (upstream = y_q): also the per-block partial sums partial [gridDim.x,
+// acc_width] = [Σ res², Σ res G q_h, Σ res (G p_h) e_qᵀ]. vjp (upstream = dŷ): the same partials
+// with weight dŷ (slot 0 unused) and d_E when not null.
+template <class T, PredictionMode kMode>
+__global__ void multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const T* __restrict__ E,
+                                            const T* __restrict__ upstream,
+                                            const T* __restrict__ W_pv, const T* __restrict__ W_kq,
+                                            T* __restrict__ y_hat, double* __restrict__ partial,
+                                            T* __restrict__ d_E) {
+  constexpr bool kSums = kMode != PredictionMode::predict;
+  LSA_DYNAMIC_SHARED(smem);
+  const int H = lay.heads, rows = lay.rows, cols = lay.cols, N = cols - 1;
+  const int n2 = rows * rows, hr = H * rows, size = rows * cols, width = lay.acc_width();
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  T* sW_kq = reinterpret_cast<T*>(smem);  // [H, rows, rows]
+  T* sp = sW_kq + H * n2;                 // [H, rows] the last rows of W^PV_h
+  for (int i = threadIdx.x; i < H * n2; i += blockDim.x) sW_kq[i] = W_kq[i];
+  for (int i = threadIdx.x; i < hr; i += blockDim.x)
+    sp[i] = W_pv[(i / rows) * n2 + (rows - 1) * rows + i % rows];
+  const HeadsWarpArea<T> a = heads_warp_area<T>(lay, smem, warp);
+  if (kSums)
+    for (int i = lane; i < width; i += kWarp) a.acc[i] = 0;
+  __syncthreads();
+  const T inv_n = recipe::inv_context<T>(N);
+  const recipe::Mat<T> Ep = recipe::rows_of<T>(a.prompt, cols);
+  double loss = 0;  // lane 0's running Σ res²
+  const index_t n_warps = index_t(gridDim.x) * lay.warps;
+  for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < sh.batch; b += n_warps) {
+    stage(E + b * size, a.prompt, size, lane, kWarp);
+    __syncwarp();
+    for (int i = lane; i < n2; i += kWarp)  // G = E Eᵀ / N
+      a.G[i] = recipe::token_product(Ep, Ep, cols, i / rows, i % rows) * inv_n;
+    for (int i = lane; i < hr; i += kWarp)  // q_h = W^KQ_h e_q
+      a.q[i] = recipe::query_entry(recipe::rows_of<T>(sW_kq + (i / rows) * n2, rows), Ep, rows, N,
+                                   i % rows);
+    for (int r = lane; r < rows; r += kWarp) a.e_q[r] = Ep(r, N);
+    __syncwarp();
+    T part = T(0);
+    for (int i = lane; i < hr; i += kWarp) {
+      const int h = i / rows, r = i % rows;
+      a.Gq[i] = multihead::gram_times_entry(a.G, a.q + h * rows, rows, r);
+      if (kSums) a.Gp[i] = multihead::gram_times_entry(a.G, sp + h * rows, rows, r);
+      part += sp[i] * a.Gq[i];
+    }
+    const T pred = Ep(rows - 1, N) + warp_sum(part);  // ŷ = E[d, N] + Σ_h p_h · G q_h
+    if (kSums) {
+      __syncwarp();  // Gq, Gp complete
+      const T target = upstream[b];
+      const double w = kMode == PredictionMode::loss ? double(pred) - double(target) : double(target);
+      if (kMode == PredictionMode::loss && lane == 0) loss += w * w;
+      for (int i = 1 + lane; i < width; i += kWarp)
+        a.acc[i] += multihead::acc_term(i, w, a.Gq, a.Gp, a.e_q, H, rows);
+      if (kMode == PredictionMode::vjp && d_E != nullptr) {
+        for (int i = lane; i < n2; i += kWarp)
+          a.S[i] = multihead::input_grad_coefficient(target * inv_n, sp, a.q, H, rows, i / rows,
+                                                     i % rows);
+        for (int r = lane; r < rows; r += kWarp)
+          a.through[r] = multihead::through_queries_entry(sW_kq, a.Gp, H, rows, r);
+        __syncwarp();
+        T* d_E_b = d_E + b * size;
+        const recipe::Mat<T> S = recipe::rows_of<T>(a.S, rows);
+        for (int r = 0; r < rows; ++r)  // row by row: the lanes write consecutive tokens
+          for (int j = lane; j < cols; j += kWarp)
+            d_E_b[r * cols + j] =
+                multihead::input_grad_entry(target, S, Ep, a.through[r], rows, N, r, j);
+      }
+    }
+    if (lane == 0 && y_hat != nullptr) y_hat[b] = pred;
+    __syncwarp();  // the prompt and the scratch may be overwritten
+  }
+  if (!kSums) return;
+  if (lane == 0) a.acc[0] = loss;
+  __syncthreads();
+  for (int i = threadIdx.x; i < width; i += blockDim.x) {  // the warps combined in order 0, 1, ...
+    double sum = 0;
+    for (int w = 0; w < lay.warps; ++w) sum += heads_warp_area<T>(lay, smem, w).acc[i];
+    partial[index_t(blockIdx.x) * width + i] = sum;
+  }
+}
+
+// d_W_pv = 0 but the last row of each head = d_p[h] · scale; d_W_kq = d_K · scale; with scale = 1/B
+// for the loss gradient (and loss = ½ Σ res² / B  [ZFB (3.7)]) or 1 for the prediction VJP (loss
+// null). total [1 + H rows + H rows²].
+template <class T>
+__global__ void heads_prediction_epilogue_kernel(const double* __restrict__ total, int heads,
+                                                 int rows, double scale, T* __restrict__ d_W_pv,
+                                                 T* __restrict__ d_W_kq, double* __restrict__ loss) {
+  const double* d_p = total + 1;
+  const double* d_K = d_p + heads * rows;
+  const int n2 = rows * rows;
+  for (int i = threadIdx.x; i < heads * n2; i += blockDim.x) {
+    const int h = i / n2, r = (i % n2) / rows, c = i % rows;
+    d_W_pv[i] = r == rows - 1 ? T(d_p[h * rows + c] * scale) : T(0);
+    d_W_kq[i] = T(d_K[i] * scale);
+  }
+  if (threadIdx.x == 0 && loss != nullptr) *loss = 0.5 * total[0] * scale;
+}
+
+// ---- full forward and VJP: one block per prompt ------------------------------------------------
+
+// F = E + P E with P = Σ_h W^PV_h G W^KQ_h, G = E Eᵀ / N, Gram-first.
+// Shared T: W^PV, W^KQ [H, rows, rows] each, G, GW, P [rows, rows] each, then the prompt.
+template <class T>
+__global__ void multihead_forward_kernel(LsaShape sh, int heads, const T* __restrict__ E,
+                                         const T* __restrict__ W_pv, const T* __restrict__ W_kq,
+                                         T* __restrict__ F) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int rows = int(sh.dim + 1), cols = int(sh.context + 1), N = cols - 1;
+  const int n2 = rows * rows, size = rows * cols;
+  T* sW_pv = reinterpret_cast<T*>(smem);
+  T* sW_kq = sW_pv + heads * n2;
+  T* G = sW_kq + heads * n2;
+  T* GW = G + n2;
+  T* P = GW + n2;
+  T* prompt = P + n2;
+  for (int i = threadIdx.x; i < heads * n2; i += blockDim.x) {
+    sW_pv[i] = W_pv[i];
+    sW_kq[i] = W_kq[i];
+  }
+  auto M = [rows](const T* p) { return recipe::rows_of<T>(p, rows); };
+  const recipe::Mat<T> Ep = recipe::rows_of<T>(prompt, cols);
+  const T inv_n = recipe::inv_context<T>(N);
+  for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
+    __syncthreads();  // parameters loaded / previous prompt done
+    stage(E + b * size, prompt, size, threadIdx.x, blockDim.x);
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x)
+      G[i] = recipe::token_product(Ep, Ep, cols, i / rows, i % rows) * inv_n;
+    for (int h = 0; h < heads; ++h) {
+      __syncthreads();  // G / the previous head's P done
+      for (int i = threadIdx.x; i < n2; i += blockDim.x)  // G W^KQ_h
+        GW[i] = recipe::product_entry(M(G), M(sW_kq + h * n2), rows, i / rows, i % rows);
+      __syncthreads();
+      for (int i = threadIdx.x; i < n2; i += blockDim.x)  // P += W^PV_h (G W^KQ_h)
+        P[i] = (h > 0 ? P[i] : T(0)) +
+               recipe::product_entry(M(sW_pv + h * n2), M(GW), rows, i / rows, i % rows);
+    }
+    __syncthreads();
+    T* Fb = F + b * size;
+    for (int i = threadIdx.x; i < size; i += blockDim.x) {  // F = E + P E
+      const int r = i / cols, j = i % cols;
+      Fb[i] = recipe::row_combination_entry(Ep(r, j), M(P), Ep, rows, r, j);
+    }
+  }
+}
+
+// VJP of the H-head forward: the one-head steps of lsa_recipe.hpp summed over the heads,
+//   T1_h = W^KQ_hᵀ G, T2_h = G W^PV_hᵀ, dW^PV_h += dP T1_h, dW^KQ_h += T2_h dP,
+//   Pᵀ = Σ_h W^KQ_hᵀ T2_h, dG = Σ_h (W^PV_hᵀ dP) W^KQ_hᵀ, dE = (d_F + Pᵀ d_F) + ((dG + dGᵀ)/N) E.
+// Shared: double accumulators dW^PV, dW^KQ [H, rows, rows] each; T: W^PV, W^KQ [H, rows, rows]
+// each, G, dP, T1, T2, Pt, Tmp, dG [rows, rows] each, then E and d_F [rows, cols].
+// partial [gridDim.x, 2 H rows²].
+template <class T>
+__global__ void multihead_vjp_kernel(LsaShape sh, int heads, const T* __restrict__ E,
+                                     const T* __restrict__ W_pv, const T* __restrict__ W_kq,
+                                     const T* __restrict__ d_F, T* __restrict__ d_E,
+                                     double* __restrict__ partial) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int rows = int(sh.dim + 1), cols = int(sh.context + 1), N = cols - 1;
+  const int n2 = rows * rows, size = rows * cols, hn2 = heads * n2;
+  double* acc = reinterpret_cast<double*>(smem);  // [2 H n2]
+  T* sW_pv = reinterpret_cast<T*>(acc + 2 * hn2);
+  T* sW_kq = sW_pv + hn2;
+  T* G = sW_kq + hn2;
+  T* dP = G + n2;
+  T* T1 = dP + n2;
+  T* T2 = T1 + n2;
+  T* Pt = T2 + n2;
+  T* Tmp = Pt + n2;
+  T* dG = Tmp + n2;
+  T* e = dG + n2;
+  T* df = e + size;
+  for (int i = threadIdx.x; i < hn2; i += blockDim.x) {
+    sW_pv[i] = W_pv[i];
+    sW_kq[i] = W_kq[i];
+    acc[i] = acc[hn2 + i] = 0;
+  }
+  auto M = [rows](const T* p) { return recipe::rows_of<T>(p, rows); };
+  const recipe::Mat<T> Ep = recipe::rows_of<T>(e, cols), dFp = recipe::rows_of<T>(df, cols);
+  const T inv_n = recipe::inv_context<T>(N);
+  const bool input_grad = d_E != nullptr;
+  for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
+    __syncthreads();
+    stage(E + b * size, e, size, threadIdx.x, blockDim.x);
+    stage(d_F + b * size, df, size, threadIdx.x, blockDim.x);
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+      const int r = i / rows, c = i % rows;
+      G[i] = recipe::token_product(Ep, Ep, cols, r, c) * inv_n;  // G = E Eᵀ / N
+      dP[i] = recipe::token_product(dFp, Ep, cols, r, c);        // dP = d_F Eᵀ
+    }
+    for (int h = 0; h < heads; ++h) {
+      const recipe::Mat<T> W_pv_t = M(sW_pv + h * n2).transposed(),
+                           W_kq_t = M(sW_kq + h * n2).transposed();
+      __syncthreads();  // G, dP / the previous head's products done
+      for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+        const int r = i / rows, c = i % rows;
+        T1[i] = recipe::product_entry(W_kq_t, M(G), rows, r, c);  // W^KQ_hᵀ G
+        T2[i] = recipe::product_entry(M(G), W_pv_t, rows, r, c);  // G W^PV_hᵀ
+        if (input_grad) Tmp[i] = recipe::product_entry(W_pv_t, M(dP), rows, r, c);  // W^PV_hᵀ dP
+      }
+      __syncthreads();
+      for (int i = threadIdx.x; i < n2; i += blockDim.x) {
+        const int r = i / rows, c = i % rows;
+        acc[h * n2 + i] += double(recipe::product_entry(M(dP), M(T1), rows, r, c));
+        acc[hn2 + h * n2 + i] += double(recipe::product_entry(M(T2), M(dP), rows, r, c));
+        if (!input_grad) continue;
+        Pt[i] = (h > 0 ? Pt[i] : T(0)) + recipe::product_entry(W_kq_t, M(T2), rows, r, c);
+        dG[i] = (h > 0 ? dG[i] : T(0)) + recipe::product_entry(M(Tmp), W_kq_t, rows, r, c);
+      }
+    }
+    if (!input_grad) continue;  // uniform across the block
+    __syncthreads();
+    for (int i = threadIdx.x; i < n2; i += blockDim.x)  // Tmp = (dG + dGᵀ)/N
+      Tmp[i] = recipe::symmetric_part_entry(M(dG), N, i / rows, i % rows);
+    __syncthreads();
+    T* dEb = d_E + b * size;
+    for (int i = threadIdx.x; i < size; i += blockDim.x) {
+      const int r = i / cols, j = i % cols;
+      const T t = recipe::row_combination_entry(dFp(r, j), M(Pt), dFp, rows, r, j);
+      dEb[i] = recipe::row_combination_entry(t, M(Tmp), Ep, rows, r, j);
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < 2 * hn2; i += blockDim.x)
+    partial[index_t(blockIdx.x) * 2 * hn2 + i] = acc[i];
+}
+
+template <class T>
+std::size_t multihead_forward_smem(int heads, int rows, int cols) {
+  const std::size_t h = std::size_t(heads), r = std::size_t(rows), c = std::size_t(cols);
+  return sizeof(T) * (2 * h * r * r + 3 * r * r + r * c);
+}
+template <class T>
+std::size_t multihead_vjp_smem(int heads, int rows, int cols) {
+  const std::size_t h = std::size_t(heads), r = std::size_t(rows), c = std::size_t(cols);
+  return sizeof(double) * (2 * h * r * r) + sizeof(T) * (2 * h * r * r + 7 * r * r + 2 * r * c);
+}
+
+}  // namespace
+}  // namespace lsa_native::cuda::kernels

@@ -1,0 +1,121 @@
+"""The fused H-head steps of LinearPrompts (multihead.hpp's linear_prompts_multihead_loss_and_grad)
+and MultiHeadLSAObjective's method="wishart": the tokens route equals the H-head kernel on the same
+prompts, H = 1 equals the one-head fused step bitwise, the Wishart route agrees in law with the
+tokens route (z-test with power: the wrong N is rejected), the objective chains the separate
+parametrization. (The Wishart route's exact equality with the token route on one G: the C++ test
+MultiHeadWishart.EqualsTheTokenRouteOnTheSameGram.)"""
+import numpy as np
+import pytest
+
+from lsa_native import multihead as mh
+from lsa_native.sampling import LinearPrompts
+
+
+def _weights(rng, H, d, scale=0.5):
+    return scale * rng.standard_normal((2, H, d + 1, d + 1))
+
+
+def _step(spec, method, W_pv, W_kq, step, batch, dtype=np.float64):
+    f = spec.multihead_fused_step(batch=batch, method=method, dtype=dtype)
+    d_pv, d_kq = np.empty(W_pv.shape, dtype), np.empty(W_kq.shape, dtype)
+    loss = f(W_pv.astype(dtype), W_kq.astype(dtype), step, d_pv, d_kq)
+    return loss, d_pv, d_kq
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("d,N,H,B", [(1, 1, 2, 5), (3, 7, 3, 37), (5, 20, 5, 100)])
+def test_tokens_step_is_the_kernel_on_the_sampled_prompts(rng, dtype, d, N, H, B):
+    spec = LinearPrompts(d, N, noise_std=0.3, seed=int(rng.integers(1000)))
+    W_pv, W_kq = _weights(rng, H, d)
+    step = int(rng.integers(100))
+    got = _step(spec, "tokens", W_pv, W_kq, step, B, dtype)
+    E, y_q = spec.sample_embedding(B, step, dtype)
+    want = mh.loss_and_grad(E, y_q, W_pv.astype(dtype), W_kq.astype(dtype))
+    tol = 1e-12 if dtype == np.float64 else 1e-5
+    np.testing.assert_allclose(got[0], want[0], rtol=tol)
+    for a, b in zip(got[1:], want[1:]):
+        np.testing.assert_allclose(a, b, rtol=tol, atol=tol * np.abs(b).max())
+
+
+@pytest.mark.parametrize("method", ["tokens", "wishart"])
+def test_one_head_is_the_one_head_fused_step_bitwise(rng, method):
+    spec = LinearPrompts(3, 9, noise_std=0.2, seed=int(rng.integers(1000)))
+    W_pv, W_kq = _weights(rng, 1, 3)
+    got = _step(spec, method, W_pv, W_kq, 4, 50)
+    want = spec.lsa_loss_and_grad(W_pv[0], W_kq[0], batch=50, step=4, method=method,
+                                  dtype=np.float64)
+    assert got[0] == want[0]
+    np.testing.assert_array_equal(got[1][0], want[1])
+    np.testing.assert_array_equal(got[2][0], want[2])
+
+
+def _per_step(spec, method, W_pv, W_kq, steps, batch):
+    """[steps, 1 + #dW_pv + #dW_kq]: the step estimates (loss, gradient) of independent steps."""
+    rows = []
+    for k in range(steps):
+        loss, d_pv, d_kq = _step(spec, method, W_pv, W_kq, k, batch)
+        rows.append(np.concatenate([[loss], d_pv.ravel(), d_kq.ravel()]))
+    return np.array(rows)
+
+
+def _max_z(a, b):
+    se = np.sqrt(a.var(0, ddof=1) / len(a) + b.var(0, ddof=1) / len(b))
+    live = se > 0  # dW_pv is zero but in the last rows
+    return np.abs((a.mean(0) - b.mean(0))[live] / se[live]).max()
+
+
+@pytest.mark.parametrize("noise_std", [0.0, 0.5])
+def test_wishart_agrees_in_law_with_tokens(rng, noise_std):
+    """Each step's loss and gradient are unbiased estimates of the population ones under both
+    routes (same law, other draws): every entry's mean agrees (max |z| over 37 entries < 5), and
+    the Wishart route at the wrong N = 2N is rejected (power)."""
+    d, N, H = 2, 4, 2
+    W_pv, W_kq = _weights(rng, H, d, scale=1.0)
+    spec = LinearPrompts(d, N, noise_std=noise_std, seed=int(rng.integers(1000)))
+    tokens = _per_step(spec, "tokens", W_pv, W_kq, 40, 4000)
+    assert _max_z(tokens, _per_step(spec, "wishart", W_pv, W_kq, 40, 4000)) < 5
+    assert _max_z(tokens, _per_step(spec.replace(context=2 * N), "wishart", W_pv, W_kq, 40, 4000)) > 8
+
+
+def test_wishart_conditions_and_bad_arguments(rng):
+    W_pv, W_kq = _weights(rng, 2, 3)
+    with pytest.raises(ValueError, match="context N >= 4"):
+        _step(LinearPrompts(3, 3, noise_std=0.1), "wishart", W_pv, W_kq, 0, 4)
+    with pytest.raises(ValueError, match="Gaussian covariates"):
+        _step(LinearPrompts(3, 9, covariates="sphere"), "wishart", W_pv, W_kq, 0, 4)
+    with pytest.raises(ValueError, match="method"):
+        LinearPrompts(3, 9).multihead_fused_step(batch=4, method="gram")
+    f = LinearPrompts(3, 9).multihead_fused_step(batch=4, method="wishart", dtype=np.float64)
+    with pytest.raises(ValueError, match="W_kq"):
+        f(W_pv, np.zeros((2, 3, 3)), 0, np.empty_like(W_pv), np.empty_like(W_kq))
+    with pytest.raises(ValueError, match="at least one head"):
+        z = np.zeros((0, 4, 4))
+        f(z, z, 0, z.copy(), z.copy())
+    assert LinearPrompts(3, 9).multihead_fused_step(batch=4, method="auto").method == "wishart"
+    assert LinearPrompts(3, 2).multihead_fused_step(batch=4, method="auto").method == "tokens"
+
+
+def test_objective_wishart_chains_the_separate_parametrization(rng):
+    """method="wishart": the fused Wishart step on W^KQ_h = W^K_hᵀ W^Q_h, its gradient chained
+    (multihead.chain_kq); training on it lowers the loss."""
+    from lsa_native import train
+
+    d, N, H, r = 3, 8, 2, 1
+    W_pv = 0.3 * rng.standard_normal((H, d + 1, d + 1))
+    W_k, W_q = 0.3 * rng.standard_normal((2, H, r, d + 1))
+    spec = LinearPrompts(d, N, seed=int(rng.integers(1000)))
+    src = train.Prompts(spec, batch=64, resample_every=2, dtype=np.float64)
+    obj = train.MultiHeadLSAObjective(W_pv, W_k=W_k, W_q=W_q, method="wishart")
+    loss, grad = obj.loss_and_grad(obj.theta0, 5, src)
+    want = _step(spec, "wishart", W_pv, mh.merge_kq(W_k, W_q), src.sample_index(5), 64)
+    assert loss == want[0]
+    d_k, d_q = mh.chain_kq(W_k, W_q, want[2])
+    np.testing.assert_array_equal(grad, np.concatenate([want[1].ravel(), d_k.ravel(), d_q.ravel()]))
+    assert train.MultiHeadLSAObjective(W_pv, W_k=W_k, W_q=W_q, method="auto")._wishart(src)
+
+    W_pv, W_kq = _weights(rng, H, d, scale=0.1)
+    obj = train.MultiHeadLSAObjective(W_pv, W_kq, method="wishart")
+    res = train.fit(obj, "adam", lr=0.02, steps=150, progress=False,
+                    data=train.Prompts(LinearPrompts(d, N, seed=3), batch=256))
+    loss = res.history["loss"]
+    assert np.mean(loss[-20:]) < 0.7 * np.mean(loss[:5])
