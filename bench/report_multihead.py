@@ -14,7 +14,11 @@ Part 1, one SGD step (loss, gradient, update) timed in the same run, medians:
 each on a fixed batch ("model"), with the step's prompts drawn by the native sampler into a
 reused buffer ("+ native sampling", the same arrays for every row), and with each loop's own
 sampling ("+ own sampling": the torch loops draw x ~ N(0, Λ), w ~ N(0, I) with torch.randn as a
-plain PyTorch script does; the native rows keep the native sampler).
+plain PyTorch script does; the native rows keep the native sampler). Then the sampled training
+step with fresh prompts every step: the native tokens route (sampler into a buffer + the kernel),
+the native fused steps of LinearPrompts.multihead_fused_step ("tokens": prompts drawn a few at a
+time in cache; "wishart": G drawn by the Bartlett decomposition, O(H d²) per prompt, the route of
+MultiHeadLSAObjective(method="wishart")) vs the PyTorch loops with their own sampling.
 
 Part 2, the training curve of the native step: the loss (mean over windows of 50 steps) at
 checkpoints and the plateaus found (runs of >= 8 windows within ±2 %). ``--data fixed`` (default):
@@ -146,6 +150,44 @@ def native_step_fn(params, lr):
     return step
 
 
+def fused_step_fn(params, lr, method):
+    """The native fused H-head step of LinearPrompts.multihead_fused_step (fresh prompts every
+    call): W^KQ merged, the gradient chained to W^K_h, W^Q_h, SGD update."""
+    W_pv, W_k, W_q = (p.copy() for p in params)
+    step_fn = spec().multihead_fused_step(batch=B, method=method, dtype=np.float32)
+    d_pv, d_kq = np.empty_like(W_pv), np.empty((H, D + 1, D + 1), np.float32)
+    counter = iter(range(1, 2**32))
+
+    def step():
+        W_kq = np.ascontiguousarray(mh.merge_kq(W_k, W_q), np.float32)
+        loss = step_fn(W_pv, W_kq, next(counter), d_pv, d_kq)
+        g_k, g_q = mh.chain_kq(W_k, W_q, d_kq)
+        W_pv[...] -= lr * d_pv
+        W_k[...] -= lr * g_k
+        W_q[...] -= lr * g_q
+        return loss
+
+    return step
+
+
+def sampled_table(rows, lr, repeats):
+    """The sampled training step with fresh prompts every step: the native routes vs the PyTorch
+    loops with their own sampling (same run, medians)."""
+    params = init()
+    native = {"native tokens (sampler + loss_and_grad)": rows["native"][1],
+              "native tokens, fused step": median_seconds(fused_step_fn(params, lr, "tokens"), repeats),
+              "native wishart, fused step": median_seconds(fused_step_fn(params, lr, "wishart"), repeats)}
+    torch_rows = {"torch-qcol (own sampling)": rows["torch-qcol"][2],
+                  "torch-wrap (own sampling)": rows["torch-wrap"][2],
+                  "torch-attn (own sampling)": rows["torch-attn"][2]}
+    ref = rows["torch-qcol"][2]
+    print(f"\nFresh prompts every step (the sampled training step), medians of {repeats}; "
+          f"speedup = torch-qcol (own sampling) / row")
+    print(f"{'step':<42}{'ms':>9}{'speedup':>10}")
+    for name, t in {**native, **torch_rows}.items():
+        print(f"{name:<42}{t * 1e3:>9.2f}{ref / t:>9.1f}x")
+
+
 def timings(lr, repeats):
     s = spec()
     E = np.empty((B, D + 1, N + 1), np.float32)
@@ -178,6 +220,7 @@ def timings(lr, repeats):
     for name, (m, t, o) in rows.items():
         print(f"{name:<12}{m * 1e3:>10.2f}{m / base[0]:>7.1f}x{t * 1e3:>19.2f}{t / base[1]:>7.1f}x"
               f"{o * 1e3:>16.2f}{o / base[2]:>7.1f}x")
+    sampled_table(rows, lr, repeats)
 
 
 def plateaus(window_means, width=8, tol=0.02):

@@ -84,18 +84,20 @@ def parameters(W_pv, W_kq=None, *, W_k=None, W_q=None, dtype=np.float64):
     """(W_pv, W_kq merged, (W_k, W_q) or None) as C-contiguous `dtype` arrays after the shape
     rules, with messages naming the argument: W_pv [H, d+1, d+1] with H >= 1; either W_kq of
     W_pv's shape or both W_k and W_q [H, r, d+1] with 1 <= r <= d+1; all finite. For callers that
-    hold parameters without prompts (``train.MultiHeadLSAObjective``); the entry points below leave
-    W_pv and W_kq to the native validate()."""
-    W_pv = real_array(W_pv, "W_pv", dtype=dtype, nonempty=False)
-    if W_pv.ndim != 3 or W_pv.shape[1] != W_pv.shape[2] or W_pv.shape[1] < 2:
-        raise ValueError(f"W_pv: expected shape (H, d+1, d+1) (H heads, d >= 1), got {W_pv.shape}")
-    H, n = W_pv.shape[:2]
-    if H < 1:
-        raise ValueError(f"W_pv: expected at least one head (H >= 1), got shape {W_pv.shape}")
-    if not _is_separate(W_kq, W_k, W_q):
-        return W_pv, as_array(W_kq, (H, n, n), dtype, "W_kq"), None
-    sep = _separate(W_k, W_q, H, n, dtype)
-    return W_pv, merge_kq(*sep).astype(dtype, copy=False), sep
+    hold parameters without prompts (``train.MultiHeadLSAObjective``): W_pv and W_kq are checked
+    by the native validate() of the entry points (on one zero prompt), W_k and W_q here."""
+    W_pv = np.ascontiguousarray(real_array(W_pv, "W_pv", dtype=dtype, nonempty=False))
+    shape = W_pv.shape
+    heads, n = (shape[0], shape[2]) if len(shape) == 3 else (None, None)
+    if _is_separate(W_kq, W_k, W_q):
+        sep = _separate(W_k, W_q, heads, n, dtype)
+        W_kq = merge_kq(*sep)
+    else:
+        sep = None
+    W_kq = np.ascontiguousarray(real_array(W_kq, "W_kq", dtype=dtype, nonempty=False))
+    rows = max(shape[-1], 2) if shape else 2  # d+1 >= 2 of the probe prompt
+    _core.multihead_lsa_predict(np.zeros((1, rows, 2), dtype), W_pv, W_kq, None, "cpu")
+    return W_pv, W_kq, sep
 
 
 # One route, LSA's: Python converts and forwards; the native validate() of each entry point
