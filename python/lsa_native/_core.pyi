@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ACTIVATION_NAMES', 'COVARIANCE_LAWS', 'DeviceArray', 'activation_codes', 'array_info', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_release_memory', 'cuda_synchronize', 'emulate_cuda_on_cpu_for_tests', 'gradient_flow_multihead', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_attention_vjp', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'kernel_gp_sample_cuda', 'linear_prompts_lsa_loss_and_grad', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_predict_vjp', 'lsa_vjp', 'multihead_lsa_forward', 'multihead_lsa_loss_and_grad', 'multihead_lsa_predict', 'multihead_lsa_predict_vjp', 'multihead_lsa_vjp', 'multihead_population_loss', 'num_threads', 'optimizer_step', 'optimizer_step_fields', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
+__all__: list[str] = ['ACTIVATION_NAMES', 'COVARIANCE_LAWS', 'DeviceArray', 'activation_codes', 'array_info', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_release_memory', 'cuda_synchronize', 'emulate_cuda_on_cpu_for_tests', 'gradient_flow_multihead', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_attention_vjp', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'kernel_gp_sample_cuda', 'linear_prompts_lsa_loss_and_grad', 'linear_prompts_multihead_loss_and_grad', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_predict_vjp', 'lsa_vjp', 'multihead_lsa_forward', 'multihead_lsa_loss_and_grad', 'multihead_lsa_predict', 'multihead_lsa_predict_vjp', 'multihead_lsa_vjp', 'multihead_population_loss', 'num_threads', 'optimizer_step', 'optimizer_step_fields', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
 class DeviceArray:
     """
     Owning C-contiguous CUDA device array (float32/float64). CuPy (cupy.asarray) and PyTorch (torch.as_tensor, torch.from_dlpack) wrap it without copies.
@@ -141,6 +141,16 @@ def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typ
 @typing.overload
 def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64], device: str = 'cpu') -> float:
     ...
+@typing.overload
+def linear_prompts_multihead_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32]) -> float:
+    """
+    (L) of multihead.hpp's linear_prompts_multihead_loss_and_grad: the fused H-head step, the gradients written into d_W_pv, d_W_kq [H, d+1, d+1].
+    """
+@typing.overload
+def linear_prompts_multihead_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64]) -> float:
+    """
+    (L) of multihead.hpp's linear_prompts_multihead_loss_and_grad: the fused H-head step, the gradients written into d_W_pv, d_W_kq [H, d+1, d+1].
+    """
 def lsa_forward(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, out: typing.Any = None, device: typing.Any = 'auto') -> typing.Any:
     """
     F [B, d+1, N+1] (lsa.hpp), written into `out` when given.
