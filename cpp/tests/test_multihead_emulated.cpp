@@ -193,10 +193,10 @@ TEST(MultiHeadWishart, EqualsTheTokenRouteOnTheSameGram) {
   std::vector<double> acc(lsa_native::multihead::loss_grad_width(H, rows), 0.0);
   const index_t nz = lsa_native::wishart::bartlett_normals(d, dp);
   std::vector<double> work(lsa_native::wishart::Work<double>::size(d, dp) +
-                           lsa_native::multihead::HeadsWork<double>::size(H, d));
+                           lsa_native::multihead::HeadsWork<double>::size(H, d, dp));
   const auto s = lsa_native::wishart::Work<double>::at(work.data(), d, dp);
   const auto h = lsa_native::multihead::HeadsWork<double>::at(
-      work.data() + lsa_native::wishart::Work<double>::size(d, dp), H, d);
+      work.data() + lsa_native::wishart::Work<double>::size(d, dp), H, d, dp);
   for (index_t b = 0; b < B; ++b) {
     double* Eb = E.data() + b * rows * (N + 1);
     std::vector<double> w(d), Z(N * dp), z(nz, 0.0), chi2(dp), S(dp * dp, 0.0);

@@ -86,55 +86,104 @@ LSA_HD double acc_term(int i, double w, const T* Gq, const T* Gp, const T* e_q, 
 
 // ---- the Wishart route (wishart.hpp): the fused sampled step's prompt ---------------------------
 
-// Per-prompt head arrays: g_p = G q_h, g_k = G p_h [H, rows] each.
+// Per-prompt arrays of the Wishart route, with the heads on the inner (contiguous) axis so that
+// every loop over them is independent accumulators (vectorizable): X = [p_1..p_H | q_1..q_H]
+// [rows, 2H], M [rows, dp], A = Mᵀ X [dp, 2H], GX = G X [rows, 2H] (G p_h, then G q_h), ex = e_qᵀ X.
 template <class T>
 struct HeadsWork {
-  T *g_p, *g_k;
-  LSA_HD static index_t size(index_t heads, index_t d) { return 2 * heads * (d + 1); }
-  LSA_HD static HeadsWork at(T* base, index_t heads, index_t d) {
-    return {base, base + heads * (d + 1)};
+  T *X, *M, *A, *GX, *ex;
+  LSA_HD static index_t size(index_t heads, index_t d, index_t dp) {
+    return 2 * heads * (d + 1) * 2 + (d + 1) * dp + dp * 2 * heads + 2 * heads;
+  }
+  LSA_HD static HeadsWork at(T* base, index_t heads, index_t d, index_t dp) {
+    const index_t w = 2 * heads, rows = d + 1;
+    HeadsWork h;
+    h.X = base;
+    h.M = h.X + rows * w;
+    h.A = h.M + rows * dp;
+    h.GX = h.A + dp * w;
+    h.ex = h.GX + rows * w;
+    return h;
   }
 };
 
-// The residual r = ŷ − y_q of one Wishart prompt (in double) for H heads, with h.g_p, h.g_k and
-// s.e_q = (x_q; 0) for the gradient terms (accumulate). Head 0 is wishart::prompt_residual (which
-// draws e_q, the Bartlett factor and y_q into s); heads 1.. add p_hᵀ G q_h on the same factor.
+// M = Ã L̃ T / √N [rows, dp] of wishart.hpp, formed: B = T/√N, L̃ B (L lower, or diag(√λ), or I;
+// the noise row of L̃ is 1), then the rows of Ã: x rows as they are, the label row wᵀ(L B) + σ B_d.
+template <class T>
+LSA_HD void form_m(const wishart::Prompt<T>& pr, T* M) {
+  const index_t d = pr.d, dp = pr.dp;
+  for (index_t k = 0; k < d; ++k) {
+    for (index_t m = 0; m < dp; ++m) M[k * dp + m] = T(0);
+    if (pr.L) {
+      for (index_t i = 0; i <= k; ++i)
+        for (index_t m = 0; m <= i; ++m) M[k * dp + m] += pr.L[k * d + i] * pr.Tm[i * dp + m];
+    } else {
+      const T c = pr.lam_sqrt ? pr.lam_sqrt[k] : T(1);
+      for (index_t m = 0; m <= k; ++m) M[k * dp + m] = c * pr.Tm[k * dp + m];
+    }
+    for (index_t m = 0; m < dp; ++m) M[k * dp + m] *= pr.inv_sqrt_n;
+  }
+  T* y = M + d * dp;
+  for (index_t m = 0; m < dp; ++m) y[m] = dp > d ? pr.sigma * pr.Tm[d * dp + m] * pr.inv_sqrt_n : T(0);
+  for (index_t k = 0; k < d; ++k)
+    for (index_t m = 0; m < dp; ++m) y[m] += pr.w[k] * M[k * dp + m];
+}
+
+// The residual r = ŷ − y_q of one Wishart prompt (in double) for H heads, ŷ = Σ_h p_hᵀ G q_h with
+// G = M Mᵀ + e_q e_qᵀ/N (the query's label slot is 0): p_hᵀ G q_h = (Mᵀp_h)·(Mᵀq_h) +
+// (p_h·e_q)(q_h·e_q)/N. Leaves h.GX = [G p_h | G q_h] and s.e_q for accumulate. O(H d²) per prompt.
 template <class T>
 LSA_HD double heads_residual(const linear::Law<T>& P, index_t heads, const T* W_pv, const T* W_kq,
                              const T* z, const T* chi2, const T* w, const T* lam_sqrt,
                              const wishart::Work<T>& s, const HeadsWork<T>& h) {
-  const index_t d = P.d, rows = d + 1, n2 = rows * rows;
-  double r = wishart::prompt_residual(P, W_kq, W_pv + d * rows, z, chi2, w, lam_sqrt, s);
-  for (index_t k = 0; k < rows; ++k) {
-    h.g_p[k] = s.g_p[k];
-    h.g_k[k] = s.g_k[k];
+  const index_t d = P.d, rows = d + 1, n2 = rows * rows, H = heads, W = 2 * heads;
+  const wishart::Prompt<T> pr = wishart::prompt_factors(P, z, chi2, w, lam_sqrt, s);
+  const index_t dp = pr.dp;
+  const T inv_n = T(1) / T(P.N);
+  for (index_t k = 0; k < rows; ++k)
+    for (index_t j = 0; j < H; ++j) {
+      h.X[k * W + j] = W_pv[j * n2 + d * rows + k];  // p_j = last row of W^PV_j
+      T q = T(0);                                     // q_j = W^KQ_j e_q
+      for (index_t c = 0; c < rows; ++c) q += W_kq[j * n2 + k * rows + c] * s.e_q[c];
+      h.X[k * W + H + j] = q;
+    }
+  form_m(pr, h.M);
+  for (index_t i = 0; i < dp * W; ++i) h.A[i] = T(0);
+  for (index_t j = 0; j < W; ++j) h.ex[j] = T(0);
+  for (index_t k = 0; k < rows; ++k) {  // A = Mᵀ X, ex = e_qᵀ X
+    for (index_t m = 0; m < dp; ++m)
+      for (index_t j = 0; j < W; ++j) h.A[m * W + j] += h.M[k * dp + m] * h.X[k * W + j];
+    for (index_t j = 0; j < W; ++j) h.ex[j] += s.e_q[k] * h.X[k * W + j];
   }
-  const wishart::Prompt<T> pr{d, wishart::noise_dim(P), P.L, P.random_cov() ? lam_sqrt : nullptr,
-                              w, P.sigma, s.Tm, T(1) / std::sqrt(T(P.N))};
-  const recipe::Mat<T> e_q{s.e_q, 1, 0};  // the query column as a [rows, 1] prompt
-  for (index_t k = 1; k < heads; ++k) {
-    const recipe::Mat<T> W = recipe::rows_of(W_kq + k * n2, int(rows));
-    for (index_t c = 0; c < rows; ++c) s.q[c] = recipe::query_entry(W, e_q, int(rows), 0, int(c));
-    r += double(wishart::predict_and_grads(pr, W_pv + k * n2 + d * rows, s.q, s.e_q,
-                                           T(1) / T(P.N), h.g_p + k * rows, h.g_k + k * rows,
-                                           s.scratch));
+  for (index_t k = 0; k < rows; ++k) {  // G X = M A + e_q exᵀ / N
+    for (index_t j = 0; j < W; ++j) h.GX[k * W + j] = s.e_q[k] * h.ex[j] * inv_n;
+    for (index_t m = 0; m < dp; ++m)
+      for (index_t j = 0; j < W; ++j) h.GX[k * W + j] += h.M[k * dp + m] * h.A[m * W + j];
   }
-  return r;
+  T y_hat = T(0);
+  for (index_t j = 0; j < H; ++j) {
+    T v = h.ex[j] * h.ex[H + j] * inv_n;
+    for (index_t m = 0; m < dp; ++m) v += h.A[m * W + j] * h.A[m * W + H + j];
+    y_hat += v;
+  }
+  return double(y_hat) - double(wishart::query_target(P, w, s.e_q, z));
 }
 
-// acc [loss_grad_width] += the prompt's terms for the weight r (acc_term's layout; the last
-// column of each d_K block is skipped: e_q[d] = 0 adds nothing).
+// acc [loss_grad_width] += the prompt's terms for the weight r: Σ r², Σ r G q_h, Σ r (G p_h) e_qᵀ
+// (acc_term's layout; the last column of each d_K block is skipped: e_q[d] = 0 adds nothing).
 template <class T>
 LSA_HD void accumulate(double r, const T* e_q, const HeadsWork<T>& h, index_t heads, index_t rows,
                        double* acc) {
+  const index_t W = 2 * heads;
   acc[0] += r * r;
   double* d_p = acc + 1;
   double* d_K = d_p + heads * rows;
-  for (index_t k = 0; k < heads * rows; ++k) {
-    d_p[k] += r * double(h.g_p[k]);
-    const double rk = r * double(h.g_k[k]);
-    for (index_t c = 0; c + 1 < rows; ++c) d_K[k * rows + c] += rk * double(e_q[c]);
-  }
+  for (index_t j = 0; j < heads; ++j)
+    for (index_t k = 0; k < rows; ++k) {
+      d_p[j * rows + k] += r * double(h.GX[k * W + heads + j]);
+      const double rk = r * double(h.GX[k * W + j]);
+      for (index_t c = 0; c + 1 < rows; ++c) d_K[(j * rows + k) * rows + c] += rk * double(e_q[c]);
+    }
 }
 
 }  // namespace lsa_native::multihead

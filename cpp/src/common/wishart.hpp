@@ -146,33 +146,48 @@ struct Work {
   }
 };
 
-// The residual r = ŷ − y_q of one prompt (in double), with s.g_p = G q, s.g_k = G p and s.e_q =
-// (x_q; 0) for the gradient terms (acc_term). p = last row of W^PV [d+1], W_kq [d+1, d+1].
+// One prompt's query and Bartlett factor from its draws: s.e_q = (x_q; 0), s.Tm (T_ij ~ N(0,1)
+// below the diagonal in row-major order, T_ii = sqrt(χ²_{N−i})); returns the factors of M.
 template <class T>
-LSA_HD double prompt_residual(const linear::Law<T>& P, const T* W_kq, const T* p, const T* z,
-                              const T* chi2, const T* w, const T* lam_sqrt, const Work<T>& s) {
-  const index_t d = P.d, dp = noise_dim(P), rows = d + 1;
+LSA_HD Prompt<T> prompt_factors(const linear::Law<T>& P, const T* z, const T* chi2, const T* w,
+                                const T* lam_sqrt, const Work<T>& s) {
+  const index_t d = P.d, dp = noise_dim(P);
   const T* ls = P.random_cov() ? lam_sqrt : nullptr;
   for (index_t k = 0; k < d; ++k) s.e_q[k] = z[k];
   s.e_q[d] = T(0);
   linear::covariate(P, P.query_factor(), ls, s.e_q, 1);  // x_q
-  for (index_t r = 0; r < rows; ++r) {  // q = W^KQ e_q
-    T acc = T(0);
-    for (index_t c = 0; c < rows; ++c) acc += W_kq[r * rows + c] * s.e_q[c];
-    s.q[r] = acc;
-  }
-  // Bartlett factor: T_ij ~ N(0,1) below the diagonal (row-major order), T_ii = sqrt(χ²_{N−i})
   index_t next = d;
   for (index_t i = 0; i < dp; ++i) {
     for (index_t j = 0; j < i; ++j) s.Tm[i * dp + j] = z[next++];
     s.Tm[i * dp + i] = std::sqrt(chi2[i]);
     for (index_t j = i + 1; j < dp; ++j) s.Tm[i * dp + j] = T(0);
   }
-  const Prompt<T> pr{d, dp, P.L, ls, w, P.sigma, s.Tm, T(1) / std::sqrt(T(P.N))};
+  return {d, dp, P.L, ls, w, P.sigma, s.Tm, T(1) / std::sqrt(T(P.N))};
+}
+
+// The target y_q = <w, x_q> (+ σ ε_q with query noise) of a prompt with s.e_q set.
+template <class T>
+LSA_HD T query_target(const linear::Law<T>& P, const T* w, const T* e_q, const T* z) {
+  const index_t d = P.d;
+  T y_q = linear::label(w, e_q, 1, d);
+  if (linear::query_has_noise(P)) y_q += P.sigma * z[bartlett_normals(d, noise_dim(P)) - 1];
+  return y_q;
+}
+
+// The residual r = ŷ − y_q of one prompt (in double), with s.g_p = G q, s.g_k = G p and s.e_q =
+// (x_q; 0) for the gradient terms (acc_term). p = last row of W^PV [d+1], W_kq [d+1, d+1].
+template <class T>
+LSA_HD double prompt_residual(const linear::Law<T>& P, const T* W_kq, const T* p, const T* z,
+                              const T* chi2, const T* w, const T* lam_sqrt, const Work<T>& s) {
+  const index_t rows = P.d + 1;
+  const Prompt<T> pr = prompt_factors(P, z, chi2, w, lam_sqrt, s);
+  for (index_t r = 0; r < rows; ++r) {  // q = W^KQ e_q
+    T acc = T(0);
+    for (index_t c = 0; c < rows; ++c) acc += W_kq[r * rows + c] * s.e_q[c];
+    s.q[r] = acc;
+  }
   const T y_hat = predict_and_grads(pr, p, s.q, s.e_q, T(1) / T(P.N), s.g_p, s.g_k, s.scratch);
-  T y_q = linear::label(w, s.e_q, 1, d);
-  if (linear::query_has_noise(P)) y_q += P.sigma * z[bartlett_normals(d, dp) - 1];
-  return double(y_hat) - double(y_q);
+  return double(y_hat) - double(query_target(P, w, s.e_q, z));
 }
 
 // Term i of one prompt's contribution to the batch sums [1 + rows + rows²] = [Σ r², Σ r G q,

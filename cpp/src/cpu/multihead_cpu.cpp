@@ -99,9 +99,9 @@ void fused_wishart_partial(const linear::Law<T>& P, index_t H, const T* W_pv, co
     double* acc;
   };
   std::vector<T> work(static_cast<size_t>(wishart::Work<T>::size(d, dp) +
-                                          multihead::HeadsWork<T>::size(H, d)));
+                                          multihead::HeadsWork<T>::size(H, d, dp)));
   Visit v{P, H, W_pv, W_kq, wishart::Work<T>::at(work.data(), d, dp),
-          multihead::HeadsWork<T>::at(work.data() + wishart::Work<T>::size(d, dp), H, d), acc};
+          multihead::HeadsWork<T>::at(work.data() + wishart::Work<T>::size(d, dp), H, d, dp), acc};
   std::fill(acc, acc + multihead_loss_grad_partial_size(d, H), 0.0);
   const auto visit = [](void* ctx, index_t, const T* z, const T* chi2, const T* w, const T* lam_sqrt) {
     Visit& c = *static_cast<Visit*>(ctx);
