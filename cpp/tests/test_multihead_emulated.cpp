@@ -189,7 +189,8 @@ TEST(MultiHeadWishart, EqualsTheTokenRouteOnTheSameGram) {
   P.L = Lf.data();
   P.sigma = 0.7;
   const auto W_pv = normals<double>(H * n2, 12, 0.5), W_kq = normals<double>(H * n2, 13, 0.5);
-  std::vector<double> E(B * rows * (N + 1)), y_q(B);
+  std::vector<double> E(B * rows * (N + 1)), y_q(B), p_t(H * rows), W_kq_t(H * n2);
+  lsa_native::multihead::heads_inner(H, rows, W_pv.data(), W_kq.data(), p_t.data(), W_kq_t.data());
   std::vector<double> acc(lsa_native::multihead::loss_grad_width(H, rows), 0.0);
   const index_t nz = lsa_native::wishart::bartlett_normals(d, dp);
   std::vector<double> work(lsa_native::wishart::Work<double>::size(d, dp) +
@@ -230,7 +231,7 @@ TEST(MultiHeadWishart, EqualsTheTokenRouteOnTheSameGram) {
     }
     Eb[d * (N + 1) + N] = 0;
     y_q[b] = yq;
-    const double r = lsa_native::multihead::heads_residual(P, H, W_pv.data(), W_kq.data(), z.data(),
+    const double r = lsa_native::multihead::heads_residual(P, H, p_t.data(), W_kq_t.data(), z.data(),
                                                            chi2.data(), w.data(), nullptr, s, h);
     lsa_native::multihead::accumulate(r, s.e_q, h, H, rows, acc.data());
   }

@@ -20,11 +20,12 @@ The route of a call is LSA's (:mod:`lsa_native.lsa`): this module converts (host
 dtype; CUDA arrays pass as they are) and forwards; the native validate() of each entry point checks
 every operand (shapes, dtypes, layouts, ``out=``, devices). Only the separate parametrization's
 rules (W_k, W_q against W_pv's H and d+1) and its chain rule live here. ``device="auto" | "cpu" |
-"cuda"`` as in :mod:`lsa_native.lsa`: H = 1 runs the LSA kernels on either device; H >= 2 has CPU
-kernels only (a CUDA array or ``device="cuda"`` is a ValueError).
+"cuda"`` as in :mod:`lsa_native.lsa`: H = 1 runs the LSA kernels on either device, H >= 2 the
+H-head CPU or CUDA kernels (outputs on the prompts' device; the separate parametrization's chained
+gradients dW_k, dW_q are host arrays).
 
 Cost: H = 1 runs the one-head LSA kernels (bitwise :mod:`lsa_native.lsa`); H >= 2 is computed
-Gram-first: G once per prompt, O(N d²), then each head from G and the query column, O(d²), never
+(on either device) Gram-first: G once per prompt, O(N d²), then each head from G and the query column, O(d²), never
 an O(N²) attention matrix. The separate parametrization forms W^KQ_h = W^K_hᵀ W^Q_h (O(H r d²)) and
 chains the gradients, ∂/∂W^K_h = W^Q_h dW^KQ_hᵀ, ∂/∂W^Q_h = W^K_h dW^KQ_h (host arrays).
 
@@ -36,7 +37,7 @@ import numpy as np
 
 from . import _core
 from ._validation import as_array, real_array
-from .cuda import native_operand, native_prompts
+from .cuda import native_operand, native_prompts, to_host
 
 __all__ = ["predict", "loss_and_grad", "forward", "vjp", "predict_vjp", "merge_kq", "chain_kq",
            "parameters"]
@@ -116,8 +117,13 @@ def _operands(E, W_pv, W_kq, W_k, W_q):
 
 
 def _key_query_grads(sep, d_W_kq):
-    """(dW_kq,) merged, or (dW_k, dW_q) separate."""
-    return (d_W_kq,) if sep is None else chain_kq(sep[0], sep[1], d_W_kq)
+    """(dW_kq,) merged, or (dW_k, dW_q) separate (host arrays, chained from a host copy of a
+    CUDA dW_kq)."""
+    if sep is None:
+        return (d_W_kq,)
+    if not isinstance(d_W_kq, np.ndarray):
+        d_W_kq = to_host(d_W_kq)
+    return chain_kq(sep[0], sep[1], d_W_kq)
 
 
 def predict(E, W_pv, W_kq=None, *, W_k=None, W_q=None, out=None, device="auto") -> np.ndarray:

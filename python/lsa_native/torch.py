@@ -187,25 +187,18 @@ class _LSAPredict(torch.autograd.Function):
         return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
 
 
-def _mh_args(E, W_pv, W_kq):
-    if E.device.type != "cpu":
-        raise ValueError("E: the multi-head model runs on CPU tensors only (no CUDA kernels for "
-                         "H >= 2 yet); move the tensors with .cpu()")
-    return _lsa_args(E, W_pv, W_kq)
-
-
 class _MultiHeadForward(torch.autograd.Function):
     @staticmethod
     def forward(ctx, E, W_pv, W_kq):
         ctx.save_for_backward(E, W_pv, W_kq)
-        return _tensor(_mh.forward(*_mh_args(E, W_pv, W_kq)))
+        return _tensor(_mh.forward(*_lsa_args(E, W_pv, W_kq), device=_device(E)))
 
     @staticmethod
     @_first_order
     def backward(ctx, d_F):
         E = ctx.saved_tensors[0]
-        d_W_pv, d_W_kq, d_E = _mh.vjp(*_mh_args(*ctx.saved_tensors), _operand(d_F, "d_F", E),
-                                      with_input_grad=ctx.needs_input_grad[0])
+        d_W_pv, d_W_kq, d_E = _mh.vjp(*_lsa_args(*ctx.saved_tensors), _operand(d_F, "d_F", E),
+                                      with_input_grad=ctx.needs_input_grad[0], device=_device(E))
         return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
 
 
@@ -213,15 +206,16 @@ class _MultiHeadPredict(torch.autograd.Function):
     @staticmethod
     def forward(ctx, E, W_pv, W_kq):
         ctx.save_for_backward(E, W_pv, W_kq)
-        return _tensor(_mh.predict(*_mh_args(E, W_pv, W_kq)))
+        return _tensor(_mh.predict(*_lsa_args(E, W_pv, W_kq), device=_device(E)))
 
     @staticmethod
     @_first_order
     def backward(ctx, d_y):
         E = ctx.saved_tensors[0]
-        d_W_pv, d_W_kq, d_E = _mh.predict_vjp(*_mh_args(*ctx.saved_tensors),
+        d_W_pv, d_W_kq, d_E = _mh.predict_vjp(*_lsa_args(*ctx.saved_tensors),
                                               _operand(d_y, "d_y", E),
-                                              with_input_grad=ctx.needs_input_grad[0])
+                                              with_input_grad=ctx.needs_input_grad[0],
+                                              device=_device(E))
         return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
 
 

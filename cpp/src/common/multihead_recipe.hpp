@@ -129,24 +129,40 @@ LSA_HD void form_m(const wishart::Prompt<T>& pr, T* M) {
     for (index_t m = 0; m < dp; ++m) y[m] += pr.w[k] * M[k * dp + m];
 }
 
-// The residual r = ŷ − y_q of one Wishart prompt (in double) for H heads, ŷ = Σ_h p_hᵀ G q_h with
+// The residual r = ŷ − y_q of one Wishart prompt (in double) for H heads (parameters as
+// heads_inner arranges them), ŷ = Σ_h p_hᵀ G q_h with
 // G = M Mᵀ + e_q e_qᵀ/N (the query's label slot is 0): p_hᵀ G q_h = (Mᵀp_h)·(Mᵀq_h) +
 // (p_h·e_q)(q_h·e_q)/N. Leaves h.GX = [G p_h | G q_h] and s.e_q for accumulate. O(H d²) per prompt.
+// The parameters with the heads on the inner axis, once per range of prompts: p_t [rows, H]
+// (p_t[k H + j] = W^PV_j[d, k]) and W_kq_t [rows, rows, H] (W_kq_t[(k rows + c) H + j] = W^KQ_j[k, c]).
 template <class T>
-LSA_HD double heads_residual(const linear::Law<T>& P, index_t heads, const T* W_pv, const T* W_kq,
+LSA_HD void heads_inner(index_t heads, index_t rows, const T* W_pv, const T* W_kq, T* p_t,
+                        T* W_kq_t) {
+  const index_t n2 = rows * rows;
+  for (index_t j = 0; j < heads; ++j)
+    for (index_t k = 0; k < rows; ++k) {
+      p_t[k * heads + j] = W_pv[j * n2 + (rows - 1) * rows + k];
+      for (index_t c = 0; c < rows; ++c) W_kq_t[(k * rows + c) * heads + j] = W_kq[j * n2 + k * rows + c];
+    }
+}
+
+template <class T>
+LSA_HD double heads_residual(const linear::Law<T>& P, index_t heads, const T* p_t, const T* W_kq_t,
                              const T* z, const T* chi2, const T* w, const T* lam_sqrt,
                              const wishart::Work<T>& s, const HeadsWork<T>& h) {
-  const index_t d = P.d, rows = d + 1, n2 = rows * rows, H = heads, W = 2 * heads;
+  const index_t d = P.d, rows = d + 1, H = heads, W = 2 * heads;
   const wishart::Prompt<T> pr = wishart::prompt_factors(P, z, chi2, w, lam_sqrt, s);
   const index_t dp = pr.dp;
   const T inv_n = T(1) / T(P.N);
-  for (index_t k = 0; k < rows; ++k)
+  for (index_t k = 0; k < rows; ++k) {  // X = [p_j | q_j = W^KQ_j e_q]
+    T* x = h.X + k * W;
     for (index_t j = 0; j < H; ++j) {
-      h.X[k * W + j] = W_pv[j * n2 + d * rows + k];  // p_j = last row of W^PV_j
-      T q = T(0);                                     // q_j = W^KQ_j e_q
-      for (index_t c = 0; c < rows; ++c) q += W_kq[j * n2 + k * rows + c] * s.e_q[c];
-      h.X[k * W + H + j] = q;
+      x[j] = p_t[k * H + j];
+      x[H + j] = T(0);
     }
+    for (index_t c = 0; c < rows; ++c)
+      for (index_t j = 0; j < H; ++j) x[H + j] += W_kq_t[(k * rows + c) * H + j] * s.e_q[c];
+  }
   form_m(pr, h.M);
   for (index_t i = 0; i < dp * W; ++i) h.A[i] = T(0);
   for (index_t j = 0; j < W; ++j) h.ex[j] = T(0);

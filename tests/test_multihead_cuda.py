@@ -1,0 +1,89 @@
+"""The CUDA backend of lsa_native.multihead (H >= 2: cuda/multihead_kernels.cuh; H = 1: the LSA
+kernels): on a GPU, every entry point vs the CPU kernels (float64 to 1e-12 relative, float32 to
+2e-4), odd sizes, d = 1, N = 1, N + 1 > 32 tokens, H (d+1) > 32 head entries, the merged and the
+separate parametrization, device arrays in and out, determinism. Without a GPU the device errors
+are checked in tests/test_multihead.py; these tests carry the ``cuda`` marker and skip.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from lsa_native import cuda
+from lsa_native import multihead as mh
+from test_cuda import needs_gpu
+
+pytestmark = [pytest.mark.cuda, needs_gpu]
+
+DTYPES = [np.float32, np.float64]
+# (B, d, N, H): d = 1, N = 1; odd sizes; N + 1 > 32; H (d+1) > 32; (d+1)² > 32; H = 1 (the LSA route)
+SHAPES = [(1, 1, 1, 2), (7, 3, 7, 3), (37, 5, 20, 5), (11, 4, 40, 2), (5, 6, 9, 8), (3, 9, 4, 4),
+          (9, 3, 5, 1)]
+
+
+def _tol(dtype):
+    return 1e-12 if dtype == np.float64 else 2e-4
+
+
+def _close(a, b, dtype, what):
+    a = cuda.to_host(a) if not isinstance(a, np.ndarray) else a
+    scale = max(float(np.abs(b).max()), 1e-30)
+    assert np.abs(a - b).max() <= _tol(dtype) * scale, what
+
+
+def _problem(rng, B, d, N, H, dtype):
+    E = rng.standard_normal((B, d + 1, N + 1)).astype(dtype)
+    E[:, d, N] = 0
+    W_pv, W_kq = (0.5 * rng.standard_normal((2, H, d + 1, d + 1))).astype(dtype)
+    return E, rng.standard_normal(B).astype(dtype), W_pv, W_kq, rng.standard_normal(E.shape).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_every_entry_point_matches_the_cpu(rng, dtype, shape):
+    E, y, W_pv, W_kq, dF = _problem(rng, *shape, dtype)
+    dev = {k: cuda.to_device(v) for k, v in dict(E=E, y=y, dF=dF).items()}
+    _close(mh.predict(dev["E"], W_pv, W_kq), mh.predict(E, W_pv, W_kq), dtype, "predict")
+    _close(mh.forward(dev["E"], W_pv, W_kq), mh.forward(E, W_pv, W_kq), dtype, "forward")
+    got = mh.loss_and_grad(dev["E"], dev["y"], W_pv, W_kq, return_predictions=True)
+    want = mh.loss_and_grad(E, y, W_pv, W_kq, return_predictions=True)
+    assert abs(got[0] - want[0]) <= _tol(dtype) * want[0]
+    for a, b, name in zip(got[1:], want[1:], ("dW_pv", "dW_kq", "y_hat")):
+        _close(a, b, dtype, name)
+    for fn, up in ((mh.vjp, "dF"), (mh.predict_vjp, "y")):
+        got = fn(dev["E"], W_pv, W_kq, dev[up])
+        want = fn(E, W_pv, W_kq, dF if up == "dF" else y)
+        for a, b, name in zip(got, want, ("dW_pv", "dW_kq", "dE")):
+            _close(a, b, dtype, f"{fn.__name__} {name}")
+    # host arrays with device="cuda": the same kernels, results back on the host
+    host = mh.loss_and_grad(E, y, W_pv, W_kq, device="cuda")
+    assert all(isinstance(a, np.ndarray) for a in host[1:])
+    assert abs(host[0] - want[0]) <= _tol(dtype) * want[0]
+
+
+def test_separate_parametrization_and_determinism(rng):
+    d, N, H, r = 5, 20, 5, 1
+    E, y, W_pv, _, _ = _problem(rng, 64, d, N, H, np.float64)
+    W_k, W_q = 0.5 * rng.standard_normal((2, H, r, d + 1))
+    Ed = cuda.to_device(E)
+    first = mh.loss_and_grad(Ed, y, W_pv, W_k=W_k, W_q=W_q, device="cuda")
+    again = mh.loss_and_grad(Ed, y, W_pv, W_k=W_k, W_q=W_q, device="cuda")
+    want = mh.loss_and_grad(E, y, W_pv, W_k=W_k, W_q=W_q)
+    assert first[0] == again[0]  # fixed-order reductions: bitwise repeatable
+    for a, b, c in zip(first[1:], again[1:], want[1:]):
+        a, b = (cuda.to_host(x) if not isinstance(x, np.ndarray) else x for x in (a, b))
+        assert np.array_equal(a, b)
+        np.testing.assert_allclose(a, c, rtol=1e-10, atol=1e-12)
+
+
+def test_one_head_is_lsa_on_cuda_bitwise(rng):
+    from lsa_native import lsa
+
+    E, y, W_pv, W_kq, _ = _problem(rng, 33, 4, 9, 1, np.float64)
+    Ed = cuda.to_device(E)
+    got = mh.loss_and_grad(Ed, y, W_pv, W_kq)
+    want = lsa.loss_and_grad(Ed, y, W_pv[0], W_kq[0])
+    assert got[0] == want[0]
+    for a, b in zip(got[1:], want[1:]):
+        assert np.array_equal(cuda.to_host(a)[0] if not isinstance(a, np.ndarray) else a[0],
+                              cuda.to_host(b) if not isinstance(b, np.ndarray) else b)
