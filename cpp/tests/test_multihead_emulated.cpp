@@ -124,7 +124,9 @@ void check_forward_and_vjp(const Config& c, bool with_input_grad) {
   lsa_emu::launch(c.grid, k::kBlockThreads, k::multihead_vjp_smem<T>(int(c.H), rows, cols),
                   k::multihead_vjp_kernel<T>, sh, int(c.H), E.data(), W_pv.data(), W_kq.data(),
                   d_F.data(), with_input_grad ? dE.data() : static_cast<T*>(nullptr), partial.data());
-  const auto total = reduce(partial, int(c.grid), int(2 * nW));
+  std::vector<double> total(2 * nW, std::numeric_limits<double>::quiet_NaN());  // the device's reduction
+  lsa_emu::launch(unsigned(2 * nW), k::kReduceThreads, 0, k::reduce_partials_kernel, partial.data(),
+                  int(c.grid), int(2 * nW), total.data());
   lsa_emu::launch(1, k::kReduceThreads, 0, k::vjp_epilogue_kernel<T>, total.data(), int(nW),
                   d_pv.data(), d_kq.data());
   expect_close(d_pv, g_pv, tolerance<T>(), "vjp d_W_pv");
@@ -136,7 +138,8 @@ void check_forward_and_vjp(const Config& c, bool with_input_grad) {
 // N + 1 > 32 tokens and H (d+1) > 32 head entries (several per lane); (d+1)² > 32.
 const Config kPrediction[] = {{1, 1, 1, 2, 1, 1}, {3, 1, 5, 3, 4, 1}, {7, 3, 7, 2, 2, 2},
                               {11, 4, 40, 5, 2, 3}, {5, 9, 3, 4, 1, 2}, {2, 6, 70, 8, 4, 1}};
-const Config kFull[] = {{1, 1, 1, 2, 0, 1}, {5, 3, 7, 3, 0, 2}, {4, 6, 40, 2, 0, 3}, {3, 17, 2, 4, 0, 2}};
+// (The block kernels' emulation is slow: 256 host threads and 2H + 4 barriers per prompt.)
+const Config kFull[] = {{1, 1, 1, 2, 0, 1}, {3, 3, 7, 3, 0, 2}, {1, 9, 2, 2, 0, 1}};
 
 TEST(MultiHeadCudaEmulated, PredictionLossAndPredictVjpFloat64) {
   for (const Config& c : kPrediction) check_prediction<double>(c);
@@ -148,9 +151,7 @@ TEST(MultiHeadCudaEmulated, ForwardAndVjpFloat64) {
   for (const Config& c : kFull) check_forward_and_vjp<double>(c, true);
   check_forward_and_vjp<double>(kFull[1], false);
 }
-TEST(MultiHeadCudaEmulated, ForwardAndVjpFloat32) {
-  for (const Config& c : kFull) check_forward_and_vjp<float>(c, true);
-}
+TEST(MultiHeadCudaEmulated, ForwardAndVjpFloat32) { check_forward_and_vjp<float>(kFull[1], true); }
 
 // ---- the Wishart route equals the token route on the same G ------------------------------------
 
@@ -232,7 +233,7 @@ TEST(MultiHeadWishart, EqualsTheTokenRouteOnTheSameGram) {
     Eb[d * (N + 1) + N] = 0;
     y_q[b] = yq;
     const double r = lsa_native::multihead::heads_residual(P, H, p_t.data(), W_kq_t.data(), z.data(),
-                                                           chi2.data(), w.data(), nullptr, s, h);
+                                                           chi2.data(), w.data(), static_cast<const double*>(nullptr), s, h);
     lsa_native::multihead::accumulate(r, s.e_q, h, H, rows, acc.data());
   }
   std::vector<double> g_pv(H * n2), g_kq(H * n2);
