@@ -90,30 +90,17 @@ template <class T>
 void fused_wishart_partial(const linear::Law<T>& P, index_t H, const T* W_pv, const T* W_kq,
                            index_t b0, index_t b1, double* acc) {
   const index_t d = P.d, dp = wishart::noise_dim(P);
-  struct Visit {
-    const linear::Law<T>& P;
-    index_t H;
-    const T *p_t, *W_kq_t;
-    wishart::Work<T> s;
-    multihead::HeadsWork<T> h;
-    double* acc;
-  };
   const index_t rows = d + 1, nw = wishart::Work<T>::size(d, dp),
                 nh = multihead::HeadsWork<T>::size(H, d, dp);
   std::vector<T> work(static_cast<size_t>(nw + nh + H * rows * (rows + 1)));
   T* p_t = work.data() + nw + nh;
   T* W_kq_t = p_t + H * rows;
   multihead::heads_inner(H, rows, W_pv, W_kq, p_t, W_kq_t);
-  Visit v{P, H, p_t, W_kq_t, wishart::Work<T>::at(work.data(), d, dp),
-          multihead::HeadsWork<T>::at(work.data() + nw, H, d, dp), acc};
+  WishartHeads<T> ctx{&P, H, p_t, W_kq_t, wishart::Work<T>::at(work.data(), d, dp),
+                      multihead::HeadsWork<T>::at(work.data() + nw, H, d, dp), acc};
   std::fill(acc, acc + multihead_loss_grad_partial_size(d, H), 0.0);
-  const auto visit = [](void* ctx, index_t, const T* z, const T* chi2, const T* w, const T* lam_sqrt) {
-    Visit& c = *static_cast<Visit*>(ctx);
-    const double r = multihead::heads_residual(c.P, c.H, c.p_t, c.W_kq_t, z, chi2, w, lam_sqrt, c.s, c.h);
-    multihead::accumulate(r, c.s.e_q, c.h, c.H, c.P.d + 1, c.acc);
-  };
   LSA_NATIVE_SELECT_KERNELS(SamplingKernels<T>, sampling_kernels<T>())
-      .wishart_prompts(P, b0, b1, WishartVisitor<T>{visit, &v});
+      .wishart_prompts(P, b0, b1, WishartVisitor<T>{kernels<T>().wishart_prompt, &ctx});
 }
 
 }  // namespace

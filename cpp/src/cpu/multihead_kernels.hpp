@@ -24,6 +24,19 @@ inline index_t multihead_vjp_partial_size(index_t d, index_t heads) {
   return 2 * heads * (d + 1) * (d + 1);
 }
 
+// The state of the fused Wishart step over one range of prompts (multihead_cpu.cpp): the law, the
+// heads arranged by multihead::heads_inner, the per-prompt work arrays and the range's sums
+// acc [multihead_loss_grad_partial_size].
+template <class T>
+struct WishartHeads {
+  const linear::Law<T>* P;
+  index_t H;
+  const T *p_t, *W_kq_t;
+  wishart::Work<T> s;
+  multihead::HeadsWork<T> h;
+  double* acc;
+};
+
 // Kernels over prompts [b0, b1); arrays as in multihead.hpp. The bool ones return false when a
 // value they wrote to y_hat, F or d_E was non-finite (tested in the writing pass).
 template <class T>
@@ -41,6 +54,10 @@ struct MultiHeadKernels {
   // partial [multihead_vjp_partial_size] (written): Σ_b dW_pv, Σ_b dW_kq.
   bool (*vjp)(const LsaShape&, index_t heads, const T* E, const T* W_pv, const T* W_kq,
               const T* d_F, T* d_E, index_t b0, index_t b1, double* partial);
+  // The Wishart step's per-prompt visitor (sampling_kernels.hpp's WishartVisitor, ctx a
+  // WishartHeads<T>): multihead::heads_residual, accumulated into ctx's acc; compiled per ISA.
+  void (*wishart_prompt)(void* ctx, index_t b, const T* z, const T* chi2, const T* w,
+                         const T* lam_sqrt);
 };
 
 LSA_NATIVE_DECLARE_PER_ISA(template <class T> MultiHeadKernels<T> multihead_kernels();)

@@ -273,12 +273,19 @@ bool mh_vjp_range(const LsaShape& sh, index_t H, const T* E, const T* W_pv, cons
   return detail::poison_clear(hsum(poison));
 }
 
+template <class T>
+void mh_wishart_prompt(void* ctx, index_t, const T* z, const T* chi2, const T* w, const T* lam_sqrt) {
+  WishartHeads<T>& c = *static_cast<WishartHeads<T>*>(ctx);
+  const double r = multihead::heads_residual(*c.P, c.H, c.p_t, c.W_kq_t, z, chi2, w, lam_sqrt, c.s, c.h);
+  multihead::accumulate(r, c.s.e_q, c.h, c.H, c.P->d + 1, c.acc);
+}
+
 }  // namespace
 
 template <class T>
 MultiHeadKernels<T> multihead_kernels() {
   return {&mh_predict_range<T>, &mh_loss_grad_range<T>, &mh_predict_vjp_range<T>,
-          &mh_forward_range<T>, &mh_vjp_range<T>};
+          &mh_forward_range<T>, &mh_vjp_range<T>, &mh_wishart_prompt<T>};
 }
 template MultiHeadKernels<float> multihead_kernels<float>();
 template MultiHeadKernels<double> multihead_kernels<double>();
