@@ -9,6 +9,7 @@
 
 #include "cpu/kernel_attention_kernels.hpp"
 #include "cpu/simd.hpp"
+#include "cpu/small_matrix_simd.hpp"
 
 #ifndef LSA_ISA_NS
 #error "define LSA_ISA_NS before including kernel_attention_kernels.inl"
@@ -49,41 +50,10 @@ __attribute__((always_inline)) inline void combine_rows(T* out, bool accumulate,
 }
 
 // C [ra, rb] = A B^T for A [ra, ld], B [rb, ld] (ld a multiple of the vector width): dot
-// products along the tokens. Blocks of kLanes columns of C at once: kLanes accumulators reduced
-// together by one simd::hsum_lanes (a log2(lanes)-deep shuffle tree for all of them instead of
-// one per entry); a block of fewer than half the lanes (a short tail, rb = 1) sums entry by entry.
+// products along the tokens, by the kit's token-axis tiles (small_matrix_simd.hpp).
 template <class T>
 void products_bt(const T* A, index_t ra, const T* B, index_t rb, index_t ld, T* C) {
-  constexpr index_t L = simd::kLanes<T>;
-  for (index_t j0 = 0; j0 < rb; j0 += L) {
-    const index_t m = std::min(L, rb - j0);
-    if (2 * m < L) {
-      for (index_t i = 0; i < ra; ++i)
-        for (index_t j = j0; j < j0 + m; ++j) {
-          Vec<T> acc = simd::zero<T>();
-          for (index_t c = 0; c < ld; c += L) acc += load(A + i * ld + c) * load(B + j * ld + c);
-          C[i * rb + j] = simd::hsum(acc);
-        }
-      continue;
-    }
-    const T* rows[L];  // the block's rows of B (a partial block repeats its last row)
-    for (index_t j = 0; j < L; ++j) rows[j] = B + std::min(j0 + j, rb - 1) * ld;
-    for (index_t i = 0; i < ra; ++i) {
-      const T* a = A + i * ld;
-      Vec<T> acc[L];
-      for (index_t j = 0; j < L; ++j) acc[j] = simd::zero<T>();
-      for (index_t c = 0; c < ld; c += L) {
-        const Vec<T> av = load(a + c);
-        for (index_t j = 0; j < L; ++j) acc[j] += av * load(rows[j] + c);
-      }
-      const Vec<T> sums = simd::hsum_lanes(acc);
-      if (m == L) {
-        store(C + i * rb + j0, sums);
-      } else {
-        for (index_t j = 0; j < m; ++j) C[i * rb + j0 + j] = sums[j];
-      }
-    }
-  }
+  small::token_products(A, ld, ra, B, ld, rb, ld, T(1), C, rb);
 }
 
 // The elementwise part of h̃ on `count` values: the recipe's value function of the table entry
@@ -100,12 +70,38 @@ void activation_values(T* x, index_t count) {
   }
 }
 
+// A column-wise activation on S [n, Tt] with Tt a whole number of vectors, one block of kLanes
+// columns at a time, fused: the column max, then per row the shifted values and the column sum in
+// the same pass, then the scale. The same operations in the same order as activation_rows' passes
+// (hence the same results); the block's n rows stay in L1 between the passes.
+template <class T, class Values>
+void columnwise_blocks(T* S, index_t n, index_t Tt, Values values) {
+  constexpr index_t L = simd::kLanes<T>;
+  for (index_t c0 = 0; c0 < Tt; c0 += L) {
+    Vec<T> shift = load(S + c0);
+    for (index_t i = 1; i < n; ++i) {
+      const Vec<T> x = load(S + i * Tt + c0);
+      shift = shift < x ? x : shift;  // std::max per lane
+    }
+    Vec<T> sum = simd::zero<T>();
+    for (index_t i = 0; i < n; ++i) {
+      T* row = S + i * Tt + c0;
+      store(row, load(row) - shift);
+      values(row, L);
+      sum += load(row);
+    }
+    const Vec<T> scale = T(1) / sum;
+    for (index_t i = 0; i < n; ++i) store(S + i * Tt + c0, load(S + i * Tt + c0) * scale);
+  }
+}
+
 // H = h̃(S) in place on S [n, T] (sources i < n as rows, targets j as columns)   [CCS (12)];
 // T = 1 gives one target column stored contiguously. A column-wise activation is shifted by the
 // column max (large logits stay finite) before its values and divided by the column sum after.
 template <class T, bool kColumnWise, class Values>
 void activation_rows(T* S, index_t n, index_t Tt, T* col, Values values) {
   if constexpr (kColumnWise) {
+    if (Tt % simd::kLanes<T> == 0) return columnwise_blocks(S, n, Tt, values);
     std::copy(S, S + Tt, col);
     for (index_t i = 1; i < n; ++i)
       for (index_t j = 0; j < Tt; ++j) col[j] = std::max(col[j], S[i * Tt + j]);

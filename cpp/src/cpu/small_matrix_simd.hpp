@@ -1,10 +1,16 @@
-// The SIMD register-tile product of the small-matrix kit, for the per-ISA translation units (like
-// simd.hpp, everything here has internal linkage: each ISA's unit keeps its own copy). Used by the
-// LSA full-output kernels on padded matrices (lsa_kernels.inl) and by the dense population products
-// (small_matrix_kernels.inl); the LSA_HD scalar kit is common/small_matrix.hpp.
+// The SIMD register tiles of the small-matrix kit, for the per-ISA translation units (like simd.hpp,
+// everything here has internal linkage: each ISA's unit keeps its own copy). Two products:
+// - multiply_*: C = A B of small matrices (broadcast A, rows of B as vectors), used by the LSA
+//   full-output kernels on padded matrices (lsa_kernels.inl) and the dense population products
+//   (small_matrix_kernels.inl);
+// - token_products: C = scale · A Bᵀ of rows along the token axis (dot products over the
+//   contiguous axis), the one token-axis tile kit of LSA's Gram products (lsa_kernels.inl,
+//   multihead_kernels.inl) and kernel attention's backward (kernel_attention_kernels.inl).
+// The LSA_HD scalar kit is common/small_matrix.hpp.
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cpu/simd.hpp"
 
@@ -99,6 +105,64 @@ void matvec_dense(const S* A, const S* x, S* y, index_t n) {
   index_t i = 0;
   for (; i + 4 <= n; i += 4) rows(std::integral_constant<int, 4>{}, i);
   for (; i < n; ++i) rows(std::integral_constant<int, 1>{}, i);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token-axis products. Rows run along the tokens, `len` a multiple of the lanes (rows padded with
+// zeros). A register tile of RA rows of A x RB rows of B keeps RA·RB = 8 dot products in vector
+// accumulators (8 independent FMA chains cover the FMA latency; each load serves RB or RA FMAs) and
+// reduces them together, lanes at a time, with simd::hsum_lanes: one log2(lanes)-deep shuffle tree
+// per `lanes` entries instead of one per entry, which at the short rows of these models (32 tokens:
+// 4 FMAs per entry) costs as much as the products. A tile at the edge repeats its last row of A or
+// B and drops the extra entries.
+
+template <class S, int RA, int RB>
+inline void token_tile(const S* A, index_t lda, index_t ra, index_t i0, const S* B, index_t ldb,
+                       index_t rb, index_t j0, index_t len, S scale, S* C, index_t ldc) {
+  constexpr index_t L = simd::kLanes<S>;
+  constexpr int K = RA * RB;
+  static_assert(K % L == 0, "a tile reduces whole groups of lanes");
+  const S* a[RA];
+  const S* b[RB];
+  for (int i = 0; i < RA; ++i) a[i] = A + std::min<index_t>(i0 + i, ra - 1) * lda;
+  for (int k = 0; k < RB; ++k) b[k] = B + std::min<index_t>(j0 + k, rb - 1) * ldb;
+  simd::Vec<S> acc[K];
+  for (int x = 0; x < K; ++x) acc[x] = simd::zero<S>();
+  for (index_t c = 0; c < len; c += L) {
+    simd::Vec<S> bv[RB];
+    for (int k = 0; k < RB; ++k) bv[k] = simd::load(b[k] + c);
+    for (int i = 0; i < RA; ++i) {
+      const simd::Vec<S> av = simd::load(a[i] + c);
+      for (int k = 0; k < RB; ++k) acc[i * RB + k] += av * bv[k];
+    }
+  }
+  S sums[K];
+  for (int g = 0; g < K / L; ++g) simd::store(sums + g * L, simd::hsum_lanes(acc + g * L));
+  const index_t ni = std::min<index_t>(RA, ra - i0), nk = std::min<index_t>(RB, rb - j0);
+  for (index_t i = 0; i < ni; ++i)
+    for (index_t k = 0; k < nk; ++k) C[(i0 + i) * ldc + j0 + k] = scale * sums[i * RB + k];
+}
+
+// C[i, j] = scale · Σ_c A[i·lda + c] B[j·ldb + c] (c < len) for i < ra, j < rb; C [ra, ldc].
+// Tiles of 2 x 4 (rb >= 4), 4 x 2 (rb = 2, 3) or 8 x 1 (a matrix–vector product). With
+// `symmetric` (A == B, ra == rb) only the tiles touching the upper triangle run, then the lower
+// triangle is mirrored (bitwise the same values: the same products in the same order).
+template <class S>
+void token_products(const S* A, index_t lda, index_t ra, const S* B, index_t ldb, index_t rb,
+                    index_t len, S scale, S* C, index_t ldc, bool symmetric = false) {
+  auto sweep = [&](auto ra_tag, auto rb_tag) {
+    constexpr int RA = decltype(ra_tag)::value, RB = decltype(rb_tag)::value;
+    for (index_t i0 = 0; i0 < ra; i0 += RA)
+      for (index_t j0 = symmetric ? i0 / RB * RB : 0; j0 < rb; j0 += RB)
+        token_tile<S, RA, RB>(A, lda, ra, i0, B, ldb, rb, j0, len, scale, C, ldc);
+  };
+  using std::integral_constant;
+  if (rb >= 4) sweep(integral_constant<int, 2>{}, integral_constant<int, 4>{});
+  else if (rb >= 2) sweep(integral_constant<int, 4>{}, integral_constant<int, 2>{});
+  else sweep(integral_constant<int, 8>{}, integral_constant<int, 1>{});
+  if (symmetric)
+    for (index_t r = 0; r < ra; ++r)
+      for (index_t c = 0; c < r; ++c) C[r * ldc + c] = C[c * ldc + r];
 }
 
 }  // namespace
