@@ -26,27 +26,12 @@ template <class T>
 inline void axpy(T* __restrict__ y, T a, const T* __restrict__ x, index_t n) {  // y += a x
   for (index_t j = 0; j < n; ++j) y[j] += a * x[j];
 }
-// out = [out +] Σ_k coef[k·coef_stride] · src[k·src_stride + 0:ld] for `count` rows, ld a multiple
-// of the vector width. Each block of up to 4 vectors of `out` is accumulated in registers over all
-// k and stored once (an axpy per k would serialize on store-to-load forwarding).
+// Rows of tokens combined, out = [out +] coef · src (the kit's tiles, small_matrix_simd.hpp):
+// `rows` rows of out [rows, ld], the coefficient (r, k) at coef[r·crs + k·cks], src [count, ld].
 template <class T>
-__attribute__((always_inline)) inline void combine_rows(T* out, bool accumulate, const T* coef, index_t coef_stride, const T* src,
-                  index_t src_stride, index_t count, index_t ld) {
-  constexpr index_t L = simd::kLanes<T>;
-  auto block = [&](auto nb_tag, index_t c0) {
-    constexpr int NB = decltype(nb_tag)::value;
-    Vec<T> acc[NB];
-    for (int v = 0; v < NB; ++v) acc[v] = accumulate ? load(out + c0 + v * L) : simd::zero<T>();
-    for (index_t k = 0; k < count; ++k) {
-      const Vec<T> c = simd::broadcast(coef[k * coef_stride]);
-      const T* row = src + k * src_stride + c0;
-      for (int v = 0; v < NB; ++v) acc[v] += c * load(row + v * L);
-    }
-    for (int v = 0; v < NB; ++v) store(out + c0 + v * L, acc[v]);
-  };
-  index_t c0 = 0;
-  for (; c0 + 4 * L <= ld; c0 += 4 * L) block(std::integral_constant<int, 4>{}, c0);
-  for (; c0 < ld; c0 += L) block(std::integral_constant<int, 1>{}, c0);
+inline void combine_rows(T* out, bool accumulate, const T* coef, index_t crs, index_t cks,
+                         const T* src, index_t rows, index_t count, index_t ld) {
+  small::combine_rows(out, ld, accumulate ? out : nullptr, coef, crs, cks, src, ld, rows, count, ld);
 }
 
 // C [ra, rb] = A B^T for A [ra, ld], B [rb, ld] (ld a multiple of the vector width): dot
@@ -225,17 +210,15 @@ void forward_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T*
     const T* Vm = V + p * D * D;
     T *U = w.u(l, s), *Wk = w.w(l, s), *Hs = w.h(l, s), *Y = w.y(l, s);
     // U = B X, W = C X  (X: the first d rows of Z)
-    for (index_t a = 0; a < d; ++a) {
-      combine_rows(U + a * Tt, false, Bm + a * d, 1, Z, Tt, d, Tt);
-      combine_rows(Wk + a * Tt, false, Cm + a * d, 1, Z, Tt, d, Tt);
-    }
+    combine_rows(U, false, Bm, d, 1, Z, d, d, Tt);
+    combine_rows(Wk, false, Cm, d, 1, Z, d, d, Tt);
     // S_ij = u_i · w_j for sources i < n (M masks the query as a source), then h̃   (12)
-    for (index_t i = 0; i < n; ++i) combine_rows(Hs + i * Tt, false, U + i, Tt, Wk, Tt, d, Tt);
+    combine_rows(Hs, false, U, 1, Tt, Wk, n, d, Tt);
     activation_forward(acts[s], Hs, n, Tt, w.col.data());
     for (index_t i = 0; i < n; ++i) std::fill(Hs + i * Tt + w.cols, Hs + (i + 1) * Tt, T(0));
     // Y = Z M h̃,  Z_{ℓ+1} += V Y   (3)
-    for (index_t r = 0; r < D; ++r) combine_rows(Y + r * Tt, false, Z + r * Tt, 1, Hs, Tt, n, Tt);
-    for (index_t r = 0; r < D; ++r) combine_rows(Znext + r * Tt, true, Vm + r * D, 1, Y, Tt, D, Tt);
+    combine_rows(Y, false, Z, Tt, 1, Hs, D, n, Tt);
+    combine_rows(Znext, true, Vm, D, 1, Y, D, D, Tt);
   }
 }
 
@@ -266,7 +249,7 @@ void forward_query_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, co
       for (index_t a = 0; a < d; ++a) acc += Bm[a * d + c] * wq[a];
       q[c] = acc;
     }
-    combine_rows(h, false, q, 1, Z, Tt, d, Tt);  // h[i] = x_i · q for every token
+    combine_rows(h, false, q, 0, 1, Z, 1, d, Tt);  // h[i] = x_i · q for every token
     activation_forward(acts[s], h, n, index_t(1), w.col.data());  // the sources i < n, one column
     std::fill(h + n, h + Tt, T(0));                                // M: the query is no source
     products_bt(Z, D, h, 1, Tt, y);                                // y[r] = Σ_{i<n} Z[r, i] h[i]
@@ -306,29 +289,25 @@ void backward_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T
     // dV += dO Y^T;  dY = V^T dO
     products_bt(dO, D, Y, D, Tt, prod);
     for (index_t k = 0; k < D * D; ++k) gV[p * D * D + k] += double(prod[k]);
-    for (index_t q = 0; q < D; ++q) combine_rows(dY + q * Tt, false, Vm + q, D, dO, Tt, D, Tt);
+    combine_rows(dY, false, Vm, 1, D, dO, D, D, Tt);
     // Y = Z M H:  dZ[:, i<n] += dY H^T;  dH = (Z M)^T dY
     products_bt(dY, D, Hs, n, Tt, prod);
     for (index_t r = 0; r < D; ++r)
       for (index_t i = 0; i < n; ++i) dZp[r * Tt + i] += prod[r * n + i];
-    for (index_t i = 0; i < n; ++i) combine_rows(dH + i * Tt, false, Z + i, Tt, dY, Tt, D, Tt);
+    combine_rows(dH, false, Z, 1, Tt, dY, n, D, Tt);
     activation_backward(acts[s], Hs, dH, n, Tt, w.col.data());  // dH becomes dS
     // S = U^T W:  dU[:, i] = W dS[i, :]^T for i < n (0 for the query), dW = U[:, :n] dS
     std::fill(dU, dU + d * Tt, T(0));
     products_bt(Wk, d, dH, n, Tt, prod);
-    for (index_t a = 0; a < d; ++a) {
-      std::copy(prod + a * n, prod + (a + 1) * n, dU + a * Tt);
-      combine_rows(dW + a * Tt, false, U + a * Tt, 1, dH, Tt, n, Tt);
-    }
+    for (index_t a = 0; a < d; ++a) std::copy(prod + a * n, prod + (a + 1) * n, dU + a * Tt);
+    combine_rows(dW, false, U, Tt, 1, dH, d, n, Tt);
     // U = B X, W = C X:  dB += dU X^T, dC += dW X^T, dX += B^T dU + C^T dW
     products_bt(dU, d, Z, d, Tt, prod);
     for (index_t k = 0; k < d * d; ++k) gB[p * d * d + k] += double(prod[k]);
     products_bt(dW, d, Z, d, Tt, prod);
     for (index_t k = 0; k < d * d; ++k) gC[p * d * d + k] += double(prod[k]);
-    for (index_t b = 0; b < d; ++b) {
-      combine_rows(dZp + b * Tt, true, Bm + b, d, dU, Tt, d, Tt);
-      combine_rows(dZp + b * Tt, true, Cm + b, d, dW, Tt, d, Tt);
-    }
+    combine_rows(dZp, true, Bm, 1, d, dU, d, d, Tt);
+    combine_rows(dZp, true, Cm, 1, d, dW, d, d, Tt);
   }
   w.dZ.swap(w.dZprev);
 }
@@ -358,7 +337,7 @@ void backward_query_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, c
       dy[r] = g * Vm[d * D + r];
     }
     for (index_t r = 0; r < D; ++r) axpy(dZp + r * Tt, dy[r], h, Tt);  // h is 0 from n on
-    combine_rows(dh, false, dy, 1, Z, Tt, D, Tt);
+    combine_rows(dh, false, dy, 0, 1, Z, 1, D, Tt);
     activation_backward(acts[s], h, dh, n, index_t(1), w.col.data());  // dh becomes ds
     std::fill(dh + n, dh + Tt, T(0));
     products_bt(Z, d, dh, 1, Tt, a);  // a[c] = Σ_{i<n} Z[c, i] ds[i]

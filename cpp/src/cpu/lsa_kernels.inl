@@ -213,41 +213,11 @@ void token_products(const T* A, const T* B, index_t rows, index_t ld, T scale, T
   small::token_products(A, ld, rows, B, ld, rows, ld, scale, C, ldc, symmetric);
 }
 
-// out[r0+i, chunk] = base[r0+i, chunk] + Σ_s coef[r0+i, s] src[s, chunk] for RO rows x NC chunks.
-template <class T, int RO, int NC>
-inline void row_combination_tile(const T* base, const T* coef, const T* src, index_t rows,
-                                 index_t ld, index_t r0, index_t c0, T* out) {
-  constexpr index_t L = kLanes<T>;
-  Vec<T> acc[RO][NC];
-  for (int i = 0; i < RO; ++i)
-    for (int k = 0; k < NC; ++k) acc[i][k] = load_chunk(base + (r0 + i) * ld, c0 + k);
-  for (index_t s = 0; s < rows; ++s) {
-    Vec<T> x[NC];
-    for (int k = 0; k < NC; ++k) x[k] = load_chunk(src + s * ld, c0 + k);
-    for (int i = 0; i < RO; ++i) {
-      const Vec<T> c = simd::broadcast(coef[(r0 + i) * rows + s]);
-      for (int k = 0; k < NC; ++k) acc[i][k] += c * x[k];
-    }
-  }
-  for (int i = 0; i < RO; ++i)
-    for (int k = 0; k < NC; ++k) store(out + (r0 + i) * ld + (c0 + k) * L, acc[i][k]);
-}
-
 // out = base + coef · src for padded base, src, out [rows, ld] and coef [rows, rows]; out aliases
-// neither base nor src.
+// neither base nor src: the kit's token-axis row combinations (small_matrix_simd.hpp).
 template <class T>
 void row_combination(const T* base, const T* coef, const T* src, index_t rows, index_t ld, T* out) {
-  const index_t n_chunks = ld / kLanes<T>;
-  // 4 rows x 3 chunks: 12 accumulators, 7 loads per 12 FMAs.
-  auto row_block = [&](auto ro_tag, index_t r0) {
-    constexpr int RO = decltype(ro_tag)::value;
-    index_t c = 0;
-    for (; c + 3 <= n_chunks; c += 3) row_combination_tile<T, RO, 3>(base, coef, src, rows, ld, r0, c, out);
-    for (; c < n_chunks; ++c) row_combination_tile<T, RO, 1>(base, coef, src, rows, ld, r0, c, out);
-  };
-  index_t r = 0;
-  for (; r + 4 <= rows; r += 4) row_block(std::integral_constant<int, 4>{}, r);
-  for (; r < rows; ++r) row_block(std::integral_constant<int, 1>{}, r);
+  small::combine_rows(out, ld, base, coef, rows, index_t(1), src, ld, rows, rows, ld);
 }
 
 // Small dense matrices [n, ld] of the prompt's dtype S with ld = round_up(n, lanes) and zero
