@@ -118,16 +118,15 @@ void matvec_dense(const S* A, const S* x, S* y, index_t n) {
 // of C, stored as one vector. A tile at the edge repeats its last row of A or B and drops the
 // extra entries.
 
+// The tile at rows i0 of A and j0 of B, whose RB rows of B are b[0..RB).
 template <class S, int RA, int RB>
-inline void token_tile(const S* A, index_t lda, index_t ra, index_t i0, const S* B, index_t ldb,
+inline void token_tile(const S* A, index_t lda, index_t ra, index_t i0, const S* const* b,
                        index_t rb, index_t j0, index_t len, S scale, S* C, index_t ldc) {
   constexpr index_t L = simd::kLanes<S>;
   constexpr int K = RA * RB;
   static_assert(K % L == 0, "a tile reduces whole groups of lanes");
   const S* a[RA];
-  const S* b[RB];
   for (int i = 0; i < RA; ++i) a[i] = A + std::min<index_t>(i0 + i, ra - 1) * lda;
-  for (int k = 0; k < RB; ++k) b[k] = B + std::min<index_t>(j0 + k, rb - 1) * ldb;
   simd::Vec<S> acc[K];
   for (int x = 0; x < K; ++x) acc[x] = simd::zero<S>();
   for (index_t c = 0; c < len; c += L) {
@@ -160,9 +159,13 @@ void token_products(const S* A, index_t lda, index_t ra, const S* B, index_t ldb
   constexpr int L = int(simd::kLanes<S>);
   auto sweep = [&](auto ra_tag, auto rb_tag) {
     constexpr int RA = decltype(ra_tag)::value, RB = decltype(rb_tag)::value;
-    for (index_t i0 = 0; i0 < ra; i0 += RA)
-      for (index_t j0 = symmetric ? i0 / RB * RB : 0; j0 < rb; j0 += RB)
-        token_tile<S, RA, RB>(A, lda, ra, i0, B, ldb, rb, j0, len, scale, C, ldc);
+    for (index_t j0 = 0; j0 < rb; j0 += RB) {
+      const S* b[RB];  // the block's rows of B, found once for all its tiles
+      for (int k = 0; k < RB; ++k) b[k] = B + std::min<index_t>(j0 + k, rb - 1) * ldb;
+      const index_t i_end = symmetric ? std::min(ra, j0 + RB) : ra;  // tiles touching j >= i
+      for (index_t i0 = 0; i0 < i_end; i0 += RA)
+        token_tile<S, RA, RB>(A, lda, ra, i0, b, rb, j0, len, scale, C, ldc);
+    }
   };
   using std::integral_constant;
   if (rb >= 4) sweep(integral_constant<int, 8 / L>{}, integral_constant<int, L>{});
