@@ -6,10 +6,11 @@ rate, the last layer computes the query column only) against the practical ceili
 and the FMA peak of one core (bench/cpp/fma_peak.cpp, compiled here with the system C++ compiler;
 "n/a" without one), all measured in this run.
 
-    python bench/report_kernel_attention.py [--repeats 5] [--batch 30000] [--cpu-time]
+    python bench/report_kernel_attention.py [--repeats 5] [--batch 30000] [--cpu-time] [--native-only]
 
 With --cpu-time every time is CPU-seconds of the process on one thread (native, numpy's BLAS and
-torch): per-core rates, what a machine shared with other jobs disturbs least.
+torch): per-core rates, what a machine shared with other jobs disturbs least. --native-only skips
+the numpy and torch timings (before/after runs of the native kernels).
 """
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ if __name__ == "__main__" and "--cpu-time" in sys.argv:  # one BLAS thread: set 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+import report_e2e  # noqa: E402
 from report_e2e import ka_flops, sgemm_gflops  # noqa: E402
 from timing import median_seconds  # noqa: E402
 
@@ -93,10 +95,12 @@ def main(argv=None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--batch", type=int, default=30000)
     p.add_argument("--cpu-time", action="store_true", help="CPU-seconds on one thread (per-core rates)")
+    p.add_argument("--native-only", action="store_true", help="skip the numpy and torch timings")
     args = p.parse_args(argv)
     global median_seconds
     if args.cpu_time:
         median_seconds = functools.partial(median_seconds, clock=time.process_time)
+        report_e2e.median_seconds = median_seconds  # sgemm_gflops on the same clock
         ln.set_num_threads(1)
         if torch is not None:
             torch.set_num_threads(1)
@@ -117,8 +121,13 @@ def main(argv=None) -> int:
     for act in ka.ACTIVATIONS:
         t_fwd = median_seconds(lambda: ka.forward(Z0, V, B, C, act), args.repeats)
         t_fb = median_seconds(lambda: ka.loss_and_grad(Z0, y, V, B, C, act), args.repeats)
+        rates[act] = ka_flops(Bsz, d, n, L) / t_fb / 1e9
+        row = f"| {act} | {t_fwd * 1e3:.1f} | {t_fb * 1e3:.1f} | "
+        if args.native_only:
+            print(row + f"— | — | — | — | {t_fb / t_fwd:.1f} |")
+            continue
         t_np = median_seconds(lambda: ref.forward(Z0, V, B, C, [act]), max(1, args.repeats // 2))
-        row = f"| {act} | {t_fwd * 1e3:.1f} | {t_fb * 1e3:.1f} | {t_np * 1e3:.1f} | "
+        row += f"{t_np * 1e3:.1f} | "
         if torch is not None:
             tZ, ty, tV, tB, tC = (torch.from_numpy(np.ascontiguousarray(a)) for a in (Z0, y, V, B, C))
             t_t = median_seconds(lambda: torch_loss_and_grad(tZ, ty, tV, tB, tC, act), args.repeats)
@@ -126,7 +135,6 @@ def main(argv=None) -> int:
         else:
             row += f"— | {t_np / t_fwd:.1f}x | — | {t_fb / t_fwd:.1f} |"
         print(row)
-        rates[act] = ka_flops(Bsz, d, n, L) / t_fb / 1e9
     sgemm, peak = sgemm_gflops(args.repeats), fma_peak_gflops()
     peak_label = "n/a" if peak is None else f"{peak:.0f}"
     print(f"\nsgemm (numpy, 2048², {'1 thread' if args.cpu_time else 'its threads'}) {sgemm:.1f} GFLOP/s; "
