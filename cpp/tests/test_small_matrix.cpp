@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
 #include "common/small_matrix.hpp"
+#include "cpu/small_matrix_simd.hpp"
 
 namespace {
 
@@ -310,3 +312,104 @@ TEST(SmallMatrixDense, VectorOperationsMatchTheDefinition) {
 }
 
 }  // namespace
+
+// The token-axis tile kit (cpu/small_matrix_simd.hpp, here in this unit's baseline vectors): every
+// tile shape and edge (rb = 1, 2, 3, 4+ with partial blocks; odd ra; strided rows; symmetric), and
+// combine_rows with and without a base, accumulating in place and with transposed coefficients.
+namespace token_kit {
+namespace small = lsa_native::cpu::small;
+using lsa_native::index_t;
+
+template <class S>
+std::vector<S> random_values(size_t count, std::mt19937_64& gen) {
+  std::normal_distribution<double> g;
+  std::vector<S> v(count);
+  for (auto& x : v) x = S(g(gen));
+  return v;
+}
+
+template <class S>
+void check_token_products(std::mt19937_64& gen) {
+  constexpr index_t L = lsa_native::cpu::simd::kLanes<S>;
+  const double eps = std::numeric_limits<S>::epsilon();
+  for (index_t chunks : {1, 3, 4})
+    for (index_t ra : {1, 2, 3, 5, 6, 9})
+      for (index_t rb : {1, 2, 3, 4, 5, 8, 9, 30}) {
+        const index_t len = chunks * L, lda = len + L, ldb = len + 2 * L, ldc = rb + 3;
+        const auto A = random_values<S>(size_t(ra * lda), gen), B = random_values<S>(size_t(rb * ldb), gen);
+        std::vector<S> C(size_t(ra * ldc), std::numeric_limits<S>::quiet_NaN());
+        small::token_products(A.data(), lda, ra, B.data(), ldb, rb, len, S(0.5), C.data(), ldc);
+        for (index_t i = 0; i < ra; ++i)
+          for (index_t j = 0; j < rb; ++j) {
+            double want = 0, scale = 0;
+            for (index_t c = 0; c < len; ++c) {
+              want += double(A[i * lda + c]) * double(B[j * ldb + c]);
+              scale += std::abs(double(A[i * lda + c]) * double(B[j * ldb + c]));
+            }
+            EXPECT_NEAR(C[i * ldc + j], 0.5 * want, 2.0 * double(len) * eps * scale)
+                << "ra " << ra << " rb " << rb << " len " << len << " entry " << i << "," << j;
+          }
+        for (index_t i = 0; i < ra; ++i)  // the padding of C's rows is not written
+          for (index_t j = rb; j < ldc; ++j) EXPECT_TRUE(std::isnan(C[i * ldc + j]));
+        // Symmetric: A Aᵀ from the upper triangle, mirrored exactly.
+        std::vector<S> G(size_t(ra * ra), std::numeric_limits<S>::quiet_NaN()), F(G.size());
+        small::token_products(A.data(), lda, ra, A.data(), lda, ra, len, S(1), G.data(), ra, true);
+        small::token_products(A.data(), lda, ra, A.data(), lda, ra, len, S(1), F.data(), ra);
+        for (index_t i = 0; i < ra; ++i)
+          for (index_t j = 0; j < ra; ++j) {
+            EXPECT_EQ(G[i * ra + j], G[j * ra + i]);
+            EXPECT_EQ(G[i * ra + j], F[std::min(i, j) * ra + std::max(i, j)]);
+          }
+      }
+}
+
+template <class S>
+void check_combine_rows(std::mt19937_64& gen) {
+  constexpr index_t L = lsa_native::cpu::simd::kLanes<S>;
+  for (index_t chunks : {1, 3, 4, 5})
+    for (index_t rows : {1, 2, 3, 4, 5, 7})
+      for (index_t count : {1, 5, 6}) {
+        const index_t len = chunks * L, ldo = len + L, lds = len + 2 * L;
+        const auto src = random_values<S>(size_t(count * lds), gen);
+        const auto base = random_values<S>(size_t(rows * ldo), gen);
+        const auto coef = random_values<S>(size_t(rows * count), gen);  // [rows, count]
+        const auto coef_t = [&] {                                        // [count, rows]
+          std::vector<S> t(coef.size());
+          for (index_t r = 0; r < rows; ++r)
+            for (index_t k = 0; k < count; ++k) t[size_t(k * rows + r)] = coef[size_t(r * count + k)];
+          return t;
+        }();
+        // Each entry: the plain loop's operations in the same order (FMA per term) give the same
+        // value; compared exactly against a loop of std::fma.
+        auto want = [&](index_t r, index_t c, bool with_base) {
+          S acc = with_base ? base[size_t(r * ldo + c)] : S(0);
+          for (index_t k = 0; k < count; ++k) acc = std::fma(coef[size_t(r * count + k)], src[size_t(k * lds + c)], acc);
+          return acc;
+        };
+        std::vector<S> out(base.size(), std::numeric_limits<S>::quiet_NaN()), acc = base;
+        small::combine_rows(out.data(), ldo, base.data(), coef.data(), count, index_t(1), src.data(), lds, rows, count, len);
+        small::combine_rows(acc.data(), ldo, acc.data(), coef_t.data(), index_t(1), rows, src.data(), lds, rows, count, len);
+        std::vector<S> plain(base.size(), std::numeric_limits<S>::quiet_NaN());
+        small::combine_rows(plain.data(), ldo, static_cast<const S*>(nullptr), coef.data(), count, index_t(1), src.data(), lds, rows, count, len);
+        for (index_t r = 0; r < rows; ++r)
+          for (index_t c = 0; c < len; ++c) {
+            const double tol = 40.0 * double(count) * std::numeric_limits<S>::epsilon();
+            EXPECT_NEAR(out[size_t(r * ldo + c)], want(r, c, true), tol) << rows << " " << count << " " << len;
+            EXPECT_EQ(acc[size_t(r * ldo + c)], out[size_t(r * ldo + c)]);
+            EXPECT_NEAR(plain[size_t(r * ldo + c)], want(r, c, false), tol);
+          }
+      }
+}
+}  // namespace token_kit
+
+TEST(TokenTileKit, TokenProductsMatchTheDefinitionAtEveryTileEdge) {
+  std::mt19937_64 gen(41);
+  token_kit::check_token_products<float>(gen);
+  token_kit::check_token_products<double>(gen);
+}
+
+TEST(TokenTileKit, CombineRowsMatchesThePlainLoop) {
+  std::mt19937_64 gen(42);
+  token_kit::check_combine_rows<float>(gen);
+  token_kit::check_combine_rows<double>(gen);
+}

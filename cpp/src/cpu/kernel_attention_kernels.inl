@@ -9,6 +9,7 @@
 
 #include "cpu/kernel_attention_kernels.hpp"
 #include "cpu/simd.hpp"
+#include "cpu/small_matrix_simd.hpp"
 
 #ifndef LSA_ISA_NS
 #error "define LSA_ISA_NS before including kernel_attention_kernels.inl"
@@ -25,65 +26,19 @@ template <class T>
 inline void axpy(T* __restrict__ y, T a, const T* __restrict__ x, index_t n) {  // y += a x
   for (index_t j = 0; j < n; ++j) y[j] += a * x[j];
 }
-// out = [out +] Σ_k coef[k·coef_stride] · src[k·src_stride + 0:ld] for `count` rows, ld a multiple
-// of the vector width. Each block of up to 4 vectors of `out` is accumulated in registers over all
-// k and stored once (an axpy per k would serialize on store-to-load forwarding).
+// Rows of tokens combined, out = [out +] coef · src (the kit's tiles, small_matrix_simd.hpp):
+// `rows` rows of out [rows, ld], the coefficient (r, k) at coef[r·crs + k·cks], src [count, ld].
 template <class T>
-__attribute__((always_inline)) inline void combine_rows(T* out, bool accumulate, const T* coef, index_t coef_stride, const T* src,
-                  index_t src_stride, index_t count, index_t ld) {
-  constexpr index_t L = simd::kLanes<T>;
-  auto block = [&](auto nb_tag, index_t c0) {
-    constexpr int NB = decltype(nb_tag)::value;
-    Vec<T> acc[NB];
-    for (int v = 0; v < NB; ++v) acc[v] = accumulate ? load(out + c0 + v * L) : simd::zero<T>();
-    for (index_t k = 0; k < count; ++k) {
-      const Vec<T> c = simd::broadcast(coef[k * coef_stride]);
-      const T* row = src + k * src_stride + c0;
-      for (int v = 0; v < NB; ++v) acc[v] += c * load(row + v * L);
-    }
-    for (int v = 0; v < NB; ++v) store(out + c0 + v * L, acc[v]);
-  };
-  index_t c0 = 0;
-  for (; c0 + 4 * L <= ld; c0 += 4 * L) block(std::integral_constant<int, 4>{}, c0);
-  for (; c0 < ld; c0 += L) block(std::integral_constant<int, 1>{}, c0);
+inline void combine_rows(T* out, bool accumulate, const T* coef, index_t crs, index_t cks,
+                         const T* src, index_t rows, index_t count, index_t ld) {
+  small::combine_rows(out, ld, accumulate ? out : nullptr, coef, crs, cks, src, ld, rows, count, ld);
 }
 
 // C [ra, rb] = A B^T for A [ra, ld], B [rb, ld] (ld a multiple of the vector width): dot
-// products along the tokens. Blocks of kLanes columns of C at once: kLanes accumulators reduced
-// together by one simd::hsum_lanes (a log2(lanes)-deep shuffle tree for all of them instead of
-// one per entry); a block of fewer than half the lanes (a short tail, rb = 1) sums entry by entry.
+// products along the tokens, by the kit's token-axis tiles (small_matrix_simd.hpp).
 template <class T>
 void products_bt(const T* A, index_t ra, const T* B, index_t rb, index_t ld, T* C) {
-  constexpr index_t L = simd::kLanes<T>;
-  for (index_t j0 = 0; j0 < rb; j0 += L) {
-    const index_t m = std::min(L, rb - j0);
-    if (2 * m < L) {
-      for (index_t i = 0; i < ra; ++i)
-        for (index_t j = j0; j < j0 + m; ++j) {
-          Vec<T> acc = simd::zero<T>();
-          for (index_t c = 0; c < ld; c += L) acc += load(A + i * ld + c) * load(B + j * ld + c);
-          C[i * rb + j] = simd::hsum(acc);
-        }
-      continue;
-    }
-    const T* rows[L];  // the block's rows of B (a partial block repeats its last row)
-    for (index_t j = 0; j < L; ++j) rows[j] = B + std::min(j0 + j, rb - 1) * ld;
-    for (index_t i = 0; i < ra; ++i) {
-      const T* a = A + i * ld;
-      Vec<T> acc[L];
-      for (index_t j = 0; j < L; ++j) acc[j] = simd::zero<T>();
-      for (index_t c = 0; c < ld; c += L) {
-        const Vec<T> av = load(a + c);
-        for (index_t j = 0; j < L; ++j) acc[j] += av * load(rows[j] + c);
-      }
-      const Vec<T> sums = simd::hsum_lanes(acc);
-      if (m == L) {
-        store(C + i * rb + j0, sums);
-      } else {
-        for (index_t j = 0; j < m; ++j) C[i * rb + j0 + j] = sums[j];
-      }
-    }
-  }
+  small::token_products(A, ld, ra, B, ld, rb, ld, T(1), C, rb);
 }
 
 // The elementwise part of h̃ on `count` values: the recipe's value function of the table entry
@@ -100,12 +55,38 @@ void activation_values(T* x, index_t count) {
   }
 }
 
+// A column-wise activation on S [n, Tt] with Tt a whole number of vectors, one block of kLanes
+// columns at a time, fused: the column max, then per row the shifted values and the column sum in
+// the same pass, then the scale. The same operations in the same order as activation_rows' passes
+// (hence the same results); the block's n rows stay in L1 between the passes.
+template <class T, class Values>
+void columnwise_blocks(T* S, index_t n, index_t Tt, Values values) {
+  constexpr index_t L = simd::kLanes<T>;
+  for (index_t c0 = 0; c0 < Tt; c0 += L) {
+    Vec<T> shift = load(S + c0);
+    for (index_t i = 1; i < n; ++i) {
+      const Vec<T> x = load(S + i * Tt + c0);
+      shift = shift < x ? x : shift;  // std::max per lane
+    }
+    Vec<T> sum = simd::zero<T>();
+    for (index_t i = 0; i < n; ++i) {
+      T* row = S + i * Tt + c0;
+      store(row, load(row) - shift);
+      values(row, L);
+      sum += load(row);
+    }
+    const Vec<T> scale = T(1) / sum;
+    for (index_t i = 0; i < n; ++i) store(S + i * Tt + c0, load(S + i * Tt + c0) * scale);
+  }
+}
+
 // H = h̃(S) in place on S [n, T] (sources i < n as rows, targets j as columns)   [CCS (12)];
 // T = 1 gives one target column stored contiguously. A column-wise activation is shifted by the
 // column max (large logits stay finite) before its values and divided by the column sum after.
 template <class T, bool kColumnWise, class Values>
 void activation_rows(T* S, index_t n, index_t Tt, T* col, Values values) {
   if constexpr (kColumnWise) {
+    if (Tt % simd::kLanes<T> == 0) return columnwise_blocks(S, n, Tt, values);
     std::copy(S, S + Tt, col);
     for (index_t i = 1; i < n; ++i)
       for (index_t j = 0; j < Tt; ++j) col[j] = std::max(col[j], S[i * Tt + j]);
@@ -229,17 +210,15 @@ void forward_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T*
     const T* Vm = V + p * D * D;
     T *U = w.u(l, s), *Wk = w.w(l, s), *Hs = w.h(l, s), *Y = w.y(l, s);
     // U = B X, W = C X  (X: the first d rows of Z)
-    for (index_t a = 0; a < d; ++a) {
-      combine_rows(U + a * Tt, false, Bm + a * d, 1, Z, Tt, d, Tt);
-      combine_rows(Wk + a * Tt, false, Cm + a * d, 1, Z, Tt, d, Tt);
-    }
+    combine_rows(U, false, Bm, d, 1, Z, d, d, Tt);
+    combine_rows(Wk, false, Cm, d, 1, Z, d, d, Tt);
     // S_ij = u_i · w_j for sources i < n (M masks the query as a source), then h̃   (12)
-    for (index_t i = 0; i < n; ++i) combine_rows(Hs + i * Tt, false, U + i, Tt, Wk, Tt, d, Tt);
+    combine_rows(Hs, false, U, 1, Tt, Wk, n, d, Tt);
     activation_forward(acts[s], Hs, n, Tt, w.col.data());
     for (index_t i = 0; i < n; ++i) std::fill(Hs + i * Tt + w.cols, Hs + (i + 1) * Tt, T(0));
     // Y = Z M h̃,  Z_{ℓ+1} += V Y   (3)
-    for (index_t r = 0; r < D; ++r) combine_rows(Y + r * Tt, false, Z + r * Tt, 1, Hs, Tt, n, Tt);
-    for (index_t r = 0; r < D; ++r) combine_rows(Znext + r * Tt, true, Vm + r * D, 1, Y, Tt, D, Tt);
+    combine_rows(Y, false, Z, Tt, 1, Hs, D, n, Tt);
+    combine_rows(Znext, true, Vm, D, 1, Y, D, D, Tt);
   }
 }
 
@@ -270,7 +249,7 @@ void forward_query_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, co
       for (index_t a = 0; a < d; ++a) acc += Bm[a * d + c] * wq[a];
       q[c] = acc;
     }
-    combine_rows(h, false, q, 1, Z, Tt, d, Tt);  // h[i] = x_i · q for every token
+    combine_rows(h, false, q, 0, 1, Z, 1, d, Tt);  // h[i] = x_i · q for every token
     activation_forward(acts[s], h, n, index_t(1), w.col.data());  // the sources i < n, one column
     std::fill(h + n, h + Tt, T(0));                                // M: the query is no source
     products_bt(Z, D, h, 1, Tt, y);                                // y[r] = Σ_{i<n} Z[r, i] h[i]
@@ -310,29 +289,25 @@ void backward_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T
     // dV += dO Y^T;  dY = V^T dO
     products_bt(dO, D, Y, D, Tt, prod);
     for (index_t k = 0; k < D * D; ++k) gV[p * D * D + k] += double(prod[k]);
-    for (index_t q = 0; q < D; ++q) combine_rows(dY + q * Tt, false, Vm + q, D, dO, Tt, D, Tt);
+    combine_rows(dY, false, Vm, 1, D, dO, D, D, Tt);
     // Y = Z M H:  dZ[:, i<n] += dY H^T;  dH = (Z M)^T dY
     products_bt(dY, D, Hs, n, Tt, prod);
     for (index_t r = 0; r < D; ++r)
       for (index_t i = 0; i < n; ++i) dZp[r * Tt + i] += prod[r * n + i];
-    for (index_t i = 0; i < n; ++i) combine_rows(dH + i * Tt, false, Z + i, Tt, dY, Tt, D, Tt);
+    combine_rows(dH, false, Z, 1, Tt, dY, n, D, Tt);
     activation_backward(acts[s], Hs, dH, n, Tt, w.col.data());  // dH becomes dS
     // S = U^T W:  dU[:, i] = W dS[i, :]^T for i < n (0 for the query), dW = U[:, :n] dS
     std::fill(dU, dU + d * Tt, T(0));
     products_bt(Wk, d, dH, n, Tt, prod);
-    for (index_t a = 0; a < d; ++a) {
-      std::copy(prod + a * n, prod + (a + 1) * n, dU + a * Tt);
-      combine_rows(dW + a * Tt, false, U + a * Tt, 1, dH, Tt, n, Tt);
-    }
+    for (index_t a = 0; a < d; ++a) std::copy(prod + a * n, prod + (a + 1) * n, dU + a * Tt);
+    combine_rows(dW, false, U, Tt, 1, dH, d, n, Tt);
     // U = B X, W = C X:  dB += dU X^T, dC += dW X^T, dX += B^T dU + C^T dW
     products_bt(dU, d, Z, d, Tt, prod);
     for (index_t k = 0; k < d * d; ++k) gB[p * d * d + k] += double(prod[k]);
     products_bt(dW, d, Z, d, Tt, prod);
     for (index_t k = 0; k < d * d; ++k) gC[p * d * d + k] += double(prod[k]);
-    for (index_t b = 0; b < d; ++b) {
-      combine_rows(dZp + b * Tt, true, Bm + b, d, dU, Tt, d, Tt);
-      combine_rows(dZp + b * Tt, true, Cm + b, d, dW, Tt, d, Tt);
-    }
+    combine_rows(dZp, true, Bm, 1, d, dU, d, d, Tt);
+    combine_rows(dZp, true, Cm, 1, d, dW, d, d, Tt);
   }
   w.dZ.swap(w.dZprev);
 }
@@ -362,7 +337,7 @@ void backward_query_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, c
       dy[r] = g * Vm[d * D + r];
     }
     for (index_t r = 0; r < D; ++r) axpy(dZp + r * Tt, dy[r], h, Tt);  // h is 0 from n on
-    combine_rows(dh, false, dy, 1, Z, Tt, D, Tt);
+    combine_rows(dh, false, dy, 0, 1, Z, 1, D, Tt);
     activation_backward(acts[s], h, dh, n, index_t(1), w.col.data());  // dh becomes ds
     std::fill(dh + n, dh + Tt, T(0));
     products_bt(Z, d, dh, 1, Tt, a);  // a[c] = Σ_{i<n} Z[c, i] ds[i]

@@ -107,54 +107,15 @@ T token_scalars(const T* Eb, index_t rows, index_t ld, const T* p, const T* q, T
   return hsum(acc);
 }
 
-// g_p[r] = Σ_j s_j E[r, j] and g_k[r] = Σ_j t_j E[r, j] for RB rows from r0 (2·RB chains).
-// With 2·RB = lanes, the 2·RB horizontal sums are done together (simd::hsum_lanes).
-template <class T, int RB>
-inline void weighted_row_sums_block(const T* Eb, index_t ld, index_t r0, const T* t, const T* s,
-                                    T* g_p, T* g_k) {
-  constexpr index_t L = kLanes<T>;
-  Vec<T> acc[2 * RB];  // acc[2i] → g_p[r0+i], acc[2i+1] → g_k[r0+i]
-  for (int i = 0; i < 2 * RB; ++i) acc[i] = simd::zero<T>();
-  for (index_t c = 0; c < ld / L; ++c) {
-    const Vec<T> sv = load(s + c * L), tv = load(t + c * L);
-    for (int i = 0; i < RB; ++i) {
-      const Vec<T> e = load_chunk(Eb + (r0 + i) * ld, c);
-      acc[2 * i] += sv * e;
-      acc[2 * i + 1] += tv * e;
-    }
-  }
-  if constexpr (2 * RB == L) {
-    T sums[L];
-    store(sums, simd::hsum_lanes(acc));
-    for (int i = 0; i < RB; ++i) {
-      g_p[r0 + i] = sums[2 * i];
-      g_k[r0 + i] = sums[2 * i + 1];
-    }
-  } else {
-    for (int i = 0; i < RB; ++i) {
-      g_p[r0 + i] = hsum(acc[2 * i]);
-      g_k[r0 + i] = hsum(acc[2 * i + 1]);
-    }
-  }
-}
-
-template <class T>
-void weighted_row_sums(const T* Eb, index_t rows, index_t ld, const T* t, const T* s, T* g_p,
-                       T* g_k) {
-  constexpr int RB = int(kLanes<T> / 2);  // 4 rows (float) or 2 rows (double) per block
-  index_t r = 0;
-  for (; r + RB <= rows; r += RB) weighted_row_sums_block<T, RB>(Eb, ld, r, t, s, g_p, g_k);
-  for (; r < rows; ++r) weighted_row_sums_block<T, 1>(Eb, ld, r, t, s, g_p, g_k);
-}
-
-// Per-range scratch of the prediction kernels: the staged prompt, W^KQ^T, q, t, s and the
-// backward row sums.
+// Per-range scratch of the prediction kernels: the staged prompt, W^KQ^T, q, t, s (rows of one
+// [2, ld] block) and the backward row sums g [rows, 2]: g[r, 0] = Σ_j t_j E[r, j] (g_k) and
+// g[r, 1] = Σ_j s_j E[r, j] (g_p).
 template <class T>
 struct PredictionScratch {
   index_t rows, cols, ld, ld_rows;
   PaddedRows<T> staged;
   std::vector<T> buffer;
-  T *prompt, *W_kq_t, *q, *t, *s, *g_p, *g_k;
+  T *prompt, *W_kq_t, *q, *t, *s, *g;
   PredictionScratch(index_t d, index_t N, const T* W_kq)
       : rows(d + 1), cols(N + 1), ld(round_up(N + 1, kLanes<T>)), ld_rows(round_up(d + 1, kLanes<T>)),
         staged(d + 1, N + 1),
@@ -162,9 +123,8 @@ struct PredictionScratch {
     prompt = staged.get();
     W_kq_t = buffer.data();
     q = W_kq_t + rows * ld_rows;
-    g_p = q + ld_rows;
-    g_k = g_p + ld_rows;
-    t = g_k + ld_rows;
+    g = q + ld_rows;
+    t = g + 2 * ld_rows;
     s = t + ld;
     for (index_t r = 0; r < rows; ++r)
       for (index_t c = 0; c < rows; ++c) W_kq_t[c * ld_rows + r] = W_kq[r * rows + c];
@@ -182,6 +142,10 @@ struct PredictionScratch {
     return token_scalars(prompt, rows, ld, p, q, t, s);
   }
   T query_label_slot() const { return prompt[(rows - 1) * ld + cols - 1]; }
+  // g = E [t; s]ᵀ: the second (L1) read of the staged prompt, by the kit's token-axis tiles.
+  void backward_row_sums() { small::token_products(prompt, ld, rows, t, ld, index_t(2), ld, T(1), g, index_t(2)); }
+  T g_k(index_t r) const { return g[2 * r]; }
+  T g_p(index_t r) const { return g[2 * r + 1]; }
 };
 
 template <class T>
@@ -217,16 +181,16 @@ void loss_grad_range(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv
     if (y_hat) y_hat[b] = pred;
     const double residual = double(pred) - double(y_q[b]);
     loss += residual * residual;
-    // g_p = (1/N) Σ_j s_j e_j, g_k = (1/N) Σ_j t_j e_j: the second (L1) read of the prompt.
-    weighted_row_sums(w.prompt, rows, w.ld, w.t, w.s, w.g_p, w.g_k);
+    // g_p = (1/N) Σ_j s_j e_j, g_k = (1/N) Σ_j t_j e_j (the 1/N in `scaled`)
+    w.backward_row_sums();
     // d_p += r g_p;  d_K += (r g_k) e_q^T   (SPEC 3.2)
     const double scaled = recipe::residual_scale<T>(residual, N);
     for (index_t r = 0; r < rows; ++r) {
       e_q[r] = double(w.prompt[r * w.ld + N]);
-      d_p[r] += scaled * double(w.g_p[r]);
+      d_p[r] += scaled * double(w.g_p(r));
     }
     for (index_t r = 0; r < rows; ++r) {
-      const Vec<double> coef = simd::broadcast(scaled * double(w.g_k[r]));
+      const Vec<double> coef = simd::broadcast(scaled * double(w.g_k(r)));
       double* row = d_K + r * ld;
       for (index_t c = 0; c < ld; c += LD) store(row + c, load(row + c) + coef * load(e_q + c));
     }
@@ -241,80 +205,19 @@ void loss_grad_range(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv
 // ---------------------------------------------------------------------------------------------
 // Full output and its VJP: Gram products along the tokens, small matrix products, row combinations.
 
-// C[ra+i, rb+k] = scale · Σ_j A[ra+i, j] B[rb+k, j] for an RA x RB tile (RA·RB chains).
-template <class T, int RA, int RB>
-inline void token_products_tile(const T* A, const T* B, index_t ld, index_t ra, index_t rb,
-                                T scale, T* C, index_t ldc) {
-  constexpr index_t L = kLanes<T>;
-  Vec<T> acc[RA][RB];
-  for (int i = 0; i < RA; ++i)
-    for (int k = 0; k < RB; ++k) acc[i][k] = simd::zero<T>();
-  for (index_t c = 0; c < ld / L; ++c) {
-    Vec<T> a[RA], bv[RB];
-    for (int i = 0; i < RA; ++i) a[i] = load_chunk(A + (ra + i) * ld, c);
-    for (int k = 0; k < RB; ++k) bv[k] = load_chunk(B + (rb + k) * ld, c);
-    for (int i = 0; i < RA; ++i)
-      for (int k = 0; k < RB; ++k) acc[i][k] += a[i] * bv[k];
-  }
-  for (int i = 0; i < RA; ++i)
-    for (int k = 0; k < RB; ++k) C[(ra + i) * ldc + rb + k] = scale * hsum(acc[i][k]);
-}
-
-// C = scale · A B^T for padded A, B [rows, ld]; C [rows, ldc]. Tiles of 3 x 4 dot products
-// (12 chains, 7 loads per 12 FMAs). With `symmetric` (A == B), only tiles touching the upper
-// triangle are computed, then mirrored.
+// C = scale · A B^T for padded A, B [rows, ld]; C [rows, ldc]: the kit's token-axis tiles
+// (small_matrix_simd.hpp). With `symmetric` (A == B) the upper triangle, mirrored.
 template <class T>
 void token_products(const T* A, const T* B, index_t rows, index_t ld, T scale, T* C,
                     index_t ldc, bool symmetric) {
-  auto row_block = [&](auto ra_tag, index_t ra) {
-    constexpr int RA = decltype(ra_tag)::value;
-    index_t rb = symmetric ? ra : 0;
-    for (; rb + 4 <= rows; rb += 4) token_products_tile<T, RA, 4>(A, B, ld, ra, rb, scale, C, ldc);
-    for (; rb < rows; ++rb) token_products_tile<T, RA, 1>(A, B, ld, ra, rb, scale, C, ldc);
-  };
-  index_t ra = 0;
-  for (; ra + 3 <= rows; ra += 3) row_block(std::integral_constant<int, 3>{}, ra);
-  for (; ra < rows; ++ra) row_block(std::integral_constant<int, 1>{}, ra);
-  if (symmetric)
-    for (index_t r = 0; r < rows; ++r)
-      for (index_t c = 0; c < r; ++c) C[r * ldc + c] = C[c * ldc + r];
-}
-
-// out[r0+i, chunk] = base[r0+i, chunk] + Σ_s coef[r0+i, s] src[s, chunk] for RO rows x NC chunks.
-template <class T, int RO, int NC>
-inline void row_combination_tile(const T* base, const T* coef, const T* src, index_t rows,
-                                 index_t ld, index_t r0, index_t c0, T* out) {
-  constexpr index_t L = kLanes<T>;
-  Vec<T> acc[RO][NC];
-  for (int i = 0; i < RO; ++i)
-    for (int k = 0; k < NC; ++k) acc[i][k] = load_chunk(base + (r0 + i) * ld, c0 + k);
-  for (index_t s = 0; s < rows; ++s) {
-    Vec<T> x[NC];
-    for (int k = 0; k < NC; ++k) x[k] = load_chunk(src + s * ld, c0 + k);
-    for (int i = 0; i < RO; ++i) {
-      const Vec<T> c = simd::broadcast(coef[(r0 + i) * rows + s]);
-      for (int k = 0; k < NC; ++k) acc[i][k] += c * x[k];
-    }
-  }
-  for (int i = 0; i < RO; ++i)
-    for (int k = 0; k < NC; ++k) store(out + (r0 + i) * ld + (c0 + k) * L, acc[i][k]);
+  small::token_products(A, ld, rows, B, ld, rows, ld, scale, C, ldc, symmetric);
 }
 
 // out = base + coef · src for padded base, src, out [rows, ld] and coef [rows, rows]; out aliases
-// neither base nor src.
+// neither base nor src: the kit's token-axis row combinations (small_matrix_simd.hpp).
 template <class T>
 void row_combination(const T* base, const T* coef, const T* src, index_t rows, index_t ld, T* out) {
-  const index_t n_chunks = ld / kLanes<T>;
-  // 4 rows x 3 chunks: 12 accumulators, 7 loads per 12 FMAs.
-  auto row_block = [&](auto ro_tag, index_t r0) {
-    constexpr int RO = decltype(ro_tag)::value;
-    index_t c = 0;
-    for (; c + 3 <= n_chunks; c += 3) row_combination_tile<T, RO, 3>(base, coef, src, rows, ld, r0, c, out);
-    for (; c < n_chunks; ++c) row_combination_tile<T, RO, 1>(base, coef, src, rows, ld, r0, c, out);
-  };
-  index_t r = 0;
-  for (; r + 4 <= rows; r += 4) row_block(std::integral_constant<int, 4>{}, r);
-  for (; r < rows; ++r) row_block(std::integral_constant<int, 1>{}, r);
+  small::combine_rows(out, ld, base, coef, rows, index_t(1), src, ld, rows, rows, ld);
 }
 
 // Small dense matrices [n, ld] of the prompt's dtype S with ld = round_up(n, lanes) and zero
