@@ -53,6 +53,7 @@ def test_train_cell_smoke(acts, hold):
     assert out["trace_step"] == [0, 4, 8, 12]
     assert np.shape(out["trace_dist_BC"]) == (4, 2 * len(acts))
     assert ("trace_dist_A" in out) and np.all(np.asarray(out["trace_dist_A"]) <= 1 + 1e-12)
+    assert out["train_wall_s"] > 0 and out["train_cpu_s"] > 0  # the training's cost, recorded per cell
 
 
 def test_fig1_tiny_grid_writes_outputs(tmp_path):

@@ -216,7 +216,7 @@ FIG1_SOFTMAX_NS = (6, 8, 10, 12, 14)
                "with a margin of z_K standard errors of the seed means (3 seeds; z_K = max(3, "
                "Bonferroni 0.5%) over the comparisons); trainings run to convergence"),
     quick=dict(kernels=["linear", "relu", "exp"], activations=list(ka.ACTIVATIONS),
-               contexts=[4, 10], seeds=1, layers=3, steps=250, decay_steps=250, batch=1000,
+               contexts=[2, 4, 6, 8, 10], seeds=1, layers=3, steps=250, decay_steps=250, batch=1000,
                eval_batch=3000, **TRAINING),
     full=dict(contexts=[2, 4, 6, 8, 10, 12, 14], eval_batch=30000, **FULL_TRAINING),
 )
@@ -314,7 +314,7 @@ def _training_report(results) -> dict:
                "each with a margin of z_K standard errors of the seed means (3 seeds); trainings run to "
                "convergence"),
     quick=dict(kernels=["relu", "exp"], activations=["relu", "exp", "softmax"], contexts=[6],
-               depths=[1, 2, 4], seeds=1, steps=250, decay_steps=250, batch=1000, eval_batch=3000, **TRAINING),
+               depths=[1, 2, 3, 4, 5], seeds=1, steps=250, decay_steps=250, batch=1000, eval_batch=3000, **TRAINING),
     full=dict(contexts=[14, 6], depths=[1, 2, 3, 4, 5, 6, 7, 8], eval_batch=30000, **FULL_TRAINING),
 )
 def ccs_fig2(ctx, p):
@@ -486,7 +486,7 @@ FIG4_MODELS = {"1-head linear": ["linear"], "1-head exp": ["exp"], "2-head linea
                "'outperforms'); K^linear / K^exp — the 2-head not above the matching 1-head model by more "
                "than z_K standard errors of the seed means ('as well as'; 3 seeds); trainings run to "
                "convergence"),
-    quick=dict(targets=["composite"], depths=[1, 3], context=14, seeds=1, steps=250, decay_steps=250,
+    quick=dict(targets=["composite"], depths=[1, 2, 3, 4], context=14, seeds=1, steps=250, decay_steps=250,
                batch=1000, eval_batch=2000, **TRAINING),
     full=dict(targets=["linear", "exp", "composite"], depths=[1, 2, 3, 4, 5, 6, 7, 8], eval_batch=10000,
               **FULL_TRAINING),
