@@ -136,6 +136,16 @@ def test_compare_and_verdict():
     assert not ccs._verdict({}, 3.0)[0]
 
 
+def test_fig3_a_modes_select_the_figures_panels(tmp_path):
+    tiny = dict(kernels=["relu"], activations=["linear"], seeds=1, steps=20, decay_steps=20, batch=64,
+                eval_batch=64, trace_every=10)
+    r = experiments.ccs_fig3_5_6(tmp_path, a_modes=["zero"], **tiny)
+    assert [row["figure"] for row in r.details["panels"]] == ["A = 0 (Thm 4.5)"]
+    assert len(list((tmp_path / "cache" / "ccs-fig3-5-6").glob("*.json"))) == 1
+    with pytest.raises(ValueError, match="a_modes"):
+        experiments.ccs_fig3_5_6(None, a_modes=["both"], **tiny)
+
+
 def _panel(figure, final, initial=0.9):
     return {"figure": figure, "median_final": final, "median_initial": initial, "median_mid": 0.5}
 
