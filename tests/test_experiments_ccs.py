@@ -117,11 +117,23 @@ def test_train_cell_stops_when_converged_and_retries_a_divergence():
     out = ccs.train_cell(cfg)
     # a loose tolerance is met at the first check after the decay with a full window (200 steps)
     assert out["converged"] and out["steps_taken"] == 200 and out["retries_used"] == 0
-    wild = ccs._base(dict(base, steps=30, lr=1e4, lr_final=1e3, retries=2, init_scale=3.0), kernel="exp",
+    # a divergence after updates halves the rates (the initialization is kept)
+    wild = ccs._base(dict(base, steps=30, lr=1e4, lr_final=1e3, retries=2), kernel="exp",
                      activations=["exp"], layers=2, context=6, seed=1)
     out = ccs.train_cell(wild)
     assert out["diverged"] and out["retries_used"] == 2 and out["lr_used"] == 1e4 / 4
+    assert out["init_scale_used"] == 0.1 and "step 0" not in out["error"]
     assert np.isnan(out["loss"]) and out["bayes_loss"] > 0
+    # initial parameters that overflow (4-layer linear+exp heads, A free: the quick fig4 cell at
+    # L = 4) are redrawn at half the scale; the rates are kept
+    t = ccs.FIG4_KERNELS["composite"]
+    deep = ccs._base(dict(base, steps=20, batch=1000), kernel="fig4-composite", activations=["linear", "exp"],
+                     layers=4, context=14, seed=0, kernel_params=[t[0], list(map(float, t[1])), list(map(float, t[2]))])
+    out = ccs.train_cell(deep)
+    assert not out["diverged"] and out["retries_used"] == 1
+    assert out["init_scale_used"] == 0.05 and out["lr_used"] == 0.02
+    out = ccs.train_cell(dict(deep, init_scale=2.0))  # 2, 1, 0.5: every try overflows at step 0
+    assert out["diverged"] and out["init_scale_used"] == 0.5 and out["lr_used"] == 0.02 and "step 0" in out["error"]
 
 
 def test_compare_and_verdict():

@@ -39,7 +39,7 @@ for id in $IDS; do
   # shellcheck disable=SC2086  # SET holds several arguments
   /usr/bin/time -f "%e s wall, %U s user" -o "$RUN_DIR/$id.time" \
     timeout --signal=KILL "$left" "$PY" -m lsa_native.cli reproduce "$id" --full --device "$DEVICE" \
-    --workers 0 --quiet --out "$RUN_DIR" ${SET:-} >"$RUN_DIR/$id.log" 2>&1
+    --workers 0 --quiet --force --out "$RUN_DIR" ${SET:-} >"$RUN_DIR/$id.log" 2>&1
   rc=$?
   cells=$(ls "$RUN_DIR/cache/$id" 2>/dev/null | wc -l)
   echo "--- $id: rc=$rc in $(( $(date +%s) - t0 ))s; $cells cells cached"

@@ -6,8 +6,10 @@ of training loss", Section 3.3). Ours: Adam (β = 0.9, 0.999) with gradient clip
 ``clip``, the rate decaying exponentially from ``lr`` to ``lr_final`` over ``decay_steps`` and
 held there; the run stops when the training loss has converged (:class:`ConvergenceMonitor`)
 after the decay, or at ``steps``. A training that diverges (non-finite loss in float32) is rerun
-from the same initialization with both rates halved, up to ``retries`` times; the rate used is
-reported.
+from the same initialization with both rates halved, up to ``retries`` times; one whose initial
+parameters already overflow (deep exp models with A free: X grows by about 1 + ‖A‖·n per layer,
+the logits by its square) is rerun from the same draw scaled by ½ instead (a smaller rate cannot
+help there). The rate and the initialization scale used are reported.
 """
 from __future__ import annotations
 
@@ -136,11 +138,10 @@ def train_cell(cfg: dict) -> dict:
     return out
 
 
-def _initial_params(cfg):
+def _initial_params(cfg, scale):
     rng = np.random.default_rng([cfg["seed"], 99])
     params0 = ka.KernelAttentionParams.gaussian(rng, cfg["dim"], cfg["layers"], len(cfg["activations"]),
-                                                list(cfg["activations"]), sparse=True,
-                                                scale=cfg["init_scale"])
+                                                list(cfg["activations"]), sparse=True, scale=scale)
     if cfg["hold_A_zero"]:
         params0.A[...] = 0
     return params0
@@ -148,7 +149,8 @@ def _initial_params(cfg):
 
 def _train_with_retries(cfg, spec, Sigma):
     """(FitResult or None if every try diverged, its ConvergenceMonitor, {diverged, lr_used,
-    retries_used, error})."""
+    init_scale_used, retries_used, error}). A divergence after an update halves the rates; one at
+    the initial parameters (step 0, no update yet) halves the initialization scale."""
     # "_device" is where the cell runs, not part of its identity (sweep.cell_key leaves it out);
     # prompts without a GPU sampler (the fig4 composites) train on the CPU.
     device = cfg.get("_device", "cpu") if isinstance(spec, sampling.KernelGPPrompts) else "cpu"
@@ -158,11 +160,11 @@ def _train_with_retries(cfg, spec, Sigma):
         metrics = {"dist": lambda p: _trace_metrics(p, Sigma)}
     decay = min(cfg.get("decay_steps") or cfg["steps"], cfg["steps"])
     info = {"diverged": True}
+    lr, lr_final, scale = cfg["lr"], cfg["lr_final"], cfg["init_scale"]
     for attempt in range(cfg.get("retries", 0) + 1):
-        lr, lr_final = cfg["lr"] / 2**attempt, cfg["lr_final"] / 2**attempt
         monitor = ConvergenceMonitor(cfg.get("converge_tol", CONVERGENCE_TOL), start=decay,
                                      stop=decay < cfg["steps"])
-        objective = train.KernelAttentionObjective(_initial_params(cfg), hold_A_zero=cfg["hold_A_zero"],
+        objective = train.KernelAttentionObjective(_initial_params(cfg, scale), hold_A_zero=cfg["hold_A_zero"],
                                                    device=device)
         opt = train.Adam(lr=lr, clip_norm=cfg["clip"], schedule=schedule(lr, lr_final, decay))
         try:
@@ -170,9 +172,15 @@ def _train_with_retries(cfg, spec, Sigma):
                             data=train.Prompts(spec, batch=cfg["batch"], resample_every=10),
                             record_every=trace or cfg["steps"], metrics=metrics, callbacks=[monitor],
                             progress=False)
-            return res, monitor, {"diverged": False, "lr_used": lr, "retries_used": attempt}
+            return res, monitor, {"diverged": False, "lr_used": lr, "init_scale_used": scale,
+                                  "retries_used": attempt}
         except (train.TrainingDiverged, FloatingPointError) as e:
-            info = {"diverged": True, "error": str(e)[:200], "lr_used": lr, "retries_used": attempt}
+            info = {"diverged": True, "error": str(e)[:200], "lr_used": lr, "init_scale_used": scale,
+                    "retries_used": attempt}
+            if getattr(e, "step", None) == 0 and getattr(e, "lr", 0) is None:  # the initial parameters
+                scale /= 2
+            else:
+                lr, lr_final = lr / 2, lr_final / 2
     return None, monitor, info
 
 
