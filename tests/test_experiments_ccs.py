@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from lsa_native import baselines, experiments, kernel_attention as ka, sampling
-from lsa_native.experiments import ccs
+from lsa_native.experiments import ccs, ccs_training
 
 
 def test_ccs_sigma_is_the_h1_covariance(rng):
@@ -130,9 +130,10 @@ def test_train_cell_stops_when_converged_and_retries_a_divergence():
     deep = ccs._base(dict(base, steps=20, batch=1000), kernel="fig4-composite", activations=["linear", "exp"],
                      layers=4, context=14, seed=0, kernel_params=[t[0], list(map(float, t[1])), list(map(float, t[2]))])
     out = ccs.train_cell(deep)
-    assert not out["diverged"] and out["retries_used"] == 1
-    assert out["init_scale_used"] == 0.05 and out["lr_used"] == 0.02
-    out = ccs.train_cell(dict(deep, init_scale=2.0))  # 2, 1, 0.5: every try overflows at step 0
+    assert not out["diverged"] and out["retries_used"] == 0  # retries count the rate's halvings
+    assert out["init_scale_used"] == 0.05 and out["init_halvings"] == 1 and out["lr_used"] == 0.02
+    out = ccs.train_cell(dict(deep, init_scale=8.0))  # 8, 4, 2, 1, 0.5: every draw overflows at step 0
+    assert ccs_training.INIT_HALVINGS == 4
     assert out["diverged"] and out["init_scale_used"] == 0.5 and out["lr_used"] == 0.02 and "step 0" in out["error"]
 
 

@@ -288,10 +288,12 @@ def _plot_fig1(p, agg):
 
 
 def _training_report(results) -> dict:
-    """How the trainings ended: diverged (after the retries), retried, converged, steps taken."""
+    """How the trainings ended: diverged (after the retries), retried at a lower rate, redrawn at a
+    smaller initialization scale, converged, steps taken."""
     steps = [r.get("steps_taken", 0) for r in results]
     return {"diverged": sum(r["diverged"] for r in results),
             "retried": sum(r.get("retries_used", 0) > 0 for r in results),
+            "init_rescaled": sum(r.get("init_halvings", 0) > 0 for r in results),
             "converged": sum(bool(r.get("converged")) for r in results), "trainings": len(results),
             "steps_taken_median": float(np.median(steps)) if steps else 0.0,
             "steps_taken_max": int(max(steps, default=0))}
