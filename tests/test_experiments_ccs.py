@@ -159,6 +159,15 @@ def test_fig3_a_modes_select_the_figures_panels(tmp_path):
         experiments.ccs_fig3_5_6(None, a_modes=["both"], **tiny)
 
 
+def test_dist_panel_final_is_the_mean_over_the_last_tenth():
+    # 20 trace points; the last 2 (10%) are 0.06 and 0.03: final 0.045, not the last point's 0.03
+    trace = np.full((20, 3), 0.5)
+    trace[-2:] = [[0.06] * 3, [0.03] * 3]
+    r = {"diverged": False, "trace_dist_BC": trace.tolist(), "trace_step": list(range(0, 200, 10))}
+    s = ccs._dist_panel(("A = 0 (Thm 4.5)", "exp", "softmax"), [r])
+    assert np.isclose(s["median_final"], 0.045) and np.isclose(s["median_initial"], 0.5)
+
+
 def _panel(figure, final, initial=0.9):
     return {"figure": figure, "median_final": final, "median_initial": initial, "median_mid": 0.5}
 

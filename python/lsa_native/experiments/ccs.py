@@ -375,16 +375,18 @@ def _fig2_checks(ctx, p, agg):
 # "Figure 6(b)". The level 0.05 is read off the figures' axes (issue 19; not in the text).
 DIST_LEVEL, DIST_EXCEPTION_LEVEL = 0.05, 0.3
 DIST_EXCEPTIONS = {"A = 0 (Thm 4.5)": 2, "A free (Thm 4.6)": 1}
+FINAL_WINDOW = 0.1  # a matrix's final dist(M, I): the mean of its trace over the last 10% of training
 
 
 @reproduction(
     "ccs-fig3-5-6",
     claim="CCS Fig. 3/5/6 (Thms 4.5, 4.6): trained Σ^{1/2}B_ℓᵀC_ℓΣ^{1/2} and A_ℓ converge to multiples of I",
-    condition=("every panel: median dist(Σ½BᵀCΣ½, I) at least 2x below its initial value and still "
-               "falling over the second half of training (quick: short training, one seed; dist(A, I) "
+    condition=("every panel: median dist(Σ½BᵀCΣ½, I) over the last 10% of training at least 2x below "
+               "its initial value and below its value at mid-training (quick: short training, one seed; dist(A, I) "
                "reported; does not check the paper's level 0.05)",
                "per panel (K, h̃), the median over its matrices (Σ½B_ℓᵀC_ℓΣ½, ℓ = 0..2, and A_0, A_1 in "
-               "Fig. 6) of dist(M, I) averaged over 3 seeds at the end of training below 0.05, except at "
+               "Fig. 6) of dist(M, I) averaged over 3 seeds and over the last 10% of training below 0.05, "
+               "except at "
                "most the panels the paper names (2 in Fig. 5: 5(c), 5(i); 1 in Fig. 6: 6(b)), which stay "
                "below 0.3 (the paper: ≈ 0.2); trainings run to convergence"),
     quick=dict(kernels=["exp"], activations=["softmax"], a_modes=["zero", "free"], context=10, seeds=1,
@@ -425,8 +427,11 @@ def _holds(a_modes) -> list[bool]:
 
 def _dist_panel(key, rs) -> dict:
     """One panel: the seed-averaged traces of its matrices and their medians (initial, middle,
-    final). The A of the last layer does not reach the prediction (zero gradient): the paper
-    plots A_0 .. A_{L-2} only; the A's are not in a Fig. 5 (A = 0) panel."""
+    final). A matrix's final value is the mean of its trace over the last FINAL_WINDOW of the
+    training, not its last point: at B = 3000 the last point wanders ±0.015 around a level near
+    0.05 (docs/reproductions/findings.md), so one point would decide the paper's 0.05 by chance.
+    The A of the last layer does not reach the prediction (zero gradient): the paper plots
+    A_0 .. A_{L-2} only; the A's are not in a Fig. 5 (A = 0) panel."""
     rs = [r for r in rs if not r["diverged"] and "trace_dist_BC" in r]
     out = {"panel": " ".join(key), "figure": key[0], "trained": len(rs), "converged": sum(bool(r.get("converged")) for r in rs)}
     if not rs:
@@ -439,11 +444,12 @@ def _dist_panel(key, rs) -> dict:
         a = np.mean([np.asarray(r["trace_dist_A"]) for r in rs], axis=0)
         curves.update({f"A{j}": a[:, j] for j in range(a.shape[1] - 1)})
     arr = np.array(list(curves.values()))  # [matrices, T]
-    a_final = [c[-1] for name, c in curves.items() if name.startswith("A")]
+    final = arr[:, -max(1, int(round(FINAL_WINDOW * arr.shape[1]))):].mean(axis=1)
+    a_final = [f for name, f in zip(curves, final) if name.startswith("A")]
     if key[0].startswith("A free") and "trace_norm_A" in rs[0]:  # ‖A_ℓ‖_F, ℓ = 0..L-2 (reported)
         out["A_norm_final"] = [float(v) for v in np.mean([np.asarray(r["trace_norm_A"])[-1] for r in rs], axis=0)[:-1]]
     return dict(out, median_initial=float(np.median(arr[:, 0])), median_mid=float(np.median(arr[:, arr.shape[1] // 2])),
-                median_final=float(np.median(arr[:, -1])), max_final=float(np.max(arr[:, -1])),
+                median_final=float(np.median(final)), max_final=float(np.max(final)),
                 A_final=float(np.median(a_final)) if a_final else float("nan"),
                 _curves=curves, _step=rs[0]["trace_step"])
 
@@ -464,8 +470,9 @@ def _dist_verdict(summary, full: bool) -> bool:
 
 
 def _plot_dist_panels(summary):
+    rows = 2 if len(summary) > 1 else 1  # Figures 5 and 6 one above the other
     cols = max(1, (len(summary) + 1) // 2)
-    fig, axes = _fig.panels(2, cols, size=(4.6, 4.6))
+    fig, axes = _fig.panels(rows, cols, size=(4.6, 4.6))
     for ax, s in zip(axes.ravel(), summary):
         for name, c in s["_curves"].items():
             ax.semilogy(s["_step"], c, ls="--" if name.startswith("A") else "-", label=name)

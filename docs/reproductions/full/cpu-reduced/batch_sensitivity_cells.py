@@ -23,13 +23,13 @@ def cells(root):
             yield os.path.basename(run), d["config"], d["result"]
 
 
-def trace_text(r):
+def trace_text(cfg, r):
     if "trace_dist_BC" not in r:
         return ""
     steps, med = r["trace_step"], np.median(np.asarray(r["trace_dist_BC"]), axis=1)
     pick = dict.fromkeys([i for i, s in enumerate(steps) if s in TRACE_STEPS] + [len(steps) - 1])
     text = "median dist(Σ½BᵀCΣ½, I) at step " + ", ".join(f"{steps[i]}: {med[i]:.3f}" for i in pick)
-    if "trace_dist_A" in r:  # A_0 .. A_{L-2} (the last layer's A does not reach the prediction)
+    if "trace_dist_A" in r and not cfg["hold_A_zero"]:  # A_0 .. A_{L-2} (A_{L-1} never reaches ŷ)
         text += f"; final dist(A_ℓ, I) {np.round(np.asarray(r['trace_dist_A'])[-1][:-1], 3).tolist()}"
         text += f", ‖A_ℓ‖_F {np.round(np.asarray(r['trace_norm_A'])[-1][:-1], 3).tolist()}"
     return text
@@ -47,7 +47,7 @@ def main(root):
               f"| {r['steps_taken']} | {r['converged']} ({100 * r['train_loss_change']:+.2f}% ± "
               f"{100 * r['train_loss_change_se']:.2f}%) | {r['loss']:.4f} ± {r['loss_se_per_layer'][-1]:.4f} "
               f"| {r['bayes_loss']:.4f} | {r['lr_used']} | {r['train_wall_s']:.0f} ({r['train_cpu_s']:.0f}) "
-              f"| {trace_text(r)} |")
+              f"| {trace_text(cfg, r)} |")
 
 
 if __name__ == "__main__":
