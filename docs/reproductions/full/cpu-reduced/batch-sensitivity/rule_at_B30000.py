@@ -1,9 +1,9 @@
-"""When would the convergence rule have stopped p3a's trainings at B = 30000? (issue 19)
+"""When would the convergence rule have stopped p3a's and p4's trainings at B = 30000? (issue 19)
 
 Replays ``ccs_training.ConvergenceMonitor``'s test (checked every 50 steps from the end of the
 decay, step 3000: |change| + 2 SE < 1% over the last 10% of steps, at least 200) on the 10-step
-block means of the training loss recorded by the B = 3000 runs of p3a, once as run (it must stop
-where the run stopped: 14100 steps) and once with the standard error divided by √10 (the batch
+block means of the training loss recorded by the B = 3000 runs of p3a and p4, once as run (p3a
+must stop where it stopped, 14100 steps; p4 was capped at 6000 unconverged) and once with the standard error divided by √10 (the batch
 noise of B = 30000; the drift of the mean is the same schedule's). Output: rule_at_B30000.txt.
 
     python docs/reproductions/full/cpu-reduced/batch-sensitivity/rule_at_B30000.py
@@ -30,13 +30,14 @@ def first_stop(blocks, se_divisor, start=3000, every=50, tol=0.01, z=2.0):
 
 
 def main():
-    for path in sorted(glob.glob(os.path.join(HERE, "p3a-fig1-full-B3000", "cache", "ccs-fig1", "*.json"))):
+    for path in sorted(glob.glob(os.path.join(HERE, "p[34]*", "cache", "*", "*.json"))):
         d = json.load(open(path))
+        cell = f"{os.path.basename(path.split(os.sep + 'cache')[0])} h̃ = {d['config']['activations'][0]}"
         blocks = np.asarray(d["result"]["train_loss_blocks"])
         for name, div in (("B = 3000, as run", 1.0), ("B = 30000 (SE / √10)", np.sqrt(10))):
-            t, rel, se = first_stop(blocks, div)
-            print(f"h̃ = {d['config']['activations'][0]}: {name}: stops at {t} steps "
-                  f"(change {100 * rel:+.2f}% ± {100 * se:.2f}%)")
+            stop = first_stop(blocks, div)
+            print(f"{cell}: {name}: " + ("not stopped within the steps run" if stop is None else
+                  f"stops at {stop[0]} steps (change {100 * stop[1]:+.2f}% ± {100 * stop[2]:.2f}%)"))
 
 
 if __name__ == "__main__":
