@@ -2,8 +2,8 @@
 
 Replays ``ccs_training.ConvergenceMonitor``'s test (checked every 50 steps from the end of the
 decay, step 3000: |change| + 2 SE < 1% over the last 10% of steps, at least 200) on the 10-step
-block means of the training loss recorded by the B = 3000 runs of p3a and p4, once as run (p3a
-must stop where it stopped, 14100 steps; p4 was capped at 6000 unconverged) and once with the standard error divided by √10 (the batch
+block means of the training loss recorded by the runs p3a, p3b and p4, once as run (each must stop
+where it stopped: p3a 14100 steps, p3b 3150; p4 was capped at 6000 unconverged) and, for B = 3000, once with the standard error divided by √10 (the batch
 noise of B = 30000; the drift of the mean is the same schedule's). Output: rule_at_B30000.txt.
 
     python docs/reproductions/full/cpu-reduced/batch-sensitivity/rule_at_B30000.py
@@ -34,7 +34,10 @@ def main():
         d = json.load(open(path))
         cell = f"{os.path.basename(path.split(os.sep + 'cache')[0])} h̃ = {d['config']['activations'][0]}"
         blocks = np.asarray(d["result"]["train_loss_blocks"])
-        for name, div in (("B = 3000, as run", 1.0), ("B = 30000 (SE / √10)", np.sqrt(10))):
+        batch = d["config"]["batch"]
+        replays = [(f"B = {batch}, as run", 1.0)] + ([("B = 30000 (SE / √(30000/B))", np.sqrt(30000 / batch))]
+                                                    if batch < 30000 else [])
+        for name, div in replays:
             stop = first_stop(blocks, div)
             print(f"{cell}: {name}: " + ("not stopped within the steps run" if stop is None else
                   f"stops at {stop[0]} steps (change {100 * stop[1]:+.2f}% ± {100 * stop[2]:.2f}%)"))
