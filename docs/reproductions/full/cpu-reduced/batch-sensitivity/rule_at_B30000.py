@@ -2,9 +2,10 @@
 
 Replays ``ccs_training.ConvergenceMonitor``'s test (checked every 50 steps from the end of the
 decay, step 3000: |change| + 2 SE < 1% over the last 10% of steps, at least 200) on the 10-step
-block means of the training loss recorded by the runs p3a, p3b and p4, once as run (each must stop
-where it stopped: p3a 14100 steps, p3b 3150; p4 was capped at 6000 unconverged) and, for B = 3000, once with the standard error divided by √10 (the batch
-noise of B = 30000; the drift of the mean is the same schedule's). Output: rule_at_B30000.txt.
+block means of the training loss recorded by the runs p3a, p3b and p4, once as run (each must
+stop where it stopped: p3a 14100 steps, p3b 3150; p4 was capped at 6000 unconverged) and, for
+B = 3000, once with the standard error divided by √10 (the batch noise of B = 30000; the drift of
+the mean is the same schedule's). Output: rule_at_B30000.txt.
 
     python docs/reproductions/full/cpu-reduced/batch-sensitivity/rule_at_B30000.py
 """
