@@ -14,6 +14,7 @@ from lsa_native import cli
     (["reproduce", "zfb-thm42", "--seed", "-1"], "seed"),
     (["reproduce", "zfb-thm42", "--out", "/proc/forbidden/out"], "cannot write"),
     (["reproduce", "all", "--set", "samples=5"], "not 'all'"),
+    (["reproduce", "zfb-thm42", "--threads", "-1"], "--threads"),
 ])
 def test_bad_arguments_exit_2(argv, message, capsys, tmp_path):
     if "--out" not in argv:
@@ -87,3 +88,15 @@ def test_python_api_refuses_too(tmp_path):
     with pytest.raises(OutputExists, match="layers 2 -> 3"):
         experiments.ccs_prop31(tmp_path, batch=64, layers=3)
     assert experiments.ccs_prop31(tmp_path, batch=64, layers=3, force=True).passed
+
+
+def test_threads_sets_the_native_thread_count(tmp_path, capsys):
+    import lsa_native
+
+    before = lsa_native.num_threads()
+    try:
+        assert cli.main(["reproduce", "ccs-prop31", "--out", str(tmp_path), "--quiet", "--threads", "1"]) == 0
+        assert lsa_native.num_threads() == 1
+    finally:
+        lsa_native.set_num_threads(0)
+    assert lsa_native.num_threads() == before

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from lsa_native import baselines, experiments, kernel_attention as ka, sampling
-from lsa_native.experiments import ccs
+from lsa_native.experiments import ccs, ccs_training
 
 
 def test_ccs_sigma_is_the_h1_covariance(rng):
@@ -53,6 +53,7 @@ def test_train_cell_smoke(acts, hold):
     assert out["trace_step"] == [0, 4, 8, 12]
     assert np.shape(out["trace_dist_BC"]) == (4, 2 * len(acts))
     assert ("trace_dist_A" in out) and np.all(np.asarray(out["trace_dist_A"]) <= 1 + 1e-12)
+    assert out["train_wall_s"] > 0 and out["train_cpu_s"] > 0  # the training's cost, recorded per cell
 
 
 def test_fig1_tiny_grid_writes_outputs(tmp_path):
@@ -116,11 +117,24 @@ def test_train_cell_stops_when_converged_and_retries_a_divergence():
     out = ccs.train_cell(cfg)
     # a loose tolerance is met at the first check after the decay with a full window (200 steps)
     assert out["converged"] and out["steps_taken"] == 200 and out["retries_used"] == 0
-    wild = ccs._base(dict(base, steps=30, lr=1e4, lr_final=1e3, retries=2, init_scale=3.0), kernel="exp",
+    # a divergence after updates halves the rates (the initialization is kept)
+    wild = ccs._base(dict(base, steps=30, lr=1e4, lr_final=1e3, retries=2), kernel="exp",
                      activations=["exp"], layers=2, context=6, seed=1)
     out = ccs.train_cell(wild)
     assert out["diverged"] and out["retries_used"] == 2 and out["lr_used"] == 1e4 / 4
+    assert out["init_scale_used"] == 0.1 and "step 0" not in out["error"]
     assert np.isnan(out["loss"]) and out["bayes_loss"] > 0
+    # initial parameters that overflow (4-layer linear+exp heads, A free: the quick fig4 cell at
+    # L = 4) are redrawn at half the scale; the rates are kept
+    t = ccs.FIG4_KERNELS["composite"]
+    deep = ccs._base(dict(base, steps=20, batch=1000), kernel="fig4-composite", activations=["linear", "exp"],
+                     layers=4, context=14, seed=0, kernel_params=[t[0], list(map(float, t[1])), list(map(float, t[2]))])
+    out = ccs.train_cell(deep)
+    assert not out["diverged"] and out["retries_used"] == 0  # retries count the rate's halvings
+    assert out["init_scale_used"] == 0.05 and out["init_halvings"] == 1 and out["lr_used"] == 0.02
+    out = ccs.train_cell(dict(deep, init_scale=8.0))  # 8, 4, 2, 1, 0.5: every draw overflows at step 0
+    assert ccs_training.INIT_HALVINGS == 4
+    assert out["diverged"] and out["init_scale_used"] == 0.5 and out["lr_used"] == 0.02 and "step 0" in out["error"]
 
 
 def test_compare_and_verdict():
@@ -133,6 +147,25 @@ def test_compare_and_verdict():
     ok, text = ccs._verdict({"a": "holds", "b": "contradicted"}, 3.0)
     assert not ok and "b" in text
     assert not ccs._verdict({}, 3.0)[0]
+
+
+def test_fig3_a_modes_select_the_figures_panels(tmp_path):
+    tiny = dict(kernels=["relu"], activations=["linear"], seeds=1, steps=20, decay_steps=20, batch=64,
+                eval_batch=64, trace_every=10)
+    r = experiments.ccs_fig3_5_6(tmp_path, a_modes=["zero"], **tiny)
+    assert [row["figure"] for row in r.details["panels"]] == ["A = 0 (Thm 4.5)"]
+    assert len(list((tmp_path / "cache" / "ccs-fig3-5-6").glob("*.json"))) == 1
+    with pytest.raises(ValueError, match="a_modes"):
+        experiments.ccs_fig3_5_6(None, a_modes=["both"], **tiny)
+
+
+def test_dist_panel_final_is_the_mean_over_the_last_tenth():
+    # 20 trace points; the last 2 (10%) are 0.06 and 0.03: final 0.045, not the last point's 0.03
+    trace = np.full((20, 3), 0.5)
+    trace[-2:] = [[0.06] * 3, [0.03] * 3]
+    r = {"diverged": False, "trace_dist_BC": trace.tolist(), "trace_step": list(range(0, 200, 10))}
+    s = ccs._dist_panel(("A = 0 (Thm 4.5)", "exp", "softmax"), [r])
+    assert np.isclose(s["median_final"], 0.045) and np.isclose(s["median_initial"], 0.5)
 
 
 def _panel(figure, final, initial=0.9):

@@ -141,6 +141,8 @@ def _validate(args, experiments, _common, sweep) -> dict:
     _check_seed(args.seed)
     if not 0 <= args.workers <= WORKERS_MAX:
         raise ValueError(f"--workers: expected an integer in [0, {WORKERS_MAX}], got {args.workers}")
+    if args.threads < 0:
+        raise ValueError(f"--threads: expected an integer >= 0 (0: all cores), got {args.threads}")
     if args.id == "all" and args.set:
         raise ValueError("--set applies to one reproduction id, not 'all'")
     _cuda.check_device(args.device, "--device")
@@ -179,6 +181,10 @@ def _reproduce(args) -> int:
     except (ValueError, TypeError) as e:
         raise UsageError(str(e)) from None
     chosen = list(per_id)
+    if args.threads:
+        import lsa_native
+
+        lsa_native.set_num_threads(args.threads)
     command = "lsa-native " + " ".join(shlex.quote(a) for a in (args.argv or []))
     kw = dict(full=args.full, seed=args.seed, progress=not args.quiet, scheduler=args.scheduler,
               workers=args.workers, device=args.device, force=True)  # checked in _validate
@@ -269,6 +275,8 @@ def _parser() -> argparse.ArgumentParser:
     rep.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                      help="where kernel-attention trainings run (cuda: prompts sampled and models "
                           "trained on the GPU; cached cells are shared between devices)")
+    rep.add_argument("--threads", type=int, default=0, metavar="N",
+                     help="CPU threads of the native kernels in this process (default 0: all cores)")
     rep.add_argument("--quiet", action="store_true", help="no progress bars")
     rep.set_defaults(func=_reproduce)
     lst = sub.add_parser("list", help="list reproduction ids with their claims and sizes")

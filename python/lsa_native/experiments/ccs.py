@@ -216,7 +216,7 @@ FIG1_SOFTMAX_NS = (6, 8, 10, 12, 14)
                "with a margin of z_K standard errors of the seed means (3 seeds; z_K = max(3, "
                "Bonferroni 0.5%) over the comparisons); trainings run to convergence"),
     quick=dict(kernels=["linear", "relu", "exp"], activations=list(ka.ACTIVATIONS),
-               contexts=[4, 10], seeds=1, layers=3, steps=250, decay_steps=250, batch=1000,
+               contexts=[2, 4, 6, 8, 10], seeds=1, layers=3, steps=250, decay_steps=250, batch=1000,
                eval_batch=3000, **TRAINING),
     full=dict(contexts=[2, 4, 6, 8, 10, 12, 14], eval_batch=30000, **FULL_TRAINING),
 )
@@ -288,10 +288,12 @@ def _plot_fig1(p, agg):
 
 
 def _training_report(results) -> dict:
-    """How the trainings ended: diverged (after the retries), retried, converged, steps taken."""
+    """How the trainings ended: diverged (after the retries), retried at a lower rate, redrawn at a
+    smaller initialization scale, converged, steps taken."""
     steps = [r.get("steps_taken", 0) for r in results]
     return {"diverged": sum(r["diverged"] for r in results),
             "retried": sum(r.get("retries_used", 0) > 0 for r in results),
+            "init_rescaled": sum(r.get("init_halvings", 0) > 0 for r in results),
             "converged": sum(bool(r.get("converged")) for r in results), "trainings": len(results),
             "steps_taken_median": float(np.median(steps)) if steps else 0.0,
             "steps_taken_max": int(max(steps, default=0))}
@@ -314,7 +316,7 @@ def _training_report(results) -> dict:
                "each with a margin of z_K standard errors of the seed means (3 seeds); trainings run to "
                "convergence"),
     quick=dict(kernels=["relu", "exp"], activations=["relu", "exp", "softmax"], contexts=[6],
-               depths=[1, 2, 4], seeds=1, steps=250, decay_steps=250, batch=1000, eval_batch=3000, **TRAINING),
+               depths=[1, 2, 3, 4, 5], seeds=1, steps=250, decay_steps=250, batch=1000, eval_batch=3000, **TRAINING),
     full=dict(contexts=[14, 6], depths=[1, 2, 3, 4, 5, 6, 7, 8], eval_batch=30000, **FULL_TRAINING),
 )
 def ccs_fig2(ctx, p):
@@ -373,20 +375,22 @@ def _fig2_checks(ctx, p, agg):
 # "Figure 6(b)". The level 0.05 is read off the figures' axes (issue 19; not in the text).
 DIST_LEVEL, DIST_EXCEPTION_LEVEL = 0.05, 0.3
 DIST_EXCEPTIONS = {"A = 0 (Thm 4.5)": 2, "A free (Thm 4.6)": 1}
+FINAL_WINDOW = 0.1  # a matrix's final dist(M, I): the mean of its trace over the last 10% of training
 
 
 @reproduction(
     "ccs-fig3-5-6",
     claim="CCS Fig. 3/5/6 (Thms 4.5, 4.6): trained Σ^{1/2}B_ℓᵀC_ℓΣ^{1/2} and A_ℓ converge to multiples of I",
-    condition=("every panel: median dist(Σ½BᵀCΣ½, I) at least 2x below its initial value and still "
-               "falling over the second half of training (quick: short training, one seed; dist(A, I) "
+    condition=("every panel: median dist(Σ½BᵀCΣ½, I) over the last 10% of training at least 2x below "
+               "its initial value and below its value at mid-training (quick: short training, one seed; dist(A, I) "
                "reported; does not check the paper's level 0.05)",
                "per panel (K, h̃), the median over its matrices (Σ½B_ℓᵀC_ℓΣ½, ℓ = 0..2, and A_0, A_1 in "
-               "Fig. 6) of dist(M, I) averaged over 3 seeds at the end of training below 0.05, except at "
+               "Fig. 6) of dist(M, I) averaged over 3 seeds and over the last 10% of training below 0.05, "
+               "except at "
                "most the panels the paper names (2 in Fig. 5: 5(c), 5(i); 1 in Fig. 6: 6(b)), which stay "
                "below 0.3 (the paper: ≈ 0.2); trainings run to convergence"),
-    quick=dict(kernels=["exp"], activations=["softmax"], context=10, seeds=1, layers=3, steps=1000,
-               decay_steps=1000, batch=1000, eval_batch=1000, trace_every=20, **TRAINING),
+    quick=dict(kernels=["exp"], activations=["softmax"], a_modes=["zero", "free"], context=10, seeds=1,
+               layers=3, steps=1000, decay_steps=1000, batch=1000, eval_batch=1000, trace_every=20, **TRAINING),
     full=dict(kernels=["linear", "relu", "exp"], activations=["linear", "relu", "softmax"], context=30,
               eval_batch=3000, trace_every=50, **FULL_TRAINING),
 )
@@ -396,7 +400,7 @@ def ccs_fig3_5_6(ctx, p):
     M = Σ^{1/2}B_ℓᵀC_ℓΣ^{1/2} and M = A_ℓ (Fig. 3 is the (K^exp, h̃^softmax) panel)."""
     cells = [_base(p, kernel=k, activations=[a], layers=p["layers"], context=p["context"],
                    seed=ctx.seed + s, hold_A_zero=hold, trace_every=p["trace_every"])
-             for hold in (True, False) for k in p["kernels"] for a in p["activations"] for s in range(p["seeds"])]
+             for hold in _holds(p["a_modes"]) for k in p["kernels"] for a in p["activations"] for s in range(p["seeds"])]
     results = _cells_run(ctx, cells, "ccs-fig3-5-6 trainings")
     panels = {}
     for cfg, r in zip(cells, results):
@@ -415,10 +419,19 @@ def ccs_fig3_5_6(ctx, p):
     return passed, measured, {"panels": table, **_training_report(results)}
 
 
+def _holds(a_modes) -> list[bool]:
+    """``hold_A_zero`` of the panels to run: "zero" (A_ℓ = 0 held, Thm 4.5, Fig. 5), "free" (Thm
+    4.6, Fig. 6); e.g. ``--set a_modes=zero`` runs Figure 5's panels alone."""
+    return [mode == "zero" for mode in ("zero", "free") if mode in a_modes]
+
+
 def _dist_panel(key, rs) -> dict:
     """One panel: the seed-averaged traces of its matrices and their medians (initial, middle,
-    final). The A of the last layer does not reach the prediction (zero gradient): the paper
-    plots A_0 .. A_{L-2} only; the A's are not in a Fig. 5 (A = 0) panel."""
+    final). A matrix's final value is the mean of its trace over the last FINAL_WINDOW of the
+    training, not its last point: at B = 3000 the last point wanders ±0.015 around a level near
+    0.05 (docs/reproductions/findings.md), so one point would decide the paper's 0.05 by chance.
+    The A of the last layer does not reach the prediction (zero gradient): the paper plots
+    A_0 .. A_{L-2} only; the A's are not in a Fig. 5 (A = 0) panel."""
     rs = [r for r in rs if not r["diverged"] and "trace_dist_BC" in r]
     out = {"panel": " ".join(key), "figure": key[0], "trained": len(rs), "converged": sum(bool(r.get("converged")) for r in rs)}
     if not rs:
@@ -431,11 +444,12 @@ def _dist_panel(key, rs) -> dict:
         a = np.mean([np.asarray(r["trace_dist_A"]) for r in rs], axis=0)
         curves.update({f"A{j}": a[:, j] for j in range(a.shape[1] - 1)})
     arr = np.array(list(curves.values()))  # [matrices, T]
-    a_final = [c[-1] for name, c in curves.items() if name.startswith("A")]
+    final = arr[:, -max(1, int(round(FINAL_WINDOW * arr.shape[1]))):].mean(axis=1)
+    a_final = [f for name, f in zip(curves, final) if name.startswith("A")]
     if key[0].startswith("A free") and "trace_norm_A" in rs[0]:  # ‖A_ℓ‖_F, ℓ = 0..L-2 (reported)
         out["A_norm_final"] = [float(v) for v in np.mean([np.asarray(r["trace_norm_A"])[-1] for r in rs], axis=0)[:-1]]
     return dict(out, median_initial=float(np.median(arr[:, 0])), median_mid=float(np.median(arr[:, arr.shape[1] // 2])),
-                median_final=float(np.median(arr[:, -1])), max_final=float(np.max(arr[:, -1])),
+                median_final=float(np.median(final)), max_final=float(np.max(final)),
                 A_final=float(np.median(a_final)) if a_final else float("nan"),
                 _curves=curves, _step=rs[0]["trace_step"])
 
@@ -456,8 +470,9 @@ def _dist_verdict(summary, full: bool) -> bool:
 
 
 def _plot_dist_panels(summary):
+    rows = 2 if len(summary) > 1 else 1  # Figures 5 and 6 one above the other
     cols = max(1, (len(summary) + 1) // 2)
-    fig, axes = _fig.panels(2, cols, size=(4.6, 4.6))
+    fig, axes = _fig.panels(rows, cols, size=(4.6, 4.6))
     for ax, s in zip(axes.ravel(), summary):
         for name, c in s["_curves"].items():
             ax.semilogy(s["_step"], c, ls="--" if name.startswith("A") else "-", label=name)
@@ -486,7 +501,7 @@ FIG4_MODELS = {"1-head linear": ["linear"], "1-head exp": ["exp"], "2-head linea
                "'outperforms'); K^linear / K^exp — the 2-head not above the matching 1-head model by more "
                "than z_K standard errors of the seed means ('as well as'; 3 seeds); trainings run to "
                "convergence"),
-    quick=dict(targets=["composite"], depths=[1, 3], context=14, seeds=1, steps=250, decay_steps=250,
+    quick=dict(targets=["composite"], depths=[1, 2, 3, 4], context=14, seeds=1, steps=250, decay_steps=250,
                batch=1000, eval_batch=2000, **TRAINING),
     full=dict(targets=["linear", "exp", "composite"], depths=[1, 2, 3, 4, 5, 6, 7, 8], eval_batch=10000,
               **FULL_TRAINING),
