@@ -153,27 +153,31 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
   const size_t HH = static_cast<size_t>(H * H);
   Vec pi(HH), gam(HH), sig(HH), A6(HH), LY(HH * static_cast<size_t>(d)), LV(HH * static_cast<size_t>(d)), Y(HH * static_cast<size_t>(d)),
       V(HH * static_cast<size_t>(d));
-  for (index_t g_ = 0; g_ < H; ++g_)
-    for (index_t h = 0; h < H; ++h) {
-      const size_t gh = static_cast<size_t>(g_ * H + h) * static_cast<size_t>(d);
-      K.mvt_to(P.Km(g_), A(h), Y.data() + gh);
-      K.mv_to(S.data() + g_ * dd, A(h), V.data() + gh);
-      K.mv_to(Lam, Y.data() + gh, LY.data() + gh);
-      K.mv_to(Lam, V.data() + gh, LV.data() + gh);
-    }
+  // rows g·H + h: Y = a_hᵀ K1_g (= (K1_gᵀa_h)ᵀ), V = a_hᵀ S_g (S_g symmetric), then ΛY, ΛV as
+  // [H², d] x Λ (Λ symmetric): 2H + 2 products of many rows instead of 4H² mat-vecs.
+  for (index_t g_ = 0; g_ < H; ++g_) {
+    const size_t g0 = static_cast<size_t>(g_ * H) * static_cast<size_t>(d);
+    small::multiply_dense(a.data(), P.Km(g_), Y.data() + g0, H, d);
+    small::multiply_dense(a.data(), S.data() + g_ * dd, V.data() + g0, H, d);
+  }
+  small::multiply_dense(Y.data(), Lam, LY.data(), H * H, d);
+  small::multiply_dense(V.data(), Lam, LV.data(), H * H, d);
   auto at = [&](Vec& X, index_t g_, index_t h) { return X.data() + static_cast<size_t>(g_ * H + h) * static_cast<size_t>(d); };
+  // every Gram is symmetric in (h, g) (Λ, S_g symmetric; ν_gh = Y[h,g]ᵀΛY[g,h] = ν_hg, so ω):
+  // the pairs g >= h, the sums weighted 2 off the diagonal
   double nu_sum = 0, om_sum = 0, pigam = 0, piA6 = 0;
   for (index_t h = 0; h < H; ++h)
-    for (index_t g_ = 0; g_ < H; ++g_) {
-      const size_t hg = static_cast<size_t>(h * H + g_);
-      pi[hg] = K.dot(P.P1(h), A(g_));
-      gam[hg] = K.frob(P.Km(h), LKL.data() + g_ * dd);
-      sig[hg] = K.frob(S.data() + h * dd, LKL.data() + g_ * dd);
-      A6[hg] = tau[h] * tau[g_] + 2 * sig[hg];
-      nu_sum += K.dot(at(Y, g_, h), at(LY, h, g_));
-      om_sum += K.dot(at(V, g_, h), at(LV, h, g_));
-      pigam += pi[hg] * gam[hg];
-      piA6 += pi[hg] * A6[hg];
+    for (index_t g_ = h; g_ < H; ++g_) {
+      const size_t hg = static_cast<size_t>(h * H + g_), gh = static_cast<size_t>(g_ * H + h);
+      const double w = g_ == h ? 1.0 : 2.0;
+      pi[hg] = pi[gh] = K.dot(P.P1(h), A(g_));
+      gam[hg] = gam[gh] = K.frob(P.Km(h), LKL.data() + g_ * dd);
+      sig[hg] = sig[gh] = K.frob(S.data() + h * dd, LKL.data() + g_ * dd);
+      A6[hg] = A6[gh] = tau[h] * tau[g_] + 2 * sig[hg];
+      nu_sum += w * K.dot(at(Y, g_, h), at(LY, h, g_));
+      om_sum += w * K.dot(at(V, g_, h), at(LV, h, g_));
+      pigam += w * pi[hg] * gam[hg];
+      piA6 += w * pi[hg] * A6[hg];
     }
 
   const Vec Lz = K.mv(Lam, z.data()), Lu = K.mv(Lam, u.data()), Ls = K.mv(Lam, s.data());
