@@ -1,6 +1,7 @@
 """Every CPU kernel table, forced through LSA_NATIVE_CPU_ISA (read once per process, so each table
 runs in a child process), gives the baseline table's results: LSA prediction/forward/VJP, the
-H-head LSA, kernel attention (every activation), the samplers, the fused sampled steps. Random streams: uniforms are
+H-head LSA, kernel attention (every activation), the samplers, the fused sampled steps, the exact
+H-head population loss. Random streams: uniforms are
 the same bits on every table and thread count; normals and prompts agree within the stated
 rounding bound (the SIMD log/sqrt/sin/cos of each table round differently, a few ulp); every
 table's draws are identical across thread counts. A table this CPU cannot run falls back to the
@@ -86,6 +87,16 @@ for dt in (np.float32, np.float64):
             loss, *grads = ka.loss_and_grad(Z0, y, V, Bm, Cm, act, input_grad=True)
             res[f"ka_lossgrad_{k}"] = np.concatenate([[loss]] + [x.ravel() for x in grads])
             res[f"ka_vjp_{k}"] = np.concatenate([x.ravel() for x in ka.vjp(Z0, V, Bm, Cm, act, dZ)])
+# The exact H-head population loss (population_multihead_kernels.inl), merged and separate heads.
+from lsa_native import population_multihead as pm
+for (d, H, r) in ((1, 1, 0), (5, 3, 0), (20, 8, 0), (5, 3, 2)):
+    Wph = 0.3 * g.standard_normal((H, d + 1, d + 1))
+    keys = (0.3 * g.standard_normal((H, d + 1, d + 1)) if r == 0 else
+            tuple(0.3 * g.standard_normal((H, r, d + 1)) for _ in range(2)))
+    Q = np.linalg.qr(g.standard_normal((d, d)))[0]
+    Lam = Q @ np.diag(np.linspace(0.5, 2.0, d)) @ Q.T
+    loss, a, c = pm.multihead_loss_and_grad(Wph, keys, Lam, 20, noise_std=0.3)
+    res[f"popmh_{d}_{H}_{r}"] = np.concatenate([[loss], a.ravel()] + [x.ravel() for x in (c if r else (c,))])
 np.savez(out, **res)
 '''
 

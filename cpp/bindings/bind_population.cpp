@@ -149,13 +149,16 @@ LossAndGrad multihead_objective(const MultiheadProblem& p, const double* data, i
                                 const LabelNoise& noise) {
   const index_t d = p.d, H = p.heads, r = p.rank, s0 = p.sizes[0], s1 = p.sizes[1];
   const PopulationCovariance law = p.law;
+  check_multihead_population_law(d, law, data);  // once per flow, not per evaluation
   if (r == 0)
     return [=](const double* th, double* g) {
-      return multihead_population_loss(d, H, th, th + s0, law, data, N, g, g ? g + s0 : nullptr, noise);
+      return multihead_population_loss(d, H, th, th + s0, law, data, N, g, g ? g + s0 : nullptr, noise,
+                                       true);
     };
   return [=](const double* th, double* g) {
     return multihead_population_loss_separate(d, H, r, th, th + s0, th + s0 + s1, law, data, N, g,
-                                              g ? g + s0 : nullptr, g ? g + s0 + s1 : nullptr, noise);
+                                              g ? g + s0 : nullptr, g ? g + s0 + s1 : nullptr, noise,
+                                              true);
   };
 }
 

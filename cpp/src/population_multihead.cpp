@@ -50,13 +50,19 @@ void check_noise(const LabelNoise& noise) {
 
 }  // namespace
 
+void check_multihead_population_law(index_t d, PopulationCovariance law, const double* covariance) {
+  detail::require(d >= 1, "dimension d must be >= 1, got " + std::to_string(d));
+  check_law(d, law, covariance);
+}
+
 double multihead_population_loss(index_t d, index_t heads, const double* W_pv, const double* W_kq,
                                  PopulationCovariance law, const double* covariance, index_t N,
-                                 double* d_W_pv, double* d_W_kq, const LabelNoise& noise) {
+                                 double* d_W_pv, double* d_W_kq, const LabelNoise& noise,
+                                 bool law_checked) {
   check_sizes(d, heads, N);
   require_finite(W_pv, heads * (d + 1) * (d + 1), "W_pv");
   require_finite(W_kq, heads * (d + 1) * (d + 1), "W_kq");
-  check_law(d, law, covariance);
+  if (!law_checked) check_law(d, law, covariance);
   check_noise(noise);
   return cpu::multihead_population_loss(d, heads, W_pv, W_kq, law, covariance, N, d_W_pv, d_W_kq,
                                         noise);
@@ -66,14 +72,14 @@ double multihead_population_loss_separate(index_t d, index_t heads, index_t rank
                                           const double* W_pv, const double* W_k, const double* W_q,
                                           PopulationCovariance law, const double* covariance, index_t N,
                                           double* d_W_pv, double* d_W_k, double* d_W_q,
-                                          const LabelNoise& noise) {
+                                          const LabelNoise& noise, bool law_checked) {
   check_sizes(d, heads, N);
   detail::require(rank >= 1 && rank <= d + 1, "rank: expected 1 <= r <= d+1 = " +
                                                   std::to_string(d + 1) + ", got " + std::to_string(rank));
   require_finite(W_pv, heads * (d + 1) * (d + 1), "W_pv");
   require_finite(W_k, heads * rank * (d + 1), "W_k");
   require_finite(W_q, heads * rank * (d + 1), "W_q");
-  check_law(d, law, covariance);
+  if (!law_checked) check_law(d, law, covariance);
   check_noise(noise);
   return cpu::multihead_population_loss_separate(d, heads, rank, W_pv, W_k, W_q, law, covariance, N,
                                                  d_W_pv, d_W_k, d_W_q, noise);

@@ -22,15 +22,23 @@ namespace lsa_native {
 // in the λ_i, as for one head).
 enum class PopulationCovariance { fixed, random_diagonal };
 
+// `law_checked`: the covariance (Λ symmetric positive definite, or the moments) was checked by
+// check_multihead_population_law for this call's d, law and data: the per-call check (a Cholesky
+// factorization of Λ) is skipped. The gradient flow checks once per run.
 double multihead_population_loss(index_t d, index_t heads, const double* W_pv, const double* W_kq,
                                  PopulationCovariance law, const double* covariance, index_t N,
                                  double* d_W_pv = nullptr, double* d_W_kq = nullptr,
-                                 const LabelNoise& noise = {});
+                                 const LabelNoise& noise = {}, bool law_checked = false);
 
 double multihead_population_loss_separate(index_t d, index_t heads, index_t rank,
                                           const double* W_pv, const double* W_k, const double* W_q,
                                           PopulationCovariance law, const double* covariance, index_t N,
                                           double* d_W_pv = nullptr, double* d_W_k = nullptr,
-                                          double* d_W_q = nullptr, const LabelNoise& noise = {});
+                                          double* d_W_q = nullptr, const LabelNoise& noise = {},
+                                          bool law_checked = false);
+
+// Throws Error naming the argument unless d >= 1 and the law's data are valid: Λ [d, d] finite,
+// symmetric, positive definite; or moments [3, d] finite with E λ_i > 0 and Var λ_i >= 0.
+void check_multihead_population_law(index_t d, PopulationCovariance law, const double* covariance);
 
 }  // namespace lsa_native

@@ -9,6 +9,7 @@
 #include "common/small_matrix.hpp"
 #include "cpu/small_matrix_cpu.hpp"
 #include "cpu/population_cpu.hpp"
+#include "cpu/random_diagonal_expansion.hpp"
 
 namespace lsa_native::cpu {
 namespace {
@@ -337,21 +338,15 @@ double population_loss(index_t d, const double* W_pv, const double* W_kq, const 
 double population_loss_random_diagonal(index_t d, const double* W_pv, const double* W_kq,
                                        const double* moments, index_t N, double* d_W_pv,
                                        double* d_W_kq, const LabelNoise& noise) {
-  const double* m1 = moments;
-  const double* m2 = moments + d;
-  const double* m3 = moments + 2 * d;
   const Params P(d, W_pv, W_kq);
   const bool want_grad = d_W_pv && d_W_kq;
   const size_t width = want_grad ? static_cast<size_t>(2 + 2 * d + d * d) : 1;
 
-  // 2L and its flattened gradient at Λ = diag(μ + h e_i) (i < 0: at diag(μ)).
-  auto evaluate = [&](index_t i, double h) {
-    Mat L(d);
-    for (index_t k = 0; k < d; ++k) L(k, k) = m1[k];
-    if (i >= 0) L(i, i) += h;
+  // 2L and its flattened gradient at a diagonal Λ, expected over the law
+  const std::vector<double> total = random_diagonal_expectation(d, moments, [&](const double* Lambda) {
     Grad g(d);
     std::vector<double> out(width);
-    out[0] = twice_loss(P, L, N, want_grad ? &g : nullptr, noise);
+    out[0] = twice_loss(P, to_mat(d, Lambda), N, want_grad ? &g : nullptr, noise);
     if (want_grad) {
       std::copy(g.p1.begin(), g.p1.end(), out.begin() + 1);
       std::copy(g.k2.begin(), g.k2.end(), out.begin() + 1 + d);
@@ -359,24 +354,7 @@ double population_loss_random_diagonal(index_t d, const double* W_pv, const doub
       std::copy(g.K1.a.begin(), g.K1.a.end(), out.begin() + 2 + 2 * d);
     }
     return out;
-  };
-  const std::vector<double> at_mean = evaluate(-1, 0.0);
-  std::vector<double> total = at_mean;
-  for (index_t i = 0; i < d; ++i) {
-    const double var = m2[i] - m1[i] * m1[i];
-    const double kappa = m3[i] - 3 * m1[i] * m2[i] + 2 * m1[i] * m1[i] * m1[i];  // E(λ − μ)³
-    if (var <= 0 && kappa == 0) continue;  // deterministic entry
-    // g(h) = 2L(μ + h e_i) is a cubic: g'' and g''' from 4 points are exact up to rounding, and a
-    // step of the entry's own scale keeps the differences well conditioned.
-    const double h = std::max({std::fabs(m1[i]), std::sqrt(std::max(var, 0.0)), 1e-6});
-    const auto gp = evaluate(i, h), gm = evaluate(i, -h), gp2 = evaluate(i, 2 * h),
-               gm2 = evaluate(i, -2 * h);
-    for (size_t k = 0; k < width; ++k) {
-      const double second = (gp[k] - 2 * at_mean[k] + gm[k]) / (h * h);
-      const double third = (gp2[k] - 2 * gp[k] + 2 * gm[k] - gm2[k]) / (2 * h * h * h);
-      total[k] += 0.5 * std::max(var, 0.0) * second + kappa / 6.0 * third;
-    }
-  }
+  });
   if (want_grad) {
     Grad g(d);
     std::copy(total.begin() + 1, total.begin() + 1 + d, g.p1.begin());
