@@ -7,6 +7,7 @@
 #include <string>
 
 #include "lsa_native/sampling.hpp"
+#include "array_view.hpp"
 #include "numpy_views.hpp"
 
 namespace lsa_native::bindings {
@@ -30,6 +31,27 @@ py::dict covariance_law_parameters() {
     out[law.name] = py::tuple(params);
   }
   return out;
+}
+
+// An operand of the fused step as a view: a C-contiguous array of dtype P and `shape`, writeable
+// when `output`; a CUDA array only with device='cuda' (the kernels read it in place).
+template <class P>
+ArrayView fused_operand(const py::object& obj, const char* name, const std::vector<index_t>& shape,
+                        Device device, bool output, py::list& keep) {
+  const ArrayView v = array_view(obj, name, keep);
+  const DType want = sizeof(P) == 4 ? DType::float32 : DType::float64;
+  if (!v.present) throw Error(std::string(name) + ": missing (None)");
+  if (v.dtype != want)
+    throw ArgumentTypeError(std::string(name) + ": expected dtype " +
+                            (sizeof(P) == 4 ? "float32" : "float64") + ", got " + v.dtype_name);
+  if (v.shape != shape || v.strides != adapter::contiguous_strides(shape, v.itemsize))
+    throw Error(std::string(name) + ": expected a C-contiguous array of shape (" +
+                std::to_string(shape[0]) + (shape.size() > 1 ? ", " + std::to_string(shape[1]) : ",") +
+                ")");
+  if (output && v.readonly) throw Error(std::string(name) + ": must be writeable");
+  if (v.on_cuda() && device != Device::cuda)
+    throw Error(std::string(name) + ": a CUDA array needs device='cuda'");
+  return v;
 }
 
 // A LinearPromptSpec viewing the arrays of `d` (which the caller keeps alive).
@@ -155,8 +177,8 @@ void bind_dtype(py::module_& m) {
   m.def(
       "linear_prompts_lsa_loss_and_grad",
       [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const std::string& method,
-         const CArray<T>& W_pv, const CArray<T>& W_kq, CArray<T> d_W_pv, CArray<T> d_W_kq,
-         const std::string& device) {
+         const py::object& W_pv, const py::object& W_kq, const py::object& d_W_pv,
+         const py::object& d_W_kq, const std::string& device, const py::object& loss) {
         const LinearPromptSpec s = spec_from_dict(spec_dict);
         FusedMethod fm;
         if (method == "tokens") fm = FusedMethod::tokens;
@@ -166,19 +188,25 @@ void bind_dtype(py::module_& m) {
           throw Error("device: expected 'cpu' or 'cuda', got '" + device + "'");
         const Device dev = device == "cuda" ? Device::cuda : Device::cpu;
         const index_t r = s.dim + 1;
-        require_shape(W_pv, {r, r}, "W_pv");
-        require_shape(W_kq, {r, r}, "W_kq");
-        require_shape(d_W_pv, {r, r}, "d_W_pv");
-        require_shape(d_W_kq, {r, r}, "d_W_kq");
-        T* dpv = out_ptr(d_W_pv, "d_W_pv");
-        T* dkq = out_ptr(d_W_kq, "d_W_kq");
+        py::list keep;  // the parameters and outputs: host or (device='cuda') CUDA arrays
+        const ArrayView pv = fused_operand<T>(W_pv, "W_pv", {r, r}, dev, false, keep),
+                        kq = fused_operand<T>(W_kq, "W_kq", {r, r}, dev, false, keep),
+                        dpv = fused_operand<T>(d_W_pv, "d_W_pv", {r, r}, dev, true, keep),
+                        dkq = fused_operand<T>(d_W_kq, "d_W_kq", {r, r}, dev, true, keep);
+        double* loss_out = nullptr;
+        if (!loss.is_none())
+          loss_out = fused_operand<double>(loss, "loss", {1}, dev, true, keep).as<double>();
         py::gil_scoped_release release;
-        return linear_prompts_lsa_loss_and_grad(s, batch, step, fm, W_pv.data(), W_kq.data(), dpv, dkq,
-                                                dev);
+        return linear_prompts_lsa_loss_and_grad(s, batch, step, fm, pv.as<const T>(),
+                                                kq.as<const T>(), dpv.as<T>(), dkq.as<T>(), dev,
+                                                loss_out);
       },
-      py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("method"),
-      py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(), py::arg("d_W_pv").noconvert(),
-      py::arg("d_W_kq").noconvert(), py::arg("device") = "cpu");
+      py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("method"), py::arg("W_pv"),
+      py::arg("W_kq"), py::arg("d_W_pv"), py::arg("d_W_kq"), py::arg("device") = "cpu",
+      py::arg("loss") = py::none(),
+      "The fused sampled LSA step: (loss, d_W_pv, d_W_kq written in place). W_pv, W_kq and the "
+      "outputs: C-contiguous arrays of the dtype, host arrays or (device='cuda') CUDA arrays; "
+      "loss: float64 [1] (written there, NaN returned: on the GPU nothing waits).");
 }
 
 }  // namespace

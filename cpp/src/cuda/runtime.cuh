@@ -115,17 +115,6 @@ class DeviceOutput {
   T* ptr_;
 };
 
-// The loss a call returns: enqueue(loss) queues the kernels that write it to device memory `loss`;
-// then the scope's host outputs, the loss among them, come back with the call's one wait.
-template <class Enqueue>
-double returned_loss(DeviceScope& scope, Enqueue enqueue) {
-  double loss = 0;
-  DeviceOutput<double> out(scope, &loss, 1);
-  enqueue(out.get());
-  scope.finish();
-  return loss;
-}
-
 // LSA_NATIVE_CUDA_OLD_KERNELS=1 (read at every launch) forces the general block-per-prompt kernels
 // of the full LSA output and of kernel attention (the fallbacks for shapes the fast kernels do not
 // fit) for every shape, so that tests and benchmarks cover both.

@@ -143,8 +143,11 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
         # non-finite one raised as TrainingDiverged (one switch per run, not one per step).
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             arrays = _native_arrays(plan)
+            device_step = None if arrays is None else _device_step(plan, arrays)
             if arrays is None:
                 t, stopped = _run_steps(plan, state, rec, guard, bar)
+            elif device_step is not None:
+                t, stopped = _run_device_steps(plan, state, rec, guard, bar, arrays, device_step)
             else:
                 t, stopped = _run_native_steps(plan, state, rec, guard, bar, arrays)
             # Final row: the final parameters, on the last step's prompts (no fresh sample).
@@ -444,8 +447,13 @@ class _Divergence:
     def evaluate(self, t: int, theta) -> float:
         objective = self.plan.objective
         value = self.call(t, theta, objective.evaluate, theta, self.plan.eval_batch)
-        value = real_output(value, f"eval_data: the held-out loss of {type(objective).__name__}")
+        return self.checked_eval(t, value, theta)
+
+    def checked_eval(self, t: int, value, theta) -> float:
+        """A held-out loss checked (``theta``: θ_t, or a callable giving it for the error)."""
+        value = real_output(value, f"eval_data: the held-out loss of {type(self.plan.objective).__name__}")
         if not math.isfinite(value):
+            theta = theta() if callable(theta) else theta
             raise self.error(t, f"non-finite held-out loss ({value!r})", theta, self._lr_into(t))
         return value
 
@@ -526,13 +534,24 @@ class _Recorder:
         every = self.plan.eval_every
         return t % self.plan.record_every == 0 or (every is not None and t % every == 0)
 
-    def write(self, t: int, theta, loss: float, norm: float, lr) -> dict:
+    def evaluates(self, t: int) -> bool:
+        every = self.plan.eval_every
+        return every is not None and (t % every == 0 or t == self.plan.steps)
+
+    def write(self, t: int, theta, loss: float, norm: float, lr, eval_loss=None) -> dict:
+        """The row of step t; ``eval_loss``: its held-out loss when computed already (on the
+        device), else evaluated here at ``theta`` (host θ; a callable gives it when needed)."""
         plan = self.plan
         row = {"step": t, "loss": loss, "grad_norm": norm, "lr": lr, "time": self.elapsed()}
-        if plan.eval_every is not None and (t % plan.eval_every == 0 or t == plan.steps):
-            row["eval_loss"] = self.guard.evaluate(t, theta)
+        if self.evaluates(t):
+            if eval_loss is None:
+                row["eval_loss"] = self.guard.evaluate(t, theta() if callable(theta) else theta)
+            else:
+                row["eval_loss"] = self.guard.checked_eval(t, eval_loss, theta)
             if plan.bayes_loss is not None:
                 row["bayes_gap"] = row["eval_loss"] - plan.bayes_loss
+        if (plan.target is not None or plan.metrics) and callable(theta):
+            theta = theta()
         if plan.target is not None:
             row["dist_to_target"] = self.guard.call(t, theta, relative_distance, theta, plan.target)
         if plan.metrics:
@@ -674,5 +693,111 @@ def _run_native_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
                     sync_state()
                     return t, True
     check(t)
+    sync_state()
+    return t, False
+
+
+# ---- the loop with the model's steps on the device too ------------------------------------------
+
+_READOUT_HEAD = 4  # the readout buffer: [status record (3) | held-out loss | the losses of a span]
+_SPAN = 4096       # losses kept between two readbacks at most (a readback when the span fills)
+
+
+def _device_step(plan: _Plan, arrays):
+    """``objective.bind_device(data, arrays)`` (the step on device θ, gradient and loss buffers),
+    or None when the objective has none for this data (the host-θ native loop runs)."""
+    bind = getattr(plan.objective, "bind_device", None)
+    return bind(plan.data, arrays) if callable(bind) else None
+
+
+def _device_evaluation(plan: _Plan, arrays, dtype):
+    """The held-out loss on the device for θ buffers of ``dtype``, or None (evaluated on the host
+    at the records: a held-out batch the objective cannot evaluate on the device, or another dtype
+    than the model's or float64)."""
+    make = getattr(plan.objective, "device_evaluation", None)
+    if plan.eval_every is None or not callable(make) or not isinstance(plan.eval_batch, PromptBatch):
+        return None
+    evaluate = make(plan.eval_batch, arrays)
+    return evaluate if evaluate is not None and evaluate.dtype in (dtype, _F64) else None
+
+
+def _run_device_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Divergence, bar, arrays,
+                      device_step):
+    """:func:`_run_native_steps` with the model's step on the device as well: θ, the gradient,
+    the optimizer state and each step's loss stay in device memory (``device_step`` writes the
+    loss into a slot of a readout buffer whose head is the optimizer's status record), and the
+    held-out loss is computed there too. The host reads the readout buffer back — one copy — only
+    at a record, a checkpoint, a callback, the end, or when a span of losses fills; the first
+    non-finite loss or recorded optimizer failure since the last readback is raised as
+    :class:`TrainingDiverged` at its step."""
+    dtype = device_step.dtype
+    first, t = state.step, state.step
+    span = max(1, min(_SPAN, plan.steps - first))
+    readout = arrays.array(np.concatenate([[math.nan, native_optim.OK, -1.0, math.nan],
+                                           np.full(span, math.nan)]))
+    native = native_optim.NativeOptimizer(plan.optimizer, state.theta, arrays, grad_dtype=dtype,
+                                          model=dtype != _F64, opt_state=state.opt_state,
+                                          status=arrays.piece(readout, 0, (3,)))
+    slots = [arrays.piece(readout, _READOUT_HEAD + i, (1,)) for i in range(span)]
+    eval_slot = arrays.piece(readout, 3, (1,))
+    evaluate = _device_evaluation(plan, arrays, dtype)
+    model = (lambda: native.model) if native.model is not None else (lambda: native.current)
+    since = t  # the first step whose loss sits in the readout buffer
+
+    def read(t_now):
+        """The readback: (the buffer, losses of steps since .. t_now − 1, status norm), divergence
+        raised."""
+        values = arrays.to_host(readout)
+        norm, code, bad = float(values[0]), int(values[1]), int(values[2])
+        losses = values[_READOUT_HEAD:_READOUT_HEAD + t_now - since]
+        nonfinite = np.flatnonzero(~np.isfinite(losses))
+        at = since + int(nonfinite[0]) if nonfinite.size else None
+        if code != native_optim.OK and (at is None or bad < at):
+            before = arrays.to_host(native.theta_read_at(bad - first))
+            if code == native_optim.BAD_GRADIENT:
+                raise guard.error(bad, "non-finite gradient", before, guard._lr_into(bad))
+            raise guard.error(bad, "the update gave non-finite parameters", before,
+                              plan.optimizer.learning_rate(bad))
+        if at is not None:
+            # θ_at survives on the device when the optimizer stopped there (a non-finite gradient
+            # comes with it); else the loop kept only the parameters it holds now.
+            theta = native.theta_read_at(bad - first) if code != native_optim.OK and bad == at \
+                else native.current
+            raise guard.error(at, f"non-finite loss ({float(losses[at - since])!r})",
+                              arrays.to_host(theta), guard._lr_into(at))
+        return values, losses, norm
+
+    def sync_state():
+        state.theta, state.opt_state = native.host_state()
+
+    while t < plan.steps:
+        theta_t = native.current
+        device_step(model(), t, native.grad, slots[t - since])
+        record = rec.due(t)
+        if record and evaluate is not None and rec.evaluates(t):
+            evaluate(model() if evaluate.dtype == dtype else theta_t, eval_slot)
+        lr = native.step(t)
+        t += 1
+        if bar is not None:
+            bar.update(1)
+        every = plan.checkpoint_every
+        save = state.run is not None and every is not None and t % every == 0 and t < plan.steps
+        if not (record or save or plan.callbacks or t == plan.steps or t - since == span):
+            continue
+        values, losses, norm = read(t)
+        since, loss = t, float(losses[-1])
+        row = None
+        if record:  # the record of step t − 1 describes θ_{t−1}, its input
+            eval_loss = float(values[3]) if evaluate is not None and rec.evaluates(t - 1) else None
+            row = rec.write(t - 1, lambda: arrays.to_host(theta_t), loss, norm, lr,
+                            eval_loss=eval_loss)
+        if save:
+            sync_state()
+            _save(plan, state, t, rec.elapsed())
+        if plan.callbacks:
+            after = arrays.to_host(native.current)
+            if _notify(plan.callbacks, StepInfo(t - 1, after, loss, norm, lr, row, plan.objective)):
+                sync_state()
+                return t, True
     sync_state()
     return t, False

@@ -58,6 +58,11 @@ class _HostArrays:
     def write(a, values) -> None:
         np.copyto(a, values, casting="unsafe")
 
+    @staticmethod
+    def piece(a, offset: int, shape: tuple):
+        """Elements offset .. of flat buffer ``a`` as an array of ``shape`` (a view: no copy)."""
+        return a[offset:offset + int(np.prod(shape, dtype=np.int64))].reshape(shape)
+
 
 class _CudaArrays:
     """CUDA device buffers (``lsa_native.cuda.DeviceArray``); reading one waits for the device."""
@@ -80,6 +85,11 @@ class _CudaArrays:
     def write(a, values) -> None:
         a.copy_from_host(np.ascontiguousarray(values, dtype=np.dtype(a.dtype)))
 
+    @staticmethod
+    def piece(a, offset: int, shape: tuple):
+        """Elements offset .. of flat buffer ``a`` as a CUDA array of ``shape`` (no copy)."""
+        return _cuda.Piece(a, offset, shape)
+
 
 HOST, CUDA = _HostArrays(), _CudaArrays()
 
@@ -91,13 +101,14 @@ def backend(device: str):
 
 class NativeOptimizer:
     """``optimizer``'s steps on θ (host float64 [P], copied in) with buffers of ``arrays``
-    (:data:`HOST` or :data:`CUDA`). ``grad_dtype``: the dtype of :attr:`grad`, the buffer the
+    (:data:`HOST` or :data:`CUDA`). ``status``: 3 float64 values in the backend's memory for the
+    status record, holding (NaN, OK, −1) (default: a buffer of its own). ``grad_dtype``: the dtype of :attr:`grad`, the buffer the
     objective writes each step's gradient into (the model's dtype: read as double). ``model``:
     also keep θ in ``grad_dtype`` (:attr:`model`, written by each step) for a model computing in
     float32. ``opt_state``: a host state dict of ``optimizer.init``'s form to resume from."""
 
     def __init__(self, optimizer: Optimizer, theta, arrays=HOST, *, grad_dtype=np.float64,
-                 model: bool = False, opt_state: dict | None = None):
+                 model: bool = False, opt_state: dict | None = None, status=None):
         if not isinstance(optimizer, (SGD, Adam)):
             raise TypeError(f"optimizer: the native step runs SGD, Adam and AdamW, got "
                             f"{type(optimizer).__name__}")
@@ -116,7 +127,9 @@ class NativeOptimizer:
         self.grad = arrays.array(np.zeros(theta.size), self.grad_dtype)
         self.model = arrays.array(theta, self.grad_dtype) if model else None
         self.state = {k: arrays.array(v) for k, v in host_state.items() if k != "t"}
-        self.status_buffer = arrays.array([math.nan, OK, -1.0])
+        # The status record: its own buffer, or 3 doubles of the caller's (``status``, e.g. the
+        # head of a readout buffer that also holds the losses: one copy reads both back).
+        self.status_buffer = arrays.array([math.nan, OK, -1.0]) if status is None else status
         self.steps_taken = 0  # by this object: step k reads θ buffer k % 2
         self._scalars = self._constant_scalars()
         address = arrays.address
