@@ -157,9 +157,9 @@ void bind_kernel_attention(py::module_& m) {
                         v = site.operand(V, "V"), b = site.operand(Bq, "B"),
                         c = site.operand(Ck, "C");
         const ActivationChoice acts = activation_choice(activation, "activation");
-        const auto g = output_tuple(grads, "out", {"d_V", "d_B", "d_C"});
-        ArrayView dv = site.output(g[0], "d_V"), db = site.output(g[1], "d_B"),
-                  dc = site.output(g[2], "d_C"),
+        const auto outs = output_tuple(grads, "out", {"d_V", "d_B", "d_C"});
+        ArrayView dv = site.output(outs[0], "d_V"), db = site.output(outs[1], "d_B"),
+                  dc = site.output(outs[2], "d_C"),
                   dz0 = site.output(py::none(), "d_Z0", input_grad),
                   pr = site.output(py::none(), "predictions", return_predictions),
                   l = site.output(loss_out, "loss", false);

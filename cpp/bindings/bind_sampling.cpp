@@ -174,6 +174,28 @@ void bind_dtype(py::module_& m) {
       py::arg("y_q").noconvert() = py::none(), py::arg("X").noconvert() = py::none(),
       py::arg("y").noconvert() = py::none(), py::arg("w").noconvert() = py::none(),
       py::arg("x_q").noconvert() = py::none(), py::arg("lam").noconvert() = py::none());
+}
+
+// The fused sampled step on array views (one binding for both dtypes: W_pv's picks T).
+template <class T>
+double fused_step(const LinearPromptSpec& s, index_t batch, std::uint32_t step, FusedMethod fm,
+                  const py::object& W_pv, const py::object& W_kq, const py::object& d_W_pv,
+                  const py::object& d_W_kq, Device dev, const py::object& loss) {
+  const index_t r = s.dim + 1;
+  py::list keep;  // the parameters and outputs: host or (device='cuda') CUDA arrays
+  const ArrayView pv = fused_operand<T>(W_pv, "W_pv", {r, r}, dev, false, keep),
+                  kq = fused_operand<T>(W_kq, "W_kq", {r, r}, dev, false, keep),
+                  dpv = fused_operand<T>(d_W_pv, "d_W_pv", {r, r}, dev, true, keep),
+                  dkq = fused_operand<T>(d_W_kq, "d_W_kq", {r, r}, dev, true, keep);
+  double* loss_out = nullptr;
+  if (!loss.is_none())
+    loss_out = fused_operand<double>(loss, "loss", {1}, dev, true, keep).as<double>();
+  py::gil_scoped_release release;
+  return linear_prompts_lsa_loss_and_grad(s, batch, step, fm, pv.as<const T>(), kq.as<const T>(),
+                                          dpv.as<T>(), dkq.as<T>(), dev, loss_out);
+}
+
+void bind_fused_step(py::module_& m) {
   m.def(
       "linear_prompts_lsa_loss_and_grad",
       [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const std::string& method,
@@ -187,26 +209,18 @@ void bind_dtype(py::module_& m) {
         if (device != "cpu" && device != "cuda")
           throw Error("device: expected 'cpu' or 'cuda', got '" + device + "'");
         const Device dev = device == "cuda" ? Device::cuda : Device::cpu;
-        const index_t r = s.dim + 1;
-        py::list keep;  // the parameters and outputs: host or (device='cuda') CUDA arrays
-        const ArrayView pv = fused_operand<T>(W_pv, "W_pv", {r, r}, dev, false, keep),
-                        kq = fused_operand<T>(W_kq, "W_kq", {r, r}, dev, false, keep),
-                        dpv = fused_operand<T>(d_W_pv, "d_W_pv", {r, r}, dev, true, keep),
-                        dkq = fused_operand<T>(d_W_kq, "d_W_kq", {r, r}, dev, true, keep);
-        double* loss_out = nullptr;
-        if (!loss.is_none())
-          loss_out = fused_operand<double>(loss, "loss", {1}, dev, true, keep).as<double>();
-        py::gil_scoped_release release;
-        return linear_prompts_lsa_loss_and_grad(s, batch, step, fm, pv.as<const T>(),
-                                                kq.as<const T>(), dpv.as<T>(), dkq.as<T>(), dev,
-                                                loss_out);
+        py::list keep;
+        const bool single = array_view(W_pv, "W_pv", keep).dtype == DType::float32;
+        return single ? fused_step<float>(s, batch, step, fm, W_pv, W_kq, d_W_pv, d_W_kq, dev, loss)
+                      : fused_step<double>(s, batch, step, fm, W_pv, W_kq, d_W_pv, d_W_kq, dev, loss);
       },
       py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("method"), py::arg("W_pv"),
       py::arg("W_kq"), py::arg("d_W_pv"), py::arg("d_W_kq"), py::arg("device") = "cpu",
       py::arg("loss") = py::none(),
       "The fused sampled LSA step: (loss, d_W_pv, d_W_kq written in place). W_pv, W_kq and the "
-      "outputs: C-contiguous arrays of the dtype, host arrays or (device='cuda') CUDA arrays; "
-      "loss: float64 [1] (written there, NaN returned: on the GPU nothing waits).");
+      "outputs: C-contiguous arrays of one dtype (float32 or float64), host arrays or "
+      "(device='cuda') CUDA arrays; loss: float64 [1] (written there, NaN returned: on the GPU "
+      "nothing waits).");
 }
 
 }  // namespace
@@ -230,6 +244,7 @@ void bind_sampling(py::module_& m) {
       "Philox4x32-10 words of counters [n, 4] under key = (low, high) words of the 64-bit seed.");
   bind_dtype<float>(m);
   bind_dtype<double>(m);
+  bind_fused_step(m);
   m.attr("COVARIANCE_LAWS") = covariance_law_parameters();
 }
 

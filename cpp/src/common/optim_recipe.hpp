@@ -16,7 +16,8 @@
 // (lane j adds i = j, j + kNormLanes, … in order), then halving pairwise (p_j += p_{j+s}).
 //
 // Divergence without a host round trip: the step reads and writes a small status record. A step
-// whose gradient norm is not finite leaves θ alone and records kBadGradient; a step whose result
+// whose gradient norm (or given loss) is not finite leaves θ alone and records kBadGradient
+// (kBadLoss); a step whose result
 // is not finite records kBadParameters (θ_out then holds it; θ_in, the last finite parameters, is
 // untouched when θ_out is another buffer); a step that finds a failure already recorded does
 // nothing, so the parameters of the first failure survive until the host reads the record.
@@ -96,6 +97,9 @@ LSA_HD double update_element(const Step& s, const State& st, index_t i, double t
 }
 
 LSA_HD bool finite(double x) { return x - x == 0; }  // false for NaN and ±inf
+
+// The step's loss (OptimizerState::loss) is given and not finite: the step records kBadLoss.
+LSA_HD bool loss_fails(const State& st) { return st.loss != nullptr && !finite(*st.loss); }
 
 }  // namespace lsa_native::optim
 

@@ -34,6 +34,11 @@ template <class T>
 void step_cpu(const OptimizerStep& s, index_t n, const double* theta_in, double* theta_out,
               const T* grad, const OptimizerState& st, double norm, double* status, T* model_copy) {
   if (status[optim::kStatusCode] != optim::kOk) return;  // a failure waits for the host
+  if (optim::loss_fails(st)) {
+    status[optim::kStatusCode] = optim::kBadLoss;
+    status[optim::kStatusStep] = s.step_index;
+    return;
+  }
   if (norm < 0) norm = gradient_norm(grad, n);
   status[optim::kStatusNorm] = norm;
   if (!optim::finite(norm)) {

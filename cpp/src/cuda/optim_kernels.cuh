@@ -34,6 +34,13 @@ optimizer_step_kernel(OptimizerStep s, index_t n, const double* theta_in, double
   LSA_STATIC_SHARED(double, p, optim::kNormLanes);
   const int lane = int(threadIdx.x);
   if (status[optim::kStatusCode] != optim::kOk) return;  // the same value for every thread
+  if (optim::loss_fails(st)) {  // the same value for every thread too
+    if (lane == 0) {
+      status[optim::kStatusCode] = optim::kBadLoss;
+      status[optim::kStatusStep] = s.step_index;
+    }
+    return;
+  }
   auto add = [](double a, double b) { return a + b; };
   if (norm < 0) {
     p[lane] = optim::norm_partial(grad, n, lane);

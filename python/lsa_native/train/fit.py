@@ -727,9 +727,10 @@ def _run_device_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
     the optimizer state and each step's loss stay in device memory (``device_step`` writes the
     loss into a slot of a readout buffer whose head is the optimizer's status record), and the
     held-out loss is computed there too. The host reads the readout buffer back — one copy — only
-    at a record, a checkpoint, a callback, the end, or when a span of losses fills; the first
-    non-finite loss or recorded optimizer failure since the last readback is raised as
-    :class:`TrainingDiverged` at its step."""
+    at a record, a checkpoint, a callback, the end, or when a span of losses fills. The optimizer
+    step reads the step's loss too: a non-finite loss, gradient or update stops the optimizer
+    there (θ of that step kept), and the readback raises it as :class:`TrainingDiverged` at its
+    step, the same error as the host loop's."""
     dtype = device_step.dtype
     first, t = state.step, state.step
     span = max(1, min(_SPAN, plan.steps - first))
@@ -750,22 +751,17 @@ def _run_device_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
         values = arrays.to_host(readout)
         norm, code, bad = float(values[0]), int(values[1]), int(values[2])
         losses = values[_READOUT_HEAD:_READOUT_HEAD + t_now - since]
-        nonfinite = np.flatnonzero(~np.isfinite(losses))
-        at = since + int(nonfinite[0]) if nonfinite.size else None
-        if code != native_optim.OK and (at is None or bad < at):
-            before = arrays.to_host(native.theta_read_at(bad - first))
-            if code == native_optim.BAD_GRADIENT:
-                raise guard.error(bad, "non-finite gradient", before, guard._lr_into(bad))
-            raise guard.error(bad, "the update gave non-finite parameters", before,
-                              plan.optimizer.learning_rate(bad))
-        if at is not None:
-            # θ_at survives on the device when the optimizer stopped there (a non-finite gradient
-            # comes with it); else the loop kept only the parameters it holds now.
-            theta = native.theta_read_at(bad - first) if code != native_optim.OK and bad == at \
-                else native.current
-            raise guard.error(at, f"non-finite loss ({float(losses[at - since])!r})",
-                              arrays.to_host(theta), guard._lr_into(at))
-        return values, losses, norm
+        if code == native_optim.OK:
+            return values, losses, norm
+        # The optimizer stopped at step `bad` (a step after it does nothing): θ_bad survives.
+        before = arrays.to_host(native.theta_read_at(bad - first))
+        if code == native_optim.BAD_LOSS:
+            loss = float(values[_READOUT_HEAD + bad - since])
+            raise guard.error(bad, f"non-finite loss ({loss!r})", before, guard._lr_into(bad))
+        if code == native_optim.BAD_GRADIENT:
+            raise guard.error(bad, "non-finite gradient", before, guard._lr_into(bad))
+        raise guard.error(bad, "the update gave non-finite parameters", before,
+                          plan.optimizer.learning_rate(bad))
 
     def sync_state():
         state.theta, state.opt_state = native.host_state()
@@ -776,7 +772,7 @@ def _run_device_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
         record = rec.due(t)
         if record and evaluate is not None and rec.evaluates(t):
             evaluate(model() if evaluate.dtype == dtype else theta_t, eval_slot)
-        lr = native.step(t)
+        lr = native.step(t, loss=slots[t - since])
         t += 1
         if bar is not None:
             bar.update(1)

@@ -29,11 +29,11 @@ from .. import _core
 from .. import cuda as _cuda
 from .optim import SGD, Adam, AdamW, Optimizer
 
-__all__ = ["NativeOptimizer", "HOST", "CUDA", "BAD_GRADIENT", "BAD_PARAMETERS"]
+__all__ = ["NativeOptimizer", "HOST", "CUDA", "BAD_GRADIENT", "BAD_PARAMETERS", "BAD_LOSS"]
 
 _FIELD = {name: i for i, name in enumerate(_core.optimizer_step_fields)}
 _RULES = {"sgd": 0, "adam": 1, "adamw": 2}
-OK, BAD_GRADIENT, BAD_PARAMETERS = 0, 1, 2  # the status codes of common/optim_recipe.hpp
+OK, BAD_GRADIENT, BAD_PARAMETERS, BAD_LOSS = 0, 1, 2, 3  # the status codes of optim.hpp
 _STATE_KEYS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer")
 
 
@@ -164,9 +164,11 @@ class NativeOptimizer:
         """θ_t: the buffer the next step reads."""
         return self.theta[self.steps_taken % 2]
 
-    def step(self, step_index: int, norm: float | None = None) -> float:
+    def step(self, step_index: int, norm: float | None = None, loss=None) -> float:
         """One step θ_t → θ_{t+1} from :attr:`grad` (queued on the device: nothing waits);
-        ``norm``: ‖grad‖₂ when the caller has it (else computed natively). Returns η_t."""
+        ``norm``: ‖grad‖₂ when the caller has it (else computed natively); ``loss``: a float64
+        [1] buffer of the backend holding the step's loss (a non-finite one records BAD_LOSS and
+        leaves θ alone, like a non-finite gradient). Returns η_t."""
         opt, s, t = self.optimizer, self._scalars, self.t + 1
         lr = opt.learning_rate(self.t)
         s[_FIELD["lr"]] = lr
@@ -181,7 +183,8 @@ class NativeOptimizer:
         k = self.steps_taken % 2
         _core.optimizer_step(s.ctypes.data, self._n, self._theta_ptr[k], self._theta_ptr[1 - k],
                              *self._args, -1.0 if norm is None else float(norm), self._status_ptr,
-                             self._model_ptr, self.grad_dtype.name, self.arrays.device)
+                             self._model_ptr, self.grad_dtype.name, self.arrays.device,
+                             0 if loss is None else self.arrays.address(loss))
         self.t, self.steps_taken = t, self.steps_taken + 1
         return lr
 
