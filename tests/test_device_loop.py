@@ -369,3 +369,96 @@ def test_native_step_refuses_a_non_finite_loss(rng):
     norm, code, step = native.status()
     assert (code, step) == (native_optim.BAD_LOSS, 1)
     np.testing.assert_array_equal(native.theta_read_at(1), kept)
+
+
+# ---- bad input: arrays of one call on two devices ------------------------------------------------
+
+import ctypes  # noqa: E402
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+_CAPSULE_NAME = b"dltensor"
+_new_capsule = ctypes.pythonapi.PyCapsule_New
+_new_capsule.restype, _new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
+                                                                 ctypes.c_void_p]
+
+
+class OnCudaDevice:
+    """Host memory exported through DLPack as an array of CUDA device ``device_id`` (parsed by the
+    array adapter, never launched on: the device checks come first)."""
+
+    def __init__(self, a, device_id):
+        self.a = np.ascontiguousarray(a, dtype=np.float64)
+        self.device_id = device_id
+        self._shape = (ctypes.c_int64 * self.a.ndim)(*self.a.shape)
+
+    def __dlpack_device__(self):
+        return (2, self.device_id)
+
+    def __dlpack__(self, stream=None):
+        managed = _DLManagedTensor()
+        managed.dl_tensor = _DLTensor(self.a.ctypes.data, _DLDevice(2, self.device_id), self.a.ndim,
+                                      _DLDataType(2, 64, 1), self._shape, None, 0)
+        self._managed = managed  # alive while self is (the adapter reads it during the call)
+        return _new_capsule(ctypes.addressof(managed), _CAPSULE_NAME, None)
+
+
+def test_arrays_of_one_call_on_two_devices_are_refused_by_name(rng):
+    E = rng.standard_normal((4, 3, 5))
+    y, W = rng.standard_normal(4), 0.1 * rng.standard_normal((2, 3, 3))
+    on0, on1 = (lambda a: OnCudaDevice(a, 0)), (lambda a: OnCudaDevice(a, 1))
+    with pytest.raises(ValueError, match="W_pv: on CUDA device 1, but E is on CUDA device 0"):
+        lsa.loss_and_grad(on0(E), on0(y), on1(W[0]), on0(W[1]))
+    with pytest.raises(ValueError, match="loss: on CUDA device 1, but E is on CUDA device 0"):
+        lsa.loss_and_grad(on0(E), on0(y), on0(W[0]), on0(W[1]), loss=on1(np.zeros(1)))
+    with pytest.raises(ValueError, match="d_C: on CUDA device 1, but Z0 is on CUDA device 0"):
+        V = np.zeros((1, 1, 3, 3))
+        B = np.zeros((1, 1, 2, 2))
+        ka.loss_and_grad(on0(E), on0(y), on0(V), on0(B), on0(B), "softmax",
+                         out=(None, None, on1(np.zeros((1, 1, 2, 2)))))
+    with pytest.raises(ValueError, match="device='cpu' but W_kq is a CUDA array"):
+        lsa.loss_and_grad(E, y, W[0], on0(W[1]), device="cpu")
+
+
+@pytest.mark.skipif(cuda.available(), reason="a GPU is visible")
+def test_device_objectives_without_a_gpu_name_the_cause(rng):
+    """device='cuda' without a GPU (or CUDA kernels): the objective or its first step says which."""
+    why = "no CUDA device" if cuda.compiled() else "no CUDA kernels"
+    make_objective, make_data, _ = _lsa(2)
+    with pytest.raises(ValueError, match=why):
+        train.fit(make_objective("cuda"), "adam", data=make_data(), steps=2, progress=False)
+    params, _ = _ka_problem(2)
+    with pytest.raises(ValueError, match=r"device: 'cuda' needs .*cuda.available\(\) = False"):
+        train.KernelAttentionObjective(params, device="cuda")
+
+
+@pytest.mark.cuda
+@gpu
+def test_gpu_out_of_memory_is_a_memory_error_and_the_process_stays_usable(rng):
+    """A batch no GPU holds: MemoryError naming the size and the ways out; the next call works."""
+    params, spec = _ka_problem(3)
+    objective = train.KernelAttentionObjective(params, device="cuda")
+    with pytest.raises(MemoryError, match="CUDA out of memory: .* bytes on device"):
+        train.fit(objective, "adam", data=train.Prompts(spec, batch=10**9, dtype=np.float64),
+                  steps=2, progress=False)
+    small = train.fit(objective, "adam", data=train.Prompts(spec, batch=50, dtype=np.float64),
+                      steps=2, progress=False)
+    assert np.isfinite(small.history["loss"]).all()

@@ -15,6 +15,10 @@ namespace lsa_native::cuda {
 
 // Every CUDA runtime call goes through check(): a failure becomes lsa_native::Error naming the call.
 void check(cudaError_t status, const char* what);
+// DeviceMemoryError (MemoryError in Python) for a failed allocation of `bytes` on `device`, naming
+// `what`, the free memory and the ways out; the error is cleared first (the process stays usable).
+[[noreturn]] void throw_out_of_memory(cudaError_t status, std::size_t bytes, int device,
+                                      const char* what);
 #define LSA_CUDA_CHECK(call) ::lsa_native::cuda::check((call), #call)
 
 // The device owning p when the kernels can address it in place (device or managed memory), else -1.
