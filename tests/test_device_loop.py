@@ -173,41 +173,59 @@ def _ka_problem(seed, dtype=np.float64):
     return params, spec
 
 
-def test_kernel_attention_device_step_equals_the_host_step(rng, emulated, monkeypatch):
-    """Full V: V, B, C are pieces of the device θ buffer, dV, dB, dC pieces of the gradient
-    buffer; the loop equals the host-θ loop bit for bit (prompts of the CPU sampler, presented as
-    device arrays)."""
+def _ka_device_run(rng, monkeypatch, emulated_reads, params, hold_A_zero=False, optimizer=None,
+                   **kw):
+    """fit of kernel attention on the emulated device (prompts of the CPU sampler presented as
+    device arrays), and the same fit with host θ for the model calls."""
     seed = int(rng.integers(2**31))
-    params, spec = _ka_problem(seed)
+    spec = sampling.KernelGPPrompts(3, 6, kernel="exp", seed=seed)
     monkeypatch.setattr(cuda, "available", lambda: True)
-    objective = train.KernelAttentionObjective(params, device="cuda")
+    objective = train.KernelAttentionObjective(params, device="cuda", hold_A_zero=hold_A_zero)
 
     def batch_on_device(step, data):
         b = data.at(step)
         return HostBackedCudaArray(b.E), HostBackedCudaArray(b.y_q)
 
     monkeypatch.setattr(objective, "_batch_on_device", batch_on_device)
-    source = lambda: train.Prompts(spec, batch=13, dtype=np.float64)  # noqa: E731
     held = train.heldout(sampling.KernelGPPrompts(3, 6, kernel="exp", seed=seed + 1), batch=9,
                          dtype=np.float64)
-    run = lambda: train.fit(objective, train.Adam(lr=0.01), data=source(), eval_data=held,  # noqa: E731
-                            steps=7, record_every=2, progress=False)
+    run = lambda: train.fit(objective, optimizer or train.Adam(lr=0.01),  # noqa: E731
+                            data=train.Prompts(spec, batch=13, dtype=np.float64), eval_data=held,
+                            progress=False, **kw)
     device = run()
-    reads = emulated.reads
+    device_reads = emulated_reads()
+    with monkeypatch.context() as m:
+        m.setattr(fit_module, "_device_step", lambda plan, arrays: None)
+        host_theta = run()
+    return device, host_theta, device_reads
+
+
+def test_kernel_attention_device_step_equals_the_host_step(rng, emulated, monkeypatch):
+    """Full V: V, B, C are pieces of the device θ buffer, dV, dB, dC pieces of the gradient
+    buffer; the loop equals the host-θ loop bit for bit."""
+    params, _ = _ka_problem(int(rng.integers(2**31)))
+    device, host_theta, reads = _ka_device_run(rng, monkeypatch, lambda: emulated.reads, params,
+                                               steps=7, record_every=2)
     assert reads == len(range(0, 7, 2)) + 3
-    monkeypatch.setattr(fit_module, "_device_step", lambda plan, arrays: None)
-    _assert_same_run(device, run(), eval_exact=False)
+    _assert_same_run(device, host_theta, eval_exact=False)
 
 
-def test_sparse_kernel_attention_keeps_the_host_theta_step(emulated, monkeypatch):
-    """Sparse V: θ is not a concatenation of the kernel's operands, so no device step (the loop
-    with host θ for the model runs)."""
-    params, _ = _ka_problem(1)
+@pytest.mark.parametrize("hold_A_zero", [False, True])
+def test_sparse_kernel_attention_trains_through_the_mask(rng, emulated, monkeypatch, hold_A_zero):
+    """Sparse V = [[A, 0], [0, r]] (A free or held at 0): the device buffer is [V | B | C] with θ's
+    entries at their positions; the optimizer's mask keeps the other entries at 0. Without
+    clipping the update is per element, so θ and the losses are the host-θ loop's bits (the norm,
+    over the full buffer, is summed in another order: equal to rounding), and so are checkpoints."""
+    params, _ = _ka_problem(int(rng.integers(2**31)))
     sparse = ka.KernelAttentionParams(B=params.B, C=params.C, activations=["softmax"],
-                                      A=np.zeros((2, 1, 3, 3)), r=np.ones((2, 1)))
-    monkeypatch.setattr(cuda, "available", lambda: True)
-    objective = train.KernelAttentionObjective(sparse, device="cuda")
-    assert objective.bind_device(None, emulated) is None
+                                      A=0.1 * rng.standard_normal((2, 1, 3, 3)),
+                                      r=rng.uniform(0.5, 1.0, (2, 1)))
+    device, host_theta, _ = _ka_device_run(rng, monkeypatch, lambda: emulated.reads, sparse,
+                                           hold_A_zero=hold_A_zero,
+                                        optimizer=train.AdamW(lr=0.01, weight_decay=0.1),
+                                        steps=6, record_every=3)
+    _assert_same_run(device, host_theta, norms_exact=False, eval_exact=False)
+    assert device.theta.size == (2 + 18 + 18 if hold_A_zero else 18 + 2 + 18 + 18)
     assert train.LSAObjective(np.eye(4), np.eye(4), device="cpu").bind_device(None, emulated) is None
 
 

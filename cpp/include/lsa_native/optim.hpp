@@ -46,6 +46,10 @@ struct OptimizerState {
   // The loss of the step (one double where the step runs; may be null): when it is not finite the
   // step leaves θ alone and records kBadLoss (a training loop whose losses stay on the device).
   const double* loss = nullptr;
+  // Which entries are parameters (n doubles, 0 or 1; null: all): a 0 entry's gradient is read as
+  // 0 (left out of the norm and the update), so a flat buffer may hold fixed entries among the
+  // parameters (a sparse V's zeros in the [V | B | C] buffer the model reads).
+  const double* mask = nullptr;
 };
 
 // θ_out = step(θ_in, grad) for n parameters, the state advanced in place. `norm` >= 0: the

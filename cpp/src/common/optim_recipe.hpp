@@ -37,6 +37,14 @@ constexpr double kClipEps = 1e-6;  // torch.nn.utils.clip_grad_norm_ adds it to 
 using Step = OptimizerStep;
 using State = OptimizerState;
 
+// g[i] as the norm reads it: 0 where the mask (OptimizerState::mask) holds 0 — entries of the
+// device buffer that are not parameters (a sparse V's fixed zeros) take no part in the norm, and
+// step_element leaves them as they are.
+template <class T>
+LSA_HD T grad_at(const State& st, const T* grad, index_t i) {
+  return st.mask == nullptr || st.mask[i] != 0 ? grad[i] : T(0);
+}
+
 template <class T>
 LSA_HD double square_of(T g) {
   const double x = static_cast<double>(g);
@@ -45,9 +53,9 @@ LSA_HD double square_of(T g) {
 
 // Partial sum of lane `lane` (strided, in index order).
 template <class T>
-LSA_HD double norm_partial(const T* grad, index_t n, int lane) {
+LSA_HD double norm_partial(const State& st, const T* grad, index_t n, int lane) {
   double s = 0;
-  for (index_t i = lane; i < n; i += kNormLanes) s += square_of(grad[i]);
+  for (index_t i = lane; i < n; i += kNormLanes) s += square_of(grad_at(st, grad, i));
   return s;
 }
 
@@ -96,6 +104,15 @@ LSA_HD double update_element(const Step& s, const State& st, index_t i, double t
   return theta - s.lr * m_hat / (std::sqrt(v_hat) + s.eps);
 }
 
+// θ_{t+1}[i]: update_element for a parameter; an entry the mask leaves out keeps its value (and
+// its state).
+template <class T>
+LSA_HD double step_element(const Step& s, const State& st, index_t i, double theta, const T* grad,
+                           double coef) {
+  if (st.mask != nullptr && st.mask[i] == 0) return theta;
+  return update_element(s, st, i, theta, grad[i], coef);
+}
+
 LSA_HD bool finite(double x) { return x - x == 0; }  // false for NaN and ±inf
 
 // The step's loss (OptimizerState::loss) is given and not finite: the step records kBadLoss.
@@ -114,10 +131,10 @@ LSA_HD void halving_sum(double* p) {
 
 // Lane partial of the rescaled sum Σ (g_i/big)² (the fallback when Σ g_i² overflows).
 template <class T>
-LSA_HD double scaled_partial(const T* grad, index_t n, int lane, double big) {
+LSA_HD double scaled_partial(const State& st, const T* grad, index_t n, int lane, double big) {
   double s = 0;
   for (index_t i = lane; i < n; i += kNormLanes) {
-    const double x = static_cast<double>(grad[i]) / big;
+    const double x = static_cast<double>(grad_at(st, grad, i)) / big;
     s += x * x;
   }
   return s;
@@ -125,10 +142,10 @@ LSA_HD double scaled_partial(const T* grad, index_t n, int lane, double big) {
 
 // Lane partial of max |g_i| (NaN propagates).
 template <class T>
-LSA_HD double abs_max_partial(const T* grad, index_t n, int lane) {
+LSA_HD double abs_max_partial(const State& st, const T* grad, index_t n, int lane) {
   double m = 0;
   for (index_t i = lane; i < n; i += kNormLanes)
-    m = max_propagating_nan(m, std::fabs(static_cast<double>(grad[i])));
+    m = max_propagating_nan(m, std::fabs(static_cast<double>(grad_at(st, grad, i))));
   return m;
 }
 

@@ -731,14 +731,16 @@ def _run_device_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
     step reads the step's loss too: a non-finite loss, gradient or update stops the optimizer
     there (θ of that step kept), and the readback raises it as :class:`TrainingDiverged` at its
     step, the same error as the host loop's."""
-    dtype = device_step.dtype
+    dtype, layout = device_step.dtype, _Layout(device_step, state.theta.size)
     first, t = state.step, state.step
     span = max(1, min(_SPAN, plan.steps - first))
     readout = arrays.array(np.concatenate([[math.nan, native_optim.OK, -1.0, math.nan],
                                            np.full(span, math.nan)]))
-    native = native_optim.NativeOptimizer(plan.optimizer, state.theta, arrays, grad_dtype=dtype,
-                                          model=dtype != _F64, opt_state=state.opt_state,
-                                          status=arrays.piece(readout, 0, (3,)))
+    native = native_optim.NativeOptimizer(plan.optimizer, layout.scatter(state.theta), arrays,
+                                          grad_dtype=dtype, model=dtype != _F64,
+                                          opt_state=layout.scatter_state(state.opt_state),
+                                          status=arrays.piece(readout, 0, (3,)), mask=layout.mask)
+    theta_of = lambda buffer: layout.gather(arrays.to_host(buffer))  # noqa: E731
     slots = [arrays.piece(readout, _READOUT_HEAD + i, (1,)) for i in range(span)]
     eval_slot = arrays.piece(readout, 3, (1,))
     evaluate = _device_evaluation(plan, arrays, dtype)
@@ -754,7 +756,7 @@ def _run_device_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
         if code == native_optim.OK:
             return values, losses, norm
         # The optimizer stopped at step `bad` (a step after it does nothing): θ_bad survives.
-        before = arrays.to_host(native.theta_read_at(bad - first))
+        before = theta_of(native.theta_read_at(bad - first))
         if code == native_optim.BAD_LOSS:
             loss = float(values[_READOUT_HEAD + bad - since])
             raise guard.error(bad, f"non-finite loss ({loss!r})", before, guard._lr_into(bad))
@@ -764,7 +766,8 @@ def _run_device_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
                           plan.optimizer.learning_rate(bad))
 
     def sync_state():
-        state.theta, state.opt_state = native.host_state()
+        theta, opt_state = native.host_state()
+        state.theta, state.opt_state = layout.gather(theta), layout.gather_state(opt_state)
 
     while t < plan.steps:
         theta_t = native.current
@@ -785,15 +788,44 @@ def _run_device_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
         row = None
         if record:  # the record of step t − 1 describes θ_{t−1}, its input
             eval_loss = float(values[3]) if evaluate is not None and rec.evaluates(t - 1) else None
-            row = rec.write(t - 1, lambda: arrays.to_host(theta_t), loss, norm, lr,
-                            eval_loss=eval_loss)
+            row = rec.write(t - 1, lambda: theta_of(theta_t), loss, norm, lr, eval_loss=eval_loss)
         if save:
             sync_state()
             _save(plan, state, t, rec.elapsed())
         if plan.callbacks:
-            after = arrays.to_host(native.current)
+            after = theta_of(native.current)
             if _notify(plan.callbacks, StepInfo(t - 1, after, loss, norm, lr, row, plan.objective)):
                 sync_state()
                 return t, True
     sync_state()
     return t, False
+
+
+class _Layout:
+    """Where θ's entries sit in the flat buffer the device step reads (``device_step.positions``
+    into a buffer of ``device_step.size``; absent: θ itself): the other entries are fixed zeros
+    (a sparse V's), masked out of the optimizer. Checkpoints and records keep θ's own order."""
+
+    def __init__(self, device_step, size: int):
+        self.positions = getattr(device_step, "positions", None)
+        self.size = getattr(device_step, "size", size)
+        self.mask = None
+        if self.positions is not None:
+            self.mask = np.zeros(self.size)
+            self.mask[self.positions] = 1.0
+
+    def scatter(self, values):
+        if self.positions is None:
+            return values
+        full = np.zeros(self.size)
+        full[self.positions] = values
+        return full
+
+    def gather(self, values):
+        return values if self.positions is None else values[self.positions]
+
+    def scatter_state(self, opt_state: dict) -> dict:
+        return {k: v if k == "t" else self.scatter(v) for k, v in opt_state.items()}
+
+    def gather_state(self, opt_state: dict) -> dict:
+        return {k: v if k == "t" else self.gather(v) for k, v in opt_state.items()}

@@ -465,25 +465,27 @@ class KernelAttentionObjective(Objective):
     def bind_device(self, data, arrays):
         """The step on device buffers for ``fit``'s device loop (see
         :meth:`LSAObjective.bind_device`): the prompts sampled on the GPU, V, B, C read as pieces
-        of the flat θ buffer and dV, dB, dC written as pieces of the gradient buffer. Full V only:
-        with the sparse V = [[A, 0], [0, r]] θ is not a concatenation of the kernel's operands (a
-        device gather/scatter is not built yet), so None (``fit`` runs the step on host θ)."""
-        if self.device != "cuda" or self.template.sparse:
+        of the flat θ buffer and dV, dB, dC written as pieces of the gradient buffer. With the
+        sparse V = [[A, 0], [0, r]] (A held at 0 or not) the device buffer is [V | B | C] and θ's
+        entries sit at ``step.positions`` in it (``step.size`` entries): the optimizer masks the
+        rest (fixed zeros)."""
+        if self.device != "cuda":
             return None
-        pieces, activations = _Pieces(arrays, self._shapes()), list(self.template.activations)
+        shapes = self._shapes()
+        pieces, activations = _Pieces(arrays, shapes), list(self.template.activations)
 
         def step(model, t, grad, loss):
             Z0, y_q = self._batch_on_device(t, data)
             ka.loss_and_grad(Z0, y_q, *pieces(model), activations, out=pieces(grad), loss=loss)
 
         step.dtype = np.dtype(self.dtype if self.dtype is not None else data.dtype)
+        if self.template.sparse:
+            step.positions, step.size = self._positions(), sum(int(np.prod(s)) for s in shapes)
         return step
 
     def device_evaluation(self, batch, arrays):
-        """The held-out loss on the device (full V only; None otherwise), in :meth:`evaluate`'s
-        dtype."""
-        if self.template.sparse:
-            return None
+        """The held-out loss on the device for a θ buffer laid out as :meth:`bind_device`'s, in
+        :meth:`evaluate`'s dtype."""
         activations = list(self.template.activations)
         return _device_evaluation(
             arrays, batch, self.dtype or batch.E.dtype, self._shapes(),
