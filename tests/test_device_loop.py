@@ -336,12 +336,15 @@ class CountingCuda:
 @pytest.mark.parametrize("optimizer", [train.Adam(lr=0.02), train.Adam(lr=0.02, clip_norm=0.05)])
 def test_gpu_device_loop_equals_the_host_theta_loop_bitwise(rng, monkeypatch, optimizer):
     """float64 on a GPU, same seed: the device loop and the loop with host θ for the model (the
-    same kernels and fixed-order reductions) give the same bits; the CPU run agrees to rounding."""
+    same kernels and fixed-order reductions) give the same bits (the held-out loss: the host-θ
+    loop's is the CPU's, equal to rounding); the CPU run agrees to rounding."""
     seed = int(rng.integers(2**31))
     problem = _lsa(seed, batch=3000)
     device = _fit(*problem, "cuda", optimizer, steps=30, record_every=5)
     monkeypatch.setattr(fit_module, "_device_step", lambda plan, arrays: None)
-    _assert_same_run(device, _fit(*problem, "cuda", optimizer, steps=30, record_every=5))
+    # (the host-θ loop evaluates the held-out loss on the CPU: equal to rounding)
+    _assert_same_run(device, _fit(*problem, "cuda", optimizer, steps=30, record_every=5),
+                     eval_exact=False)
     cpu = _fit(*problem, "cpu", optimizer, steps=30, record_every=5)
     np.testing.assert_allclose(device.theta, cpu.theta, rtol=1e-9, atol=1e-12)
 
