@@ -107,8 +107,9 @@ void expect_kernel_matches_cpu(int rule, double clip, index_t n, double scale, b
     for (int i = 0; i < 3; ++i)  // NaN norms compare equal here
       EXPECT_TRUE(emu.status[i] == cpu.status[i] ||
                   (std::isnan(emu.status[i]) && std::isnan(cpu.status[i])));
-    if (extras.masked)
+    if (extras.masked) {
       for (index_t i = 0; i < n; i += 3) EXPECT_EQ(cpu.out[i], 0.0) << "masked entry " << i;
+    }
     cpu.theta.swap(cpu.out);
     emu.theta.swap(emu.out);
   }
