@@ -60,6 +60,15 @@ stage synccheck 100 compute-sanitizer --tool synccheck --error-exitcode 3 "$PY" 
 stage memcheck_kgp 100 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_kgp_run.py
 stage memcheck_optim 60 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_optim_run.py
 stage racecheck_optim 60 compute-sanitizer --tool racecheck --error-exitcode 3 "$PY" bench/gpu/sanitize_optim_run.py
+# Issue 18, the device loop (θ, gradients, losses, held-out loss on the GPU; one readback per
+# record): its cuda tests run in test_cuda above (tests/test_device_loop.py); memcheck of the new
+# paths (loss=/out= outputs, pieces of flat buffers, the optimizer's loss slot and mask); the
+# device loop against the host-θ loop with the copies counted, the model-axis question, and a
+# timed paper-size ccs-fig1 cell (B = 30000, 800 steps) with the grid extrapolated.
+stage memcheck_device_loop 120 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_device_loop_run.py
+TAIL=16 stage bench_device_loop 420 "$PY" bench/gpu/bench_device_loop.py --out "$OUT/bench_device_loop.json"
+# The lsa_native.torch host path on CUDA, layer by layer (issue 18's 684 us): which layer costs.
+TAIL=12 stage torch_host_path 90 "$PY" bench/gpu/torch_host_path.py --out "$OUT"
 TAIL=16 stage bench_ccs_training 300 "$PY" bench/gpu/bench_ccs_training.py --out "$OUT/bench_ccs_training.json"
 
 TAIL=8 stage bench_ka 120 "$PY" bench/gpu/bench_ka_cuda.py --out "$OUT/bench_ka_cuda.json"
@@ -95,6 +104,10 @@ echo "=== kernel attention benchmark (d=5 n=30 L=3 H=1; median of CUDA-event tim
 cat "$OUT/bench_ka_cuda.txt" 2>/dev/null || echo "(no kernel-attention benchmark table)"
 echo "=== fused sampled step (steps/s; native CUDA vs a PyTorch CUDA loop)"
 grep "^|" "$OUT/bench_sampled.log" 2>/dev/null || echo "(no sampled-step table)"
+echo "=== device loop (issue 18): steps/s and device->host copies; model axis; paper-size cell"
+grep -E "^\||model axis|cell |grid" "$OUT/bench_device_loop.log" 2>/dev/null || echo "(no device-loop table)"
+echo "=== lsa_native.torch host path on CUDA (us per forward+backward, by layer)"
+grep "^|" "$OUT/torch_host_path.log" 2>/dev/null || echo "(no torch host-path table)"
 echo "=== lsa_native.torch on CUDA tensors (Adam steps/s; native vs pure PyTorch)"
 grep "^|" "$OUT/bench_torch.log" 2>/dev/null || echo "(no torch table)"
 [ "${#failures[@]}" -eq 0 ]

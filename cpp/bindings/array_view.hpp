@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <utility>
 #include <vector>
@@ -198,6 +199,27 @@ inline ArrayView array_view(const py::handle& obj, const char* name, py::list& k
   v.name = name;
   v.present = true;
   return v;
+}
+
+// The gradient outputs a loss binding writes in place, given as one tuple (`out=`): None (all
+// made by the call) or a tuple with one array (or None) per gradient, in the order of `names`.
+inline std::vector<py::object> output_tuple(const py::object& out, const char* name,
+                                            std::initializer_list<const char*> names) {
+  std::vector<py::object> objects(names.size(), py::none());
+  if (out.is_none()) return objects;
+  std::string expected;
+  for (const char* n : names) expected += std::string(expected.empty() ? "" : ", ") + n;
+  if (!py::isinstance<py::tuple>(out) || py::len(out) != names.size())
+    throw ArgumentTypeError(std::string(name) + ": expected a tuple (" + expected +
+                            ") of output arrays (or None entries), got " +
+                            std::string(py::str(py::type::handle_of(out).attr("__name__"))));
+  for (size_t i = 0; i < names.size(); ++i) objects[i] = out.cast<py::tuple>()[i];
+  return objects;
+}
+inline std::pair<py::object, py::object> output_pair(const py::object& out, const char* name,
+                                                     const char* first, const char* second) {
+  auto objects = output_tuple(out, name, {first, second});
+  return {objects[0], objects[1]};
 }
 
 // "auto", "cpu" or "cuda" (the device= keyword of the public functions).

@@ -150,20 +150,23 @@ void bind_kernel_attention(py::module_& m) {
       "kernel_attention_loss_and_grad",
       [](const py::object& Z0, const py::object& y_q, const py::object& V, const py::object& Bq,
          const py::object& Ck, const py::object& activation, bool input_grad,
-         bool return_predictions, const py::object& device) {
+         bool return_predictions, const py::object& device, const py::object& grads,
+         const py::object& loss_out) {
         PyCallSite site;
         const ArrayView z = site.prompts(Z0, "Z0"), y = site.operand(y_q, "y_q"),
                         v = site.operand(V, "V"), b = site.operand(Bq, "B"),
                         c = site.operand(Ck, "C");
         const ActivationChoice acts = activation_choice(activation, "activation");
-        ArrayView dv = site.output(py::none(), "d_V"), db = site.output(py::none(), "d_B"),
-                  dc = site.output(py::none(), "d_C"),
+        const auto outs = output_tuple(grads, "out", {"d_V", "d_B", "d_C"});
+        ArrayView dv = site.output(outs[0], "d_V"), db = site.output(outs[1], "d_B"),
+                  dc = site.output(outs[2], "d_C"),
                   dz0 = site.output(py::none(), "d_Z0", input_grad),
-                  pr = site.output(py::none(), "predictions", return_predictions);
+                  pr = site.output(py::none(), "predictions", return_predictions),
+                  l = site.output(loss_out, "loss", false);
         const double loss = kernel_attention_loss_and_grad(z, y, v, b, c, acts, dv, db, dc, dz0, pr,
-                                                           device_choice(device), site);
+                                                           l, device_choice(device), site);
         py::list out;
-        out.append(loss);
+        out.append(l.present ? site.result(l) : py::object(py::float_(loss)));
         for (const ArrayView* g : {&dv, &db, &dc}) out.append(site.result(*g));
         if (input_grad) out.append(site.result(dz0));
         if (return_predictions) out.append(site.result(pr));
@@ -172,7 +175,10 @@ void bind_kernel_attention(py::module_& m) {
       py::arg("Z0"), py::arg("y_q"), py::arg("V"), py::arg("B"), py::arg("C"),
       py::arg("activation"), py::kw_only(), py::arg("input_grad") = false,
       py::arg("return_predictions") = false, py::arg("device") = "auto",
-      "(loss, dV, dB, dC[, dZ0][, TF_l for every layer]) of kernel_attention_loss_and_grad.");
+      py::arg("out") = py::none(), py::arg("loss") = py::none(),
+      "(loss, dV, dB, dC[, dZ0][, TF_l for every layer]) of kernel_attention_loss_and_grad; "
+      "out=(d_V, d_B, d_C) written in place; loss= a float64 [1] array on Z0's side receiving "
+      "the loss (returned in its place: on the GPU nothing waits).");
 }
 
 }  // namespace lsa_native::bindings

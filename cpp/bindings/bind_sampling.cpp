@@ -3,11 +3,13 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <algorithm>
 #include <optional>
 #include <string>
 
 #include "lsa_native/multihead.hpp"
 #include "lsa_native/sampling.hpp"
+#include "array_view.hpp"
 #include "numpy_views.hpp"
 
 namespace lsa_native::bindings {
@@ -31,6 +33,27 @@ py::dict covariance_law_parameters() {
     out[law.name] = py::tuple(params);
   }
   return out;
+}
+
+// An operand of the fused step as a view: a C-contiguous array of dtype P and `shape`, writeable
+// when `output`; a CUDA array only with device='cuda' (the kernels read it in place).
+template <class P>
+ArrayView fused_operand(const py::object& obj, const char* name, const std::vector<index_t>& shape,
+                        Device device, bool output, py::list& keep) {
+  const ArrayView v = array_view(obj, name, keep);
+  const DType want = sizeof(P) == 4 ? DType::float32 : DType::float64;
+  if (!v.present) throw Error(std::string(name) + ": missing (None)");
+  if (v.dtype != want)
+    throw ArgumentTypeError(std::string(name) + ": expected dtype " +
+                            (sizeof(P) == 4 ? "float32" : "float64") + ", got " + v.dtype_name);
+  const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();  // has no layout
+  if (v.shape != shape || (!empty && v.strides != adapter::contiguous_strides(shape, v.itemsize)))
+    throw Error(std::string(name) + ": expected a C-contiguous array of shape " +
+                shape_string(shape) + ", got " + shape_string(v.shape));
+  if (output && v.readonly) throw Error(std::string(name) + ": must be writeable");
+  if (v.on_cuda() && device != Device::cuda)
+    throw Error(std::string(name) + ": a CUDA array needs device='cuda'");
+  return v;
 }
 
 // A LinearPromptSpec viewing the arrays of `d` (which the caller keeps alive).
@@ -159,54 +182,88 @@ void bind_dtype(py::module_& m) {
       py::arg("y_q").noconvert() = py::none(), py::arg("X").noconvert() = py::none(),
       py::arg("y").noconvert() = py::none(), py::arg("w").noconvert() = py::none(),
       py::arg("x_q").noconvert() = py::none(), py::arg("lam").noconvert() = py::none());
+}
+
+// The fused sampled step on array views (one binding for both dtypes: W_pv's picks T).
+template <class T>
+double fused_step(const LinearPromptSpec& s, index_t batch, std::uint32_t step, FusedMethod fm,
+                  const py::object& W_pv, const py::object& W_kq, const py::object& d_W_pv,
+                  const py::object& d_W_kq, Device dev, const py::object& loss) {
+  const index_t r = s.dim + 1;
+  py::list keep;  // the parameters and outputs: host or (device='cuda') CUDA arrays
+  const ArrayView pv = fused_operand<T>(W_pv, "W_pv", {r, r}, dev, false, keep),
+                  kq = fused_operand<T>(W_kq, "W_kq", {r, r}, dev, false, keep),
+                  dpv = fused_operand<T>(d_W_pv, "d_W_pv", {r, r}, dev, true, keep),
+                  dkq = fused_operand<T>(d_W_kq, "d_W_kq", {r, r}, dev, true, keep);
+  double* loss_out = nullptr;
+  if (!loss.is_none())
+    loss_out = fused_operand<double>(loss, "loss", {1}, dev, true, keep).as<double>();
+  py::gil_scoped_release release;
+  return linear_prompts_lsa_loss_and_grad(s, batch, step, fm, pv.as<const T>(), kq.as<const T>(),
+                                          dpv.as<T>(), dkq.as<T>(), dev, loss_out);
+}
+
+// The fused H-head step on array views (host arrays; W_pv's dtype picks T).
+template <class T>
+double multihead_fused_step(const LinearPromptSpec& s, index_t batch, std::uint32_t step,
+                            FusedMethod fm, index_t H, const py::object& W_pv, const py::object& W_kq,
+                            const py::object& d_W_pv, const py::object& d_W_kq) {
+  const index_t r = s.dim + 1;
+  py::list keep;
+  const Device dev = Device::cpu;
+  const ArrayView pv = fused_operand<T>(W_pv, "W_pv", {H, r, r}, dev, false, keep),
+                  kq = fused_operand<T>(W_kq, "W_kq", {H, r, r}, dev, false, keep),
+                  dpv = fused_operand<T>(d_W_pv, "d_W_pv", {H, r, r}, dev, true, keep),
+                  dkq = fused_operand<T>(d_W_kq, "d_W_kq", {H, r, r}, dev, true, keep);
+  py::gil_scoped_release release;
+  return linear_prompts_multihead_loss_and_grad(s, batch, step, fm, H, pv.as<const T>(),
+                                                kq.as<const T>(), dpv.as<T>(), dkq.as<T>());
+}
+
+void bind_fused_step(py::module_& m) {
   m.def(
       "linear_prompts_lsa_loss_and_grad",
       [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const std::string& method,
-         const CArray<T>& W_pv, const CArray<T>& W_kq, CArray<T> d_W_pv, CArray<T> d_W_kq,
-         const std::string& device) {
+         const py::object& W_pv, const py::object& W_kq, const py::object& d_W_pv,
+         const py::object& d_W_kq, const std::string& device, const py::object& loss) {
         const LinearPromptSpec s = spec_from_dict(spec_dict);
         const FusedMethod fm = fused_method(method);
         if (device != "cpu" && device != "cuda")
           throw Error("device: expected 'cpu' or 'cuda', got '" + device + "'");
         const Device dev = device == "cuda" ? Device::cuda : Device::cpu;
-        const index_t r = s.dim + 1;
-        require_shape(W_pv, {r, r}, "W_pv");
-        require_shape(W_kq, {r, r}, "W_kq");
-        require_shape(d_W_pv, {r, r}, "d_W_pv");
-        require_shape(d_W_kq, {r, r}, "d_W_kq");
-        T* dpv = out_ptr(d_W_pv, "d_W_pv");
-        T* dkq = out_ptr(d_W_kq, "d_W_kq");
-        py::gil_scoped_release release;
-        return linear_prompts_lsa_loss_and_grad(s, batch, step, fm, W_pv.data(), W_kq.data(), dpv, dkq,
-                                                dev);
+        py::list keep;
+        const bool single = array_view(W_pv, "W_pv", keep).dtype == DType::float32;
+        return single ? fused_step<float>(s, batch, step, fm, W_pv, W_kq, d_W_pv, d_W_kq, dev, loss)
+                      : fused_step<double>(s, batch, step, fm, W_pv, W_kq, d_W_pv, d_W_kq, dev, loss);
       },
-      py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("method"),
-      py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(), py::arg("d_W_pv").noconvert(),
-      py::arg("d_W_kq").noconvert(), py::arg("device") = "cpu");
+      py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("method"), py::arg("W_pv"),
+      py::arg("W_kq"), py::arg("d_W_pv"), py::arg("d_W_kq"), py::arg("device") = "cpu",
+      py::arg("loss") = py::none(),
+      "The fused sampled LSA step: (loss, d_W_pv, d_W_kq written in place). W_pv, W_kq and the "
+      "outputs: C-contiguous arrays of one dtype (float32 or float64), host arrays or "
+      "(device='cuda') CUDA arrays; loss: float64 [1] (written there, NaN returned: on the GPU "
+      "nothing waits).");
   m.def(
       "linear_prompts_multihead_loss_and_grad",
       [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const std::string& method,
-         const CArray<T>& W_pv, const CArray<T>& W_kq, CArray<T> d_W_pv, CArray<T> d_W_kq) {
+         const py::object& W_pv, const py::object& W_kq, const py::object& d_W_pv,
+         const py::object& d_W_kq) {
         const LinearPromptSpec s = spec_from_dict(spec_dict);
         const FusedMethod fm = fused_method(method);
-        if (W_pv.ndim() != 3)
-          throw Error("W_pv: expected shape (H, d+1, d+1), got " + shape_string(W_pv));
-        const index_t H = W_pv.shape(0), r = s.dim + 1;
-        require_shape(W_pv, {H, r, r}, "W_pv");
-        require_shape(W_kq, {H, r, r}, "W_kq");
-        require_shape(d_W_pv, {H, r, r}, "d_W_pv");
-        require_shape(d_W_kq, {H, r, r}, "d_W_kq");
-        T* dpv = out_ptr(d_W_pv, "d_W_pv");
-        T* dkq = out_ptr(d_W_kq, "d_W_kq");
-        py::gil_scoped_release release;
-        return linear_prompts_multihead_loss_and_grad(s, batch, step, fm, H, W_pv.data(),
-                                                      W_kq.data(), dpv, dkq);
+        py::list keep;
+        const ArrayView pv = array_view(W_pv, "W_pv", keep);
+        if (pv.shape.size() != 3)
+          throw Error("W_pv: expected shape (H, d+1, d+1), got " + shape_string(pv.shape));
+        return pv.dtype == DType::float32
+                   ? multihead_fused_step<float>(s, batch, step, fm, pv.shape[0], W_pv, W_kq, d_W_pv,
+                                                 d_W_kq)
+                   : multihead_fused_step<double>(s, batch, step, fm, pv.shape[0], W_pv, W_kq,
+                                                  d_W_pv, d_W_kq);
       },
-      py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("method"),
-      py::arg("W_pv").noconvert(), py::arg("W_kq").noconvert(), py::arg("d_W_pv").noconvert(),
-      py::arg("d_W_kq").noconvert(),
-      "(L) of multihead.hpp's linear_prompts_multihead_loss_and_grad: the fused H-head step, the "
-      "gradients written into d_W_pv, d_W_kq [H, d+1, d+1].");
+      py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("method"), py::arg("W_pv"),
+      py::arg("W_kq"), py::arg("d_W_pv"), py::arg("d_W_kq"),
+      "(L) of multihead.hpp's linear_prompts_multihead_loss_and_grad: the fused H-head step on the "
+      "CPU, the gradients written into d_W_pv, d_W_kq [H, d+1, d+1] (host arrays of one dtype).");
 }
 
 }  // namespace
@@ -230,6 +287,7 @@ void bind_sampling(py::module_& m) {
       "Philox4x32-10 words of counters [n, 4] under key = (low, high) words of the 64-bit seed.");
   bind_dtype<float>(m);
   bind_dtype<double>(m);
+  bind_fused_step(m);
   m.attr("COVARIANCE_LAWS") = covariance_law_parameters();
 }
 

@@ -60,6 +60,8 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(PyExc_TypeError, e.what());
     } catch (const lsa_native::NonFiniteError& e) {
       PyErr_SetString(PyExc_FloatingPointError, e.what());
+    } catch (const lsa_native::DeviceMemoryError& e) {
+      PyErr_SetString(PyExc_MemoryError, e.what());
     }
   });
   m.def("cuda_compiled", &lsa_native::cuda_compiled, "True when CUDA kernels were compiled in.");

@@ -19,23 +19,24 @@ namespace py = pybind11;
 template <class T>
 using CArray = py::array_t<T, py::array::c_style>;
 
-inline std::string shape_string(const py::array& a) {
+// "(3, 4)", "(5,)": numpy's spelling of a shape.
+inline std::string shape_string(const std::vector<index_t>& shape) {
   std::string s = "(";
-  for (py::ssize_t i = 0; i < a.ndim(); ++i) s += (i ? ", " : "") + std::to_string(a.shape(i));
-  return s + (a.ndim() == 1 ? ",)" : ")");
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + (shape.size() == 1 ? ",)" : ")");
+}
+
+inline std::string shape_string(const py::array& a) {
+  return shape_string(std::vector<index_t>(a.shape(), a.shape() + a.ndim()));
 }
 
 inline void require_shape(const py::array& a, const std::vector<index_t>& expected,
                           const char* name) {
   bool ok = a.ndim() == static_cast<py::ssize_t>(expected.size());
   for (size_t i = 0; ok && i < expected.size(); ++i) ok = a.shape(i) == expected[i];
-  if (!ok) {
-    std::string e = "(";
-    for (size_t i = 0; i < expected.size(); ++i)
-      e += (i ? ", " : "") + std::to_string(expected[i]);
-    e += expected.size() == 1 ? ",)" : ")";
-    throw Error(std::string(name) + ": expected shape " + e + ", got " + shape_string(a));
-  }
+  if (!ok)
+    throw Error(std::string(name) + ": expected shape " + shape_string(expected) + ", got " +
+                shape_string(a));
 }
 
 template <class T>

@@ -151,12 +151,19 @@ LsaCall validate_forward(const ArrayView& E, const ArrayView& W_pv, const ArrayV
   return {s, detail::choose_device(choice, {&E, &W_pv, &W_kq, &out})};
 }
 
-// validate() of lsa_loss_and_grad: E, y_q [B], W_pv, W_kq (the outputs are made by the call).
+// validate() of lsa_loss_and_grad: E, y_q [B], W_pv, W_kq and the outputs the caller passed
+// (dW_pv, dW_kq, y_hat [B], loss float64 [1]).
 LsaCall validate_loss(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
-                      const ArrayView& W_kq, DeviceChoice choice) {
+                      const ArrayView& W_kq, const ArrayView& d_W_pv, const ArrayView& d_W_kq,
+                      const ArrayView& y_hat, const ArrayView& loss, DeviceChoice choice) {
   const LsaShape s = validate_parameters(E, W_pv, W_kq);
   require_input(y_q, {s.batch}, E);
-  return {s, detail::choose_device(choice, {&E, &y_q, &W_pv, &W_kq})};
+  const std::initializer_list<const ArrayView*> inputs = {&E, &y_q, &W_pv, &W_kq};
+  require_output(d_W_pv, square(s), E, inputs);
+  require_output(d_W_kq, square(s), E, inputs);
+  require_output(y_hat, {s.batch}, E, inputs);
+  detail::require_loss_output(loss, E, inputs);
+  return {s, detail::choose_device(choice, {&E, &y_q, &W_pv, &W_kq, &d_W_pv, &d_W_kq, &y_hat, &loss})};
 }
 
 // validate() of lsa_vjp and lsa_predict_vjp: E, W_pv, W_kq and the upstream gradient (d_F
@@ -201,15 +208,27 @@ void lsa_forward(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_k
 
 double lsa_loss_and_grad(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
                          const ArrayView& W_kq, ArrayView& d_W_pv, ArrayView& d_W_kq,
-                         ArrayView& y_hat, DeviceChoice choice, CallSite& site) {
-  const auto [s, device] = validate_loss(E, y_q, W_pv, W_kq, choice);
+                         ArrayView& y_hat, ArrayView& loss_out, DeviceChoice choice,
+                         CallSite& site) {
+  const auto [s, device] =
+      validate_loss(E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat, loss_out, choice);
   detail::make_outputs(site, E, {{&d_W_pv, square(s)}, {&d_W_kq, square(s)}, {&y_hat, {s.batch}}});
   return detail::with_float(E, [&](auto t) {
     using T = decltype(t);
-    double loss = 0;
+    double loss = std::numeric_limits<double>::quiet_NaN();
     site.run([&] {
+#if LSA_NATIVE_HAVE_CUDA
+      if (loss_out.present && detail::use_cuda(device)) {  // written where it is: no wait on a GPU
+        cuda::lsa_loss_and_grad_into(s, in<T>(E), in<T>(y_q), in<T>(W_pv), in<T>(W_kq),
+                                     out<T>(d_W_pv), out<T>(d_W_kq), out<T>(y_hat),
+                                     out<double>(loss_out));
+        if (!loss_out.on_cuda()) loss = *loss_out.as<double>();
+        return;
+      }
+#endif
       loss = LSA_NATIVE_BACKEND(device, lsa_loss_and_grad, s, in<T>(E), in<T>(y_q), in<T>(W_pv),
                                 in<T>(W_kq), out<T>(d_W_pv), out<T>(d_W_kq), out<T>(y_hat));
+      detail::store_loss(loss_out, loss);
     });
     if (device == Device::cuda && !E.on_cuda()) {
       const auto inputs = {detail::host_input<T>(E), detail::host_input<T>(y_q)};
@@ -218,6 +237,14 @@ double lsa_loss_and_grad(const ArrayView& E, const ArrayView& y_q, const ArrayVi
     }
     return loss;
   });
+}
+
+double lsa_loss_and_grad(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
+                         const ArrayView& W_kq, ArrayView& d_W_pv, ArrayView& d_W_kq,
+                         ArrayView& y_hat, DeviceChoice choice, CallSite& site) {
+  ArrayView no_loss;
+  no_loss.name = "loss";
+  return lsa_loss_and_grad(E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat, no_loss, choice, site);
 }
 
 namespace {

@@ -181,14 +181,26 @@ KaCall validate_vjp(const ArrayView& Z0, const ArrayView& V, const ArrayView& Bq
   return {s, std::move(acts), detail::choose_device(device, {&Z0, &V, &Bq, &Ck, &d_Z_out, &context})};
 }
 
-// validate() of kernel_attention_loss_and_grad: also y_q [B].
+// validate() of kernel_attention_loss_and_grad: also y_q [B] and the outputs the caller passed
+// (d_V, d_B, d_C, d_Z0, predictions, loss float64 [1]).
 KaCall validate_loss(const ArrayView& Z0, const ArrayView& y_q, const ArrayView& V,
                      const ArrayView& Bq, const ArrayView& Ck, const ActivationChoice& choice,
+                     const ArrayView& d_V, const ArrayView& d_B, const ArrayView& d_C,
+                     const ArrayView& d_Z0, const ArrayView& predictions, const ArrayView& loss,
                      DeviceChoice device) {
   const KernelAttentionShape s = validate_parameters(Z0, V, Bq, Ck);
   auto acts = activations_per_head(choice, s.heads);
   require_input(y_q, {s.batch}, Z0);
-  return {s, std::move(acts), detail::choose_device(device, {&Z0, &y_q, &V, &Bq, &Ck})};
+  const std::initializer_list<const ArrayView*> inputs = {&Z0, &y_q, &V, &Bq, &Ck};
+  require_output(d_V, value_shape(s), Z0, inputs);
+  require_output(d_B, key_shape(s), Z0, inputs);
+  require_output(d_C, key_shape(s), Z0, inputs);
+  require_output(d_Z0, prompts_shape(s), Z0, inputs);
+  require_output(predictions, predictions_shape(s), Z0, inputs);
+  detail::require_loss_output(loss, Z0, inputs);
+  return {s, std::move(acts),
+          detail::choose_device(device, {&Z0, &y_q, &V, &Bq, &Ck, &d_V, &d_B, &d_C, &d_Z0,
+                                         &predictions, &loss})};
 }
 
 }  // namespace
@@ -252,8 +264,10 @@ double kernel_attention_loss_and_grad(const ArrayView& Z0, const ArrayView& y_q,
                                       const ArrayView& Bq, const ArrayView& Ck,
                                       const ActivationChoice& activations, ArrayView& d_V,
                                       ArrayView& d_B, ArrayView& d_C, ArrayView& d_Z0,
-                                      ArrayView& predictions, DeviceChoice device, CallSite& site) {
-  const KaCall c = validate_loss(Z0, y_q, V, Bq, Ck, activations, device);
+                                      ArrayView& predictions, ArrayView& loss_out,
+                                      DeviceChoice device, CallSite& site) {
+  const KaCall c = validate_loss(Z0, y_q, V, Bq, Ck, activations, d_V, d_B, d_C, d_Z0, predictions,
+                                 loss_out, device);
   const KernelAttentionShape& s = c.shape;
   detail::make_outputs(site, Z0,
                        {{&d_V, value_shape(s)},
@@ -263,11 +277,22 @@ double kernel_attention_loss_and_grad(const ArrayView& Z0, const ArrayView& y_q,
                         {&predictions, predictions_shape(s)}});
   return detail::with_float(Z0, [&](auto t) {
     using T = decltype(t);
-    double loss = 0;
+    double loss = std::numeric_limits<double>::quiet_NaN();
     site.run([&] {
+#if LSA_NATIVE_HAVE_CUDA
+      if (loss_out.present && detail::use_cuda(c.device)) {  // written where it is: no wait
+        cuda::kernel_attention_loss_and_grad_into(
+            s, in<T>(Z0), in<T>(y_q), in<T>(V), in<T>(Bq), in<T>(Ck), c.activations.data(),
+            out<T>(d_V), out<T>(d_B), out<T>(d_C), out<T>(d_Z0), out<T>(predictions),
+            out<double>(loss_out));
+        if (!loss_out.on_cuda()) loss = *loss_out.as<double>();
+        return;
+      }
+#endif
       loss = LSA_NATIVE_BACKEND(c.device, kernel_attention_loss_and_grad, s, in<T>(Z0), in<T>(y_q),
                                 in<T>(V), in<T>(Bq), in<T>(Ck), c.activations.data(), out<T>(d_V),
                                 out<T>(d_B), out<T>(d_C), out<T>(d_Z0), out<T>(predictions));
+      detail::store_loss(loss_out, loss);
     });
     if (c.device == Device::cuda && !Z0.on_cuda()) {
       const auto inputs = {detail::host_input<T>(Z0), detail::host_input<T>(y_q),
@@ -280,6 +305,17 @@ double kernel_attention_loss_and_grad(const ArrayView& Z0, const ArrayView& y_q,
     }
     return loss;
   });
+}
+
+double kernel_attention_loss_and_grad(const ArrayView& Z0, const ArrayView& y_q, const ArrayView& V,
+                                      const ArrayView& Bq, const ArrayView& Ck,
+                                      const ActivationChoice& activations, ArrayView& d_V,
+                                      ArrayView& d_B, ArrayView& d_C, ArrayView& d_Z0,
+                                      ArrayView& predictions, DeviceChoice device, CallSite& site) {
+  ArrayView no_loss;
+  no_loss.name = "loss";
+  return kernel_attention_loss_and_grad(Z0, y_q, V, Bq, Ck, activations, d_V, d_B, d_C, d_Z0,
+                                        predictions, no_loss, device, site);
 }
 #undef LSA_NATIVE_BACKEND
 

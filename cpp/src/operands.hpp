@@ -103,7 +103,8 @@ inline bool overlaps(const ArrayView& a, const ArrayView& b) {
 // An output passed by the caller (absent ones are made later, like the prompts): on the prompts'
 // side, their dtype, `shape`, C-contiguous, writeable, and sharing no memory with `inputs`.
 inline void require_output(const ArrayView& out, const std::vector<index_t>& shape,
-                           const ArrayView& prompts, std::initializer_list<const ArrayView*> inputs) {
+                           const ArrayView& prompts, std::initializer_list<const ArrayView*> inputs,
+                           DType dtype, const std::string& dtype_name) {
   if (!out.present) return;
   if (prompts.on_cuda() && !out.on_cuda())
     throw ArgumentTypeError(std::string(out.name) + ": expected a CUDA array (" + prompts.name +
@@ -111,15 +112,32 @@ inline void require_output(const ArrayView& out, const std::vector<index_t>& sha
   if (!prompts.on_cuda() && out.on_cuda())
     throw ArgumentTypeError(std::string(out.name) + ": expected a numpy.ndarray (" + prompts.name +
                             " is a host array), got a CUDA array");
-  if (out.dtype != prompts.dtype)
-    throw ArgumentTypeError(std::string(out.name) + ": expected dtype " + prompts.dtype_name +
-                            ", got " + out.dtype_name);
+  if (out.dtype != dtype)
+    throw ArgumentTypeError(std::string(out.name) + ": expected dtype " + dtype_name + ", got " +
+                            out.dtype_name);
   require_shape(out, shape);
   require_layout(out);
   require(!out.readonly, std::string(out.name) + ": must be writeable");
   for (const ArrayView* in : inputs)
     require(!overlaps(out, *in), std::string(out.name) + ": overlaps the memory of " + in->name +
                                      "; pass a separate output array (or out=None)");
+}
+// An output in the prompts' dtype.
+inline void require_output(const ArrayView& out, const std::vector<index_t>& shape,
+                           const ArrayView& prompts, std::initializer_list<const ArrayView*> inputs) {
+  require_output(out, shape, prompts, inputs, prompts.dtype, prompts.dtype_name);
+}
+// The loss output of a loss entry point (`loss=`): float64 [1] on the prompts' side. The loss is
+// written there instead of returned, so that on the GPU nothing waits for it (a training loop
+// keeps its losses in device memory and reads them back at its record steps).
+inline void require_loss_output(const ArrayView& loss, const ArrayView& prompts,
+                                std::initializer_list<const ArrayView*> inputs) {
+  require_output(loss, {1}, prompts, inputs, DType::float64, "float64");
+}
+
+// Writes a loss computed on the host into the caller's loss output (when given).
+inline void store_loss(const ArrayView& loss_out, double loss) {
+  if (loss_out.present) *loss_out.as<double>() = loss;
 }
 
 // The backend of a call: CUDA when `choice` says so or any view is a CUDA array (then CUDA must be

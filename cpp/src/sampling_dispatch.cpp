@@ -4,6 +4,7 @@
 // runs on the device the caller names (detail::use_cuda, dispatch.hpp); the K-GP sampler runs where
 // its output Z0 lives; the cuda_random_* variates always on the GPU.
 #include <cmath>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -188,12 +189,22 @@ void detail::validate_fused_step(const LinearPromptSpec& spec, index_t batch, Fu
 template <class T>
 double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t batch,
                                         std::uint32_t step, FusedMethod method, const T* W_pv,
-                                        const T* W_kq, T* d_W_pv, T* d_W_kq, Device device) {
+                                        const T* W_kq, T* d_W_pv, T* d_W_kq, Device device,
+                                        double* loss) {
   detail::validate_fused_step(spec, batch, method);
   require(W_pv && W_kq && d_W_pv && d_W_kq, "W_pv, W_kq, d_W_pv, d_W_kq: null pointer");
   const linear::Plan<T> P(spec, step);  // validates the spec
-  return LSA_NATIVE_BACKEND(device, linear_prompts_lsa_loss_and_grad<T>, P, batch, method, W_pv,
-                            W_kq, d_W_pv, d_W_kq);
+#if LSA_NATIVE_HAVE_CUDA
+  if (loss != nullptr && detail::use_cuda(device)) {  // written where it is: no wait on a GPU
+    cuda::linear_prompts_lsa_loss_and_grad(P, batch, method, W_pv, W_kq, d_W_pv, d_W_kq, loss);
+    return std::numeric_limits<double>::quiet_NaN();
+  }
+#endif
+  const double L = LSA_NATIVE_BACKEND(device, linear_prompts_lsa_loss_and_grad<T>, P, batch, method,
+                                      W_pv, W_kq, d_W_pv, d_W_kq);
+  if (loss == nullptr) return L;
+  *loss = L;
+  return std::numeric_limits<double>::quiet_NaN();
 }
 
 // ---- K-GP prompts (kernel_gp.hpp): on the GPU when Z0 is device memory ----
@@ -252,7 +263,7 @@ void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, con
                                          const LinearPromptOutputs<T>&);                          \
   template double linear_prompts_lsa_loss_and_grad<T>(const LinearPromptSpec&, index_t,           \
                                                       std::uint32_t, FusedMethod, const T*,       \
-                                                      const T*, T*, T*, Device);                  \
+                                                      const T*, T*, T*, Device, double*);         \
   template void sample_kernel_gp<T>(std::uint64_t, std::uint64_t, index_t, const KernelGPLaw&, T*, \
                                     T*, T*, std::int32_t*);
 LSA_NATIVE_INSTANTIATE(float)

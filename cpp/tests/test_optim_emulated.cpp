@@ -22,7 +22,9 @@ using lsa_native::OptimizerStep;
 namespace optim = lsa_native::optim;
 
 struct Buffers {
-  std::vector<double> theta, out, m, v, vmax, buf, status;
+  std::vector<double> theta, out, m, v, vmax, buf, status, mask;
+  double loss = 0.5;
+  bool with_loss = false;
   explicit Buffers(const std::vector<double>& theta0)
       : theta(theta0), out(theta0.size()), m(theta0.size()), v(theta0.size()),
         vmax(theta0.size()), buf(theta0.size()), status{0.0, 0.0, -1.0} {}
@@ -32,8 +34,16 @@ struct Buffers {
     s.exp_avg_sq = v.data();
     s.max_exp_avg_sq = vmax.data();
     s.momentum_buffer = buf.data();
+    s.mask = mask.empty() ? nullptr : mask.data();
+    s.loss = with_loss ? &loss : nullptr;
     return s;
   }
+};
+
+// What a case adds: a mask (every third entry not a parameter, held at 0) and/or the step's loss
+// (non-finite at step 3).
+struct Extras {
+  bool masked = false, bad_loss = false;
 };
 
 OptimizerStep make_step(int rule, double clip, int t) {
@@ -60,17 +70,25 @@ OptimizerStep make_step(int rule, double clip, int t) {
 }
 
 template <class T>
-void expect_kernel_matches_cpu(int rule, double clip, index_t n, double scale, bool poison) {
+void expect_kernel_matches_cpu(int rule, double clip, index_t n, double scale, bool poison,
+                               Extras extras = {}) {
   std::mt19937_64 gen(1234 + n);
   std::normal_distribution<double> normal;
-  std::vector<double> theta0(n);
+  std::vector<double> theta0(n), mask(n, 1.0);
   for (auto& x : theta0) x = normal(gen);
+  if (extras.masked)
+    for (index_t i = 0; i < n; i += 3) mask[i] = theta0[i] = 0.0;
   Buffers cpu(theta0), emu(theta0);
+  for (Buffers* b : {&cpu, &emu}) {
+    if (extras.masked) b->mask = mask;
+    b->with_loss = extras.bad_loss;
+  }
   std::vector<T> model_cpu(n), model_emu(n);
   for (int t = 1; t <= 4; ++t) {
     std::vector<T> grad(n);
     for (auto& g : grad) g = static_cast<T>(scale * normal(gen));
     if (poison && t == 3) grad[n / 2] = std::numeric_limits<T>::quiet_NaN();
+    if (extras.bad_loss && t == 3) cpu.loss = emu.loss = std::numeric_limits<double>::infinity();
     const OptimizerStep s = make_step(rule, clip, t);
     lsa_native::optimizer_step<T>(s, n, cpu.theta.data(), cpu.out.data(), grad.data(), cpu.state(),
                                   -1.0, cpu.status.data(), model_cpu.data(),
@@ -89,10 +107,16 @@ void expect_kernel_matches_cpu(int rule, double clip, index_t n, double scale, b
     for (int i = 0; i < 3; ++i)  // NaN norms compare equal here
       EXPECT_TRUE(emu.status[i] == cpu.status[i] ||
                   (std::isnan(emu.status[i]) && std::isnan(cpu.status[i])));
+    if (extras.masked) {
+      for (index_t i = 0; i < n; i += 3) EXPECT_EQ(cpu.out[i], 0.0) << "masked entry " << i;
+    }
     cpu.theta.swap(cpu.out);
     emu.theta.swap(emu.out);
   }
-  if (poison) {
+  if (extras.bad_loss) {
+    EXPECT_EQ(cpu.status[optim::kStatusCode], optim::kBadLoss);
+    EXPECT_EQ(cpu.status[optim::kStatusStep], 2.0);
+  } else if (poison) {
     EXPECT_EQ(cpu.status[optim::kStatusCode], optim::kBadGradient);
     EXPECT_EQ(cpu.status[optim::kStatusStep], 2.0);
   } else {
@@ -119,3 +143,16 @@ TEST(OptimEmulated, HugeFiniteGradientGetsTheRescaledNorm) {
 }
 
 }  // namespace
+
+TEST(OptimEmulated, MaskedEntriesStayAndTheRestMatchesCpu) {
+  for (int rule : {optim::kSgd, optim::kAdam, optim::kAdamW})
+    for (double clip : {0.0, 0.7}) {
+      expect_kernel_matches_cpu<double>(rule, clip, 300, 1.0, false, {true, false});
+      expect_kernel_matches_cpu<float>(rule, clip, 31, 1.0, false, {true, false});
+    }
+}
+
+TEST(OptimEmulated, NonFiniteLossIsRecordedAndFreezesTheRun) {
+  expect_kernel_matches_cpu<double>(optim::kAdam, 0.7, 300, 1.0, false, {false, true});
+  expect_kernel_matches_cpu<float>(optim::kSgd, 0.0, 33, 1.0, false, {true, true});
+}

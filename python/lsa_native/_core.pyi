@@ -117,9 +117,9 @@ def kernel_attention_forward(Z0: typing.Any, V: typing.Any, B: typing.Any, C: ty
     """
     (Z_L, predictions, context data, context shape (B, d, n, L, H)), None where not asked.
     """
-def kernel_attention_loss_and_grad(Z0: typing.Any, y_q: typing.Any, V: typing.Any, B: typing.Any, C: typing.Any, activation: typing.Any, *, input_grad: bool = False, return_predictions: bool = False, device: typing.Any = 'auto') -> tuple:
+def kernel_attention_loss_and_grad(Z0: typing.Any, y_q: typing.Any, V: typing.Any, B: typing.Any, C: typing.Any, activation: typing.Any, *, input_grad: bool = False, return_predictions: bool = False, device: typing.Any = 'auto', out: typing.Any = None, loss: typing.Any = None) -> tuple:
     """
-    (loss, dV, dB, dC[, dZ0][, TF_l for every layer]) of kernel_attention_loss_and_grad.
+    (loss, dV, dB, dC[, dZ0][, TF_l for every layer]) of kernel_attention_loss_and_grad; out=(d_V, d_B, d_C) written in place; loss= a float64 [1] array on Z0's side receiving the loss (returned in its place: on the GPU nothing waits).
     """
 def kernel_attention_vjp(Z0: typing.Any, V: typing.Any, B: typing.Any, C: typing.Any, activation: typing.Any, d_Z_out: typing.Any, *, context: typing.Any = None, input_grad: bool = True, device: typing.Any = 'auto') -> tuple[typing.Any, typing.Any, typing.Any, typing.Any]:
     """
@@ -135,29 +135,21 @@ def kernel_gp_sample_cuda(dtype: str, seed: typing.SupportsInt | typing.Supports
     """
     K-GP prompts sampled on the GPU into CUDA arrays given by address.
     """
-@typing.overload
-def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32], device: str = 'cpu') -> float:
-    ...
-@typing.overload
-def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64], device: str = 'cpu') -> float:
-    ...
-@typing.overload
-def linear_prompts_multihead_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float32], W_kq: numpy.typing.NDArray[numpy.float32], d_W_pv: numpy.typing.NDArray[numpy.float32], d_W_kq: numpy.typing.NDArray[numpy.float32]) -> float:
+def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: typing.Any, W_kq: typing.Any, d_W_pv: typing.Any, d_W_kq: typing.Any, device: str = 'cpu', loss: typing.Any = None) -> float:
     """
-    (L) of multihead.hpp's linear_prompts_multihead_loss_and_grad: the fused H-head step, the gradients written into d_W_pv, d_W_kq [H, d+1, d+1].
+    The fused sampled LSA step: (loss, d_W_pv, d_W_kq written in place). W_pv, W_kq and the outputs: C-contiguous arrays of one dtype (float32 or float64), host arrays or (device='cuda') CUDA arrays; loss: float64 [1] (written there, NaN returned: on the GPU nothing waits).
     """
-@typing.overload
-def linear_prompts_multihead_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: numpy.typing.NDArray[numpy.float64], W_kq: numpy.typing.NDArray[numpy.float64], d_W_pv: numpy.typing.NDArray[numpy.float64], d_W_kq: numpy.typing.NDArray[numpy.float64]) -> float:
+def linear_prompts_multihead_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: typing.Any, W_kq: typing.Any, d_W_pv: typing.Any, d_W_kq: typing.Any) -> float:
     """
-    (L) of multihead.hpp's linear_prompts_multihead_loss_and_grad: the fused H-head step, the gradients written into d_W_pv, d_W_kq [H, d+1, d+1].
+    (L) of multihead.hpp's linear_prompts_multihead_loss_and_grad: the fused H-head step on the CPU, the gradients written into d_W_pv, d_W_kq [H, d+1, d+1] (host arrays of one dtype).
     """
 def lsa_forward(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, out: typing.Any = None, device: typing.Any = 'auto') -> typing.Any:
     """
     F [B, d+1, N+1] (lsa.hpp), written into `out` when given.
     """
-def lsa_loss_and_grad(E: typing.Any, y_q: typing.Any, W_pv: typing.Any, W_kq: typing.Any, return_predictions: bool = False, device: typing.Any = 'auto') -> tuple:
+def lsa_loss_and_grad(E: typing.Any, y_q: typing.Any, W_pv: typing.Any, W_kq: typing.Any, return_predictions: bool = False, device: typing.Any = 'auto', *, out: typing.Any = None, loss: typing.Any = None) -> tuple:
     """
-    (loss, dW_pv, dW_kq[, y_hat]) of lsa.hpp's lsa_loss_and_grad.
+    (loss, dW_pv, dW_kq[, y_hat]) of lsa.hpp's lsa_loss_and_grad; out=(dW_pv, dW_kq) written in place; loss= a float64 [1] array on E's side receiving the loss (returned in its place: on the GPU nothing waits).
     """
 def lsa_predict(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, out: typing.Any = None, device: typing.Any = 'auto') -> typing.Any:
     """
@@ -175,7 +167,7 @@ def multihead_lsa_forward(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, out
     """
     F [B, d+1, N+1] of the H-head model (multihead.hpp), written into `out` when given.
     """
-def multihead_lsa_loss_and_grad(E: typing.Any, y_q: typing.Any, W_pv: typing.Any, W_kq: typing.Any, return_predictions: bool = False, device: typing.Any = 'auto') -> tuple:
+def multihead_lsa_loss_and_grad(E: typing.Any, y_q: typing.Any, W_pv: typing.Any, W_kq: typing.Any, return_predictions: bool = False, device: typing.Any = 'auto', *, out: typing.Any = None, loss: typing.Any = None) -> tuple:
     """
     (loss, dW_pv, dW_kq[, y_hat]) of multihead.hpp's multihead_lsa_loss_and_grad (gradients [H, d+1, d+1]).
     """
@@ -197,9 +189,9 @@ def num_threads() -> int:
     """
     CPU threads used by batched kernels.
     """
-def optimizer_step(scalars: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, theta_in: typing.SupportsInt | typing.SupportsIndex, theta_out: typing.SupportsInt | typing.SupportsIndex, grad: typing.SupportsInt | typing.SupportsIndex, exp_avg: typing.SupportsInt | typing.SupportsIndex, exp_avg_sq: typing.SupportsInt | typing.SupportsIndex, max_exp_avg_sq: typing.SupportsInt | typing.SupportsIndex, momentum_buffer: typing.SupportsInt | typing.SupportsIndex, norm: typing.SupportsFloat | typing.SupportsIndex, status: typing.SupportsInt | typing.SupportsIndex, model_copy: typing.SupportsInt | typing.SupportsIndex, grad_dtype: str, device: str) -> None:
+def optimizer_step(scalars: typing.SupportsInt | typing.SupportsIndex, n: typing.SupportsInt | typing.SupportsIndex, theta_in: typing.SupportsInt | typing.SupportsIndex, theta_out: typing.SupportsInt | typing.SupportsIndex, grad: typing.SupportsInt | typing.SupportsIndex, exp_avg: typing.SupportsInt | typing.SupportsIndex, exp_avg_sq: typing.SupportsInt | typing.SupportsIndex, max_exp_avg_sq: typing.SupportsInt | typing.SupportsIndex, momentum_buffer: typing.SupportsInt | typing.SupportsIndex, norm: typing.SupportsFloat | typing.SupportsIndex, status: typing.SupportsInt | typing.SupportsIndex, model_copy: typing.SupportsInt | typing.SupportsIndex, grad_dtype: str, device: str, loss: typing.SupportsInt | typing.SupportsIndex = 0, mask: typing.SupportsInt | typing.SupportsIndex = 0) -> None:
     """
-    One optimizer step on buffers given by address (private: lsa_native.train.native_optim owns and checks them). scalars: host float64 [len(optimizer_step_fields)]; status: 3 doubles (norm, code, step of the first failure) in the memory of `device`; 0 = null.
+    One optimizer step on buffers given by address (private: lsa_native.train.native_optim owns and checks them). scalars: host float64 [len(optimizer_step_fields)]; status: 3 doubles (norm, code, step of the first failure) in the memory of `device`; loss: the step's loss (one double there; a non-finite one records code 3 and leaves θ alone); mask: n doubles there, 0 where an entry is not a parameter (its gradient read as 0); 0 = null.
     """
 def philox4x32(counters: numpy.typing.NDArray[numpy.uint32], seed: typing.SupportsInt | typing.SupportsIndex) -> numpy.typing.NDArray[numpy.uint32]:
     """

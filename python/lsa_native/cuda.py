@@ -26,6 +26,7 @@ __all__ = [
     "available",
     "check_device",
     "DeviceArray",
+    "Piece",
     "is_cuda_array",
     "to_device",
     "to_host",
@@ -193,6 +194,30 @@ def empty(template, shape: tuple, dtype, device: int):
         with cp.cuda.Device(device if device >= 0 else cp.cuda.Device().id):
             return cp.empty(tuple(shape), dtype)
     return DeviceArray(list(shape), dtype, device)
+
+
+class Piece:
+    """Elements ``offset .. offset + prod(shape) − 1`` of a C-contiguous CUDA array, shaped
+    ``shape``, presented through ``__cuda_array_interface__`` without a copy (the native entry
+    points read and write it in place); ``ptr`` is its address. Keeps the array alive."""
+
+    __slots__ = ("__cuda_array_interface__", "ptr", "owner")
+
+    def __init__(self, a, offset: int, shape: tuple):
+        info = _core.array_info(a, "a")
+        dtype = np.dtype(info["dtype"])
+        size = int(np.prod(info["shape"], dtype=np.int64))
+        count = int(np.prod(shape, dtype=np.int64))
+        if info["device"] < 0:
+            raise TypeError("a: expected a CUDA array, got a host array")
+        if dtype not in _FLOATS or not 0 <= offset <= offset + count <= size:
+            raise ValueError(f"a: elements [{offset}, {offset + count}) of a {dtype} array of "
+                             f"{size} elements")
+        self.ptr = int(info["ptr"]) + offset * dtype.itemsize
+        self.__cuda_array_interface__ = {"shape": tuple(shape), "typestr": dtype.str,
+                                         "data": (self.ptr, bool(info["readonly"])),
+                                         "strides": None, "version": 3}
+        self.owner = a
 
 
 def to_device(a, dtype=None, *, device: int = -1) -> DeviceArray:

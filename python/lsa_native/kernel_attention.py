@@ -133,14 +133,17 @@ def predict(Z0, V, B, C, activation, *, every_layer: bool = False):
 
 
 def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
-                  return_predictions: bool = False, device="auto"):
+                  return_predictions: bool = False, device="auto", out=None, loss=None):
     """In-context loss f = (1/(2B)) Σ (TF + y_q)² (½ × CCS (5), the package convention) and its
-    gradients (dV, dB, dC) [+ dZ0] [+ TF_ℓ for every layer, B x (L+1)]. Backward ≈ 2-3x forward."""
+    gradients (dV, dB, dC) [+ dZ0] [+ TF_ℓ for every layer, B x (L+1)]. Backward ≈ 2-3x forward.
+    ``out``: ``(dV, dB, dC)`` arrays (or None entries) written in place, on Z0's side; ``loss``: a
+    float64 array of shape (1,) on Z0's side receiving f, returned in its place (with CUDA arrays
+    the call then waits for nothing)."""
     Z0, V, B, C, y_q = _inputs(Z0, V, B, C, y_q=y_q)
     return _core.kernel_attention_loss_and_grad(Z0, y_q, V, B, C, activation,
                                                 input_grad=bool(input_grad),
                                                 return_predictions=bool(return_predictions),
-                                                device=device)
+                                                device=device, out=out, loss=loss)
 
 
 def sparse_value(A, r):

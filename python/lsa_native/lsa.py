@@ -61,7 +61,8 @@ def predict(E, W_pv, W_kq, *, out=None, device="auto") -> np.ndarray:
     return _core.lsa_predict(E, W_pv, W_kq, out, device)
 
 
-def loss_and_grad(E, y_q, W_pv, W_kq, *, return_predictions: bool = False, device="auto"):
+def loss_and_grad(E, y_q, W_pv, W_kq, *, return_predictions: bool = False, device="auto",
+                  out=None, loss=None):
     """Empirical loss L = (1/(2B)) Σ_b (ŷ_b − y_q,b)^2 [ZFB (3.7)] and its gradients.
 
     Returns ``(L, dW_pv, dW_kq)`` (plus ŷ [B] when ``return_predictions``): L is a float (batch sum
@@ -69,10 +70,16 @@ def loss_and_grad(E, y_q, W_pv, W_kq, *, return_predictions: bool = False, devic
     parameter does not affect ŷ: all of W^PV but its last row, and the last column of W^KQ when
     the query label slots E[:, d, N] are 0 (prompts of (3.4)).
     Forward and backward read each prompt once from memory.
+
+    ``out``: ``(dW_pv, dW_kq)`` arrays (or None entries) written in place, on E's side. ``loss``:
+    a float64 array of shape (1,) on E's side that receives L, returned in its place — with CUDA
+    arrays the call then waits for nothing (a training loop keeps θ, gradients and losses on the
+    GPU and reads them back when it records).
     """
     E, W_pv, W_kq, dtype = _parameters(E, W_pv, W_kq)
     y_q = native_operand(y_q, dtype, "y_q")
-    return _core.lsa_loss_and_grad(E, y_q, W_pv, W_kq, bool(return_predictions), device)
+    return _core.lsa_loss_and_grad(E, y_q, W_pv, W_kq, bool(return_predictions), device,
+                                   out=out, loss=loss)
 
 
 def forward(E, W_pv, W_kq, *, out=None, device="auto") -> np.ndarray:

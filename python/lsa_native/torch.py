@@ -65,17 +65,27 @@ __all__ = [
 _DTYPES = (torch.float32, torch.float64)
 
 
-def _cuda_ready(t: torch.Tensor, name: str) -> None:
-    """Refuse a CUDA tensor the native CUDA backend cannot take, with the reason."""
+@functools.lru_cache(maxsize=None)
+def _cuda_missing() -> str | None:
+    """Why the native CUDA backend cannot take CUDA tensors (None: it can). Asked once per
+    process: a build's kernels and a machine's GPUs do not change while it runs."""
     if not _core.cuda_compiled():
-        raise ValueError(f"{name}: a CUDA tensor, but this build of lsa_native has no CUDA kernels "
-                         "(built without nvcc or with LSA_NATIVE_CUDA=OFF); move the tensors to "
-                         "the CPU with .cpu()")
+        return ("a CUDA tensor, but this build of lsa_native has no CUDA kernels (built without "
+                "nvcc or with LSA_NATIVE_CUDA=OFF); move the tensors to the CPU with .cpu()")
     if not _core.cuda_available():
-        raise ValueError(f"{name}: a CUDA tensor, but lsa_native sees no usable GPU (no NVIDIA "
-                         "driver or no device)")
+        return "a CUDA tensor, but lsa_native sees no usable GPU (no NVIDIA driver or no device)"
+    return None
+
+
+def _cuda_ready(t: torch.Tensor, name: str) -> None:
+    """Refuse a CUDA tensor the native CUDA backend cannot take, with the reason. Per call only
+    the stream is asked (one query; the default stream's handle is 0)."""
+    missing = _cuda_missing()
+    if missing is not None:
+        _cuda_missing.cache_clear()  # a later call asks again (and says it again)
+        raise ValueError(f"{name}: {missing}")
     # The native kernels run on the legacy default stream; a side stream would not be ordered.
-    if torch.cuda.current_stream(t.device) != torch.cuda.default_stream(t.device):
+    if torch.cuda.current_stream(t.device).cuda_stream != 0:
         raise ValueError(f"{name}: lsa_native's CUDA kernels run on the default stream; call them "
                          "outside `with torch.cuda.stream(...)` (or synchronize the streams)")
 

@@ -153,6 +153,15 @@ double kernel_attention_loss_and_grad(const ArrayView& Z0, const ArrayView& y_q,
                                       const ActivationChoice& activations, ArrayView& d_V,
                                       ArrayView& d_B, ArrayView& d_C, ArrayView& d_Z0,
                                       ArrayView& predictions, DeviceChoice device, CallSite& site);
+// The same with the loss written into `loss` (float64 [1] on Z0's side) when it is present: on
+// the GPU the call then queues its kernels and returns without waiting (NaN returned for a CUDA
+// `loss`), so a training loop keeps θ, gradients and losses on the device.
+double kernel_attention_loss_and_grad(const ArrayView& Z0, const ArrayView& y_q, const ArrayView& V,
+                                      const ArrayView& Bq, const ArrayView& Ck,
+                                      const ActivationChoice& activations, ArrayView& d_V,
+                                      ArrayView& d_B, ArrayView& d_C, ArrayView& d_Z0,
+                                      ArrayView& predictions, ArrayView& loss, DeviceChoice device,
+                                      CallSite& site);
 
 // The list of kernel-attention entry points with two backends, as lsa.hpp's LSA_NATIVE_LSA_API:
 // X(R, name, params) with params the parameter list without the trailing `Device device` (the

@@ -91,6 +91,12 @@ void lsa_predict(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_k
 double lsa_loss_and_grad(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
                          const ArrayView& W_kq, ArrayView& d_W_pv, ArrayView& d_W_kq,
                          ArrayView& y_hat, DeviceChoice device, CallSite& site);
+// The same with the loss written into `loss` (float64 [1] on E's side) when it is present: on the
+// GPU the call then queues its kernels and returns without waiting (the return value is NaN for a
+// CUDA `loss`; read it when needed), so a training loop keeps θ, gradients and losses on the device.
+double lsa_loss_and_grad(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
+                         const ArrayView& W_kq, ArrayView& d_W_pv, ArrayView& d_W_kq,
+                         ArrayView& y_hat, ArrayView& loss, DeviceChoice device, CallSite& site);
 void lsa_forward(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq, ArrayView& F,
                  DeviceChoice device, CallSite& site);
 void lsa_vjp(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq, const ArrayView& d_F,

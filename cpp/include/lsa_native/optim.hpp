@@ -11,7 +11,7 @@ namespace lsa_native {
 
 namespace optim {
 enum Rule : int { kSgd = 0, kAdam = 1, kAdamW = 2 };
-enum Status : int { kOk = 0, kBadGradient = 1, kBadParameters = 2 };
+enum Status : int { kOk = 0, kBadGradient = 1, kBadParameters = 2, kBadLoss = 3 };
 // Status record, doubles: [‖g‖₂ of the step (before clipping), its Status, the step index of the
 // first failure (−1 while none)].
 constexpr int kStatusNorm = 0, kStatusCode = 1, kStatusStep = 2, kStatusSize = 3;
@@ -43,6 +43,13 @@ struct OptimizerState {
   double* exp_avg_sq = nullptr;
   double* max_exp_avg_sq = nullptr;
   double* momentum_buffer = nullptr;
+  // The loss of the step (one double where the step runs; may be null): when it is not finite the
+  // step leaves θ alone and records kBadLoss (a training loop whose losses stay on the device).
+  const double* loss = nullptr;
+  // Which entries are parameters (n doubles, 0 or 1; null: all): a 0 entry's gradient is read as
+  // 0 (left out of the norm and the update), so a flat buffer may hold fixed entries among the
+  // parameters (a sparse V's zeros in the [V | B | C] buffer the model reads).
+  const double* mask = nullptr;
 };
 
 // θ_out = step(θ_in, grad) for n parameters, the state advanced in place. `norm` >= 0: the

@@ -136,11 +136,13 @@ void sample_linear_prompts(const LinearPromptSpec& spec, index_t batch, std::uin
 // device: Device::cpu (num_threads() threads), or Device::cuda (device.hpp: the parameters and
 // gradients may be host memory, copied, or device memory; the prompts are generated on the GPU, from
 // the same stream: the CUDA step equals the CPU step up to rounding; the call waits for the result).
+// loss (may be null): L is written there instead (one double in the memory of the call's device,
+// or host memory) and NaN returned; on the GPU with device outputs the call then waits for nothing.
 enum class FusedMethod { tokens, wishart };
 template <class T>
 double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t batch,
                                         std::uint32_t step, FusedMethod method, const T* W_pv,
                                         const T* W_kq, T* d_W_pv, T* d_W_kq,
-                                        Device device = Device::cpu);
+                                        Device device = Device::cpu, double* loss = nullptr);
 
 }  // namespace lsa_native

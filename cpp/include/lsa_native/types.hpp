@@ -31,6 +31,13 @@ class NonFiniteError : public std::overflow_error {
   using std::overflow_error::overflow_error;
 };
 
+// Thrown when a GPU has not the memory a call needs (the message says how much was asked and how
+// much is free); the process stays usable. The Python bindings map it to MemoryError.
+class DeviceMemoryError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 namespace detail {
 inline void require(bool ok, const std::string& message) {
   if (!ok) throw Error(message);

@@ -16,7 +16,8 @@
 // (lane j adds i = j, j + kNormLanes, … in order), then halving pairwise (p_j += p_{j+s}).
 //
 // Divergence without a host round trip: the step reads and writes a small status record. A step
-// whose gradient norm is not finite leaves θ alone and records kBadGradient; a step whose result
+// whose gradient norm (or given loss) is not finite leaves θ alone and records kBadGradient
+// (kBadLoss); a step whose result
 // is not finite records kBadParameters (θ_out then holds it; θ_in, the last finite parameters, is
 // untouched when θ_out is another buffer); a step that finds a failure already recorded does
 // nothing, so the parameters of the first failure survive until the host reads the record.
@@ -36,6 +37,14 @@ constexpr double kClipEps = 1e-6;  // torch.nn.utils.clip_grad_norm_ adds it to 
 using Step = OptimizerStep;
 using State = OptimizerState;
 
+// g[i] as the norm reads it: 0 where the mask (OptimizerState::mask) holds 0 — entries of the
+// device buffer that are not parameters (a sparse V's fixed zeros) take no part in the norm, and
+// step_element leaves them as they are.
+template <class T>
+LSA_HD T grad_at(const State& st, const T* grad, index_t i) {
+  return st.mask == nullptr || st.mask[i] != 0 ? grad[i] : T(0);
+}
+
 template <class T>
 LSA_HD double square_of(T g) {
   const double x = static_cast<double>(g);
@@ -44,9 +53,9 @@ LSA_HD double square_of(T g) {
 
 // Partial sum of lane `lane` (strided, in index order).
 template <class T>
-LSA_HD double norm_partial(const T* grad, index_t n, int lane) {
+LSA_HD double norm_partial(const State& st, const T* grad, index_t n, int lane) {
   double s = 0;
-  for (index_t i = lane; i < n; i += kNormLanes) s += square_of(grad[i]);
+  for (index_t i = lane; i < n; i += kNormLanes) s += square_of(grad_at(st, grad, i));
   return s;
 }
 
@@ -95,7 +104,19 @@ LSA_HD double update_element(const Step& s, const State& st, index_t i, double t
   return theta - s.lr * m_hat / (std::sqrt(v_hat) + s.eps);
 }
 
+// θ_{t+1}[i]: update_element for a parameter; an entry the mask leaves out keeps its value (and
+// its state).
+template <class T>
+LSA_HD double step_element(const Step& s, const State& st, index_t i, double theta, const T* grad,
+                           double coef) {
+  if (st.mask != nullptr && st.mask[i] == 0) return theta;
+  return update_element(s, st, i, theta, grad[i], coef);
+}
+
 LSA_HD bool finite(double x) { return x - x == 0; }  // false for NaN and ±inf
+
+// The step's loss (OptimizerState::loss) is given and not finite: the step records kBadLoss.
+LSA_HD bool loss_fails(const State& st) { return st.loss != nullptr && !finite(*st.loss); }
 
 }  // namespace lsa_native::optim
 
@@ -110,10 +131,10 @@ LSA_HD void halving_sum(double* p) {
 
 // Lane partial of the rescaled sum Σ (g_i/big)² (the fallback when Σ g_i² overflows).
 template <class T>
-LSA_HD double scaled_partial(const T* grad, index_t n, int lane, double big) {
+LSA_HD double scaled_partial(const State& st, const T* grad, index_t n, int lane, double big) {
   double s = 0;
   for (index_t i = lane; i < n; i += kNormLanes) {
-    const double x = static_cast<double>(grad[i]) / big;
+    const double x = static_cast<double>(grad_at(st, grad, i)) / big;
     s += x * x;
   }
   return s;
@@ -121,10 +142,10 @@ LSA_HD double scaled_partial(const T* grad, index_t n, int lane, double big) {
 
 // Lane partial of max |g_i| (NaN propagates).
 template <class T>
-LSA_HD double abs_max_partial(const T* grad, index_t n, int lane) {
+LSA_HD double abs_max_partial(const State& st, const T* grad, index_t n, int lane) {
   double m = 0;
   for (index_t i = lane; i < n; i += kNormLanes)
-    m = max_propagating_nan(m, std::fabs(static_cast<double>(grad[i])));
+    m = max_propagating_nan(m, std::fabs(static_cast<double>(grad_at(st, grad, i))));
   return m;
 }
 

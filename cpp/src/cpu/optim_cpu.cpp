@@ -16,16 +16,16 @@ namespace lsa_native {
 namespace {
 
 template <class T>
-double gradient_norm(const T* grad, index_t n) {
+double gradient_norm(const OptimizerState& st, const T* grad, index_t n) {
   std::vector<double> p(optim::kNormLanes);
-  for (int j = 0; j < optim::kNormLanes; ++j) p[j] = optim::norm_partial(grad, n, j);
+  for (int j = 0; j < optim::kNormLanes; ++j) p[j] = optim::norm_partial(st, grad, n, j);
   optim::halving_sum(p.data());
   if (optim::finite(p[0])) return std::sqrt(p[0]);
-  for (int j = 0; j < optim::kNormLanes; ++j) p[j] = optim::abs_max_partial(grad, n, j);
+  for (int j = 0; j < optim::kNormLanes; ++j) p[j] = optim::abs_max_partial(st, grad, n, j);
   optim::halving_max(p.data());
   const double big = p[0];
   if (!optim::finite(big)) return big;  // a NaN or inf entry: the norm is not finite
-  for (int j = 0; j < optim::kNormLanes; ++j) p[j] = optim::scaled_partial(grad, n, j, big);
+  for (int j = 0; j < optim::kNormLanes; ++j) p[j] = optim::scaled_partial(st, grad, n, j, big);
   optim::halving_sum(p.data());
   return big * std::sqrt(p[0]);
 }
@@ -34,7 +34,12 @@ template <class T>
 void step_cpu(const OptimizerStep& s, index_t n, const double* theta_in, double* theta_out,
               const T* grad, const OptimizerState& st, double norm, double* status, T* model_copy) {
   if (status[optim::kStatusCode] != optim::kOk) return;  // a failure waits for the host
-  if (norm < 0) norm = gradient_norm(grad, n);
+  if (optim::loss_fails(st)) {
+    status[optim::kStatusCode] = optim::kBadLoss;
+    status[optim::kStatusStep] = s.step_index;
+    return;
+  }
+  if (norm < 0) norm = gradient_norm(st, grad, n);
   status[optim::kStatusNorm] = norm;
   if (!optim::finite(norm)) {
     status[optim::kStatusCode] = optim::kBadGradient;
@@ -44,7 +49,7 @@ void step_cpu(const OptimizerStep& s, index_t n, const double* theta_in, double*
   const double coef = optim::clip_coefficient(s, norm);
   bool bad = false;
   for (index_t i = 0; i < n; ++i) {
-    const double next = optim::update_element(s, st, i, theta_in[i], grad[i], coef);
+    const double next = optim::step_element(s, st, i, theta_in[i], grad, coef);
     theta_out[i] = next;
     if (model_copy) model_copy[i] = static_cast<T>(next);
     bad = bad || !optim::finite(next);

@@ -162,26 +162,45 @@ void kernel_attention_vjp(const KernelAttentionShape& sh, const T* Z0, const T* 
 }
 
 template <class T>
-double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z0, const T* y_q,
-                                      const T* V, const T* Bq, const T* Ck, const Activation* acts,
-                                      T* d_V, T* d_B, T* d_C, T* d_Z0, T* predictions) {
+void kernel_attention_loss_and_grad_into(const KernelAttentionShape& sh, const T* Z0, const T* y_q,
+                                         const T* V, const T* Bq, const T* Ck,
+                                         const Activation* acts, T* d_V, T* d_B, T* d_C, T* d_Z0,
+                                         T* predictions, double* loss) {
   const KaSizes<T> n(sh);
-  DeviceScope scope({Z0, y_q, V, Bq, Ck, d_V, d_B, d_C, d_Z0, predictions});
+  DeviceScope scope({Z0, y_q, V, Bq, Ck, d_V, d_B, d_C, d_Z0, predictions, loss});
   DeviceInput<T> z0(scope, Z0, sh.batch * n.per), y(scope, y_q, sh.batch), v(scope, V, n.nV),
       b(scope, Bq, n.nB), c(scope, Ck, n.nB);
   DeviceInput<Activation> a(scope, acts, sh.heads);
   DeviceOutput<T> dv(scope, d_V, n.nV), db(scope, d_B, n.nB), dc(scope, d_C, n.nB),
       dz0(scope, d_Z0, sh.batch * n.per), pr(scope, predictions, n.preds);
+  DeviceOutput<double> l(scope, loss, 1);
   KaArgs<T> args{z0.get(), y.get(), v.get(), b.get(), c.get(), a.get(), nullptr, nullptr,
                  nullptr, pr.get(), dz0.get(), nullptr, nullptr};
   Scratch partial;
   const int rows =
       launch<T, KaMode::loss_grad>(sh, scope, args, &partial, "kernel_attention_loss_and_grad");
-  return returned_loss(scope, [&](double* loss) {
-    finish_gradients(sh, n, partial, rows, dv.get(), db.get(), dc.get(), loss);
-  });
+  finish_gradients(sh, n, partial, rows, dv.get(), db.get(), dc.get(), l.get());
+  scope.finish();
 }
 
+template <class T>
+double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z0, const T* y_q,
+                                      const T* V, const T* Bq, const T* Ck, const Activation* acts,
+                                      T* d_V, T* d_B, T* d_C, T* d_Z0, T* predictions) {
+  double loss = 0;  // host memory: copied back with the call's one wait
+  kernel_attention_loss_and_grad_into(sh, Z0, y_q, V, Bq, Ck, acts, d_V, d_B, d_C, d_Z0,
+                                      predictions, &loss);
+  return loss;
+}
+
+#define LSA_NATIVE_KA_INTO(T)                                                                      \
+  template void kernel_attention_loss_and_grad_into<T>(const KernelAttentionShape&, const T*,      \
+                                                       const T*, const T*, const T*, const T*,     \
+                                                       const Activation*, T*, T*, T*, T*, T*,      \
+                                                       double*);
+LSA_NATIVE_KA_INTO(float)
+LSA_NATIVE_KA_INTO(double)
+#undef LSA_NATIVE_KA_INTO
 LSA_NATIVE_KA_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)
 LSA_NATIVE_KA_API(LSA_NATIVE_INSTANTIATE_BACKEND, double)
 

@@ -57,9 +57,9 @@ void lsa_predict(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T
 }
 
 template <class T>
-double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv,
-                         const T* W_kq, T* d_W_pv, T* d_W_kq, T* y_hat) {
-  DeviceScope scope({E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat});
+void lsa_loss_and_grad_into(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv,
+                            const T* W_kq, T* d_W_pv, T* d_W_kq, T* y_hat, double* loss) {
+  DeviceScope scope({E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat, loss});
   const index_t rc = (sh.dim + 1) * (sh.context + 1), n2 = (sh.dim + 1) * (sh.dim + 1);
   DeviceInput<T> e(scope, E, sh.batch * rc), y(scope, y_q, sh.batch), pv(scope, W_pv, n2),
       kq(scope, W_kq, n2);
@@ -68,7 +68,16 @@ double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* 
   int blocks = 0;
   launch_prediction<T, PredictionMode::loss>(sh, scope, e.get(), y.get(), pv.get(), kq.get(),
                                              yh.get(), nullptr, &partial, &blocks);
-  return finish_loss_and_grad(scope, partial, blocks, int(sh.dim + 1), sh.batch, dpv.get(), dkq.get());
+  finish_loss_and_grad(scope, partial, blocks, int(sh.dim + 1), sh.batch, dpv.get(), dkq.get(),
+                       loss);
+}
+
+template <class T>
+double lsa_loss_and_grad(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv,
+                         const T* W_kq, T* d_W_pv, T* d_W_kq, T* y_hat) {
+  double loss = 0;  // host memory: copied back with the call's one wait
+  lsa_loss_and_grad_into(sh, E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat, &loss);
+  return loss;
 }
 
 template <class T>
@@ -135,6 +144,12 @@ void lsa_vjp(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const
   scope.finish();
 }
 
+template void lsa_loss_and_grad_into<float>(const LsaShape&, const float*, const float*,
+                                            const float*, const float*, float*, float*, float*,
+                                            double*);
+template void lsa_loss_and_grad_into<double>(const LsaShape&, const double*, const double*,
+                                             const double*, const double*, double*, double*,
+                                             double*, double*);
 LSA_NATIVE_LSA_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)
 LSA_NATIVE_LSA_API(LSA_NATIVE_INSTANTIATE_BACKEND, double)
 

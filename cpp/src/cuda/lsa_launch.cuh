@@ -56,14 +56,15 @@ void finish_prediction_sums(const Scratch& partial, int blocks, int rows, double
   check_launch("prediction_epilogue_kernel");
 }
 
-// The loss of a loss kernel's partials, returned: L = ½ Σ res² / B and d_W_pv, d_W_kq into the
-// call's outputs, then the scope's host outputs copied back with the one wait of the call.
+// The loss of a loss kernel's partials: L = ½ Σ res² / B into `loss` (one double, device or host
+// memory) and d_W_pv, d_W_kq into the call's outputs; then the scope's host outputs come back with
+// the call's one wait (none when every output is device memory: nothing waits).
 template <class T>
-double finish_loss_and_grad(DeviceScope& scope, const Scratch& partial, int blocks, int rows,
-                            index_t batch, T* d_W_pv, T* d_W_kq) {
-  return returned_loss(scope, [&](double* loss) {
-    finish_prediction_sums(partial, blocks, rows, 1.0 / double(batch), d_W_pv, d_W_kq, loss);
-  });
+void finish_loss_and_grad(DeviceScope& scope, const Scratch& partial, int blocks, int rows,
+                          index_t batch, T* d_W_pv, T* d_W_kq, double* loss) {
+  DeviceOutput<double> out(scope, loss, 1);
+  finish_prediction_sums(partial, blocks, rows, 1.0 / double(batch), d_W_pv, d_W_kq, out.get());
+  scope.finish();
 }
 
 }  // namespace

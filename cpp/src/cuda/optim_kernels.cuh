@@ -34,16 +34,23 @@ optimizer_step_kernel(OptimizerStep s, index_t n, const double* theta_in, double
   LSA_STATIC_SHARED(double, p, optim::kNormLanes);
   const int lane = int(threadIdx.x);
   if (status[optim::kStatusCode] != optim::kOk) return;  // the same value for every thread
+  if (optim::loss_fails(st)) {  // the same value for every thread too
+    if (lane == 0) {
+      status[optim::kStatusCode] = optim::kBadLoss;
+      status[optim::kStatusStep] = s.step_index;
+    }
+    return;
+  }
   auto add = [](double a, double b) { return a + b; };
   if (norm < 0) {
-    p[lane] = optim::norm_partial(grad, n, lane);
+    p[lane] = optim::norm_partial(st, grad, n, lane);
     const double sq = block_halving(p, lane, add);
     norm = sqrt(sq);
     if (!optim::finite(sq)) {  // Σ g² overflowed (or a NaN/inf entry): rescale by max |g|
-      p[lane] = optim::abs_max_partial(grad, n, lane);
+      p[lane] = optim::abs_max_partial(st, grad, n, lane);
       const double big = block_halving(p, lane, optim::max_propagating_nan);
       if (optim::finite(big)) {
-        p[lane] = optim::scaled_partial(grad, n, lane, big);
+        p[lane] = optim::scaled_partial(st, grad, n, lane, big);
         norm = big * sqrt(block_halving(p, lane, add));
       } else {
         norm = big;
@@ -61,7 +68,7 @@ optimizer_step_kernel(OptimizerStep s, index_t n, const double* theta_in, double
   const double coef = optim::clip_coefficient(s, norm);
   double bad = 0;
   for (index_t i = lane; i < n; i += optim::kNormLanes) {
-    const double next = optim::update_element(s, st, i, theta_in[i], grad[i], coef);
+    const double next = optim::step_element(s, st, i, theta_in[i], grad, coef);
     theta_out[i] = next;
     if (model_copy) model_copy[i] = static_cast<T>(next);
     if (!optim::finite(next)) bad = 1;

@@ -18,6 +18,19 @@ void check(cudaError_t status, const char* what) {
               cudaGetErrorString(status) + ")");
 }
 
+void throw_out_of_memory(cudaError_t status, std::size_t bytes, int device, const char* what) {
+  cudaGetLastError();  // not sticky: the context stays usable
+  std::size_t free = 0, total = 0;
+  const bool known = cudaMemGetInfo(&free, &total) == cudaSuccess;
+  cudaGetLastError();
+  throw DeviceMemoryError(
+      std::string("CUDA out of memory: ") + what + " of " + std::to_string(bytes) +
+      " bytes on device " + std::to_string(device) +
+      (known ? " (" + std::to_string(free) + " of " + std::to_string(total) + " bytes free)" : "") +
+      " [" + cudaGetErrorName(status) + "]; use a smaller batch, free device memory "
+      "(lsa_native.cuda.release_memory(), torch.cuda.empty_cache()) or device='cpu'");
+}
+
 // Device of p when the kernels can address it in place, else -1 (host memory).
 int device_of(const void* p) {
   cudaPointerAttributes a{};
@@ -161,6 +174,7 @@ Scratch::Scratch(std::size_t bytes) {
     LSA_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
     status = cudaMallocFromPoolAsync(&ptr_, bytes, pool, stream());
   }
+  if (status == cudaErrorMemoryAllocation) throw_out_of_memory(status, bytes, device, "scratch");
   check(status, "cudaMallocFromPoolAsync");
 }
 
@@ -188,6 +202,8 @@ void* cuda_allocate(std::size_t bytes, int device) {
   void* p = nullptr;
   const cudaError_t status = bytes > 0 ? cudaMalloc(&p, bytes) : cudaSuccess;
   if (device != previous) cudaSetDevice(previous);
+  if (status == cudaErrorMemoryAllocation)
+    cuda::throw_out_of_memory(status, bytes, device, "an array");
   cuda::check(status, "cudaMalloc");
   return p;
 }

@@ -15,6 +15,10 @@ namespace lsa_native::cuda {
 
 // Every CUDA runtime call goes through check(): a failure becomes lsa_native::Error naming the call.
 void check(cudaError_t status, const char* what);
+// DeviceMemoryError (MemoryError in Python) for a failed allocation of `bytes` on `device`, naming
+// `what`, the free memory and the ways out; the error is cleared first (the process stays usable).
+[[noreturn]] void throw_out_of_memory(cudaError_t status, std::size_t bytes, int device,
+                                      const char* what);
 #define LSA_CUDA_CHECK(call) ::lsa_native::cuda::check((call), #call)
 
 // The device owning p when the kernels can address it in place (device or managed memory), else -1.
@@ -114,17 +118,6 @@ class DeviceOutput {
  private:
   T* ptr_;
 };
-
-// The loss a call returns: enqueue(loss) queues the kernels that write it to device memory `loss`;
-// then the scope's host outputs, the loss among them, come back with the call's one wait.
-template <class Enqueue>
-double returned_loss(DeviceScope& scope, Enqueue enqueue) {
-  double loss = 0;
-  DeviceOutput<double> out(scope, &loss, 1);
-  enqueue(out.get());
-  scope.finish();
-  return loss;
-}
 
 // LSA_NATIVE_CUDA_OLD_KERNELS=1 (read at every launch) forces the general block-per-prompt kernels
 // of the full LSA output and of kernel attention (the fallbacks for shapes the fast kernels do not

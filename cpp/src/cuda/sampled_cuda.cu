@@ -1,6 +1,7 @@
 // CUDA backend of the fused sampled LSA steps: the law's factors and the parameters to the device,
 // launch geometry around sampled_kernels.cuh, and the fixed-order reduction of lsa_launch.cuh.
 #include <algorithm>
+#include <limits>
 
 #include "cuda/lsa_launch.cuh"
 #include "cuda/runtime.cuh"
@@ -62,8 +63,8 @@ int launch_wishart(const linear::Law<T>& P, index_t batch, const DeviceScope& sc
 template <class T>
 double linear_prompts_lsa_loss_and_grad(const linear::Law<T>& host_law, index_t batch,
                                         FusedMethod method, const T* W_pv, const T* W_kq,
-                                        T* d_W_pv, T* d_W_kq) {
-  DeviceScope scope({W_pv, W_kq, d_W_pv, d_W_kq});
+                                        T* d_W_pv, T* d_W_kq, double* loss) {
+  DeviceScope scope({W_pv, W_kq, d_W_pv, d_W_kq, loss});
   const index_t d = host_law.d, rows = d + 1, n2 = rows * rows;
   DeviceInput<T> pv(scope, W_pv, n2), kq(scope, W_kq, n2);
   DeviceInput<T> L(scope, host_law.L, d * d), Lq(scope, host_law.Lq, d * d);
@@ -75,14 +76,17 @@ double linear_prompts_lsa_loss_and_grad(const linear::Law<T>& host_law, index_t 
   const int blocks = method == FusedMethod::wishart
                          ? launch_wishart(P, batch, scope, pv.get(), kq.get(), &partial, &work)
                          : launch_tokens(P, batch, scope, pv.get(), kq.get(), &partial);
-  return finish_loss_and_grad(scope, partial, blocks, int(rows), batch, dpv.get(), dkq.get());
+  double returned = std::numeric_limits<double>::quiet_NaN();  // host: back with the one wait
+  finish_loss_and_grad(scope, partial, blocks, int(rows), batch, dpv.get(), dkq.get(),
+                       loss != nullptr ? loss : &returned);
+  return returned;
 }
 
 template double linear_prompts_lsa_loss_and_grad<float>(const linear::Law<float>&, index_t,
                                                         FusedMethod, const float*, const float*,
-                                                        float*, float*);
+                                                        float*, float*, double*);
 template double linear_prompts_lsa_loss_and_grad<double>(const linear::Law<double>&, index_t,
                                                          FusedMethod, const double*,
-                                                         const double*, double*, double*);
+                                                         const double*, double*, double*, double*);
 
 }  // namespace lsa_native::cuda

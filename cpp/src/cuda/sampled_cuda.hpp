@@ -8,9 +8,12 @@
 namespace lsa_native::cuda {
 
 // L and d_W_pv, d_W_kq [d+1, d+1] of the prompts 0..batch−1 of law P (host factors); W_pv, W_kq
-// and the gradients may be host or device memory of the device the call runs on.
+// and the gradients may be host or device memory of the device the call runs on. With `loss`
+// (one double, device or host memory) L is written there and NaN returned: with device outputs
+// the call only queues kernels (nothing waits).
 template <class T>
 double linear_prompts_lsa_loss_and_grad(const linear::Law<T>& P, index_t batch, FusedMethod method,
-                                        const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq);
+                                        const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq,
+                                        double* loss = nullptr);
 
 }  // namespace lsa_native::cuda

@@ -297,7 +297,10 @@ class LinearPrompts:
         loop: ``step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq) -> loss`` writes the gradients into the
         last two and returns L. The caller passes C-contiguous ``step_fn.dtype`` arrays [d+1, d+1]
         (host arrays; the native call still refuses others) and a step in [0, 2^32); the result is
-        not checked for finiteness (the loop does). ``device``: "cpu" or "cuda"."""
+        not checked for finiteness (the loop does). ``device``: "cpu" or "cuda" (then the
+        parameters and gradients may be CUDA arrays, read and written in place). ``loss=``: a
+        float64 array of shape (1,) (a CUDA array with CUDA parameters) receiving L (NaN is
+        returned): with CUDA arrays the step then waits for nothing."""
         B = positive_int(batch, "batch")
         dt = self._dtype(dtype)
         method = self._fused_method(method)
@@ -305,8 +308,8 @@ class LinearPrompts:
             raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
         spec, native = self._spec, _core.linear_prompts_lsa_loss_and_grad
 
-        def step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq):
-            return native(spec, B, step, method, W_pv, W_kq, d_W_pv, d_W_kq, device)
+        def step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq, loss=None):
+            return native(spec, B, step, method, W_pv, W_kq, d_W_pv, d_W_kq, device, loss)
 
         step_fn.dtype, step_fn.method = dt, method
         return step_fn

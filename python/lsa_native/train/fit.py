@@ -126,7 +126,10 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
     and the optimizer state on the GPU (:mod:`.native_optim`: one native step, equal to the
     Python optimizer's to rounding); the gradient norm and the divergence checks are read back
     only for a record, a checkpoint, a callback or the end (the first failure and the parameters
-    before it are kept on the device, so the error is the same).
+    before it are kept on the device, so the error is the same). When the objective can step on
+    device buffers (``bind_device``: LSAObjective's fused step, KernelAttentionObjective) the
+    model's loss and gradient and the held-out loss stay on the device as well, and the host
+    reads one buffer back per record step (:func:`_run_device_steps`).
     """
     plan = _setup(objective, optimizer, optimizer_kwargs, steps=steps, data=data, theta0=theta0,
                   eval_data=eval_data, eval_every=eval_every, record_every=record_every,
@@ -143,8 +146,11 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
         # non-finite one raised as TrainingDiverged (one switch per run, not one per step).
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
             arrays = _native_arrays(plan)
+            device_step = None if arrays is None else _device_step(plan, arrays)
             if arrays is None:
                 t, stopped = _run_steps(plan, state, rec, guard, bar)
+            elif device_step is not None:
+                t, stopped = _run_device_steps(plan, state, rec, guard, bar, arrays, device_step)
             else:
                 t, stopped = _run_native_steps(plan, state, rec, guard, bar, arrays)
             # Final row: the final parameters, on the last step's prompts (no fresh sample).
@@ -444,8 +450,13 @@ class _Divergence:
     def evaluate(self, t: int, theta) -> float:
         objective = self.plan.objective
         value = self.call(t, theta, objective.evaluate, theta, self.plan.eval_batch)
-        value = real_output(value, f"eval_data: the held-out loss of {type(objective).__name__}")
+        return self.checked_eval(t, value, theta)
+
+    def checked_eval(self, t: int, value, theta) -> float:
+        """A held-out loss checked (``theta``: θ_t, or a callable giving it for the error)."""
+        value = real_output(value, f"eval_data: the held-out loss of {type(self.plan.objective).__name__}")
         if not math.isfinite(value):
+            theta = theta() if callable(theta) else theta
             raise self.error(t, f"non-finite held-out loss ({value!r})", theta, self._lr_into(t))
         return value
 
@@ -526,13 +537,24 @@ class _Recorder:
         every = self.plan.eval_every
         return t % self.plan.record_every == 0 or (every is not None and t % every == 0)
 
-    def write(self, t: int, theta, loss: float, norm: float, lr) -> dict:
+    def evaluates(self, t: int) -> bool:
+        every = self.plan.eval_every
+        return every is not None and (t % every == 0 or t == self.plan.steps)
+
+    def write(self, t: int, theta, loss: float, norm: float, lr, eval_loss=None) -> dict:
+        """The row of step t; ``eval_loss``: its held-out loss when computed already (on the
+        device), else evaluated here at ``theta`` (host θ; a callable gives it when needed)."""
         plan = self.plan
         row = {"step": t, "loss": loss, "grad_norm": norm, "lr": lr, "time": self.elapsed()}
-        if plan.eval_every is not None and (t % plan.eval_every == 0 or t == plan.steps):
-            row["eval_loss"] = self.guard.evaluate(t, theta)
+        if self.evaluates(t):
+            if eval_loss is None:
+                row["eval_loss"] = self.guard.evaluate(t, theta() if callable(theta) else theta)
+            else:
+                row["eval_loss"] = self.guard.checked_eval(t, eval_loss, theta)
             if plan.bayes_loss is not None:
                 row["bayes_gap"] = row["eval_loss"] - plan.bayes_loss
+        if (plan.target is not None or plan.metrics) and callable(theta):
+            theta = theta()
         if plan.target is not None:
             row["dist_to_target"] = self.guard.call(t, theta, relative_distance, theta, plan.target)
         if plan.metrics:
@@ -676,3 +698,137 @@ def _run_native_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
     check(t)
     sync_state()
     return t, False
+
+
+# ---- the loop with the model's steps on the device too ------------------------------------------
+
+_READOUT_HEAD = 4  # the readout buffer: [status record (3) | held-out loss | the losses of a span]
+_SPAN = 4096       # losses kept between two readbacks at most (a readback when the span fills)
+
+
+def _device_step(plan: _Plan, arrays):
+    """``objective.bind_device(data, arrays)`` (the step on device θ, gradient and loss buffers),
+    or None when the objective has none for this data (the host-θ native loop runs)."""
+    bind = getattr(plan.objective, "bind_device", None)
+    return bind(plan.data, arrays) if callable(bind) else None
+
+
+def _device_evaluation(plan: _Plan, arrays, dtype):
+    """The held-out loss on the device for θ buffers of ``dtype``, or None (evaluated on the host
+    at the records: a held-out batch the objective cannot evaluate on the device, or another dtype
+    than the model's or float64)."""
+    make = getattr(plan.objective, "device_evaluation", None)
+    if plan.eval_every is None or not callable(make) or not isinstance(plan.eval_batch, PromptBatch):
+        return None
+    evaluate = make(plan.eval_batch, arrays)
+    return evaluate if evaluate is not None and evaluate.dtype in (dtype, _F64) else None
+
+
+def _run_device_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Divergence, bar, arrays,
+                      device_step):
+    """:func:`_run_native_steps` with the model's step on the device as well: θ, the gradient,
+    the optimizer state and each step's loss stay in device memory (``device_step`` writes the
+    loss into a slot of a readout buffer whose head is the optimizer's status record), and the
+    held-out loss is computed there too. The host reads the readout buffer back — one copy — only
+    at a record, a checkpoint, a callback, the end, or when a span of losses fills. The optimizer
+    step reads the step's loss too: a non-finite loss, gradient or update stops the optimizer
+    there (θ of that step kept), and the readback raises it as :class:`TrainingDiverged` at its
+    step, the same error as the host loop's."""
+    dtype, layout = device_step.dtype, _Layout(device_step, state.theta.size)
+    first, t = state.step, state.step
+    span = max(1, min(_SPAN, plan.steps - first))
+    readout = arrays.array(np.concatenate([[math.nan, native_optim.OK, -1.0, math.nan],
+                                           np.full(span, math.nan)]))
+    native = native_optim.NativeOptimizer(plan.optimizer, layout.scatter(state.theta), arrays,
+                                          grad_dtype=dtype, model=dtype != _F64,
+                                          opt_state=layout.scatter_state(state.opt_state),
+                                          status=arrays.piece(readout, 0, (3,)), mask=layout.mask)
+    theta_of = lambda buffer: layout.gather(arrays.to_host(buffer))  # noqa: E731
+    slots = [arrays.piece(readout, _READOUT_HEAD + i, (1,)) for i in range(span)]
+    eval_slot = arrays.piece(readout, 3, (1,))
+    evaluate = _device_evaluation(plan, arrays, dtype)
+    model = (lambda: native.model) if native.model is not None else (lambda: native.current)
+    since = t  # the first step whose loss sits in the readout buffer
+
+    def read(t_now):
+        """The readback: (the buffer, losses of steps since .. t_now − 1, status norm), divergence
+        raised."""
+        values = arrays.to_host(readout)
+        norm, code, bad = float(values[0]), int(values[1]), int(values[2])
+        losses = values[_READOUT_HEAD:_READOUT_HEAD + t_now - since]
+        if code == native_optim.OK:
+            return values, losses, norm
+        # The optimizer stopped at step `bad` (a step after it does nothing): θ_bad survives.
+        before = theta_of(native.theta_read_at(bad - first))
+        if code == native_optim.BAD_LOSS:
+            loss = float(values[_READOUT_HEAD + bad - since])
+            raise guard.error(bad, f"non-finite loss ({loss!r})", before, guard._lr_into(bad))
+        if code == native_optim.BAD_GRADIENT:
+            raise guard.error(bad, "non-finite gradient", before, guard._lr_into(bad))
+        raise guard.error(bad, "the update gave non-finite parameters", before,
+                          plan.optimizer.learning_rate(bad))
+
+    def sync_state():
+        theta, opt_state = native.host_state()
+        state.theta, state.opt_state = layout.gather(theta), layout.gather_state(opt_state)
+
+    while t < plan.steps:
+        theta_t = native.current
+        device_step(model(), t, native.grad, slots[t - since])
+        record = rec.due(t)
+        if record and evaluate is not None and rec.evaluates(t):
+            evaluate(model() if evaluate.dtype == dtype else theta_t, eval_slot)
+        lr = native.step(t, loss=slots[t - since])
+        t += 1
+        if bar is not None:
+            bar.update(1)
+        every = plan.checkpoint_every
+        save = state.run is not None and every is not None and t % every == 0 and t < plan.steps
+        if not (record or save or plan.callbacks or t == plan.steps or t - since == span):
+            continue
+        values, losses, norm = read(t)
+        since, loss = t, float(losses[-1])
+        row = None
+        if record:  # the record of step t − 1 describes θ_{t−1}, its input
+            eval_loss = float(values[3]) if evaluate is not None and rec.evaluates(t - 1) else None
+            row = rec.write(t - 1, lambda: theta_of(theta_t), loss, norm, lr, eval_loss=eval_loss)
+        if save:
+            sync_state()
+            _save(plan, state, t, rec.elapsed())
+        if plan.callbacks:
+            after = theta_of(native.current)
+            if _notify(plan.callbacks, StepInfo(t - 1, after, loss, norm, lr, row, plan.objective)):
+                sync_state()
+                return t, True
+    sync_state()
+    return t, False
+
+
+class _Layout:
+    """Where θ's entries sit in the flat buffer the device step reads (``device_step.positions``
+    into a buffer of ``device_step.size``; absent: θ itself): the other entries are fixed zeros
+    (a sparse V's), masked out of the optimizer. Checkpoints and records keep θ's own order."""
+
+    def __init__(self, device_step, size: int):
+        self.positions = getattr(device_step, "positions", None)
+        self.size = getattr(device_step, "size", size)
+        self.mask = None
+        if self.positions is not None:
+            self.mask = np.zeros(self.size)
+            self.mask[self.positions] = 1.0
+
+    def scatter(self, values):
+        if self.positions is None:
+            return values
+        full = np.zeros(self.size)
+        full[self.positions] = values
+        return full
+
+    def gather(self, values):
+        return values if self.positions is None else values[self.positions]
+
+    def scatter_state(self, opt_state: dict) -> dict:
+        return {k: v if k == "t" else self.scatter(v) for k, v in opt_state.items()}
+
+    def gather_state(self, opt_state: dict) -> dict:
+        return {k: v if k == "t" else self.gather(v) for k, v in opt_state.items()}

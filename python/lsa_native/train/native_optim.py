@@ -29,11 +29,11 @@ from .. import _core
 from .. import cuda as _cuda
 from .optim import SGD, Adam, AdamW, Optimizer
 
-__all__ = ["NativeOptimizer", "HOST", "CUDA", "BAD_GRADIENT", "BAD_PARAMETERS"]
+__all__ = ["NativeOptimizer", "HOST", "CUDA", "BAD_GRADIENT", "BAD_PARAMETERS", "BAD_LOSS"]
 
 _FIELD = {name: i for i, name in enumerate(_core.optimizer_step_fields)}
 _RULES = {"sgd": 0, "adam": 1, "adamw": 2}
-OK, BAD_GRADIENT, BAD_PARAMETERS = 0, 1, 2  # the status codes of common/optim_recipe.hpp
+OK, BAD_GRADIENT, BAD_PARAMETERS, BAD_LOSS = 0, 1, 2, 3  # the status codes of optim.hpp
 _STATE_KEYS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer")
 
 
@@ -58,6 +58,11 @@ class _HostArrays:
     def write(a, values) -> None:
         np.copyto(a, values, casting="unsafe")
 
+    @staticmethod
+    def piece(a, offset: int, shape: tuple):
+        """Elements offset .. of flat buffer ``a`` as an array of ``shape`` (a view: no copy)."""
+        return a[offset:offset + int(np.prod(shape, dtype=np.int64))].reshape(shape)
+
 
 class _CudaArrays:
     """CUDA device buffers (``lsa_native.cuda.DeviceArray``); reading one waits for the device."""
@@ -80,6 +85,11 @@ class _CudaArrays:
     def write(a, values) -> None:
         a.copy_from_host(np.ascontiguousarray(values, dtype=np.dtype(a.dtype)))
 
+    @staticmethod
+    def piece(a, offset: int, shape: tuple):
+        """Elements offset .. of flat buffer ``a`` as a CUDA array of ``shape`` (no copy)."""
+        return _cuda.Piece(a, offset, shape)
+
 
 HOST, CUDA = _HostArrays(), _CudaArrays()
 
@@ -91,13 +101,16 @@ def backend(device: str):
 
 class NativeOptimizer:
     """``optimizer``'s steps on θ (host float64 [P], copied in) with buffers of ``arrays``
-    (:data:`HOST` or :data:`CUDA`). ``grad_dtype``: the dtype of :attr:`grad`, the buffer the
+    (:data:`HOST` or :data:`CUDA`). ``status``: 3 float64 values in the backend's memory for the
+    status record, holding (NaN, OK, −1) (default: a buffer of its own). ``mask``: host [P],
+    0 where an entry of θ is not a parameter (its gradient is read as 0, so it keeps its value: a
+    fixed zero among the parameters) — None: all are. ``grad_dtype``: the dtype of :attr:`grad`, the buffer the
     objective writes each step's gradient into (the model's dtype: read as double). ``model``:
     also keep θ in ``grad_dtype`` (:attr:`model`, written by each step) for a model computing in
     float32. ``opt_state``: a host state dict of ``optimizer.init``'s form to resume from."""
 
     def __init__(self, optimizer: Optimizer, theta, arrays=HOST, *, grad_dtype=np.float64,
-                 model: bool = False, opt_state: dict | None = None):
+                 model: bool = False, opt_state: dict | None = None, status=None, mask=None):
         if not isinstance(optimizer, (SGD, Adam)):
             raise TypeError(f"optimizer: the native step runs SGD, Adam and AdamW, got "
                             f"{type(optimizer).__name__}")
@@ -116,7 +129,9 @@ class NativeOptimizer:
         self.grad = arrays.array(np.zeros(theta.size), self.grad_dtype)
         self.model = arrays.array(theta, self.grad_dtype) if model else None
         self.state = {k: arrays.array(v) for k, v in host_state.items() if k != "t"}
-        self.status_buffer = arrays.array([math.nan, OK, -1.0])
+        # The status record: its own buffer, or 3 doubles of the caller's (``status``, e.g. the
+        # head of a readout buffer that also holds the losses: one copy reads both back).
+        self.status_buffer = arrays.array([math.nan, OK, -1.0]) if status is None else status
         self.steps_taken = 0  # by this object: step k reads θ buffer k % 2
         self._scalars = self._constant_scalars()
         address = arrays.address
@@ -127,6 +142,8 @@ class NativeOptimizer:
         )
         self._status_ptr = address(self.status_buffer)
         self._model_ptr = address(self.model) if model else 0
+        self.mask = None if mask is None else arrays.array(np.asarray(mask, dtype=np.float64))
+        self._mask_ptr = 0 if mask is None else address(self.mask)
         self._n = theta.size
 
     def _constant_scalars(self) -> np.ndarray:
@@ -151,9 +168,11 @@ class NativeOptimizer:
         """θ_t: the buffer the next step reads."""
         return self.theta[self.steps_taken % 2]
 
-    def step(self, step_index: int, norm: float | None = None) -> float:
+    def step(self, step_index: int, norm: float | None = None, loss=None) -> float:
         """One step θ_t → θ_{t+1} from :attr:`grad` (queued on the device: nothing waits);
-        ``norm``: ‖grad‖₂ when the caller has it (else computed natively). Returns η_t."""
+        ``norm``: ‖grad‖₂ when the caller has it (else computed natively); ``loss``: a float64
+        [1] buffer of the backend holding the step's loss (a non-finite one records BAD_LOSS and
+        leaves θ alone, like a non-finite gradient). Returns η_t."""
         opt, s, t = self.optimizer, self._scalars, self.t + 1
         lr = opt.learning_rate(self.t)
         s[_FIELD["lr"]] = lr
@@ -168,7 +187,8 @@ class NativeOptimizer:
         k = self.steps_taken % 2
         _core.optimizer_step(s.ctypes.data, self._n, self._theta_ptr[k], self._theta_ptr[1 - k],
                              *self._args, -1.0 if norm is None else float(norm), self._status_ptr,
-                             self._model_ptr, self.grad_dtype.name, self.arrays.device)
+                             self._model_ptr, self.grad_dtype.name, self.arrays.device,
+                             0 if loss is None else self.arrays.address(loss), self._mask_ptr)
         self.t, self.steps_taken = t, self.steps_taken + 1
         return lr
 

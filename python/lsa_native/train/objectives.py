@@ -75,6 +75,39 @@ class _CastBatch:
         return self._last[2]
 
 
+class _Pieces:
+    """Consecutive pieces of ``shapes`` of flat device buffers (the parameter or gradient views of
+    a device step), made once per buffer: a run's buffers live as long as the run."""
+
+    def __init__(self, arrays, shapes):
+        self.arrays, self.shapes, self._made = arrays, shapes, {}
+
+    def __call__(self, buffer) -> tuple:
+        key = id(buffer)
+        if key not in self._made:
+            views, k = [], 0
+            for shape in self.shapes:
+                views.append(self.arrays.piece(buffer, k, shape))
+                k += int(np.prod(shape))
+            self._made[key] = (buffer, tuple(views))  # the buffer kept: its id stays its own
+        return self._made[key][1]
+
+
+def _device_evaluation(arrays, batch, dtype, shapes, run):
+    """``evaluate(theta, loss)`` on the device: the held-out batch uploaded once in ``dtype``,
+    ``run(E, y_q, params, grads, loss)`` queues the held-out loss into device ``loss`` for the flat
+    parameter buffer ``theta`` (in ``dtype``), gradients into a scratch buffer."""
+    E, y_q = arrays.array(batch.E, dtype), arrays.array(batch.y_q, dtype)
+    pieces = _Pieces(arrays, shapes)
+    scratch = arrays.array(np.zeros(sum(int(np.prod(s)) for s in shapes)), dtype)
+
+    def evaluate(theta, loss):
+        run(E, y_q, pieces(theta), pieces(scratch), loss)
+
+    evaluate.dtype = np.dtype(dtype)
+    return evaluate
+
+
 class Objective:
     """Base of the objectives; see the module docstring for the protocol."""
 
@@ -195,6 +228,34 @@ class LSAObjective(_WeightPair, Objective):
         W_pv, W_kq = self.unpack(theta)
         E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
         return lsa.loss_and_grad(E, batch.y_q, W_pv, W_kq)[0]
+
+    def bind_device(self, data, arrays):
+        """The fused step on device buffers, for ``fit``'s device loop (``arrays``: the array
+        backend of :mod:`.native_optim`): ``step(model, step, grad, loss)`` queues the loss and
+        gradient at the flat θ buffer ``model`` (in ``step.dtype``) into the flat buffer ``grad``
+        and the float64 [1] ``loss``, all device memory (nothing waits). None when the step is not
+        the fused one (``fit`` then runs the objective on host θ)."""
+        if self.device != "cuda" or not (self._fused(data)
+                                          and callable(getattr(data.spec, "fused_step", None))):
+            return None
+        step_fn = data.spec.fused_step(batch=data.batch, method=self.method,
+                                       dtype=self.dtype or data.dtype, device="cuda")
+        pieces, every = _Pieces(arrays, [(self.n, self.n)] * 2), data.resample_every
+
+        def step(model, t, grad, loss):
+            step_fn(*pieces(model), t // every, *pieces(grad), loss)
+
+        step.dtype = np.dtype(step_fn.dtype)
+        return step
+
+    def device_evaluation(self, batch, arrays):
+        """``evaluate(theta, loss)`` on the device for the held-out ``batch`` (see
+        :func:`_device_evaluation`), in the dtype :meth:`evaluate` computes in."""
+        dtype = self.dtype or batch.E.dtype
+        return _device_evaluation(
+            arrays, batch, dtype, [(self.n, self.n)] * 2,
+            lambda E, y_q, params, grads, loss: lsa.loss_and_grad(E, y_q, *params, out=grads,
+                                                                 loss=loss))
 
     def config(self):
         # The device is not part of the identity: a run checkpointed on one resumes on the other.
@@ -440,6 +501,41 @@ class KernelAttentionObjective(Objective):
     def evaluate(self, theta, batch):
         E = batch.E if self.dtype is None else batch.E.astype(self.dtype, copy=False)
         return self.unpack(theta).loss(E, batch.y_q)
+
+    def _shapes(self):
+        """The shapes of V, B, C: θ is their concatenation when V is full (to_vector's order)."""
+        p = self.template
+        return [(p.layers, p.heads, p.B.shape[-1] + 1, p.B.shape[-1] + 1), p.B.shape, p.C.shape]
+
+    def bind_device(self, data, arrays):
+        """The step on device buffers for ``fit``'s device loop (see
+        :meth:`LSAObjective.bind_device`): the prompts sampled on the GPU, V, B, C read as pieces
+        of the flat θ buffer and dV, dB, dC written as pieces of the gradient buffer. With the
+        sparse V = [[A, 0], [0, r]] (A held at 0 or not) the device buffer is [V | B | C] and θ's
+        entries sit at ``step.positions`` in it (``step.size`` entries): the optimizer masks the
+        rest (fixed zeros)."""
+        if self.device != "cuda":
+            return None
+        shapes = self._shapes()
+        pieces, activations = _Pieces(arrays, shapes), list(self.template.activations)
+
+        def step(model, t, grad, loss):
+            Z0, y_q = self._batch_on_device(t, data)
+            ka.loss_and_grad(Z0, y_q, *pieces(model), activations, out=pieces(grad), loss=loss)
+
+        step.dtype = np.dtype(self.dtype if self.dtype is not None else data.dtype)
+        if self.template.sparse:
+            step.positions, step.size = self._positions(), sum(int(np.prod(s)) for s in shapes)
+        return step
+
+    def device_evaluation(self, batch, arrays):
+        """The held-out loss on the device for a θ buffer laid out as :meth:`bind_device`'s, in
+        :meth:`evaluate`'s dtype."""
+        activations = list(self.template.activations)
+        return _device_evaluation(
+            arrays, batch, self.dtype or batch.E.dtype, self._shapes(),
+            lambda E, y_q, params, grads, loss: ka.loss_and_grad(E, y_q, *params, activations,
+                                                                out=grads, loss=loss))
 
     def config(self):
         # The device is not part of the identity: a run checkpointed on one resumes on the other.

@@ -1,0 +1,485 @@
+"""fit's device loop (issue 18): θ, the gradient, the optimizer state, each step's loss and the
+held-out loss in device memory; the host reads one buffer back at the record steps only.
+
+Without a GPU the loop runs on an emulated device: host memory presented as CUDA arrays
+(``__cuda_array_interface__``) and the native dispatcher told to run the CPU kernels where it
+would launch the CUDA ones (``_core.emulate_cuda_on_cpu_for_tests``) — the route of every device
+call (array views → validate() → backend, loss= and out= outputs on the device side) is the GPU's.
+The ``cuda`` tests repeat the checks on a GPU (they skip here)."""
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+from lsa_native import _core, cuda, kernel_attention as ka, lsa, sampling, train
+from lsa_native.train import native_optim
+
+fit_module = importlib.import_module("lsa_native.train.fit")
+
+
+class HostBackedCudaArray:
+    """Host memory presented as a CUDA array (parsed as one; never launched on)."""
+
+    def __init__(self, a):
+        self.a = np.ascontiguousarray(a)
+        self.__cuda_array_interface__ = {"shape": self.a.shape, "typestr": self.a.dtype.str,
+                                         "data": (self.a.ctypes.data, False), "strides": None,
+                                         "version": 3}
+        self.dtype = self.a.dtype
+
+    def __array__(self, dtype=None, copy=None):  # cuda.to_host's fallback: np.asarray
+        return self.a
+
+
+class EmulatedDevice:
+    """native_optim's array backend on an emulated device; counts the device → host copies."""
+
+    device = "cuda"
+
+    def __init__(self):
+        self.reads = 0
+
+    def array(self, values, dtype=np.float64):
+        return HostBackedCudaArray(np.array(values, dtype=dtype))
+
+    @staticmethod
+    def address(a) -> int:
+        return a.a.ctypes.data if isinstance(a, HostBackedCudaArray) else int(a.ptr)
+
+    def to_host(self, a) -> np.ndarray:
+        self.reads += 1
+        return np.array(a.a if isinstance(a, HostBackedCudaArray) else np.asarray(a))
+
+    @staticmethod
+    def write(a, values) -> None:
+        np.copyto(a.a, values, casting="unsafe")
+
+    @staticmethod
+    def piece(a, offset, shape):
+        return cuda.Piece(a, offset, shape)
+
+
+@pytest.fixture
+def emulated(monkeypatch):
+    """fit's device loop on the emulated device: returns the backend (its read counter)."""
+    device = EmulatedDevice()
+    monkeypatch.setattr(fit_module, "_native_arrays", lambda plan: device)
+    monkeypatch.setattr(cuda, "empty", lambda template, shape, dtype, dev:
+                        HostBackedCudaArray(np.full(shape, np.nan, dtype)))
+    _core.emulate_cuda_on_cpu_for_tests(True)
+    yield device
+    _core.emulate_cuda_on_cpu_for_tests(False)
+
+
+def _lsa(seed, dtype=np.float64, batch=29):
+    spec = sampling.LinearPrompts(3, 7, seed=seed)
+    rng = np.random.default_rng(seed)
+    W_pv, W_kq = 0.2 * rng.standard_normal((4, 4)), 0.2 * rng.standard_normal((4, 4))
+    held = train.heldout(sampling.LinearPrompts(3, 7, seed=seed + 1), batch=17, dtype=dtype)
+    return (lambda device: train.LSAObjective(W_pv, W_kq, device=device),
+            lambda: train.Prompts(spec, batch=batch, dtype=dtype, resample_every=2), held)
+
+
+def _fit(make_objective, make_data, held, device, optimizer, **kw):
+    return train.fit(make_objective(device), optimizer, data=make_data(), eval_data=held,
+                     progress=False, **kw)
+
+
+def _assert_same_run(a, b, norms_exact=True, eval_exact=True):
+    """The same bits: θ, the rows' losses, learning rates and held-out losses; the gradient norms
+    too unless ``norms_exact`` is False (the Python loop's numpy norm: another summation order),
+    the held-out losses unless ``eval_exact`` is False (kernel attention's host evaluation is the
+    forward-only loss, the device's the loss of loss_and_grad: another summation order)."""
+    np.testing.assert_array_equal(a.theta, b.theta)
+    assert a.history.step == b.history.step
+    close = lambda x, y, err_msg: np.testing.assert_allclose(x, y, rtol=1e-14, err_msg=err_msg)  # noqa: E731
+    for column, exact in (("loss", True), ("lr", True), ("eval_loss", eval_exact),
+                          ("grad_norm", norms_exact)):
+        (np.testing.assert_array_equal if exact else close)(a.history[column], b.history[column],
+                                                            err_msg=column)
+
+
+@pytest.mark.parametrize("optimizer", [train.AdamW(lr=0.02, weight_decay=0.1),
+                                       train.Adam(lr=0.02, clip_norm=0.05),
+                                       train.SGD(lr=0.05, momentum=0.9)])
+def test_device_loop_equals_the_host_theta_loop_bitwise(rng, emulated, monkeypatch, optimizer):
+    """float64, same seed: the device loop (model calls on device θ, loss= and out= outputs)
+    gives the bits of the loop that keeps θ on the host for the model (the same native optimizer
+    and kernels), and of the Python optimizers' loop where the norm is not used (no clipping)."""
+    seed = int(rng.integers(2**31))
+    problem = _lsa(seed)
+    device = _fit(*problem, "cuda", optimizer, steps=11, record_every=3)
+    assert emulated.reads > 0  # the device loop ran
+    monkeypatch.setattr(fit_module, "_device_step", lambda plan, arrays: None)
+    host_theta = _fit(*problem, "cuda", optimizer, steps=11, record_every=3)
+    _assert_same_run(device, host_theta)
+    if optimizer.clip_norm is None:
+        monkeypatch.setattr(fit_module, "_native_arrays", lambda plan: None)
+        _assert_same_run(device, _fit(*problem, "cpu", optimizer, steps=11, record_every=3),
+                         norms_exact=False)
+
+
+@pytest.mark.parametrize("steps, record_every", [(21, 5), (10, 1), (9, 4)])
+def test_device_loop_reads_back_once_per_record(emulated, steps, record_every):
+    """One device → host copy per record step (the losses, the status record and the held-out
+    loss share one buffer), one at the end when the last step is not a record, and then θ and the
+    optimizer state once: not one per step."""
+    problem = _lsa(3)
+    result = _fit(*problem, "cuda", train.Adam(lr=0.01), steps=steps, record_every=record_every)
+    records = len(range(0, steps, record_every))
+    end = 0 if (steps - 1) % record_every == 0 else 1
+    state = 1 + 2  # θ, exp_avg, exp_avg_sq
+    assert emulated.reads == records + end + state
+    assert len(result.history.step) == records + 1  # + the final row (host θ, after the loop)
+
+
+def test_device_loop_float32_model_and_host_checkpoint_resume(emulated, tmp_path):
+    """A float32 model trains on the float32 copy of θ kept by the optimizer; checkpoints are
+    host arrays, and a run resumed on the device is the uninterrupted run bit for bit."""
+    problem = _lsa(5, dtype=np.float32)
+    whole = _fit(*problem, "cuda", train.Adam(lr=0.01), steps=12, record_every=4)
+    first = _fit(*problem, "cuda", train.Adam(lr=0.01), steps=8, record_every=4,
+                 run_dir=tmp_path, checkpoint_every=4)
+    assert first.steps == 8
+    resumed = _fit(*problem, "cuda", train.Adam(lr=0.01), steps=12, record_every=4,
+                   run_dir=tmp_path, checkpoint_every=4, resume=True)
+    np.testing.assert_array_equal(resumed.theta, whole.theta)
+    np.testing.assert_array_equal(resumed.history["loss"], whole.history["loss"])
+
+
+def test_device_loop_divergence_names_the_step(emulated):
+    """A learning rate that blows up: TrainingDiverged at the step the host loop names."""
+    problem = _lsa(7)
+    runs = []
+    for loop in ("device", "host"):
+        if loop == "host":
+            fit_module._native_arrays = lambda plan: None  # restored by monkeypatch's undo
+        with pytest.raises(train.TrainingDiverged) as info:
+            _fit(*problem, "cuda" if loop == "device" else "cpu", train.SGD(lr=1e6), steps=40,
+                 record_every=50)
+        runs.append(info.value)
+    device, host = runs
+    assert device.step == host.step
+    np.testing.assert_array_equal(device.theta, host.theta)
+    assert str(device).split(";")[0] == str(host).split(";")[0]
+
+
+def _ka_problem(seed, dtype=np.float64):
+    params = ka.KernelAttentionParams.gaussian(np.random.default_rng(seed), 3, 2, 1, "softmax",
+                                               sparse=False, scale=0.3)
+    spec = sampling.KernelGPPrompts(3, 6, kernel="exp", seed=seed)
+    return params, spec
+
+
+def _ka_device_run(rng, monkeypatch, emulated_reads, params, hold_A_zero=False, optimizer=None,
+                   **kw):
+    """fit of kernel attention on the emulated device (prompts of the CPU sampler presented as
+    device arrays), and the same fit with host θ for the model calls."""
+    seed = int(rng.integers(2**31))
+    spec = sampling.KernelGPPrompts(3, 6, kernel="exp", seed=seed)
+    monkeypatch.setattr(cuda, "available", lambda: True)
+    objective = train.KernelAttentionObjective(params, device="cuda", hold_A_zero=hold_A_zero)
+
+    def batch_on_device(step, data):
+        b = data.at(step)
+        return HostBackedCudaArray(b.E), HostBackedCudaArray(b.y_q)
+
+    monkeypatch.setattr(objective, "_batch_on_device", batch_on_device)
+    held = train.heldout(sampling.KernelGPPrompts(3, 6, kernel="exp", seed=seed + 1), batch=9,
+                         dtype=np.float64)
+    run = lambda: train.fit(objective, optimizer or train.Adam(lr=0.01),  # noqa: E731
+                            data=train.Prompts(spec, batch=13, dtype=np.float64), eval_data=held,
+                            progress=False, **kw)
+    device = run()
+    device_reads = emulated_reads()
+    with monkeypatch.context() as m:
+        m.setattr(fit_module, "_device_step", lambda plan, arrays: None)
+        host_theta = run()
+    return device, host_theta, device_reads
+
+
+def test_kernel_attention_device_step_equals_the_host_step(rng, emulated, monkeypatch):
+    """Full V: V, B, C are pieces of the device θ buffer, dV, dB, dC pieces of the gradient
+    buffer; the loop equals the host-θ loop bit for bit."""
+    params, _ = _ka_problem(int(rng.integers(2**31)))
+    device, host_theta, reads = _ka_device_run(rng, monkeypatch, lambda: emulated.reads, params,
+                                               steps=7, record_every=2)
+    assert reads == len(range(0, 7, 2)) + 3
+    _assert_same_run(device, host_theta, eval_exact=False)
+
+
+@pytest.mark.parametrize("hold_A_zero", [False, True])
+def test_sparse_kernel_attention_trains_through_the_mask(rng, emulated, monkeypatch, hold_A_zero):
+    """Sparse V = [[A, 0], [0, r]] (A free or held at 0): the device buffer is [V | B | C] with θ's
+    entries at their positions; the optimizer's mask keeps the other entries at 0. Without
+    clipping the update is per element, so θ and the losses are the host-θ loop's bits (the norm,
+    over the full buffer, is summed in another order: equal to rounding), and so are checkpoints."""
+    params, _ = _ka_problem(int(rng.integers(2**31)))
+    sparse = ka.KernelAttentionParams(B=params.B, C=params.C, activations=["softmax"],
+                                      A=0.1 * rng.standard_normal((2, 1, 3, 3)),
+                                      r=rng.uniform(0.5, 1.0, (2, 1)))
+    device, host_theta, _ = _ka_device_run(rng, monkeypatch, lambda: emulated.reads, sparse,
+                                           hold_A_zero=hold_A_zero,
+                                        optimizer=train.AdamW(lr=0.01, weight_decay=0.1),
+                                        steps=6, record_every=3)
+    _assert_same_run(device, host_theta, norms_exact=False, eval_exact=False)
+    assert device.theta.size == (2 + 18 + 18 if hold_A_zero else 18 + 2 + 18 + 18)
+    assert train.LSAObjective(np.eye(4), np.eye(4), device="cpu").bind_device(None, emulated) is None
+
+
+# ---- the loss= and out= outputs ----------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_loss_and_gradient_outputs_on_the_device_side(rng, emulated, dtype):
+    E = rng.standard_normal((6, 4, 8)).astype(dtype)
+    y = rng.standard_normal(6).astype(dtype)
+    W = (0.3 * rng.standard_normal((2, 4, 4))).astype(dtype)
+    want = lsa.loss_and_grad(E, y, W[0], W[1], device="cpu")
+    g = HostBackedCudaArray
+    loss, out = g(np.full(1, np.nan)), (g(np.empty((4, 4), dtype)), g(np.empty((4, 4), dtype)))
+    got = lsa.loss_and_grad(g(E), g(y), g(W[0]), g(W[1]), out=out, loss=loss)
+    assert got[0] is loss and got[1] is out[0] and got[2] is out[1]
+    assert loss.a[0] == want[0]
+    np.testing.assert_array_equal(out[0].a, want[1])
+    np.testing.assert_array_equal(out[1].a, want[2])
+    # host arrays: the loss array is written and returned too
+    host_loss = np.full(1, np.nan)
+    assert lsa.loss_and_grad(E, y, W[0], W[1], loss=host_loss)[0] is host_loss
+    assert host_loss[0] == want[0]
+    with pytest.raises(TypeError, match="loss: expected dtype float64"):
+        lsa.loss_and_grad(E, y, W[0], W[1], loss=np.zeros(1, np.float32))
+    with pytest.raises(ValueError, match=r"loss: expected shape \(1,\)"):
+        lsa.loss_and_grad(E, y, W[0], W[1], loss=np.zeros(2))
+    with pytest.raises(TypeError, match="loss: expected a CUDA array"):
+        lsa.loss_and_grad(g(E), y, W[0], W[1], loss=np.zeros(1))
+    with pytest.raises(TypeError, match="dW_kq: expected a numpy.ndarray"):
+        lsa.loss_and_grad(E, y, W[0], W[1], out=(None, g(np.empty((4, 4), dtype))))
+    with pytest.raises(TypeError, match=r"out: expected a tuple \(dW_pv, dW_kq\)"):
+        lsa.loss_and_grad(E, y, W[0], W[1], out=np.empty((4, 4), dtype))
+    with pytest.raises(ValueError, match="dW_pv: overlaps the memory of W_pv"):
+        lsa.loss_and_grad(E, y, W[0], W[1].copy(), out=(W[0], None))
+
+
+def test_kernel_attention_outputs_on_the_device_side(rng, emulated):
+    params = ka.KernelAttentionParams.gaussian(rng, 2, 2, 1, "exp", sparse=False, scale=0.3)
+    Z0 = rng.standard_normal((5, 3, 6))
+    Z0[:, 2, 5] = 0
+    y = rng.standard_normal(5)
+    want = ka.loss_and_grad(Z0, y, params.V, params.B, params.C, ["exp"], device="cpu")
+    g = HostBackedCudaArray
+    loss = g(np.full(1, np.nan))
+    out = tuple(g(np.empty_like(a)) for a in want[1:4])
+    got = ka.loss_and_grad(g(Z0), g(y), g(params.V), g(params.B), g(params.C), ["exp"], out=out,
+                           loss=loss)
+    assert got[0] is loss and all(a is b for a, b in zip(got[1:4], out))
+    assert loss.a[0] == want[0]
+    for a, b in zip(out, want[1:4]):
+        np.testing.assert_array_equal(a.a, b)
+    with pytest.raises(ValueError, match=r"d_B: expected shape"):
+        ka.loss_and_grad(Z0, y, params.V, params.B, params.C, ["exp"],
+                         out=(None, np.empty((1, 1, 2, 2)), None))
+
+
+def test_fused_step_outputs_on_the_device_side(rng, emulated):
+    spec = sampling.LinearPrompts(3, 9, seed=int(rng.integers(2**31)))
+    W = 0.2 * rng.standard_normal((2, 4, 4))
+    want = spec.lsa_loss_and_grad(W[0], W[1], batch=11, step=2, dtype=np.float64)
+    step = spec.fused_step(batch=11, dtype=np.float64, device="cuda")
+    g = HostBackedCudaArray
+    d = (g(np.empty((4, 4))), g(np.empty((4, 4))))
+    loss = g(np.full(1, np.nan))
+    assert np.isnan(step(g(W[0]), g(W[1]), 2, *d, loss=loss))
+    assert loss.a[0] == want[0]
+    np.testing.assert_array_equal(d[0].a, want[1])
+    np.testing.assert_array_equal(d[1].a, want[2])
+    cpu_step = spec.fused_step(batch=11, dtype=np.float64, device="cpu")
+    with pytest.raises(ValueError, match="W_pv: a CUDA array needs device='cuda'"):
+        cpu_step(g(W[0]), W[1], 2, np.empty((4, 4)), np.empty((4, 4)))
+    with pytest.raises(TypeError, match="W_kq: expected dtype float64"):
+        step(W[0], W[1].astype(np.float32), 2, np.empty((4, 4)), np.empty((4, 4)))
+
+
+def test_piece_is_a_view_of_a_device_buffer():
+    whole = HostBackedCudaArray(np.arange(10.0))
+    piece = cuda.Piece(whole, 3, (2, 2))
+    info = _core.array_info(piece, "p")
+    assert info["shape"] == (2, 2) and info["ptr"] == whole.a.ctypes.data + 24
+    with pytest.raises(ValueError, match=r"elements \[8, 12\)"):
+        cuda.Piece(whole, 8, (4,))
+    with pytest.raises(TypeError, match="expected a CUDA array"):
+        cuda.Piece(np.zeros(3), 0, (1,))
+
+
+# ---- on a GPU ------------------------------------------------------------------------------------
+
+gpu = pytest.mark.skipif(not cuda.available(), reason="needs a GPU")
+
+
+class CountingCuda:
+    """native_optim.CUDA with its device → host copies counted."""
+
+    def __init__(self):
+        self.reads, self.device = 0, "cuda"
+
+    def __getattr__(self, name):
+        return getattr(native_optim.CUDA, name)
+
+    def to_host(self, a):
+        self.reads += 1
+        return native_optim.CUDA.to_host(a)
+
+
+@pytest.mark.cuda
+@gpu
+@pytest.mark.parametrize("optimizer", [train.Adam(lr=0.02), train.Adam(lr=0.02, clip_norm=0.05)])
+def test_gpu_device_loop_equals_the_host_theta_loop_bitwise(rng, monkeypatch, optimizer):
+    """float64 on a GPU, same seed: the device loop and the loop with host θ for the model (the
+    same kernels and fixed-order reductions) give the same bits (the held-out loss: the host-θ
+    loop's is the CPU's, equal to rounding); the CPU run agrees to rounding."""
+    seed = int(rng.integers(2**31))
+    problem = _lsa(seed, batch=3000)
+    device = _fit(*problem, "cuda", optimizer, steps=30, record_every=5)
+    monkeypatch.setattr(fit_module, "_device_step", lambda plan, arrays: None)
+    # (the host-θ loop evaluates the held-out loss on the CPU: equal to rounding)
+    _assert_same_run(device, _fit(*problem, "cuda", optimizer, steps=30, record_every=5),
+                     eval_exact=False)
+    cpu = _fit(*problem, "cpu", optimizer, steps=30, record_every=5)
+    np.testing.assert_allclose(device.theta, cpu.theta, rtol=1e-9, atol=1e-12)
+
+
+@pytest.mark.cuda
+@gpu
+def test_gpu_device_loop_syncs_once_per_record(monkeypatch):
+    counting = CountingCuda()
+    monkeypatch.setattr(fit_module, "_native_arrays", lambda plan: counting)
+    _fit(*_lsa(4, batch=2000), "cuda", train.Adam(lr=0.01), steps=41, record_every=10)
+    assert counting.reads == len(range(0, 41, 10)) + 3
+
+
+@pytest.mark.cuda
+@gpu
+def test_gpu_kernel_attention_device_loop(rng, monkeypatch):
+    """The K-GP prompts sampled on the GPU, full V: device loop = host-θ loop bit for bit."""
+    params, spec = _ka_problem(int(rng.integers(2**31)))
+    objective = train.KernelAttentionObjective(params, device="cuda")
+    run = lambda: train.fit(objective, train.Adam(lr=0.01),  # noqa: E731
+                            data=train.Prompts(spec, batch=500, dtype=np.float64), steps=12,
+                            record_every=4, progress=False)
+    device = run()
+    monkeypatch.setattr(fit_module, "_device_step", lambda plan, arrays: None)
+    host_theta = run()
+    np.testing.assert_array_equal(device.theta, host_theta.theta)
+    np.testing.assert_array_equal(device.history["loss"], host_theta.history["loss"])
+
+
+def test_native_step_refuses_a_non_finite_loss(rng):
+    """A step given a non-finite loss leaves θ and the state alone and records BAD_LOSS at its
+    step; later steps do nothing (the parameters of the failing step survive)."""
+    theta0 = rng.standard_normal(5)
+    native = native_optim.NativeOptimizer(train.Adam(lr=0.1), theta0)
+    loss = np.array([0.5])
+    native.grad[...] = rng.standard_normal(5)
+    native.step(0, loss=loss)
+    kept = native.current.copy()
+    loss[0] = np.inf
+    native.step(1, loss=loss)
+    loss[0] = 0.5
+    native.step(2, loss=loss)
+    norm, code, step = native.status()
+    assert (code, step) == (native_optim.BAD_LOSS, 1)
+    np.testing.assert_array_equal(native.theta_read_at(1), kept)
+
+
+# ---- bad input: arrays of one call on two devices ------------------------------------------------
+
+import ctypes  # noqa: E402
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", ctypes.c_void_p)]
+
+
+_CAPSULE_NAME = b"dltensor"
+_new_capsule = ctypes.pythonapi.PyCapsule_New
+_new_capsule.restype, _new_capsule.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p,
+                                                                 ctypes.c_void_p]
+
+
+class OnCudaDevice:
+    """Host memory exported through DLPack as an array of CUDA device ``device_id`` (parsed by the
+    array adapter, never launched on: the device checks come first)."""
+
+    def __init__(self, a, device_id):
+        self.a = np.ascontiguousarray(a, dtype=np.float64)
+        self.device_id = device_id
+        self._shape = (ctypes.c_int64 * self.a.ndim)(*self.a.shape)
+
+    def __dlpack_device__(self):
+        return (2, self.device_id)
+
+    def __dlpack__(self, stream=None):
+        managed = _DLManagedTensor()
+        managed.dl_tensor = _DLTensor(self.a.ctypes.data, _DLDevice(2, self.device_id), self.a.ndim,
+                                      _DLDataType(2, 64, 1), self._shape, None, 0)
+        self._managed = managed  # alive while self is (the adapter reads it during the call)
+        return _new_capsule(ctypes.addressof(managed), _CAPSULE_NAME, None)
+
+
+def test_arrays_of_one_call_on_two_devices_are_refused_by_name(rng):
+    E = rng.standard_normal((4, 3, 5))
+    y, W = rng.standard_normal(4), 0.1 * rng.standard_normal((2, 3, 3))
+    on0, on1 = (lambda a: OnCudaDevice(a, 0)), (lambda a: OnCudaDevice(a, 1))
+    with pytest.raises(ValueError, match="W_pv: on CUDA device 1, but E is on CUDA device 0"):
+        lsa.loss_and_grad(on0(E), on0(y), on1(W[0]), on0(W[1]))
+    with pytest.raises(ValueError, match="loss: on CUDA device 1, but E is on CUDA device 0"):
+        lsa.loss_and_grad(on0(E), on0(y), on0(W[0]), on0(W[1]), loss=on1(np.zeros(1)))
+    with pytest.raises(ValueError, match="d_C: on CUDA device 1, but Z0 is on CUDA device 0"):
+        V = np.zeros((1, 1, 3, 3))
+        B = np.zeros((1, 1, 2, 2))
+        ka.loss_and_grad(on0(E), on0(y), on0(V), on0(B), on0(B), "softmax",
+                         out=(None, None, on1(np.zeros((1, 1, 2, 2)))))
+    with pytest.raises(ValueError, match="device='cpu' but W_kq is a CUDA array"):
+        lsa.loss_and_grad(E, y, W[0], on0(W[1]), device="cpu")
+
+
+@pytest.mark.skipif(cuda.available(), reason="a GPU is visible")
+def test_device_objectives_without_a_gpu_name_the_cause(rng):
+    """device='cuda' without a GPU (or CUDA kernels): the objective or its first step says which."""
+    why = "no CUDA device" if cuda.compiled() else "no CUDA kernels"
+    make_objective, make_data, _ = _lsa(2)
+    with pytest.raises(ValueError, match=why):
+        train.fit(make_objective("cuda"), "adam", data=make_data(), steps=2, progress=False)
+    params, _ = _ka_problem(2)
+    with pytest.raises(ValueError, match=r"device: 'cuda' needs .*cuda.available\(\) = False"):
+        train.KernelAttentionObjective(params, device="cuda")
+
+
+@pytest.mark.cuda
+@gpu
+def test_gpu_out_of_memory_is_a_memory_error_and_the_process_stays_usable(rng):
+    """A batch no GPU holds: MemoryError naming the size and the ways out; the next call works."""
+    params, spec = _ka_problem(3)
+    objective = train.KernelAttentionObjective(params, device="cuda")
+    with pytest.raises(MemoryError, match="CUDA out of memory: .* bytes on device"):
+        train.fit(objective, "adam", data=train.Prompts(spec, batch=10**9, dtype=np.float64),
+                  steps=2, progress=False)
+    small = train.fit(objective, "adam", data=train.Prompts(spec, batch=50, dtype=np.float64),
+                      steps=2, progress=False)
+    assert np.isfinite(small.history["loss"]).all()
