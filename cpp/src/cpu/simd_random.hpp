@@ -52,6 +52,42 @@ struct WordOpsU32x8 {
   }
 };
 
+#if defined(__AVX2__)
+// rng::philox4x32_10 on 8 counters, the same words with fewer instructions than WordOpsU32x8's
+// round: the counters live in the low halves of 64-bit lanes (x[0] counters 0, 2, 4, 6 and x[1]
+// counters 1, 3, 5, 7), where vpmuludq reads its operands and leaves lo in the low half and hi in
+// the high half of each product. A round is then 2 products, 2 shifts (hi down) and 4 xors per 4
+// counters, with no blends; the high halves carry junk that no product or final word reads.
+inline void philox_avx2(U32x8 (&w)[4], std::uint32_t k0, std::uint32_t k1) {
+  __m256i x[2][4];
+  for (int j = 0; j < 4; ++j) {
+    x[0][j] = bit_cast<__m256i>(w[j]);
+    x[1][j] = _mm256_srli_epi64(bit_cast<__m256i>(w[j]), 32);
+  }
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(rng::kPhiloxM0));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(rng::kPhiloxM1));
+  for (int r = 0; r < rng::kPhiloxRounds; ++r) {
+    if (r > 0) {
+      k0 += rng::kPhiloxW0;
+      k1 += rng::kPhiloxW1;
+    }
+    const __m256i vk0 = _mm256_set1_epi32(static_cast<int>(k0));
+    const __m256i vk1 = _mm256_set1_epi32(static_cast<int>(k1));
+    for (auto& c : x) {
+      const __m256i p0 = _mm256_mul_epu32(c[0], m0);  // hi0:lo0
+      const __m256i p1 = _mm256_mul_epu32(c[2], m1);  // hi1:lo1
+      // c[1] ^ k0 first: off the chain product -> shift -> xor that limits a round
+      c[0] = _mm256_xor_si256(_mm256_srli_epi64(p1, 32), _mm256_xor_si256(c[1], vk0));
+      c[2] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), _mm256_xor_si256(c[3], vk1));
+      c[1] = p1;
+      c[3] = p0;
+    }
+  }
+  for (int j = 0; j < 4; ++j)
+    w[j] = bit_cast<U32x8>(_mm256_blend_epi32(x[0][j], _mm256_slli_epi64(x[1][j], 32), 0xAA));
+}
+#endif
+
 // ---- vectorized math -------------------------------------------------------------------------
 
 inline Vec<float> sqrt(Vec<float> x) {
@@ -205,7 +241,11 @@ inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompt
   w[1] = prompts;
   w[2] = U32x8{} + a.step;
   w[3] = U32x8{} + a.stream;
+#if defined(__AVX2__)
+  philox_avx2(w, a.key.k0, a.key.k1);
+#else
   rng::philox4x32_10<U32x8, WordOpsU32x8>(w, a.key.k0, a.key.k1);
+#endif
 }
 // Philox on 8 blocks of a stream: w[j][lane] = word j of block blocks[lane].
 inline void philox_blocks(const rng::StreamAddress& a, U32x8 blocks, U32x8 (&w)[4]) {
