@@ -158,12 +158,16 @@ inline Vec<float> log(Vec<float> x) {
   e = e - big;  // big is −1 where true
   const Vec<float> k = __builtin_convertvector(e, Vec<float>);
   const Vec<float> f = m - 1.0f;
-  const Vec<float> s = f / (f + 2.0f);
-  const Vec<float> z = s * s;
-  // 2 atanh(s) = 2s + s·z·(2/3 + 2z/5 + 2z²/7 + 2z³/9 + …); the next term is < 1e-9 relative.
-  const Vec<float> R = z * (0.66666666666f + z * (0.4f + z * (0.28571428571f + z * 0.22222222222f)));
-  const Vec<float> hfsq = 0.5f * f * f;
-  return k * 0.693359375f - ((hfsq - (s * (hfsq + R) + k * -2.12194440e-4f)) - f);
+  // log(1+f) = f − f²/2 + f³·P(f), P Cephes logf's minimax polynomial of degree 8 on
+  // [√½ − 1, √2 − 1] (relative error < 7.6e-8), no division; P by Estrin's scheme (short chains).
+  const Vec<float> f2 = f * f, f4 = f2 * f2;
+  const Vec<float> q0 = f * -2.4999993993e-1f + 3.3333331174e-1f;
+  const Vec<float> q1 = f * -1.6668057665e-1f + 2.0000714765e-1f;
+  const Vec<float> q2 = f * -1.2420140846e-1f + 1.4249322787e-1f;
+  const Vec<float> q3 = f * -1.1514610310e-1f + 1.1676998740e-1f;
+  const Vec<float> P = (f4 * 7.0376836292e-2f + (q3 * f2 + q2)) * f4 + (q1 * f2 + q0);
+  const Vec<float> y = (f * f2) * P + k * -2.12194440e-4f - 0.5f * f2;
+  return (f + y) + k * 0.693359375f;
 }
 
 // s = sin(2πu), c = cos(2πu) for u in [0, 1]: q = round(4u) (the 1.5·2^p rounding trick),
@@ -196,22 +200,23 @@ inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
   const Vec<float> magic = broadcast(12582912.0f);  // 1.5 · 2^23
   const Vec<float> t = u * 4.0f + magic;
   const Vec<float> q = t - magic;
-  const I32x8 qi = bit_cast<I32x8>(t) & 3;
+  const I32x8 qi = bit_cast<I32x8>(t);
   const Vec<float> a = (u - q * 0.25f) * 6.28318530717958647f;
   const Vec<float> x2 = a * a;
-  Vec<float> sp = broadcast(1.0f / 362880.0f);  // 1/9!
-  const float sin_c[4] = {-1.0f / 5040.0f, 1.0f / 120.0f, -1.0f / 6.0f, 1.0f};
-  for (float k : sin_c) sp = sp * x2 + k;
-  const Vec<float> sa = sp * a;
-  Vec<float> cp = broadcast(-1.0f / 3628800.0f);  // −1/10!
-  const float cos_c[5] = {1.0f / 40320.0f, -1.0f / 720.0f, 1.0f / 24.0f, -0.5f, 1.0f};
-  for (float k : cos_c) cp = cp * x2 + k;
-  const Vec<float> ca = cp;
-  const I32x8 swap = (qi & 1) != 0;
-  const Vec<float> ss = swap ? ca : sa;
-  const Vec<float> cc = swap ? sa : ca;
-  s = (qi & 2) != 0 ? -ss : ss;
-  c = ((qi + 1) & 2) != 0 ? -cc : cc;
+  // Cephes sinf/cosf minimax polynomials on [−π/4, π/4] (error below float's half ulp):
+  // sin a = a + a³(s1 + s2 a² + s3 a⁴), cos a = 1 − a²/2 + a⁴(c1 + c2 a² + c3 a⁴).
+  const Vec<float> x4 = x2 * x2;
+  const Vec<float> sp = (x2 * 8.3321608736e-3f - 1.6666654611e-1f) + x4 * -1.9515295891e-4f;
+  const Vec<float> sa = (a * x2) * sp + a;
+  const Vec<float> cp = (x2 * -1.388731625493765e-3f + 4.166664568298827e-2f) + x4 * 2.443315711809948e-5f;
+  const Vec<float> ca = x4 * cp + (1.0f - 0.5f * x2);
+  // quarter turn q: swap for odd q, signs by xor of the sign bit
+  const I32x8 swap = (qi << 31) >> 31;  // all ones where q is odd
+  const I32x8 sa_b = bit_cast<I32x8>(sa), ca_b = bit_cast<I32x8>(ca);
+  const I32x8 ss = (sa_b & ~swap) | (ca_b & swap);
+  const I32x8 cc = (ca_b & ~swap) | (sa_b & swap);
+  s = bit_cast<Vec<float>>(ss ^ ((qi & 2) << 30));
+  c = bit_cast<Vec<float>>(cc ^ (((qi + 1) & 2) << 30));
 }
 
 // Math policy of random.hpp's recipes on vectors.
