@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 
 #include "cpu/isa.hpp"
 #include "common/linear_prompts.hpp"
@@ -27,6 +28,11 @@ struct SamplingKernels {
   // Prompts [b0, b1): prompt b is written at offset b − b0 of each non-null output.
   void (*linear_prompts)(const LinearPlan<T>& plan, index_t b0, index_t b1,
                          const LinearPromptOutputs<T>& out);
+  // One K-GP prompt: common/kernel_gp.hpp's sample_prompt (its arguments) with this table's SIMD
+  // normals and exp (the scalar recipe's values to rounding); poll as sample_prompt's.
+  int (*kernel_gp_prompt)(const rng::PhiloxKey& key, std::uint32_t prompt, std::uint32_t step,
+                          int kernel, double inv_bw2, const double* R, int n1, int d, double* work,
+                          T* z, T* y_q, T* xi, const std::function<void()>& poll);
   // Wishart step over prompts [b0, b1): partial [loss_grad_partial_size(d)] (written: the LSA loss_grad layout).
   void (*wishart_loss_grad)(const LinearPlan<T>& plan, const T* W_pv, const T* W_kq, index_t b0,
                             index_t b1, double* partial);

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/kernel_gp.hpp"
 #include "common/random.hpp"
 #include "common/wishart.hpp"
 #include "cpu/sampling_kernels.hpp"
@@ -190,6 +191,40 @@ void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
   }
 }
 
+// ---- K-GP prompts ---------------------------------------------------------------------------
+
+// kernel_gp.hpp's ScalarOps in SIMD: the normals by fill_normals, the exp kernel's entries by
+// simd.hpp's exp over each row of the lower triangle (then mirrored: K stays exactly symmetric).
+struct KernelGPSimdOps {
+  static void normals(const rng::StreamAddress& a, int count, double* z) {
+    simd::fill_normals(a, 0, count, z);
+  }
+  static void kernel_matrix(int kernel, double inv_bw2, const double* xi, int n1, int d, double* K) {
+    if (kernel != detail::kgp::kExp) {
+      detail::kgp::kernel_matrix(kernel, inv_bw2, xi, n1, d, K);
+      return;
+    }
+    for (int i = 0; i < n1; ++i) {
+      double* row = K + i * n1;
+      for (int j = 0; j <= i; ++j) {
+        double t = 0;
+        for (int k = 0; k < d; ++k) t += xi[i * d + k] * xi[j * d + k];
+        row[j] = t * inv_bw2;
+      }
+      simd::exp_inplace(row, i + 1);
+      for (int j = 0; j < i; ++j) K[j * n1 + i] = row[j];
+    }
+  }
+};
+
+template <class T>
+int kernel_gp_prompt_kernel(const rng::PhiloxKey& key, std::uint32_t prompt, std::uint32_t step,
+                            int kernel, double inv_bw2, const double* R, int n1, int d,
+                            double* work, T* z, T* y_q, T* xi, const std::function<void()>& poll) {
+  return detail::kgp::sample_prompt(key, prompt, step, kernel, inv_bw2, R, n1, d, work, z, y_q, xi,
+                                    [&poll] { poll(); }, KernelGPSimdOps{});
+}
+
 // ---- the Wishart step ----------------------------------------------------------------------
 
 // Prompts [b0, b1) of the Wishart step: the draws by this file's range fills, the rest by
@@ -229,8 +264,9 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
 
 template <class T>
 SamplingKernels<T> sampling_kernels() {
-  return {&normals_kernel<T>, &uniforms_kernel<T>, &gammas_kernel<T>, &log_kernel<T>, &sincos_kernel<T>, &linear_prompts_kernel<T>,
-          &wishart_loss_grad_kernel<T>};
+  return {&normals_kernel<T>,        &uniforms_kernel<T>,       &gammas_kernel<T>,
+          &log_kernel<T>,            &sincos_kernel<T>,         &linear_prompts_kernel<T>,
+          &kernel_gp_prompt_kernel<T>, &wishart_loss_grad_kernel<T>};
 }
 template SamplingKernels<float> sampling_kernels<float>();
 template SamplingKernels<double> sampling_kernels<double>();

@@ -400,12 +400,10 @@ inline void fill_normals_prompts(const rng::StreamAddress& a, index_t n, index_t
 
 // ---- chi-square variates of the Bartlett factor ---------------------------------------------
 
-// One Marsaglia–Tsang attempt on vectors (rng::gamma_variate's attempt 0, shape >= 1): returns the
-// acceptance mask and writes x = d·v.
+// One Marsaglia–Tsang attempt on vectors (an attempt of rng::gamma_variate at alpha >= 1, with
+// d = alpha − 1/3 and c = 1/sqrt(9d)): returns the acceptance mask and writes x = d·v.
 template <class S, class V, class M>
-inline M gamma_attempt(V shape, V z, V u, V& x) {
-  const V d = shape - S(1) / S(3);
-  const V c = S(1) / simd::sqrt(d * S(9));
+inline M gamma_attempt(V d, V c, V z, V u, V& x) {
   const V one_cz = c * z + S(1);
   const M positive = one_cz > S(0);
   const V v = positive ? one_cz * one_cz * one_cz : V{} + S(1);
@@ -414,21 +412,34 @@ inline M gamma_attempt(V shape, V z, V u, V& x) {
   return positive & accept;
 }
 
+template <class M>
+inline bool all_lanes(M m) {
+  for (int l = 0; l < int(sizeof(M) / sizeof(m[0])); ++l)
+    if (!m[l]) return false;
+  return true;
+}
+
 // Gamma variates in SIMD, slot by slot: slot s is variate `variate` of prompt `prompt`'s stream at
 // shape `shape` (the slots' fields, advanced by next() without division), and
 //   out[s] = scale · rng::gamma_variate(stream of prompt, variate, shape)
-// (scale 2 and shape (N − i)/2 give χ²_{N−i}). Lanes take consecutive slots: attempt 0 in SIMD,
-// 8 (float) or 4 (double) slots at a time; slots that reject, or whose shape is below 1 and needs
-// the boost, take the scalar recipe. The SIMD log/sin/cos round differently from libm, so values
-// agree with the scalar recipe up to rounding.
-// float: 8 slots per vector; double: 4 slots, lanes 4-7 computing block B (the uniforms) of lanes
-// 0-3's slots.
+// (scale 2 and shape (N − i)/2 give χ²_{N−i}). Lanes take consecutive slots, 8 (float) or 4
+// (double) at a time, and run rng::gamma_variate's recipe in SIMD: attempt t of every lane not yet
+// accepted reads its block 2·kGammaMaxAttempts·k + 2t, until all lanes of the vector accepted (a
+// second attempt is needed by a lane with probability <= 0.05); shapes below 1 take the boost
+// Gamma(a) = Gamma(a + 1)·U^(1/a) with attempt 0's boost uniform, through this file's log and
+// simd.hpp's exp. Only a lane whose U^(1/a) falls below the smallest normal number (where the
+// vector exp flushes to 0) takes the scalar recipe. The SIMD log/sin/cos/exp round differently
+// from libm, so values agree with the scalar recipe up to rounding.
+// float: 8 slots per vector; double: 4 slots, lanes 4-7 computing block +1 (the uniforms u, ub)
+// of lanes 0-3's slots.
 template <class T, class Slots>
 inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Slots slot, T* out) {
   constexpr bool kFloat = sizeof(T) == 4;
   constexpr int L = kFloat ? 8 : 4;  // slots per vector
   using Mask = std::conditional_t<kFloat, I32x8, I64x4>;
   constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
+  // log of the smallest normal number: below it the vector exp flushes to 0
+  const T log_tiny = kFloat ? T(-87.3365448) : T(-708.3964185322641);
   for (index_t s0 = 0; s0 < n; s0 += L) {
     U32x8 blocks, ids;
     Vec<T> shape;
@@ -445,30 +456,51 @@ inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Sl
       shape[l] = slot.shape();
       if (s0 + l + 1 < n) slot.next();  // the tail lanes repeat the last slot
     }
-    U32x8 w[4];
-    philox_lanes(a, blocks, ids, w);
-    Vec<T> u1, u2, u;
-    if constexpr (kFloat) {
-      u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
-      u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
-      u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
-    } else {
-      U32x4 lo[4], hi[4];
-      for (int j = 0; j < 4; ++j) {
-        lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
-        hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+    const Mask boost = shape < T(1);
+    const Vec<T> alpha = boost ? shape + T(1) : shape;
+    const Vec<T> d = alpha - T(1) / T(3);
+    const Vec<T> c = T(1) / simd::sqrt(d * T(9));
+    Vec<T> x = d, boost_u{};  // d: the recipe's value when every attempt rejects
+    Mask done{};
+    for (std::uint32_t t = 0; t < rng::kGammaMaxAttempts; ++t) {
+      U32x8 w[4];
+      philox_lanes(a, blocks + 2 * t, ids, w);
+      Vec<T> u1, u2, u, ub;
+      if constexpr (kFloat) {
+        u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
+        u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
+        u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
+        ub = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[3]);
+      } else {
+        U32x4 lo[4], hi[4];
+        for (int j = 0; j < 4; ++j) {
+          lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
+          hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+        }
+        u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
+        u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
+        u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
+        ub = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[2], hi[3]);
       }
-      u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
-      u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
-      u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
+      if (t == 0) boost_u = ub;
+      Vec<T> z, z_unused, xt;
+      rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
+      const Mask ok = gamma_attempt<T, Vec<T>, Mask>(d, c, z, u, xt);
+      x = (ok & ~done) ? xt : x;
+      done |= ok;
+      if (all_lanes(done)) break;
     }
-    Vec<T> z, z_unused, x;
-    rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
-    const Mask ok = gamma_attempt<T, Vec<T>, Mask>(shape, z, u, x);
+    Vec<T> log_boost = Vec<T>{} + T(1);  // U^(1/a) = exp(log U / a), where a lane needs it
+    if (!all_lanes(boost == 0)) {
+      log_boost = simd::log(boost_u) / shape;
+      x = boost ? x * simd::exp(log_boost) : x;
+    }
     for (int l = 0; l < L && s0 + l < n; ++l) {
-      const rng::StreamAddress al{a.key, prompt_of[l], a.step, a.stream};
-      out[s0 + l] = scale * ((ok[l] && shape[l] >= T(1)) ? x[l]
-                                                         : rng::gamma_variate<T>(al, var_of[l], shape[l]));
+      if (boost[l] && !(log_boost[l] > log_tiny)) {
+        const rng::StreamAddress al{a.key, prompt_of[l], a.step, a.stream};
+        x[l] = rng::gamma_variate<T>(al, var_of[l], shape[l]);
+      }
+      out[s0 + l] = scale * x[l];
     }
   }
 }
