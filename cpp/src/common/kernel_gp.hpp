@@ -128,6 +128,24 @@ LSA_HD int abs_root_times(double* a, int n, const double* z, double* work, doubl
   return iterations;
 }
 
+// gp_labels past the Cholesky attempt (a batched factorization resumes here): work holds A = L
+// (factored) or the remains of K [n1 x n1], then z [n1] and room for abs_root_times. factored: Y =
+// L z; else (relu, or an exp Cholesky that failed) K is rebuilt and Y = U |D|^{1/2} z.
+template <class Poll, class Ops>
+LSA_HD int labels_after_cholesky(bool factored, int kernel, double inv_bw2, const double* xi, int n1,
+                                 int d, double* work, double* y, Poll poll, Ops) {
+  double* A = work;              // [n1 x n1]
+  double* z = A + n1 * n1;       // [n1]
+  double* eigen_work = z + n1;   // [n1² + 4 n1]
+  if (factored) {
+    lower_matvec(A, n1, z, y);
+    return kMethodCholesky;
+  }
+  if (kernel == kExp) Ops::kernel_matrix(kernel, inv_bw2, xi, n1, d, A);  // the Cholesky overwrote it
+  return abs_root_times(A, n1, z, eigen_work, y, poll) >= 0 ? kMethodEigen
+                                                            : kMethodEigenUnconverged;
+}
+
 // Y [n1] ~ N(0, K_+(ξ)) given ξ [n1 x d]  [CCS Definition 3.3], K_+ = U|D|Uᵀ.
 // linear: Y = Ξ θ (θ = the first d normals of `labels`): covariance ΞΞᵀ = K = K_+ in O(n1·d);
 // exp: Cholesky K = L Lᵀ, Y = L z (K is PSD, so K_+ = K), n1³/3 flops; when the Cholesky fails at
@@ -154,21 +172,36 @@ LSA_HD int gp_labels(int kernel, double inv_bw2, const double* xi, int n1, int d
   }
   double* A = work;              // [n1 x n1]
   double* z = A + n1 * n1;       // [n1]
-  double* eigen_work = z + n1;   // [n1² + 4 n1]
   Ops::normals(labels, n1, z);
   Ops::kernel_matrix(kernel, inv_bw2, xi, n1, d, A);
-  if (kernel == kExp && cholesky_in_place(A, n1, poll)) {
-    lower_matvec(A, n1, z, y);
-    return kMethodCholesky;
-  }
-  if (kernel == kExp) Ops::kernel_matrix(kernel, inv_bw2, xi, n1, d, A);  // the Cholesky overwrote it
-  return abs_root_times(A, n1, z, eigen_work, y, poll) >= 0 ? kMethodEigen
-                                                            : kMethodEigenUnconverged;
+  const bool factored = kernel == kExp && cholesky_in_place(A, n1, poll);
+  return labels_after_cholesky(factored, kernel, inv_bw2, xi, n1, d, work, y, poll, Ops{});
 }
 
 // Doubles of per-prompt scratch sample_prompt needs: ξ [n1 x d], Y [n1], gp_labels' workspace.
 LSA_HD index_t prompt_workspace(int n1, int d) {
   return index_t(n1) * d + n1 + gp_workspace(n1, d);
+}
+
+// The prompt's outputs from ξ [n1 x d] and Y [n1] (sample_prompt's arguments R, z, y_q, xi_out).
+template <class T>
+LSA_HD void write_prompt(const double* xi, const double* y, const double* R, int n1, int d, T* z,
+                         T* y_q, T* xi_out) {
+  for (int j = 0; j < n1; ++j) {
+    const double* x = xi + j * d;
+    for (int k = 0; k < d; ++k) {
+      double s = x[k];
+      if (R) {  // x = Σ^{1/2} ξ
+        s = 0;
+        for (int l = 0; l < d; ++l) s += R[k * d + l] * x[l];
+      }
+      z[k * n1 + j] = static_cast<T>(s);
+    }
+    z[d * n1 + j] = j < n1 - 1 ? static_cast<T>(y[j]) : T(0);
+  }
+  *y_q = static_cast<T>(y[n1 - 1]);
+  if (xi_out)
+    for (int i = 0; i < n1 * d; ++i) xi_out[i] = static_cast<T>(xi[i]);
 }
 
 // One K-GP prompt b of a step, written in the kernel-attention layout — the whole per-prompt work
@@ -186,21 +219,7 @@ LSA_HD int sample_prompt(const rng::PhiloxKey& key, std::uint32_t prompt, std::u
   sphere_points({key, prompt, step, kStreamGPPoints}, n1, d, xi, ops);
   const int method = gp_labels(kernel, inv_bw2, xi, n1, d, {key, prompt, step, kStreamGPLabels},
                                y + n1, y, poll, ops);
-  for (int j = 0; j < n1; ++j) {
-    const double* x = xi + j * d;
-    for (int k = 0; k < d; ++k) {
-      double s = x[k];
-      if (R) {  // x = Σ^{1/2} ξ
-        s = 0;
-        for (int l = 0; l < d; ++l) s += R[k * d + l] * x[l];
-      }
-      z[k * n1 + j] = static_cast<T>(s);
-    }
-    z[d * n1 + j] = j < n1 - 1 ? static_cast<T>(y[j]) : T(0);
-  }
-  *y_q = static_cast<T>(y[n1 - 1]);
-  if (xi_out)
-    for (int i = 0; i < n1 * d; ++i) xi_out[i] = static_cast<T>(xi[i]);
+  write_prompt(xi, y, R, n1, d, z, y_q, xi_out);
   return method;
 }
 

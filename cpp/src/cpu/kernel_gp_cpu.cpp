@@ -83,20 +83,11 @@ bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t bat
   std::atomic<bool> unconverged{false};
   const PromptPoll poll(n1 >= kPollInsidePromptPoints);
   const std::function<void()> poll_ref = [&poll] { poll(); };
-  // sample_prompt with the SIMD normals and exp of this CPU's table
+  // the prompts by the sampling table for this CPU (its SIMD normals, exp and batched Cholesky)
   const auto& kernels = LSA_NATIVE_SELECT_KERNELS(cpu::SamplingKernels<T>, sampling_kernels<T>());
-  const index_t prompt_size = index_t(d + 1) * n1;
+  const KernelGPBatch<T> g{key, step, kernel, inv_bw2, root, d, n1, Z0, y_q, xi, method};
   detail::for_each_chunk(batch, [&](index_t, index_t b0, index_t b1) {
-    std::vector<double> work(static_cast<size_t>(detail::kgp::prompt_workspace(n1, d)));
-    for (index_t b = b0; b < b1; ++b) {
-      poll();
-      const int m = kernels.kernel_gp_prompt(key, static_cast<std::uint32_t>(b), step, kernel,
-                                             inv_bw2, root, n1, d, work.data(),
-                                             Z0 + b * prompt_size, y_q + b,
-                                             xi ? xi + b * n1 * d : nullptr, poll_ref);
-      if (m == detail::kgp::kMethodEigenUnconverged) unconverged = true;
-      if (method) method[b] = m;
-    }
+    if (!kernels.kernel_gp_prompts(g, b0, b1, poll_ref)) unconverged = true;
   });
   return !unconverged;
 }

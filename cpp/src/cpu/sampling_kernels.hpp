@@ -17,6 +17,20 @@ namespace lsa_native::cpu {
 template <class T>
 using LinearPlan = linear::Law<T>;
 
+// A K-GP batch (sample_kernel_gp's arguments): root = Σ^{1/2} [d, d] or null; Z0 [B, d+1, n1],
+// y_q [B], xi [B, n1, d] (nullable), method [B] (nullable).
+template <class T>
+struct KernelGPBatch {
+  rng::PhiloxKey key;
+  std::uint32_t step;
+  int kernel;
+  double inv_bw2;
+  const double* root;
+  int d, n1;
+  T *Z0, *y_q, *xi;
+  std::int32_t* method;
+};
+
 template <class T>
 struct SamplingKernels {
   void (*normals)(const rng::StreamAddress&, std::uint64_t start, index_t n, T* out);
@@ -28,11 +42,11 @@ struct SamplingKernels {
   // Prompts [b0, b1): prompt b is written at offset b − b0 of each non-null output.
   void (*linear_prompts)(const LinearPlan<T>& plan, index_t b0, index_t b1,
                          const LinearPromptOutputs<T>& out);
-  // One K-GP prompt: common/kernel_gp.hpp's sample_prompt (its arguments) with this table's SIMD
-  // normals and exp (the scalar recipe's values to rounding); poll as sample_prompt's.
-  int (*kernel_gp_prompt)(const rng::PhiloxKey& key, std::uint32_t prompt, std::uint32_t step,
-                          int kernel, double inv_bw2, const double* R, int n1, int d, double* work,
-                          T* z, T* y_q, T* xi, const std::function<void()>& poll);
+  // K-GP prompts [b0, b1) of a step (common/kernel_gp.hpp's recipe; prompt b at b's offsets of
+  // the batch's outputs); poll() before each prompt and inside long factorizations. Returns false
+  // when a prompt's eigen route did not converge.
+  bool (*kernel_gp_prompts)(const KernelGPBatch<T>& batch, index_t b0, index_t b1,
+                            const std::function<void()>& poll);
   // Wishart step over prompts [b0, b1): partial [loss_grad_partial_size(d)] (written: the LSA loss_grad layout).
   void (*wishart_loss_grad)(const LinearPlan<T>& plan, const T* W_pv, const T* W_kq, index_t b0,
                             index_t b1, double* partial);

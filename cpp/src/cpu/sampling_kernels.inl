@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "common/kernel_gp.hpp"
@@ -19,6 +20,7 @@
 namespace lsa_native::cpu::LSA_ISA_NS {
 namespace {
 
+using simd::I64x4;
 using simd::Vec;
 constexpr std::uint32_t kX = rng::kStreamX;
 
@@ -193,8 +195,9 @@ void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
 
 // ---- K-GP prompts ---------------------------------------------------------------------------
 
-// kernel_gp.hpp's ScalarOps in SIMD: the normals by fill_normals, the exp kernel's entries by
-// simd.hpp's exp over each row of the lower triangle (then mirrored: K stays exactly symmetric).
+// kernel_gp.hpp's ScalarOps in SIMD: the normals by fill_normals; the exp kernel's entries by
+// simd.hpp's exp over the packed lower triangle (whole vectors), unpacked in place and mirrored
+// (K stays exactly symmetric: each entry is computed once).
 struct KernelGPSimdOps {
   static void normals(const rng::StreamAddress& a, int count, double* z) {
     simd::fill_normals(a, 0, count, z);
@@ -204,25 +207,103 @@ struct KernelGPSimdOps {
       detail::kgp::kernel_matrix(kernel, inv_bw2, xi, n1, d, K);
       return;
     }
-    for (int i = 0; i < n1; ++i) {
-      double* row = K + i * n1;
+    index_t p = 0;  // packed position of (i, j), j <= i: i(i+1)/2 + j <= i·n1 + j
+    for (int i = 0; i < n1; ++i)
       for (int j = 0; j <= i; ++j) {
         double t = 0;
         for (int k = 0; k < d; ++k) t += xi[i * d + k] * xi[j * d + k];
-        row[j] = t * inv_bw2;
+        K[p++] = t * inv_bw2;
       }
-      simd::exp_inplace(row, i + 1);
-      for (int j = 0; j < i; ++j) K[j * n1 + i] = row[j];
-    }
+    simd::exp_inplace(K, p);
+    // unpack from the last entry down: (i, j) moves to i·n1 + j >= its packed position, which no
+    // entry still packed (all before it) occupies
+    for (int i = n1; i-- > 0;)
+      for (int j = i + 1; j-- > 0;) K[i * n1 + j] = K[--p];
+    for (int i = 0; i < n1; ++i)
+      for (int j = 0; j < i; ++j) K[j * n1 + i] = K[i * n1 + j];
   }
 };
 
+// detail::cholesky_in_place on 4 matrices at once: lane l of a[i·n + j] holds entry (i, j) of
+// matrix l. The same sums in the same order, so a lane's factor is the scalar recipe's bits (its
+// strict upper triangle zeroed likewise); ok[l] is false where matrix l has a pivot that is not > 0
+// or not finite (that lane's entries are then junk). poll() runs before each column.
+template <class Poll>
+I64x4 cholesky_lanes(Vec<double>* a, int n, Poll poll) {
+  I64x4 ok = ~I64x4{};
+  for (int j = 0; j < n; ++j) {
+    poll();
+    Vec<double> s = a[j * n + j];
+    for (int k = 0; k < j; ++k) s -= a[j * n + k] * a[j * n + k];
+    ok &= (s > 0.0) & (s < std::numeric_limits<double>::infinity());
+    const Vec<double> pivot = simd::sqrt(s);
+    a[j * n + j] = pivot;
+    for (int i = j + 1; i < n; ++i) {
+      Vec<double> v = a[i * n + j];
+      for (int k = 0; k < j; ++k) v -= a[i * n + k] * a[j * n + k];
+      a[i * n + j] = v / pivot;
+    }
+    for (int i = 0; i < j; ++i) a[i * n + j] = Vec<double>{};
+  }
+  return ok;
+}
+
+// K-GP prompts [b0, b1): kernel_gp.hpp's sample_prompt with KernelGPSimdOps; for the exp kernel
+// the prompts go 4 at a time (draws and K per prompt, the Cholesky in SIMD lanes, then
+// labels_after_cholesky and write_prompt per prompt).
 template <class T>
-int kernel_gp_prompt_kernel(const rng::PhiloxKey& key, std::uint32_t prompt, std::uint32_t step,
-                            int kernel, double inv_bw2, const double* R, int n1, int d,
-                            double* work, T* z, T* y_q, T* xi, const std::function<void()>& poll) {
-  return detail::kgp::sample_prompt(key, prompt, step, kernel, inv_bw2, R, n1, d, work, z, y_q, xi,
-                                    [&poll] { poll(); }, KernelGPSimdOps{});
+bool kernel_gp_prompts_kernel(const KernelGPBatch<T>& g, index_t b0, index_t b1,
+                              const std::function<void()>& poll) {
+  namespace kgp = detail::kgp;
+  constexpr int L = int(simd::kLanes<double>);
+  const int n1 = g.n1, d = g.d;
+  const index_t ws = kgp::prompt_workspace(n1, d), prompt_size = index_t(d + 1) * n1;
+  const bool batched = g.kernel == kgp::kExp;
+  std::vector<double> work(static_cast<size_t>((batched ? L : 1) * ws));
+  std::vector<Vec<double>> lanes(batched ? static_cast<size_t>(n1) * n1 : 0);
+  const auto poll_fn = [&poll] { poll(); };
+  bool converged = true;
+  // prompt b's outputs from its workspace w (ξ [n1 x d], Y [n1], ...) and method
+  const auto finish = [&](index_t b, const double* w, int method) {
+    kgp::write_prompt(w, w + n1 * d, g.root, n1, d, g.Z0 + b * prompt_size, g.y_q + b,
+                      g.xi ? g.xi + b * n1 * d : nullptr);
+    if (method == kgp::kMethodEigenUnconverged) converged = false;
+    if (g.method) g.method[b] = method;
+  };
+  for (index_t b = b0; b < b1;) {
+    const int m = batched ? int(std::min<index_t>(L, b1 - b)) : 1;
+    for (int l = 0; l < m; ++l) {
+      poll();
+      const auto prompt = static_cast<std::uint32_t>(b + l);
+      double* xi = work.data() + l * ws;
+      double* y = xi + n1 * d;
+      double* A = y + n1;  // gp_labels' workspace: A [n1 x n1], z [n1], ...
+      kgp::sphere_points({g.key, prompt, g.step, kgp::kStreamGPPoints}, n1, d, xi, KernelGPSimdOps{});
+      const rng::StreamAddress labels{g.key, prompt, g.step, kgp::kStreamGPLabels};
+      if (!batched) {
+        finish(b, xi, kgp::gp_labels(g.kernel, g.inv_bw2, xi, n1, d, labels, A, y, poll_fn,
+                                     KernelGPSimdOps{}));
+        continue;
+      }
+      KernelGPSimdOps::normals(labels, n1, A + n1 * n1);
+      KernelGPSimdOps::kernel_matrix(g.kernel, g.inv_bw2, xi, n1, d, A);
+      for (index_t e = 0; e < index_t(n1) * n1; ++e) lanes[size_t(e)][l] = A[e];
+    }
+    if (batched) {
+      for (int l = m; l < L; ++l)  // idle lanes repeat lane 0
+        for (index_t e = 0; e < index_t(n1) * n1; ++e) lanes[size_t(e)][l] = lanes[size_t(e)][0];
+      const I64x4 ok = cholesky_lanes(lanes.data(), n1, poll_fn);
+      for (int l = 0; l < m; ++l) {
+        double* xi = work.data() + l * ws;
+        double* A = xi + n1 * d + n1;
+        for (index_t e = 0; e < index_t(n1) * n1; ++e) A[e] = lanes[size_t(e)][l];
+        finish(b + l, xi, kgp::labels_after_cholesky(ok[l] != 0, g.kernel, g.inv_bw2, xi, n1, d, A,
+                                                     xi + n1 * d, poll_fn, KernelGPSimdOps{}));
+      }
+    }
+    b += m;
+  }
+  return converged;
 }
 
 // ---- the Wishart step ----------------------------------------------------------------------
@@ -266,7 +347,7 @@ template <class T>
 SamplingKernels<T> sampling_kernels() {
   return {&normals_kernel<T>,        &uniforms_kernel<T>,       &gammas_kernel<T>,
           &log_kernel<T>,            &sincos_kernel<T>,         &linear_prompts_kernel<T>,
-          &kernel_gp_prompt_kernel<T>, &wishart_loss_grad_kernel<T>};
+          &kernel_gp_prompts_kernel<T>, &wishart_loss_grad_kernel<T>};
 }
 template SamplingKernels<float> sampling_kernels<float>();
 template SamplingKernels<double> sampling_kernels<double>();
