@@ -220,7 +220,8 @@ void check_gammas(Isa isa) {
     table.gammas(a, 11, n, T(shape), g.data());
     for (index_t i = 0; i < n; ++i) {
       const double exact = double(lsa_native::rng::gamma_variate<T>(a, std::uint32_t(11 + i), T(shape)));
-      const double boost = shape < 1 ? 4 * eps * (std::fabs(std::log(exact)) + 1) : 0.0;
+      // (an exact 0, float's U^(1/a) underflowing, must be matched exactly: both take libm there)
+      const double boost = shape < 1 && exact > 0 ? 4 * eps * (std::fabs(std::log(exact)) + 1) : 0.0;
       ASSERT_NEAR(double(g[size_t(i)]), exact, (kGammaBound<T> + boost) * exact)
           << "shape " << shape << ", variate " << i;
     }

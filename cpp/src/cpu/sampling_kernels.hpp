@@ -29,6 +29,10 @@ struct KernelGPBatch {
   int d, n1;
   T *Z0, *y_q, *xi;
   std::int32_t* method;
+  // Prompt b by kernel_gp.hpp's sample_prompt with ScalarOps, compiled without ISA options like the
+  // CUDA kernel's host emulation (kernel_gp_cpu.cpp): the scalar recipe's bits. work: its workspace.
+  int (*scalar_prompt)(const KernelGPBatch& batch, index_t b, double* work,
+                       const std::function<void()>& poll);
 };
 
 template <class T>

@@ -364,37 +364,23 @@ inline void fill_uniforms(const rng::StreamAddress& a, std::uint64_t p0, index_t
 }
 
 // out[k·n + p] = the normal at position p < n of prompt a.prompt + k's stream, k < prompts: the
-// normals fill_normals gives for each prompt, with SIMD lanes over (prompt, block) slots so that no
-// lane idles between short streams (the Wishart step's few normals per prompt).
+// normals fill_normals gives for each prompt, with the SIMD lanes over 8 prompts and one block of
+// each per call (no per-lane bookkeeping; the Wishart step's few normals per prompt).
 template <class T>
 inline void fill_normals_prompts(const rng::StreamAddress& a, index_t n, index_t prompts, T* out) {
-  constexpr int per = rng::NormalsPerBlock<T>::value;
-  const index_t nb = (n + per - 1) / per, slots = nb * prompts;
-  std::uint32_t prompt = a.prompt, k = 0;
-  index_t blk = 0;
-  for (index_t s0 = 0; s0 < slots; s0 += 8) {
-    U32x8 blocks, ids;
-    index_t k_of[8], blk_of[8];
-    for (int l = 0; l < 8; ++l) {
-      blocks[l] = static_cast<std::uint32_t>(blk);
-      ids[l] = prompt;
-      k_of[l] = k;
-      blk_of[l] = blk;
-      if (s0 + l + 1 < slots && ++blk == nb) {  // the tail lanes repeat the last slot
-        blk = 0;
-        ++prompt;
-        ++k;
-      }
+  constexpr index_t per = rng::NormalsPerBlock<T>::value;
+  const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (index_t k0 = 0; k0 < prompts; k0 += 8) {
+    const index_t m = prompts - k0 < 8 ? prompts - k0 : 8;
+    const U32x8 ids = lane + (a.prompt + static_cast<std::uint32_t>(k0));
+    for (index_t p0 = 0; p0 < n; p0 += per) {
+      U32x8 w[4];
+      philox_lanes(a, U32x8{} + static_cast<std::uint32_t>(p0 / per), ids, w);
+      T z[8 * per];  // z[per·lane + j] = normal j of the lane's block
+      lane_normals(w, z);
+      const index_t count = n - p0 < per ? n - p0 : per;
+      for (index_t l = 0; l < m; ++l) std::memcpy(out + (k0 + l) * n + p0, z + per * l, sizeof(T) * count);
     }
-    U32x8 w[4];
-    philox_lanes(a, blocks, ids, w);
-    T z[8 * per];  // z[per·lane + j] = normal j of the lane's block
-    lane_normals(w, z);
-    for (int l = 0; l < 8 && s0 + l < slots; ++l)
-      for (int j = 0; j < per; ++j) {
-        const index_t pos = blk_of[l] * per + j;
-        if (pos < n) out[k_of[l] * n + pos] = z[per * l + j];
-      }
   }
 }
 
@@ -507,24 +493,28 @@ inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Sl
 
 // The Bartlett χ² of `prompts` consecutive prompts from a.prompt on:
 //   out[k·dp + i] = χ²_{N−i} = 2·Gamma((N − i)/2), variate i < dp of prompt a.prompt + k's stream
-// as rng::chi_square_variate defines it; lanes take (prompt, variate) slots in that order (no lane
-// idles between prompts).
+// as rng::chi_square_variate defines it; lanes take 8 prompts' variate i at once (one shape per
+// vector).
 template <class T>
-struct BartlettSlots {
+struct PromptSlots {  // variate `variate` of consecutive prompts
   std::uint32_t prompt, variate;
-  index_t dp, N;
-  T shape() const { return T(0.5) * static_cast<T>(N - index_t(variate)); }
-  void next() {
-    if (index_t(++variate) == dp) {
-      variate = 0;
-      ++prompt;
-    }
-  }
+  T shape_value;
+  T shape() const { return shape_value; }
+  void next() { ++prompt; }
 };
 template <class T>
 inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
                                T* out) {
-  fill_gamma_slots(a, prompts * dp, T(2), BartlettSlots<T>{a.prompt, 0, dp, N}, out);
+  for (index_t k0 = 0; k0 < prompts; k0 += 8) {
+    const index_t m = prompts - k0 < 8 ? prompts - k0 : 8;
+    for (index_t i = 0; i < dp; ++i) {
+      T x[8];
+      const PromptSlots<T> slots{a.prompt + static_cast<std::uint32_t>(k0), static_cast<std::uint32_t>(i),
+                                 T(0.5) * static_cast<T>(N - i)};
+      fill_gamma_slots(a, m, T(2), slots, x);
+      for (index_t l = 0; l < m; ++l) out[(k0 + l) * dp + i] = x[l];
+    }
+  }
 }
 
 // out[i] = Gamma(shape) variate k0 + i of stream a (rng::gamma_variate's, to rounding), i < n.
