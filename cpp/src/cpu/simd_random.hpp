@@ -124,7 +124,7 @@ inline Vec<double> sqrt(Vec<double> x) {
 // Natural log of positive normal finite numbers (the uniforms of random.hpp are), fdlibm's method:
 // x = 2^k·m with m in [√½, √2), f = m − 1, s = f/(2 + f), log(1+f) = 2 atanh(s) = f − hfsq +
 // s(hfsq + R(s²)) with hfsq = f²/2, and log x = k ln2 + log(1+f) with ln2 split in two parts.
-// double: fdlibm's minimax R (|s| < 0.1716, error < 2^-58.45); float: the atanh series to s^9.
+// double: fdlibm's minimax R (|s| < 0.1716, error < 2^-58.45); float: below, without s's division.
 // Accurate to ~1 ulp; zero, negative, subnormal or non-finite inputs are outside the contract.
 inline Vec<double> log(Vec<double> x) {
   const I64x4 bits = bit_cast<I64x4>(x);
@@ -171,8 +171,8 @@ inline Vec<float> log(Vec<float> x) {
 }
 
 // s = sin(2πu), c = cos(2πu) for u in [0, 1]: q = round(4u) (the 1.5·2^p rounding trick),
-// r = u − q/4 exactly, a = 2πr in [−π/4, π/4], Taylor polynomials of sin a and cos a (double: to
-// a^15 and a^16, truncation < 5e-17; float: to a^9 and a^10, < 2e-9), then the quarter turn q.
+// r = u − q/4 exactly, a = 2πr in [−π/4, π/4], polynomials of sin a and cos a (double: Taylor to
+// a^15 and a^16, truncation < 5e-17; float: Cephes' minimax, below), then the quarter turn q.
 inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
   const Vec<double> magic = broadcast(6755399441055744.0);  // 1.5 · 2^52
   const Vec<double> t = u * 4.0 + magic;
