@@ -128,24 +128,6 @@ LSA_HD int abs_root_times(double* a, int n, const double* z, double* work, doubl
   return iterations;
 }
 
-// gp_labels past the Cholesky attempt (a batched factorization resumes here): work holds A = L
-// (factored) or the remains of K [n1 x n1], then z [n1] and room for abs_root_times. factored: Y =
-// L z; else (relu, or an exp Cholesky that failed) K is rebuilt and Y = U |D|^{1/2} z.
-template <class Poll, class Ops>
-LSA_HD int labels_after_cholesky(bool factored, int kernel, double inv_bw2, const double* xi, int n1,
-                                 int d, double* work, double* y, Poll poll, Ops) {
-  double* A = work;              // [n1 x n1]
-  double* z = A + n1 * n1;       // [n1]
-  double* eigen_work = z + n1;   // [n1² + 4 n1]
-  if (factored) {
-    lower_matvec(A, n1, z, y);
-    return kMethodCholesky;
-  }
-  if (kernel == kExp) Ops::kernel_matrix(kernel, inv_bw2, xi, n1, d, A);  // the Cholesky overwrote it
-  return abs_root_times(A, n1, z, eigen_work, y, poll) >= 0 ? kMethodEigen
-                                                            : kMethodEigenUnconverged;
-}
-
 // Y [n1] ~ N(0, K_+(ξ)) given ξ [n1 x d]  [CCS Definition 3.3], K_+ = U|D|Uᵀ.
 // linear: Y = Ξ θ (θ = the first d normals of `labels`): covariance ΞΞᵀ = K = K_+ in O(n1·d);
 // exp: Cholesky K = L Lᵀ, Y = L z (K is PSD, so K_+ = K), n1³/3 flops; when the Cholesky fails at
@@ -172,10 +154,16 @@ LSA_HD int gp_labels(int kernel, double inv_bw2, const double* xi, int n1, int d
   }
   double* A = work;              // [n1 x n1]
   double* z = A + n1 * n1;       // [n1]
+  double* eigen_work = z + n1;   // [n1² + 4 n1]
   Ops::normals(labels, n1, z);
   Ops::kernel_matrix(kernel, inv_bw2, xi, n1, d, A);
-  const bool factored = kernel == kExp && cholesky_in_place(A, n1, poll);
-  return labels_after_cholesky(factored, kernel, inv_bw2, xi, n1, d, work, y, poll, Ops{});
+  if (kernel == kExp && cholesky_in_place(A, n1, poll)) {
+    lower_matvec(A, n1, z, y);
+    return kMethodCholesky;
+  }
+  if (kernel == kExp) Ops::kernel_matrix(kernel, inv_bw2, xi, n1, d, A);  // the Cholesky overwrote it
+  return abs_root_times(A, n1, z, eigen_work, y, poll) >= 0 ? kMethodEigen
+                                                            : kMethodEigenUnconverged;
 }
 
 // Doubles of per-prompt scratch sample_prompt needs: ξ [n1 x d], Y [n1], gp_labels' workspace.
