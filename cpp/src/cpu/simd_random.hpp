@@ -446,17 +446,17 @@ inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Sl
     const Vec<T> alpha = boost ? shape + T(1) : shape;
     const Vec<T> d = alpha - T(1) / T(3);
     const Vec<T> c = T(1) / simd::sqrt(d * T(9));
-    Vec<T> x = d, boost_u{};  // d: the recipe's value when every attempt rejects
-    Mask done{};
-    for (std::uint32_t t = 0; t < rng::kGammaMaxAttempts; ++t) {
+    Vec<T> boost_u{};
+    // attempt t of every lane: the acceptance mask, x_t; attempt 0 also keeps the boost uniform
+    const auto attempt = [&](std::uint32_t t, Vec<T>& xt) {
       U32x8 w[4];
       philox_lanes(a, blocks + 2 * t, ids, w);
-      Vec<T> u1, u2, u, ub;
+      Vec<T> u1, u2, u;
       if constexpr (kFloat) {
         u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
         u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
         u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
-        ub = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[3]);
+        if (t == 0) boost_u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[3]);
       } else {
         U32x4 lo[4], hi[4];
         for (int j = 0; j < 4; ++j) {
@@ -466,15 +466,20 @@ inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Sl
         u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
         u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
         u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
-        ub = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[2], hi[3]);
+        if (t == 0) boost_u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[2], hi[3]);
       }
-      if (t == 0) boost_u = ub;
-      Vec<T> z, z_unused, xt;
+      Vec<T> z, z_unused;
       rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
-      const Mask ok = gamma_attempt<T, Vec<T>, Mask>(d, c, z, u, xt);
+      return gamma_attempt<T, Vec<T>, Mask>(d, c, z, u, xt);
+    };
+    Vec<T> x;
+    Mask done = attempt(0, x);
+    x = done ? x : d;  // d: the recipe's value when every attempt rejects
+    for (std::uint32_t t = 1; t < rng::kGammaMaxAttempts && !all_lanes(done); ++t) {
+      Vec<T> xt;
+      const Mask ok = attempt(t, xt);
       x = (ok & ~done) ? xt : x;
       done |= ok;
-      if (all_lanes(done)) break;
     }
     Vec<T> log_boost = Vec<T>{} + T(1);  // U^(1/a) = exp(log U / a), where a lane needs it
     if (!all_lanes(boost == 0)) {
