@@ -1,5 +1,5 @@
 """Benchmark of training LSA on fresh prompts (issue 8): SGD steps per second at (d=5, N=20,
-B=4096) and (d=20, N=100, B=1024), and ns per normal variate, all in one run.
+B=4096) and (d=20, N=100, B=1024), and the cost of one variate (issue 22), all in one run.
 
 Drivers compared per size (float32, one SGD step = fresh prompts + loss + gradients + update):
   fused tokens   spec.lsa_loss_and_grad(method="tokens"): prompts generated in cache, E never stored
@@ -9,13 +9,21 @@ Drivers compared per size (float32, one SGD step = fresh prompts + loss + gradie
   pre-sampled    lsa.loss_and_grad alone on one fixed batch (the kernel's ceiling)
   torch loop     torch.randn sampling + LSA prediction + autograd + torch.optim.SGD (if installed)
 
-    python bench/report_sampling.py [--repeats 7] [--threads 2]
+Variates (one thread, preallocated outputs, n = 2^20 per call so nothing leaves L3): ns and
+cycles per variate of uniforms, normals and gammas (shape 0.5: the boost path; 2.5; 10), float32
+and float64, with same-run ratios vs numpy's Generator (PCG64: random, standard_normal,
+standard_gamma) and torch (rand, randn, _standard_gamma). Times are CPU seconds of the process
+(time.process_time; every library runs on one thread), which a shared machine disturbs least. Cycles = ns x the core clock, which this
+script cannot read from counters on every machine: --ghz gives it (default: /proc/cpuinfo's MHz).
+
+    python bench/report_sampling.py [--repeats 7] [--threads 2] [--variates-only] [--ghz 3.0]
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import time
 from pathlib import Path
 
 # torch's OpenMP threads spin while waiting; on a shared (oversubscribed) machine that made the torch
@@ -29,7 +37,9 @@ from timing import median_seconds  # noqa: E402
 
 import lsa_native as ln
 from lsa_native import data, lsa
-from lsa_native.sampling import LinearPrompts, normals
+from lsa_native import _core
+from lsa_native.sampling import LinearPrompts
+from lsa_native.sampling.random import STREAMS
 
 SIZES = [(5, 20, 4096), (20, 100, 1024)]
 LR = 1e-3
@@ -75,13 +85,87 @@ def torch_loop(d, N, B):
     return run
 
 
+def _core_ghz() -> float:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("cpu MHz"):
+                return float(line.split(":")[1]) / 1000
+    except OSError:
+        pass
+    return float("nan")
+
+
+def _variate_drivers(dt):
+    """name -> (native, numpy, torch or None) callables filling preallocated outputs of n variates."""
+    n = VARIATE_N
+    out = np.empty(n, dt)
+    addr = (3, 0, 0, STREAMS["user"], 0)
+    g = np.random.default_rng(0)
+    try:
+        import torch
+        tt = torch.empty(n, dtype=torch.float32 if dt == np.float32 else torch.float64)
+    except ImportError:
+        torch = None
+    drivers = {
+        "uniform": (lambda: _core.random_uniforms(*addr, out), lambda: g.random(n, dtype=dt, out=out),
+                    (lambda: torch.rand(n, out=tt)) if torch else None),
+        "normal": (lambda: _core.random_normals(*addr, out),
+                   lambda: g.standard_normal(n, dtype=dt, out=out),
+                   (lambda: torch.randn(n, out=tt)) if torch else None),
+    }
+    for shape in GAMMA_SHAPES:
+        shapes_t = torch.full((n,), shape, dtype=tt.dtype) if torch else None
+        drivers[f"gamma({shape})"] = (
+            lambda a=shape: _core.random_gammas(*addr, a, out),
+            lambda a=shape: g.standard_gamma(a, n, dtype=dt, out=out),
+            (lambda s=shapes_t: torch._standard_gamma(s)) if torch else None)
+    return drivers
+
+
+VARIATE_N = 2**20
+GAMMA_SHAPES = (0.5, 2.5, 10.0)
+
+
+def variates_table(repeats: int, ghz: float) -> None:
+    """ns and cycles per variate, one thread, vs numpy and torch in the same run."""
+    ghz = ghz or _core_ghz()
+    threads = ln.num_threads()
+    ln.set_num_threads(1)
+    try:
+        import torch
+        torch_threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+    except ImportError:
+        torch = None
+    print(f"\nVariates, 1 thread, n = {VARIATE_N} per call, table {ln.cpu_kernel_isa()}, "
+          f"cycles at {ghz:.3f} GHz")
+    print("| variate | dtype | ns | cycles | numpy cycles | x numpy | torch cycles | x torch |")
+    print("|---|---|---|---|---|---|---|---|")
+    for dt in (np.float32, np.float64):
+        for name, (nat, npy, tor) in _variate_drivers(dt).items():
+            per = [median_seconds(f, repeats, clock=time.process_time) / VARIATE_N * 1e9 if f else float("nan")
+                   for f in (nat, npy, tor)]
+            cyc = [p * ghz for p in per]
+            print(f"| {name} | {np.dtype(dt).name} | {per[0]:.2f} | {cyc[0]:.1f} | {cyc[1]:.1f} | "
+                  f"{per[1] / per[0]:.1f}x | {cyc[2]:.1f} | {per[2] / per[0]:.1f}x |")
+    ln.set_num_threads(threads)
+    if torch:
+        torch.set_num_threads(torch_threads)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=0, help="threads for lsa_native and torch (0: default)")
+    parser.add_argument("--variates-only", action="store_true", help="only the cost-per-variate table")
+    parser.add_argument("--ghz", type=float, default=0.0, help="core clock for cycles (0: /proc/cpuinfo)")
     args = parser.parse_args(argv)
     if args.threads > 0:
         ln.set_num_threads(args.threads)
+    if args.variates_only:
+        print(f"lsa_native {ln.__version__}, CPU kernels: {ln.cpu_kernel_isa()}")
+        variates_table(args.repeats, args.ghz)
+        return 0
     rng = np.random.default_rng(0)
     print(f"lsa_native {ln.__version__}, {ln.num_threads()} threads, CPU kernels: {ln.cpu_kernel_isa()}")
     rows = []
@@ -128,21 +212,7 @@ def main(argv=None) -> int:
             print(f"| d={d}, N={N}, B={B} | {name} | {1 / t:.0f} | {B / t:.3g} | {vs_t} | "
                   f"{res['pre-sampled kernel'] / t:.2f} |")
 
-    n = 2**22
-    print("\n| normals | ns per variate |")
-    print("|---|---|")
-    for dt in (np.float32, np.float64):
-        t = median_seconds(lambda: normals(n, seed=3, dtype=dt), args.repeats)
-        print(f"| native {np.dtype(dt).name}, {ln.num_threads()} threads | {t / n * 1e9:.2f} |")
-    g = np.random.default_rng(0)
-    t = median_seconds(lambda: g.standard_normal(n, dtype=np.float32), args.repeats)
-    print(f"| numpy Generator.standard_normal float32 (1 thread) | {t / n * 1e9:.2f} |")
-    try:
-        import torch
-        t = median_seconds(lambda: torch.randn(n), args.repeats)
-        print(f"| torch.randn float32 | {t / n * 1e9:.2f} |")
-    except ImportError:
-        pass
+    variates_table(args.repeats, args.ghz)
     return 0
 
 

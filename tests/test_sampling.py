@@ -13,6 +13,8 @@ import lsa_native as ln
 from lsa_native import data, lsa, population
 from lsa_native.sampling import LinearPrompts
 
+from conftest import SEED
+
 Z_MAX = 5.0
 
 
@@ -220,6 +222,17 @@ def test_task_pool():
     assert stats.chisquare(counts).pvalue > 1e-4  # uniform over the pool
     assert not np.array_equal(w1, w2)
     assert len(np.unique(LinearPrompts(d, 2, tasks=1, seed=3).sample(50).w, axis=0)) == 1
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_task_pool_drawn_once_per_range_gives_the_per_prompt_draws(dtype):
+    # A range of >= κ prompts draws the pool once and copies; a shorter one draws per prompt. Both
+    # are the same Philox positions, hence the same bits.
+    spec = LinearPrompts(3, 4, tasks=7, noise_std=0.3, seed=SEED)
+    few = spec.sample(3, step=2, dtype=dtype)    # 3 < κ: per-prompt draws
+    many = spec.sample(300, step=2, dtype=dtype)  # cached pool
+    np.testing.assert_array_equal(few.w, many.w[:3])
+    np.testing.assert_array_equal(few.E, many.E[:3])
 
 
 def test_sphere_covariates():

@@ -1,13 +1,19 @@
 // The CUDA K-GP sampler kernel (cuda/kernel_gp_kernels.cuh) run on the CPU by the execution-model
-// emulator: every prompt equals the CPU driver's bit for bit (both run detail::kgp::sample_prompt
-// in double; on a GPU only the device's exp/log/sqrt/sin/cos rounding differs), for each kernel,
-// with and without Σ, float and double outputs, a batch that is not a multiple of the block.
+// emulator: every prompt equals the CPU driver's, for each kernel, with and without Σ, float and
+// double outputs, a batch that is not a multiple of the block. Both run detail::kgp's recipe in
+// double; the CUDA kernel with libm (ScalarOps), the CPU driver with its table's SIMD log/sin/cos/exp
+// for the linear and exp kernels (cpu/sampling_kernels.inl), which round differently by a few ulp:
+// those prompts agree to rounding (double: 1e-9 relative, K's factor carrying the gaps times at
+// most ~1e4; float outputs: plus one rounding to float), numerically singular exp K's included (the
+// CPU redoes them with ScalarOps). relu prompts run ScalarOps on both: the same bits.
 #include "cuda_emulation.hpp"  // first: defines the CUDA keywords the kernels use
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include "cuda/kernel_gp_kernels.cuh"
@@ -17,6 +23,15 @@ namespace {
 
 using lsa_native::index_t;
 namespace kgp = lsa_native::detail::kgp;
+
+// max_i |a_i − b_i| / max(1, |b_i|)
+template <class T>
+double max_gap(const std::vector<T>& a, const std::vector<T>& b) {
+  double g = a.size() == b.size() ? 0.0 : INFINITY;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    g = std::max(g, std::fabs(double(a[i]) - double(b[i])) / std::max(1.0, std::fabs(double(b[i]))));
+  return g;
+}
 
 // `launches` > 1 splits the batch over several launches (first > 0), as the CUDA driver does when
 // the per-prompt workspaces of the whole batch exceed its scratch budget.
@@ -55,10 +70,11 @@ void expect_kernel_matches_driver(int kernel, bool with_sigma, int d, int n, ind
                     work.data(), z.data(), y.data(), xi.data(), m.data(), &unconverged);
   }
   EXPECT_EQ(unconverged, 0);
-  EXPECT_EQ(z, z_cpu);
-  EXPECT_EQ(y, y_cpu);
-  EXPECT_EQ(xi, xi_cpu);
   EXPECT_EQ(m, m_cpu);
+  const double tol = kernel == kgp::kRelu ? 0.0 : std::is_same<T, float>::value ? 2.5e-7 : 1e-9;
+  EXPECT_LE(max_gap(z, z_cpu), tol);
+  EXPECT_LE(max_gap(y, y_cpu), tol);
+  EXPECT_LE(max_gap(xi, xi_cpu), tol);
 }
 
 TEST(KernelGPEmulated, EveryKernelMatchesTheDriver) {

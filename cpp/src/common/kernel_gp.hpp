@@ -45,17 +45,6 @@ LSA_HD void stream_normals(const rng::StreamAddress& a, int count, double* z) {
   }
 }
 
-// ξ [n1 x d]: n1 points uniform on the unit sphere S^{d−1} (normalized Gaussians)  [CCS H.1].
-LSA_HD void sphere_points(const rng::StreamAddress& points, int n1, int d, double* xi) {
-  stream_normals(points, n1 * d, xi);
-  for (int i = 0; i < n1; ++i) {
-    double s = 0;
-    for (int k = 0; k < d; ++k) s += xi[i * d + k] * xi[i * d + k];
-    const double inv = 1.0 / std::sqrt(s);  // s > 0: Box–Muller radii are never 0
-    for (int k = 0; k < d; ++k) xi[i * d + k] *= inv;
-  }
-}
-
 // K(u, w) from t = <u, w>: linear t, relu max(t, 0), exp exp(t/σ²) with inv_bw2 = 1/σ²
 // [CCS (12), (14)].
 LSA_HD double kernel_value(int kernel, double t, double inv_bw2) {
@@ -72,6 +61,31 @@ LSA_HD void kernel_matrix(int kernel, double inv_bw2, const double* xi, int n1, 
       for (int k = 0; k < d; ++k) t += xi[i * d + k] * xi[j * d + k];
       K[i * n1 + j] = K[j * n1 + i] = kernel_value(kernel, t, inv_bw2);
     }
+}
+
+// The draws and kernel matrices of a prompt, scalar (host and device: libm's log, sin/cos, exp).
+// The CPU tables pass a SIMD twin (cpu/sampling_kernels.inl) whose values agree to rounding.
+struct ScalarOps {
+  LSA_HD static void normals(const rng::StreamAddress& a, int count, double* z) {
+    stream_normals(a, count, z);
+  }
+  LSA_HD static void kernel_matrix(int kernel, double inv_bw2, const double* xi, int n1, int d,
+                                   double* K) {
+    kgp::kernel_matrix(kernel, inv_bw2, xi, n1, d, K);
+  }
+};
+
+// ξ [n1 x d]: n1 points uniform on the unit sphere S^{d−1} (normalized Gaussians)  [CCS H.1].
+// Ops: the draws and kernel values (ScalarOps above, or a CPU table's SIMD twin).
+template <class Ops = ScalarOps>
+LSA_HD void sphere_points(const rng::StreamAddress& points, int n1, int d, double* xi, Ops = {}) {
+  Ops::normals(points, n1 * d, xi);
+  for (int i = 0; i < n1; ++i) {
+    double s = 0;
+    for (int k = 0; k < d; ++k) s += xi[i * d + k] * xi[i * d + k];
+    const double inv = 1.0 / std::sqrt(s);  // s > 0: Box–Muller radii are never 0
+    for (int k = 0; k < d; ++k) xi[i * d + k] *= inv;
+  }
 }
 
 // Workspace doubles gp_labels needs for n1 points in dimension d (the linear kernel keeps θ [d]
@@ -124,12 +138,13 @@ LSA_HD int abs_root_times(double* a, int n, const double* z, double* work, doubl
 //      changed the eigenvectors' signs, hence Y's values for a (seed, step); not the law.)
 // work: gp_workspace(n1, d) doubles. poll() runs every O(n1²) flops (see small_matrix.hpp).
 // Returns the method used (kMethod*).
-template <class Poll = NoPoll>
+template <class Poll = NoPoll, class Ops = ScalarOps>
 LSA_HD int gp_labels(int kernel, double inv_bw2, const double* xi, int n1, int d,
-                     const rng::StreamAddress& labels, double* work, double* y, Poll poll = {}) {
+                     const rng::StreamAddress& labels, double* work, double* y, Poll poll = {},
+                     Ops = {}) {
   if (kernel == kLinear) {
     double* theta = work;
-    stream_normals(labels, d, theta);
+    Ops::normals(labels, d, theta);
     for (int i = 0; i < n1; ++i) {
       double s = 0;
       for (int k = 0; k < d; ++k) s += xi[i * d + k] * theta[k];
@@ -140,13 +155,13 @@ LSA_HD int gp_labels(int kernel, double inv_bw2, const double* xi, int n1, int d
   double* A = work;              // [n1 x n1]
   double* z = A + n1 * n1;       // [n1]
   double* eigen_work = z + n1;   // [n1² + 4 n1]
-  stream_normals(labels, n1, z);
-  kernel_matrix(kernel, inv_bw2, xi, n1, d, A);
+  Ops::normals(labels, n1, z);
+  Ops::kernel_matrix(kernel, inv_bw2, xi, n1, d, A);
   if (kernel == kExp && cholesky_in_place(A, n1, poll)) {
     lower_matvec(A, n1, z, y);
     return kMethodCholesky;
   }
-  if (kernel == kExp) kernel_matrix(kernel, inv_bw2, xi, n1, d, A);  // the Cholesky overwrote it
+  if (kernel == kExp) Ops::kernel_matrix(kernel, inv_bw2, xi, n1, d, A);  // the Cholesky overwrote it
   return abs_root_times(A, n1, z, eigen_work, y, poll) >= 0 ? kMethodEigen
                                                             : kMethodEigenUnconverged;
 }
@@ -156,20 +171,10 @@ LSA_HD index_t prompt_workspace(int n1, int d) {
   return index_t(n1) * d + n1 + gp_workspace(n1, d);
 }
 
-// One K-GP prompt b of a step, written in the kernel-attention layout — the whole per-prompt work
-// of the CPU driver and of the CUDA kernel (one thread per prompt), so both run this arithmetic.
-// R: Σ^{1/2} [d x d] or nullptr (Σ = I). z [d+1, n1]: columns (x_j; y_j), last (x_q; 0);
-// *y_q the query label; xi_out [n1, d] (nullable) the whitened points; poll as in gp_labels;
-// returns the method (kMethod*).
-template <class T, class Poll = NoPoll>
-LSA_HD int sample_prompt(const rng::PhiloxKey& key, std::uint32_t prompt, std::uint32_t step,
-                         int kernel, double inv_bw2, const double* R, int n1, int d,
-                         double* work, T* z, T* y_q, T* xi_out, Poll poll = {}) {
-  double* xi = work;
-  double* y = xi + n1 * d;
-  sphere_points({key, prompt, step, kStreamGPPoints}, n1, d, xi);
-  const int method = gp_labels(kernel, inv_bw2, xi, n1, d, {key, prompt, step, kStreamGPLabels},
-                               y + n1, y, poll);
+// The prompt's outputs from ξ [n1 x d] and Y [n1] (sample_prompt's arguments R, z, y_q, xi_out).
+template <class T>
+LSA_HD void write_prompt(const double* xi, const double* y, const double* R, int n1, int d, T* z,
+                         T* y_q, T* xi_out) {
   for (int j = 0; j < n1; ++j) {
     const double* x = xi + j * d;
     for (int k = 0; k < d; ++k) {
@@ -185,6 +190,24 @@ LSA_HD int sample_prompt(const rng::PhiloxKey& key, std::uint32_t prompt, std::u
   *y_q = static_cast<T>(y[n1 - 1]);
   if (xi_out)
     for (int i = 0; i < n1 * d; ++i) xi_out[i] = static_cast<T>(xi[i]);
+}
+
+// One K-GP prompt b of a step, written in the kernel-attention layout — the whole per-prompt work
+// of the CPU driver and of the CUDA kernel (one thread per prompt), so both run this arithmetic.
+// R: Σ^{1/2} [d x d] or nullptr (Σ = I). z [d+1, n1]: columns (x_j; y_j), last (x_q; 0);
+// *y_q the query label; xi_out [n1, d] (nullable) the whitened points; poll as in gp_labels;
+// returns the method (kMethod*). ops: the draws and kernel matrices (ScalarOps, or the CPU
+// tables' SIMD twin).
+template <class T, class Poll = NoPoll, class Ops = ScalarOps>
+LSA_HD int sample_prompt(const rng::PhiloxKey& key, std::uint32_t prompt, std::uint32_t step,
+                         int kernel, double inv_bw2, const double* R, int n1, int d,
+                         double* work, T* z, T* y_q, T* xi_out, Poll poll = {}, Ops ops = {}) {
+  double* xi = work;
+  double* y = xi + n1 * d;
+  sphere_points({key, prompt, step, kStreamGPPoints}, n1, d, xi, ops);
+  const int method = gp_labels(kernel, inv_bw2, xi, n1, d, {key, prompt, step, kStreamGPLabels},
+                               y + n1, y, poll, ops);
+  write_prompt(xi, y, R, n1, d, z, y_q, xi_out);
   return method;
 }
 

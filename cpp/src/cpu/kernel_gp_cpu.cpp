@@ -1,8 +1,10 @@
 // CPU K-GP sampler (cpu/sampling_cpu.hpp; checked and routed by sampling_dispatch.cpp):
-// common/kernel_gp.hpp per prompt, in parallel over fixed chunks of prompts. Also Σ^{1/2}
+// common/kernel_gp.hpp per prompt (with the SIMD normals and exp of the sampling table for this
+// CPU, cpu/sampling_kernels.inl), in parallel over fixed chunks of prompts. Also Σ^{1/2}
 // (kernel_gp.hpp's symmetric_sqrt).
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -11,7 +13,9 @@
 #include "common/kernel_gp.hpp"
 #include "common/parallel.hpp"
 #include "common/small_matrix.hpp"
+#include "cpu/isa.hpp"
 #include "cpu/sampling_cpu.hpp"
+#include "cpu/sampling_kernels.hpp"
 #include "cpu/small_matrix_cpu.hpp"
 #include "lsa_native/kernel_gp.hpp"
 
@@ -71,6 +75,20 @@ class PromptPoll {
 }  // namespace lsa_native
 
 namespace lsa_native::cpu {
+namespace {
+
+// KernelGPBatch::scalar_prompt: sample_prompt with ScalarOps, compiled without ISA options.
+template <class T>
+int scalar_prompt(const KernelGPBatch<T>& g, index_t b, double* work,
+                  const std::function<void()>& poll) {
+  const index_t prompt_size = index_t(g.d + 1) * g.n1;
+  return detail::kgp::sample_prompt(g.key, static_cast<std::uint32_t>(b), g.step, g.kernel,
+                                    g.inv_bw2, g.root, g.n1, g.d, work, g.Z0 + b * prompt_size,
+                                    g.y_q + b, g.xi ? g.xi + b * g.n1 * g.d : nullptr,
+                                    [&poll] { poll(); });
+}
+
+}  // namespace
 
 template <class T>
 bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t batch, int kernel,
@@ -78,19 +96,13 @@ bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t bat
                       std::int32_t* method) {
   std::atomic<bool> unconverged{false};
   const PromptPoll poll(n1 >= kPollInsidePromptPoints);
-  const auto poll_ref = [&poll] { poll(); };  // the callable gp_labels copies
-  const index_t prompt_size = index_t(d + 1) * n1;
+  const std::function<void()> poll_ref = [&poll] { poll(); };
+  // the prompts by the sampling table for this CPU (its SIMD normals, exp and batched Cholesky)
+  const auto& kernels = LSA_NATIVE_SELECT_KERNELS(cpu::SamplingKernels<T>, sampling_kernels<T>());
+  const KernelGPBatch<T> g{key, step, kernel, inv_bw2, root, d,  n1,
+                          Z0,  y_q,  xi,     method,  &scalar_prompt<T>};
   detail::for_each_chunk(batch, [&](index_t, index_t b0, index_t b1) {
-    std::vector<double> work(static_cast<size_t>(detail::kgp::prompt_workspace(n1, d)));
-    for (index_t b = b0; b < b1; ++b) {
-      poll();
-      const int m = detail::kgp::sample_prompt(key, static_cast<std::uint32_t>(b), step, kernel,
-                                               inv_bw2, root, n1, d, work.data(),
-                                               Z0 + b * prompt_size, y_q + b,
-                                               xi ? xi + b * n1 * d : nullptr, poll_ref);
-      if (m == detail::kgp::kMethodEigenUnconverged) unconverged = true;
-      if (method) method[b] = m;
-    }
+    if (!kernels.kernel_gp_prompts(g, b0, b1, poll_ref)) unconverged = true;
   });
   return !unconverged;
 }

@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
+#include "common/kernel_gp.hpp"
 #include "common/random.hpp"
 #include "common/wishart.hpp"
 #include "cpu/sampling_kernels.hpp"
@@ -18,6 +20,7 @@
 namespace lsa_native::cpu::LSA_ISA_NS {
 namespace {
 
+using simd::I64x4;
 using simd::Vec;
 constexpr std::uint32_t kX = rng::kStreamX;
 
@@ -67,11 +70,28 @@ void sincos_kernel(const T* u, index_t n, T* s, T* c) {
 
 // ---- per-prompt draws (the same for the tokens and the Wishart paths) ------------------------
 
-// w of prompt b from the pool (tasks κ > 0), linear_prompts.hpp.
+// w of prompt b from the pool of κ = P.tasks > 0 tasks (linear_prompts.hpp). A range of at least κ
+// prompts draws the pool once (each task is a pure function of its index, so the cached task is
+// the one drawn per prompt otherwise); a shorter range draws each prompt's task.
 template <class T>
-void draw_task(const LinearPlan<T>& P, index_t b, T* w) {
-  simd::fill_normals(linear::task_address(P, linear::task_index(P, b)), 0, P.d, w);
-}
+class TaskPool {
+ public:
+  TaskPool(const LinearPlan<T>& P, index_t prompts) : P_(P) {
+    if (P.tasks == 0 || index_t(P.tasks) > prompts) return;
+    cache_.resize(static_cast<size_t>(index_t(P.tasks) * P.d));
+    for (index_t j = 0; j < index_t(P.tasks); ++j)
+      simd::fill_normals(linear::task_address(P, std::uint32_t(j)), 0, P.d, cache_.data() + j * P.d);
+  }
+  void draw(index_t b, T* w) const {
+    const std::uint32_t j = linear::task_index(P_, b);
+    if (cache_.empty()) simd::fill_normals(linear::task_address(P_, j), 0, P_.d, w);
+    else std::memcpy(w, cache_.data() + index_t(j) * P_.d, sizeof(T) * P_.d);
+  }
+
+ private:
+  const LinearPlan<T>& P_;
+  std::vector<T> cache_;
+};
 
 // Λ_τ = diag(λ) of prompt b [ZFB 4.3]; lam, lam_sqrt [d] (written).
 template <class T>
@@ -103,10 +123,10 @@ struct PromptDraws {
 // are this file's row twin of linear::covariate and linear::label (the same terms in the same order,
 // as row operations along the tokens that the compiler vectorizes); the query column calls them.
 template <class T>
-T draw_prompt(const LinearPlan<T>& P, index_t b, PromptDraws<T>& s, T* Eb) {
+T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, PromptDraws<T>& s, T* Eb) {
   const index_t d = P.d, N = P.N, cols = N + 1;
   simd::fill_normals(P.address(b, kX), 0, P.covariate_normals(), s.z.data());
-  if (P.tasks) draw_task(P, b, s.w.data());
+  if (P.tasks) pool.draw(b, s.w.data());
   else std::memcpy(s.w.data(), s.z.data() + (N + 1) * d, sizeof(T) * d);
   if (P.random_cov()) draw_lambda(P, b, s.lam.data(), s.lam_sqrt.data());
   const T* F = P.L;
@@ -170,10 +190,11 @@ void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
                            const LinearPromptOutputs<T>& out) {
   const index_t d = P.d, N = P.N, rows = d + 1, cols = N + 1;
   PromptDraws<T> s(d, N);
+  const TaskPool<T> pool(P, b1 - b0);
   for (index_t b = b0; b < b1; ++b) {
     const index_t o = b - b0;
     T* Eb = out.E ? out.E + o * rows * cols : s.E.data();
-    const T y_q = draw_prompt(P, b, s, Eb);
+    const T y_q = draw_prompt(P, pool, b, s, Eb);
     if (out.y_q) out.y_q[o] = y_q;
     if (out.X)
       for (index_t i = 0; i < N; ++i)
@@ -190,6 +211,142 @@ void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
   }
 }
 
+// ---- K-GP prompts ---------------------------------------------------------------------------
+
+// kernel_gp.hpp's ScalarOps in SIMD: the normals by fill_normals; the exp kernel's entries by
+// simd.hpp's exp over the packed lower triangle (whole vectors), unpacked in place and mirrored
+// (K stays exactly symmetric: each entry is computed once).
+struct KernelGPSimdOps {
+  static void normals(const rng::StreamAddress& a, int count, double* z) {
+    simd::fill_normals(a, 0, count, z);
+  }
+  static void kernel_matrix(int kernel, double inv_bw2, const double* xi, int n1, int d, double* K) {
+    if (kernel != detail::kgp::kExp) {
+      detail::kgp::kernel_matrix(kernel, inv_bw2, xi, n1, d, K);
+      return;
+    }
+    index_t p = 0;  // packed position of (i, j), j <= i: i(i+1)/2 + j <= i·n1 + j
+    for (int i = 0; i < n1; ++i)
+      for (int j = 0; j <= i; ++j) {
+        double t = 0;
+        for (int k = 0; k < d; ++k) t += xi[i * d + k] * xi[j * d + k];
+        K[p++] = t * inv_bw2;
+      }
+    simd::exp_inplace(K, p);
+    // unpack from the last entry down: (i, j) moves to i·n1 + j >= its packed position, which no
+    // entry still packed (all before it) occupies
+    for (int i = n1; i-- > 0;)
+      for (int j = i + 1; j-- > 0;) K[i * n1 + j] = K[--p];
+    for (int i = 0; i < n1; ++i)
+      for (int j = 0; j < i; ++j) K[j * n1 + i] = K[i * n1 + j];
+  }
+};
+
+// detail::cholesky_in_place on 4 matrices at once: lane l of a[i·n + j] holds entry (i, j) of
+// matrix l. The same sums in the same order, so a lane's factor is the scalar recipe's (to FMA
+// contraction; its strict upper triangle zeroed likewise). ok[l] is false where matrix l has a
+// squared pivot a_jj − Σ L_jk² that is not > margin·a_jj or not finite (that lane's entries are
+// then junk; margin 0 is the scalar recipe's test). poll() runs before each column.
+template <class Poll>
+I64x4 cholesky_lanes(Vec<double>* a, int n, double margin, Poll poll) {
+  I64x4 ok = ~I64x4{};
+  for (int j = 0; j < n; ++j) {
+    poll();
+    const Vec<double> a_jj = a[j * n + j];
+    Vec<double> s = a_jj;
+    for (int k = 0; k < j; ++k) s -= a[j * n + k] * a[j * n + k];
+    ok &= (s > margin * a_jj) & (s < std::numeric_limits<double>::infinity());
+    const Vec<double> pivot = simd::sqrt(s);
+    a[j * n + j] = pivot;
+    for (int i = j + 1; i < n; ++i) {
+      Vec<double> v = a[i * n + j];
+      for (int k = 0; k < j; ++k) v -= a[i * n + k] * a[j * n + k];
+      a[i * n + j] = v / pivot;
+    }
+    for (int i = 0; i < j; ++i) a[i * n + j] = Vec<double>{};
+  }
+  return ok;
+}
+
+// The smallest squared Cholesky pivot, relative to its diagonal entry, that the SIMD route takes:
+// its draws and K differ from the scalar recipe's by a few ulp, which moves a squared pivot by
+// ~n·ε·a_jj; far above that, both routes factor K and Y = L z differs only by rounding (times
+// ‖L⁻¹‖ <= 1e4). A prompt below it (K numerically singular: the Cholesky-or-eigen decision and the
+// eigen route's Householder signs depend on the last bits) is redone by the scalar recipe.
+constexpr double kKernelGPPivotMargin = 1e-8;
+
+// K-GP prompts [b0, b1), outputs as kernel_gp.hpp's sample_prompt with ScalarOps (the CUDA
+// kernel's recipe) to rounding:
+//   exp: 4 prompts at a time: KernelGPSimdOps' draws and K per prompt, the Cholesky in SIMD lanes,
+//        then Y = L z and write_prompt per prompt; a prompt whose K fails the margin above takes
+//        g.scalar_prompt (the scalar recipe's bits);
+//   linear: sample_prompt with KernelGPSimdOps (Y = Ξθ is continuous in the draws' rounding);
+//   relu: g.scalar_prompt: its eigen route's Householder signs turn on exact zeros of max(t, 0),
+//        so the draws' last bits would change Y by O(1) (same law, other values).
+template <class T>
+bool kernel_gp_prompts_kernel(const KernelGPBatch<T>& g, index_t b0, index_t b1,
+                              const std::function<void()>& poll) {
+  namespace kgp = detail::kgp;
+  constexpr int L = int(simd::kLanes<double>);
+  const int n1 = g.n1, d = g.d;
+  const index_t ws = kgp::prompt_workspace(n1, d), prompt_size = index_t(d + 1) * n1;
+  const bool batched = g.kernel == kgp::kExp;
+  // the lanes' workspaces, then one for whole prompts
+  std::vector<double> work(static_cast<size_t>((batched ? L + 1 : 1) * ws));
+  double* const scratch = work.data() + (batched ? L : 0) * ws;
+  std::vector<Vec<double>> lanes(batched ? static_cast<size_t>(n1) * n1 : 0);
+  const auto poll_fn = [&poll] { poll(); };
+  bool converged = true;
+  const auto record = [&](index_t b, int method) {
+    if (method == kgp::kMethodEigenUnconverged) converged = false;
+    if (g.method) g.method[b] = method;
+  };
+  if (!batched) {
+    for (index_t b = b0; b < b1; ++b) {
+      poll();
+      if (g.kernel == kgp::kRelu) {
+        record(b, g.scalar_prompt(g, b, scratch, poll));
+        continue;
+      }
+      record(b, kgp::sample_prompt(g.key, static_cast<std::uint32_t>(b), g.step, g.kernel, g.inv_bw2,
+                                   g.root, n1, d, scratch, g.Z0 + b * prompt_size, g.y_q + b,
+                                   g.xi ? g.xi + b * n1 * d : nullptr, poll_fn, KernelGPSimdOps{}));
+    }
+    return converged;
+  }
+  for (index_t b = b0; b < b1; b += L) {
+    const int m = int(std::min<index_t>(L, b1 - b));
+    for (int l = 0; l < m; ++l) {
+      poll();
+      const auto prompt = static_cast<std::uint32_t>(b + l);
+      double* xi = work.data() + l * ws;
+      double* A = xi + n1 * d + n1;  // after ξ and Y: gp_labels' workspace A [n1 x n1], z [n1], ...
+      kgp::sphere_points({g.key, prompt, g.step, kgp::kStreamGPPoints}, n1, d, xi, KernelGPSimdOps{});
+      KernelGPSimdOps::normals({g.key, prompt, g.step, kgp::kStreamGPLabels}, n1, A + n1 * n1);
+      KernelGPSimdOps::kernel_matrix(g.kernel, g.inv_bw2, xi, n1, d, A);
+      for (index_t e = 0; e < index_t(n1) * n1; ++e) lanes[size_t(e)][l] = A[e];
+    }
+    for (int l = m; l < L; ++l)  // idle lanes repeat lane 0
+      for (index_t e = 0; e < index_t(n1) * n1; ++e) lanes[size_t(e)][l] = lanes[size_t(e)][0];
+    const I64x4 ok = cholesky_lanes(lanes.data(), n1, kKernelGPPivotMargin, poll_fn);
+    for (int l = 0; l < m; ++l) {
+      if (!ok[l]) {
+        record(b + l, g.scalar_prompt(g, b + l, scratch, poll));
+        continue;
+      }
+      double* xi = work.data() + l * ws;
+      double* y = xi + n1 * d;
+      double* A = y + n1;
+      for (index_t e = 0; e < index_t(n1) * n1; ++e) A[e] = lanes[size_t(e)][l];
+      detail::lower_matvec(A, n1, A + n1 * n1, y);
+      kgp::write_prompt(xi, y, g.root, n1, d, g.Z0 + (b + l) * prompt_size, g.y_q + b + l,
+                        g.xi ? g.xi + (b + l) * n1 * d : nullptr);
+      record(b + l, kgp::kMethodCholesky);
+    }
+  }
+  return converged;
+}
+
 // ---- the Wishart step ----------------------------------------------------------------------
 
 // The draws of prompts [b0, b1) of the Wishart step by this file's range fills, handed in prompt
@@ -198,9 +355,10 @@ template <class T, class Visit>
 void for_each_wishart_prompt(const LinearPlan<T>& P, index_t b0, index_t b1, Visit&& visit) {
   const index_t d = P.d, N = P.N;
   const index_t dp = wishart::noise_dim(P);
-  constexpr index_t kGroup = 8;  // prompts whose draws are made together (SIMD lanes over all slots)
-  const index_t nz = wishart::bartlett_normals(d, dp);
+  constexpr index_t kGroup = 8;  // prompts whose draws are made together (SIMD lanes over prompts)
+  const index_t nz = wishart::bartlett_normals_used(P);  // the draws the law needs, no more
   std::vector<T> w(d), lam(d), lam_sqrt(d), z(kGroup * nz), chi2(kGroup * dp);
+  const TaskPool<T> pool(P, b1 - b0);
   for (index_t b = b0; b < b1; ++b) {
     const index_t g = (b - b0) % kGroup;  // b's place in its group
     if (g == 0) {
@@ -209,7 +367,7 @@ void for_each_wishart_prompt(const LinearPlan<T>& P, index_t b0, index_t b1, Vis
       simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, m, chi2.data());
     }
     const T* z_b = z.data() + g * nz;
-    if (P.tasks) draw_task(P, b, w.data());
+    if (P.tasks) pool.draw(b, w.data());
     else std::memcpy(w.data(), z_b + wishart::fresh_task_offset(d, dp), sizeof(T) * d);
     if (P.random_cov()) draw_lambda(P, b, lam.data(), lam_sqrt.data());
     visit(b, z_b, chi2.data() + g * dp, w.data(), lam_sqrt.data());
@@ -247,8 +405,9 @@ void wishart_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1, Wish
 
 template <class T>
 SamplingKernels<T> sampling_kernels() {
-  return {&normals_kernel<T>, &uniforms_kernel<T>, &gammas_kernel<T>, &log_kernel<T>, &sincos_kernel<T>, &linear_prompts_kernel<T>,
-          &wishart_loss_grad_kernel<T>, &wishart_prompts_kernel<T>};
+  return {&normals_kernel<T>,        &uniforms_kernel<T>,       &gammas_kernel<T>,
+          &log_kernel<T>,            &sincos_kernel<T>,         &linear_prompts_kernel<T>,
+          &kernel_gp_prompts_kernel<T>, &wishart_loss_grad_kernel<T>, &wishart_prompts_kernel<T>};
 }
 template SamplingKernels<float> sampling_kernels<float>();
 template SamplingKernels<double> sampling_kernels<double>();

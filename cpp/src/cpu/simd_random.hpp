@@ -52,6 +52,42 @@ struct WordOpsU32x8 {
   }
 };
 
+#if defined(__AVX2__)
+// rng::philox4x32_10 on 8 counters, the same words with fewer instructions than WordOpsU32x8's
+// round: the counters live in the low halves of 64-bit lanes (x[0] counters 0, 2, 4, 6 and x[1]
+// counters 1, 3, 5, 7), where vpmuludq reads its operands and leaves lo in the low half and hi in
+// the high half of each product. A round is then 2 products, 2 shifts (hi down) and 4 xors per 4
+// counters, with no blends; the high halves carry junk that no product or final word reads.
+inline void philox_avx2(U32x8 (&w)[4], std::uint32_t k0, std::uint32_t k1) {
+  __m256i x[2][4];
+  for (int j = 0; j < 4; ++j) {
+    x[0][j] = bit_cast<__m256i>(w[j]);
+    x[1][j] = _mm256_srli_epi64(bit_cast<__m256i>(w[j]), 32);
+  }
+  const __m256i m0 = _mm256_set1_epi32(static_cast<int>(rng::kPhiloxM0));
+  const __m256i m1 = _mm256_set1_epi32(static_cast<int>(rng::kPhiloxM1));
+  for (int r = 0; r < rng::kPhiloxRounds; ++r) {
+    if (r > 0) {
+      k0 += rng::kPhiloxW0;
+      k1 += rng::kPhiloxW1;
+    }
+    const __m256i vk0 = _mm256_set1_epi32(static_cast<int>(k0));
+    const __m256i vk1 = _mm256_set1_epi32(static_cast<int>(k1));
+    for (auto& c : x) {
+      const __m256i p0 = _mm256_mul_epu32(c[0], m0);  // hi0:lo0
+      const __m256i p1 = _mm256_mul_epu32(c[2], m1);  // hi1:lo1
+      // c[1] ^ k0 first: off the chain product -> shift -> xor that limits a round
+      c[0] = _mm256_xor_si256(_mm256_srli_epi64(p1, 32), _mm256_xor_si256(c[1], vk0));
+      c[2] = _mm256_xor_si256(_mm256_srli_epi64(p0, 32), _mm256_xor_si256(c[3], vk1));
+      c[1] = p1;
+      c[3] = p0;
+    }
+  }
+  for (int j = 0; j < 4; ++j)
+    w[j] = bit_cast<U32x8>(_mm256_blend_epi32(x[0][j], _mm256_slli_epi64(x[1][j], 32), 0xAA));
+}
+#endif
+
 // ---- vectorized math -------------------------------------------------------------------------
 
 inline Vec<float> sqrt(Vec<float> x) {
@@ -88,7 +124,7 @@ inline Vec<double> sqrt(Vec<double> x) {
 // Natural log of positive normal finite numbers (the uniforms of random.hpp are), fdlibm's method:
 // x = 2^k·m with m in [√½, √2), f = m − 1, s = f/(2 + f), log(1+f) = 2 atanh(s) = f − hfsq +
 // s(hfsq + R(s²)) with hfsq = f²/2, and log x = k ln2 + log(1+f) with ln2 split in two parts.
-// double: fdlibm's minimax R (|s| < 0.1716, error < 2^-58.45); float: the atanh series to s^9.
+// double: fdlibm's minimax R (|s| < 0.1716, error < 2^-58.45); float: below, without s's division.
 // Accurate to ~1 ulp; zero, negative, subnormal or non-finite inputs are outside the contract.
 inline Vec<double> log(Vec<double> x) {
   const I64x4 bits = bit_cast<I64x4>(x);
@@ -122,17 +158,21 @@ inline Vec<float> log(Vec<float> x) {
   e = e - big;  // big is −1 where true
   const Vec<float> k = __builtin_convertvector(e, Vec<float>);
   const Vec<float> f = m - 1.0f;
-  const Vec<float> s = f / (f + 2.0f);
-  const Vec<float> z = s * s;
-  // 2 atanh(s) = 2s + s·z·(2/3 + 2z/5 + 2z²/7 + 2z³/9 + …); the next term is < 1e-9 relative.
-  const Vec<float> R = z * (0.66666666666f + z * (0.4f + z * (0.28571428571f + z * 0.22222222222f)));
-  const Vec<float> hfsq = 0.5f * f * f;
-  return k * 0.693359375f - ((hfsq - (s * (hfsq + R) + k * -2.12194440e-4f)) - f);
+  // log(1+f) = f − f²/2 + f³·P(f), P Cephes logf's minimax polynomial of degree 8 on
+  // [√½ − 1, √2 − 1] (relative error < 7.6e-8), no division; P by Estrin's scheme (short chains).
+  const Vec<float> f2 = f * f, f4 = f2 * f2;
+  const Vec<float> q0 = f * -2.4999993993e-1f + 3.3333331174e-1f;
+  const Vec<float> q1 = f * -1.6668057665e-1f + 2.0000714765e-1f;
+  const Vec<float> q2 = f * -1.2420140846e-1f + 1.4249322787e-1f;
+  const Vec<float> q3 = f * -1.1514610310e-1f + 1.1676998740e-1f;
+  const Vec<float> P = (f4 * 7.0376836292e-2f + (q3 * f2 + q2)) * f4 + (q1 * f2 + q0);
+  const Vec<float> y = (f * f2) * P + k * -2.12194440e-4f - 0.5f * f2;
+  return (f + y) + k * 0.693359375f;
 }
 
 // s = sin(2πu), c = cos(2πu) for u in [0, 1]: q = round(4u) (the 1.5·2^p rounding trick),
-// r = u − q/4 exactly, a = 2πr in [−π/4, π/4], Taylor polynomials of sin a and cos a (double: to
-// a^15 and a^16, truncation < 5e-17; float: to a^9 and a^10, < 2e-9), then the quarter turn q.
+// r = u − q/4 exactly, a = 2πr in [−π/4, π/4], polynomials of sin a and cos a (double: Taylor to
+// a^15 and a^16, truncation < 5e-17; float: Cephes' minimax, below), then the quarter turn q.
 inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
   const Vec<double> magic = broadcast(6755399441055744.0);  // 1.5 · 2^52
   const Vec<double> t = u * 4.0 + magic;
@@ -160,22 +200,23 @@ inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
   const Vec<float> magic = broadcast(12582912.0f);  // 1.5 · 2^23
   const Vec<float> t = u * 4.0f + magic;
   const Vec<float> q = t - magic;
-  const I32x8 qi = bit_cast<I32x8>(t) & 3;
+  const I32x8 qi = bit_cast<I32x8>(t);
   const Vec<float> a = (u - q * 0.25f) * 6.28318530717958647f;
   const Vec<float> x2 = a * a;
-  Vec<float> sp = broadcast(1.0f / 362880.0f);  // 1/9!
-  const float sin_c[4] = {-1.0f / 5040.0f, 1.0f / 120.0f, -1.0f / 6.0f, 1.0f};
-  for (float k : sin_c) sp = sp * x2 + k;
-  const Vec<float> sa = sp * a;
-  Vec<float> cp = broadcast(-1.0f / 3628800.0f);  // −1/10!
-  const float cos_c[5] = {1.0f / 40320.0f, -1.0f / 720.0f, 1.0f / 24.0f, -0.5f, 1.0f};
-  for (float k : cos_c) cp = cp * x2 + k;
-  const Vec<float> ca = cp;
-  const I32x8 swap = (qi & 1) != 0;
-  const Vec<float> ss = swap ? ca : sa;
-  const Vec<float> cc = swap ? sa : ca;
-  s = (qi & 2) != 0 ? -ss : ss;
-  c = ((qi + 1) & 2) != 0 ? -cc : cc;
+  // Cephes sinf/cosf minimax polynomials on [−π/4, π/4] (error below float's half ulp):
+  // sin a = a + a³(s1 + s2 a² + s3 a⁴), cos a = 1 − a²/2 + a⁴(c1 + c2 a² + c3 a⁴).
+  const Vec<float> x4 = x2 * x2;
+  const Vec<float> sp = (x2 * 8.3321608736e-3f - 1.6666654611e-1f) + x4 * -1.9515295891e-4f;
+  const Vec<float> sa = (a * x2) * sp + a;
+  const Vec<float> cp = (x2 * -1.388731625493765e-3f + 4.166664568298827e-2f) + x4 * 2.443315711809948e-5f;
+  const Vec<float> ca = x4 * cp + (1.0f - 0.5f * x2);
+  // quarter turn q: swap for odd q, signs by xor of the sign bit
+  const I32x8 swap = (qi << 31) >> 31;  // all ones where q is odd
+  const I32x8 sa_b = bit_cast<I32x8>(sa), ca_b = bit_cast<I32x8>(ca);
+  const I32x8 ss = (sa_b & ~swap) | (ca_b & swap);
+  const I32x8 cc = (ca_b & ~swap) | (sa_b & swap);
+  s = bit_cast<Vec<float>>(ss ^ ((qi & 2) << 30));
+  c = bit_cast<Vec<float>>(cc ^ (((qi + 1) & 2) << 30));
 }
 
 // Math policy of random.hpp's recipes on vectors.
@@ -205,7 +246,11 @@ inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompt
   w[1] = prompts;
   w[2] = U32x8{} + a.step;
   w[3] = U32x8{} + a.stream;
+#if defined(__AVX2__)
+  philox_avx2(w, a.key.k0, a.key.k1);
+#else
   rng::philox4x32_10<U32x8, WordOpsU32x8>(w, a.key.k0, a.key.k1);
+#endif
 }
 // Philox on 8 blocks of a stream: w[j][lane] = word j of block blocks[lane].
 inline void philox_blocks(const rng::StreamAddress& a, U32x8 blocks, U32x8 (&w)[4]) {
@@ -319,48 +364,32 @@ inline void fill_uniforms(const rng::StreamAddress& a, std::uint64_t p0, index_t
 }
 
 // out[k·n + p] = the normal at position p < n of prompt a.prompt + k's stream, k < prompts: the
-// normals fill_normals gives for each prompt, with SIMD lanes over (prompt, block) slots so that no
-// lane idles between short streams (the Wishart step's few normals per prompt).
+// normals fill_normals gives for each prompt, with the SIMD lanes over 8 prompts and one block of
+// each per call (no per-lane bookkeeping; the Wishart step's few normals per prompt).
 template <class T>
 inline void fill_normals_prompts(const rng::StreamAddress& a, index_t n, index_t prompts, T* out) {
-  constexpr int per = rng::NormalsPerBlock<T>::value;
-  const index_t nb = (n + per - 1) / per, slots = nb * prompts;
-  std::uint32_t prompt = a.prompt, k = 0;
-  index_t blk = 0;
-  for (index_t s0 = 0; s0 < slots; s0 += 8) {
-    U32x8 blocks, ids;
-    index_t k_of[8], blk_of[8];
-    for (int l = 0; l < 8; ++l) {
-      blocks[l] = static_cast<std::uint32_t>(blk);
-      ids[l] = prompt;
-      k_of[l] = k;
-      blk_of[l] = blk;
-      if (s0 + l + 1 < slots && ++blk == nb) {  // the tail lanes repeat the last slot
-        blk = 0;
-        ++prompt;
-        ++k;
-      }
+  constexpr index_t per = rng::NormalsPerBlock<T>::value;
+  const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (index_t k0 = 0; k0 < prompts; k0 += 8) {
+    const index_t m = prompts - k0 < 8 ? prompts - k0 : 8;
+    const U32x8 ids = lane + (a.prompt + static_cast<std::uint32_t>(k0));
+    for (index_t p0 = 0; p0 < n; p0 += per) {
+      U32x8 w[4];
+      philox_lanes(a, U32x8{} + static_cast<std::uint32_t>(p0 / per), ids, w);
+      T z[8 * per];  // z[per·lane + j] = normal j of the lane's block
+      lane_normals(w, z);
+      const index_t count = n - p0 < per ? n - p0 : per;
+      for (index_t l = 0; l < m; ++l) std::memcpy(out + (k0 + l) * n + p0, z + per * l, sizeof(T) * count);
     }
-    U32x8 w[4];
-    philox_lanes(a, blocks, ids, w);
-    T z[8 * per];  // z[per·lane + j] = normal j of the lane's block
-    lane_normals(w, z);
-    for (int l = 0; l < 8 && s0 + l < slots; ++l)
-      for (int j = 0; j < per; ++j) {
-        const index_t pos = blk_of[l] * per + j;
-        if (pos < n) out[k_of[l] * n + pos] = z[per * l + j];
-      }
   }
 }
 
 // ---- chi-square variates of the Bartlett factor ---------------------------------------------
 
-// One Marsaglia–Tsang attempt on vectors (rng::gamma_variate's attempt 0, shape >= 1): returns the
-// acceptance mask and writes x = d·v.
+// One Marsaglia–Tsang attempt on vectors (an attempt of rng::gamma_variate at alpha >= 1, with
+// d = alpha − 1/3 and c = 1/sqrt(9d)): returns the acceptance mask and writes x = d·v.
 template <class S, class V, class M>
-inline M gamma_attempt(V shape, V z, V u, V& x) {
-  const V d = shape - S(1) / S(3);
-  const V c = S(1) / simd::sqrt(d * S(9));
+inline M gamma_attempt(V d, V c, V z, V u, V& x) {
   const V one_cz = c * z + S(1);
   const M positive = one_cz > S(0);
   const V v = positive ? one_cz * one_cz * one_cz : V{} + S(1);
@@ -369,21 +398,34 @@ inline M gamma_attempt(V shape, V z, V u, V& x) {
   return positive & accept;
 }
 
+template <class M>
+inline bool all_lanes(M m) {
+  for (int l = 0; l < int(sizeof(M) / sizeof(m[0])); ++l)
+    if (!m[l]) return false;
+  return true;
+}
+
 // Gamma variates in SIMD, slot by slot: slot s is variate `variate` of prompt `prompt`'s stream at
 // shape `shape` (the slots' fields, advanced by next() without division), and
 //   out[s] = scale · rng::gamma_variate(stream of prompt, variate, shape)
-// (scale 2 and shape (N − i)/2 give χ²_{N−i}). Lanes take consecutive slots: attempt 0 in SIMD,
-// 8 (float) or 4 (double) slots at a time; slots that reject, or whose shape is below 1 and needs
-// the boost, take the scalar recipe. The SIMD log/sin/cos round differently from libm, so values
-// agree with the scalar recipe up to rounding.
-// float: 8 slots per vector; double: 4 slots, lanes 4-7 computing block B (the uniforms) of lanes
-// 0-3's slots.
+// (scale 2 and shape (N − i)/2 give χ²_{N−i}). Lanes take consecutive slots, 8 (float) or 4
+// (double) at a time, and run rng::gamma_variate's recipe in SIMD: attempt t of every lane not yet
+// accepted reads its block 2·kGammaMaxAttempts·k + 2t, until all lanes of the vector accepted (a
+// second attempt is needed by a lane with probability <= 0.05); shapes below 1 take the boost
+// Gamma(a) = Gamma(a + 1)·U^(1/a) with attempt 0's boost uniform, through this file's log and
+// simd.hpp's exp. Only a lane whose U^(1/a) falls below the smallest normal number (where the
+// vector exp flushes to 0) takes the scalar recipe. The SIMD log/sin/cos/exp round differently
+// from libm, so values agree with the scalar recipe up to rounding.
+// float: 8 slots per vector; double: 4 slots, lanes 4-7 computing block +1 (the uniforms u, ub)
+// of lanes 0-3's slots.
 template <class T, class Slots>
 inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Slots slot, T* out) {
   constexpr bool kFloat = sizeof(T) == 4;
   constexpr int L = kFloat ? 8 : 4;  // slots per vector
   using Mask = std::conditional_t<kFloat, I32x8, I64x4>;
   constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
+  // log of the smallest normal number: below it the vector exp flushes to 0
+  const T log_tiny = kFloat ? T(-87.3365448) : T(-708.3964185322641);
   for (index_t s0 = 0; s0 < n; s0 += L) {
     U32x8 blocks, ids;
     Vec<T> shape;
@@ -400,54 +442,84 @@ inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Sl
       shape[l] = slot.shape();
       if (s0 + l + 1 < n) slot.next();  // the tail lanes repeat the last slot
     }
-    U32x8 w[4];
-    philox_lanes(a, blocks, ids, w);
-    Vec<T> u1, u2, u;
-    if constexpr (kFloat) {
-      u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
-      u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
-      u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
-    } else {
-      U32x4 lo[4], hi[4];
-      for (int j = 0; j < 4; ++j) {
-        lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
-        hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+    const Mask boost = shape < T(1);
+    const Vec<T> alpha = boost ? shape + T(1) : shape;
+    const Vec<T> d = alpha - T(1) / T(3);
+    const Vec<T> c = T(1) / simd::sqrt(d * T(9));
+    Vec<T> boost_u{};
+    // attempt t of every lane: the acceptance mask, x_t; attempt 0 also keeps the boost uniform
+    const auto attempt = [&](std::uint32_t t, Vec<T>& xt) {
+      U32x8 w[4];
+      philox_lanes(a, blocks + 2 * t, ids, w);
+      Vec<T> u1, u2, u;
+      if constexpr (kFloat) {
+        u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
+        u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
+        u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
+        if (t == 0) boost_u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[3]);
+      } else {
+        U32x4 lo[4], hi[4];
+        for (int j = 0; j < 4; ++j) {
+          lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
+          hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+        }
+        u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
+        u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
+        u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
+        if (t == 0) boost_u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[2], hi[3]);
       }
-      u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
-      u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
-      u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
+      Vec<T> z, z_unused;
+      rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
+      return gamma_attempt<T, Vec<T>, Mask>(d, c, z, u, xt);
+    };
+    Vec<T> x;
+    Mask done = attempt(0, x);
+    x = done ? x : d;  // d: the recipe's value when every attempt rejects
+    for (std::uint32_t t = 1; t < rng::kGammaMaxAttempts && !all_lanes(done); ++t) {
+      Vec<T> xt;
+      const Mask ok = attempt(t, xt);
+      x = (ok & ~done) ? xt : x;
+      done |= ok;
     }
-    Vec<T> z, z_unused, x;
-    rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
-    const Mask ok = gamma_attempt<T, Vec<T>, Mask>(shape, z, u, x);
+    Vec<T> log_boost = Vec<T>{} + T(1);  // U^(1/a) = exp(log U / a), where a lane needs it
+    if (!all_lanes(boost == 0)) {
+      log_boost = simd::log(boost_u) / shape;
+      x = boost ? x * simd::exp(log_boost) : x;
+    }
     for (int l = 0; l < L && s0 + l < n; ++l) {
-      const rng::StreamAddress al{a.key, prompt_of[l], a.step, a.stream};
-      out[s0 + l] = scale * ((ok[l] && shape[l] >= T(1)) ? x[l]
-                                                         : rng::gamma_variate<T>(al, var_of[l], shape[l]));
+      if (boost[l] && !(log_boost[l] > log_tiny)) {
+        const rng::StreamAddress al{a.key, prompt_of[l], a.step, a.stream};
+        x[l] = rng::gamma_variate<T>(al, var_of[l], shape[l]);
+      }
+      out[s0 + l] = scale * x[l];
     }
   }
 }
 
 // The Bartlett χ² of `prompts` consecutive prompts from a.prompt on:
 //   out[k·dp + i] = χ²_{N−i} = 2·Gamma((N − i)/2), variate i < dp of prompt a.prompt + k's stream
-// as rng::chi_square_variate defines it; lanes take (prompt, variate) slots in that order (no lane
-// idles between prompts).
+// as rng::chi_square_variate defines it; lanes take 8 prompts' variate i at once (one shape per
+// vector).
 template <class T>
-struct BartlettSlots {
+struct PromptSlots {  // variate `variate` of consecutive prompts
   std::uint32_t prompt, variate;
-  index_t dp, N;
-  T shape() const { return T(0.5) * static_cast<T>(N - index_t(variate)); }
-  void next() {
-    if (index_t(++variate) == dp) {
-      variate = 0;
-      ++prompt;
-    }
-  }
+  T shape_value;
+  T shape() const { return shape_value; }
+  void next() { ++prompt; }
 };
 template <class T>
 inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
                                T* out) {
-  fill_gamma_slots(a, prompts * dp, T(2), BartlettSlots<T>{a.prompt, 0, dp, N}, out);
+  for (index_t k0 = 0; k0 < prompts; k0 += 8) {
+    const index_t m = prompts - k0 < 8 ? prompts - k0 : 8;
+    for (index_t i = 0; i < dp; ++i) {
+      T x[8];
+      const PromptSlots<T> slots{a.prompt + static_cast<std::uint32_t>(k0), static_cast<std::uint32_t>(i),
+                                 T(0.5) * static_cast<T>(N - i)};
+      fill_gamma_slots(a, m, T(2), slots, x);
+      for (index_t l = 0; l < m; ++l) out[(k0 + l) * dp + i] = x[l];
+    }
+  }
 }
 
 // out[i] = Gamma(shape) variate k0 + i of stream a (rng::gamma_variate's, to rounding), i < n.
