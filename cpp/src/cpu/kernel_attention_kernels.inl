@@ -450,14 +450,14 @@ inline void gstore(T* p, GroupVec<T> v) {
 
 // C[m, k] (+)= Σ_{q < depth} A[m, q] B[q, k] for the tile rows m0.., columns k0.. of lane matrices
 // (strides in values of T): RM·RK accumulators (12 for 3 x 4: 7 loads per 12 FMAs).
-template <class T, int RM, int RK>
-inline void lane_tile(T* C, index_t crs, index_t ccs, bool accumulate, const T* A, index_t ars,
+template <class T, int RM, int RK, bool kAccumulate>
+__attribute__((always_inline)) inline void lane_tile(T* C, index_t crs, index_t ccs, const T* A, index_t ars,
                       index_t aqs, const T* B, index_t bqs, index_t bks, index_t depth, index_t m0,
                       index_t k0) {
   GroupVec<T> acc[RM][RK];
   for (int i = 0; i < RM; ++i)
     for (int k = 0; k < RK; ++k)
-      acc[i][k] = accumulate ? gload(C + (m0 + i) * crs + (k0 + k) * ccs) : GroupVec<T>{};
+      acc[i][k] = kAccumulate ? gload(C + (m0 + i) * crs + (k0 + k) * ccs) : GroupVec<T>{};
   for (index_t q = 0; q < depth; ++q) {
     GroupVec<T> a[RM];
     for (int i = 0; i < RM; ++i) a[i] = gload(A + (m0 + i) * ars + q * aqs);
@@ -470,20 +470,24 @@ inline void lane_tile(T* C, index_t crs, index_t ccs, bool accumulate, const T* 
     for (int k = 0; k < RK; ++k) gstore(C + (m0 + i) * crs + (k0 + k) * ccs, acc[i][k]);
 }
 
-// The lane product C [m, k] (+)= A [m, depth] · B [depth, k] by tiles of 3 x 4 and their tails.
-template <class T>
-void lane_products(T* C, index_t crs, index_t ccs, bool accumulate, const T* A, index_t ars,
-                   index_t aqs, const T* B, index_t bqs, index_t bks, index_t m, index_t k,
-                   index_t depth) {
+// The lane product C [m, k] (+)= A [m, depth] · B [depth, k] by tiles of 3 x 4 and their tails
+// (the tiles inlined: at the depths 5-6 of S and dH a call's setup costs as much as the FMAs).
+template <class T, bool kAccumulate>
+void lane_products_(T* C, index_t crs, index_t ccs, const T* A, index_t ars, index_t aqs,
+                    const T* B, index_t bqs, index_t bks, index_t m, index_t k, index_t depth) {
   auto row_block = [&](auto rm_tag, index_t m0) {
     constexpr int RM = decltype(rm_tag)::value;
+    auto tile = [&](auto rk_tag, index_t k0) {
+      lane_tile<T, RM, decltype(rk_tag)::value, kAccumulate>(C, crs, ccs, A, ars, aqs, B, bqs, bks,
+                                                             depth, m0, k0);
+    };
+    using std::integral_constant;
     index_t k0 = 0;
-    for (; k0 + 4 <= k; k0 += 4)
-      lane_tile<T, RM, 4>(C, crs, ccs, accumulate, A, ars, aqs, B, bqs, bks, depth, m0, k0);
+    for (; k0 + 4 <= k; k0 += 4) tile(integral_constant<int, 4>{}, k0);
     switch (k - k0) {
-      case 3: lane_tile<T, RM, 3>(C, crs, ccs, accumulate, A, ars, aqs, B, bqs, bks, depth, m0, k0); break;
-      case 2: lane_tile<T, RM, 2>(C, crs, ccs, accumulate, A, ars, aqs, B, bqs, bks, depth, m0, k0); break;
-      case 1: lane_tile<T, RM, 1>(C, crs, ccs, accumulate, A, ars, aqs, B, bqs, bks, depth, m0, k0); break;
+      case 3: tile(integral_constant<int, 3>{}, k0); break;
+      case 2: tile(integral_constant<int, 2>{}, k0); break;
+      case 1: tile(integral_constant<int, 1>{}, k0); break;
       default: break;
     }
   };
@@ -492,6 +496,13 @@ void lane_products(T* C, index_t crs, index_t ccs, bool accumulate, const T* A, 
   for (; m0 + 3 <= m; m0 += 3) row_block(integral_constant<int, 3>{}, m0);
   if (m - m0 == 2) row_block(integral_constant<int, 2>{}, m0);
   else if (m - m0 == 1) row_block(integral_constant<int, 1>{}, m0);
+}
+template <class T>
+void lane_products(T* C, index_t crs, index_t ccs, bool accumulate, const T* A, index_t ars,
+                   index_t aqs, const T* B, index_t bqs, index_t bks, index_t m, index_t k,
+                   index_t depth) {
+  if (accumulate) lane_products_<T, true>(C, crs, ccs, A, ars, aqs, B, bqs, bks, m, k, depth);
+  else lane_products_<T, false>(C, crs, ccs, A, ars, aqs, B, bqs, bks, m, k, depth);
 }
 
 // One group's state, every array a lane matrix of P-wide vectors: Z_ℓ [D, n+1] for ℓ = 0..L−1 and
