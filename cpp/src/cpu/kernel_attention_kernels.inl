@@ -697,7 +697,8 @@ T lane_loss_grad_group(LaneWorkspace<T>& w, const KernelAttentionShape& sh, cons
   if (predictions)
     for (index_t l = 0; l <= L; ++l)
       for (index_t p = 0; p < P; ++p)
-        poison += detail::poison(predictions[(b + p) * (L + 1) + l] = w.z(l)[d * ld + n * P + p]);
+        poison += detail::poison(predictions[(b + p) * (L + 1) + l] =
+                                     recipe::prediction(w.z(l)[d * ld + n * P + p], PredictionOutput::tf));
   std::fill(w.dZ.begin(), w.dZ.end(), T(0));
   const T* tf = w.z(L) + d * ld + n * P;
   for (index_t p = 0; p < P; ++p) {
