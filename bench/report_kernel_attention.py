@@ -10,7 +10,11 @@ and the FMA peak of one core (bench/cpp/fma_peak.cpp, compiled here with the sys
 
 With --cpu-time every time is CPU-seconds of the process on one thread (native, numpy's BLAS and
 torch): per-core rates, what a machine shared with other jobs disturbs least. --native-only skips
-the numpy and torch timings (before/after runs of the native kernels).
+the numpy and torch timings (before/after runs of the native kernels). LSA_NATIVE_KA_LANES=0 in the
+environment runs loss_and_grad on the per-prompt path instead of prompts in the vector lanes
+(kernel_attention_kernels.inl): the before/after of that path in one build, e.g.
+
+    for e in 0 1 0 1; do LSA_NATIVE_KA_LANES=$e python bench/report_kernel_attention.py --cpu-time --native-only; done
 """
 from __future__ import annotations
 
@@ -106,7 +110,9 @@ def main(argv=None) -> int:
             torch.set_num_threads(1)
     rng = np.random.default_rng(0)
     Bsz, d, n, L = args.batch, 5, 30, 3
-    print(f"lsa_native {ln.__version__}, CPU kernels {ln.cpu_kernel_isa()}, {ln.num_threads()} threads, "
+    lanes = "per-prompt" if os.environ.get("LSA_NATIVE_KA_LANES", "1").startswith("0") else "lanes"
+    print(f"lsa_native {ln.__version__}, CPU kernels {ln.cpu_kernel_isa()} (loss_and_grad: {lanes}), "
+          f"{ln.num_threads()} threads, "
           f"clock {'CPU-seconds' if args.cpu_time else 'wall'}, torch "
           f"{'absent' if torch is None else torch.__version__}; d={d} n={n} L={L} B={Bsz} float32; "
           f"load average at the start {os.getloadavg()}")

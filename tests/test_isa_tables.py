@@ -75,7 +75,8 @@ for dt in (np.float32, np.float64):
         loss, a, c = ln.multihead.loss_and_grad(E, y, Wph, Wkh)
         res[f"mh_lossgrad_{k}"] = np.concatenate([[loss], a.ravel(), c.ravel()])
         res[f"mh_vjp_{k}"] = np.concatenate([x.ravel() for x in ln.multihead.vjp(E, Wph, Wkh, dF)])
-    for (B, d, n, L, H) in ((3, 1, 1, 1, 1), (4, 3, 7, 2, 2), (5, 5, 30, 3, 1)):
+    # B = 21: whole groups of prompts in the vector lanes (loss_and_grad) and a remainder.
+    for (B, d, n, L, H) in ((3, 1, 1, 1, 1), (4, 3, 7, 2, 2), (5, 5, 30, 3, 1), (21, 3, 7, 2, 2)):
         Z0 = g.standard_normal((B, d + 1, n + 1)).astype(dt)
         y = g.standard_normal(B).astype(dt)
         V = (0.1 / (d + 1) * g.standard_normal((L, H, d + 1, d + 1))).astype(dt)

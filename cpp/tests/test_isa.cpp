@@ -115,7 +115,8 @@ template <class T>
 void check_ka_tables(Isa isa) {
   using lsa_native::Activation;
   using lsa_native::KernelAttentionShape;
-  const KernelAttentionShape shapes[] = {{3, 1, 1, 1, 1}, {4, 3, 7, 2, 2}, {2, 5, 30, 3, 1}};
+  // batch 21: whole groups of prompts in the vector lanes (loss_grad) and a remainder.
+  const KernelAttentionShape shapes[] = {{3, 1, 1, 1, 1}, {4, 3, 7, 2, 2}, {2, 5, 30, 3, 1}, {21, 3, 7, 2, 2}};
 #define LSA_TEST_ACTIVATION(name, column_wise) Activation::name,
   const Activation acts_all[] = {LSA_NATIVE_ACTIVATIONS(LSA_TEST_ACTIVATION)};
 #undef LSA_TEST_ACTIVATION

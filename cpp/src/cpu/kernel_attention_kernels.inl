@@ -3,6 +3,8 @@
 // row-major with the token axis contiguous, so every inner loop is an axpy or a dot product along
 // the n+1 tokens; activations run on whole rows (softmax column-wise via row-wise max/sum).
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include <type_traits>
@@ -399,6 +401,326 @@ bool forward_range(const KernelAttentionShape& sh, const T* Z0, const T* V, cons
   return detail::poison_clear(poison);
 }
 
+// ---- loss_and_grad with prompts in the vector lanes ----------------------------------------------
+// At the CCS size (n = 30, d = 5) every dot product of the per-prompt path is a few FMAs along 32
+// tokens, so its per-block setup and horizontal sums cost as much as the multiplies. Here a group of
+// P = kGroupLanes<T> prompts runs at once: every scalar of one prompt's math is one lane of a
+// vector (lane p = prompt b + p), so each product above becomes P independent products in one FMA,
+// with no horizontal sums and no token padding. A lane matrix M [rows, cols] stores the vector of
+// entry (r, j) at M + (r·rs + j·cs) (in values of T; rs, cs multiples of P): for the prompt-shaped
+// ones [·, n+1] rs = ld = (n+1)·P and cs = P. The formulas and their order per prompt are those of
+// forward_layer / forward_query_layer / backward_layer / backward_query_layer (recipe, ka_recipe.hpp);
+// the activations run on the flat rows through the same activation_forward / activation_backward
+// (column-wise over the sources i per target j and lane: a lane is one prompt). Parameter gradients:
+// per prompt in T (one lane), summed over prompts in double, as the per-prompt path does. The saved
+// context is not used (loss_grad saves none). The remainder of a range (fewer than P prompts) runs
+// the per-prompt path. LSA_NATIVE_KA_LANES=0 in the environment turns this path off (before/after
+// measurements in one build).
+
+#if defined(__AVX512F__)
+template <class T>
+struct GroupVecTraits;  // 64-byte vectors: 16 float / 8 double lanes
+template <>
+struct GroupVecTraits<float> {
+  typedef float type __attribute__((vector_size(64)));
+};
+template <>
+struct GroupVecTraits<double> {
+  typedef double type __attribute__((vector_size(64)));
+};
+template <class T>
+using GroupVec = typename GroupVecTraits<T>::type;
+#else
+template <class T>
+using GroupVec = Vec<T>;  // 8 float / 4 double lanes (pairs of SSE registers on the baseline)
+#endif
+template <class T>
+constexpr index_t kGroupLanes = index_t(sizeof(GroupVec<T>) / sizeof(T));
+
+template <class T>
+inline GroupVec<T> gload(const T* p) {
+  GroupVec<T> v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+template <class T>
+inline void gstore(T* p, GroupVec<T> v) {
+  std::memcpy(p, &v, sizeof v);
+}
+
+// C[m, k] (+)= Σ_{q < depth} A[m, q] B[q, k] for the tile rows m0.., columns k0.. of lane matrices
+// (strides in values of T): RM·RK accumulators (12 for 3 x 4: 7 loads per 12 FMAs).
+template <class T, int RM, int RK, bool kAccumulate>
+__attribute__((always_inline)) inline void lane_tile(T* C, index_t crs, index_t ccs, const T* A, index_t ars,
+                      index_t aqs, const T* B, index_t bqs, index_t bks, index_t depth, index_t m0,
+                      index_t k0) {
+  GroupVec<T> acc[RM][RK];
+  for (int i = 0; i < RM; ++i)
+    for (int k = 0; k < RK; ++k)
+      acc[i][k] = kAccumulate ? gload(C + (m0 + i) * crs + (k0 + k) * ccs) : GroupVec<T>{};
+  for (index_t q = 0; q < depth; ++q) {
+    GroupVec<T> a[RM];
+    for (int i = 0; i < RM; ++i) a[i] = gload(A + (m0 + i) * ars + q * aqs);
+    for (int k = 0; k < RK; ++k) {
+      const GroupVec<T> b = gload(B + q * bqs + (k0 + k) * bks);
+      for (int i = 0; i < RM; ++i) acc[i][k] += a[i] * b;
+    }
+  }
+  for (int i = 0; i < RM; ++i)
+    for (int k = 0; k < RK; ++k) gstore(C + (m0 + i) * crs + (k0 + k) * ccs, acc[i][k]);
+}
+
+// The lane product C [m, k] (+)= A [m, depth] · B [depth, k] by tiles of 3 x 4 and their tails
+// (the tiles inlined: at the depths 5-6 of S and dH a call's setup costs as much as the FMAs).
+template <class T, bool kAccumulate>
+void lane_products_(T* C, index_t crs, index_t ccs, const T* A, index_t ars, index_t aqs,
+                    const T* B, index_t bqs, index_t bks, index_t m, index_t k, index_t depth) {
+  auto row_block = [&](auto rm_tag, index_t m0) {
+    constexpr int RM = decltype(rm_tag)::value;
+    auto tile = [&](auto rk_tag, index_t k0) {
+      lane_tile<T, RM, decltype(rk_tag)::value, kAccumulate>(C, crs, ccs, A, ars, aqs, B, bqs, bks,
+                                                             depth, m0, k0);
+    };
+    using std::integral_constant;
+    index_t k0 = 0;
+    for (; k0 + 4 <= k; k0 += 4) tile(integral_constant<int, 4>{}, k0);
+    switch (k - k0) {
+      case 3: tile(integral_constant<int, 3>{}, k0); break;
+      case 2: tile(integral_constant<int, 2>{}, k0); break;
+      case 1: tile(integral_constant<int, 1>{}, k0); break;
+      default: break;
+    }
+  };
+  using std::integral_constant;
+  index_t m0 = 0;
+  for (; m0 + 3 <= m; m0 += 3) row_block(integral_constant<int, 3>{}, m0);
+  if (m - m0 == 2) row_block(integral_constant<int, 2>{}, m0);
+  else if (m - m0 == 1) row_block(integral_constant<int, 1>{}, m0);
+}
+template <class T>
+void lane_products(T* C, index_t crs, index_t ccs, bool accumulate, const T* A, index_t ars,
+                   index_t aqs, const T* B, index_t bqs, index_t bks, index_t m, index_t k,
+                   index_t depth) {
+  if (accumulate) lane_products_<T, true>(C, crs, ccs, A, ars, aqs, B, bqs, bks, m, k, depth);
+  else lane_products_<T, false>(C, crs, ccs, A, ars, aqs, B, bqs, bks, m, k, depth);
+}
+
+// One group's state, every array a lane matrix of P-wide vectors: Z_ℓ [D, n+1] for ℓ = 0..L−1 and
+// per (ℓ, s) of the full layers U, W [d, n+1], H [n, n+1], Y [D, n+1] (layout z | u | w | h | y like
+// recipe::KaContext, unpadded); the query layer's w_q, q [d], h [n], y [D] per head; the backward's
+// scratch; gradient lanes [slots, P] in double.
+template <class T>
+struct LaneWorkspace {
+  static constexpr index_t P = kGroupLanes<T>;
+  index_t d, n, D, cols, ld, L, H, nslots;
+  std::vector<T> zs, us, ws, hs, ys, dZ, dZprev, dY, dH, dU, dW, col, prod;
+  std::vector<T> q_wq, q_q, q_h, q_y, q_dy, q_dh, q_a, q_dwq;
+  std::vector<double> grad;  // [ka_partial_size − 1, P]: per-lane sums of the parameter gradients
+  explicit LaneWorkspace(const KernelAttentionShape& s)
+      : d(s.dim), n(s.context), D(s.dim + 1), cols(s.context + 1), ld((s.context + 1) * P),
+        L(s.layers), H(s.heads), nslots(ka_partial_size(s) - 1),
+        zs(size_t((L + 1) * D * ld)), us(size_t(L * H * d * ld)), ws(us.size()),
+        hs(size_t(L * H * n * ld)), ys(size_t(L * H * D * ld)), dZ(size_t(D * ld)),
+        dZprev(dZ.size()), dY(dZ.size()), dH(size_t(n * ld)), dU(size_t(d * ld)), dW(dU.size()),
+        col(size_t(ld)), prod(size_t(D * D * P)), q_wq(size_t(H * d * P)), q_q(q_wq.size()),
+        q_h(size_t(H * n * P)), q_y(size_t(H * D * P)), q_dy(size_t(D * P)), q_dh(size_t(n * P)),
+        q_a(size_t(d * P)), q_dwq(size_t(d * P)), grad(size_t(nslots * P), 0.0) {}
+  T* z(index_t l) { return zs.data() + l * D * ld; }
+  T* u(index_t l, index_t s) { return us.data() + (l * H + s) * d * ld; }
+  T* w(index_t l, index_t s) { return ws.data() + (l * H + s) * d * ld; }
+  T* h(index_t l, index_t s) { return hs.data() + (l * H + s) * n * ld; }
+  T* y(index_t l, index_t s) { return ys.data() + (l * H + s) * D * ld; }
+  // The P prompts from b into lane matrix Z_0 (prompt b + p in lane p).
+  void interleave(const T* Z0, index_t b) {
+    const index_t per = D * cols;
+    T* z0 = z(0);
+    for (index_t p = 0; p < P; ++p) {
+      const T* src = Z0 + (b + p) * per;
+      for (index_t e = 0; e < per; ++e) z0[e * P + p] = src[e];
+    }
+  }
+  // Lane matrix [D, n+1] back to P prompts from b; returns the poison (NaN iff one was non-finite).
+  T deinterleave(const T* src, T* dst, index_t b) const {
+    const index_t per = D * cols;
+    T poison = T(0);
+    for (index_t p = 0; p < P; ++p) {
+      T* out = dst + (b + p) * per;
+      for (index_t e = 0; e < per; ++e) poison += detail::poison(out[e] = src[e * P + p]);
+    }
+    return poison;
+  }
+  // grad[slot..slot+count, :] += vals [count, P] (one prompt's value per lane, in double).
+  void add_gradient(index_t slot, const T* vals, index_t count) {
+    double* g = grad.data() + slot * P;
+    for (index_t k = 0; k < count * P; ++k) g[k] += double(vals[k]);
+  }
+};
+
+// forward_layer on a group.
+template <class T>
+void lane_forward_layer(LaneWorkspace<T>& w, index_t l, const T* V, const T* Bq, const T* Ck,
+                        const Activation* acts) {
+  constexpr index_t P = LaneWorkspace<T>::P;
+  const index_t d = w.d, n = w.n, D = w.D, cols = w.cols, ld = w.ld;
+  const T* Z = w.z(l);
+  T* Znext = w.z(l + 1);
+  std::copy(Z, Z + D * ld, Znext);  // residual
+  for (index_t s = 0; s < w.H; ++s) {
+    const index_t p = l * w.H + s;
+    T *U = w.u(l, s), *Wk = w.w(l, s), *Hs = w.h(l, s), *Y = w.y(l, s);
+    combine_rows(U, false, Bq + p * d * d, d, 1, Z, d, d, ld);  // U = B X
+    combine_rows(Wk, false, Ck + p * d * d, d, 1, Z, d, d, ld);  // W = C X
+    // S[i, j] = Σ_a U[a, i] W[a, j] (i < n), then h̃ column-wise per (j, lane)   (12)
+    lane_products(Hs, ld, P, false, U, P, ld, Wk, ld, P, n, cols, d);
+    activation_forward(acts[s], Hs, n, ld, w.col.data());
+    // Y[r, j] = Σ_{i<n} Z[r, i] H[i, j];  Z_{ℓ+1} += V Y   (3)
+    lane_products(Y, ld, P, false, Z, ld, P, Hs, ld, P, D, cols, n);
+    combine_rows(Znext, true, V + p * D * D, D, 1, Y, D, D, ld);
+  }
+}
+
+// forward_query_layer on a group: returns TF = Z_{ℓ+1}[d, n] per lane (written there too).
+template <class T>
+void lane_forward_query_layer(LaneWorkspace<T>& w, index_t l, const T* V, const T* Bq,
+                              const T* Ck, const Activation* acts) {
+  constexpr index_t P = LaneWorkspace<T>::P;
+  const index_t d = w.d, n = w.n, D = w.D, ld = w.ld;
+  const T* Z = w.z(l);
+  const T* zq = Z + n * P;  // the query column, rows ld apart
+  GroupVec<T> tf = gload(zq + d * ld);
+  for (index_t s = 0; s < w.H; ++s) {
+    const index_t p = l * w.H + s;
+    const T* Vm = V + p * D * D;
+    T *wq = w.q_wq.data() + s * d * P, *q = w.q_q.data() + s * d * P, *h = w.q_h.data() + s * n * P,
+      *y = w.q_y.data() + s * D * P;
+    small::combine_rows(wq, P, static_cast<const T*>(nullptr), Ck + p * d * d, d, 1, zq, ld, d, d, P);  // w_q = C x_q
+    small::combine_rows(q, P, static_cast<const T*>(nullptr), Bq + p * d * d, 1, d, wq, P, d, d, P);    // q = Bᵀ w_q
+    lane_products(h, P, P, false, Z, P, ld, q, P, P, n, 1, d);  // h[i] = x_i · q (i < n)
+    activation_forward(acts[s], h, n, P, w.col.data());         // one column over the sources
+    lane_products(y, P, P, false, Z, ld, P, h, P, P, D, 1, n);  // y[r] = Σ_{i<n} Z[r, i] h[i]
+    for (index_t r = 0; r < D; ++r) tf += Vm[d * D + r] * gload(y + r * P);
+  }
+  gstore(w.z(l + 1) + d * ld + n * P, tf);
+}
+
+// backward_layer on a group: ∂ℓ/∂Z_{ℓ+1} in w.dZ to ∂ℓ/∂Z_ℓ (left in w.dZ).
+template <class T>
+void lane_backward_layer(LaneWorkspace<T>& w, index_t l, const T* V, const T* Bq, const T* Ck,
+                         const Activation* acts, index_t sV, index_t sB, index_t sC) {
+  constexpr index_t P = LaneWorkspace<T>::P;
+  const index_t d = w.d, n = w.n, D = w.D, cols = w.cols, ld = w.ld;
+  const T* Z = w.z(l);
+  const T* dO = w.dZ.data();
+  std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
+  T *dZp = w.dZprev.data(), *dY = w.dY.data(), *dH = w.dH.data(), *dU = w.dU.data(),
+    *dW = w.dW.data(), *prod = w.prod.data();
+  for (index_t s = 0; s < w.H; ++s) {
+    const index_t p = l * w.H + s;
+    const T *Bm = Bq + p * d * d, *Cm = Ck + p * d * d, *Vm = V + p * D * D;
+    const T *U = w.u(l, s), *Wk = w.w(l, s), *Hs = w.h(l, s), *Y = w.y(l, s);
+    // dV += dO Yᵀ;  dY = Vᵀ dO
+    lane_products(prod, D * P, P, false, dO, ld, P, Y, P, ld, D, D, cols);
+    w.add_gradient(sV + p * D * D, prod, D * D);
+    combine_rows(dY, false, Vm, 1, D, dO, D, D, ld);
+    // dZ[:, i<n] += dY Hᵀ;  dH = (Z M)ᵀ dY, then dS
+    lane_products(dZp, ld, P, true, dY, ld, P, Hs, P, ld, D, n, cols);
+    lane_products(dH, ld, P, false, Z, P, ld, dY, ld, P, n, cols, D);
+    activation_backward(acts[s], Hs, dH, n, ld, w.col.data());
+    // dU[:, i] = W dS[i, :]ᵀ (i < n, the query column 0);  dW = U[:, :n] dS
+    lane_products(dU, ld, P, false, Wk, ld, P, dH, P, ld, d, n, cols);
+    for (index_t a = 0; a < d; ++a) std::fill(dU + a * ld + n * P, dU + (a + 1) * ld, T(0));
+    lane_products(dW, ld, P, false, U, ld, P, dH, ld, P, d, cols, n);
+    // dB += dU Xᵀ, dC += dW Xᵀ, dX += Bᵀ dU + Cᵀ dW
+    lane_products(prod, d * P, P, false, dU, ld, P, Z, P, ld, d, d, cols);
+    w.add_gradient(sB + p * d * d, prod, d * d);
+    lane_products(prod, d * P, P, false, dW, ld, P, Z, P, ld, d, d, cols);
+    w.add_gradient(sC + p * d * d, prod, d * d);
+    combine_rows(dZp, true, Bm, 1, d, dU, d, d, ld);
+    combine_rows(dZp, true, Cm, 1, d, dW, d, d, ld);
+  }
+  w.dZ.swap(w.dZprev);
+}
+
+// backward_query_layer on a group: w.dZ holds the seed at [d, n] alone.
+template <class T>
+void lane_backward_query_layer(LaneWorkspace<T>& w, index_t l, const T* V, const T* Bq,
+                               const T* Ck, const Activation* acts, index_t sV, index_t sB,
+                               index_t sC) {
+  constexpr index_t P = LaneWorkspace<T>::P;
+  const index_t d = w.d, n = w.n, D = w.D, ld = w.ld;
+  const T* Z = w.z(l);
+  const T* zq = Z + n * P;
+  const GroupVec<T> g = gload(w.dZ.data() + d * ld + n * P);
+  std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
+  T *dZp = w.dZprev.data(), *dy = w.q_dy.data(), *dh = w.q_dh.data(), *a = w.q_a.data(),
+    *dwq = w.q_dwq.data(), *prod = w.prod.data();
+  for (index_t s = 0; s < w.H; ++s) {
+    const index_t p = l * w.H + s;
+    const T *Bm = Bq + p * d * d, *Cm = Ck + p * d * d, *Vm = V + p * D * D;
+    const T *wq = w.q_wq.data() + s * d * P, *q = w.q_q.data() + s * d * P,
+            *h = w.q_h.data() + s * n * P, *y = w.q_y.data() + s * D * P;
+    // dV[d, :] += g y;  dy = g V[d, :]
+    for (index_t r = 0; r < D; ++r) {
+      gstore(prod + r * P, g * gload(y + r * P));
+      gstore(dy + r * P, g * Vm[d * D + r]);
+    }
+    w.add_gradient(sV + p * D * D + d * D, prod, D);
+    lane_products(dZp, ld, P, true, dy, P, 0, h, 0, P, D, n, 1);  // dZ[:, i<n] += dy h_i
+    lane_products(dh, P, P, false, Z, P, ld, dy, P, 0, n, 1, D);  // dh_i = (Z M)ᵀ dy
+    activation_backward(acts[s], h, dh, n, P, w.col.data());       // dh becomes ds
+    lane_products(a, P, P, false, Z, ld, P, dh, P, 0, d, 1, n);   // a = Σ_{i<n} ds_i x_i
+    lane_products(prod, d * P, P, false, wq, P, 0, a, 0, P, d, d, 1);  // dB += w_q aᵀ
+    w.add_gradient(sB + p * d * d, prod, d * d);
+    small::combine_rows(dwq, P, static_cast<const T*>(nullptr), Bm, d, 1, a, P, d, d, P);  // dw_q = B a
+    lane_products(prod, d * P, P, false, dwq, P, 0, zq, 0, ld, d, d, 1);  // dC += dw_q x_qᵀ
+    w.add_gradient(sC + p * d * d, prod, d * d);
+    lane_products(dZp, ld, P, true, q, P, 0, dh, 0, P, d, n, 1);  // dX[:, i<n] += q ds_i
+    small::combine_rows(dZp + n * P, ld, static_cast<const T*>(dZp + n * P), Cm, 1, d, dwq, P, d, d,
+                        P);  // dX[:, n] += Cᵀ dw_q
+  }
+  w.dZ.swap(w.dZprev);
+}
+
+// One group of P prompts from b: forward (the last layer's query column alone), the loss per lane,
+// the backward; returns the poison of what it wrote to predictions and d_Z0.
+template <class T>
+T lane_loss_grad_group(LaneWorkspace<T>& w, const KernelAttentionShape& sh, const T* Z0,
+                       const T* y_q, const T* V, const T* Bq, const T* Ck, const Activation* acts,
+                       T* d_Z0, T* predictions, index_t b, double* partial) {
+  constexpr index_t P = LaneWorkspace<T>::P;
+  const index_t d = w.d, n = w.n, L = w.L, ld = w.ld;
+  const index_t sV = 0, sB = L * w.H * w.D * w.D, sC = sB + L * w.H * d * d;
+  w.interleave(Z0, b);
+  for (index_t l = 0; l + 1 < L; ++l) lane_forward_layer(w, l, V, Bq, Ck, acts);
+  lane_forward_query_layer(w, L - 1, V, Bq, Ck, acts);
+  T poison = T(0);
+  if (predictions)
+    for (index_t l = 0; l <= L; ++l)
+      for (index_t p = 0; p < P; ++p)
+        poison += detail::poison(predictions[(b + p) * (L + 1) + l] =
+                                     recipe::prediction(w.z(l)[d * ld + n * P + p], PredictionOutput::tf));
+  std::fill(w.dZ.begin(), w.dZ.end(), T(0));
+  const T* tf = w.z(L) + d * ld + n * P;
+  for (index_t p = 0; p < P; ++p) {
+    const double residual = recipe::loss_residual(double(tf[p]), double(y_q[b + p]));  // (4)
+    partial[0] += residual * residual;
+    w.dZ[d * ld + n * P + p] = T(recipe::loss_seed(residual, sh.batch));
+  }
+  lane_backward_query_layer(w, L - 1, V, Bq, Ck, acts, sV, sB, sC);
+  for (index_t l = L - 2; l >= 0; --l) lane_backward_layer(w, l, V, Bq, Ck, acts, sV, sB, sC);
+  if (d_Z0) poison += w.deinterleave(w.dZ.data(), d_Z0, b);
+  return poison;
+}
+
+// Whether loss_grad runs whole groups in the lanes (LSA_NATIVE_KA_LANES=0: the per-prompt path).
+inline bool lanes_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("LSA_NATIVE_KA_LANES");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
 // Parameter-gradient slots of a chunk's partial sums (slot 0 is the loss).
 inline void gradient_slots(const KernelAttentionShape& sh, double* partial, double*& gV,
                            double*& gB, double*& gC) {
@@ -419,8 +741,16 @@ bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, 
   std::fill(partial, partial + ka_partial_size(sh), 0.0);
   double *gV, *gB, *gC;
   gradient_slots(sh, partial, gV, gB, gC);
-  Workspace<T> w(sh);
   T poison = T(0);
+  constexpr index_t P = kGroupLanes<T>;
+  if (lanes_enabled() && b1 - b0 >= P) {  // whole groups in the lanes, the rest below
+    LaneWorkspace<T> lw(sh);
+    for (; b0 + P <= b1; b0 += P)
+      poison += lane_loss_grad_group(lw, sh, Z0, y_q, V, Bq, Ck, acts, d_Z0, predictions, b0, partial);
+    for (index_t k = 0; k < lw.nslots; ++k)
+      for (index_t p = 0; p < P; ++p) partial[1 + k] += lw.grad[k * P + p];
+  }
+  Workspace<T> w(sh);
   for (index_t b = b0; b < b1; ++b) {
     forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts, /*query_only=*/true);
     const T tf = w.query_label(sh.layers);
