@@ -81,19 +81,21 @@ void multihead_lsa_predict(const LsaShape& sh, index_t H, const T* E, const T* W
 template <class T>
 double multihead_lsa_loss_and_grad(const LsaShape& sh, index_t H, const T* E, const T* y_q,
                                    const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq, T* y_hat) {
-  DeviceScope scope({E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat});
+  double loss = 0;  // host memory: copied back with the call's one wait
+  DeviceScope scope({E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat, &loss});
   const index_t rc = (sh.dim + 1) * (sh.context + 1), nW = H * (sh.dim + 1) * (sh.dim + 1);
   DeviceInput<T> e(scope, E, sh.batch * rc), y(scope, y_q, sh.batch), pv(scope, W_pv, nW),
       kq(scope, W_kq, nW);
   DeviceOutput<T> dpv(scope, d_W_pv, nW), dkq(scope, d_W_kq, nW), yh(scope, y_hat, sh.batch);
+  DeviceOutput<double> out(scope, &loss, 1);
   Scratch partial;
   int blocks = 0;
   launch_heads_prediction<T, PredictionMode::loss>(sh, H, scope, e.get(), y.get(), pv.get(),
                                                    kq.get(), yh.get(), nullptr, &partial, &blocks);
-  return returned_loss(scope, [&](double* loss) {
-    finish_heads_sums(partial, blocks, H, int(sh.dim + 1), 1.0 / double(sh.batch), dpv.get(),
-                      dkq.get(), loss);
-  });
+  finish_heads_sums(partial, blocks, H, int(sh.dim + 1), 1.0 / double(sh.batch), dpv.get(),
+                    dkq.get(), out.get());
+  scope.finish();
+  return loss;
 }
 
 template <class T>
