@@ -27,6 +27,19 @@ def rel_err(a, b):
     return np.abs(np.asarray(a, np.float64) - b).max() / max(np.abs(b).max(), 1e-30)
 
 
+def relative_conditions(f, inputs, want, rng, eta=1e-7, tries=2):
+    """Per output of f, an estimate of its relative condition number at `inputs` (float64): the
+    largest rel_err of f at inputs perturbed entrywise by relative eta, divided by eta. A gradient
+    entry that is a small sum of large terms of both signs (e.g. dC at d = 1 for some draws: terms
+    O(10) summing to 1e-5) is ill-conditioned, and any backward-stable evaluation of it in precision
+    u errs by about κ·u relative; a tolerance for it is tol·max(1, κ)."""
+    worst = [0.0] * len(want)
+    for _ in range(tries):
+        moved = f(*[a * (1 + eta * rng.standard_normal(np.shape(a))) for a in inputs])
+        worst = [max(k, rel_err(m, w) / eta) for k, m, w in zip(worst, moved, want)]
+    return worst
+
+
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-11), (np.float32, 2e-4)])
 @pytest.mark.parametrize("d,n", [(1, 1), (5, 7), (5, 30), (1, 30)])
 @pytest.mark.parametrize("L,H", [(1, 1), (2, 2), (3, 1)])
@@ -227,7 +240,8 @@ def test_bad_input_raises_clear_errors(rng, make, exc, match):
 @pytest.mark.parametrize("L,H", [(1, 1), (2, 2)])
 @pytest.mark.parametrize("act", ACTS)
 def test_vjp_matches_reference_and_context_is_bitwise(rng, act, L, H, d, n, dtype, tol):
-    """Native VJP vs the reference VJP (same relative tolerances as the loss gradients above);
+    """Native VJP vs the reference VJP (the relative tolerances of the loss gradients above, times
+    each output's estimated condition number where it exceeds 1: see relative_conditions);
     the VJP from a saved context equals the recomputing VJP bitwise, and the saving forward
     returns the same Z_L bitwise as the plain one."""
     Z0, _, V, B, C = random_problem(rng, 5, d, n, L, H, dtype)
@@ -240,13 +254,16 @@ def test_vjp_matches_reference_and_context_is_bitwise(rng, act, L, H, d, n, dtyp
     without = ka.vjp(Z0, V, B, C, acts, G)
     for a, b in zip(with_ctx, without):
         np.testing.assert_array_equal(a, b)
-    want = ref.vjp(*[a.astype(np.float64) for a in (Z0, V, B, C)], acts, G.astype(np.float64))
-    for name, g, w in zip(("dV", "dB", "dC", "dZ0"), with_ctx, want):
+    inputs = [a.astype(np.float64) for a in (Z0, V, B, C, G)]
+    reference_vjp = lambda Z0, V, B, C, G: ref.vjp(Z0, V, B, C, acts, G)  # noqa: E731
+    want = reference_vjp(*inputs)
+    kappa = relative_conditions(reference_vjp, inputs, want, rng)
+    for name, g, w, k in zip(("dV", "dB", "dC", "dZ0"), with_ctx, want, kappa):
         assert g.dtype == dtype
         if np.abs(w).max() == 0:  # softmax over one source (n = 1) is constant: dB = dC = 0
             assert np.abs(g).max() == 0, name
             continue
-        assert rel_err(g, w) < tol, (name, rel_err(g, w))
+        assert rel_err(g, w) < tol * max(1.0, k), (name, rel_err(g, w), k)
 
 
 def test_loss_and_grad_is_forward_then_vjp(rng):
