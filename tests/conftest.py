@@ -49,3 +49,18 @@ def z_scores(samples, exact):
     z[nz] = (mean[nz] - exact[nz]) / se[nz]
     assert np.all(np.abs(mean[~nz] - exact[~nz]) <= 1e-12 * (1 + np.abs(exact[~nz])))
     return z
+
+
+class HostBackedCudaArray:
+    """Host memory presented as a CUDA array (parsed as one; never launched on): the emulated-GPU
+    route's operands in tests/test_cuda.py and tests/test_device_loop.py."""
+
+    def __init__(self, a):
+        self.a = np.ascontiguousarray(a)
+        self.__cuda_array_interface__ = {"shape": self.a.shape, "typestr": self.a.dtype.str,
+                                         "data": (self.a.ctypes.data, False), "strides": None,
+                                         "version": 3}
+        self.dtype = self.a.dtype
+
+    def __array__(self, dtype=None, copy=None):  # cuda.to_host's fallback: np.asarray
+        return self.a

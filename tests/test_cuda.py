@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 import numpy as np
+from conftest import HostBackedCudaArray
 import pytest
 
 import lsa_native
@@ -123,14 +124,6 @@ def test_bad_cuda_arrays_are_clear_errors_before_any_gpu_call(rng):
 # CPU kernels where it would launch the CUDA ones (_core.emulate_cuda_on_cpu_for_tests): checks the
 # route of lsa.py → array views → validate() → backend (which array goes where, outputs on E's
 # side, out=, optional outputs, mixed host/CUDA operands) without a GPU.
-
-class HostBackedCudaArray:
-    def __init__(self, a):
-        self.a = np.ascontiguousarray(a)
-        self.__cuda_array_interface__ = {"shape": self.a.shape, "typestr": self.a.dtype.str,
-                                         "data": (self.a.ctypes.data, False), "strides": None,
-                                         "version": 3}
-
 
 @pytest.fixture
 def emulated_gpu(monkeypatch):

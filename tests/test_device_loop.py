@@ -11,26 +11,13 @@ from __future__ import annotations
 import importlib
 
 import numpy as np
+from conftest import HostBackedCudaArray
 import pytest
 
 from lsa_native import _core, cuda, kernel_attention as ka, lsa, sampling, train
 from lsa_native.train import native_optim
 
 fit_module = importlib.import_module("lsa_native.train.fit")
-
-
-class HostBackedCudaArray:
-    """Host memory presented as a CUDA array (parsed as one; never launched on)."""
-
-    def __init__(self, a):
-        self.a = np.ascontiguousarray(a)
-        self.__cuda_array_interface__ = {"shape": self.a.shape, "typestr": self.a.dtype.str,
-                                         "data": (self.a.ctypes.data, False), "strides": None,
-                                         "version": 3}
-        self.dtype = self.a.dtype
-
-    def __array__(self, dtype=None, copy=None):  # cuda.to_host's fallback: np.asarray
-        return self.a
 
 
 class EmulatedDevice:
