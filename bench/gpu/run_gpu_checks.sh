@@ -71,6 +71,12 @@ TAIL=16 stage bench_device_loop 420 "$PY" bench/gpu/bench_device_loop.py --out "
 TAIL=12 stage torch_host_path 90 "$PY" bench/gpu/torch_host_path.py --out "$OUT"
 TAIL=16 stage bench_ccs_training 300 "$PY" bench/gpu/bench_ccs_training.py --out "$OUT/bench_ccs_training.json"
 
+# Issue 21, the H-head kernels (cuda/multihead_*): memcheck and racecheck of every entry point, and
+# the model's loss/gradient and fresh-prompt step against PyTorch CUDA.
+stage memcheck_multihead 100 compute-sanitizer --tool memcheck --error-exitcode 3 --leak-check no "$PY" bench/gpu/sanitize_multihead_run.py
+stage racecheck_multihead 100 compute-sanitizer --tool racecheck --error-exitcode 3 "$PY" bench/gpu/sanitize_multihead_run.py
+TAIL=12 stage bench_multihead 150 "$PY" bench/gpu/bench_multihead_cuda.py --out "$OUT/bench_multihead_cuda.json"
+
 TAIL=8 stage bench_ka 120 "$PY" bench/gpu/bench_ka_cuda.py --out "$OUT/bench_ka_cuda.json"
 TAIL=20 stage bench_sampled 120 "$PY" bench/gpu/bench_sampled.py --out "$OUT/bench_sampled.json"
 TAIL=12 stage bench_torch 120 "$PY" bench/report_torch.py --device cuda --steps 10
@@ -108,6 +114,8 @@ echo "=== device loop (issue 18): steps/s and device->host copies; model axis; p
 grep -E "^\||model axis|cell |grid" "$OUT/bench_device_loop.log" 2>/dev/null || echo "(no device-loop table)"
 echo "=== lsa_native.torch host path on CUDA (us per forward+backward, by layer)"
 grep "^|" "$OUT/torch_host_path.log" 2>/dev/null || echo "(no torch host-path table)"
+echo "=== H-head linear attention on CUDA (issue 21; per second; native vs PyTorch CUDA)"
+grep "^|" "$OUT/bench_multihead.log" 2>/dev/null || echo "(no multihead table)"
 echo "=== lsa_native.torch on CUDA tensors (Adam steps/s; native vs pure PyTorch)"
 grep "^|" "$OUT/bench_torch.log" 2>/dev/null || echo "(no torch table)"
 [ "${#failures[@]}" -eq 0 ]
