@@ -119,6 +119,19 @@ def test_bad_cuda_arrays_are_clear_errors_before_any_gpu_call(rng):
         lsa.predict(fake, W_pv, W_kq)
 
 
+    class Refusing:  # e.g. a torch CUDA tensor that requires grad
+        def __dlpack_device__(self):
+            return (2, 0)  # kDLCUDA, device 0
+
+        @property
+        def __cuda_array_interface__(self):
+            raise RuntimeError("no export of a tensor that requires grad")
+
+    with pytest.raises(TypeError, match=r"^E: cannot read the CUDA array \(RuntimeError: no export "
+                                        r"of a tensor that requires grad\)$"):
+        lsa.predict(Refusing(), W_pv, W_kq)
+
+
 # ---- the route of a GPU call on an emulated GPU (runs everywhere) ------------------------------
 # Host memory presented through __cuda_array_interface__, and the native dispatcher told to run the
 # CPU kernels where it would launch the CUDA ones (_core.emulate_cuda_on_cpu_for_tests): checks the
@@ -481,7 +494,7 @@ def test_cuda_torch_tensors(rng, dtype):
         lsa.predict(t(E), t(W_pv).to(other), t(W_kq))
     with pytest.raises(ValueError, match="device='cpu'"):
         lsa.predict(t(E), W_pv, W_kq, device="cpu")
-    with pytest.raises(TypeError, match="E: cannot read the CUDA array"):
+    with pytest.raises(TypeError, match=r"E: cannot read the CUDA array \(RuntimeError: "):
         lsa.predict(t(E).requires_grad_(True), W_pv, W_kq)
     # DeviceArray → torch without copies, both protocols.
     buf = cuda.to_device(E)

@@ -88,8 +88,8 @@ def steps_per_second(n, batch, steps, groups, device_loop, record_every):
 
 
 def cell_seconds(kernel, activation, n, steps, batch):
-    cfg = dict(ccs._base(dict(dim=D, steps=steps, decay_steps=steps, batch=batch, lr=LR,
-                              lr_final=0.001, clip=CLIP, init_scale=0.1, eval_batch=5000)),
+    cfg = dict(ccs._base(dict(ccs.TRAINING, steps=steps, decay_steps=steps, batch=batch,
+                              eval_batch=5000)),
                kernel=kernel, activations=[activation], layers=L, context=n, seed=0,
                _device="cuda")
     t0 = time.perf_counter()

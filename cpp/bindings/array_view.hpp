@@ -91,9 +91,11 @@ inline ArrayView from_numpy(const py::array& a) {
   return v;
 }
 
-// obj.attr(name), or None when obj has no such attribute; other errors (e.g. PyTorch refusing to
-// export a tensor that requires grad) become a TypeError naming the argument.
-inline py::object optional_attr(const py::handle& obj, const char* attr, const char* name) {
+// obj.attr(attr), or None when obj has no such attribute; other errors (e.g. PyTorch refusing to
+// export a tensor that requires grad) become a TypeError naming the argument, `what` it is and
+// the library's own message ("Type: message", without pybind11's traceback).
+inline py::object optional_attr(const py::handle& obj, const char* attr, const char* name,
+                                const char* what) {
   PyObject* p = PyObject_GetAttrString(obj.ptr(), attr);
   if (p) return py::reinterpret_steal<py::object>(p);
   if (PyErr_ExceptionMatches(PyExc_AttributeError)) {
@@ -101,7 +103,9 @@ inline py::object optional_attr(const py::handle& obj, const char* attr, const c
     return py::none();
   }
   py::error_already_set e;
-  throw ArgumentTypeError(std::string(name) + ": cannot read the array (" + e.what() + ")");
+  const std::string type = py::str(e.type().attr("__name__")), message = py::str(e.value());
+  throw ArgumentTypeError(std::string(name) + ": cannot read the " + what + " (" + type + ": " +
+                          message + ")");
 }
 
 inline ArrayView from_cuda_array_interface(const py::dict& cai, const char* name) {
@@ -186,7 +190,8 @@ inline ArrayView array_view(const py::handle& obj, const char* name, py::list& k
   }
   if (py::isinstance<py::array>(obj)) {
     v = adapter::from_numpy(py::reinterpret_borrow<py::array>(obj));
-  } else if (py::object cai = adapter::optional_attr(obj, "__cuda_array_interface__", name);
+  } else if (py::object cai =
+                 adapter::optional_attr(obj, "__cuda_array_interface__", name, "CUDA array");
              !cai.is_none()) {
     v = adapter::from_cuda_array_interface(cai.cast<py::dict>(), name);
   } else if (py::hasattr(obj, "__dlpack__")) {
