@@ -35,7 +35,7 @@ stage() {
   fi
 }
 
-TAIL=14 stage versions 60 bash -c "nvidia-smi; $PY --version; $PY -c 'import numpy, torch; print(\"numpy\", numpy.__version__, \"torch\", torch.__version__, torch.version.cuda, torch.cuda.get_device_name())'; $PY -c 'import cupy; print(\"cupy\", cupy.__version__)'; nvcc --version | tail -2; cmake --version | head -1; compute-sanitizer --version | tail -1"
+TAIL=14 stage versions 60 bash -c "nvidia-smi; $PY --version; $PY -c 'import numpy, torch; print(\"numpy\", numpy.__version__, \"torch\", torch.__version__, torch.version.cuda, torch.cuda.get_device_name())'; $PY -c 'import cupy; print(\"cupy\", cupy.__version__)'; nvcc --version | tail -2; cmake --version | head -1; compute-sanitizer --version | tail -1; lscpu | grep -E 'Model name|^CPU\(s\)'; grep -o 'avx512[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\\n' ' '"
 
 TAIL=4 stage build 300 "$PY" -m pip install --no-build-isolation --no-deps -v . \
   -C cmake.define.LSA_NATIVE_CUDA=ON -C cmake.define.LSA_NATIVE_CUDA_ARCHITECTURES=90 \
@@ -94,6 +94,11 @@ TAIL=0 OPTIONAL=1 stage ncu_ka 120 ncu --kernel-name regex:"ka_(warp_)?kernel" -
   --section SpeedOfLight --section Occupancy --section LaunchStats --section ComputeWorkloadAnalysis \
   --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
   "$PY" bench/gpu/profile_once.py --ka
+
+# Issue 22 on the lent machine's host CPU (the development machine has no AVX-512): every CPU
+# kernel table forced in turn (AVX-512 included) against the baseline, then the CPU report.
+TAIL=6 stage isa_host 90 "$PY" -m pytest -p no:cacheprovider -q -rs tests/test_isa_tables.py
+TAIL=30 stage bench_isa_host 150 "$PY" bench/report_e2e.py --repeats 3 --tables avx2-fma,avx512
 
 stage test_cpu 240 "$PY" -m pytest -p no:cacheprovider -q -m "not cuda" tests
 
