@@ -14,6 +14,8 @@
 #   SET="--set seeds=1" ...          extra arguments for every id (a different size is another
 #                                    configuration: its own folder, RUN_DIR, is then needed)
 #   DEVICE=cpu BUILD=0 ...           the same bookkeeping without a GPU (what the tests here ran)
+# At the end it prints docs/reproductions/summarize_run.py's summary (verdicts, per-panel
+# dist(M, I), per-cell steps and convergence), also saved as RUN_DIR/summary.txt.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -47,6 +49,10 @@ for id in $IDS; do
   # rc 0: PASS, 1: FAIL (a finding to write up), other: stopped (deadline) or broken
   [ "$rc" -gt 1 ] && status=1
 done
+# the verdicts and the numbers each claim is about (per-panel dist(M, I), per-cell steps), also for
+# an id the deadline stopped (from its cached cells): on stdout and into the packed folder
+# shellcheck disable=SC2086  # IDS holds several ids
+"$PY" docs/reproductions/summarize_run.py "$RUN_DIR" $IDS 2>&1 | tee "$RUN_DIR/summary.txt"
 tar czf "$OUT/gpu-repro.tgz" -C "$RUN_DIR" .
 echo "=== packed $(du -h "$OUT/gpu-repro.tgz" | cut -f1) into $OUT/gpu-repro.tgz at +$(( $(date +%s) - t_start ))s"
 exit "$status"
