@@ -13,6 +13,8 @@
 #   OUT=... IDS="ccs-fig3-5-6" DEADLINE_S=480 bash docs/reproductions/gpu_reproductions.sh
 #   SET="--set seeds=1" ...          extra arguments for every id (a different size is another
 #                                    configuration: its own folder, RUN_DIR, is then needed)
+#   SET_ccs_fig1="--set kernels=exp" extra arguments for one id only (its name with - as _),
+#                                    after SET: e.g. a subset of one id's grid
 #   DEVICE=cpu BUILD=0 ...           the same bookkeeping without a GPU (what the tests here ran)
 # At the end it prints docs/reproductions/summarize_run.py's summary (verdicts, per-panel
 # dist(M, I), per-cell steps and convergence), also saved as RUN_DIR/summary.txt.
@@ -38,10 +40,12 @@ for id in $IDS; do
   if [ "$left" -lt 30 ]; then echo "=== $id skipped (deadline)"; status=1; continue; fi
   echo "=== $id --full --device $DEVICE (limit ${left}s, at +$(( $(date +%s) - t_start ))s)"
   t0=$(date +%s)
+  id_set_var="SET_${id//-/_}"
+  echo "    python -m lsa_native.cli reproduce $id --full --device $DEVICE --workers 0 --quiet --force --out $RUN_DIR ${SET:-} ${!id_set_var:-}"
   # shellcheck disable=SC2086  # SET holds several arguments
   /usr/bin/time -f "%e s wall, %U s user" -o "$RUN_DIR/$id.time" \
     timeout --signal=KILL "$left" "$PY" -m lsa_native.cli reproduce "$id" --full --device "$DEVICE" \
-    --workers 0 --quiet --force --out "$RUN_DIR" ${SET:-} >"$RUN_DIR/$id.log" 2>&1
+    --workers 0 --quiet --force --out "$RUN_DIR" ${SET:-} ${!id_set_var:-} >"$RUN_DIR/$id.log" 2>&1
   rc=$?
   cells=$(ls "$RUN_DIR/cache/$id" 2>/dev/null | wc -l)
   echo "--- $id: rc=$rc in $(( $(date +%s) - t0 ))s; $cells cells cached"

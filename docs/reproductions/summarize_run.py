@@ -28,7 +28,12 @@ def _cells(run_dir: str, rid: str) -> list[tuple[dict, dict]]:
 
 
 def _fmt(v, spec=".3f") -> str:
-    return "nan" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+    """A number of a result file (NaN is stored as the string "nan") or "nan"."""
+    try:
+        v = float(v)
+    except (TypeError, ValueError):
+        return "nan"
+    return "nan" if math.isnan(v) else format(v, spec)
 
 
 def _panels_from_cells(cells) -> tuple[list[dict], bool]:
