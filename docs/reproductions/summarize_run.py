@@ -50,11 +50,15 @@ def _panels_from_cells(cells) -> tuple[list[dict], bool]:
 
 
 def _print_panels(panels) -> None:
-    print(f"  {'panel':<34} {'trained':>7} {'conv.':>5} {'initial':>8} {'final':>7} {'max':>6} {'A':>6}  < 0.05")
+    """Median dist(M, I) at the start, mid-training and final (the last 10%), the largest final
+    one, the A's median final dist and ‖A_ℓ‖_F (whether A grew toward a·I), against 0.05."""
+    print(f"  {'panel':<34} {'trained':>7} {'conv.':>5} {'initial':>8} {'mid':>6} {'final':>7} {'max':>6} "
+          f"{'A':>6}  < 0.05  ‖A_ℓ‖_F")
     for s in panels:
+        norms = " ".join(_fmt(v, ".2f") for v in s.get("A_norm_final", []))
         print(f"  {s['panel']:<34} {s['trained']:>7} {s['converged']:>5} {_fmt(s['median_initial']):>8} "
-              f"{_fmt(s['median_final']):>7} {_fmt(s['max_final'], '.2f'):>6} {_fmt(s['A_final'], '.2f'):>6}  "
-              f"{'yes' if s.get('passed') else 'NO'}")
+              f"{_fmt(s['median_mid']):>6} {_fmt(s['median_final']):>7} {_fmt(s['max_final'], '.2f'):>6} "
+              f"{_fmt(s['A_final'], '.2f'):>6}  {'yes' if s.get('passed') else 'NO ':<6}  {norms}")
 
 
 def summarize(run_dir: str, ids=None) -> None:
