@@ -260,6 +260,7 @@ class Entry:
     quick: dict
     full: dict
     function: Callable
+    condition_full: str = ""  # the pass condition at the paper's sizes (``condition``: quick)
 
     def sizes(self, full: bool, overrides: dict) -> dict:
         """The sizes of a run: quick (``full``: updated with the paper's), then ``overrides``."""
@@ -315,7 +316,7 @@ def reproduction(id: str, *, claim: str, condition: str, quick: dict, full: dict
                (("full", False), ("seed", 0), ("progress", False), ("scheduler", None), ("workers", 2),
                 ("device", "cpu"), ("force", False))]
             + [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in quick.items()])
-        REGISTRY[id] = Entry(id, claim, condition, dict(quick), dict(full_sizes), run)
+        REGISTRY[id] = Entry(id, claim, condition, dict(quick), dict(full_sizes), run, condition_full)
         return run
 
     if isinstance(condition, tuple):
