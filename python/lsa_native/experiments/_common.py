@@ -204,7 +204,8 @@ def _config_difference(old, new) -> str:
 # Names a string-valued size may take (lists of them are checked element by element): the kernel
 # and activation tables, and the targets of CCS Figure 4 (experiments/ccs.py: FIG4_KERNELS).
 CHOICES = {"kernels": KERNELS, "activations": tuple(ACTIVATIONS),
-           "targets": ("linear", "exp", "composite"), "a_modes": ("zero", "free")}
+           "targets": ("linear", "exp", "composite"), "a_modes": ("zero", "free"),
+           "init": ("gaussian", "aligned")}
 
 
 def check_sizes(defaults: dict, overrides: dict) -> dict:
