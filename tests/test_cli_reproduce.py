@@ -100,3 +100,18 @@ def test_threads_sets_the_native_thread_count(tmp_path, capsys):
     finally:
         lsa_native.set_num_threads(0)
     assert lsa_native.num_threads() == before
+
+
+def test_list_prints_both_pass_conditions_and_the_ccs_schedules(capsys):
+    """`lsa-native list`: per id its claim, the quick and the full pass condition (the paper's
+    claim as stated, issue 19) and sizes; for a CCS training its schedule at both sizes."""
+    from lsa_native import experiments
+
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    for i, e in experiments.REGISTRY.items():
+        block = out.split(f"{i}: ", 1)[1]
+        assert f"pass (quick): {e.condition}" in block and f"pass (full):  {e.condition_full}" in block
+    fig3 = out.split("ccs-fig3-5-6: ", 1)[1]
+    assert "below 0.05" in fig3.split("pass (full):", 1)[1].split("\n", 1)[0]
+    assert "training (full):  Adam" in fig3 and "at most 20000 steps" in fig3

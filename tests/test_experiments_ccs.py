@@ -200,3 +200,80 @@ def test_fig1_full_condition_checks_softmax_only_where_the_paper_claims_it():
     assert all(v == "holds" for v in checks.values())
     assert not any("n=2: softmax" in c or "n=4: softmax" in c for c in checks)
     assert "exp labels n=6: softmax < exp" in checks and "relu labels n=2: relu < exp" in checks
+
+
+@pytest.mark.parametrize("hold", [True, False])
+def test_train_cell_on_the_emulated_gpu_route_equals_the_cpu_cell(monkeypatch, hold):
+    """``reproduce ccs-fig3-5-6 --device cuda``'s cell (``_device="cuda"``: fit's device loop with
+    the trace metrics, the convergence monitor that stops the run, A held at 0 or free) on the
+    emulated device — host memory presented as CUDA arrays, the CPU kernels run where the CUDA ones
+    would (tests/test_device_loop.py), the K-GP prompts the CPU sampler's: the same cell as the
+    CPU's, step count and trace to rounding (float32 training)."""
+    import importlib
+
+    from conftest import HostBackedCudaArray
+    from test_device_loop import EmulatedDevice
+
+    from lsa_native import _core, cuda, train
+
+    cfg = ccs._base(dict(steps=400, decay_steps=40, batch=64, eval_batch=200, **dict(ccs.TRAINING, converge_tol=0.5)),
+                    kernel="exp", activations=["softmax"], layers=2, context=5, seed=3, hold_A_zero=hold,
+                    trace_every=20)
+    cpu = ccs.train_cell(cfg)
+    fit_module = importlib.import_module("lsa_native.train.fit")
+    device = EmulatedDevice()
+    monkeypatch.setattr(fit_module, "_native_arrays", lambda plan: device)
+    monkeypatch.setattr(cuda, "empty", lambda template, shape, dtype, dev:
+                        HostBackedCudaArray(np.full(shape, np.nan, dtype)))
+    monkeypatch.setattr(cuda, "available", lambda: True)
+    monkeypatch.setattr(train.KernelAttentionObjective, "_batch_on_device",
+                        lambda self, step, data: tuple(HostBackedCudaArray(a) for a in
+                                                       (lambda b: (b.E, b.y_q))(data.at(step))))
+    _core.emulate_cuda_on_cpu_for_tests(True)
+    try:
+        gpu = ccs.train_cell(dict(cfg, _device="cuda"))
+    finally:
+        _core.emulate_cuda_on_cpu_for_tests(False)
+    assert device.reads > 0  # the device loop ran (it reads buffers back at the record steps)
+    assert not gpu["diverged"] and gpu["converged"] == cpu["converged"]
+    assert cpu["steps_taken"] < cfg["steps"]  # the monitor stopped both runs, at the same step
+    assert gpu["steps_taken"] == cpu["steps_taken"] and gpu["trace_step"] == cpu["trace_step"]
+    np.testing.assert_allclose(gpu["trace_dist_BC"], cpu["trace_dist_BC"], rtol=1e-3, atol=1e-4)
+    np.testing.assert_allclose(gpu["loss_per_layer"], cpu["loss_per_layer"], rtol=1e-3)
+
+
+def test_aligned_start_is_on_the_family_of_theorems_45_46(rng):
+    """``init="aligned"``: B_ℓ = C_ℓ = sΣ^{-1/2}, A_ℓ = scale·I (dist(M, I) = 0 for every matrix,
+    ‖B_ℓ‖_F = scale·d) plus the perturbation × the Gaussian draw; the Gaussian start is far."""
+    from lsa_native import train
+
+    d, scale = 5, 0.1
+    Sigma = ccs.ccs_sigma(int(rng.integers(1000)), d)
+    gauss = ka.KernelAttentionParams.gaussian(rng, d, 3, 1, ["softmax"], sparse=True, scale=scale)
+    on = ccs_training._aligned_start(gauss, Sigma, scale, 0.0)
+    dist = train.kernel_attention_identity_distances(on, Sigma)
+    assert np.max(dist["BC"]) < 1e-12 and np.max(dist["A"]) < 1e-12
+    np.testing.assert_allclose(np.linalg.norm(on.B, axis=(-2, -1)), scale * d, rtol=1e-12)
+    np.testing.assert_array_equal(on.r, gauss.r)
+    near = train.kernel_attention_identity_distances(ccs_training._aligned_start(gauss, Sigma, scale, 0.1), Sigma)
+    far = train.kernel_attention_identity_distances(gauss, Sigma)
+    assert 0 < np.median(near["BC"]) < 0.3 < 0.6 < np.median(far["BC"])
+
+
+def test_fig3_aligned_start_is_a_cell_field_only_when_asked(tmp_path):
+    """``--set init=aligned`` starts every training near the theorems' family (trace at step 0
+    small) and is part of those cells' identity; the default (Gaussian) cells carry no such field,
+    so their cache keys are those of the runs before the option existed."""
+    tiny = dict(kernels=["relu"], activations=["softmax"], a_modes=["free"], seeds=1, steps=20,
+                decay_steps=20, batch=64, eval_batch=64, trace_every=10)
+    gauss = experiments.ccs_fig3_5_6(tmp_path / "g", **tiny)
+    aligned = experiments.ccs_fig3_5_6(tmp_path / "a", init="aligned", **tiny)
+    assert aligned.measured.startswith("aligned start")
+    assert aligned.details["panels"][0]["median_initial"] < 0.3 < 0.6 < gauss.details["panels"][0]["median_initial"]
+    (g_cell,), (a_cell,) = [list((tmp_path / x / "cache" / "ccs-fig3-5-6").glob("*.json")) for x in "ga"]
+    import json
+
+    assert "init" not in json.loads(g_cell.read_text())["config"]
+    assert json.loads(a_cell.read_text())["config"]["init"] == "aligned" and g_cell.name != a_cell.name
+    with pytest.raises(ValueError, match="init"):
+        experiments.ccs_fig3_5_6(None, init="identity", **tiny)

@@ -13,7 +13,11 @@
 #   OUT=... IDS="ccs-fig3-5-6" DEADLINE_S=480 bash docs/reproductions/gpu_reproductions.sh
 #   SET="--set seeds=1" ...          extra arguments for every id (a different size is another
 #                                    configuration: its own folder, RUN_DIR, is then needed)
+#   SET_ccs_fig1="--set kernels=exp" extra arguments for one id only (its name with - as _),
+#                                    after SET: e.g. a subset of one id's grid
 #   DEVICE=cpu BUILD=0 ...           the same bookkeeping without a GPU (what the tests here ran)
+# At the end it prints docs/reproductions/summarize_run.py's summary (verdicts, per-panel
+# dist(M, I), per-cell steps and convergence), also saved as RUN_DIR/summary.txt.
 set -u
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -36,10 +40,12 @@ for id in $IDS; do
   if [ "$left" -lt 30 ]; then echo "=== $id skipped (deadline)"; status=1; continue; fi
   echo "=== $id --full --device $DEVICE (limit ${left}s, at +$(( $(date +%s) - t_start ))s)"
   t0=$(date +%s)
+  id_set_var="SET_${id//-/_}"
+  echo "    python -m lsa_native.cli reproduce $id --full --device $DEVICE --workers 0 --quiet --force --out $RUN_DIR ${SET:-} ${!id_set_var:-}"
   # shellcheck disable=SC2086  # SET holds several arguments
   /usr/bin/time -f "%e s wall, %U s user" -o "$RUN_DIR/$id.time" \
     timeout --signal=KILL "$left" "$PY" -m lsa_native.cli reproduce "$id" --full --device "$DEVICE" \
-    --workers 0 --quiet --force --out "$RUN_DIR" ${SET:-} >"$RUN_DIR/$id.log" 2>&1
+    --workers 0 --quiet --force --out "$RUN_DIR" ${SET:-} ${!id_set_var:-} >"$RUN_DIR/$id.log" 2>&1
   rc=$?
   cells=$(ls "$RUN_DIR/cache/$id" 2>/dev/null | wc -l)
   echo "--- $id: rc=$rc in $(( $(date +%s) - t0 ))s; $cells cells cached"
@@ -47,6 +53,10 @@ for id in $IDS; do
   # rc 0: PASS, 1: FAIL (a finding to write up), other: stopped (deadline) or broken
   [ "$rc" -gt 1 ] && status=1
 done
+# the verdicts and the numbers each claim is about (per-panel dist(M, I), per-cell steps), also for
+# an id the deadline stopped (from its cached cells): on stdout and into the packed folder
+# shellcheck disable=SC2086  # IDS holds several ids
+"$PY" docs/reproductions/summarize_run.py "$RUN_DIR" $IDS 2>&1 | tee "$RUN_DIR/summary.txt"
 tar czf "$OUT/gpu-repro.tgz" -C "$RUN_DIR" .
 echo "=== packed $(du -h "$OUT/gpu-repro.tgz" | cut -f1) into $OUT/gpu-repro.tgz at +$(( $(date +%s) - t_start ))s"
 exit "$status"

@@ -301,7 +301,8 @@ def _list(args) -> int:
     from .experiments.ccs_training import describe_schedule
 
     for i, e in experiments.REGISTRY.items():
-        print(f"{i}: {e.claim}\n    pass: {e.condition}\n    quick: {e.quick}\n    full:  {e.full}")
+        print(f"{i}: {e.claim}\n    pass (quick): {e.condition}\n    pass (full):  {e.condition_full}\n"
+              f"    quick: {e.quick}\n    full:  {e.full}")
         if "decay_steps" in e.quick:  # a CCS training: its schedule at both sizes
             print(f"    training (quick): {describe_schedule(e.quick)}\n"
                   f"    training (full):  {describe_schedule({**e.quick, **e.full})}")

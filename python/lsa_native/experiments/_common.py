@@ -204,7 +204,8 @@ def _config_difference(old, new) -> str:
 # Names a string-valued size may take (lists of them are checked element by element): the kernel
 # and activation tables, and the targets of CCS Figure 4 (experiments/ccs.py: FIG4_KERNELS).
 CHOICES = {"kernels": KERNELS, "activations": tuple(ACTIVATIONS),
-           "targets": ("linear", "exp", "composite"), "a_modes": ("zero", "free")}
+           "targets": ("linear", "exp", "composite"), "a_modes": ("zero", "free"),
+           "init": ("gaussian", "aligned")}
 
 
 def check_sizes(defaults: dict, overrides: dict) -> dict:
@@ -260,6 +261,7 @@ class Entry:
     quick: dict
     full: dict
     function: Callable
+    condition_full: str = ""  # the pass condition at the paper's sizes (``condition``: quick)
 
     def sizes(self, full: bool, overrides: dict) -> dict:
         """The sizes of a run: quick (``full``: updated with the paper's), then ``overrides``."""
@@ -315,7 +317,7 @@ def reproduction(id: str, *, claim: str, condition: str, quick: dict, full: dict
                (("full", False), ("seed", 0), ("progress", False), ("scheduler", None), ("workers", 2),
                 ("device", "cpu"), ("force", False))]
             + [inspect.Parameter(k, inspect.Parameter.KEYWORD_ONLY, default=v) for k, v in quick.items()])
-        REGISTRY[id] = Entry(id, claim, condition, dict(quick), dict(full_sizes), run)
+        REGISTRY[id] = Entry(id, claim, condition, dict(quick), dict(full_sizes), run, condition_full)
         return run
 
     if isinstance(condition, tuple):

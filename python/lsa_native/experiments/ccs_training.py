@@ -123,7 +123,8 @@ def train_cell(cfg: dict) -> dict:
     GP: linear / relu / exp, or fig4-linear / fig4-exp / fig4-composite), activations (one name per
     head), layers, context n, dim, seed, steps (the most), decay_steps (the rate's decay; the
     convergence test stops the run after it when decay_steps < steps), converge_tol, retries,
-    batch, lr, lr_final, clip, init_scale, hold_A_zero, eval_batch, trace_every (0: no trace);
+    batch, lr, lr_final, clip, init_scale, hold_A_zero, eval_batch, trace_every (0: no trace),
+    optionally init ("aligned": :func:`_aligned_start`, with init_perturbation; absent: Gaussian);
     ``_device`` ("cpu" or "cuda", not part of the cell's identity) where it trains. Returns the
     test in-context loss E(TF + y_q)² (CCS (5)) at every depth ℓ = 0..L on fresh prompts with
     its Monte Carlo standard error, the Bayes loss on the same prompts, the convergence report,
@@ -144,13 +145,35 @@ def train_cell(cfg: dict) -> dict:
     return out
 
 
-def _initial_params(cfg, scale):
+def _initial_params(cfg, scale, Sigma):
+    """CCS H.1's Gaussian initialization N(0, scale²); with ``cfg["init"] == "aligned"`` the start
+    near the stationary family of Theorems 4.5/4.6 instead (:func:`_aligned_start`)."""
     rng = np.random.default_rng([cfg["seed"], 99])
     params0 = ka.KernelAttentionParams.gaussian(rng, cfg["dim"], cfg["layers"], len(cfg["activations"]),
                                                 list(cfg["activations"]), sparse=True, scale=scale)
+    if cfg.get("init", "gaussian") == "aligned":
+        params0 = _aligned_start(params0, Sigma, scale, cfg["init_perturbation"])
     if cfg["hold_A_zero"]:
         params0.A[...] = 0
     return params0
+
+
+def _aligned_start(params, Sigma, scale, perturbation):
+    """A start on the family the trained matrices converge to in CCS Theorems 4.5/4.6, plus
+    ``perturbation`` × the Gaussian draw: B_ℓ = C_ℓ = s Σ^{-1/2} (so Σ^{1/2}B_ℓᵀC_ℓΣ^{1/2} = s² I,
+    dist 0) with s such that ‖B_ℓ‖_F = scale · d (a d × d N(0, scale²) draw's typical norm),
+    A_ℓ = scale · I, r_ℓ the Gaussian draw's. Whether training keeps dist(M, I) near its small
+    initial value or drives it to where a Gaussian start ends tells whether that family attracts
+    (issue 19's diagnostic for panels that stall above the paper's 0.05)."""
+    from ..data import inverse_sqrtm
+
+    d = params.B.shape[-1]
+    root_inv = inverse_sqrtm(Sigma, "Sigma", d)
+    s = scale * d / np.linalg.norm(root_inv)
+    B = s * root_inv + perturbation * params.B
+    C = s * root_inv + perturbation * params.C
+    A = scale * np.eye(d) + perturbation * params.A
+    return ka.KernelAttentionParams(B=B, C=C, activations=list(params.activations), A=A, r=params.r.copy())
 
 
 def _train_with_retries(cfg, spec, Sigma):
@@ -171,7 +194,7 @@ def _train_with_retries(cfg, spec, Sigma):
     while True:
         monitor = ConvergenceMonitor(cfg.get("converge_tol", CONVERGENCE_TOL), start=decay,
                                      stop=decay < cfg["steps"])
-        objective = train.KernelAttentionObjective(_initial_params(cfg, scale), hold_A_zero=cfg["hold_A_zero"],
+        objective = train.KernelAttentionObjective(_initial_params(cfg, scale, Sigma), hold_A_zero=cfg["hold_A_zero"],
                                                    device=device)
         opt = train.Adam(lr=lr, clip_norm=cfg["clip"], schedule=schedule(lr, lr_final, decay))
         try:
