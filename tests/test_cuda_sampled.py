@@ -13,6 +13,8 @@ checked without a GPU by the emulated C++ tests (cpp/tests/test_sampled_step_emu
 """
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -363,3 +365,85 @@ def test_gpu_sampler_too_large_prompts_are_a_clear_error():
     spec = sampling.LinearPrompts(20, 20000, seed=1)
     with pytest.raises(ValueError, match="shared memory"):
         spec.sample_embedding(2, dtype=np.float64, device="cuda")
+
+
+# ---- MultiHeadLSAObjective(device="cuda"): the tokens route on device prompts ---------------------
+
+def _multihead_problem(rng, d=3, N=6, H=2, separate=False):
+    W_pv = 0.2 * rng.standard_normal((H, d + 1, d + 1))
+    if separate:
+        return W_pv, {"W_k": 0.3 * rng.standard_normal((H, 1, d + 1)),
+                      "W_q": 0.3 * rng.standard_normal((H, 1, d + 1))}
+    return W_pv, {"W_kq": 0.3 * rng.standard_normal((H, d + 1, d + 1))}
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("separate", [False, True])
+def test_emulated_multihead_objective_on_device_prompts(rng, emulated_gpu, monkeypatch, dtype, separate):
+    """device="cuda": the step's prompts drawn by sample_embedding(device="cuda") into buffers reused
+    across steps (redrawn only at a resample), multihead.loss_and_grad on them; on the emulated GPU
+    the losses and gradients are the CPU route's bit for bit, and a fit follows it exactly."""
+    Host = emulated_gpu
+    spec = sampling.LinearPrompts(3, 6, noise_std=0.1, seed=int(rng.integers(2**63)))
+    W_pv, kq = _multihead_problem(rng, separate=separate)
+    data = train.Prompts(spec, batch=23, dtype=dtype, resample_every=2)
+    gpu = train.MultiHeadLSAObjective(W_pv, **kq, device="cuda")
+    cpu = train.MultiHeadLSAObjective(W_pv, **kq, device="cpu")
+    draws = []
+    sample_embedding = sampling.LinearPrompts.sample_embedding
+
+    def counted(self, *args, **kw):
+        draws.append(kw.get("device"))
+        return sample_embedding(self, *args, **kw)
+
+    monkeypatch.setattr(sampling.LinearPrompts, "sample_embedding", counted)
+    buffers = set()
+    for step in range(5):
+        theta = gpu.theta0 + 0.01 * step
+        got, want = gpu.loss_and_grad(theta, step, data), cpu.loss_and_grad(theta, step, data)
+        assert got[0] == want[0]
+        np.testing.assert_array_equal(got[1], want[1])
+        assert isinstance(gpu._draw[2], Host)
+        buffers.add(id(gpu._draw[2]))
+    assert draws.count("cuda") == 3 and len(buffers) == 1  # steps 0, 2, 4: one buffer
+    monkeypatch.setattr(importlib.import_module("lsa_native.train.fit"), "_native_arrays", lambda plan: None)
+    runs = [train.fit(obj, train.Adam(lr=0.02), data=data, steps=6, progress=False) for obj in (gpu, cpu)]
+    np.testing.assert_array_equal(runs[0].theta, runs[1].theta)
+
+
+def test_multihead_objective_device_argument(rng):
+    W_pv, kq = _multihead_problem(rng)
+    with pytest.raises(ValueError, match="device"):
+        train.MultiHeadLSAObjective(W_pv, **kq, device="gpu")
+    with pytest.raises(ValueError, match="method: 'wishart' has no H-head GPU step"):
+        train.MultiHeadLSAObjective(W_pv, **kq, method="wishart", device="cuda")
+    obj = train.MultiHeadLSAObjective(W_pv, **kq, method="auto", device="cuda")
+    assert not obj._wishart(train.Prompts(sampling.LinearPrompts(3, 9, seed=1), batch=4))
+    assert obj.config() == train.MultiHeadLSAObjective(W_pv, **kq, method="auto").config()
+
+
+@pytest.mark.skipif(lsa_native.cuda_available(), reason="a GPU is visible")
+def test_multihead_objective_cuda_without_gpu_is_a_clear_error(rng):
+    W_pv, kq = _multihead_problem(rng)
+    obj = train.MultiHeadLSAObjective(W_pv, **kq, device="cuda")
+    with pytest.raises(ValueError, match="device: 'cuda' needs"):
+        train.fit(obj, "sgd", lr=0.1, steps=2,
+                  data=train.Prompts(sampling.LinearPrompts(3, 6, seed=1), batch=4), progress=False)
+
+
+@pytest.mark.cuda
+@needs_gpu
+@pytest.mark.parametrize("separate", [False, True])
+def test_gpu_multihead_objective_follows_the_cpu_route(rng, separate):
+    """float64: the GPU route's step equals the CPU route's to rounding, a short fit too."""
+    spec = sampling.LinearPrompts(5, 20, noise_std=0.1, tasks=9, seed=4)
+    W_pv, kq = _multihead_problem(rng, d=5, H=3, separate=separate)
+    data = train.Prompts(spec, batch=2048, dtype=np.float64)
+    runs = {}
+    for device in ("cpu", "cuda"):
+        obj = train.MultiHeadLSAObjective(W_pv, **kq, device=device)
+        loss, grad = obj.loss_and_grad(obj.theta0, 3, data)
+        runs[device] = (loss, grad, train.fit(obj, "sgd", lr=0.05, steps=5, data=data, progress=False).theta)
+    _close(runs["cuda"][0], runs["cpu"][0], 1e-11, "loss")
+    _close(runs["cuda"][1], runs["cpu"][1], 1e-10, "gradient")
+    _close(runs["cuda"][2], runs["cpu"][2], 1e-10, "theta after 5 SGD steps")
