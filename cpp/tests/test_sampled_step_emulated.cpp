@@ -152,7 +152,9 @@ void check_generation(const Case& c, unsigned grid, int warps) {
   expect_close(gpu.w, cpu.w, tol, "w");
   expect_close(gpu.x_q, cpu.x_q, tol, "x_q");
   expect_close(gpu.lambda, cpu.lambda, tol, "lambda");
-  if (c.law == CovarianceLaw::two_point) EXPECT_EQ(gpu.lambda, cpu.lambda) << "two-point lambda";
+  if (c.law == CovarianceLaw::two_point) {
+    EXPECT_EQ(gpu.lambda, cpu.lambda) << "two-point lambda";
+  }
   if (c.tasks > 0) {  // the pool task of prompt b: the w of the CPU's task index, exactly the same
     for (index_t b = 0; b < B; ++b) {
       const std::uint32_t j = linear::task_index(P, b);
@@ -220,6 +222,12 @@ TEST(SampledStepEmulated, GeneratedPromptsEqualTheCpuSampler) {
     check_generation<float>(c, 2, 1);
   }
   check_generation<double>(kTokenCases[4], 1, 4);  // one block: grid-stride over all prompts
+  // d > 32: lanes loop over the features of w, x_q, λ (and X's rows of more than 32 entries)
+  const Case wide{"wide d, Lambda, query noise", 35, 3, 0.2, true, 0, CovarianceLaw::fixed, 0, 0, 0, false, true};
+  check_generation<double>(wide, 2, 2);
+  check_generation<float>(wide, 1, 1);
+  const Case wide_law{"wide d, gamma law, task pool", 33, 2, 0, false, 3, CovarianceLaw::gamma, 0.8, 1.2};
+  check_generation<double>(wide_law, 2, 1);
 }
 
 // Null outputs are not written; the others are the full call's.
