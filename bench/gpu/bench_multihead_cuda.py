@@ -96,8 +96,8 @@ def main(argv=None) -> int:
         print(f"  check: native vs torch float64 loss, relative difference {abs(got - ref) / abs(ref):.1e}")
         # 2. fresh prompts alone: the GPU sampler into reused buffers vs torch.randn generation
         spec = sampling.LinearPrompts(d, N, seed=1)
-        E_buf = cuda.DeviceArray([B, d + 1, N + 1], np.float32, -1)
-        y_buf = cuda.DeviceArray([B], np.float32, -1)
+        E_buf = cuda.DeviceArray([B, d + 1, N + 1], np.dtype(np.float32), -1)
+        y_buf = cuda.DeviceArray([B], np.dtype(np.float32), -1)
         state = {"k": 0}
 
         def native_prompts():
