@@ -4,9 +4,12 @@
 1. loss_and_grad on a device batch: native CUDA vs PyTorch CUDA autograd of the same model in its
    O(N d) token form (H heads batched in one einsum), CUDA-event-free wall medians with a
    synchronize per group.
-2. The training step on fresh prompts: native (``LinearPrompts.sample(device="cuda")`` +
-   ``multihead.loss_and_grad`` on the device + SGD in numpy on the host, as ``fit``'s host-θ loop)
-   vs a PyTorch CUDA loop (torch.randn prompts, autograd, torch.optim.SGD), the same run.
+2. Fresh prompts alone: ``LinearPrompts.sample_embedding(device="cuda")`` into reused device
+   buffers (the GPU sampler, issue 18) vs torch.randn-based generation of the same law.
+3. The training step on fresh prompts: native (``sample_embedding(device="cuda")`` into reused
+   device buffers + ``multihead.loss_and_grad`` on the device + SGD in numpy on the host, as
+   ``MultiHeadLSAObjective(device="cuda")`` in ``fit``'s host-θ loop) vs a PyTorch CUDA loop
+   (torch.randn prompts, autograd, torch.optim.SGD), the same run.
 
     python bench/gpu/bench_multihead_cuda.py [--out results.json] [--quick]
 """
@@ -91,7 +94,21 @@ def main(argv=None) -> int:
         ref = torch_model_loss(E_t.double(), y_t.double(), *(w.detach().double() for w in Wt), N).item()
         got = mh.loss_and_grad(E_d, y_d, *Wd)[0]
         print(f"  check: native vs torch float64 loss, relative difference {abs(got - ref) / abs(ref):.1e}")
-        # 2. the training step on fresh prompts
+        # 2. fresh prompts alone: the GPU sampler into reused buffers vs torch.randn generation
+        spec = sampling.LinearPrompts(d, N, seed=1)
+        E_buf = cuda.DeviceArray([B, d + 1, N + 1], np.dtype(np.float32), -1)
+        y_buf = cuda.DeviceArray([B], np.dtype(np.float32), -1)
+        state = {"k": 0}
+
+        def native_prompts():
+            spec.sample_embedding(B, state["k"], np.float32, E=E_buf, y_q=y_buf, device="cuda")
+            state["k"] += 1
+        t_rate = steps_per_second(lambda: torch_prompts(d, N, B, dev, torch.float32), inner=inner,
+                                  repeats=repeats, sync=torch.cuda.synchronize)
+        record(size, "prompts torch.randn", t_rate, None)
+        n_rate = steps_per_second(native_prompts, inner=inner, repeats=repeats, sync=cuda.synchronize)
+        record(size, "prompts sample_embedding cuda", n_rate, t_rate)
+        # 3. the training step on fresh prompts
         opt_w = [torch.nn.Parameter(torch.tensor(a, device=dev)) for a in (W_pv, W_kq)]
         opt = torch.optim.SGD(opt_w, lr=LR)
 
@@ -103,13 +120,12 @@ def main(argv=None) -> int:
             opt.step()
         t_rate = steps_per_second(torch_step, inner=inner, repeats=repeats, sync=torch.cuda.synchronize)
         record(size, "fresh-prompt step torch CUDA loop", t_rate, None)
-        spec = sampling.LinearPrompts(d, N, seed=1)
         W = [W_pv.copy(), W_kq.copy()]
         state = {"k": 0}
 
         def native_step():
-            batch = spec.sample(B, state["k"], np.float32, device="cuda")
-            _, g_pv, g_kq = mh.loss_and_grad(batch.E, batch.y_q, W[0], W[1])
+            spec.sample_embedding(B, state["k"], np.float32, E=E_buf, y_q=y_buf, device="cuda")
+            _, g_pv, g_kq = mh.loss_and_grad(E_buf, y_buf, W[0], W[1])
             W[0] -= LR * cuda.to_host(g_pv) if not isinstance(g_pv, np.ndarray) else LR * g_pv
             W[1] -= LR * cuda.to_host(g_kq) if not isinstance(g_kq, np.ndarray) else LR * g_kq
             state["k"] += 1

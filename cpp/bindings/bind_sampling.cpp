@@ -184,6 +184,33 @@ void bind_dtype(py::module_& m) {
       py::arg("x_q").noconvert() = py::none(), py::arg("lam").noconvert() = py::none());
 }
 
+// sample_linear_prompts on the GPU into CUDA arrays (None: not written), the first given output's
+// dtype picking T; each a C-contiguous CUDA array of that dtype and its shape.
+template <class T>
+void sample_on_device(const LinearPromptSpec& s, index_t batch, std::uint32_t step,
+                      const py::dict& outputs) {
+  const index_t d = s.dim, N = s.context;
+  py::list keep;
+  auto out = [&](const char* name, std::vector<index_t> shape) -> T* {
+    const py::object obj = outputs[name];
+    if (obj.is_none()) return nullptr;
+    const ArrayView v = fused_operand<T>(obj, name, shape, Device::cuda, true, keep);
+    if (!v.on_cuda())
+      throw Error(std::string(name) + ": expected a CUDA array (the prompts are drawn on the GPU)");
+    return v.as<T>();
+  };
+  LinearPromptOutputs<T> o;
+  o.E = out("E", {batch, d + 1, N + 1});
+  o.y_q = out("y_q", {batch});
+  o.X = out("X", {batch, N, d});
+  o.y = out("y", {batch, N});
+  o.w = out("w", {batch, d});
+  o.x_q = out("x_q", {batch, d});
+  o.lambda = out("lam", {batch, d});
+  py::gil_scoped_release release;
+  sample_linear_prompts(s, batch, step, o, Device::cuda);
+}
+
 // The fused sampled step on array views (one binding for both dtypes: W_pv's picks T).
 template <class T>
 double fused_step(const LinearPromptSpec& s, index_t batch, std::uint32_t step, FusedMethod fm,
@@ -221,6 +248,33 @@ double multihead_fused_step(const LinearPromptSpec& s, index_t batch, std::uint3
 }
 
 void bind_fused_step(py::module_& m) {
+  m.def(
+      "sample_linear_prompts_cuda",
+      [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const py::object& E,
+         const py::object& y_q, const py::object& X, const py::object& y, const py::object& w,
+         const py::object& x_q, const py::object& lam) {
+        const LinearPromptSpec s = spec_from_dict(spec_dict);
+        if (batch < 1) throw Error("batch: expected >= 1, got " + std::to_string(batch));
+        py::dict outputs;
+        outputs["E"] = E, outputs["y_q"] = y_q, outputs["X"] = X, outputs["y"] = y;
+        outputs["w"] = w, outputs["x_q"] = x_q, outputs["lam"] = lam;
+        py::list keep;
+        DType dtype = DType::float64;
+        bool any = false;
+        for (const auto item : outputs)
+          if (!item.second.is_none() && !any) {
+            dtype = array_view(item.second, item.first.cast<std::string>().c_str(), keep).dtype;
+            any = true;
+          }
+        if (!any) return;
+        if (dtype == DType::float32) sample_on_device<float>(s, batch, step, outputs);
+        else sample_on_device<double>(s, batch, step, outputs);
+      },
+      py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("E") = py::none(),
+      py::arg("y_q") = py::none(), py::arg("X") = py::none(), py::arg("y") = py::none(),
+      py::arg("w") = py::none(), py::arg("x_q") = py::none(), py::arg("lam") = py::none(),
+      "sample_linear_prompts on the GPU: the prompts of `step` written into the given CUDA arrays "
+      "(C-contiguous, one dtype: float32 or float64; None: not written). Only queues the kernel.");
   m.def(
       "linear_prompts_lsa_loss_and_grad",
       [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const std::string& method,

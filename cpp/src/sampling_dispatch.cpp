@@ -1,7 +1,7 @@
 // The sampling dispatcher: every public sampler (sampling.hpp, cuda_random.hpp, kernel_gp.hpp)
 // checks its arguments here, once, then runs the CPU backend (cpu/sampling_cpu.hpp) or the CUDA one
-// (cuda/sampled_cuda.hpp, cuda/random_cuda.hpp, cuda/kernel_gp_cuda.hpp). The fused sampled step
-// runs on the device the caller names (detail::use_cuda, dispatch.hpp); the K-GP sampler runs where
+// (cuda/sampled_cuda.hpp, cuda/random_cuda.hpp, cuda/kernel_gp_cuda.hpp). The linear-prompt sampler
+// and the fused sampled step run on the device the caller names (detail::use_cuda, dispatch.hpp); the K-GP sampler runs where
 // its output Z0 lives; the cuda_random_* variates always on the GPU.
 #include <cmath>
 #include <limits>
@@ -168,10 +168,10 @@ void validate(const LinearPromptSpec& s) {
 
 template <class T>
 void sample_linear_prompts(const LinearPromptSpec& spec, index_t batch, std::uint32_t step,
-                           const LinearPromptOutputs<T>& out) {
+                           const LinearPromptOutputs<T>& out, Device device) {
   check_batch(batch, spec);
   const linear::Plan<T> P(spec, step);  // validates the spec
-  cpu::sample_linear_prompts(P, batch, out);
+  LSA_NATIVE_BACKEND(device, sample_linear_prompts<T>, P, batch, out);
 }
 
 void detail::validate_fused_step(const LinearPromptSpec& spec, index_t batch, FusedMethod method) {
@@ -260,7 +260,7 @@ void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, con
   template void cuda_random_normals<T>(const StreamId&, std::uint64_t, index_t, T*);              \
   template void cuda_random_uniforms<T>(const StreamId&, std::uint64_t, index_t, T*);             \
   template void sample_linear_prompts<T>(const LinearPromptSpec&, index_t, std::uint32_t,         \
-                                         const LinearPromptOutputs<T>&);                          \
+                                         const LinearPromptOutputs<T>&, Device);                  \
   template double linear_prompts_lsa_loss_and_grad<T>(const LinearPromptSpec&, index_t,           \
                                                       std::uint32_t, FusedMethod, const T*,       \
                                                       const T*, T*, T*, Device, double*);         \

@@ -1,6 +1,7 @@
-// The CUDA kernels of the fused sampled LSA steps (cpp/src/cuda/sampled_kernels.cuh) on the CPU
-// through the CUDA execution-model emulator, against the CPU sampler and the CPU fused steps of the
-// same (seed, step): the GPU's prompts equal sample_linear_prompts' (so the CPU row twin of
+// The CUDA kernels of the GPU sampler and of the fused sampled LSA steps
+// (cpp/src/cuda/sampled_kernels.cuh) on the CPU through the CUDA execution-model emulator, against
+// the CPU sampler and the CPU fused steps of the same (seed, step): the GPU sampler's outputs (E,
+// y_q, X, y, w, x_q, λ) equal sample_linear_prompts' (so the CPU row twin of
 // linear::covariate / linear::label equals the recipe), and both GPU steps equal the CPU steps, to
 // rounding (float64 1e-12 relative; the normals differ by the rounding of the SIMD log/sin/cos).
 #include "cuda_emulation.hpp"  // first: defines the CUDA keywords the kernels use
@@ -28,21 +29,6 @@ using lsa_native::testing::reduce;
 using lsa_native::testing::tolerance;
 namespace k = lsa_native::cuda::kernels;
 namespace linear = lsa_native::linear;
-
-// warp_generate for prompts 0..batch−1, each copied out to E [B, d+1, N+1] and y_q [B].
-template <class T>
-__global__ void generate_kernel(linear::Law<T> P, index_t batch, k::PredictionLayout lay, T* E, T* y_q) {
-  LSA_DYNAMIC_SHARED(smem);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const k::WarpArea<T> a = k::warp_area<T>(lay, smem, warp);
-  const int size = lay.rows * lay.cols;
-  for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < batch; b += index_t(gridDim.x) * lay.warps) {
-    const T target = k::warp_generate(P, b, a, lane);
-    for (int i = lane; i < size; i += 32) E[b * size + i] = a.prompt[i];
-    if (lane == 0) y_q[b] = target;
-    __syncwarp();
-  }
-}
 
 // A law of the test matrix: name, d, N and the spec's options.
 struct Case {
@@ -119,27 +105,65 @@ const Case kWishartCases[] = {
     {"two-point law, noise", 2, 9, 0.5, true, 0, CovarianceLaw::two_point, 0.5, 3.0, 0.4},
 };
 
+// The outputs of one sample_linear_prompts call: E, y_q, X, y, w, x_q, lambda.
 template <class T>
-void check_generation(const Case& c) {
-  SCOPED_TRACE(std::string(c.name) + (sizeof(T) == 4 ? " float32" : " float64"));
+struct Sampled {
+  std::vector<T> E, y_q, X, y, w, x_q, lambda;
+  Sampled(index_t B, index_t d, index_t N, T fill)
+      : E(B * (d + 1) * (N + 1), fill), y_q(B, fill), X(B * N * d, fill), y(B * N, fill),
+        w(B * d, fill), x_q(B * d, fill), lambda(B * d, fill) {}
+  lsa_native::LinearPromptOutputs<T> outputs() {
+    return {E.data(), y_q.data(), X.data(), y.data(), w.data(), x_q.data(), lambda.data()};
+  }
+};
+
+// linear_prompts_kernel (the GPU sampler: warp_generate copied out) on the emulator, grid blocks
+// of `warps` warps, for law P.
+template <class T>
+Sampled<T> sample_emulated(const linear::Law<T>& P, index_t B, unsigned grid, int warps) {
+  Sampled<T> g(B, P.d, P.N, std::numeric_limits<T>::quiet_NaN());
+  const auto lay = k::PredictionLayout::make<T>(int(P.d + 1), int(P.N + 1), warps, false, 0,
+                                                k::tokens_warp_extra(P.d));
+  lsa_emu::launch(grid, unsigned(32 * warps), lay.total(), k::linear_prompts_kernel<T>, P, B, lay,
+                  g.outputs());
+  return g;
+}
+
+// Every output of the GPU sampler vs the CPU sampler: the transformed variates to rounding (float32:
+// a few ulps of the normals through sums of d terms; float64 1e-13), the uniform-derived choices
+// exactly: the two-point law's λ, and the pool task of every prompt (its w is the CPU's bit for bit
+// when the normals are: the same stream position of the same task).
+template <class T>
+void check_generation(const Case& c, unsigned grid, int warps) {
+  SCOPED_TRACE(std::string(c.name) + (sizeof(T) == 4 ? " float32" : " float64") + " grid " +
+               std::to_string(grid) + " warps " + std::to_string(warps));
   const SpecHolder h(c, 0x5eed0000ULL + std::uint64_t(c.d * 31 + c.N));
   const std::uint32_t step = 3;
-  const index_t B = 7, rows = c.d + 1, cols = c.N + 1;
-  std::vector<T> E_cpu(B * rows * cols), y_cpu(B);
-  lsa_native::LinearPromptOutputs<T> o;
-  o.E = E_cpu.data();
-  o.y_q = y_cpu.data();
-  lsa_native::sample_linear_prompts(h.spec, B, step, o);
+  const index_t B = 37;
+  Sampled<T> cpu(B, c.d, c.N, T(0));
+  lsa_native::sample_linear_prompts(h.spec, B, step, cpu.outputs());
   const linear::Plan<T> P(h.spec, step);
-  const auto lay = k::PredictionLayout::make<T>(int(rows), int(cols), 2, true, 0, k::tokens_warp_extra(c.d));
-  const T nan = std::numeric_limits<T>::quiet_NaN();
-  std::vector<T> E(B * rows * cols, nan), y(B, nan);
-  lsa_emu::launch(2, 64, lay.total(), generate_kernel<T>, static_cast<const linear::Law<T>&>(P), B,
-                  lay, E.data(), y.data());
-  // float32: a few ulps of the normals, through sums of d terms.
+  const Sampled<T> gpu = sample_emulated<T>(P, B, grid, warps);
   const double tol = sizeof(T) == 4 ? 2e-6 * double(c.d + 1) : 1e-13;
-  expect_close(E, E_cpu, tol, "E");
-  expect_close(y, y_cpu, tol, "y_q");
+  expect_close(gpu.E, cpu.E, tol, "E");
+  expect_close(gpu.y_q, cpu.y_q, tol, "y_q");
+  expect_close(gpu.X, cpu.X, tol, "X");
+  expect_close(gpu.y, cpu.y, tol, "y");
+  expect_close(gpu.w, cpu.w, tol, "w");
+  expect_close(gpu.x_q, cpu.x_q, tol, "x_q");
+  expect_close(gpu.lambda, cpu.lambda, tol, "lambda");
+  if (c.law == CovarianceLaw::two_point) {
+    EXPECT_EQ(gpu.lambda, cpu.lambda) << "two-point lambda";
+  }
+  if (c.tasks > 0) {  // the pool task of prompt b: the w of the CPU's task index, exactly the same
+    for (index_t b = 0; b < B; ++b) {
+      const std::uint32_t j = linear::task_index(P, b);
+      for (index_t m = 0; m < c.d; ++m) {
+        const T want = lsa_native::rng::normal_at<T>(linear::task_address(P, j), std::uint64_t(m));
+        ASSERT_EQ(gpu.w[b * c.d + m], want) << "prompt " << b << " task " << j;
+      }
+    }
+  }
 }
 
 // The fused step of `method` on the emulated kernel (grid blocks) vs the CPU step.
@@ -194,9 +218,35 @@ void check_step(const Case& c, FusedMethod method, unsigned grid, bool work_in_s
 
 TEST(SampledStepEmulated, GeneratedPromptsEqualTheCpuSampler) {
   for (const Case& c : kTokenCases) {
-    check_generation<double>(c);
-    check_generation<float>(c);
+    check_generation<double>(c, 3, 2);
+    check_generation<float>(c, 2, 1);
   }
+  check_generation<double>(kTokenCases[4], 1, 4);  // one block: grid-stride over all prompts
+  // d > 32: lanes loop over the features of w, x_q, λ (and X's rows of more than 32 entries)
+  const Case wide{"wide d, Lambda, query noise", 35, 3, 0.2, true, 0, CovarianceLaw::fixed, 0, 0, 0, false, true};
+  check_generation<double>(wide, 2, 2);
+  check_generation<float>(wide, 1, 1);
+  const Case wide_law{"wide d, gamma law, task pool", 33, 2, 0, false, 3, CovarianceLaw::gamma, 0.8, 1.2};
+  check_generation<double>(wide_law, 2, 1);
+}
+
+// Null outputs are not written; the others are the full call's.
+TEST(SampledStepEmulated, GeneratorWritesOnlyTheGivenOutputs) {
+  const SpecHolder h(kTokenCases[3], 7);
+  const linear::Plan<double> P(h.spec, 2);
+  const index_t B = 5, d = kTokenCases[3].d, N = kTokenCases[3].N;
+  const Sampled<double> all = sample_emulated<double>(P, B, 2, 2);
+  Sampled<double> some(B, d, N, -7.0);
+  const auto lay = k::PredictionLayout::make<double>(int(d + 1), int(N + 1), 2, false, 0, k::tokens_warp_extra(d));
+  lsa_native::LinearPromptOutputs<double> o;
+  o.X = some.X.data();
+  o.y_q = some.y_q.data();
+  lsa_emu::launch(2, 64, lay.total(), k::linear_prompts_kernel<double>,
+                  static_cast<const linear::Law<double>&>(P), B, lay, o);
+  EXPECT_EQ(some.X, all.X);
+  EXPECT_EQ(some.y_q, all.y_q);
+  EXPECT_EQ(some.E, std::vector<double>(all.E.size(), -7.0));
+  EXPECT_EQ(some.w, std::vector<double>(all.w.size(), -7.0));
 }
 
 TEST(SampledStepEmulated, TokensStepEqualsTheCpuStep) {
@@ -221,12 +271,8 @@ TEST(SampledStepEmulated, AnotherStepDiffers) {
   const SpecHolder h(kTokenCases[1], 99);
   const linear::Plan<double> P(h.spec, 12), Q(h.spec, 13);
   const index_t B = 4, rows = 4, cols = 8;
-  const auto lay = k::PredictionLayout::make<double>(int(rows), int(cols), 1, true, 0, k::tokens_warp_extra(3));
-  std::vector<double> E1(B * rows * cols), E2(B * rows * cols), y1(B), y2(B);
-  lsa_emu::launch(1, 32, lay.total(), generate_kernel<double>, static_cast<const linear::Law<double>&>(P),
-                  B, lay, E1.data(), y1.data());
-  lsa_emu::launch(1, 32, lay.total(), generate_kernel<double>, static_cast<const linear::Law<double>&>(Q),
-                  B, lay, E2.data(), y2.data());
+  (void)rows, (void)cols;
+  const std::vector<double> E1 = sample_emulated<double>(P, B, 1, 1).E, E2 = sample_emulated<double>(Q, B, 1, 1).E;
   double diff = 0;
   for (size_t i = 0; i < E1.size(); ++i) diff = std::max(diff, std::abs(E1[i] - E2[i]));
   EXPECT_GT(diff, 0.1);

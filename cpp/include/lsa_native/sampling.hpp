@@ -120,9 +120,15 @@ struct LinearPromptOutputs {
 };
 
 // Prompts b = 0..B−1 of training step `step` (prompt index b in the counter).
+// device: Device::cpu (num_threads() threads), or Device::cuda: generated on the GPU by the fused
+// step's warp generator from the same streams (the outputs device memory of one device, or host
+// memory, copied back; with device outputs the call only queues the kernel). The GPU's values
+// equal the CPU's up to the rounding of the device's log/sin/cos (the normals) and of FMA
+// contraction; the uniform-derived choices (task index, two-point λ) are the same. A prompt must
+// fit in the GPU's shared memory (Error naming the shape otherwise: use the CPU).
 template <class T>
 void sample_linear_prompts(const LinearPromptSpec& spec, index_t batch, std::uint32_t step,
-                           const LinearPromptOutputs<T>& out);
+                           const LinearPromptOutputs<T>& out, Device device = Device::cpu);
 
 // Fused sampled step: L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² [ZFB (3.7)] over the prompts of `step` and its
 // gradients, without materializing the batch.

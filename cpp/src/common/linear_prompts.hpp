@@ -103,6 +103,17 @@ LSA_HD T lambda_entry(const Law<T>& P, index_t b, index_t k) {
   return T(1);
 }
 
+// Entry k of the diagonal of prompt b's covariance (sample_linear_prompts' `lambda` output): λ_k of
+// Λ_τ for a random law, else Λ_kk = Σ_{m<=k} L_km² (m ascending) of the fixed Λ = L Lᵀ, or 1.
+template <class T>
+LSA_HD T lambda_diagonal(const Law<T>& P, index_t b, index_t k) {
+  if (P.random_cov()) return lambda_entry<T>(P, b, k);
+  if (!P.L) return T(1);
+  T s = T(0);
+  for (index_t m = 0; m <= k; ++m) s += P.L[k * P.d + m] * P.L[k * P.d + m];
+  return s;
+}
+
 // One covariate in place: v[k·stride] (k < d) holds z ~ N(0, I) and becomes
 //   x = F z (F lower triangular, k descending so that row k reads only z_m, m <= k),
 //   or diag(lam_sqrt) z, or z;  then, for sphere covariates, x · (1/|z|)   [CCS H.1: Σ^{1/2} ξ].

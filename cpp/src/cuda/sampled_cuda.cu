@@ -1,5 +1,6 @@
-// CUDA backend of the fused sampled LSA steps: the law's factors and the parameters to the device,
-// launch geometry around sampled_kernels.cuh, and the fixed-order reduction of lsa_launch.cuh.
+// CUDA backend of the linear-prompt sampler and of the fused sampled LSA steps: the law's factors
+// and the parameters to the device, launch geometry around sampled_kernels.cuh, and the
+// fixed-order reduction of lsa_launch.cuh.
 #include <algorithm>
 #include <limits>
 
@@ -61,6 +62,33 @@ int launch_wishart(const linear::Law<T>& P, index_t batch, const DeviceScope& sc
 }  // namespace
 
 template <class T>
+void sample_linear_prompts(const linear::Law<T>& host_law, index_t batch,
+                           const LinearPromptOutputs<T>& host_out) {
+  DeviceScope scope({host_out.E, host_out.y_q, host_out.X, host_out.y, host_out.w, host_out.x_q,
+                     host_out.lambda});
+  const index_t d = host_law.d, N = host_law.N;
+  DeviceInput<T> L(scope, host_law.L, d * d), Lq(scope, host_law.Lq, d * d);
+  linear::Law<T> P = host_law;  // the same law with device copies of the factors
+  P.L = L.get();
+  P.Lq = Lq.get();
+  DeviceOutput<T> E(scope, host_out.E, batch * (d + 1) * (N + 1)), y_q(scope, host_out.y_q, batch),
+      X(scope, host_out.X, batch * N * d), y(scope, host_out.y, batch * N),
+      w(scope, host_out.w, batch * d), x_q(scope, host_out.x_q, batch * d),
+      lambda(scope, host_out.lambda, batch * d);
+  const LinearPromptOutputs<T> out{E.get(), y_q.get(), X.get(), y.get(), w.get(), x_q.get(), lambda.get()};
+  const LsaShape sh{batch, d, N};
+  const PredictionLayout lay = prediction_layout<T>(sh, false, scope, 0, tokens_warp_extra(d));
+  auto kernel = linear_prompts_kernel<T>;
+  prepare(kernel, lay.total(), scope, "LinearPrompts.sample(device='cuda')", sh);
+  const int threads = lay.warps * kWarp;
+  const int blocks = resident_blocks(kernel, threads, lay.total(), scope,
+                                     (batch + lay.warps - 1) / lay.warps);
+  kernel<<<blocks, threads, lay.total(), stream()>>>(P, batch, lay, out);
+  check_launch("linear_prompts_kernel");
+  scope.finish();  // host outputs back (device outputs: nothing waits)
+}
+
+template <class T>
 double linear_prompts_lsa_loss_and_grad(const linear::Law<T>& host_law, index_t batch,
                                         FusedMethod method, const T* W_pv, const T* W_kq,
                                         T* d_W_pv, T* d_W_kq, double* loss) {
@@ -82,6 +110,10 @@ double linear_prompts_lsa_loss_and_grad(const linear::Law<T>& host_law, index_t 
   return returned;
 }
 
+template void sample_linear_prompts<float>(const linear::Law<float>&, index_t,
+                                           const LinearPromptOutputs<float>&);
+template void sample_linear_prompts<double>(const linear::Law<double>&, index_t,
+                                            const LinearPromptOutputs<double>&);
 template double linear_prompts_lsa_loss_and_grad<float>(const linear::Law<float>&, index_t,
                                                         FusedMethod, const float*, const float*,
                                                         float*, float*, double*);

@@ -83,6 +83,41 @@ __device__ __forceinline__ T warp_generate(const linear::Law<T>& P, index_t b,
   return *y_q;
 }
 
+// The prompts 0..batch−1 of law P written out (sampling.hpp: sample_linear_prompts on the GPU):
+// one warp per prompt (grid-stride) generates it into shared memory by warp_generate — the fused
+// step's generator — and copies it to the non-null outputs of `out` (E [B, d+1, N+1] row by row,
+// coalesced; y_q [B]; X [B, N, d] transposed from the staged rows; y [B, N]; w [B, d]; x_q [B, d];
+// lambda [B, d]), each the value the CPU sampler writes there up to rounding.
+// lay: PredictionLayout without sums, warp_extra = tokens_warp_extra(d).
+template <class T>
+__global__ void linear_prompts_kernel(linear::Law<T> P, index_t batch, PredictionLayout lay,
+                                      LinearPromptOutputs<T> out) {
+  LSA_DYNAMIC_SHARED(smem);
+  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const WarpArea<T> a = warp_area<T>(lay, smem, warp);
+  const index_t d = P.d, N = P.N, cols = N + 1, size = (d + 1) * cols;
+  const index_t n_warps = index_t(gridDim.x) * lay.warps;
+  for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < batch; b += n_warps) {
+    const T target = warp_generate(P, b, a, lane);
+    if (out.E)
+      for (index_t i = lane; i < size; i += kWarp) out.E[b * size + i] = a.prompt[i];
+    if (out.y_q && lane == 0) out.y_q[b] = target;
+    if (out.X)  // x_i[k] at (i, k): one 32-bit division per entry (N·d < 2^30, check_prompt_size)
+      for (index_t j = lane; j < N * d; j += kWarp) {
+        const auto i = static_cast<std::uint32_t>(j) / static_cast<std::uint32_t>(d);
+        out.X[b * N * d + j] = a.prompt[(j - index_t(i) * d) * cols + index_t(i)];
+      }
+    if (out.y)
+      for (index_t i = lane; i < N; i += kWarp) out.y[b * N + i] = a.prompt[d * cols + i];
+    for (index_t k = lane; k < d; k += kWarp) {
+      if (out.w) out.w[b * d + k] = a.extra[k];  // warp_generate's w
+      if (out.x_q) out.x_q[b * d + k] = a.prompt[k * cols + N];
+      if (out.lambda) out.lambda[b * d + k] = linear::lambda_diagonal(P, b, k);
+    }
+    __syncwarp();  // the next prompt overwrites the staged one
+  }
+}
+
 // Fused tokens step: partial [gridDim.x, 1 + rows + rows²] as lsa_prediction_kernel<T, PredictionMode::loss>.
 // lay: PredictionLayout with warp_extra = tokens_warp_extra(d).
 template <class T>

@@ -124,10 +124,15 @@ class LinearPrompts:
         complement of span(x_1..x_N) (needs N < d), y_q = <w, x_q> recomputed (query shift).
 
         ``device="cuda"``: the arrays (X, y, x_q, y_q, w, E) as CUDA ``DeviceArray``s (the law
-        stays host arrays; ξ is left out), equal to the CPU's bit for bit: they are drawn by the
-        CPU sampler and copied (one copy per array). The fused step
-        (:meth:`lsa_loss_and_grad`) generates its prompts on the GPU itself. Without CUDA kernels
-        or a GPU: ValueError naming ``device``.
+        stays host arrays; ξ is left out), generated on the GPU by the fused step's generator
+        (one warp per prompt, from the same Philox streams and per-prompt recipe as the CPU):
+        equal to the CPU's up to the rounding of the device's log/sin/cos and FMA contraction
+        (float64 ~1e-13 relative per entry, float32 a few ulps through sums of d terms); the
+        uniform-derived choices (the pool task of each prompt, the two-point law's λ) are the
+        CPU's exactly. With ``label_fn`` or ``query="orthogonal"`` (numpy compositions) the batch is
+        drawn on the CPU and copied (one copy per array; then bitwise the CPU's). A prompt must fit
+        in the GPU's shared memory (else a ValueError naming the shape: sample on the CPU). Without
+        CUDA kernels or a GPU: ValueError naming ``device``.
         """
         on_gpu = _cuda.check_device(device) == "cuda"
         B = _batch(batch, self.dim, self.context)
@@ -140,6 +145,8 @@ class LinearPrompts:
         if label_fn is not None and not callable(label_fn):
             raise TypeError(f"label_fn: expected a callable mapping <w, x> [B, N] to labels, got "
                             f"{type(label_fn).__name__}")
+        if on_gpu and label_fn is None and query == "iid":
+            return self._sample_on_device(B, check_step(step), dt)
         E = np.empty((B, d + 1, N + 1), dt)
         y_q = np.empty(B, dt)
         X = np.empty((B, N, d), dt)
@@ -173,15 +180,26 @@ class LinearPrompts:
                                        **{k: _cuda.to_device(a) for k, a in arrays.items()})
         return self._batch(**arrays)
 
-    def _batch(self, **arrays) -> PromptBatch:
+    def _sample_on_device(self, B: int, step: int, dt) -> PromptBatch:
+        """sample(device="cuda") without label_fn / query shift: every array generated on the GPU."""
+        d, N = self.dim, self.context
+        shapes = {"X": (B, N, d), "y": (B, N), "x_q": (B, d), "y_q": (B,), "w": (B, d),
+                  "E": (B, d + 1, N + 1)}
+        arrays = {k: _cuda.empty(None, shape, dt, -1) for k, shape in shapes.items()}
+        _core.sample_linear_prompts_cuda(self._spec, B, step, **arrays)
+        self._check_device_draws(arrays["E"], arrays["y_q"])
+        return self._batch(with_xi=False, **arrays)
+
+    def _batch(self, with_xi: bool = True, **arrays) -> PromptBatch:
         """A PromptBatch carrying the law where PromptBatch has the fields for it (Λ or Σ, the
-        whitened inputs ξ = M^{-1/2} x with the symmetric root, the noise)."""
+        whitened inputs ξ = M^{-1/2} x with the symmetric root unless ``with_xi`` is False, the
+        noise)."""
         names = {f.name for f in dataclasses.fields(PromptBatch)}
         law = {"noise_std": self.noise_std, "query_noise": self.query_noise}
         if self.covariance_law is None:  # one covariance for all prompts
             M = np.eye(self.dim) if self.Lambda is None else self.Lambda
             law["Sigma" if self.covariates == "sphere" else "Lambda"] = M
-            if "xi" in names:
+            if "xi" in names and with_xi:
                 w_, U = np.linalg.eigh(M)
                 inv_root = (U / np.sqrt(w_)) @ U.T  # M^{-1/2}
                 law["xi"] = arrays["X"].astype(np.float64) @ inv_root
@@ -189,12 +207,30 @@ class LinearPrompts:
                     law["xi_q"] = arrays["x_q"].astype(np.float64) @ inv_root
         return PromptBatch(**arrays, **{k: v for k, v in law.items() if k in names})
 
-    def sample_embedding(self, batch: int, step: int = 0, dtype=np.float32, *, E=None, y_q=None):
+    def sample_embedding(self, batch: int, step: int = 0, dtype=np.float32, *, E=None, y_q=None,
+                         device: str = "cpu"):
         """(E [B, d+1, N+1], y_q [B]) of step ``step`` only: the training fast path (optional
-        preallocated ``E``/``y_q`` of the exact dtype are filled in place)."""
+        preallocated ``E``/``y_q`` of the exact dtype are filled in place).
+
+        ``device="cuda"``: generated on the GPU (as :meth:`sample`'s: the CPU's values up to the
+        rounding of the device's log/sin/cos, the uniform-derived choices exactly), into ``E``/``y_q``
+        when given (C-contiguous CUDA arrays of any library with ``__cuda_array_interface__``, of
+        ``dtype``'s dtype and the shapes above: no allocation in a training loop), else into new
+        :class:`lsa_native.cuda.DeviceArray`s. The call only queues the kernel (nothing waits) for
+        every usual law: the draws' bounds prove them finite; otherwise (a huge Λ or σ) they are
+        read back once and checked. ``"auto"``: "cuda" when ``E`` or ``y_q`` is a CUDA array.
+        Without CUDA kernels or a GPU: ValueError naming ``device``."""
         B = positive_int(batch, "batch")
         dt = self._dtype(dtype)
         d, N = self.dim, self.context
+        if _cuda.resolve_device(device, E=E, y_q=y_q) == "cuda":
+            _cuda.check_device("cuda")
+            E = _device_out(E, (B, d + 1, N + 1), dt, "E")
+            y_q = _device_out(y_q, (B,), dt, "y_q")
+            _check_device_overlap(E, y_q)
+            _core.sample_linear_prompts_cuda(self._spec, B, check_step(step), E=E, y_q=y_q)
+            self._check_device_draws(E, y_q)
+            return E, y_q
         E = _out(E, (B, d + 1, N + 1), dt, "E")
         y_q = _out(y_q, (B,), dt, "y_q")
         check_no_overlap("y_q", y_q, {"E": E})
@@ -244,11 +280,23 @@ class LinearPrompts:
     def _cause(self, name: str, dt) -> str:
         return f"{name} is too large for {np.dtype(dt)}: {rescale_hint(name, dt)}"
 
+    def _draws_proven_finite(self, dtype) -> bool:
+        """Whether the law's bounds prove every draw finite in ``dtype`` (every usual law)."""
+        _, y_max, lam_max = self._bounds()
+        return max(y_max, lam_max) < float(np.finfo(dtype).max) / 4  # room for the sums' rounding
+
+    def _check_device_draws(self, E, y_q) -> None:
+        """:meth:`_check_draws` for CUDA arrays: nothing to read when the bounds prove the draws
+        finite, else one copy to the host and the pass there."""
+        dt = np.dtype(_core.array_info(E, "E")["dtype"])
+        if not self._draws_proven_finite(dt):
+            self._check_draws(_cuda.to_host(E), _cuda.to_host(y_q))
+
     def _check_draws(self, E, y_q) -> None:
         """E's covariates and labels and y_q finite: free when the law's bounds prove it (every
         usual law), else one pass over them naming the argument that overflowed."""
-        x_max, y_max, lam_max = self._bounds()
-        if max(y_max, lam_max) < float(np.finfo(E.dtype).max) / 4:  # room for the sums' rounding
+        _, y_max, _ = self._bounds()
+        if self._draws_proven_finite(E.dtype):
             return
         d = self.dim
         noise_part = self.noise_std * Z_MAX
@@ -378,6 +426,32 @@ def _batch(batch, d: int, n: int) -> int:
 
 def _float_dtype(dtype) -> np.dtype:
     return float_dtype(dtype, "dtype")
+
+
+def _device_out(a, shape, dt, name):
+    """A CUDA output of ``shape`` and dtype ``dt``: a new DeviceArray for None, else ``a`` checked
+    (a C-contiguous, writeable CUDA array of that dtype and shape)."""
+    if a is None:
+        return _cuda.empty(None, shape, dt, -1)
+    if not _cuda.is_cuda_array(a):
+        raise TypeError(f"{name}: expected a CUDA array with device='cuda', got {type(a).__name__}")
+    v = _cuda.view(a, name)
+    if v.dtype != dt or tuple(v.shape) != tuple(shape) or v.readonly:
+        raise ValueError(f"{name}: expected a writeable C-contiguous {dt} CUDA array of shape {shape}, "
+                         f"got {v.dtype} {tuple(v.shape)}{' (read-only)' if v.readonly else ''}")
+    return a
+
+
+def _check_device_overlap(E, y_q) -> None:
+    """ValueError when the CUDA outputs E and y_q share memory (the kernel writes both)."""
+    spans = []
+    for name, a in (("E", E), ("y_q", y_q)):
+        info = _core.array_info(a, name)
+        size = int(np.prod(info["shape"], dtype=np.int64)) * np.dtype(info["dtype"]).itemsize
+        spans.append((int(info["ptr"]), int(info["ptr"]) + size))
+    (a0, a1), (b0, b1) = spans
+    if a0 < b1 and b0 < a1:
+        raise ValueError("y_q: overlaps the memory of E; pass a separate output array (or None)")
 
 
 def _out(a, shape, dt, name):

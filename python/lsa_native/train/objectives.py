@@ -281,13 +281,28 @@ class MultiHeadLSAObjective(Objective):
     and each head costs O(d²) per prompt whatever N (``spec.multihead_fused_step``; same law, other
     draws; Gaussian covariates, N >= d, or d + 1 with label noise); "auto": wishart where it
     applies. Otherwise ``multihead.loss_and_grad`` on the step's batch (``method`` unused).
+
+    ``device``: where the tokens route runs, "cpu", "cuda" or "auto" (= "cpu"). "cuda": the step's
+    prompts are generated on the GPU (``sample_embedding(device="cuda")``, the CPU route's prompts
+    up to the rounding of the device's log/sin/cos) into device buffers reused across steps, and
+    ``multihead.loss_and_grad`` runs on them there; θ stays on the host (the H-head CUDA entry
+    points take host parameters, copied, and return the loss with one wait; ``fit`` keeps the
+    optimizer state on the GPU, the model step on host θ). The Wishart route has no H-head GPU
+    step: ``method="wishart"`` with ``device="cuda"`` is a ValueError, ``"auto"`` takes the
+    tokens route there. The non-fused path and ``evaluate`` run where their batch is (the CPU).
     """
 
     def __init__(self, W_pv, W_kq=None, *, W_k=None, W_q=None, dtype=None, method: str = "tokens",
-                 fused: bool = True):
+                 fused: bool = True, device: str = "auto"):
         self.dtype = _float_dtype(dtype)
         if method not in ("tokens", "wishart", "auto"):
             raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
+        if device not in ("auto", "cpu", "cuda"):
+            raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+        if device == "cuda" and method == "wishart":
+            raise ValueError("method: 'wishart' has no H-head GPU step; use method='tokens' (or "
+                             "'auto') with device='cuda'")
+        self.device = device
         W_pv, W_kq_m, sep = multihead.parameters(W_pv, W_kq, W_k=W_k, W_q=W_q)
         self.parts = {"W_pv": W_pv.shape, **({"W_kq": W_kq_m.shape} if sep is None else
                                             {"W_k": sep[0].shape, "W_q": sep[1].shape})}
@@ -295,7 +310,7 @@ class MultiHeadLSAObjective(Objective):
         self.theta0 = np.concatenate([a.ravel() for a in arrays])
         self.method, self.fused = method, bool(fused)
         self._step = (None, None, None, None)  # (spec, batch, dtype) of the cached Wishart step, it
-        self._draw = (None, None, None, None)  # (spec, sample index, E, y_q) of the last token draw
+        self._draw = (None, None, None, None)  # ((spec, B, dtype, device), sample index, E, y_q)
 
     def unpack(self, theta):
         """{name: view of θ} for W_pv and W_kq, or W_pv, W_k and W_q."""
@@ -314,6 +329,8 @@ class MultiHeadLSAObjective(Objective):
         """Whether the fused step takes the Wishart route: method "wishart" (ValueError for a spec
         without ``multihead_fused_step``), or "auto" where it applies."""
         has = callable(getattr(data.spec, "multihead_fused_step", None))
+        if self.device == "cuda":  # no H-head Wishart step on the GPU ("wishart" refused at init)
+            return False
         if self.method == "wishart" and not has:
             raise ValueError(f"method: 'wishart' needs a spec with multihead_fused_step (the native "
                              f"sampling.LinearPrompts), got {type(data.spec).__name__}")
@@ -321,16 +338,19 @@ class MultiHeadLSAObjective(Objective):
                         or (self.method == "auto" and bool(getattr(data.spec, "wishart_applies", False))))
 
     def _prompts(self, data, step):
-        """(E, y_q) of the step for the tokens route: the native draw into the buffer kept from the
-        last step (drawn again only when the sample index changes)."""
-        dt, index = self.dtype or data.dtype, data.sample_index(step)
-        spec, last, E, y_q = self._draw
-        reuse = spec is data.spec and E.shape[0] == data.batch and E.dtype == dt
+        """(E, y_q) of the step for the tokens route: the native draw (on the GPU with
+        device="cuda") into the buffer kept from the last step (drawn again only when the sample
+        index changes). The spec itself (not its id, which a new object could reuse) is in the key."""
+        dt, index = np.dtype(self.dtype or data.dtype), data.sample_index(step)
+        on_gpu = {"device": "cuda"} if self.device == "cuda" else {}
+        key = (data.spec, data.batch, dt, self.device)
+        last_key, last, E, y_q = self._draw
+        reuse = last_key is not None and last_key[0] is key[0] and last_key[1:] == key[1:]
         if not (reuse and last == index):
             buffers = {"E": E, "y_q": y_q} if reuse else {}
             self._draw = (None, None, None, None)  # free the old buffer before a new one
-            E, y_q = data.spec.sample_embedding(data.batch, index, dt, **buffers)
-            self._draw = (data.spec, index, E, y_q)
+            E, y_q = data.spec.sample_embedding(data.batch, index, dt, **buffers, **on_gpu)
+            self._draw = (key, index, E, y_q)
         return E, y_q
 
     def _fused_step(self, data):
@@ -364,10 +384,11 @@ class MultiHeadLSAObjective(Objective):
         return E, batch.y_q
 
     def _loss_and_grad(self, theta, E, y_q):
+        """multihead.loss_and_grad on (E, y_q) (CUDA arrays: on the GPU, the gradients read back)."""
         p = self.unpack(theta)
         W_pv = p.pop("W_pv")
         loss, *grads = multihead.loss_and_grad(E, y_q, W_pv, **p)
-        return loss, np.concatenate([g.ravel() for g in grads]).astype(np.float64)
+        return loss, np.concatenate([cuda.to_host(g).ravel() for g in grads]).astype(np.float64)
 
     def loss_and_grad(self, theta, step, data):
         if not self._fused(data):
