@@ -43,8 +43,9 @@ for id in $IDS; do
   id_set_var="SET_${id//-/_}"
   echo "    python -m lsa_native.cli reproduce $id --full --device $DEVICE --workers 0 --quiet --force --out $RUN_DIR ${SET:-} ${!id_set_var:-}"
   # shellcheck disable=SC2086  # SET holds several arguments
-  /usr/bin/time -f "%e s wall, %U s user" -o "$RUN_DIR/$id.time" \
-    timeout --signal=KILL "$left" "$PY" -m lsa_native.cli reproduce "$id" --full --device "$DEVICE" \
+  timed=()  # GNU time where the machine has it (a bare image may not)
+  [ -x /usr/bin/time ] && timed=(/usr/bin/time -f "%e s wall, %U s user" -o "$RUN_DIR/$id.time")
+  "${timed[@]}" timeout --signal=KILL "$left" "$PY" -m lsa_native.cli reproduce "$id" --full --device "$DEVICE" \
     --workers 0 --quiet --force --out "$RUN_DIR" ${SET:-} ${!id_set_var:-} >"$RUN_DIR/$id.log" 2>&1
   rc=$?
   cells=$(ls "$RUN_DIR/cache/$id" 2>/dev/null | wc -l)
