@@ -1,12 +1,13 @@
 """The H-head CUDA kernels (cuda/multihead_*, issue 21) under compute-sanitizer: every entry point
 of lsa_native.multihead on device arrays (predict, loss_and_grad, forward, vjp, predict_vjp), the
 merged and the separate parametrization, float32 and float64, shapes with N + 1 > 32 tokens and
-H (d+1) > 32 head entries, and a short device fit of MultiHeadLSAObjective's non-fused route."""
+H (d+1) > 32 head entries; and LinearPrompts drawn on the GPU (sample_embedding, sample: the
+generator kernel of cuda/sampled_kernels.cuh), N + 1 > 32 and a task pool with label noise."""
 from __future__ import annotations
 
 import numpy as np
 
-from lsa_native import cuda, multihead as mh
+from lsa_native import cuda, multihead as mh, sampling
 
 rng = np.random.default_rng(0)
 for dt in (np.float32, np.float64):
@@ -27,4 +28,10 @@ for dt in (np.float32, np.float64):
         W_k, W_q = (0.5 * rng.standard_normal((2, H, 1, d + 1))).astype(dt)
         mh.loss_and_grad(Ed, yd, Wd[0], W_k=W_k, W_q=W_q)
         print(np.dtype(dt).name, (B, d, N, H), "ok")
+for dt in (np.float32, np.float64):
+    for spec in (sampling.LinearPrompts(5, 40, seed=1),
+                 sampling.LinearPrompts(3, 7, seed=2, tasks=4, noise_std=0.1)):
+        spec.sample_embedding(37, 0, dt, device="cuda")
+        spec.sample(37, 1, dt, device="cuda")
+    print(np.dtype(dt).name, "LinearPrompts on the GPU ok")
 cuda.synchronize()
