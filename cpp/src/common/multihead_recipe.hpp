@@ -72,16 +72,30 @@ LSA_HD T input_grad_entry(T dy, recipe::Mat<T> S, recipe::Mat<T> E, T through_r,
   return v;
 }
 
-// Term i of one prompt's contribution to the batch sums [loss_grad_width] = [Σ w², Σ w G q_h,
-// Σ w (G p_h) e_qᵀ] for the weight w (the residual or
-// dŷ; slot 0 only for a loss).
-template <class T>
-LSA_HD double acc_term(int i, double w, const T* Gq, const T* Gp, const T* e_q, int heads,
-                       int rows) {
-  if (i == 0) return w * w;
-  if (i <= heads * rows) return w * double(Gq[i - 1]);
-  const int j = i - 1 - heads * rows, n = rows;  // j = (h rows + r) rows + c
-  return (w * double(Gp[j / n])) * double(e_q[j % n]);
+// G = E Eᵀ / N in 4 x 4 register tiles (recipe::accumulate_tile over the tokens), the upper
+// triangle only (G is symmetric): kGramTile, the tile count, and tile t's first row and column
+// (row-major over the tiles (bi, bj), bi <= bj, of the ceil(rows/4)² grid).
+constexpr int kGramTile = 4;
+LSA_HD int gram_tiles(int rows) {
+  const int nb = (rows + kGramTile - 1) / kGramTile;
+  return nb * (nb + 1) / 2;
+}
+LSA_HD void gram_tile_origin(int t, int rows, int& r0, int& c0) {
+  const int nb = (rows + kGramTile - 1) / kGramTile;
+  int bi = 0;
+  while (t >= nb - bi) t -= nb - bi++;
+  r0 = kGramTile * bi;
+  c0 = kGramTile * (bi + t);
+}
+
+// The batch sums of acc_width's layout, one prompt's terms at a time in double:
+//   [0] += w², [1 + h rows + r] += (w G q_h)[r], [1 + H rows + (h rows + r) rows + c] += (w G p_h)[r] e_q[c],
+// with wGq = w G q_h, wGp = w G p_h [H rows] and e_q [rows] already in double (the CUDA kernels
+// add a block's prompts in slot order with d_K_quad over kGramTile columns c0.. of one row).
+LSA_HD void d_K_quad(double (&v)[kGramTile], double wGp_hr, const double* e_q, int c0,
+                            int rows) {
+  for (int k = 0; k < kGramTile; ++k)
+    if (c0 + k < rows) v[k] += wGp_hr * e_q[c0 + k];
 }
 
 // ---- the Wishart route (wishart.hpp): the fused sampled step's prompt ---------------------------

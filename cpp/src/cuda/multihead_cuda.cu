@@ -15,12 +15,14 @@ using namespace kernels;  // NOLINT: the kernels and their layout helpers
 
 // The prediction kernels' layout with the largest warps-per-block (<= 4) whose shared memory fits.
 template <class T>
-HeadsLayout heads_layout(const LsaShape& sh, index_t heads, bool sums, const DeviceScope& scope) {
+HeadsLayout heads_layout(const LsaShape& sh, index_t heads, bool sums, bool input_grad,
+                         const DeviceScope& scope) {
   check_prompt_size(sh);
   const int rows = int(sh.dim + 1), cols = int(sh.context + 1);
+  const int group = HeadsLayout::default_group(int(heads), rows);
   HeadsLayout lay{};
   for (int warps = 4; warps >= 1; warps /= 2) {
-    lay = HeadsLayout::make<T>(int(heads), rows, cols, warps, sums);
+    lay = HeadsLayout::make<T>(int(heads), rows, cols, warps, sums, input_grad, group);
     if (lay.total() <= std::size_t(scope.max_shared_bytes()) || warps == 1) break;
   }
   return lay;
@@ -36,11 +38,11 @@ void launch_heads_prediction(const LsaShape& sh, index_t heads, const DeviceScop
   constexpr const char* kNames[] = {"multihead_lsa_predict", "multihead_lsa_loss_and_grad",
                                     "multihead_lsa_predict_vjp"};
   auto kernel = multihead_prediction_kernel<T, kMode>;
-  const HeadsLayout lay = heads_layout<T>(sh, heads, kSums, scope);
+  const HeadsLayout lay = heads_layout<T>(sh, heads, kSums, d_E != nullptr, scope);
   prepare(kernel, lay.total(), scope, kNames[int(kMode)], sh);
   const int threads = lay.warps * kWarp;
   const int blocks = resident_blocks(kernel, threads, lay.total(), scope,
-                                     (sh.batch + lay.warps - 1) / lay.warps);
+                                     (sh.batch + lay.slots() - 1) / lay.slots());
   double* partial_ptr = nullptr;
   if (kSums) {
     *partial = Scratch(sizeof(double) * std::size_t(blocks) * std::size_t(lay.acc_width()));

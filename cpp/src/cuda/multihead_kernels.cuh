@@ -12,6 +12,7 @@
 // no atomics, two runs on one device give bitwise equal results.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 
 #include "common/lsa_recipe.hpp"
@@ -23,59 +24,147 @@
 namespace lsa_native::cuda::kernels {
 namespace {
 
-// ---- prediction, loss gradient and prediction VJP: one warp per prompt --------------------------
+// ---- prediction, loss gradient and prediction VJP: a group of lanes per prompt -----------------
 
-// Shared memory of the H-head prediction kernels, in bytes: per block W^KQ [H, rows, rows] and
-// p [H, rows]; per warp the double accumulators (loss / VJP) and the T scratch.
+// Shared memory of the H-head prediction kernels. A warp holds 32 / group prompts (slots), group
+// lanes each (group a power of two in [4, 32]: small prompts share a warp). Per block: W^KQ
+// [H, rows, rows] and p [H, rows] (T), and for a loss or VJP the block's batch sums acc [acc_width]
+// (double). Per slot: the doubles w Gq, w Gp [H rows], e_q [rows], w² (loss / VJP), then T: the
+// prompt token-major [cols, rows] (token j = rows consecutive values), G [rows²], q, Gq, Gp [H rows]
+// each, and for a VJP with d_E: S [rows²], through [rows].
 struct HeadsLayout {
-  int heads, rows, cols, warps;
-  bool sums;  // loss or VJP: the per-warp gradient accumulators exist
-  std::size_t block_bytes, warp_bytes;
-  // Per-warp doubles: acc = [loss, d_p (H rows), d_K (H rows²)] (multihead_loss_grad_partial_size).
+  int heads, rows, cols, warps, group;
+  bool sums, input_grad;  // loss or VJP: the batch sums exist; VJP: S and through exist
+  std::size_t block_bytes, slot_bytes;
   __host__ __device__ int acc_width() const { return int(multihead::loss_grad_width(heads, rows)); }
-  __host__ __device__ std::size_t warp_doubles() const { return sums ? std::size_t(acc_width()) : 0; }
-  // Per-warp T: prompt [rows, cols], G [rows²], S [rows²] (VJP dE), q, Gq, Gp [H rows] each,
-  // e_q, through [rows] each.
+  __host__ __device__ int slots() const { return warps * (kWarp / group); }
+  __host__ __device__ int slot_doubles() const { return sums ? 2 * heads * rows + rows + 1 : 0; }
+  // The smallest power-of-two group in [4, 32] with at least one lane per G tile and per 4 head
+  // entries (the loops over tokens, tiles and head entries stride by the group).
+  static int default_group(int heads, int rows) {
+    const int work = std::max(multihead::gram_tiles(rows), (heads * rows + 3) / 4);
+    int g = 4;
+    while (g < kWarp && g < work) g *= 2;
+    return g;
+  }
   template <class T>
-  static HeadsLayout make(int heads, int rows, int cols, int warps, bool sums) {
-    HeadsLayout l{heads, rows, cols, warps, sums, 0, 0};
-    l.block_bytes = align16(sizeof(T) * std::size_t(heads) * std::size_t(rows * rows + rows));
-    l.warp_bytes = align16(sizeof(double) * l.warp_doubles() +
-                           sizeof(T) * std::size_t(rows * cols + 2 * rows * rows +
-                                                   3 * heads * rows + 2 * rows));
+  static HeadsLayout make(int heads, int rows, int cols, int warps, bool sums, bool input_grad,
+                          int group) {
+    HeadsLayout l{heads, rows, cols, warps, group, sums, sums && input_grad, 0, 0};
+    l.block_bytes = align16(sizeof(T) * std::size_t(heads) * std::size_t(rows * rows + rows)) +
+                    align16(sums ? sizeof(double) * std::size_t(l.acc_width()) : 0);
+    const std::size_t ts = std::size_t(rows * cols + rows * rows + 3 * heads * rows) +
+                           (l.input_grad ? std::size_t(rows * rows + rows) : 0);
+    l.slot_bytes = align16(sizeof(double) * std::size_t(l.slot_doubles()) + sizeof(T) * ts);
     return l;
   }
-  __host__ __device__ std::size_t total() const { return block_bytes + std::size_t(warps) * warp_bytes; }
+  __host__ __device__ std::size_t total() const { return block_bytes + std::size_t(slots()) * slot_bytes; }
 };
 
-// One warp's part of the prediction kernels' shared memory.
+// One prompt slot's part of the prediction kernels' shared memory.
 template <class T>
-struct HeadsWarpArea {
-  double* acc;  // [acc_width] batch sums of this warp (loss / VJP)
-  T *prompt, *G, *S, *q, *Gq, *Gp, *e_q, *through;
+struct HeadsSlot {
+  double *wGq, *wGp, *e_q, *w2;  // the prompt's weighted terms of the batch sums (loss / VJP)
+  T *prompt, *G, *q, *Gq, *Gp, *S, *through;
 };
 
 template <class T>
-__device__ __forceinline__ HeadsWarpArea<T> heads_warp_area(const HeadsLayout& lay,
-                                                            unsigned char* smem, int warp) {
-  unsigned char* mine = smem + lay.block_bytes + std::size_t(warp) * lay.warp_bytes;
+__device__ __forceinline__ HeadsSlot<T> heads_slot(const HeadsLayout& lay, unsigned char* smem,
+                                                   int slot) {
+  unsigned char* mine = smem + lay.block_bytes + std::size_t(slot) * lay.slot_bytes;
   const int hr = lay.heads * lay.rows, n2 = lay.rows * lay.rows;
-  HeadsWarpArea<T> a;
-  a.acc = reinterpret_cast<double*>(mine);
-  a.prompt = reinterpret_cast<T*>(mine + sizeof(double) * lay.warp_doubles());
+  HeadsSlot<T> a;
+  a.wGq = reinterpret_cast<double*>(mine);
+  a.wGp = a.wGq + (lay.sums ? hr : 0);
+  a.e_q = a.wGp + (lay.sums ? hr : 0);
+  a.w2 = a.e_q + (lay.sums ? lay.rows : 0);
+  a.prompt = reinterpret_cast<T*>(mine + sizeof(double) * std::size_t(lay.slot_doubles()));
   a.G = a.prompt + lay.rows * lay.cols;
-  a.S = a.G + n2;
-  a.q = a.S + n2;
+  a.q = a.G + n2;
   a.Gq = a.q + hr;
   a.Gp = a.Gq + hr;
-  a.e_q = a.Gp + hr;
-  a.through = a.e_q + lay.rows;
+  a.S = a.Gp + hr;
+  a.through = a.S + n2;
   return a;
+}
+
+// One prompt by the `group` lanes gl = 0, 1, ... of its slot: stage it token-major, G = E Eᵀ/N in
+// 4 x 4 register tiles of the upper triangle, q_h = W^KQ_h e_q, G q_h (and G p_h for the sums);
+// returns ŷ = E[d, N] + Σ_h p_h · G q_h on every lane of the group. Every lane of the warp calls
+// (group_sum shuffles): a slot past the batch runs on a valid prompt and its results are dropped.
+template <class T, bool kGp>
+__device__ __forceinline__ T heads_prompt(const HeadsLayout& lay, const HeadsSlot<T>& a,
+                                          const T* __restrict__ E_b, const T* sW_kq, const T* sp,
+                                          int gl) {
+  const int H = lay.heads, rows = lay.rows, cols = lay.cols, N = cols - 1, gs = lay.group;
+  const int n2 = rows * rows, hr = H * rows;
+LSA_UNROLL
+  for (int r = 0; r < rows; ++r)  // coalesced reads along the tokens of row r
+    for (int j = gl; j < cols; j += gs) a.prompt[j * rows + r] = __ldcs(E_b + r * cols + j);
+  __syncwarp();
+  const T inv_n = recipe::inv_context<T>(N);
+  const recipe::Mat<T> Ep{a.prompt, 1, rows};  // Ep(r, j) = E[r, j]
+  constexpr int kTile = multihead::kGramTile;
+  for (int t = gl; t < multihead::gram_tiles(rows); t += gs) {  // G = E Eᵀ / N, upper tiles
+    int r0, c0;
+    multihead::gram_tile_origin(t, rows, r0, c0);
+    T acc[kTile][kTile] = {};
+    recipe::accumulate_tile(acc, recipe::ColsOf<T>{a.prompt, rows}, recipe::RowsOf<T>{a.prompt, rows},
+                            r0, rows - 1, c0, rows - 1, 0, cols);
+    for (int i = 0; i < kTile && r0 + i < rows; ++i)
+      for (int j = 0; j < kTile && c0 + j < rows; ++j) {
+        a.G[(r0 + i) * rows + c0 + j] = acc[i][j] * inv_n;
+        a.G[(c0 + j) * rows + r0 + i] = acc[i][j] * inv_n;
+      }
+  }
+  for (int i = gl; i < hr; i += gs)  // q_h = W^KQ_h e_q
+    a.q[i] = recipe::query_entry(recipe::rows_of<T>(sW_kq + (i / rows) * n2, rows), Ep, rows, N,
+                                 i % rows);
+  __syncwarp();
+  T part = T(0);
+  for (int i = gl; i < hr; i += gs) {
+    const int h = i / rows, r = i % rows;
+    a.Gq[i] = multihead::gram_times_entry(a.G, a.q + h * rows, rows, r);
+    if (kGp) a.Gp[i] = multihead::gram_times_entry(a.G, sp + h * rows, rows, r);
+    part += sp[i] * a.Gq[i];
+  }
+  return Ep(rows - 1, N) + group_sum(part, gs);  // ŷ = E[d, N] + Σ_h p_h · G q_h
+}
+
+// The block's slots' terms added to acc in slot order 0, 1, ... (n_act slots hold prompts), the
+// block's threads over acc's entries (d_K in quads of kGramTile columns of one row). Between
+// __syncthreads.
+template <class T>
+__device__ __forceinline__ void heads_accumulate(const HeadsLayout& lay, unsigned char* smem,
+                                                 double* acc, int n_act) {
+  const int rows = lay.rows, hr = lay.heads * rows;
+  constexpr int kQ = multihead::kGramTile;
+  const int quads_per_row = (rows + kQ - 1) / kQ;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < n_act; ++s) acc[0] += *heads_slot<T>(lay, smem, s).w2;
+  for (int i = threadIdx.x; i < hr; i += blockDim.x) {
+    double v = acc[1 + i];
+    for (int s = 0; s < n_act; ++s) v += heads_slot<T>(lay, smem, s).wGq[i];
+    acc[1 + i] = v;
+  }
+  double* d_K = acc + 1 + hr;
+  for (int u = threadIdx.x; u < hr * quads_per_row; u += blockDim.x) {
+    const int row = u / quads_per_row, c0 = kQ * (u % quads_per_row);
+    double v[kQ];
+    for (int k = 0; k < kQ; ++k) v[k] = c0 + k < rows ? d_K[row * rows + c0 + k] : 0.0;
+    for (int s = 0; s < n_act; ++s) {
+      const HeadsSlot<T> a = heads_slot<T>(lay, smem, s);
+      multihead::d_K_quad(v, a.wGp[row], a.e_q, c0, rows);
+    }
+    for (int k = 0; k < kQ && c0 + k < rows; ++k) d_K[row * rows + c0 + k] = v[k];
+  }
 }
 
 // predict: y_hat. loss (upstream = y_q): also the per-block partial sums partial [gridDim.x,
 // acc_width] = [Σ res², Σ res G q_h, Σ res (G p_h) e_qᵀ]. vjp (upstream = dŷ): the same partials
-// with weight dŷ (slot 0 unused) and d_E when not null.
+// with weight dŷ (slot 0 unused) and d_E when not null. The block takes slots() prompts a round;
+// with sums, the round's terms are added to the block's acc in slot order (no atomics: two runs
+// give bitwise equal results).
 template <class T, PredictionMode kMode>
 __global__ void multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const T* __restrict__ E,
                                             const T* __restrict__ upstream,
@@ -84,73 +173,62 @@ __global__ void multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const 
                                             T* __restrict__ d_E) {
   constexpr bool kSums = kMode != PredictionMode::predict;
   LSA_DYNAMIC_SHARED(smem);
-  const int H = lay.heads, rows = lay.rows, cols = lay.cols, N = cols - 1;
+  const int H = lay.heads, rows = lay.rows, cols = lay.cols, N = cols - 1, gs = lay.group;
   const int n2 = rows * rows, hr = H * rows, size = rows * cols, width = lay.acc_width();
-  const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
+  const int lane = threadIdx.x % kWarp, gl = lane % gs;
+  const int slot = int(threadIdx.x) / gs, slots = lay.slots();
   T* sW_kq = reinterpret_cast<T*>(smem);  // [H, rows, rows]
   T* sp = sW_kq + H * n2;                 // [H, rows] the last rows of W^PV_h
+  double* acc = reinterpret_cast<double*>(
+      smem + align16(sizeof(T) * std::size_t(H) * std::size_t(n2 + rows)));
   for (int i = threadIdx.x; i < H * n2; i += blockDim.x) sW_kq[i] = W_kq[i];
   for (int i = threadIdx.x; i < hr; i += blockDim.x)
     sp[i] = W_pv[(i / rows) * n2 + (rows - 1) * rows + i % rows];
-  const HeadsWarpArea<T> a = heads_warp_area<T>(lay, smem, warp);
   if (kSums)
-    for (int i = lane; i < width; i += kWarp) a.acc[i] = 0;
+    for (int i = threadIdx.x; i < width; i += blockDim.x) acc[i] = 0;
   __syncthreads();
+  const HeadsSlot<T> a = heads_slot<T>(lay, smem, slot);
   const T inv_n = recipe::inv_context<T>(N);
-  const recipe::Mat<T> Ep = recipe::rows_of<T>(a.prompt, cols);
-  double loss = 0;  // lane 0's running Σ res²
-  const index_t n_warps = index_t(gridDim.x) * lay.warps;
-  for (index_t b = index_t(blockIdx.x) * lay.warps + warp; b < sh.batch; b += n_warps) {
-    stage(E + b * size, a.prompt, size, lane, kWarp);
-    __syncwarp();
-    for (int i = lane; i < n2; i += kWarp)  // G = E Eᵀ / N
-      a.G[i] = recipe::token_product(Ep, Ep, cols, i / rows, i % rows) * inv_n;
-    for (int i = lane; i < hr; i += kWarp)  // q_h = W^KQ_h e_q
-      a.q[i] = recipe::query_entry(recipe::rows_of<T>(sW_kq + (i / rows) * n2, rows), Ep, rows, N,
-                                   i % rows);
-    for (int r = lane; r < rows; r += kWarp) a.e_q[r] = Ep(r, N);
-    __syncwarp();
-    T part = T(0);
-    for (int i = lane; i < hr; i += kWarp) {
-      const int h = i / rows, r = i % rows;
-      a.Gq[i] = multihead::gram_times_entry(a.G, a.q + h * rows, rows, r);
-      if (kSums) a.Gp[i] = multihead::gram_times_entry(a.G, sp + h * rows, rows, r);
-      part += sp[i] * a.Gq[i];
-    }
-    const T pred = Ep(rows - 1, N) + warp_sum(part);  // ŷ = E[d, N] + Σ_h p_h · G q_h
+  const index_t step = index_t(gridDim.x) * slots;
+  for (index_t base = index_t(blockIdx.x) * slots; base < sh.batch; base += step) {
+    const index_t b = base + slot < sh.batch ? base + slot : sh.batch - 1;
+    const bool mine = base + slot < sh.batch;
+    const T pred = heads_prompt<T, kSums>(lay, a, E + b * size, sW_kq, sp, gl);
+    if (mine && gl == 0 && y_hat != nullptr) y_hat[b] = pred;
     if (kSums) {
-      __syncwarp();  // Gq, Gp complete
       const T target = upstream[b];
       const double w = kMode == PredictionMode::loss ? double(pred) - double(target) : double(target);
-      if (kMode == PredictionMode::loss && lane == 0) loss += w * w;
-      for (int i = 1 + lane; i < width; i += kWarp)
-        a.acc[i] += multihead::acc_term(i, w, a.Gq, a.Gp, a.e_q, H, rows);
-      if (kMode == PredictionMode::vjp && d_E != nullptr) {
-        for (int i = lane; i < n2; i += kWarp)
+      for (int i = gl; i < hr; i += gs) {  // this lane's own Gq, Gp entries
+        a.wGq[i] = w * double(a.Gq[i]);
+        a.wGp[i] = w * double(a.Gp[i]);
+      }
+      const recipe::Mat<T> Ep{a.prompt, 1, rows};
+      for (int r = gl; r < rows; r += gs) a.e_q[r] = double(Ep(r, N));
+      if (gl == 0) *a.w2 = kMode == PredictionMode::loss ? w * w : 0.0;
+      if (kMode == PredictionMode::vjp && d_E != nullptr) {  // uniform across the block
+        __syncwarp();  // Gp complete
+        for (int i = gl; i < n2; i += gs)
           a.S[i] = multihead::input_grad_coefficient(target * inv_n, sp, a.q, H, rows, i / rows,
                                                      i % rows);
-        for (int r = lane; r < rows; r += kWarp)
+        for (int r = gl; r < rows; r += gs)
           a.through[r] = multihead::through_queries_entry(sW_kq, a.Gp, H, rows, r);
         __syncwarp();
         T* d_E_b = d_E + b * size;
         const recipe::Mat<T> S = recipe::rows_of<T>(a.S, rows);
-        for (int r = 0; r < rows; ++r)  // row by row: the lanes write consecutive tokens
-          for (int j = lane; j < cols; j += kWarp)
-            d_E_b[r * cols + j] =
-                multihead::input_grad_entry(target, S, Ep, a.through[r], rows, N, r, j);
+        for (int r = 0; r < rows && mine; ++r)  // row by row: the lanes write consecutive tokens
+          for (int j = gl; j < cols; j += gs)
+            d_E_b[r * cols + j] = multihead::input_grad_entry(target, S, Ep, a.through[r], rows, N, r, j);
       }
+      __syncthreads();  // every slot's terms written
+      const index_t left = sh.batch - base;
+      heads_accumulate<T>(lay, smem, acc, left < slots ? int(left) : slots);
+      __syncthreads();  // acc updated; the slots may be overwritten
+    } else {
+      __syncwarp();  // the prompt and the scratch may be overwritten
     }
-    if (lane == 0 && y_hat != nullptr) y_hat[b] = pred;
-    __syncwarp();  // the prompt and the scratch may be overwritten
   }
   if (!kSums) return;
-  if (lane == 0) a.acc[0] = loss;
-  __syncthreads();
-  for (int i = threadIdx.x; i < width; i += blockDim.x) {  // the warps combined in order 0, 1, ...
-    double sum = 0;
-    for (int w = 0; w < lay.warps; ++w) sum += heads_warp_area<T>(lay, smem, w).acc[i];
-    partial[index_t(blockIdx.x) * width + i] = sum;
-  }
+  for (int i = threadIdx.x; i < width; i += blockDim.x) partial[index_t(blockIdx.x) * width + i] = acc[i];
 }
 
 // d_W_pv = 0 but the last row of each head = d_p[h] · scale; d_W_kq = d_K · scale; with scale = 1/B
