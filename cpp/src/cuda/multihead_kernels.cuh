@@ -30,15 +30,24 @@ namespace {
 // lanes each (group a power of two in [4, 32]: small prompts share a warp). Per block: W^KQ
 // [H, rows, rows] and p [H, rows] (T), and for a loss or VJP the block's batch sums acc [acc_width]
 // (double). Per slot: the doubles w Gq, w Gp [H rows], e_q [rows], w² (loss / VJP), then T: the
-// prompt token-major [cols, rows] (token j = rows consecutive values), G [rows²], q, Gq, Gp [H rows]
-// each, and for a VJP with d_E: S [rows²], through [rows].
+// prompt token-major [cols, rp] (token j = rows consecutive values, then zeros to rp = rows rounded
+// up to token_stride(): 16-byte tile loads), G [rows²], q, Gq, Gp [H rows] each, and for a VJP with
+// d_E: S [rows²], through [rows].
 struct HeadsLayout {
   int heads, rows, cols, warps, group;
   bool sums, input_grad;  // loss or VJP: the batch sums exist; VJP: S and through exist
   std::size_t block_bytes, slot_bytes;
   __host__ __device__ int acc_width() const { return int(multihead::loss_grad_width(heads, rows)); }
   __host__ __device__ int slots() const { return warps * (kWarp / group); }
-  __host__ __device__ int slot_doubles() const { return sums ? 2 * heads * rows + rows + 1 : 0; }
+  __host__ __device__ int slot_doubles() const {  // even: the T part stays 16-byte aligned
+    return sums ? (2 * heads * rows + rows + 2) / 2 * 2 : 0;
+  }
+  // rows rounded up to a multiple of 4 that is 4 mod 8: 16-byte aligned tokens, and heads_stage's
+  // 8 consecutive tokens of a row fall in 8 different groups of 4 banks.
+  __host__ __device__ int token_stride() const {
+    const int rp = (rows + 3) / 4 * 4;
+    return rp % 8 == 0 ? rp + 4 : rp;
+  }
   // The smallest power-of-two group in [4, 32] with at least one lane per G tile and per 4 head
   // entries (the loops over tokens, tiles and head entries stride by the group).
   static int default_group(int heads, int rows) {
@@ -53,7 +62,7 @@ struct HeadsLayout {
     HeadsLayout l{heads, rows, cols, warps, group, sums, sums && input_grad, 0, 0};
     l.block_bytes = align16(sizeof(T) * std::size_t(heads) * std::size_t(rows * rows + rows)) +
                     align16(sums ? sizeof(double) * std::size_t(l.acc_width()) : 0);
-    const std::size_t ts = std::size_t(rows * cols + rows * rows + 3 * heads * rows) +
+    const std::size_t ts = std::size_t(l.token_stride() * cols + rows * rows + 3 * heads * rows) +
                            (l.input_grad ? std::size_t(rows * rows + rows) : 0);
     l.slot_bytes = align16(sizeof(double) * std::size_t(l.slot_doubles()) + sizeof(T) * ts);
     return l;
@@ -79,7 +88,7 @@ __device__ __forceinline__ HeadsSlot<T> heads_slot(const HeadsLayout& lay, unsig
   a.e_q = a.wGp + (lay.sums ? hr : 0);
   a.w2 = a.e_q + (lay.sums ? lay.rows : 0);
   a.prompt = reinterpret_cast<T*>(mine + sizeof(double) * std::size_t(lay.slot_doubles()));
-  a.G = a.prompt + lay.rows * lay.cols;
+  a.G = a.prompt + lay.token_stride() * lay.cols;
   a.q = a.G + n2;
   a.Gq = a.q + hr;
   a.Gp = a.Gq + hr;
@@ -88,35 +97,74 @@ __device__ __forceinline__ HeadsSlot<T> heads_slot(const HeadsLayout& lay, unsig
   return a;
 }
 
-// One prompt by the `group` lanes gl = 0, 1, ... of its slot: stage it token-major, G = E Eᵀ/N in
-// 4 x 4 register tiles of the upper triangle, q_h = W^KQ_h e_q, G q_h (and G p_h for the sums);
-// returns ŷ = E[d, N] + Σ_h p_h · G q_h on every lane of the group. Every lane of the warp calls
-// (group_sum shuffles): a slot past the batch runs on a valid prompt and its results are dropped.
-template <class T, bool kGp>
-__device__ __forceinline__ T heads_prompt(const HeadsLayout& lay, const HeadsSlot<T>& a,
-                                          const T* __restrict__ E_b, const T* sW_kq, const T* sp,
-                                          int gl) {
-  const int H = lay.heads, rows = lay.rows, cols = lay.cols, N = cols - 1, gs = lay.group;
-  const int n2 = rows * rows, hr = H * rows;
-LSA_UNROLL
-  for (int r = 0; r < rows; ++r)  // coalesced reads along the tokens of row r
-    for (int j = gl; j < cols; j += gs) a.prompt[j * rows + r] = __ldcs(E_b + r * cols + j);
-  __syncwarp();
-  const T inv_n = recipe::inv_context<T>(N);
-  const recipe::Mat<T> Ep{a.prompt, 1, rows};  // Ep(r, j) = E[r, j]
+// v[i] = p[i], i < 4, p 16-byte aligned (shared memory): one 128-bit load for float, two for double.
+template <class T>
+__device__ __forceinline__ void load4(const T* p, T (&v)[4]) {
+#if defined(__CUDACC__)
+  if constexpr (sizeof(T) == 4) {
+    const float4 a = *reinterpret_cast<const float4*>(p);
+    v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+  } else {
+    const double2 a = reinterpret_cast<const double2*>(p)[0], b = reinterpret_cast<const double2*>(p)[1];
+    v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+  }
+#else
+  for (int i = 0; i < 4; ++i) v[i] = p[i];
+#endif
+}
+
+// Copies prompt E_b [rows, cols] token-major into a.prompt [cols, rp] without a register round trip
+// (copy_async; the caller waits): a step of the group covers gs / tw rows of tw = min(gs, 8)
+// consecutive tokens, sector-sized global reads and (rp = 4 mod 8) conflict-free shared writes.
+template <class T>
+__device__ __forceinline__ void heads_stage(const HeadsLayout& lay, T* prompt, const T* E_b, int gl) {
+  const int rows = lay.rows, cols = lay.cols, rp = lay.token_stride(), gs = lay.group;
+  const int tw = gs < 8 ? gs : 8, rw = gs / tw, dr = gl / tw, dj = gl % tw;
+  for (int r = dr; r < rows; r += rw)
+    for (int j = dj; j < cols; j += tw) copy_async(prompt + j * rp + r, E_b + r * cols + j);
+}
+
+// G = E Eᵀ / N of the staged prompt into G [rows, rows]: the group's lanes over the 4 x 4 tiles of
+// the upper triangle, each a register tile over the tokens (two 16-byte loads and 16 FMAs a token;
+// the zero padding rows make edge tiles need no test), written to both triangles.
+template <class T>
+__device__ __forceinline__ void heads_gram(const HeadsLayout& lay, const T* prompt, T* G, int gl) {
+  const int rows = lay.rows, cols = lay.cols, rp = lay.token_stride(), gs = lay.group;
   constexpr int kTile = multihead::kGramTile;
-  for (int t = gl; t < multihead::gram_tiles(rows); t += gs) {  // G = E Eᵀ / N, upper tiles
+  const T inv_n = recipe::inv_context<T>(cols - 1);
+  for (int t = gl; t < multihead::gram_tiles(rows); t += gs) {
     int r0, c0;
     multihead::gram_tile_origin(t, rows, r0, c0);
     T acc[kTile][kTile] = {};
-    recipe::accumulate_tile(acc, recipe::ColsOf<T>{a.prompt, rows}, recipe::RowsOf<T>{a.prompt, rows},
-                            r0, rows - 1, c0, rows - 1, 0, cols);
+#if defined(__CUDA_ARCH__)
+#pragma unroll 2
+#endif
+    for (int j = 0; j < cols; ++j) {  // acc += e_j[r0..] e_j[c0..]ᵀ, tokens in order
+      T x[kTile], y[kTile];
+      load4(prompt + j * rp + r0, x);
+      load4(prompt + j * rp + c0, y);
+      for (int i = 0; i < kTile; ++i)
+        for (int k = 0; k < kTile; ++k) acc[i][k] += x[i] * y[k];
+    }
     for (int i = 0; i < kTile && r0 + i < rows; ++i)
-      for (int j = 0; j < kTile && c0 + j < rows; ++j) {
-        a.G[(r0 + i) * rows + c0 + j] = acc[i][j] * inv_n;
-        a.G[(c0 + j) * rows + r0 + i] = acc[i][j] * inv_n;
+      for (int k = 0; k < kTile && c0 + k < rows; ++k) {
+        G[(r0 + i) * rows + c0 + k] = acc[i][k] * inv_n;
+        G[(c0 + k) * rows + r0 + i] = acc[i][k] * inv_n;
       }
   }
+}
+
+// One prompt by the `group` lanes gl = 0, 1, ... of its slot, staged (heads_stage, waited for):
+// G = E Eᵀ/N, q_h = W^KQ_h e_q, G q_h (and G p_h for the sums); returns ŷ = E[d, N] + Σ_h p_h · G q_h
+// on every lane of the group. Every lane of the warp calls (group_sum shuffles): a slot past the
+// batch runs on a valid prompt and its results are dropped.
+template <class T, bool kGp>
+__device__ __forceinline__ T heads_prompt(const HeadsLayout& lay, const HeadsSlot<T>& a,
+                                          const T* sW_kq, const T* sp, int gl) {
+  const int H = lay.heads, rows = lay.rows, cols = lay.cols, N = cols - 1, gs = lay.group;
+  const int n2 = rows * rows, hr = H * rows;
+  const recipe::Mat<T> Ep{a.prompt, 1, lay.token_stride()};  // Ep(r, j) = E[r, j]
+  heads_gram(lay, a.prompt, a.G, gl);
   for (int i = gl; i < hr; i += gs)  // q_h = W^KQ_h e_q
     a.q[i] = recipe::query_entry(recipe::rows_of<T>(sW_kq + (i / rows) * n2, rows), Ep, rows, N,
                                  i % rows);
@@ -188,12 +236,19 @@ __global__ void multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const 
     for (int i = threadIdx.x; i < width; i += blockDim.x) acc[i] = 0;
   __syncthreads();
   const HeadsSlot<T> a = heads_slot<T>(lay, smem, slot);
+  const int rp = lay.token_stride();
+  for (int j = gl; j < cols; j += gs)  // the padding rows stay 0
+    for (int r = rows; r < rp; ++r) a.prompt[j * rp + r] = T(0);
   const T inv_n = recipe::inv_context<T>(N);
   const index_t step = index_t(gridDim.x) * slots;
   for (index_t base = index_t(blockIdx.x) * slots; base < sh.batch; base += step) {
     const index_t b = base + slot < sh.batch ? base + slot : sh.batch - 1;
     const bool mine = base + slot < sh.batch;
-    const T pred = heads_prompt<T, kSums>(lay, a, E + b * size, sW_kq, sp, gl);
+    heads_stage(lay, a.prompt, E + b * size, gl);
+    if (base + step + slot < sh.batch) prefetch_l2(E + (b + step) * size, size, gl, gs);
+    copy_async_wait();
+    __syncwarp();
+    const T pred = heads_prompt<T, kSums>(lay, a, sW_kq, sp, gl);
     if (mine && gl == 0 && y_hat != nullptr) y_hat[b] = pred;
     if (kSums) {
       const T target = upstream[b];
@@ -202,7 +257,7 @@ __global__ void multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const 
         a.wGq[i] = w * double(a.Gq[i]);
         a.wGp[i] = w * double(a.Gp[i]);
       }
-      const recipe::Mat<T> Ep{a.prompt, 1, rows};
+      const recipe::Mat<T> Ep{a.prompt, 1, rp};
       for (int r = gl; r < rows; r += gs) a.e_q[r] = double(Ep(r, N));
       if (gl == 0) *a.w2 = kMode == PredictionMode::loss ? w * w : 0.0;
       if (kMode == PredictionMode::vjp && d_E != nullptr) {  // uniform across the block
