@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -40,6 +41,44 @@ struct Config {
   unsigned grid;  // blocks (grid-stride loops cover the batch)
   int group = 0;  // prediction kernels: lanes per prompt (0: HeadsLayout::default_group)
 };
+
+// max |a − b| / max |b|.
+template <class T>
+double relative_gap(const std::vector<T>& a, const std::vector<T>& b) {
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, std::abs(double(b[i])));
+    err = std::max(err, std::abs(double(a[i]) - double(b[i])));
+  }
+  return err / scale;
+}
+
+// Power of the comparisons above: kernels with a dropped head, heads' p and q paired across heads,
+// or 1/(N+1) for 1/N would fail them (their results differ from the kernel's by far more than the
+// tolerance).
+template <class T>
+void expect_wrong_formulas_rejected(const LsaShape& sh, index_t H, const std::vector<T>& E,
+                                    const std::vector<T>& W_pv, const std::vector<T>& W_kq,
+                                    const std::vector<T>& y, const std::vector<T>& d_kq) {
+  const int rows = int(sh.dim + 1), cols = int(sh.context + 1), n2 = rows * rows;
+  const double margin = 10 * tolerance<T>();
+  std::vector<T> alt(sh.batch);
+  lsa_native::multihead_lsa_predict(sh, H - 1, E.data(), W_pv.data(), W_kq.data(), alt.data());
+  EXPECT_GT(relative_gap(alt, y), margin) << "a dropped head";
+  std::vector<T> W_pv_next(W_pv.size());  // head h's p with head h+1's W^KQ
+  for (index_t i = 0; i < index_t(W_pv.size()); ++i) W_pv_next[i] = W_pv[(i + n2) % W_pv.size()];
+  lsa_native::multihead_lsa_predict(sh, H, E.data(), W_pv_next.data(), W_kq.data(), alt.data());
+  EXPECT_GT(relative_gap(alt, y), margin) << "cross-head pairing";
+  const double n = double(sh.context), wrong = n / (n + 1);
+  for (index_t b = 0; b < sh.batch; ++b) {
+    const T label = E[b * rows * cols + (rows - 1) * cols + cols - 1];
+    alt[b] = T(label + (double(y[b]) - label) * wrong);
+  }
+  EXPECT_GT(relative_gap(alt, y), margin) << "1/(N+1) for 1/N in the prediction";
+  std::vector<T> alt_kq(d_kq.size());
+  for (size_t i = 0; i < d_kq.size(); ++i) alt_kq[i] = T(double(d_kq[i]) * wrong);
+  EXPECT_GT(relative_gap(alt_kq, d_kq), margin) << "1/(N+1) for 1/N in d_W_kq";
+}
 
 template <class T>
 void check_prediction(const Config& c) {
@@ -84,6 +123,7 @@ void check_prediction(const Config& c) {
   EXPECT_NEAR(loss, L, tolerance<T>() * L) << "loss";
   expect_close(d_pv, g_pv, tolerance<T>(), "d_W_pv");
   expect_close(d_kq, g_kq, tolerance<T>(), "d_W_kq");
+  expect_wrong_formulas_rejected(sh, c.H, E, W_pv, W_kq, y, d_kq);
   // Prediction VJP for the upstream d_y = y_q (any vector).
   std::vector<T> v_pv(nW), v_kq(nW), dE_cpu(nE), dE(nE, nan);
   lsa_native::multihead_lsa_predict_vjp(sh, c.H, E.data(), W_pv.data(), W_kq.data(), y_q.data(),
