@@ -16,9 +16,12 @@ from test_cuda import needs_gpu
 pytestmark = [pytest.mark.cuda, needs_gpu]
 
 DTYPES = [np.float32, np.float64]
-# (B, d, N, H): d = 1, N = 1; odd sizes; N + 1 > 32; H (d+1) > 32; (d+1)² > 32; H = 1 (the LSA route)
+# (B, d, N, H): d = 1, N = 1; odd sizes; N + 1 > 32; H (d+1) > 32; (d+1)² > 32; H = 1 (the LSA route);
+# lanes per prompt 4, 8, 16, 32 (HeadsLayout::default_group) with many prompts per block; d + 1 > 32
+# (more G tiles than lanes); the benchmark's d = 20, N = 100, H = 8
 SHAPES = [(1, 1, 1, 2), (7, 3, 7, 3), (37, 5, 20, 5), (11, 4, 40, 2), (5, 6, 9, 8), (3, 9, 4, 4),
-          (9, 3, 5, 1)]
+          (9, 3, 5, 1), (301, 2, 9, 2), (1000, 5, 20, 5), (77, 7, 30, 6), (3, 34, 4, 2),
+          (150, 20, 100, 8)]
 
 
 def _tol(dtype):
