@@ -70,6 +70,15 @@ struct HeadsLayout {
   __host__ __device__ std::size_t total() const { return block_bytes + std::size_t(slots()) * slot_bytes; }
 };
 
+// The prediction kernels' blocks: at most 4 warps (multihead_cuda.cu picks fewer when shared memory
+// is short), registers for 6 blocks per SM in float (24 warps: small prompts are latency bound; 80
+// registers, no spills with sm_90) and 4 in double (128: fewer spill).
+constexpr int kHeadsMaxThreads = 4 * kWarp;
+template <class T>
+constexpr int heads_min_blocks() {
+  return sizeof(T) == 4 ? 6 : 4;
+}
+
 // One prompt slot's part of the prediction kernels' shared memory.
 template <class T>
 struct HeadsSlot {
@@ -214,7 +223,7 @@ __device__ __forceinline__ void heads_accumulate(const HeadsLayout& lay, unsigne
 // with sums, the round's terms are added to the block's acc in slot order (no atomics: two runs
 // give bitwise equal results).
 template <class T, PredictionMode kMode>
-__global__ void multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const T* __restrict__ E,
+__global__ void __launch_bounds__(kHeadsMaxThreads, heads_min_blocks<T>()) multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const T* __restrict__ E,
                                             const T* __restrict__ upstream,
                                             const T* __restrict__ W_pv, const T* __restrict__ W_kq,
                                             T* __restrict__ y_hat, double* __restrict__ partial,
@@ -241,12 +250,15 @@ __global__ void multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const 
     for (int r = rows; r < rp; ++r) a.prompt[j * rp + r] = T(0);
   const T inv_n = recipe::inv_context<T>(N);
   const index_t step = index_t(gridDim.x) * slots;
+  // A slot past the batch works on the last prompt (results dropped): every lane takes each step.
+  auto prompt_of = [&](index_t base) { return base + slot < sh.batch ? base + slot : sh.batch - 1; };
+  if (index_t(blockIdx.x) * slots < sh.batch)
+    heads_stage(lay, a.prompt, E + prompt_of(index_t(blockIdx.x) * slots) * size, gl);
   for (index_t base = index_t(blockIdx.x) * slots; base < sh.batch; base += step) {
-    const index_t b = base + slot < sh.batch ? base + slot : sh.batch - 1;
-    const bool mine = base + slot < sh.batch;
-    heads_stage(lay, a.prompt, E + b * size, gl);
-    if (base + step + slot < sh.batch) prefetch_l2(E + (b + step) * size, size, gl, gs);
-    copy_async_wait();
+    const index_t b = prompt_of(base);
+    const bool mine = base + slot < sh.batch, more = base + step < sh.batch;
+    if (more && base + step + slot < sh.batch) prefetch_l2(E + (b + step) * size, size, gl, gs);
+    copy_async_wait();  // this prompt, staged by the previous step (or above)
     __syncwarp();
     const T pred = heads_prompt<T, kSums>(lay, a, sW_kq, sp, gl);
     if (mine && gl == 0 && y_hat != nullptr) y_hat[b] = pred;
@@ -274,12 +286,15 @@ __global__ void multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const 
           for (int j = gl; j < cols; j += gs)
             d_E_b[r * cols + j] = multihead::input_grad_entry(target, S, Ep, a.through[r], rows, N, r, j);
       }
+      __syncwarp();  // the group is done with its prompt: stage the next during the block's sums
+      if (more) heads_stage(lay, a.prompt, E + prompt_of(base + step) * size, gl);
       __syncthreads();  // every slot's terms written
       const index_t left = sh.batch - base;
       heads_accumulate<T>(lay, smem, acc, left < slots ? int(left) : slots);
       __syncthreads();  // acc updated; the slots may be overwritten
     } else {
-      __syncwarp();  // the prompt and the scratch may be overwritten
+      __syncwarp();  // the group is done with its prompt
+      if (more) heads_stage(lay, a.prompt, E + prompt_of(base + step) * size, gl);
     }
   }
   if (!kSums) return;
