@@ -27,12 +27,12 @@ namespace {
 // ---- prediction, loss gradient and prediction VJP: a group of lanes per prompt -----------------
 
 // Shared memory of the H-head prediction kernels. A warp holds 32 / group prompts (slots), group
-// lanes each (group a power of two in [4, 32]: small prompts share a warp). Per block: W^KQ
-// [H, rows, rows] and p [H, rows] (T), and for a loss or VJP the block's batch sums acc [acc_width]
-// (double). Per slot: the doubles w Gq, w Gp [H rows], e_q [rows], w² (loss / VJP), then T: the
-// prompt token-major [cols, rp] (token j = rows consecutive values, then zeros to rp = rows rounded
-// up to token_stride(): 16-byte tile loads), G [rows²], q, Gq, Gp [H rows] each, and for a VJP with
-// d_E: S [rows²], through [rows].
+// lanes each (group a power of two in [4, 32]: small prompts share a warp). Vectors of length rows
+// are stored with stride rp = token_stride() and zeros after their rows entries (16-byte loads, no
+// edge tests). Per block: W^KQ [H, rows, rp] and p [H, rp] (T), and for a loss or VJP the block's
+// batch sums acc [acc_width] (double). Per slot: the doubles w Gq, w Gp [H rows], e_q [rows], w²
+// (loss / VJP), then T: the prompt token-major [cols, rp], G [rows, rp], q [H, rp], Gq, Gp [H rows]
+// each, and for a VJP with d_E: S [rows²], through [rows].
 struct HeadsLayout {
   int heads, rows, cols, warps, group;
   bool sums, input_grad;  // loss or VJP: the batch sums exist; VJP: S and through exist
@@ -60,9 +60,10 @@ struct HeadsLayout {
   static HeadsLayout make(int heads, int rows, int cols, int warps, bool sums, bool input_grad,
                           int group) {
     HeadsLayout l{heads, rows, cols, warps, group, sums, sums && input_grad, 0, 0};
-    l.block_bytes = align16(sizeof(T) * std::size_t(heads) * std::size_t(rows * rows + rows)) +
+    const int rp = l.token_stride();
+    l.block_bytes = align16(sizeof(T) * std::size_t(heads) * std::size_t(rows * rp + rp)) +
                     align16(sums ? sizeof(double) * std::size_t(l.acc_width()) : 0);
-    const std::size_t ts = std::size_t(l.token_stride() * cols + rows * rows + 3 * heads * rows) +
+    const std::size_t ts = std::size_t(rp * cols + rows * rp + heads * rp + 2 * heads * rows) +
                            (l.input_grad ? std::size_t(rows * rows + rows) : 0);
     l.slot_bytes = align16(sizeof(double) * std::size_t(l.slot_doubles()) + sizeof(T) * ts);
     return l;
@@ -90,16 +91,16 @@ template <class T>
 __device__ __forceinline__ HeadsSlot<T> heads_slot(const HeadsLayout& lay, unsigned char* smem,
                                                    int slot) {
   unsigned char* mine = smem + lay.block_bytes + std::size_t(slot) * lay.slot_bytes;
-  const int hr = lay.heads * lay.rows, n2 = lay.rows * lay.rows;
+  const int hr = lay.heads * lay.rows, n2 = lay.rows * lay.rows, rp = lay.token_stride();
   HeadsSlot<T> a;
   a.wGq = reinterpret_cast<double*>(mine);
   a.wGp = a.wGq + (lay.sums ? hr : 0);
   a.e_q = a.wGp + (lay.sums ? hr : 0);
   a.w2 = a.e_q + (lay.sums ? lay.rows : 0);
   a.prompt = reinterpret_cast<T*>(mine + sizeof(double) * std::size_t(lay.slot_doubles()));
-  a.G = a.prompt + lay.token_stride() * lay.cols;
-  a.q = a.G + n2;
-  a.Gq = a.q + hr;
+  a.G = a.prompt + rp * lay.cols;
+  a.q = a.G + lay.rows * rp;
+  a.Gq = a.q + lay.heads * rp;
   a.Gp = a.Gq + hr;
   a.S = a.Gp + hr;
   a.through = a.S + n2;
@@ -122,6 +123,20 @@ __device__ __forceinline__ void load4(const T* p, T (&v)[4]) {
 #endif
 }
 
+// Σ_{c < 4 quads} a[c] b[c] in order c = 0, 1, ... (the zero padding adds nothing), a and b
+// 16-byte aligned shared memory: the dot products of padded vectors (q_h, G q_h, G p_h).
+template <class T>
+__device__ __forceinline__ T dot_quads(const T* a, const T* b, int quads) {
+  T acc = T(0);
+  for (int u = 0; u < quads; ++u) {
+    T x[4], y[4];
+    load4(a + 4 * u, x);
+    load4(b + 4 * u, y);
+    for (int k = 0; k < 4; ++k) acc += x[k] * y[k];
+  }
+  return acc;
+}
+
 // Copies prompt E_b [rows, cols] token-major into a.prompt [cols, rp] without a register round trip
 // (copy_async; the caller waits): a step of the group covers gs / tw rows of tw = min(gs, 8)
 // consecutive tokens, sector-sized global reads and (rp = 4 mod 8) conflict-free shared writes.
@@ -133,7 +148,7 @@ __device__ __forceinline__ void heads_stage(const HeadsLayout& lay, T* prompt, c
     for (int j = dj; j < cols; j += tw) copy_async(prompt + j * rp + r, E_b + r * cols + j);
 }
 
-// G = E Eᵀ / N of the staged prompt into G [rows, rows]: the group's lanes over the 4 x 4 tiles of
+// G = E Eᵀ / N of the staged prompt into G [rows, rp]: the group's lanes over the 4 x 4 tiles of
 // the upper triangle, each a register tile over the tokens (two 16-byte loads and 16 FMAs a token;
 // the zero padding rows make edge tiles need no test), written to both triangles.
 template <class T>
@@ -157,8 +172,8 @@ __device__ __forceinline__ void heads_gram(const HeadsLayout& lay, const T* prom
     }
     for (int i = 0; i < kTile && r0 + i < rows; ++i)
       for (int k = 0; k < kTile && c0 + k < rows; ++k) {
-        G[(r0 + i) * rows + c0 + k] = acc[i][k] * inv_n;
-        G[(c0 + k) * rows + r0 + i] = acc[i][k] * inv_n;
+        G[(r0 + i) * rp + c0 + k] = acc[i][k] * inv_n;
+        G[(c0 + k) * rp + r0 + i] = acc[i][k] * inv_n;
       }
   }
 }
@@ -171,19 +186,19 @@ template <class T, bool kGp>
 __device__ __forceinline__ T heads_prompt(const HeadsLayout& lay, const HeadsSlot<T>& a,
                                           const T* sW_kq, const T* sp, int gl) {
   const int H = lay.heads, rows = lay.rows, cols = lay.cols, N = cols - 1, gs = lay.group;
-  const int n2 = rows * rows, hr = H * rows;
+  const int hr = H * rows;
   const recipe::Mat<T> Ep{a.prompt, 1, lay.token_stride()};  // Ep(r, j) = E[r, j]
+  const int rp = lay.token_stride(), quads = (rows + 3) / 4;
   heads_gram(lay, a.prompt, a.G, gl);
-  for (int i = gl; i < hr; i += gs)  // q_h = W^KQ_h e_q
-    a.q[i] = recipe::query_entry(recipe::rows_of<T>(sW_kq + (i / rows) * n2, rows), Ep, rows, N,
-                                 i % rows);
+  for (int i = gl; i < hr; i += gs)  // q_h = W^KQ_h e_q (row i of the stacked W^KQ_h)
+    a.q[(i / rows) * rp + i % rows] = dot_quads(sW_kq + i * rp, a.prompt + N * rp, quads);
   __syncwarp();
   T part = T(0);
   for (int i = gl; i < hr; i += gs) {
     const int h = i / rows, r = i % rows;
-    a.Gq[i] = multihead::gram_times_entry(a.G, a.q + h * rows, rows, r);
-    if (kGp) a.Gp[i] = multihead::gram_times_entry(a.G, sp + h * rows, rows, r);
-    part += sp[i] * a.Gq[i];
+    a.Gq[i] = dot_quads(a.G + r * rp, a.q + h * rp, quads);  // (G q_h)_r, G symmetric
+    if (kGp) a.Gp[i] = dot_quads(a.G + r * rp, sp + h * rp, quads);
+    part += sp[h * rp + r] * a.Gq[i];
   }
   return Ep(rows - 1, N) + group_sum(part, gs);  // ŷ = E[d, N] + Σ_h p_h · G q_h
 }
@@ -234,20 +249,23 @@ __global__ void __launch_bounds__(kHeadsMaxThreads, heads_min_blocks<T>()) multi
   const int n2 = rows * rows, hr = H * rows, size = rows * cols, width = lay.acc_width();
   const int lane = threadIdx.x % kWarp, gl = lane % gs;
   const int slot = int(threadIdx.x) / gs, slots = lay.slots();
-  T* sW_kq = reinterpret_cast<T*>(smem);  // [H, rows, rows]
-  T* sp = sW_kq + H * n2;                 // [H, rows] the last rows of W^PV_h
+  const int rp = lay.token_stride();
+  T* sW_kq = reinterpret_cast<T*>(smem);  // [H, rows, rp]
+  T* sp = sW_kq + H * rows * rp;          // [H, rp] the last rows of W^PV_h
   double* acc = reinterpret_cast<double*>(
-      smem + align16(sizeof(T) * std::size_t(H) * std::size_t(n2 + rows)));
-  for (int i = threadIdx.x; i < H * n2; i += blockDim.x) sW_kq[i] = W_kq[i];
-  for (int i = threadIdx.x; i < hr; i += blockDim.x)
-    sp[i] = W_pv[(i / rows) * n2 + (rows - 1) * rows + i % rows];
+      smem + align16(sizeof(T) * std::size_t(H) * std::size_t(rows * rp + rp)));
+  for (int i = threadIdx.x; i < H * rows * rp; i += blockDim.x)  // row i / rp of the stacked W^KQ_h
+    sW_kq[i] = i % rp < rows ? W_kq[(i / rp) * rows + i % rp] : T(0);
+  for (int i = threadIdx.x; i < H * rp; i += blockDim.x)
+    sp[i] = i % rp < rows ? W_pv[(i / rp) * n2 + (rows - 1) * rows + i % rp] : T(0);
   if (kSums)
     for (int i = threadIdx.x; i < width; i += blockDim.x) acc[i] = 0;
   __syncthreads();
   const HeadsSlot<T> a = heads_slot<T>(lay, smem, slot);
-  const int rp = lay.token_stride();
-  for (int j = gl; j < cols; j += gs)  // the padding rows stay 0
+  for (int j = gl; j < cols; j += gs)  // the padding stays 0: prompt rows, G and q columns
     for (int r = rows; r < rp; ++r) a.prompt[j * rp + r] = T(0);
+  for (int i = gl; i < (rows + H) * (rp - rows); i += gs)
+    a.G[(i / (rp - rows)) * rp + rows + i % (rp - rows)] = T(0);  // G [rows, rp] then q [H, rp]
   const T inv_n = recipe::inv_context<T>(N);
   const index_t step = index_t(gridDim.x) * slots;
   // A slot past the batch works on the last prompt (results dropped): every lane takes each step.
@@ -275,10 +293,10 @@ __global__ void __launch_bounds__(kHeadsMaxThreads, heads_min_blocks<T>()) multi
       if (kMode == PredictionMode::vjp && d_E != nullptr) {  // uniform across the block
         __syncwarp();  // Gp complete
         for (int i = gl; i < n2; i += gs)
-          a.S[i] = multihead::input_grad_coefficient(target * inv_n, sp, a.q, H, rows, i / rows,
+          a.S[i] = multihead::input_grad_coefficient(target * inv_n, sp, a.q, H, rp, i / rows,
                                                      i % rows);
         for (int r = gl; r < rows; r += gs)
-          a.through[r] = multihead::through_queries_entry(sW_kq, a.Gp, H, rows, r);
+          a.through[r] = multihead::through_queries_entry(sW_kq, a.Gp, H, rows, rp, r);
         __syncwarp();
         T* d_E_b = d_E + b * size;
         const recipe::Mat<T> S = recipe::rows_of<T>(a.S, rows);
