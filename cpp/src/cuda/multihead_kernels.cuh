@@ -72,12 +72,12 @@ struct HeadsLayout {
 };
 
 // The prediction kernels' blocks: at most 4 warps (multihead_cuda.cu picks fewer when shared memory
-// is short), registers for 6 blocks per SM in float (24 warps: small prompts are latency bound; 80
-// registers, no spills with sm_90) and 4 in double (128: fewer spill).
+// is short), registers for 5 blocks per SM in float (20 warps: small prompts are latency bound; sm_90:
+// 75 / 94 / 96 registers for predict / loss / VJP, a 4-byte spill in the VJP) and 4 in double.
 constexpr int kHeadsMaxThreads = 4 * kWarp;
 template <class T>
 constexpr int heads_min_blocks() {
-  return sizeof(T) == 4 ? 6 : 4;
+  return sizeof(T) == 4 ? 5 : 4;
 }
 
 // One prompt slot's part of the prediction kernels' shared memory.
