@@ -39,7 +39,8 @@ struct Config {
   index_t B, d, N, H;
   int warps;      // prediction kernels: warps per block
   unsigned grid;  // blocks (grid-stride loops cover the batch)
-  int group = 0;  // prediction kernels: lanes per prompt (0: HeadsLayout::default_group)
+  int group = 0;        // prediction kernels: lanes per prompt (0: HeadsLayout::default_group)
+  bool spread = true;  // prediction kernels: token stride 4 mod 8 (else the least multiple of 4)
 };
 
 // max |a − b| / max |b|.
@@ -84,7 +85,7 @@ template <class T>
 void check_prediction(const Config& c) {
   SCOPED_TRACE(testing::Message() << "B=" << c.B << " d=" << c.d << " N=" << c.N << " H=" << c.H
                                   << " warps=" << c.warps << " grid=" << c.grid << " group=" << c.group
-                                  << " bytes=" << sizeof(T));
+                                  << " spread=" << c.spread << " bytes=" << sizeof(T));
   const unsigned seed = unsigned(c.B * 131 + c.d * 7 + c.N * 3 + c.H);
   const LsaShape sh{c.B, c.d, c.N};
   const int rows = int(c.d + 1), cols = int(c.N + 1);
@@ -101,14 +102,14 @@ void check_prediction(const Config& c) {
   const unsigned threads = unsigned(32 * c.warps);
   // Prediction only.
   const int group = c.group > 0 ? c.group : k::HeadsLayout::default_group(int(c.H), rows);
-  auto lay = k::HeadsLayout::make<T>(int(c.H), rows, cols, c.warps, false, false, group);
+  auto lay = k::HeadsLayout::make<T>(int(c.H), rows, cols, c.warps, false, false, group, c.spread);
   std::vector<T> y(c.B, nan);
   lsa_emu::launch(c.grid, threads, lay.total(), k::multihead_prediction_kernel<T, Mode::predict>, sh,
                   lay, E.data(), static_cast<const T*>(nullptr), W_pv.data(), W_kq.data(), y.data(),
                   static_cast<double*>(nullptr), static_cast<T*>(nullptr));
   expect_close(y, y_cpu, tolerance<T>(), "predict");
   // Loss and gradient: kernel, fixed-order reduction, epilogue.
-  lay = k::HeadsLayout::make<T>(int(c.H), rows, cols, c.warps, true, false, group);
+  lay = k::HeadsLayout::make<T>(int(c.H), rows, cols, c.warps, true, false, group, c.spread);
   const int width = lay.acc_width();
   std::vector<T> y_loss(c.B, nan), d_pv(nW, nan), d_kq(nW, nan);
   std::vector<double> partial(c.grid * width, std::numeric_limits<double>::quiet_NaN());
@@ -128,7 +129,7 @@ void check_prediction(const Config& c) {
   std::vector<T> v_pv(nW), v_kq(nW), dE_cpu(nE), dE(nE, nan);
   lsa_native::multihead_lsa_predict_vjp(sh, c.H, E.data(), W_pv.data(), W_kq.data(), y_q.data(),
                                         v_pv.data(), v_kq.data(), dE_cpu.data());
-  lay = k::HeadsLayout::make<T>(int(c.H), rows, cols, c.warps, true, true, group);
+  lay = k::HeadsLayout::make<T>(int(c.H), rows, cols, c.warps, true, true, group, c.spread);
   std::fill(partial.begin(), partial.end(), std::numeric_limits<double>::quiet_NaN());
   std::fill(d_pv.begin(), d_pv.end(), nan);
   std::fill(d_kq.begin(), d_kq.end(), nan);
@@ -181,11 +182,13 @@ void check_forward_and_vjp(const Config& c, bool with_input_grad) {
 // d = 1, N = 1, H = 2; odd sizes; more prompts than warps (grid-stride); idle warps (B < warps);
 // N + 1 > 32 tokens and H (d+1) > 32 head entries (several per lane); (d+1)² > 32.
 // Lanes per prompt 4, 8, 16, 32 (several prompts per warp; a round's last slots past the batch);
-// d + 1 > 4 (several G tiles, partial edge tiles), d + 1 > 32 (more G tiles than lanes).
+// d + 1 > 4 (several G tiles, partial edge tiles), d + 1 > 32 (more G tiles than lanes); the
+// least token stride (d + 1 = 8: no padding; d + 1 = 21).
 const Config kPrediction[] = {{1, 1, 1, 2, 1, 1},      {3, 1, 5, 3, 4, 1},     {7, 3, 7, 2, 2, 2},
                               {11, 4, 40, 5, 2, 3},    {5, 9, 3, 4, 1, 2},     {2, 6, 70, 8, 4, 1},
                               {13, 5, 20, 5, 2, 2, 4}, {9, 2, 33, 3, 1, 3, 8}, {21, 6, 9, 2, 2, 1, 16},
-                              {3, 34, 4, 2, 1, 2, 32}};
+                              {3, 34, 4, 2, 1, 2, 32}, {6, 7, 5, 3, 2, 2, 8, false},
+                              {4, 20, 12, 3, 2, 1, 32, false}};
 // (The block kernels' emulation is slow: 256 host threads and 2H + 4 barriers per prompt.)
 const Config kFull[] = {{1, 1, 1, 2, 0, 1}, {3, 3, 7, 3, 0, 2}, {1, 9, 2, 2, 0, 1}};
 

@@ -1,6 +1,7 @@
 // CUDA backend of the H-head LSA (multihead.hpp, H >= 2): staging of host arrays and launch
 // geometry around the kernels of multihead_kernels.cuh (shared launch helpers and reductions:
 // lsa_launch.cuh, launch.cuh).
+#include <initializer_list>
 #include <string>
 
 #include "cuda/lsa_launch.cuh"
@@ -13,7 +14,8 @@ namespace {
 
 using namespace kernels;  // NOLINT: the kernels and their layout helpers
 
-// The prediction kernels' layout with the largest warps-per-block (<= 4) whose shared memory fits.
+// The prediction kernels' layout with the largest warps-per-block (<= 4) whose shared memory fits,
+// with the spread token stride if it fits too.
 template <class T>
 HeadsLayout heads_layout(const LsaShape& sh, index_t heads, bool sums, bool input_grad,
                          const DeviceScope& scope) {
@@ -21,10 +23,12 @@ HeadsLayout heads_layout(const LsaShape& sh, index_t heads, bool sums, bool inpu
   const int rows = int(sh.dim + 1), cols = int(sh.context + 1);
   const int group = HeadsLayout::default_group(int(heads), rows);
   HeadsLayout lay{};
-  for (int warps = 4; warps >= 1; warps /= 2) {
-    lay = HeadsLayout::make<T>(int(heads), rows, cols, warps, sums, input_grad, group);
-    if (lay.total() <= std::size_t(scope.max_shared_bytes()) || warps == 1) break;
-  }
+  for (int warps = 4; warps >= 1; warps /= 2)
+    for (bool spread : {true, false}) {
+      lay = HeadsLayout::make<T>(int(heads), rows, cols, warps, sums, input_grad, group, spread);
+      if (lay.total() <= std::size_t(scope.max_shared_bytes())) return lay;
+    }
+  return lay;  // too large: prepare() says so
   return lay;
 }
 

@@ -35,6 +35,7 @@ namespace {
 // each, and for a VJP with d_E: S [rows²], through [rows].
 struct HeadsLayout {
   int heads, rows, cols, warps, group;
+  bool spread;            // token stride 4 mod 8 (conflict-free staging) rather than the least
   bool sums, input_grad;  // loss or VJP: the batch sums exist; VJP: S and through exist
   std::size_t block_bytes, slot_bytes;
   __host__ __device__ int acc_width() const { return int(multihead::loss_grad_width(heads, rows)); }
@@ -42,11 +43,11 @@ struct HeadsLayout {
   __host__ __device__ int slot_doubles() const {  // even: the T part stays 16-byte aligned
     return sums ? (2 * heads * rows + rows + 2) / 2 * 2 : 0;
   }
-  // rows rounded up to a multiple of 4 that is 4 mod 8: 16-byte aligned tokens, and heads_stage's
-  // 8 consecutive tokens of a row fall in 8 different groups of 4 banks.
+  // rows rounded up to a multiple of 4 (16-byte aligned tokens) and, when spread, to 4 mod 8:
+  // heads_stage's 8 consecutive tokens of a row then fall in 8 different groups of 4 banks.
   __host__ __device__ int token_stride() const {
     const int rp = (rows + 3) / 4 * 4;
-    return rp % 8 == 0 ? rp + 4 : rp;
+    return spread && rp % 8 == 0 ? rp + 4 : rp;
   }
   // The smallest power-of-two group in [4, 32] with at least one lane per G tile and per 4 head
   // entries (the loops over tokens, tiles and head entries stride by the group).
@@ -58,8 +59,8 @@ struct HeadsLayout {
   }
   template <class T>
   static HeadsLayout make(int heads, int rows, int cols, int warps, bool sums, bool input_grad,
-                          int group) {
-    HeadsLayout l{heads, rows, cols, warps, group, sums, sums && input_grad, 0, 0};
+                          int group, bool spread = true) {
+    HeadsLayout l{heads, rows, cols, warps, group, spread, sums, sums && input_grad, 0, 0};
     const int rp = l.token_stride();
     l.block_bytes = align16(sizeof(T) * std::size_t(heads) * std::size_t(rows * rp + rp)) +
                     align16(sums ? sizeof(double) * std::size_t(l.acc_width()) : 0);
