@@ -74,7 +74,7 @@ struct HeadsLayout {
 
 // The prediction kernels' blocks: at most 4 warps (multihead_cuda.cu picks fewer when shared memory
 // is short), registers for 5 blocks per SM in float (20 warps: small prompts are latency bound; sm_90:
-// 75 / 94 / 96 registers for predict / loss / VJP, a 4-byte spill in the VJP) and 4 in double.
+// 74 / 96 / 96 registers for predict / loss / VJP, a 12-byte spill in the VJP) and 4 in double.
 constexpr int kHeadsMaxThreads = 4 * kWarp;
 template <class T>
 constexpr int heads_min_blocks() {
