@@ -183,12 +183,12 @@ void check_forward_and_vjp(const Config& c, bool with_input_grad) {
 // N + 1 > 32 tokens and H (d+1) > 32 head entries (several per lane); (d+1)² > 32.
 // Lanes per prompt 4, 8, 16, 32 (several prompts per warp; a round's last slots past the batch);
 // d + 1 > 4 (several G tiles, partial edge tiles), d + 1 > 32 (more G tiles than lanes); the
-// least token stride (d + 1 = 8: no padding; d + 1 = 21).
+// least token stride (d + 1 = 8: no padding; d + 1 = 21); 8 warps a block.
 const Config kPrediction[] = {{1, 1, 1, 2, 1, 1},      {3, 1, 5, 3, 4, 1},     {7, 3, 7, 2, 2, 2},
                               {11, 4, 40, 5, 2, 3},    {5, 9, 3, 4, 1, 2},     {2, 6, 70, 8, 4, 1},
                               {13, 5, 20, 5, 2, 2, 4}, {9, 2, 33, 3, 1, 3, 8}, {21, 6, 9, 2, 2, 1, 16},
                               {3, 34, 4, 2, 1, 2, 32}, {6, 7, 5, 3, 2, 2, 8, false},
-                              {4, 20, 12, 3, 2, 1, 32, false}};
+                              {4, 20, 12, 3, 2, 1, 32, false}, {70, 3, 6, 3, 8, 2, 8}};
 // (The block kernels' emulation is slow: 256 host threads and 2H + 4 barriers per prompt.)
 const Config kFull[] = {{1, 1, 1, 2, 0, 1}, {3, 3, 7, 3, 0, 2}, {1, 9, 2, 2, 0, 1}};
 

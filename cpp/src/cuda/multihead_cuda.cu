@@ -2,6 +2,7 @@
 // geometry around the kernels of multihead_kernels.cuh (shared launch helpers and reductions:
 // lsa_launch.cuh, launch.cuh).
 #include <initializer_list>
+#include <mutex>
 #include <string>
 
 #include "cuda/lsa_launch.cuh"
@@ -14,22 +15,51 @@ namespace {
 
 using namespace kernels;  // NOLINT: the kernels and their layout helpers
 
-// The prediction kernels' layout with the largest warps-per-block (<= 4) whose shared memory fits,
-// with the spread token stride if it fits too.
-template <class T>
-HeadsLayout heads_layout(const LsaShape& sh, index_t heads, bool sums, bool input_grad,
-                         const DeviceScope& scope) {
+// The prediction kernel's layout with the most resident warps per SM (registers and shared
+// memory, the occupancy API): warps per block 1, 2, 4, 8 and the spread or least token stride,
+// the first best in that order (fewer warps per block: more blocks for small batches). The last
+// answer per kernel is kept (training calls ask for the same shape every step).
+template <class T, class Kernel>
+HeadsLayout heads_layout(Kernel kernel, const char* what, const LsaShape& sh, index_t heads,
+                         bool sums, bool input_grad, const DeviceScope& scope) {
   check_prompt_size(sh);
   const int rows = int(sh.dim + 1), cols = int(sh.context + 1);
-  const int group = HeadsLayout::default_group(int(heads), rows);
-  HeadsLayout lay{};
-  for (int warps = 4; warps >= 1; warps /= 2)
-    for (bool spread : {true, false}) {
-      lay = HeadsLayout::make<T>(int(heads), rows, cols, warps, sums, input_grad, group, spread);
-      if (lay.total() <= std::size_t(scope.max_shared_bytes())) return lay;
+  struct Key {
+    int device, heads, rows, cols;
+    bool input_grad;
+    bool operator==(const Key& o) const {
+      return device == o.device && heads == o.heads && rows == o.rows && cols == o.cols &&
+             input_grad == o.input_grad;
     }
-  return lay;  // too large: prepare() says so
-  return lay;
+  };
+  static std::mutex mutex;
+  static Key last_key{-1, 0, 0, 0, false};
+  static HeadsLayout last{};
+  const Key key{scope.device(), int(heads), rows, cols, input_grad};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (key == last_key) return last;
+  }
+  const int group = HeadsLayout::default_group(int(heads), rows);
+  const std::size_t max_shared = std::size_t(scope.max_shared_bytes());
+  prepare(kernel, max_shared, scope, what, sh);  // the occupancy API sees every size below
+  HeadsLayout best = HeadsLayout::make<T>(int(heads), rows, cols, 1, sums, input_grad, group, false);
+  int best_warps = 0;
+  for (int warps = 1; warps * kWarp <= kHeadsMaxThreads; warps *= 2)
+    for (bool spread : {true, false}) {
+      const HeadsLayout lay =
+          HeadsLayout::make<T>(int(heads), rows, cols, warps, sums, input_grad, group, spread);
+      if (lay.total() > max_shared) continue;
+      int per_sm = 0;
+      LSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * kWarp,
+                                                                   lay.total()));
+      if (per_sm * warps > best_warps) best = lay, best_warps = per_sm * warps;
+    }
+  if (best_warps > 0) {  // (none fits: the least one, and prepare() below says how much it needs)
+    std::lock_guard<std::mutex> lock(mutex);
+    last_key = key, last = best;
+  }
+  return best;
 }
 
 // Launches a prediction kernel; for a loss or VJP, the per-block partials into *partial and the
@@ -42,7 +72,8 @@ void launch_heads_prediction(const LsaShape& sh, index_t heads, const DeviceScop
   constexpr const char* kNames[] = {"multihead_lsa_predict", "multihead_lsa_loss_and_grad",
                                     "multihead_lsa_predict_vjp"};
   auto kernel = multihead_prediction_kernel<T, kMode>;
-  const HeadsLayout lay = heads_layout<T>(sh, heads, kSums, d_E != nullptr, scope);
+  const HeadsLayout lay =
+      heads_layout<T>(kernel, kNames[int(kMode)], sh, heads, kSums, d_E != nullptr, scope);
   prepare(kernel, lay.total(), scope, kNames[int(kMode)], sh);
   const int threads = lay.warps * kWarp;
   const int blocks = resident_blocks(kernel, threads, lay.total(), scope,

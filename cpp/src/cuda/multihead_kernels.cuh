@@ -72,14 +72,20 @@ struct HeadsLayout {
   __host__ __device__ std::size_t total() const { return block_bytes + std::size_t(slots()) * slot_bytes; }
 };
 
-// The prediction kernels' blocks: at most 4 warps (multihead_cuda.cu picks fewer when shared memory
-// is short), registers for 5 blocks per SM in float (20 warps: small prompts are latency bound; sm_90:
-// 74 / 96 / 96 registers for predict / loss / VJP, a 12-byte spill in the VJP) and 4 in double.
-constexpr int kHeadsMaxThreads = 4 * kWarp;
+// The prediction kernels' blocks: at most 8 warps (multihead_cuda.cu picks the warps per block
+// and token stride with the most resident warps), at most 96 registers a thread in float (sm_90:
+// 78 / 96 / 96 for predict / loss / VJP, no spills; 20 warps per SM in 4-warp blocks) and 128 in
+// double.
+constexpr int kHeadsMaxThreads = 8 * kWarp;
 template <class T>
-constexpr int heads_min_blocks() {
-  return sizeof(T) == 4 ? 5 : 4;
+constexpr int heads_max_registers() {
+  return sizeof(T) == 4 ? 96 : 128;
 }
+#if defined(__CUDACC__)
+#define LSA_HEADS_MAXNREG(T) __maxnreg__(heads_max_registers<T>())
+#else
+#define LSA_HEADS_MAXNREG(T)
+#endif
 
 // One prompt slot's part of the prediction kernels' shared memory.
 template <class T>
@@ -239,7 +245,7 @@ __device__ __forceinline__ void heads_accumulate(const HeadsLayout& lay, unsigne
 // with sums, the round's terms are added to the block's acc in slot order (no atomics: two runs
 // give bitwise equal results).
 template <class T, PredictionMode kMode>
-__global__ void __launch_bounds__(kHeadsMaxThreads, heads_min_blocks<T>()) multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const T* __restrict__ E,
+__global__ void __launch_bounds__(kHeadsMaxThreads) LSA_HEADS_MAXNREG(T) multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const T* __restrict__ E,
                                             const T* __restrict__ upstream,
                                             const T* __restrict__ W_pv, const T* __restrict__ W_kq,
                                             T* __restrict__ y_hat, double* __restrict__ partial,
