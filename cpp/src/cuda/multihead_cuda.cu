@@ -18,24 +18,26 @@ using namespace kernels;  // NOLINT: the kernels and their layout helpers
 // The prediction kernel's layout with the most resident warps per SM (registers and shared
 // memory, the occupancy API): warps per block 1, 2, 4, 8 and the spread or least token stride,
 // the first best in that order (fewer warps per block: more blocks for small batches). The last
-// answer per kernel is kept (training calls ask for the same shape every step).
+// answer is kept (training calls ask for the same shape every step).
 template <class T, class Kernel>
 HeadsLayout heads_layout(Kernel kernel, const char* what, const LsaShape& sh, index_t heads,
                          bool sums, bool input_grad, const DeviceScope& scope) {
   check_prompt_size(sh);
   const int rows = int(sh.dim + 1), cols = int(sh.context + 1);
-  struct Key {
+  struct Key {  // (the three modes' kernels share Kernel's type: the kernel is part of the key)
+    const void* kernel;
     int device, heads, rows, cols;
     bool input_grad;
     bool operator==(const Key& o) const {
-      return device == o.device && heads == o.heads && rows == o.rows && cols == o.cols &&
-             input_grad == o.input_grad;
+      return kernel == o.kernel && device == o.device && heads == o.heads && rows == o.rows &&
+             cols == o.cols && input_grad == o.input_grad;
     }
   };
   static std::mutex mutex;
-  static Key last_key{-1, 0, 0, 0, false};
+  static Key last_key{nullptr, -1, 0, 0, 0, false};
   static HeadsLayout last{};
-  const Key key{scope.device(), int(heads), rows, cols, input_grad};
+  const Key key{reinterpret_cast<const void*>(kernel), scope.device(), int(heads), rows, cols,
+                input_grad};
   {
     std::lock_guard<std::mutex> lock(mutex);
     if (key == last_key) return last;
