@@ -322,8 +322,8 @@ __global__ void __launch_bounds__(kHeadsMaxThreads) LSA_HEADS_MAXNREG(T) multihe
       if (more) heads_stage(lay, a.prompt, E + prompt_of(base + step) * size, gl);
     }
   }
-  if (!kSums) return;
-  for (int i = threadIdx.x; i < width; i += blockDim.x) partial[index_t(blockIdx.x) * width + i] = acc[i];
+  if constexpr (kSums)
+    for (int i = threadIdx.x; i < width; i += blockDim.x) partial[index_t(blockIdx.x) * width + i] = acc[i];
 }
 
 // d_W_pv = 0 but the last row of each head = d_p[h] · scale; d_W_kq = d_K · scale; with scale = 1/B
