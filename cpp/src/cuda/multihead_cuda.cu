@@ -16,9 +16,10 @@ namespace {
 using namespace kernels;  // NOLINT: the kernels and their layout helpers
 
 // The prediction kernel's layout with the most resident warps per SM (registers and shared
-// memory, the occupancy API): warps per block 1, 2, 4, 8 and the spread or least token stride,
-// the first best in that order (fewer warps per block: more blocks for small batches). The last
-// answer is kept (training calls ask for the same shape every step).
+// memory, the occupancy API): warps per block 2, 4, 8 and the spread or least token stride, the
+// first best in that order (more blocks per SM: one block's barrier waits are another's compute);
+// 1-warp blocks only when no other fits (their many partial sums cost a slower reduction). The
+// last answer is kept (training calls ask for the same shape every step).
 template <class T, class Kernel>
 HeadsLayout heads_layout(Kernel kernel, const char* what, const LsaShape& sh, index_t heads,
                          bool sums, bool input_grad, const DeviceScope& scope) {
@@ -47,7 +48,9 @@ HeadsLayout heads_layout(Kernel kernel, const char* what, const LsaShape& sh, in
   prepare(kernel, max_shared, scope, what, sh);  // the occupancy API sees every size below
   HeadsLayout best = HeadsLayout::make<T>(int(heads), rows, cols, 1, sums, input_grad, group, false);
   int best_warps = 0;
-  for (int warps = 1; warps * kWarp <= kHeadsMaxThreads; warps *= 2)
+  static_assert(8 * kWarp <= kHeadsMaxThreads, "the kernel's launch bounds");
+  for (int warps : {2, 4, 8, 1}) {
+    if (warps == 1 && best_warps > 0) break;
     for (bool spread : {true, false}) {
       const HeadsLayout lay =
           HeadsLayout::make<T>(int(heads), rows, cols, warps, sums, input_grad, group, spread);
@@ -57,6 +60,7 @@ HeadsLayout heads_layout(Kernel kernel, const char* what, const LsaShape& sh, in
                                                                    lay.total()));
       if (per_sm * warps > best_warps) best = lay, best_warps = per_sm * warps;
     }
+  }
   if (best_warps > 0) {  // (none fits: the least one, and prepare() below says how much it needs)
     std::lock_guard<std::mutex> lock(mutex);
     last_key = key, last = best;
