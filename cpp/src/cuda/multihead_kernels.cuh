@@ -1,15 +1,17 @@
 // The CUDA kernels of the H-head LSA (multihead.hpp, H >= 2; H = 1 runs lsa_kernels.cuh), included
-// by multihead_cuda.cu and by the CPU emulation test cpp/tests/test_cuda_emulated.cpp. Launch
+// by multihead_cuda.cu and by the CPU emulation test cpp/tests/test_multihead_emulated.cpp. Launch
 // geometry, memory movement and reductions only: every per-entry formula is multihead::* or
-// recipe::* (common/multihead_recipe.hpp, common/lsa_recipe.hpp).
+// recipe::* (common/multihead_recipe.hpp, common/lsa_recipe.hpp), but for the plain ordered sums of
+// products over 16-byte loads of the Gram route (heads_gram, dot_quads).
 //
-// Prediction, loss gradient and prediction VJP: one warp per prompt (grid-stride), Gram-first as
-// the CPU kernels: the warp stages its prompt in shared memory, forms G = E Eᵀ/N (lanes over its
-// (d+1)² entries), then per head q_h, G q_h, G p_h (lanes over H (d+1) entries): never the O(N²)
-// attention matrix. Full forward and VJP: one block per prompt (grid-stride), the one-head block
-// kernels' steps summed over the heads. Batch sums accumulate per warp/block in double, are combined
-// per block in a fixed order and reduced across blocks by reduce_partials_kernel in a fixed order:
-// no atomics, two runs on one device give bitwise equal results.
+// Prediction, loss gradient and prediction VJP: a group of 4-32 lanes per prompt (grid-stride),
+// Gram-first as the CPU kernels (fewer flops than the token form for H >= 2): the group copies its
+// prompt token-major into shared memory (cp.async), forms G = E Eᵀ/N in 4 x 4 register tiles, then
+// per head q_h, G q_h, G p_h (lanes over H (d+1) entries): never the O(N²) attention matrix. Full
+// forward and VJP: one block per prompt (grid-stride), the one-head block kernels' steps summed
+// over the heads. Batch sums accumulate per block in double, in slot (or thread) order, and are
+// reduced across blocks by reduce_partials_kernel in a fixed order: no atomics, two runs on one
+// device give bitwise equal results.
 #pragma once
 
 #include <algorithm>
@@ -245,11 +247,11 @@ __device__ __forceinline__ void heads_accumulate(const HeadsLayout& lay, unsigne
 // with sums, the round's terms are added to the block's acc in slot order (no atomics: two runs
 // give bitwise equal results).
 template <class T, PredictionMode kMode>
-__global__ void __launch_bounds__(kHeadsMaxThreads) LSA_HEADS_MAXNREG(T) multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const T* __restrict__ E,
-                                            const T* __restrict__ upstream,
-                                            const T* __restrict__ W_pv, const T* __restrict__ W_kq,
-                                            T* __restrict__ y_hat, double* __restrict__ partial,
-                                            T* __restrict__ d_E) {
+__global__ void __launch_bounds__(kHeadsMaxThreads) LSA_HEADS_MAXNREG(T)
+    multihead_prediction_kernel(LsaShape sh, HeadsLayout lay, const T* __restrict__ E,
+                                const T* __restrict__ upstream, const T* __restrict__ W_pv,
+                                const T* __restrict__ W_kq, T* __restrict__ y_hat,
+                                double* __restrict__ partial, T* __restrict__ d_E) {
   constexpr bool kSums = kMode != PredictionMode::predict;
   LSA_DYNAMIC_SHARED(smem);
   const int H = lay.heads, rows = lay.rows, cols = lay.cols, N = cols - 1, gs = lay.group;
@@ -323,7 +325,8 @@ __global__ void __launch_bounds__(kHeadsMaxThreads) LSA_HEADS_MAXNREG(T) multihe
     }
   }
   if constexpr (kSums)
-    for (int i = threadIdx.x; i < width; i += blockDim.x) partial[index_t(blockIdx.x) * width + i] = acc[i];
+    for (int i = threadIdx.x; i < width; i += blockDim.x)
+      partial[index_t(blockIdx.x) * width + i] = acc[i];
 }
 
 // d_W_pv = 0 but the last row of each head = d_p[h] · scale; d_W_kq = d_K · scale; with scale = 1/B
