@@ -16,9 +16,12 @@ from test_cuda import needs_gpu
 pytestmark = [pytest.mark.cuda, needs_gpu]
 
 DTYPES = [np.float32, np.float64]
-# (B, d, N, H): d = 1, N = 1; odd sizes; N + 1 > 32; H (d+1) > 32; (d+1)² > 32; H = 1 (the LSA route)
+# (B, d, N, H): d = 1, N = 1; odd sizes; N + 1 > 32; H (d+1) > 32; (d+1)² > 32; H = 1 (the LSA route);
+# lanes per prompt 4, 8, 16, 32 (HeadsLayout::default_group) with many prompts per block; d + 1 > 32
+# (more G tiles than lanes); the benchmark's d = 20, N = 100, H = 8
 SHAPES = [(1, 1, 1, 2), (7, 3, 7, 3), (37, 5, 20, 5), (11, 4, 40, 2), (5, 6, 9, 8), (3, 9, 4, 4),
-          (9, 3, 5, 1)]
+          (9, 3, 5, 1), (301, 2, 9, 2), (1000, 5, 20, 5), (77, 7, 30, 6), (3, 34, 4, 2),
+          (150, 20, 100, 8)]
 
 
 def _tol(dtype):
@@ -87,3 +90,18 @@ def test_one_head_is_lsa_on_cuda_bitwise(rng):
     for a, b in zip(got[1:], want[1:]):
         assert np.array_equal(cuda.to_host(a)[0] if not isinstance(a, np.ndarray) else a[0],
                               cuda.to_host(b) if not isinstance(b, np.ndarray) else b)
+
+
+def test_batch_sums_are_bitwise_repeatable_over_many_blocks(rng):
+    """Many blocks, several rounds of prompts per block, 8 prompts per warp: the per-block sums in
+    slot order and the fixed-order reduction give bitwise equal results run to run."""
+    E, y, W_pv, W_kq, _ = _problem(rng, 20000, 2, 9, 3, np.float32)
+    Ed, yd = cuda.to_device(E), cuda.to_device(y)
+    first = mh.loss_and_grad(Ed, yd, W_pv, W_kq)
+    again = mh.loss_and_grad(Ed, yd, W_pv, W_kq)
+    assert first[0] == again[0]
+    for a, b in zip(first[1:], again[1:]):
+        assert np.array_equal(cuda.to_host(a) if not isinstance(a, np.ndarray) else a,
+                              cuda.to_host(b) if not isinstance(b, np.ndarray) else b)
+    want = mh.loss_and_grad(E, y, W_pv, W_kq)
+    assert abs(first[0] - want[0]) <= 2e-4 * want[0]

@@ -3,7 +3,7 @@
 
 1. loss_and_grad on a device batch: native CUDA vs PyTorch CUDA autograd of the same model in its
    O(N d) token form (H heads batched in one einsum), CUDA-event-free wall medians with a
-   synchronize per group.
+   synchronize per group; then the prediction alone (native predict vs torch under no_grad).
 2. Fresh prompts alone: ``LinearPrompts.sample_embedding(device="cuda")`` into reused device
    buffers (the GPU sampler, issue 18) vs torch.randn-based generation of the same law.
 3. The training step on fresh prompts: native (``sample_embedding(device="cuda")`` into reused
@@ -33,14 +33,17 @@ LR = 1e-3
 SIZES = [(5, 20, 5, 4096), (5, 20, 5, 1 << 16), (20, 100, 8, 1 << 14)]  # (d, N, H, B)
 
 
-def torch_model_loss(E, y_q, W_pv, W_kq, N):
+def torch_model_predict(E, W_pv, W_kq, N):
     """The H-head prediction in token form: q_h = W^KQ_h e_q, ŷ = E[d,N] + Σ_h Σ_j (p_h·e_j)(e_j·q_h)/N."""
     d = E.shape[1] - 1
     q = torch.einsum("hrk,bk->bhr", W_kq, E[:, :, N])
     t = torch.einsum("hr,brj->bhj", W_pv[:, d], E)
     s = torch.einsum("bhr,brj->bhj", q, E)
-    y_hat = E[:, d, N] + (t * s).sum((1, 2)) / N
-    return 0.5 * ((y_hat - y_q) ** 2).mean()
+    return E[:, d, N] + (t * s).sum((1, 2)) / N
+
+
+def torch_model_loss(E, y_q, W_pv, W_kq, N):
+    return 0.5 * ((torch_model_predict(E, W_pv, W_kq, N) - y_q) ** 2).mean()
 
 
 def torch_prompts(d, N, B, dev, dtype):
@@ -94,6 +97,14 @@ def main(argv=None) -> int:
         ref = torch_model_loss(E_t.double(), y_t.double(), *(w.detach().double() for w in Wt), N).item()
         got = mh.loss_and_grad(E_d, y_d, *Wd)[0]
         print(f"  check: native vs torch float64 loss, relative difference {abs(got - ref) / abs(ref):.1e}")
+        # the prediction alone (inference; the loss's forward half)
+        with torch.no_grad():
+            t_rate = steps_per_second(lambda: torch_model_predict(E_t, *Wt, N), inner=inner,
+                                      repeats=repeats, sync=torch.cuda.synchronize)
+        record(size, "predict torch f32", t_rate, None)
+        n_rate = steps_per_second(lambda: mh.predict(E_d, *Wd), inner=inner, repeats=repeats,
+                                  sync=cuda.synchronize)
+        record(size, "predict native cuda f32", n_rate, t_rate)
         # 2. fresh prompts alone: the GPU sampler into reused buffers vs torch.randn generation
         spec = sampling.LinearPrompts(d, N, seed=1)
         E_buf = cuda.DeviceArray([B, d + 1, N + 1], np.dtype(np.float32), -1)

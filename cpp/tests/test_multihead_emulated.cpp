@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <random>
@@ -38,12 +39,53 @@ struct Config {
   index_t B, d, N, H;
   int warps;      // prediction kernels: warps per block
   unsigned grid;  // blocks (grid-stride loops cover the batch)
+  int group = 0;        // prediction kernels: lanes per prompt (0: HeadsLayout::default_group)
+  bool spread = true;  // prediction kernels: token stride 4 mod 8 (else the least multiple of 4)
 };
+
+// max |a − b| / max |b|.
+template <class T>
+double relative_gap(const std::vector<T>& a, const std::vector<T>& b) {
+  double scale = 0, err = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    scale = std::max(scale, std::abs(double(b[i])));
+    err = std::max(err, std::abs(double(a[i]) - double(b[i])));
+  }
+  return err / scale;
+}
+
+// Power of the comparisons above: kernels with a dropped head, heads' p and q paired across heads,
+// or 1/(N+1) for 1/N would fail them (their results differ from the kernel's by far more than the
+// tolerance).
+template <class T>
+void expect_wrong_formulas_rejected(const LsaShape& sh, index_t H, const std::vector<T>& E,
+                                    const std::vector<T>& W_pv, const std::vector<T>& W_kq,
+                                    const std::vector<T>& y, const std::vector<T>& d_kq) {
+  const int rows = int(sh.dim + 1), cols = int(sh.context + 1), n2 = rows * rows;
+  const double margin = 10 * tolerance<T>();
+  std::vector<T> alt(sh.batch);
+  lsa_native::multihead_lsa_predict(sh, H - 1, E.data(), W_pv.data(), W_kq.data(), alt.data());
+  EXPECT_GT(relative_gap(alt, y), margin) << "a dropped head";
+  std::vector<T> W_pv_next(W_pv.size());  // head h's p with head h+1's W^KQ
+  for (index_t i = 0; i < index_t(W_pv.size()); ++i) W_pv_next[i] = W_pv[(i + n2) % W_pv.size()];
+  lsa_native::multihead_lsa_predict(sh, H, E.data(), W_pv_next.data(), W_kq.data(), alt.data());
+  EXPECT_GT(relative_gap(alt, y), margin) << "cross-head pairing";
+  const double n = double(sh.context), wrong = n / (n + 1);
+  for (index_t b = 0; b < sh.batch; ++b) {
+    const T label = E[b * rows * cols + (rows - 1) * cols + cols - 1];
+    alt[b] = T(label + (double(y[b]) - label) * wrong);
+  }
+  EXPECT_GT(relative_gap(alt, y), margin) << "1/(N+1) for 1/N in the prediction";
+  std::vector<T> alt_kq(d_kq.size());
+  for (size_t i = 0; i < d_kq.size(); ++i) alt_kq[i] = T(double(d_kq[i]) * wrong);
+  EXPECT_GT(relative_gap(alt_kq, d_kq), margin) << "1/(N+1) for 1/N in d_W_kq";
+}
 
 template <class T>
 void check_prediction(const Config& c) {
   SCOPED_TRACE(testing::Message() << "B=" << c.B << " d=" << c.d << " N=" << c.N << " H=" << c.H
-                                  << " warps=" << c.warps << " grid=" << c.grid << " bytes=" << sizeof(T));
+                                  << " warps=" << c.warps << " grid=" << c.grid << " group=" << c.group
+                                  << " spread=" << c.spread << " bytes=" << sizeof(T));
   const unsigned seed = unsigned(c.B * 131 + c.d * 7 + c.N * 3 + c.H);
   const LsaShape sh{c.B, c.d, c.N};
   const int rows = int(c.d + 1), cols = int(c.N + 1);
@@ -59,14 +101,15 @@ void check_prediction(const Config& c) {
   using Mode = k::PredictionMode;
   const unsigned threads = unsigned(32 * c.warps);
   // Prediction only.
-  auto lay = k::HeadsLayout::make<T>(int(c.H), rows, cols, c.warps, false);
+  const int group = c.group > 0 ? c.group : k::HeadsLayout::default_group(int(c.H), rows);
+  auto lay = k::HeadsLayout::make<T>(int(c.H), rows, cols, c.warps, false, false, group, c.spread);
   std::vector<T> y(c.B, nan);
   lsa_emu::launch(c.grid, threads, lay.total(), k::multihead_prediction_kernel<T, Mode::predict>, sh,
                   lay, E.data(), static_cast<const T*>(nullptr), W_pv.data(), W_kq.data(), y.data(),
                   static_cast<double*>(nullptr), static_cast<T*>(nullptr));
   expect_close(y, y_cpu, tolerance<T>(), "predict");
   // Loss and gradient: kernel, fixed-order reduction, epilogue.
-  lay = k::HeadsLayout::make<T>(int(c.H), rows, cols, c.warps, true);
+  lay = k::HeadsLayout::make<T>(int(c.H), rows, cols, c.warps, true, false, group, c.spread);
   const int width = lay.acc_width();
   std::vector<T> y_loss(c.B, nan), d_pv(nW, nan), d_kq(nW, nan);
   std::vector<double> partial(c.grid * width, std::numeric_limits<double>::quiet_NaN());
@@ -81,10 +124,12 @@ void check_prediction(const Config& c) {
   EXPECT_NEAR(loss, L, tolerance<T>() * L) << "loss";
   expect_close(d_pv, g_pv, tolerance<T>(), "d_W_pv");
   expect_close(d_kq, g_kq, tolerance<T>(), "d_W_kq");
+  expect_wrong_formulas_rejected(sh, c.H, E, W_pv, W_kq, y, d_kq);
   // Prediction VJP for the upstream d_y = y_q (any vector).
   std::vector<T> v_pv(nW), v_kq(nW), dE_cpu(nE), dE(nE, nan);
   lsa_native::multihead_lsa_predict_vjp(sh, c.H, E.data(), W_pv.data(), W_kq.data(), y_q.data(),
                                         v_pv.data(), v_kq.data(), dE_cpu.data());
+  lay = k::HeadsLayout::make<T>(int(c.H), rows, cols, c.warps, true, true, group, c.spread);
   std::fill(partial.begin(), partial.end(), std::numeric_limits<double>::quiet_NaN());
   std::fill(d_pv.begin(), d_pv.end(), nan);
   std::fill(d_kq.begin(), d_kq.end(), nan);
@@ -136,8 +181,14 @@ void check_forward_and_vjp(const Config& c, bool with_input_grad) {
 
 // d = 1, N = 1, H = 2; odd sizes; more prompts than warps (grid-stride); idle warps (B < warps);
 // N + 1 > 32 tokens and H (d+1) > 32 head entries (several per lane); (d+1)² > 32.
-const Config kPrediction[] = {{1, 1, 1, 2, 1, 1}, {3, 1, 5, 3, 4, 1}, {7, 3, 7, 2, 2, 2},
-                              {11, 4, 40, 5, 2, 3}, {5, 9, 3, 4, 1, 2}, {2, 6, 70, 8, 4, 1}};
+// Lanes per prompt 4, 8, 16, 32 (several prompts per warp; a round's last slots past the batch);
+// d + 1 > 4 (several G tiles, partial edge tiles), d + 1 > 32 (more G tiles than lanes); the
+// least token stride (d + 1 = 8: no padding; d + 1 = 21); 8 warps a block.
+const Config kPrediction[] = {{1, 1, 1, 2, 1, 1},      {3, 1, 5, 3, 4, 1},     {7, 3, 7, 2, 2, 2},
+                              {11, 4, 40, 5, 2, 3},    {5, 9, 3, 4, 1, 2},     {2, 6, 70, 8, 4, 1},
+                              {13, 5, 20, 5, 2, 2, 4}, {9, 2, 33, 3, 1, 3, 8}, {21, 6, 9, 2, 2, 1, 16},
+                              {3, 34, 4, 2, 1, 2, 32}, {6, 7, 5, 3, 2, 2, 8, false},
+                              {4, 20, 12, 3, 2, 1, 32, false}, {70, 3, 6, 3, 8, 2, 8}};
 // (The block kernels' emulation is slow: 256 host threads and 2H + 4 barriers per prompt.)
 const Config kFull[] = {{1, 1, 1, 2, 0, 1}, {3, 3, 7, 3, 0, 2}, {1, 9, 2, 2, 0, 1}};
 

@@ -19,44 +19,31 @@
 namespace lsa_native::multihead {
 
 // Width of one prompt's (and a batch's) gradient sums [Σ w², Σ w G q_h, Σ w (G p_h) e_qᵀ]:
-// 1 + H rows + H rows² (acc_term's layout).
+// 1 + H rows + H rows², in that order (the d_W_kq part [H, rows, rows] row-major).
 LSA_HD index_t loss_grad_width(index_t heads, index_t rows) { return 1 + heads * rows + heads * rows * rows; }
 
-// ---- the Gram route on a formed G [rows, rows] (the CUDA prediction kernels) -------------------
-
-// (G x)_r = Σ_c G[r, c] x[c]  (G p_h, G q_h).
-template <class T>
-LSA_HD T gram_times_entry(const T* G, const T* x, int rows, int r) {
-  T acc = T(0);
-  for (int c = 0; c < rows; ++c) acc += G[r * rows + c] * x[c];
-  return acc;
-}
-
-// Σ_h p_h · (G q_h) over the heads, the part of ŷ beyond the query's label slot.
-template <class T>
-LSA_HD T heads_sum(const T* p, const T* Gq, int heads, int rows) {
-  T acc = T(0);
-  for (int i = 0; i < heads * rows; ++i) acc += p[i] * Gq[i];
-  return acc;
-}
+// ---- the Gram route on a formed G (the CUDA prediction kernels) --------------------------------
+// (q_h = W^KQ_h e_q, G q_h and G p_h are plain ordered dot products there: dot_quads.)
 
 // S[r, c] = (dŷ/N) Σ_h (p_h[r] q_h[c] + q_h[r] p_h[c]): the prediction's input gradient is S E on
 // every token, + dŷ (Σ_h W^KQ_hᵀ G p_h) on the query column and + dŷ on the query-label slot.
+// p, q [H, ld].
 template <class T>
-LSA_HD T input_grad_coefficient(T dy_over_n, const T* p, const T* q, int heads, int rows, int r,
+LSA_HD T input_grad_coefficient(T dy_over_n, const T* p, const T* q, int heads, int ld, int r,
                                 int c) {
   T acc = T(0);
   for (int h = 0; h < heads; ++h)
-    acc += p[h * rows + r] * q[h * rows + c] + q[h * rows + r] * p[h * rows + c];
+    acc += p[h * ld + r] * q[h * ld + c] + q[h * ld + r] * p[h * ld + c];
   return dy_over_n * acc;
 }
 
 // (Σ_h W^KQ_hᵀ G p_h)_r = Σ_h Σ_k W^KQ_h[k, r] (G p_h)_k: the query column's gradient through q_h.
+// W_kq [H, rows, ld] (row stride ld), Gp [H rows].
 template <class T>
-LSA_HD T through_queries_entry(const T* W_kq, const T* Gp, int heads, int rows, int r) {
+LSA_HD T through_queries_entry(const T* W_kq, const T* Gp, int heads, int rows, int ld, int r) {
   T acc = T(0);
   for (int h = 0; h < heads; ++h)
-    for (int k = 0; k < rows; ++k) acc += W_kq[(h * rows + k) * rows + r] * Gp[h * rows + k];
+    for (int k = 0; k < rows; ++k) acc += W_kq[(h * rows + k) * ld + r] * Gp[h * rows + k];
   return acc;
 }
 
@@ -72,16 +59,30 @@ LSA_HD T input_grad_entry(T dy, recipe::Mat<T> S, recipe::Mat<T> E, T through_r,
   return v;
 }
 
-// Term i of one prompt's contribution to the batch sums [loss_grad_width] = [Σ w², Σ w G q_h,
-// Σ w (G p_h) e_qᵀ] for the weight w (the residual or
-// dŷ; slot 0 only for a loss).
-template <class T>
-LSA_HD double acc_term(int i, double w, const T* Gq, const T* Gp, const T* e_q, int heads,
-                       int rows) {
-  if (i == 0) return w * w;
-  if (i <= heads * rows) return w * double(Gq[i - 1]);
-  const int j = i - 1 - heads * rows, n = rows;  // j = (h rows + r) rows + c
-  return (w * double(Gp[j / n])) * double(e_q[j % n]);
+// G = E Eᵀ / N in 4 x 4 register tiles over the tokens (heads_gram of the CUDA kernels), the upper
+// triangle only (G is symmetric): kGramTile, the tile count, and tile t's first row and column
+// (row-major over the tiles (bi, bj), bi <= bj, of the ceil(rows/4)² grid).
+constexpr int kGramTile = 4;
+LSA_HD int gram_tiles(int rows) {
+  const int nb = (rows + kGramTile - 1) / kGramTile;
+  return nb * (nb + 1) / 2;
+}
+LSA_HD void gram_tile_origin(int t, int rows, int& r0, int& c0) {
+  const int nb = (rows + kGramTile - 1) / kGramTile;
+  int bi = 0;
+  while (t >= nb - bi) t -= nb - bi++;
+  r0 = kGramTile * bi;
+  c0 = kGramTile * (bi + t);
+}
+
+// The batch sums of acc_width's layout, one prompt's terms at a time in double:
+//   [0] += w², [1 + h rows + r] += (w G q_h)[r], [1 + H rows + (h rows + r) rows + c] += (w G p_h)[r] e_q[c],
+// with wGq = w G q_h, wGp = w G p_h [H rows] and e_q [rows] already in double (the CUDA kernels
+// add a block's prompts in slot order with d_K_quad over kGramTile columns c0.. of one row).
+LSA_HD void d_K_quad(double (&v)[kGramTile], double wGp_hr, const double* e_q, int c0,
+                            int rows) {
+  for (int k = 0; k < kGramTile; ++k)
+    if (c0 + k < rows) v[k] += wGp_hr * e_q[c0 + k];
 }
 
 // ---- the Wishart route (wishart.hpp): the fused sampled step's prompt ---------------------------
@@ -186,7 +187,7 @@ LSA_HD double heads_residual(const linear::Law<T>& P, index_t heads, const T* p_
 }
 
 // acc [loss_grad_width] += the prompt's terms for the weight r: Σ r², Σ r G q_h, Σ r (G p_h) e_qᵀ
-// (acc_term's layout; the last column of each d_K block is skipped: e_q[d] = 0 adds nothing).
+// (loss_grad_width's layout; the last column of each d_K block is skipped: e_q[d] = 0 adds nothing).
 template <class T>
 LSA_HD void accumulate(double r, const T* e_q, const HeadsWork<T>& h, index_t heads, index_t rows,
                        double* acc) {

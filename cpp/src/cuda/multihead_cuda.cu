@@ -1,6 +1,8 @@
 // CUDA backend of the H-head LSA (multihead.hpp, H >= 2): staging of host arrays and launch
 // geometry around the kernels of multihead_kernels.cuh (shared launch helpers and reductions:
 // lsa_launch.cuh, launch.cuh).
+#include <initializer_list>
+#include <mutex>
 #include <string>
 
 #include "cuda/lsa_launch.cuh"
@@ -13,17 +15,57 @@ namespace {
 
 using namespace kernels;  // NOLINT: the kernels and their layout helpers
 
-// The prediction kernels' layout with the largest warps-per-block (<= 4) whose shared memory fits.
-template <class T>
-HeadsLayout heads_layout(const LsaShape& sh, index_t heads, bool sums, const DeviceScope& scope) {
+// The prediction kernel's layout with the most resident warps per SM (registers and shared
+// memory, the occupancy API): warps per block 2, 4, 8 and the spread or least token stride, the
+// first best in that order (more blocks per SM: one block's barrier waits are another's compute);
+// 1-warp blocks only when no other fits (their many partial sums cost a slower reduction). The
+// last answer is kept (training calls ask for the same shape every step).
+template <class T, class Kernel>
+HeadsLayout heads_layout(Kernel kernel, const char* what, const LsaShape& sh, index_t heads,
+                         bool sums, bool input_grad, const DeviceScope& scope) {
   check_prompt_size(sh);
   const int rows = int(sh.dim + 1), cols = int(sh.context + 1);
-  HeadsLayout lay{};
-  for (int warps = 4; warps >= 1; warps /= 2) {
-    lay = HeadsLayout::make<T>(int(heads), rows, cols, warps, sums);
-    if (lay.total() <= std::size_t(scope.max_shared_bytes()) || warps == 1) break;
+  struct Key {  // (the three modes' kernels share Kernel's type: the kernel is part of the key)
+    const void* kernel;
+    int device, heads, rows, cols;
+    bool input_grad;
+    bool operator==(const Key& o) const {
+      return kernel == o.kernel && device == o.device && heads == o.heads && rows == o.rows &&
+             cols == o.cols && input_grad == o.input_grad;
+    }
+  };
+  static std::mutex mutex;
+  static Key last_key{nullptr, -1, 0, 0, 0, false};
+  static HeadsLayout last{};
+  const Key key{reinterpret_cast<const void*>(kernel), scope.device(), int(heads), rows, cols,
+                input_grad};
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (key == last_key) return last;
   }
-  return lay;
+  const int group = HeadsLayout::default_group(int(heads), rows);
+  const std::size_t max_shared = std::size_t(scope.max_shared_bytes());
+  prepare(kernel, max_shared, scope, what, sh);  // the occupancy API sees every size below
+  HeadsLayout best = HeadsLayout::make<T>(int(heads), rows, cols, 1, sums, input_grad, group, false);
+  int best_warps = 0;
+  static_assert(8 * kWarp <= kHeadsMaxThreads, "the kernel's launch bounds");
+  for (int warps : {2, 4, 8, 1}) {
+    if (warps == 1 && best_warps > 0) break;
+    for (bool spread : {true, false}) {
+      const HeadsLayout lay =
+          HeadsLayout::make<T>(int(heads), rows, cols, warps, sums, input_grad, group, spread);
+      if (lay.total() > max_shared) continue;
+      int per_sm = 0;
+      LSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, warps * kWarp,
+                                                                   lay.total()));
+      if (per_sm * warps > best_warps) best = lay, best_warps = per_sm * warps;
+    }
+  }
+  if (best_warps > 0) {  // (none fits: the least one, and prepare() below says how much it needs)
+    std::lock_guard<std::mutex> lock(mutex);
+    last_key = key, last = best;
+  }
+  return best;
 }
 
 // Launches a prediction kernel; for a loss or VJP, the per-block partials into *partial and the
@@ -36,11 +78,12 @@ void launch_heads_prediction(const LsaShape& sh, index_t heads, const DeviceScop
   constexpr const char* kNames[] = {"multihead_lsa_predict", "multihead_lsa_loss_and_grad",
                                     "multihead_lsa_predict_vjp"};
   auto kernel = multihead_prediction_kernel<T, kMode>;
-  const HeadsLayout lay = heads_layout<T>(sh, heads, kSums, scope);
+  const HeadsLayout lay =
+      heads_layout<T>(kernel, kNames[int(kMode)], sh, heads, kSums, d_E != nullptr, scope);
   prepare(kernel, lay.total(), scope, kNames[int(kMode)], sh);
   const int threads = lay.warps * kWarp;
   const int blocks = resident_blocks(kernel, threads, lay.total(), scope,
-                                     (sh.batch + lay.warps - 1) / lay.warps);
+                                     (sh.batch + lay.slots() - 1) / lay.slots());
   double* partial_ptr = nullptr;
   if (kSums) {
     *partial = Scratch(sizeof(double) * std::size_t(blocks) * std::size_t(lay.acc_width()));
