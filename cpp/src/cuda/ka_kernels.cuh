@@ -83,7 +83,8 @@ struct KaArgs {
   T* scratch;       // [gridDim.x, state_values] when the workspace is not in shared memory
   PredictionOutput prediction_output = PredictionOutput::tf;  // forward: TF_ℓ or ŷ_ℓ = −TF_ℓ
   // The last layer may compute the query column alone (recipe: the query layer) when nothing but
-  // TF_L is asked for from it (off: the full layer, LSA_NATIVE_KA_QUERY=0 for comparisons).
+  // TF_L is asked for from it (off: the full layer, LSA_NATIVE_KA_QUERY=0 for comparisons). Only
+  // ka_warp_kernel has the query layer; ka_kernel always runs the full last layer.
   bool query_layer = true;
   // Whether a kernel of mode m runs the last layer as the query layer: the loss and gradient, and a
   // forward writing neither Z_L nor the context (the predictions alone); never the VJP (dense ∂ℓ/∂Z_L).
@@ -92,134 +93,18 @@ struct KaArgs {
   }
 };
 
-// Layer ℓ when only TF = Z_{ℓ+1}[d, n] is needed (recipe: the query layer, O(n·d + d²) per head)
-// by the block's threads: per head w_q, q, h, y in the query column n of W, U, h̃, Y (as
-// ka_warp_query_forward), the softmax's max and sum by one thread (the full layer's column-wise
-// step on one column). Only Z_{ℓ+1}[d, n] is written. Starts and ends synchronized.
-template <class T>
-__device__ void ka_query_forward(const KaLayout& lay, T* ws, const T* V, const T* Bq, const T* Ck,
-                                 const Activation* acts, int l, int tid, int nt) {
-  using recipe::column;
-  using recipe::rows_of;
-  const int d = lay.d, n = lay.n, D = lay.D, Tt = lay.ctx.Tt;
-  const recipe::KaContext& c = lay.ctx;
-  const T* Zl = ws + c.z(l);
-  const auto Z = rows_of<T>(Zl, Tt);
-  T tf = Zl[d * Tt + n];
-  for (int s = 0; s < lay.H; ++s) {
-    const int p = l * lay.H + s;
-    const Activation a = acts[s];
-    const bool cw = recipe::column_wise(a);
-    const auto Bm = rows_of<T>(Bq + p * d * d, d), Cm = rows_of<T>(Ck + p * d * d, d);
-    const auto Vm = rows_of<T>(V + p * D * D, D);
-    T *U = ws + c.u(l, s), *W = ws + c.w(l, s), *Hs = ws + c.h(l, s), *Y = ws + c.y(l, s);
-    for (int r = tid; r < d; r += nt) W[r * Tt + n] = recipe::matvec_entry(Cm, column<T>(Zl + n, Tt), d, r);
-    __syncthreads();
-    for (int k = tid; k < d; k += nt)
-      U[k * Tt + n] = recipe::matvec_entry(Bm.transposed(), column<T>(W + n, Tt), d, k);  // q = Bᵀ w_q
-    __syncthreads();
-    for (int i = tid; i < n; i += nt) {  // s_i = x_i · q; element-wise h̃ at once   (12)
-      const T v = recipe::column_dot_entry(Z, column<T>(U + n, Tt), d, i);
-      Hs[i * Tt + n] = cw ? v : recipe::activation_value(a, v, T(0));
-    }
-    __syncthreads();
-    if (cw) {
-      if (tid == 0) {
-        const auto Sm = rows_of<T>(Hs, Tt);
-        const T shift = recipe::column_max(Sm, n, n);
-        for (int i = 0; i < n; ++i) Hs[i * Tt + n] = recipe::activation_value(a, Hs[i * Tt + n], shift);
-        const T scale = recipe::inverse(recipe::column_sum(Sm, n, n));
-        for (int i = 0; i < n; ++i) Hs[i * Tt + n] *= scale;
-      }
-      __syncthreads();
-    }
-    for (int r = tid; r < D; r += nt) Y[r * Tt + n] = recipe::source_sum_entry(Z, column<T>(Hs + n, Tt), n, r);
-    __syncthreads();
-    tf = recipe::query_label_step(tf, Vm, column<T>(Y + n, Tt), D, d);  // (3)
-  }
-  if (tid == 0) ws[c.z(l + 1) + d * Tt + n] = tf;
-  __syncthreads();
-}
-
-// The backward of ka_query_forward from the loss seed g = ∂ℓ/∂TF (dZ, the first scratch buffer,
-// is g at [d, n] and 0 elsewhere), in place: dZ becomes ∂ℓ/∂Z_ℓ. Per head dy in dY's column n, ds
-// in dh̃'s, a in dU's, dw_q in dW's (as ka_warp_query_backward); parameter gradients accumulate
-// into g = [dV | dB | dC]. Starts and ends synchronized.
-template <class T>
-__device__ void ka_query_backward(const KaLayout& lay, T* ws, const T* V, const T* Bq, const T* Ck,
-                                  const Activation* acts, double* g, int l, int tid, int nt) {
-  using recipe::column;
-  using recipe::rows_of;
-  const int d = lay.d, n = lay.n, D = lay.D, Tt = lay.ctx.Tt;
-  const recipe::KaContext& c = lay.ctx;
-  const int LH = lay.L * lay.H;
-  double *gV = g, *gB = gV + LH * D * D, *gC = gB + LH * d * d;
-  const T* Zl = ws + c.z(l);
-  const auto Z = rows_of<T>(Zl, Tt);
-  T* dZ = ws + c.size();
-  T* dY = dZ + 2 * D * Tt;
-  T* dH = dY + D * Tt;
-  T* dU = dH + n * Tt;
-  T* dW = dU + d * Tt;
-  const T seed = dZ[d * Tt + n];
-  for (int s = 0; s < lay.H; ++s) {
-    const int p = l * lay.H + s;
-    const Activation a = acts[s];
-    const bool cw = recipe::column_wise(a);
-    const auto Bm = rows_of<T>(Bq + p * d * d, d), Cm = rows_of<T>(Ck + p * d * d, d);
-    const auto Vm = rows_of<T>(V + p * D * D, D);
-    const T *U = ws + c.u(l, s), *W = ws + c.w(l, s), *Hs = ws + c.h(l, s), *Y = ws + c.y(l, s);
-    for (int r = tid; r < D; r += nt) {  // dV[d, :] += g y, dy = g V[d, :]
-      gV[p * D * D + d * D + r] += double(seed * Y[r * Tt + n]);
-      dY[r * Tt + n] = recipe::query_dy(seed, Vm, d, r);
-    }
-    __syncthreads();
-    for (int i = tid; i < n; i += nt) {  // dh_i = x̄_iᵀ dy; element-wise ds at once
-      const T dh = recipe::column_dot_entry(Z, column<T>(dY + n, Tt), D, i);
-      dH[i * Tt + n] = cw ? dh : recipe::activation_gradient(a, Hs[i * Tt + n], dh, T(0));
-    }
-    __syncthreads();
-    if (cw) {  // softmax: Σ_i h_i dh_i (every thread, the same order), then ds
-      const T dot = recipe::column_dot(rows_of<T>(Hs, Tt), rows_of<T>(dH, Tt), n, n);
-      __syncthreads();
-      for (int i = tid; i < n; i += nt)
-        dH[i * Tt + n] = recipe::activation_gradient(a, Hs[i * Tt + n], dH[i * Tt + n], dot);
-      __syncthreads();
-    }
-    for (int i = tid; i < n; i += nt) {  // dZ[:, i] += dy h_i + q ds_i
-      const T h = Hs[i * Tt + n], ds = dH[i * Tt + n];
-      for (int r = 0; r < D; ++r) dZ[r * Tt + i] += dY[r * Tt + n] * h;
-      for (int k = 0; k < d; ++k) dZ[k * Tt + i] += U[k * Tt + n] * ds;
-    }
-    for (int k = tid; k < d; k += nt)  // a = Σ_{i<n} ds_i x_i
-      dU[k * Tt + n] = recipe::source_sum_entry(Z, column<T>(dH + n, Tt), n, k);
-    __syncthreads();
-    for (int r = tid; r < d; r += nt) dW[r * Tt + n] = recipe::matvec_entry(Bm, column<T>(dU + n, Tt), d, r);
-    for (int e = tid; e < d * d; e += nt)  // dB += w_q aᵀ
-      gB[p * d * d + e] += double(W[(e / d) * Tt + n] * dU[(e % d) * Tt + n]);
-    __syncthreads();
-    for (int e = tid; e < d * d; e += nt)  // dC += dw_q x_qᵀ
-      gC[p * d * d + e] += double(dW[(e / d) * Tt + n] * Z(e % d, n));
-    for (int k = tid; k < d; k += nt)  // dX[:, n] += Cᵀ dw_q
-      dZ[k * Tt + n] = recipe::input_gradient_entry(dZ[k * Tt + n], Cm, column<T>(dW + n, Tt), d, k, 0);
-    __syncthreads();
-  }
-}
-
 // Forward of one prompt in the workspace ws (layout lay.ctx) by the block's threads; Z_0 is staged
-// from global memory. `query_last`: the last layer computes Z_L[d, n] alone (ka_query_forward).
-// Ends synchronized.
+// from global memory. Ends synchronized.
 template <class T>
 __device__ void ka_forward_prompt(const KaLayout& lay, T* ws, const T* __restrict__ Z0b,
                                   const T* V, const T* Bq, const T* Ck, const Activation* acts,
-                                  bool query_last, int tid, int nt) {
+                                  int tid, int nt) {
   using recipe::rows_of;
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, Tt = lay.ctx.Tt;
   const recipe::KaContext& c = lay.ctx;
   for (int i = tid; i < D * cols; i += nt) ws[(i / cols) * Tt + i % cols] = Z0b[i];
   __syncthreads();
   for (int l = 0; l < lay.L; ++l) {
-    if (query_last && l == lay.L - 1) return ka_query_forward(lay, ws, V, Bq, Ck, acts, l, tid, nt);
     const T* Zp = ws + c.z(l);
     T* Zn = ws + c.z(l + 1);
     const auto Z = rows_of<T>(Zp, Tt);
@@ -267,12 +152,12 @@ __device__ void ka_forward_prompt(const KaLayout& lay, T* ws, const T* __restric
   }
 }
 
-// Backward of layers top − 1 .. 0 of one prompt from ∂ℓ/∂Z_top in dZ (the first scratch buffer)
-// to ∂ℓ/∂Z_0, returned (one of the two dZ buffers); parameter gradients accumulate into
-// g = [dV | dB | dC] (double). Starts and ends synchronized.
+// Backward of one prompt from ∂ℓ/∂Z_L in dZ (the first scratch buffer) to ∂ℓ/∂Z_0, returned (one
+// of the two dZ buffers); parameter gradients accumulate into g = [dV | dB | dC] (double).
+// Starts and ends synchronized.
 template <class T>
 __device__ T* ka_backward_prompt(const KaLayout& lay, T* ws, const T* V, const T* Bq, const T* Ck,
-                                 const Activation* acts, double* g, int top, int tid, int nt) {
+                                 const Activation* acts, double* g, int tid, int nt) {
   using recipe::rows_of;
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, Tt = lay.ctx.Tt;
   const recipe::KaContext& c = lay.ctx;
@@ -286,7 +171,7 @@ __device__ T* ka_backward_prompt(const KaLayout& lay, T* ws, const T* V, const T
   T* dW = dU + d * Tt;
   const auto dYm = rows_of<T>(dY, Tt), dHm = rows_of<T>(dH, Tt);
   const auto dUm = rows_of<T>(dU, Tt), dWm = rows_of<T>(dW, Tt);
-  for (int l = top - 1; l >= 0; --l) {
+  for (int l = lay.L - 1; l >= 0; --l) {
     const auto Z = rows_of<T>(ws + c.z(l), Tt);
     const auto dO = rows_of<T>(dZ, Tt);
     for (int i = tid; i < D * cols; i += nt) dZp[(i / cols) * Tt + i % cols] = dZ[(i / cols) * Tt + i % cols];
@@ -381,14 +266,13 @@ __global__ void ka_kernel(KernelAttentionShape sh, KaLayout lay, KaArgs<T> a) {
   if (acc != nullptr)
     for (int i = tid; i < width; i += nt) acc[i] = 0;
   __syncthreads();
-  const bool query = a.query_only(kMode);  // the last layer: its query column alone
   for (index_t b = blockIdx.x; b < sh.batch; b += gridDim.x) {
     if (kMode == KaMode::vjp && a.context != nullptr) {
       const T* src = a.context + b * ctx_size;
       for (index_t i = tid; i < ctx_size; i += nt) ws[i] = src[i];
       __syncthreads();
     } else {
-      ka_forward_prompt(lay, ws, a.Z0 + b * per, V, Bq, Ck, a.acts, query, tid, nt);
+      ka_forward_prompt(lay, ws, a.Z0 + b * per, V, Bq, Ck, a.acts, tid, nt);
     }
     if (a.predictions != nullptr && kMode != KaMode::vjp)
       for (int l = tid; l <= L; l += nt)
@@ -413,8 +297,7 @@ __global__ void ka_kernel(KernelAttentionShape sh, KaLayout lay, KaArgs<T> a) {
       for (int i = tid; i < D * Tt; i += nt) dZ[i] = i == d * Tt + n ? T(recipe::loss_seed(r, sh.batch)) : T(0);
     }
     __syncthreads();
-    if (query) ka_query_backward(lay, ws, V, Bq, Ck, a.acts, acc + 1, L - 1, tid, nt);
-    const T* dZ0 = ka_backward_prompt(lay, ws, V, Bq, Ck, a.acts, acc + 1, query ? L - 1 : L, tid, nt);
+    const T* dZ0 = ka_backward_prompt(lay, ws, V, Bq, Ck, a.acts, acc + 1, tid, nt);
     if (a.d_Z0 != nullptr)
       for (int i = tid; i < per; i += nt) a.d_Z0[b * per + i] = dZ0[(i / cols) * Tt + i % cols];
     __syncthreads();
