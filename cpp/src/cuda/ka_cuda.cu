@@ -1,7 +1,9 @@
 // CUDA backend of kernel attention (kernel_attention.hpp): staging of host arrays, launch geometry
 // and the fixed-order reduction of the parameter gradients around the kernels of ka_warp_kernels.cuh
 // (a warp per prompt) and ka_kernels.cuh (a block per prompt: shapes whose per-warp workspace does
-// not fit shared memory, or every shape under LSA_NATIVE_CUDA_OLD_KERNELS=1).
+// not fit shared memory, or every shape under LSA_NATIVE_CUDA_OLD_KERNELS=1). The warp kernel runs
+// the last layer as the query layer for the loss and the predictions (LSA_NATIVE_KA_QUERY=0: in
+// full); the block kernel always runs it in full.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>

@@ -18,6 +18,8 @@
 //     read rows with the same odd stride;
 //   * the lanes of a warp only wait for each other at __syncwarp (per layer one, plus three per head
 //     in the backward and one in the forward); no block barrier after the parameters are staged.
+// Under the loss and the predictions alone the last layer is the query layer (ka_warp_query_forward
+// / _backward: the query column only, O(n·d + d²) per head instead of O(n²·d); KaArgs::query_only).
 // Every entry sums in the recipe's order (recipe::product_entry / token_product /
 // row_combination_entry: the inner index ascending), with the activation, softmax and loss-seed
 // formulas called from common/ka_recipe.hpp, so the CPU tests of the recipe cover this arithmetic.
