@@ -11,12 +11,18 @@ Rows (issue 11; target: native ≥ 3x PyTorch CUDA):
 - fwd+vjp: forward saving the context, then the VJP for an upstream ∂ℓ/∂Z_L with dZ0 (what an
   autograd wrapper runs) vs torch forward + backward of Σ Z_L ⊙ dZ.
 Also a correctness check at each size (native vs torch loss and gradients). Prints a table last.
+- predict: ŷ_L alone on the device (the native forward with z_out=False, predictions=True: the
+  last layer as the query layer) vs the torch forward's query label.
 impl "old": the native rows again with LSA_NATIVE_CUDA_OLD_KERNELS=1 (the block-per-prompt
 kernel, kept until both have been measured; --no-old skips them).
+impl "full": loss+grad and predict with LSA_NATIVE_KA_QUERY=0 (the last layer in full, as before
+the query layer: the before/after of the query layer in one run; fwd and fwd+vjp never use it).
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from pathlib import Path
 
@@ -29,6 +35,25 @@ from report_kernel_attention import torch_loss  # noqa: E402
 import lsa_native  # noqa: E402
 from lsa_native import kernel_attention as ka  # noqa: E402
 from bench_cuda import old_kernels, publish, timed  # noqa: E402  (the switch, CUDA-event medians, the report)
+
+
+@contextlib.contextmanager
+def full_last_layer(on: bool):
+    """LSA_NATIVE_KA_QUERY=0 inside when `on` (read by the launch code at every call: the last
+    kernel-attention layer in full instead of the query layer); the previous value restored after."""
+    key = "LSA_NATIVE_KA_QUERY"
+    before = os.environ.get(key)
+    if on:
+        os.environ[key] = "0"
+    else:
+        os.environ.pop(key, None)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = before
 
 
 def torch_forward(Z0, V, B, C, act):
@@ -98,19 +123,26 @@ def bench_size(dtype, Bsz: int, act: str, warmup: int, repeat: int, with_torch: 
             print(f"[{name} {size}] correctness check FAILED: {type(exc).__name__}: {exc}", flush=True)
             torch.cuda.empty_cache()
 
+    def native_predict():  # ŷ_ℓ on the device (ka.predict itself runs on the CPU)
+        return lsa_native._core.kernel_attention_forward(*ka._inputs(Z0, V, B, C), act, z_out=False,
+                                                         predictions=True, y_hat=True)[1]
+
     def native_fwd_vjp():
         _, ctx = ka.forward(Z0, V, B, C, act, return_context=True)
         return ka.vjp(Z0, V, B, C, act, dZ, context=ctx)
 
-    for impl in ("native", "old") if with_old else ("native",):
-        with old_kernels(impl == "old"):  # read by the launch code at every call
+    for impl in ("native", "full") + (("old",) if with_old else ()):
+        with old_kernels(impl == "old"), full_last_layer(impl == "full"):  # read at every call
             row("loss+grad", impl, lambda: ka.loss_and_grad(Z0, y, V, B, C, act))
-            row("fwd", impl, lambda: ka.forward(Z0, V, B, C, act))
-            row("fwd+vjp", impl, native_fwd_vjp)
+            row("predict", impl, native_predict)
+            if impl != "full":  # Z_L and the VJP need the full last layer anyway
+                row("fwd", impl, lambda: ka.forward(Z0, V, B, C, act))
+                row("fwd+vjp", impl, native_fwd_vjp)
     if with_torch:
         row("loss+grad", "torch", lambda: torch_loss_and_grad(Z0, y, V, B, C, act))
         with torch.no_grad():
             row("fwd", "torch", lambda: torch_forward(Z0, V, B, C, act))
+            row("predict", "torch", lambda: -torch_forward(Z0, V, B, C, act)[:, d, n])
         row("fwd+vjp", "torch", lambda: torch_forward_vjp(Z0, V, B, C, act, dZ))
     del Z0, y, dZ
     torch.cuda.empty_cache()

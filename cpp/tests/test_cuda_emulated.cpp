@@ -256,16 +256,27 @@ enum class KaKernel { block, warp };  // ka_kernel, ka_warp_kernel
 // loss_and_grad through the emulated kernels, the fixed-order reduction and the epilogue, against
 // the CPU kernels. Outputs start as NaN (unwritten entries fail); the GPU's context must equal the
 // CPU's (one layout, recipe::KaContext).
+// The loss and the predictions-only forward run the last layer as the query layer (KaArgs::
+// query_only); loss_and_grad and the ŷ forward also run with the full last layer
+// (query_layer = false), which must agree with the CPU as well. sparse_v: V = [[A, 0], [0, r]]
+// (CCS Assumption 4.4; V[d, :] = r e_d is all the query layer reads of V).
 template <class T>
 void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaKernel kernel,
-                            double logit_scale = 0.5) {
+                            double logit_scale = 0.5, bool sparse_v = false) {
   const KernelAttentionShape& s = c.shape;
   SCOPED_TRACE(testing::Message() << (kernel == KaKernel::warp ? "warp kernel" : "block kernel")
                                   << " B=" << s.batch << " d=" << s.dim << " n=" << s.context
                                   << " L=" << s.layers << " H=" << s.heads << " act0=" << int(acts[0])
                                   << " grid=" << c.grid << " threads=" << c.threads
-                                  << " max_shared=" << c.max_shared << " bytes=" << sizeof(T));
-  const auto pr = lsa_native::testing::random_ka_problem<T>(s, acts, unsigned(s.batch * 31 + s.dim * 7 + s.context), logit_scale);
+                                  << " max_shared=" << c.max_shared << " bytes=" << sizeof(T)
+                                  << (sparse_v ? " sparse V" : ""));
+  auto pr = lsa_native::testing::random_ka_problem<T>(s, acts, unsigned(s.batch * 31 + s.dim * 7 + s.context), logit_scale);
+  if (sparse_v)
+    for (index_t p = 0; p < s.layers * s.heads; ++p)
+      for (index_t k = 0; k < s.dim; ++k) {
+        pr.V[std::size_t(p * (s.dim + 1) * (s.dim + 1) + s.dim * (s.dim + 1) + k)] = T(0);  // V[d, k]
+        pr.V[std::size_t(p * (s.dim + 1) * (s.dim + 1) + k * (s.dim + 1) + s.dim)] = T(0);  // V[k, d]
+      }
   const index_t d = s.dim, D = d + 1, LH = s.layers * s.heads;
   const index_t nV = LH * D * D, nB = LH * d * d, np = s.batch * (s.layers + 1);
   const index_t ctx = lsa_native::kernel_attention_context_size<T>(s);
@@ -335,14 +346,22 @@ void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaK
   run(Fwd{}, fa2, nullptr);
   expect_close(Z2, Z_cpu, tol, "forward Z_L (no context)");
   expect_close(p2, p_cpu, tol, "forward predictions (no context)");
-  // Forward writing ŷ = −TF (PredictionOutput::y_hat): the same kernel's predictions, negated.
-  std::vector<T> p3(np, nan);
+  // Forward writing ŷ = −TF (PredictionOutput::y_hat) alone: the last layer is the query layer;
+  // with it off, the full forward's predictions negated bitwise.
+  std::vector<T> p3(np, nan), p4(np, nan), minus_p_cpu(np);
   k::KaArgs<T> fa3 = fa2;
   fa3.Z_out = nullptr;
   fa3.predictions = p3.data();
   fa3.prediction_output = lsa_native::PredictionOutput::y_hat;
+  EXPECT_TRUE(fa3.query_only(k::KaMode::forward));
   run(Fwd{}, fa3, nullptr);
-  for (index_t i = 0; i < np; ++i) EXPECT_EQ(p3[i], -p2[i]) << "forward y_hat " << i;
+  for (index_t i = 0; i < np; ++i) minus_p_cpu[std::size_t(i)] = -p_cpu[std::size_t(i)];
+  expect_close(p3, minus_p_cpu, tol, "forward y_hat (query layer)");
+  k::KaArgs<T> fa4 = fa3;
+  fa4.predictions = p4.data();
+  fa4.query_layer = false;
+  run(Fwd{}, fa4, nullptr);
+  for (index_t i = 0; i < np; ++i) EXPECT_EQ(p4[i], -p2[i]) << "forward y_hat (full last layer) " << i;
   // VJP without and with the context, with and without the input gradient
   for (int variant = 0; variant < 3; ++variant) {
     const T* context = variant == 0 ? nullptr : cx.data();
@@ -360,20 +379,25 @@ void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaK
     expect_close(gC, dC, tol, "vjp d_C");
     if (input_grad) expect_close(gZ0, dZ0, tol, "vjp d_Z0");
   }
-  // loss_and_grad
-  std::vector<T> gZ0(pr.Z0.size(), nan), gp(np, nan), gV, gB, gC;
-  std::vector<double> partial;
-  k::KaArgs<T> la{pr.Z0.data(), pr.y_q.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(), pr.acts.data(),
-                  nullptr, nullptr, nullptr, gp.data(), gZ0.data(), nullptr, nullptr};
-  const auto rows_width = run(Loss{}, la, &partial);
-  double loss = std::numeric_limits<double>::quiet_NaN();
-  gradients(partial, rows_width, gV, gB, gC, &loss);
-  EXPECT_NEAR(loss, loss_cpu, tol * loss_cpu) << "loss";
-  expect_close(gV, lV, tol, "loss d_V");
-  expect_close(gB, lB, tol, "loss d_B");
-  expect_close(gC, lC, tol, "loss d_C");
-  expect_close(gZ0, lZ0, tol, "loss d_Z0");
-  expect_close(gp, lp, tol, "loss predictions");
+  // loss_and_grad: the query layer last (the default), then the full last layer
+  for (const bool query_layer : {true, false}) {
+    SCOPED_TRACE(query_layer ? "loss with the query layer" : "loss with the full last layer");
+    std::vector<T> gZ0(pr.Z0.size(), nan), gp(np, nan), gV, gB, gC;
+    std::vector<double> partial;
+    k::KaArgs<T> la{pr.Z0.data(), pr.y_q.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(), pr.acts.data(),
+                    nullptr, nullptr, nullptr, gp.data(), gZ0.data(), nullptr, nullptr};
+    la.query_layer = query_layer;
+    EXPECT_EQ(la.query_only(k::KaMode::loss_grad), query_layer);
+    const auto rows_width = run(Loss{}, la, &partial);
+    double loss = std::numeric_limits<double>::quiet_NaN();
+    gradients(partial, rows_width, gV, gB, gC, &loss);
+    EXPECT_NEAR(loss, loss_cpu, tol * loss_cpu) << "loss";
+    expect_close(gV, lV, tol, "loss d_V");
+    expect_close(gB, lB, tol, "loss d_B");
+    expect_close(gC, lC, tol, "loss d_C");
+    expect_close(gZ0, lZ0, tol, "loss d_Z0");
+    expect_close(gp, lp, tol, "loss predictions");
+  }
 }
 
 // d = 1, n = 1, odd sizes, layers and heads, more prompts than blocks (grid-stride), fewer
@@ -408,6 +432,8 @@ void check_kernel_attention_all(KaKernel kernel) {
       if (c.shape.heads > 1) acts[1] = Activation::softmax;
       check_kernel_attention<T>(c, acts, kernel);
     }
+    check_kernel_attention<T>({{3, 3, 7, 2, 2}, 2, 64, kAllShared}, {a, Activation::softmax}, kernel, 0.5,
+                              /*sparse_v=*/true);
   }
 }
 

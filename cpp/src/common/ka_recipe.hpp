@@ -216,6 +216,56 @@ LSA_HD T input_gradient_entry(T base, Mat<T> Bm, Mat<T> dU, int d, int b, int j)
   return row_combination_entry(base, Bm.transposed(), dU, d, b, j);
 }
 
+// ---- the query layer: the last layer when only TF = Z_{ℓ+1}[d, n] is needed -------------------
+// Under the loss and the predictions the last layer feeds only its query label forward, so per head
+// the query column alone, O(n·d + d²) instead of O(n²·d) (the CPU's forward_query_layer and
+// backward_query_layer, cpu/kernel_attention_kernels.inl, compute the same quantities):
+//   w_q = C x_q, q = Bᵀ w_q [d];  s_i = S[i, n] = u_i · w_q = x_i · q (i < n);  h = h̃(s) [n]
+//   y = Z M h [D];  TF = Z[d, n] + Σ_s V_s[d, :] y_s                                    [CCS (3), (12)]
+// Reverse mode from g = ∂ℓ/∂TF (the loss seed; every other entry of ∂ℓ/∂Z_{ℓ+1} is 0), per head:
+//   dV[d, :] += g y,  dy = g V[d, :],  dZ[:, i<n] += dy h_i,  dh_i = x̄_iᵀ dy (x̄ = Z's column i)
+//   ds = activation gradient of dh (softmax: with Σ_i h_i dh_i),  a = Σ_{i<n} ds_i x_i [d]
+//   dB += w_q aᵀ,  dw_q = B a,  dC += dw_q x_qᵀ,  dX[:, i<n] += q ds_i,  dX[:, n] += Cᵀ dw_q.
+// Vectors are Mat views of one column (column(p, stride)); every sum runs over its index ascending.
+
+// A vector v [rows] as a one-column matrix: v(r, ·) = p[r · stride].
+template <class T>
+LSA_HD Mat<T> column(const T* p, int stride = 1) {
+  return {p, stride, 0};
+}
+
+// (A v)[r] = Σ_m A[r, m] v[m]: w_q = C x_q, q = Bᵀ w_q, dw_q = B a (A transposed where needed).
+template <class T>
+LSA_HD T matvec_entry(Mat<T> A, Mat<T> v, int inner, int r) {
+  return product_entry(A, v, inner, r, 0);
+}
+
+// s_i = Σ_c q[c] Z[c, i] (the logit of source i against the query), and dh_i = Σ_r Z[r, i] dy[r]
+// (rows = D) likewise: (Zᵀ v)[i] over the first `rows` rows.
+template <class T>
+LSA_HD T column_dot_entry(Mat<T> Z, Mat<T> v, int rows, int i) {
+  return product_entry(Z.transposed(), v, rows, i, 0);
+}
+
+// y[r] = Σ_{i<n} Z[r, i] h[i] (Y's query column, M drops the query as a source), and a[c] = Σ_{i<n}
+// Z[c, i] ds[i] likewise.
+template <class T>
+LSA_HD T source_sum_entry(Mat<T> Z, Mat<T> v, int n, int r) {
+  return product_entry(Z, v, n, r, 0);
+}
+
+// TF after head s: tf + Σ_r V[d, r] y[r] (the first head starts from Z_ℓ[d, n])   [CCS (3)]
+template <class T>
+LSA_HD T query_label_step(T tf, Mat<T> V, Mat<T> y, int D, int d) {
+  return row_combination_entry(tf, V, y, D, d, 0);
+}
+
+// dy[r] = g V[d, r]: the only nonzero row of Vᵀ dO, dO = g at [d, n].
+template <class T>
+LSA_HD T query_dy(T g, Mat<T> V, int d, int r) {
+  return g * V(d, r);
+}
+
 // ---- the loss and the prediction sign (the package's conventions, SPEC 3.3) -------------------
 
 // The loss ½·MSE of the prediction ŷ = −TF of y_q: f = (1/(2B)) Σ_b r_b², r = TF + y_q = y_q − ŷ

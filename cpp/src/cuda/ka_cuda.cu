@@ -1,8 +1,12 @@
 // CUDA backend of kernel attention (kernel_attention.hpp): staging of host arrays, launch geometry
 // and the fixed-order reduction of the parameter gradients around the kernels of ka_warp_kernels.cuh
 // (a warp per prompt) and ka_kernels.cuh (a block per prompt: shapes whose per-warp workspace does
-// not fit shared memory, or every shape under LSA_NATIVE_CUDA_OLD_KERNELS=1).
+// not fit shared memory, or every shape under LSA_NATIVE_CUDA_OLD_KERNELS=1). The warp kernel runs
+// the last layer as the query layer for the loss and the predictions (LSA_NATIVE_KA_QUERY=0: in
+// full); the block kernel always runs it in full.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "cuda/ka_cuda.hpp"
@@ -77,11 +81,19 @@ int launch_warps(const KernelAttentionShape& sh, const DeviceScope& scope, const
   return rows;
 }
 
+// LSA_NATIVE_KA_QUERY=0 (read at every launch): the last layer in full also where only TF_L is
+// needed (KaArgs::query_only), for same-build comparisons with the query layer.
+bool query_layer_requested() {
+  const char* v = std::getenv("LSA_NATIVE_KA_QUERY");
+  return v == nullptr || std::strcmp(v, "0") != 0;
+}
+
 // Runs the kernel-attention kernel of mode kMode over the batch: ka_warp_kernel when a warp's
 // workspace fits shared memory, else ka_kernel; returns the rows of *partial.
 template <class T, KaMode kMode>
 int launch(const KernelAttentionShape& sh, const DeviceScope& scope, KaArgs<T> args,
            Scratch* partial, const char* what) {
+  args.query_layer = query_layer_requested();
   const std::size_t max_shared = std::size_t(scope.max_shared_bytes());
   const KaWarpLayout wl =
       KaWarpLayout::make<T>(sh, kMode, max_shared, kernels::kKaMaxWarps, args.context != nullptr);

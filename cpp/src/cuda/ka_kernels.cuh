@@ -82,6 +82,15 @@ struct KaArgs {
   double* partial;  // vjp, loss_grad: [gridDim.x, acc_width] per-block sums
   T* scratch;       // [gridDim.x, state_values] when the workspace is not in shared memory
   PredictionOutput prediction_output = PredictionOutput::tf;  // forward: TF_ℓ or ŷ_ℓ = −TF_ℓ
+  // The last layer may compute the query column alone (recipe: the query layer) when nothing but
+  // TF_L is asked for from it (off: the full layer, LSA_NATIVE_KA_QUERY=0 for comparisons). Only
+  // ka_warp_kernel has the query layer; ka_kernel always runs the full last layer.
+  bool query_layer = true;
+  // Whether a kernel of mode m runs the last layer as the query layer: the loss and gradient, and a
+  // forward writing neither Z_L nor the context (the predictions alone); never the VJP (dense ∂ℓ/∂Z_L).
+  __host__ __device__ bool query_only(KaMode m) const {
+    return query_layer && m != KaMode::vjp && Z_out == nullptr && context == nullptr;
+  }
 };
 
 // Forward of one prompt in the workspace ws (layout lay.ctx) by the block's threads; Z_0 is staged

@@ -18,6 +18,8 @@
 //     read rows with the same odd stride;
 //   * the lanes of a warp only wait for each other at __syncwarp (per layer one, plus three per head
 //     in the backward and one in the forward); no block barrier after the parameters are staged.
+// Under the loss and the predictions alone the last layer is the query layer (ka_warp_query_forward
+// / _backward: the query column only, O(n·d + d²) per head instead of O(n²·d); KaArgs::query_only).
 // Every entry sums in the recipe's order (recipe::product_entry / token_product /
 // row_combination_entry: the inner index ascending), with the activation, softmax and loss-seed
 // formulas called from common/ka_recipe.hpp, so the CPU tests of the recipe cover this arithmetic.
@@ -30,6 +32,16 @@
 #include "cuda/ka_kernels.cuh"
 #include "cuda/kernel_common.cuh"
 #include "lsa_native/kernel_attention.hpp"
+
+// The query layer's functions run once per prompt: called out of line, so that they do not raise
+// the registers of the full-layer code they would be inlined into (sm_90, the loss kernel in float /
+// double: 155 / 128 registers without the query layer, 178 / 174 with it inlined, 162 / 138 out
+// of line with a 128-byte call frame; no spills).
+#if defined(__CUDACC__)
+#define LSA_KA_OUT_OF_LINE __noinline__
+#else
+#define LSA_KA_OUT_OF_LINE
+#endif
 
 namespace lsa_native::cuda::kernels {
 namespace {
@@ -271,17 +283,140 @@ __device__ void stage_head_params(const KaWarpLayout& lay, const T* __restrict__
   }
 }
 
+// Layer ℓ when only TF = Z_{ℓ+1}[d, n] is needed (recipe: the query layer, O(n·d + d²) per head):
+// lanes over the d or D entries of w_q, q, y and over the n sources of s and h. The saved vectors sit in the query column n of the head's slots, where
+// the full layer keeps the same quantities: w_q = W[:, n], h = h̃[:, n], y = Y[:, n], and q in U's
+// column n (U itself is not needed). Only Z_{ℓ+1}[d, n] is written. Ends with __syncwarp.
+template <class T>
+__device__ LSA_KA_OUT_OF_LINE void ka_warp_query_forward(const KaWarpLayout& lay, T* ws, const T* staged,
+                                      const Activation* acts, int l, int lane) {
+  using recipe::column;
+  using recipe::rows_of;
+  const int d = lay.d, n = lay.n, D = lay.D, S = lay.Sw;
+  const T* Zl = ws + lay.z(l);
+  const recipe::Mat<T> Z = rows_of<T>(Zl, S);
+  T tf = Zl[d * S + n];
+  for (int s = 0; s < lay.H; ++s) {
+    const Activation a = acts[s];
+    const HeadParams<T> hp(lay, staged, l * lay.H + s);
+    T *U = ws + lay.u(l, s), *W = ws + lay.w(l, s), *Hs = ws + lay.h(l, s), *Y = ws + lay.y(l, s);
+    for (int r = lane; r < d; r += kWarp)  // w_q = C x_q
+      W[r * S + n] = recipe::matvec_entry(rows_of<T>(hp.Cp, lay.Pd), column<T>(Zl + n, S), d, r);
+    __syncwarp();
+    for (int c = lane; c < d; c += kWarp)  // q = Bᵀ w_q
+      U[c * S + n] = recipe::matvec_entry(rows_of<T>(hp.Bp, lay.Pd).transposed(), column<T>(W + n, S), d, c);
+    __syncwarp();
+    // s_i = x_i · q, h = h̃(s)   (12); column-wise (softmax): the column's max and sum read by
+    // every lane in the recipe's order (recipe::column_max, column_sum: the CPU's order, which
+    // a saturated softmax's backward needs to the last bit), each lane scaling its own sources.
+    const bool cw = recipe::column_wise(a);
+    const auto q = column<T>(U + n, S);
+    for (int i = lane; i < n; i += kWarp) {
+      const T v = recipe::column_dot_entry(Z, q, d, i);
+      Hs[i * S + n] = cw ? v : recipe::activation_value(a, v, T(0));
+    }
+    __syncwarp();
+    if (cw) {
+      const auto Sm = rows_of<T>(Hs, S);
+      const T shift = recipe::column_max(Sm, n, n);
+      __syncwarp();
+      for (int i = lane; i < n; i += kWarp) Hs[i * S + n] = recipe::activation_value(a, Hs[i * S + n], shift);
+      __syncwarp();
+      const T scale = recipe::inverse(recipe::column_sum(Sm, n, n));
+      __syncwarp();
+      for (int i = lane; i < n; i += kWarp) Hs[i * S + n] *= scale;
+      __syncwarp();
+    }
+    for (int r = lane; r < D; r += kWarp)  // y = Z M h
+      Y[r * S + n] = recipe::source_sum_entry(Z, column<T>(Hs + n, S), n, r);
+    __syncwarp();
+    tf = recipe::query_label_step(tf, rows_of<T>(hp.Vp, lay.PD), column<T>(Y + n, S), D, d);  // (3)
+  }
+  if (lane == 0) ws[lay.z(l + 1) + d * S + n] = tf;
+  __syncwarp();
+}
+
+// The backward of ka_warp_query_forward from the loss seed g = ∂ℓ/∂TF (dZ, the first scratch
+// rows, is g at [d, n] and 0 elsewhere), in place: dZ becomes ∂ℓ/∂Z_ℓ (dZ[d, n] is never written).
+// Per head (recipe: the query layer's reverse mode): dy in dY's column n, ds in dS's, a in dU's,
+// dw_q in dW's; lanes over the sources for dh, ds and dZ[:, i<n], over entries for the rest.
+// Parameter gradients accumulate into gV, gB, gC. Ends with __syncwarp.
+template <class T>
+__device__ LSA_KA_OUT_OF_LINE void ka_warp_query_backward(const KaWarpLayout& lay, T* ws, const T* staged,
+                                       const Activation* acts, double* gV, double* gB, double* gC,
+                                       int l, int lane) {
+  using recipe::column;
+  using recipe::rows_of;
+  const int d = lay.d, n = lay.n, D = lay.D, S = lay.Sw;
+  const T* Zl = ws + lay.z(l);
+  const recipe::Mat<T> Z = rows_of<T>(Zl, S);
+  T* dZ = ws + lay.ws.size();
+  T* dY = dZ + 2 * D * S;
+  T* dS = dY + D * S;
+  T* dU = dS + n * S;
+  T* dW = dU + d * S;
+  const T g = dZ[d * S + n];
+  for (int s = 0; s < lay.H; ++s) {
+    const int p = l * lay.H + s;
+    const Activation a = acts[s];
+    const HeadParams<T> hp(lay, staged, p);
+    const recipe::Mat<T> Vm = rows_of<T>(hp.Vp, lay.PD), Bm = rows_of<T>(hp.Bp, lay.Pd),
+                         Cm = rows_of<T>(hp.Cp, lay.Pd);
+    const T *U = ws + lay.u(l, s), *W = ws + lay.w(l, s), *Hs = ws + lay.h(l, s), *Y = ws + lay.y(l, s);
+    const auto wq = column<T>(W + n, S), q = column<T>(U + n, S), y = column<T>(Y + n, S);
+    for (int r = lane; r < D; r += kWarp) {  // dV[d, :] += g y, dy = g V[d, :]
+      gV[p * D * D + d * D + r] += double(g * y(r, 0));
+      dY[r * S + n] = recipe::query_dy(g, Vm, d, r);
+    }
+    __syncwarp();
+    // dh_i = x̄_iᵀ dy, then ds_i (softmax: with Σ_i h_i dh_i), then dZ[:, i] += dy h_i + q ds_i
+    const bool cw = recipe::column_wise(a);
+    const auto dy = column<T>(dY + n, S);
+    for (int i = lane; i < n; i += kWarp) {
+      const T dh = recipe::column_dot_entry(Z, dy, D, i);
+      dS[i * S + n] = cw ? dh : recipe::activation_gradient(a, Hs[i * S + n], dh, T(0));
+    }
+    if (cw) {  // Σ_i h_i dh_i read by every lane in the recipe's order (recipe::column_dot)
+      __syncwarp();
+      const T dot = recipe::column_dot(rows_of<T>(Hs, S), rows_of<T>(dS, S), n, n);
+      __syncwarp();
+      for (int i = lane; i < n; i += kWarp)
+        dS[i * S + n] = recipe::activation_gradient(a, Hs[i * S + n], dS[i * S + n], dot);
+    }
+    for (int i = lane; i < n; i += kWarp) {
+      const T h = Hs[i * S + n], ds = dS[i * S + n];
+      for (int r = 0; r < D; ++r) dZ[r * S + i] += dy(r, 0) * h;
+      for (int c = 0; c < d; ++c) dZ[c * S + i] += q(c, 0) * ds;
+    }
+    __syncwarp();
+    for (int c = lane; c < d; c += kWarp)  // a = Σ_{i<n} ds_i x_i
+      dU[c * S + n] = recipe::source_sum_entry(Z, column<T>(dS + n, S), n, c);
+    __syncwarp();
+    const auto av = column<T>(dU + n, S);
+    for (int r = lane; r < d; r += kWarp) dW[r * S + n] = recipe::matvec_entry(Bm, av, d, r);  // dw_q = B a
+    for (int e = lane; e < d * d; e += kWarp) gB[p * d * d + e] += double(wq(e / d, 0) * av(e % d, 0));
+    __syncwarp();
+    const auto dwq = column<T>(dW + n, S);
+    for (int e = lane; e < d * d; e += kWarp) gC[p * d * d + e] += double(dwq(e / d, 0) * Z(e % d, n));
+    for (int c = lane; c < d; c += kWarp)  // dX[:, n] += Cᵀ dw_q
+      dZ[c * S + n] = recipe::input_gradient_entry(dZ[c * S + n], Cm, column<T>(dW + n, S), d, c, 0);
+  }
+  __syncwarp();
+}
+
 // Forward of one prompt in the warp's workspace ws from Z_0 already staged (and synchronized);
 // writes the predictions Z_ℓ[d, n] (or their negatives, recipe::prediction), ℓ = 0..L, to
-// `predictions` when not null. Ends with __syncwarp.
+// `predictions` when not null. `query_last`: the last layer computes Z_L[d, n] alone
+// (ka_warp_query_forward). Ends with __syncwarp.
 template <class T>
 __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
                                 const Activation* acts, T* predictions, PredictionOutput what,
-                                int lane) {
+                                bool query_last, int lane) {
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
   const auto zero = [](int) { return T(0); };
   if (predictions != nullptr && lane == 0) predictions[0] = recipe::prediction(ws[lay.z(0) + d * S + n], what);
-  for (int l = 0; l < lay.L; ++l) {
+  const int full = query_last ? lay.L - 1 : lay.L;
+  for (int l = 0; l < full; ++l) {
     const T* Zp = ws + lay.z(l);
     T* Zn = ws + lay.z(l + 1);
     for (int j = lane; j < cols; j += kWarp)
@@ -328,14 +463,20 @@ __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
     __syncwarp();  // Z_{ℓ+1} complete: the next layer reads its rows across tokens
     if (predictions != nullptr && lane == 0) predictions[l + 1] = recipe::prediction(Zn[d * S + n], what);
   }
+  if (query_last) {
+    ka_warp_query_forward(lay, ws, staged, acts, lay.L - 1, lane);
+    if (predictions != nullptr && lane == 0)
+      predictions[lay.L] = recipe::prediction(ws[lay.z(lay.L) + d * S + n], what);
+  }
 }
 
-// Reverse mode of one prompt whose forward state is in ws, from the seed dZ = ∂ℓ/∂Z_L in the
-// first scratch rows; parameter gradients accumulated into gV, gB, gC (the warp's doubles). Returns
-// ∂ℓ/∂Z_0 (inside the scratch). Ends with __syncwarp.
+// Reverse mode of layers top − 1 .. 0 of one prompt whose forward state is in ws, from the seed
+// dZ = ∂ℓ/∂Z_top in the first scratch rows; parameter gradients accumulated into gV, gB, gC (the
+// warp's doubles). Returns ∂ℓ/∂Z_0 (inside the scratch). Ends with __syncwarp.
 template <class T>
 __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* staged,
-                               const Activation* acts, double* gV, double* gB, double* gC, int lane) {
+                               const Activation* acts, double* gV, double* gB, double* gC, int top,
+                               int lane) {
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
   const auto zero = [](int) { return T(0); };
   T* dZ = ws + lay.ws.size();
@@ -344,7 +485,7 @@ __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* staged,
   T* dS = dY + D * S;
   T* dU = dS + n * S;
   T* dW = dU + d * S;
-  for (int l = lay.L - 1; l >= 0; --l) {
+  for (int l = top - 1; l >= 0; --l) {
     const T* Zl = ws + lay.z(l);
     for (int j = lane; j < cols; j += kWarp)
       for (int r = 0; r < D; ++r) dZp[r * S + j] = dZ[r * S + j];
@@ -432,6 +573,7 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
     for (int i = lane; i < width; i += kWarp) acc[i] = 0;
   for (int i = lane; i < lay.state_values; i += kWarp) ws[i] = T(0);  // padding columns stay 0
   __syncthreads();  // the parameters are staged
+  const bool query = a.query_only(kMode);  // the last layer: its query column alone
   const index_t warps = nt / kWarp, first = index_t(blockIdx.x) * warps + warp;
   const index_t stride = index_t(gridDim.x) * warps;
   for (index_t b = first; b < sh.batch; b += stride) {
@@ -458,7 +600,7 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
       copy_async_wait();
       __syncwarp();
       ka_warp_forward(lay, ws, staged, a.acts, a.predictions ? a.predictions + b * (L + 1) : nullptr,
-                      a.prediction_output, lane);
+                      a.prediction_output, query, lane);
     }
     if (kMode == KaMode::forward) {
       if (a.Z_out != nullptr) {
@@ -488,7 +630,9 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
         for (int q = 0; q < D; ++q) dZ[q * S + j] = q == d && j == n ? seed : T(0);
     }
     __syncwarp();
-    const T* dZ0 = ka_warp_backward(lay, ws, staged, a.acts, acc + 1, acc + 1 + nV, acc + 1 + nV + nB, lane);
+    double *gV = acc + 1, *gB = gV + nV, *gC = gB + nB;
+    if (query) ka_warp_query_backward(lay, ws, staged, a.acts, gV, gB, gC, L - 1, lane);
+    const T* dZ0 = ka_warp_backward(lay, ws, staged, a.acts, gV, gB, gC, query ? L - 1 : L, lane);
     if (a.d_Z0 != nullptr)
       for (int j = lane; j < cols; j += kWarp)
         for (int r = 0; r < D; ++r) a.d_Z0[b * per + r * cols + j] = dZ0[r * S + j];
