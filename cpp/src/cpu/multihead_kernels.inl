@@ -273,11 +273,122 @@ bool mh_vjp_range(const LsaShape& sh, index_t H, const T* E, const T* W_pv, cons
   return detail::poison_clear(hsum(poison));
 }
 
+// ---- the fused Wishart step: multihead::heads_residual with the SIMD lanes over prompts ----------
+//
+// Each prompt's factors (wishart::prompt_factors, multihead::form_m: e_q, M, y_q) are formed by the
+// scalar recipe and staged into one lane of WishartHeads::lanes; every kWishartLanes prompts the
+// O(H d²) part runs on vectors, lane l being prompt l, in heads_residual's order of operations:
+//   q_h = W^KQ_h e_q,  A = Mᵀ [p | q],  ex = e_qᵀ [p | q],  GX = M A + e_q exᵀ/N,
+//   ŷ = Σ_h ex_h ex_{H+h}/N + Σ_m A[m, h] A[m, H+h];
+// then multihead::accumulate's sums, prompt by prompt in prompt order (in double). The p_h are the
+// same for every prompt (broadcasts). Lanes compute independently, so a prompt's values do not
+// depend on its lane, hence not on the ranges of the threads.
+template <class T>
+struct WishartLaneArrays {  // vectors (kWishartLanes entries each) of WishartHeads::lanes
+  T *e_q, *M, *y_q, *Q, *A, *GX, *ex, *y_hat;
+  WishartLaneArrays(T* base, index_t rows, index_t dp, index_t H) {
+    const index_t L = kWishartLanes<T>, w = 2 * H;
+    e_q = base;
+    M = e_q + L * rows;
+    y_q = M + L * rows * dp;
+    Q = y_q + L;
+    A = Q + L * rows * H;
+    GX = A + L * dp * w;
+    ex = GX + L * rows * w;
+    y_hat = ex + L * w;
+  }
+};
+
+template <class T>
+void wishart_lanes_compute(WishartHeads<T>& c, index_t count) {
+  constexpr index_t L = kWishartLanes<T>;
+  static_assert(L == kLanes<T>, "one prompt per SIMD lane");
+  const linear::Law<T>& P = *c.P;
+  const index_t rows = P.d + 1, dp = wishart::noise_dim(P), H = c.H, W = 2 * H;
+  const WishartLaneArrays<T> v(c.lanes, rows, dp, H);
+  const auto at = [](T* base, index_t i) { return base + i * L; };
+  const T inv_n = T(1) / T(P.N);
+  for (index_t k = 0; k < rows; ++k)  // Q[k, h] = (W^KQ_h e_q)_k
+    for (index_t j = 0; j < H; ++j) {
+      Vec<T> acc = simd::zero<T>();
+      for (index_t col = 0; col < rows; ++col)
+        acc += simd::broadcast(c.W_kq_t[(k * rows + col) * H + j]) * load(at(v.e_q, col));
+      store(at(v.Q, k * H + j), acc);
+    }
+  // X[k, j] = p_j[k] (broadcast) for j < H, Q[k, j − H] otherwise
+  const auto x = [&](index_t k, index_t j) {
+    return j < H ? simd::broadcast(c.p_t[k * H + j]) : load(at(v.Q, k * H + j - H));
+  };
+  for (index_t i = 0; i < dp * W; ++i) store(at(v.A, i), simd::zero<T>());
+  for (index_t j = 0; j < W; ++j) store(at(v.ex, j), simd::zero<T>());
+  for (index_t k = 0; k < rows; ++k) {  // A = Mᵀ X, ex = e_qᵀ X
+    const Vec<T> e = load(at(v.e_q, k));
+    for (index_t j = 0; j < W; ++j) {
+      const Vec<T> xkj = x(k, j);
+      for (index_t m = 0; m < dp; ++m)
+        store(at(v.A, m * W + j), load(at(v.A, m * W + j)) + load(at(v.M, k * dp + m)) * xkj);
+      store(at(v.ex, j), load(at(v.ex, j)) + e * xkj);
+    }
+  }
+  for (index_t k = 0; k < rows; ++k) {  // GX = M A + e_q exᵀ / N
+    const Vec<T> e = load(at(v.e_q, k));
+    for (index_t j = 0; j < W; ++j) {
+      Vec<T> acc = e * load(at(v.ex, j)) * inv_n;
+      for (index_t m = 0; m < dp; ++m) acc += load(at(v.M, k * dp + m)) * load(at(v.A, m * W + j));
+      store(at(v.GX, k * W + j), acc);
+    }
+  }
+  Vec<T> y_hat = simd::zero<T>();
+  for (index_t j = 0; j < H; ++j) {
+    Vec<T> t = load(at(v.ex, j)) * load(at(v.ex, H + j)) * inv_n;
+    for (index_t m = 0; m < dp; ++m) t += load(at(v.A, m * W + j)) * load(at(v.A, m * W + H + j));
+    y_hat += t;
+  }
+  store(v.y_hat, y_hat);
+  // multihead::accumulate, prompt by prompt
+  double* d_p = c.acc + 1;
+  double* d_K = d_p + H * rows;
+  for (index_t l = 0; l < count; ++l) {
+    const double r = double(v.y_hat[l]) - double(v.y_q[l]);
+    c.acc[0] += r * r;
+    for (index_t j = 0; j < H; ++j)
+      for (index_t k = 0; k < rows; ++k) {
+        d_p[j * rows + k] += r * double(v.GX[(k * W + H + j) * L + l]);
+        const double rk = r * double(v.GX[(k * W + j) * L + l]);
+        for (index_t col = 0; col + 1 < rows; ++col)
+          d_K[(j * rows + k) * rows + col] += rk * double(v.e_q[col * L + l]);
+      }
+  }
+}
+
+// Stages one prompt (its e_q, M = Ã L̃ T/√N and y_q by the scalar recipe) into the next lane.
 template <class T>
 void mh_wishart_prompt(void* ctx, index_t, const T* z, const T* chi2, const T* w, const T* lam_sqrt) {
   WishartHeads<T>& c = *static_cast<WishartHeads<T>*>(ctx);
-  const double r = multihead::heads_residual(*c.P, c.H, c.p_t, c.W_kq_t, z, chi2, w, lam_sqrt, c.s, c.h);
-  multihead::accumulate(r, c.s.e_q, c.h, c.H, c.P->d + 1, c.acc);
+  constexpr index_t L = kWishartLanes<T>;
+  const linear::Law<T>& P = *c.P;
+  const index_t rows = P.d + 1;
+  const wishart::Prompt<T> pr = wishart::prompt_factors(P, z, chi2, w, lam_sqrt, c.s);
+  const index_t dp = pr.dp;
+  multihead::form_m(pr, c.h.M);
+  const WishartLaneArrays<T> v(c.lanes, rows, dp, c.H);
+  const index_t l = c.filled;
+  for (index_t k = 0; k < rows; ++k) v.e_q[k * L + l] = c.s.e_q[k];
+  for (index_t i = 0; i < rows * dp; ++i) v.M[i * L + l] = c.h.M[i];
+  v.y_q[l] = wishart::query_target(P, w, c.s.e_q, z);
+  if (++c.filled == L) {
+    wishart_lanes_compute(c, L);
+    c.filled = 0;
+  }
+}
+
+// The staged prompts of a range's last, partial group (the unused lanes compute on stale values
+// and are not accumulated).
+template <class T>
+void mh_wishart_flush(void* ctx) {
+  WishartHeads<T>& c = *static_cast<WishartHeads<T>*>(ctx);
+  if (c.filled > 0) wishart_lanes_compute(c, c.filled);
+  c.filled = 0;
 }
 
 }  // namespace
@@ -285,7 +396,8 @@ void mh_wishart_prompt(void* ctx, index_t, const T* z, const T* chi2, const T* w
 template <class T>
 MultiHeadKernels<T> multihead_kernels() {
   return {&mh_predict_range<T>, &mh_loss_grad_range<T>, &mh_predict_vjp_range<T>,
-          &mh_forward_range<T>, &mh_vjp_range<T>, &mh_wishart_prompt<T>};
+          &mh_forward_range<T>, &mh_vjp_range<T>, &mh_wishart_prompt<T>,
+          &mh_wishart_flush<T>};
 }
 template MultiHeadKernels<float> multihead_kernels<float>();
 template MultiHeadKernels<double> multihead_kernels<double>();
