@@ -36,6 +36,12 @@ index_t wishart_lane_values(index_t d, index_t dp, index_t heads) {
   return kWishartLanes<T> * (rows + rows * dp + 1 + rows * heads + dp * w + rows * w + w + 1);
 }
 
+// Entries of WishartHeads::lane_acc: acc's terms per lane, then one prompt group's e_q in double.
+template <class T>
+index_t wishart_lane_sums(index_t d, index_t heads) {
+  return kWishartLanes<T> * (multihead_loss_grad_partial_size(d, heads) + d + 1);
+}
+
 // The state of the fused Wishart step over one range of prompts (multihead_cpu.cpp): the law, the
 // heads arranged by multihead::heads_inner, the per-prompt work arrays, the lanes of the prompts
 // staged so far (`filled` of kWishartLanes) and the range's sums acc [multihead_loss_grad_partial_size].
@@ -49,6 +55,7 @@ struct WishartHeads {
   double* acc;
   T* lanes;  // [wishart_lane_values]
   index_t filled;
+  double* lane_acc;  // [wishart_lane_sums]: the sums of acc per lane, then e_q's lanes in double
 };
 
 // Kernels over prompts [b0, b1); arrays as in multihead.hpp. The bool ones return false when a

@@ -280,9 +280,10 @@ bool mh_vjp_range(const LsaShape& sh, index_t H, const T* E, const T* W_pv, cons
 // O(H d²) part runs on vectors, lane l being prompt l, in heads_residual's order of operations:
 //   q_h = W^KQ_h e_q,  A = Mᵀ [p | q],  ex = e_qᵀ [p | q],  GX = M A + e_q exᵀ/N,
 //   ŷ = Σ_h ex_h ex_{H+h}/N + Σ_m A[m, h] A[m, H+h];
-// then multihead::accumulate's sums, prompt by prompt in prompt order (in double). The p_h are the
-// same for every prompt (broadcasts). Lanes compute independently, so a prompt's values do not
-// depend on its lane, hence not on the ranges of the threads.
+// then multihead::accumulate's sums in double, per lane over the range (lane l: prompts b0 + l,
+// b0 + l + L, ...), the lanes added in order at the range's end. The p_h are the same for every
+// prompt (broadcasts). Ranges are the fixed chunks of parallel.hpp, so the lanes, hence the sums, do
+// not depend on the thread count.
 template <class T>
 struct WishartLaneArrays {  // vectors (kWishartLanes entries each) of WishartHeads::lanes
   T *e_q, *M, *y_q, *Q, *A, *GX, *ex, *y_hat;
@@ -298,6 +299,14 @@ struct WishartLaneArrays {  // vectors (kWishartLanes entries each) of WishartHe
     y_hat = ex + L * w;
   }
 };
+
+// The lanes of a vector in double: D = kLanes<T> / kLanes<double> vectors.
+inline void to_double(Vec<double> x, Vec<double>* out) { out[0] = x; }
+inline void to_double(Vec<float> x, Vec<double>* out) {
+  typedef float F4 __attribute__((vector_size(16)));
+  out[0] = __builtin_convertvector(F4(__builtin_shufflevector(x, x, 0, 1, 2, 3)), Vec<double>);
+  out[1] = __builtin_convertvector(F4(__builtin_shufflevector(x, x, 4, 5, 6, 7)), Vec<double>);
+}
 
 template <class T>
 void wishart_lanes_compute(WishartHeads<T>& c, index_t count) {
@@ -315,8 +324,8 @@ void wishart_lanes_compute(WishartHeads<T>& c, index_t count) {
         acc += simd::broadcast(c.W_kq_t[(k * rows + col) * H + j]) * load(at(v.e_q, col));
       store(at(v.Q, k * H + j), acc);
     }
-  // X[k, j] = p_j[k] (broadcast) for j < H, Q[k, j − H] otherwise
-  const auto x = [&](index_t k, index_t j) {
+  // head_x(k, j) = X[k, j] = p_j[k] (broadcast) for j < H, Q[k, j − H] otherwise
+  const auto head_x = [&](index_t k, index_t j) {
     return j < H ? simd::broadcast(c.p_t[k * H + j]) : load(at(v.Q, k * H + j - H));
   };
   for (index_t i = 0; i < dp * W; ++i) store(at(v.A, i), simd::zero<T>());
@@ -324,7 +333,7 @@ void wishart_lanes_compute(WishartHeads<T>& c, index_t count) {
   for (index_t k = 0; k < rows; ++k) {  // A = Mᵀ X, ex = e_qᵀ X
     const Vec<T> e = load(at(v.e_q, k));
     for (index_t j = 0; j < W; ++j) {
-      const Vec<T> xkj = x(k, j);
+      const Vec<T> xkj = head_x(k, j);
       for (index_t m = 0; m < dp; ++m)
         store(at(v.A, m * W + j), load(at(v.A, m * W + j)) + load(at(v.M, k * dp + m)) * xkj);
       store(at(v.ex, j), load(at(v.ex, j)) + e * xkj);
@@ -344,21 +353,42 @@ void wishart_lanes_compute(WishartHeads<T>& c, index_t count) {
     for (index_t m = 0; m < dp; ++m) t += load(at(v.A, m * W + j)) * load(at(v.A, m * W + H + j));
     y_hat += t;
   }
-  store(v.y_hat, y_hat);
-  // multihead::accumulate, prompt by prompt
-  double* d_p = c.acc + 1;
-  double* d_K = d_p + H * rows;
-  for (index_t l = 0; l < count; ++l) {
-    const double r = double(v.y_hat[l]) - double(v.y_q[l]);
-    c.acc[0] += r * r;
-    for (index_t j = 0; j < H; ++j)
-      for (index_t k = 0; k < rows; ++k) {
-        d_p[j * rows + k] += r * double(v.GX[(k * W + H + j) * L + l]);
-        const double rk = r * double(v.GX[(k * W + j) * L + l]);
-        for (index_t col = 0; col + 1 < rows; ++col)
-          d_K[(j * rows + k) * rows + col] += rk * double(v.e_q[col * L + l]);
-      }
+  // multihead::accumulate's sums in double, lane by lane (lanes >= count weigh 0): lane_acc[i·L + l]
+  // sums term i over the prompts of lane l; mh_wishart_flush adds the lanes in order.
+  constexpr index_t D = L / kLanes<double>;  // double vectors per vector of T
+  Vec<double> r[D], e[D];
+  to_double(y_hat, r);
+  to_double(load(v.y_q), e);
+  for (index_t q = 0; q < D; ++q)
+    for (index_t i = 0; i < kLanes<double>; ++i) r[q][i] = q * kLanes<double> + i < count ? r[q][i] - e[q][i] : 0.0;
+  double* sums = c.lane_acc;
+  const auto add = [&](index_t term, const Vec<double>* x, const Vec<double>* y) {
+    for (index_t q = 0; q < D; ++q) {
+      double* slot = sums + term * L + q * kLanes<double>;
+      store(slot, load(slot) + x[q] * y[q]);
+    }
+  };
+  add(0, r, r);
+  const index_t first_K = 1 + H * rows, width = first_K + H * rows * rows;
+  double* eq = sums + width * L;  // e_q[col] in double, once per group
+  for (index_t col = 0; col + 1 < rows; ++col) {
+    Vec<double> x[D];
+    to_double(load(at(v.e_q, col)), x);
+    for (index_t q = 0; q < D; ++q) store(eq + col * L + q * kLanes<double>, x[q]);
   }
+  for (index_t j = 0; j < H; ++j)
+    for (index_t k = 0; k < rows; ++k) {
+      Vec<double> g[D], rk[D];
+      to_double(load(at(v.GX, k * W + H + j)), g);
+      add(1 + j * rows + k, r, g);
+      to_double(load(at(v.GX, k * W + j)), g);
+      for (index_t q = 0; q < D; ++q) rk[q] = r[q] * g[q];
+      for (index_t col = 0; col + 1 < rows; ++col) {
+        Vec<double> x[D];
+        for (index_t q = 0; q < D; ++q) x[q] = load(eq + col * L + q * kLanes<double>);
+        add(first_K + (j * rows + k) * rows + col, rk, x);
+      }
+    }
 }
 
 // Stages one prompt (its e_q, M = Ã L̃ T/√N and y_q by the scalar recipe) into the next lane.
@@ -389,6 +419,9 @@ void mh_wishart_flush(void* ctx) {
   WishartHeads<T>& c = *static_cast<WishartHeads<T>*>(ctx);
   if (c.filled > 0) wishart_lanes_compute(c, c.filled);
   c.filled = 0;
+  const index_t L = kWishartLanes<T>, width = multihead_loss_grad_partial_size(c.P->d, c.H);
+  for (index_t i = 0; i < width; ++i)
+    for (index_t l = 0; l < L; ++l) c.acc[i] += c.lane_acc[i * L + l];
 }
 
 }  // namespace
