@@ -33,6 +33,22 @@ struct Kit {
     small::multiply_dense(A, B, C.data(), d, d);
     return C;
   }
+  // C [m, n] = A [m, k] B [k, n] (row-major with leading dimensions; C aliases neither): whole
+  // column vectors by the kit's tiles, the last n mod L columns by plain loops.
+  static void gemm(const double* A, index_t lda, const double* B, index_t ldb, double* C, index_t ldc,
+                   index_t m, index_t k, index_t n) {
+    constexpr index_t L = simd::kLanes<double>;
+    const index_t n_vec = n / L * L;
+    for (index_t c0 = 0; c0 < n_vec; c0 += 3 * L)
+      small::multiply_columns(A, lda, B, ldb, C, ldc, m, k, c0, std::min<index_t>(3, (n_vec - c0) / L),
+                              false);
+    for (index_t i = 0; i < m; ++i)
+      for (index_t j = n_vec; j < n; ++j) {
+        double acc = 0;
+        for (index_t q = 0; q < k; ++q) acc += A[i * lda + q] * B[q * ldb + j];
+        C[i * ldc + j] = acc;
+      }
+  }
   Vec mv(const double* A, const double* x) const {
     Vec y(static_cast<size_t>(d));
     mv_to(A, x, y.data());
@@ -226,6 +242,28 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
   if (s2 > 0) K.axpy_mat(2 * s2 / n, LCL.data(), G_C.data());
   const Vec LGm = K.mv(Lam, G_m.data()), LGtv = K.mv(Lam, G_tv.data());
 
+  // The Grams' terms of every head at once, as products over the heads (g the summed head):
+  //   GA1[h] = Σ_g K1_g LY[h,g]                              = LY [H, H d] · [K1_gᵀ]_g [H d, d]
+  //   GA2[h] = Σ_g S_g LV[h,g]                                = LV [H, H d] · [S_g]_g  [H d, d]
+  //   GP[h]  = Σ_g (2/N γ_hg + 2/N² A6_hg) a_g               = coefficients [H, H] · a [H, d]
+  //   Wpi[h] = Σ_g π_hg ΛK1_gΛ                                = π [H, H] · LKL [H, d²]
+  Vec KT(static_cast<size_t>(H * dd)), At(static_cast<size_t>(H * d)), coef(HH), GA1(static_cast<size_t>(H * d)),
+      GA2(static_cast<size_t>(H * d)), GP(static_cast<size_t>(H * d)), Wpi_all(static_cast<size_t>(H * dd)),
+      piTau(static_cast<size_t>(H), 0.0);
+  for (index_t g_ = 0; g_ < H; ++g_)
+    for (index_t i = 0; i < d; ++i) {
+      At[i * H + g_] = a[g_ * d + i];
+      for (index_t j = 0; j < d; ++j) KT[(g_ * d + j) * d + i] = P.Km(g_)[i * d + j];
+    }
+  for (size_t i = 0; i < HH; ++i) coef[i] = 2 / n * gam[i] + 2 / (n * n) * A6[i];
+  for (index_t h = 0; h < H; ++h)
+    for (index_t g_ = 0; g_ < H; ++g_) piTau[h] += pi[h * H + g_] * tau[g_];
+  Kit::gemm(LY.data(), H * d, KT.data(), d, GA1.data(), d, H, H * d, d);
+  Kit::gemm(LV.data(), H * d, S.data(), d, GA2.data(), d, H, H * d, d);
+  Kit::gemm(coef.data(), H, a.data(), d, GP.data(), d, H, H, d);
+  Kit::gemm(pi.data(), H, LKL.data(), dd, Wpi_all.data(), dd, H, H, dd);
+  Vec P1(static_cast<size_t>(dd)), P2(static_cast<size_t>(dd));
+
   // ... then through each head's terms
   std::fill(grad, grad + H * (d + 1) * (d + 1), 0.0);
   const Parts G{d, H, grad};
@@ -267,27 +305,21 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
     K.sym_outer(gK1, 1.0, G_s.data(), ah);
     K.axpy_mat(p2, G_C.data(), gK1);
     // the Grams: ν (2 Σ_g K1_g ΛK1_hᵀa_g; 2 Σ_g a_g (ΛK1_gᵀa_h)ᵀ), ω (2 Σ_g S_g ΛS_h a_g;
-    // ∂S_h = 2 Σ_g ΛS_g a_h a_gᵀ), πγ, πA6
-    double piTau = 0;
-    Vec scratch(static_cast<size_t>(d)), Wpi(static_cast<size_t>(dd), 0.0), Mom(static_cast<size_t>(dd), 0.0);
-    for (index_t g_ = 0; g_ < H; ++g_) {
-      const size_t hg = static_cast<size_t>(h * H + g_);
-      K.mv_to(P.Km(g_), at(LY, h, g_), scratch.data());
-      K.axpy(2 / n, scratch.data(), ga.data());
-      K.mv_to(S.data() + g_ * dd, at(LV, h, g_), scratch.data());
-      K.axpy(8 / (n * n), scratch.data(), ga.data());
-      K.axpy(2 / n * gam[hg] + 2 / (n * n) * A6[hg], A(g_), gp1);
-      K.outer(gK1, 2 / n, A(g_), at(LY, g_, h));
-      K.outer(Mom.data(), 1.0, at(LV, g_, h), A(g_));   // Σ_g ΛS_g a_h a_gᵀ
-      K.axpy_mat(pi[hg], LKL.data() + g_ * dd, Wpi.data());  // Σ_g π_hg ΛK1_gΛ
-      piTau += pi[hg] * tau[g_];
-    }
-    // (2/N) Σ_g π_hg ΛK1_gΛ + (4/N²) Σ_g π_hg ΛS_gΛ + (4/N²)·2 sym(Σ_g ΛS_g a_h a_gᵀ)
+    // ∂S_h = 2 Σ_g ΛS_g a_h a_gᵀ), πγ, πA6: with P1 = Σ_g a_g LY[g,h]ᵀ = aᵀ LY[:, h] and
+    // P2 = Σ_g a_g LV[g,h]ᵀ = aᵀ LV[:, h] (the transpose of Σ_g ΛS_g a_h a_gᵀ)
+    K.axpy(1.0, GP.data() + h * d, gp1);
+    K.axpy(2 / n, GA1.data() + h * d, ga.data());
+    K.axpy(8 / (n * n), GA2.data() + h * d, ga.data());
+    Kit::gemm(At.data(), H, LY.data() + h * d, H * d, P1.data(), d, d, H, d);
+    Kit::gemm(At.data(), H, LV.data() + h * d, H * d, P2.data(), d, d, H, d);
+    const double* Wpi = Wpi_all.data() + h * dd;
+    // (2/N) P1 + (2/N) Wpi + (2/N²)(Wpi + Wpiᵀ) + (4/N²)(P2 + P2ᵀ)
     for (index_t i = 0; i < d; ++i)
       for (index_t j = 0; j < d; ++j)
-        gK1[i * d + j] += 2 / n * Wpi[i * d + j] + 2 / (n * n) * (Wpi[i * d + j] + Wpi[j * d + i]) +
-                          4 / (n * n) * (Mom[i * d + j] + Mom[j * d + i]);
-    K.axpy_mat(2 / (n * n) * piTau, Lam, gK1);
+        gK1[i * d + j] += 2 / n * (P1[i * d + j] + Wpi[i * d + j]) +
+                          2 / (n * n) * (Wpi[i * d + j] + Wpi[j * d + i]) +
+                          4 / (n * n) * (P2[i * d + j] + P2[j * d + i]);
+    K.axpy_mat(2 / (n * n) * piTau[h], Lam, gK1);
     K.axpy(1.0, K.mv(Lam, ga.data()).data(), gp1);
   }
   return twice;
