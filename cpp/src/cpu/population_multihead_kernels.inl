@@ -127,13 +127,14 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
 
   // per head: a_h = Λp1_h, S_h = sym K1_h, ΛK1_hΛ, τ_h = tr(K1_hΛ), M4 p1_h
   Vec a(static_cast<size_t>(H * d)), S(static_cast<size_t>(H * dd)), LKL(static_cast<size_t>(H * dd)), tau(static_cast<size_t>(H)), M4p1(static_cast<size_t>(H * d));
+  // as products of many rows (Λ, M4 symmetric): a = P1 Λ, M4p1 = P1 M4 [H, d], K1Λ [H d, d]
+  small::multiply_dense(P.P1(0), Lam, a.data(), H, d);
+  small::multiply_dense(P.P1(0), M4.data(), M4p1.data(), H, d);
+  Vec KL(static_cast<size_t>(H * dd));
+  small::multiply_dense(P.Km(0), Lam, KL.data(), H * d, d);
   for (index_t h = 0; h < H; ++h) {
     const double* K1 = P.Km(h);
-    const Vec ah = K.mv(Lam, P.P1(h)), mh = K.mv(M4.data(), P.P1(h));
-    std::copy(ah.begin(), ah.end(), a.begin() + h * d);
-    std::copy(mh.begin(), mh.end(), M4p1.begin() + h * d);
-    const Vec lkl = K.mm(K.mm(Lam, K1).data(), Lam);
-    std::copy(lkl.begin(), lkl.end(), LKL.begin() + h * dd);
+    small::multiply_dense(Lam, KL.data() + h * dd, LKL.data() + h * dd, d, d);
     for (index_t i = 0; i < d; ++i)
       for (index_t j = 0; j < d; ++j) S[h * dd + i * d + j] = 0.5 * (K1[i * d + j] + K1[j * d + i]);
     tau[h] = K.frob(K1, Lam);  // Λ symmetric
