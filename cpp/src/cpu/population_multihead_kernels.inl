@@ -8,6 +8,7 @@
 // every term is a linear aggregate over the heads (z, R, u, e4, m, s, tv, C) or one of five H x H
 // Gram matrices (π, γ, σ, ν, ω). The gradient runs back through the aggregates, then the Grams.
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "cpu/population_multihead_kernels.hpp"
@@ -22,6 +23,15 @@ namespace lsa_native::cpu::LSA_ISA_NS {
 namespace {
 
 using Vec = std::vector<double>;
+
+// The heads' arrays (H d, H d², H² d entries) that every use writes before reading: not zero-filled
+// (at d = 20, H = 8 zero-filling them cost as much as a tenth of the call).
+struct Scratch {
+  std::unique_ptr<double[]> p;
+  explicit Scratch(size_t n) : p(new double[n]) {}
+  double* data() const { return p.get(); }
+  double& operator[](size_t i) const { return p[i]; }
+};
 
 // Row-major d x d products (the register tiles of small_matrix_simd.hpp, compiled for this ISA)
 // and vector helpers on raw pointers (simd.hpp's vectors; internal linkage, one copy per ISA).
@@ -126,11 +136,12 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
   const double c3 = (1 + 2 / n) * (t * t + 2 * K.trace(L2.data()));
 
   // per head: a_h = Λp1_h, S_h = sym K1_h, ΛK1_hΛ, τ_h = tr(K1_hΛ), M4 p1_h
-  Vec a(static_cast<size_t>(H * d)), S(static_cast<size_t>(H * dd)), LKL(static_cast<size_t>(H * dd)), tau(static_cast<size_t>(H)), M4p1(static_cast<size_t>(H * d));
+  const Scratch a(static_cast<size_t>(H * d)), S(static_cast<size_t>(H * dd)), LKL(static_cast<size_t>(H * dd)),
+      tau(static_cast<size_t>(H)), M4p1(static_cast<size_t>(H * d));
   // as products of many rows (Λ, M4 symmetric): a = P1 Λ, M4p1 = P1 M4 [H, d], K1Λ [H d, d]
   small::multiply_dense(P.P1(0), Lam, a.data(), H, d);
   small::multiply_dense(P.P1(0), M4.data(), M4p1.data(), H, d);
-  Vec KL(static_cast<size_t>(H * dd));
+  const Scratch KL(static_cast<size_t>(H * dd));
   small::multiply_dense(P.Km(0), Lam, KL.data(), H * d, d);
   for (index_t h = 0; h < H; ++h) {
     const double* K1 = P.Km(h);
@@ -168,8 +179,8 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
 
   // H x H Grams: π, γ, σ; ν, ω through Y[g,h] = K1_gᵀa_h and V[g,h] = S_g a_h
   const size_t HH = static_cast<size_t>(H * H);
-  Vec pi(HH), gam(HH), sig(HH), A6(HH), LY(HH * static_cast<size_t>(d)), LV(HH * static_cast<size_t>(d)), Y(HH * static_cast<size_t>(d)),
-      V(HH * static_cast<size_t>(d));
+  const Scratch pi(HH), gam(HH), sig(HH), A6(HH), LY(HH * static_cast<size_t>(d)), LV(HH * static_cast<size_t>(d)),
+      Y(HH * static_cast<size_t>(d)), V(HH * static_cast<size_t>(d));
   // rows g·H + h: Y = a_hᵀ K1_g (= (K1_gᵀa_h)ᵀ), V = a_hᵀ S_g (S_g symmetric), then ΛY, ΛV as
   // [H², d] x Λ (Λ symmetric): 2H + 2 products of many rows instead of 4H² mat-vecs.
   for (index_t g_ = 0; g_ < H; ++g_) {
@@ -179,7 +190,7 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
   }
   small::multiply_dense(Y.data(), Lam, LY.data(), H * H, d);
   small::multiply_dense(V.data(), Lam, LV.data(), H * H, d);
-  auto at = [&](Vec& X, index_t g_, index_t h) { return X.data() + static_cast<size_t>(g_ * H + h) * static_cast<size_t>(d); };
+  auto at = [&](const Scratch& X, index_t g_, index_t h) { return X.data() + static_cast<size_t>(g_ * H + h) * static_cast<size_t>(d); };
   // every Gram is symmetric in (h, g) (Λ, S_g symmetric; ν_gh = Y[h,g]ᵀΛY[g,h] = ν_hg, so ω):
   // the pairs g >= h, the sums weighted 2 off the diagonal
   double nu_sum = 0, om_sum = 0, pigam = 0, piA6 = 0;
@@ -248,9 +259,10 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
   //   GA2[h] = Σ_g S_g LV[h,g]                                = LV [H, H d] · [S_g]_g  [H d, d]
   //   GP[h]  = Σ_g (2/N γ_hg + 2/N² A6_hg) a_g               = coefficients [H, H] · a [H, d]
   //   Wpi[h] = Σ_g π_hg ΛK1_gΛ                                = π [H, H] · LKL [H, d²]
-  Vec KT(static_cast<size_t>(H * dd)), At(static_cast<size_t>(H * d)), coef(HH), GA1(static_cast<size_t>(H * d)),
-      GA2(static_cast<size_t>(H * d)), GP(static_cast<size_t>(H * d)), Wpi_all(static_cast<size_t>(H * dd)),
-      piTau(static_cast<size_t>(H), 0.0);
+  const Scratch KT(static_cast<size_t>(H * dd)), At(static_cast<size_t>(H * d)), coef(HH),
+      GA1(static_cast<size_t>(H * d)), GA2(static_cast<size_t>(H * d)), GP(static_cast<size_t>(H * d)),
+      Wpi_all(static_cast<size_t>(H * dd));
+  Vec piTau(static_cast<size_t>(H), 0.0);
   for (index_t g_ = 0; g_ < H; ++g_)
     for (index_t i = 0; i < d; ++i) {
       At[i * H + g_] = a[g_ * d + i];
