@@ -119,3 +119,31 @@ def test_objective_wishart_chains_the_separate_parametrization(rng):
                     data=train.Prompts(LinearPrompts(d, N, seed=3), batch=256))
     loss = res.history["loss"]
     assert np.mean(loss[-20:]) < 0.7 * np.mean(loss[:5])
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("d,N,H,B,noise_std", [(1, 2, 2, 5, 0.0), (3, 7, 3, 37, 0.4), (5, 20, 4, 133, 0.0)])
+def test_wishart_heads_split_one_head(rng, dtype, d, N, H, B, noise_std):
+    """The CPU's H-head Wishart step (SIMD lanes over prompts, partial last groups) against the
+    one-head step on the same draws: heads sharing W^KQ with p_h summing to p predict as one head
+    (p, W^KQ), so the loss is the same, every head's ∂p_h is the one head's ∂p and the ∂W^KQ_h
+    sum to its ∂W^KQ (to rounding)."""
+    spec = LinearPrompts(d, N, noise_std=noise_std, seed=int(rng.integers(1000)))
+    W_pv1, W_kq1 = _weights(rng, 1, d)
+    parts = rng.dirichlet(np.ones(H))  # p_h = parts[h]·p
+    W_pv = np.repeat(W_pv1, H, axis=0)
+    W_pv[:, d, :] = parts[:, None] * W_pv1[0, d, :]
+    W_kq = np.repeat(W_kq1, H, axis=0)
+    step = int(rng.integers(100))
+    got = _step(spec, "wishart", W_pv, W_kq, step, B, dtype)
+    want = _step(spec, "wishart", W_pv1, W_kq1, step, B, dtype)
+    tol = 1e-11 if dtype == np.float64 else 2e-4
+    np.testing.assert_allclose(got[0], want[0], rtol=tol)
+    scale = np.abs(want[1]).max() + np.abs(want[2]).max()
+    for h in range(H):
+        np.testing.assert_allclose(got[1][h, d], want[1][0, d], rtol=0, atol=tol * scale)
+    np.testing.assert_allclose(got[2].sum(0), want[2][0], rtol=0, atol=tol * scale)
+    # power: a wrong split (the p_h summing to 2p) is seen
+    W_pv[0, d, :] += W_pv1[0, d, :]
+    wrong = _step(spec, "wishart", W_pv, W_kq, step, B, dtype)
+    assert abs(wrong[0] - want[0]) > 10 * tol * abs(want[0])

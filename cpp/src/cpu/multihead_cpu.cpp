@@ -93,14 +93,18 @@ void fused_wishart_partial(const linear::Law<T>& P, index_t H, const T* W_pv, co
   const index_t rows = d + 1, nw = wishart::Work<T>::size(d, dp),
                 nh = multihead::HeadsWork<T>::size(H, d, dp);
   std::vector<T> work(static_cast<size_t>(nw + nh + H * rows * (rows + 1)));
+  std::vector<T> lanes(static_cast<size_t>(wishart_lane_values<T>(d, dp, H)), T(0));
+  std::vector<double> lane_acc(static_cast<size_t>(wishart_lane_sums<T>(d, H)), 0.0);
   T* p_t = work.data() + nw + nh;
   T* W_kq_t = p_t + H * rows;
   multihead::heads_inner(H, rows, W_pv, W_kq, p_t, W_kq_t);
   WishartHeads<T> ctx{&P, H, p_t, W_kq_t, wishart::Work<T>::at(work.data(), d, dp),
-                      multihead::HeadsWork<T>::at(work.data() + nw, H, d, dp), acc};
+                      multihead::HeadsWork<T>::at(work.data() + nw, H, d, dp), acc, lanes.data(), 0,
+                      lane_acc.data()};
   std::fill(acc, acc + multihead_loss_grad_partial_size(d, H), 0.0);
   LSA_NATIVE_SELECT_KERNELS(SamplingKernels<T>, sampling_kernels<T>())
       .wishart_prompts(P, b0, b1, WishartVisitor<T>{kernels<T>().wishart_prompt, &ctx});
+  kernels<T>().wishart_flush(&ctx);
 }
 
 }  // namespace

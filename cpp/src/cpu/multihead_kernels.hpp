@@ -24,9 +24,27 @@ inline index_t multihead_vjp_partial_size(index_t d, index_t heads) {
   return 2 * heads * (d + 1) * (d + 1);
 }
 
+// Prompts of the fused Wishart step computed together, one per SIMD lane (32-byte vectors).
+template <class T>
+constexpr index_t kWishartLanes = index_t(32 / sizeof(T));
+
+// Entries of WishartHeads::lanes: per lane a prompt's e_q [rows], M [rows, dp], y_q, and the group's
+// work arrays Q [rows, H], A [dp, 2H], GX [rows, 2H], ex [2H], y_hat (multihead_kernels.inl).
+template <class T>
+index_t wishart_lane_values(index_t d, index_t dp, index_t heads) {
+  const index_t rows = d + 1, w = 2 * heads;
+  return kWishartLanes<T> * (rows + rows * dp + 1 + rows * heads + dp * w + rows * w + w + 1);
+}
+
+// Entries of WishartHeads::lane_acc: acc's terms per lane, then one prompt group's e_q in double.
+template <class T>
+index_t wishart_lane_sums(index_t d, index_t heads) {
+  return kWishartLanes<T> * (multihead_loss_grad_partial_size(d, heads) + d + 1);
+}
+
 // The state of the fused Wishart step over one range of prompts (multihead_cpu.cpp): the law, the
-// heads arranged by multihead::heads_inner, the per-prompt work arrays and the range's sums
-// acc [multihead_loss_grad_partial_size].
+// heads arranged by multihead::heads_inner, the per-prompt work arrays, the lanes of the prompts
+// staged so far (`filled` of kWishartLanes) and the range's sums acc [multihead_loss_grad_partial_size].
 template <class T>
 struct WishartHeads {
   const linear::Law<T>* P;
@@ -35,6 +53,9 @@ struct WishartHeads {
   wishart::Work<T> s;
   multihead::HeadsWork<T> h;
   double* acc;
+  T* lanes;  // [wishart_lane_values]
+  index_t filled;
+  double* lane_acc;  // [wishart_lane_sums]: the sums of acc per lane, then e_q's lanes in double
 };
 
 // Kernels over prompts [b0, b1); arrays as in multihead.hpp. The bool ones return false when a
@@ -55,9 +76,13 @@ struct MultiHeadKernels {
   bool (*vjp)(const LsaShape&, index_t heads, const T* E, const T* W_pv, const T* W_kq,
               const T* d_F, T* d_E, index_t b0, index_t b1, double* partial);
   // The Wishart step's per-prompt visitor (sampling_kernels.hpp's WishartVisitor, ctx a
-  // WishartHeads<T>): multihead::heads_residual, accumulated into ctx's acc; compiled per ISA.
+  // WishartHeads<T>): multihead::heads_residual's arithmetic, accumulated into ctx's acc in prompt
+  // order; compiled per ISA.
+  // Prompts are staged into ctx's lanes and computed kWishartLanes at a time (the SIMD lanes over
+  // prompts); wishart_flush computes the staged rest (call it after the range's last prompt).
   void (*wishart_prompt)(void* ctx, index_t b, const T* z, const T* chi2, const T* w,
                          const T* lam_sqrt);
+  void (*wishart_flush)(void* ctx);
 };
 
 LSA_NATIVE_DECLARE_PER_ISA(template <class T> MultiHeadKernels<T> multihead_kernels();)

@@ -273,11 +273,155 @@ bool mh_vjp_range(const LsaShape& sh, index_t H, const T* E, const T* W_pv, cons
   return detail::poison_clear(hsum(poison));
 }
 
+// ---- the fused Wishart step: multihead::heads_residual with the SIMD lanes over prompts ----------
+//
+// Each prompt's factors (wishart::prompt_factors, multihead::form_m: e_q, M, y_q) are formed by the
+// scalar recipe and staged into one lane of WishartHeads::lanes; every kWishartLanes prompts the
+// O(H d²) part runs on vectors, lane l being prompt l, in heads_residual's order of operations:
+//   q_h = W^KQ_h e_q,  A = Mᵀ [p | q],  ex = e_qᵀ [p | q],  GX = M A + e_q exᵀ/N,
+//   ŷ = Σ_h ex_h ex_{H+h}/N + Σ_m A[m, h] A[m, H+h];
+// then multihead::accumulate's sums in double, per lane over the range (lane l: prompts b0 + l,
+// b0 + l + L, ...), the lanes added in order at the range's end. The p_h are the same for every
+// prompt (broadcasts). Ranges are the fixed chunks of parallel.hpp, so the lanes, hence the sums, do
+// not depend on the thread count.
+template <class T>
+struct WishartLaneArrays {  // vectors (kWishartLanes entries each) of WishartHeads::lanes
+  T *e_q, *M, *y_q, *Q, *A, *GX, *ex, *y_hat;
+  WishartLaneArrays(T* base, index_t rows, index_t dp, index_t H) {
+    const index_t L = kWishartLanes<T>, w = 2 * H;
+    e_q = base;
+    M = e_q + L * rows;
+    y_q = M + L * rows * dp;
+    Q = y_q + L;
+    A = Q + L * rows * H;
+    GX = A + L * dp * w;
+    ex = GX + L * rows * w;
+    y_hat = ex + L * w;
+  }
+};
+
+// The lanes of a vector in double: D = kLanes<T> / kLanes<double> vectors.
+inline void to_double(Vec<double> x, Vec<double>* out) { out[0] = x; }
+inline void to_double(Vec<float> x, Vec<double>* out) {
+  typedef float F4 __attribute__((vector_size(16)));
+  out[0] = __builtin_convertvector(F4(__builtin_shufflevector(x, x, 0, 1, 2, 3)), Vec<double>);
+  out[1] = __builtin_convertvector(F4(__builtin_shufflevector(x, x, 4, 5, 6, 7)), Vec<double>);
+}
+
+template <class T>
+void wishart_lanes_compute(WishartHeads<T>& c, index_t count) {
+  constexpr index_t L = kWishartLanes<T>;
+  static_assert(L == kLanes<T>, "one prompt per SIMD lane");
+  const linear::Law<T>& P = *c.P;
+  const index_t rows = P.d + 1, dp = wishart::noise_dim(P), H = c.H, W = 2 * H;
+  const WishartLaneArrays<T> v(c.lanes, rows, dp, H);
+  const auto at = [](T* base, index_t i) { return base + i * L; };
+  const T inv_n = T(1) / T(P.N);
+  for (index_t k = 0; k < rows; ++k)  // Q[k, h] = (W^KQ_h e_q)_k
+    for (index_t j = 0; j < H; ++j) {
+      Vec<T> acc = simd::zero<T>();
+      for (index_t col = 0; col < rows; ++col)
+        acc += simd::broadcast(c.W_kq_t[(k * rows + col) * H + j]) * load(at(v.e_q, col));
+      store(at(v.Q, k * H + j), acc);
+    }
+  // head_x(k, j) = X[k, j] = p_j[k] (broadcast) for j < H, Q[k, j − H] otherwise
+  const auto head_x = [&](index_t k, index_t j) {
+    return j < H ? simd::broadcast(c.p_t[k * H + j]) : load(at(v.Q, k * H + j - H));
+  };
+  for (index_t i = 0; i < dp * W; ++i) store(at(v.A, i), simd::zero<T>());
+  for (index_t j = 0; j < W; ++j) store(at(v.ex, j), simd::zero<T>());
+  for (index_t k = 0; k < rows; ++k) {  // A = Mᵀ X, ex = e_qᵀ X
+    const Vec<T> e = load(at(v.e_q, k));
+    for (index_t j = 0; j < W; ++j) {
+      const Vec<T> xkj = head_x(k, j);
+      for (index_t m = 0; m < dp; ++m)
+        store(at(v.A, m * W + j), load(at(v.A, m * W + j)) + load(at(v.M, k * dp + m)) * xkj);
+      store(at(v.ex, j), load(at(v.ex, j)) + e * xkj);
+    }
+  }
+  for (index_t k = 0; k < rows; ++k) {  // GX = M A + e_q exᵀ / N
+    const Vec<T> e = load(at(v.e_q, k));
+    for (index_t j = 0; j < W; ++j) {
+      Vec<T> acc = e * load(at(v.ex, j)) * inv_n;
+      for (index_t m = 0; m < dp; ++m) acc += load(at(v.M, k * dp + m)) * load(at(v.A, m * W + j));
+      store(at(v.GX, k * W + j), acc);
+    }
+  }
+  Vec<T> y_hat = simd::zero<T>();
+  for (index_t j = 0; j < H; ++j) {
+    Vec<T> t = load(at(v.ex, j)) * load(at(v.ex, H + j)) * inv_n;
+    for (index_t m = 0; m < dp; ++m) t += load(at(v.A, m * W + j)) * load(at(v.A, m * W + H + j));
+    y_hat += t;
+  }
+  // multihead::accumulate's sums in double, lane by lane (lanes >= count weigh 0): lane_acc[i·L + l]
+  // sums term i over the prompts of lane l; mh_wishart_flush adds the lanes in order.
+  constexpr index_t D = L / kLanes<double>;  // double vectors per vector of T
+  Vec<double> r[D], e[D];
+  to_double(y_hat, r);
+  to_double(load(v.y_q), e);
+  for (index_t q = 0; q < D; ++q)
+    for (index_t i = 0; i < kLanes<double>; ++i) r[q][i] = q * kLanes<double> + i < count ? r[q][i] - e[q][i] : 0.0;
+  double* sums = c.lane_acc;
+  const auto add = [&](index_t term, const Vec<double>* x, const Vec<double>* y) {
+    for (index_t q = 0; q < D; ++q) {
+      double* slot = sums + term * L + q * kLanes<double>;
+      store(slot, load(slot) + x[q] * y[q]);
+    }
+  };
+  add(0, r, r);
+  const index_t first_K = 1 + H * rows, width = first_K + H * rows * rows;
+  double* eq = sums + width * L;  // e_q[col] in double, once per group
+  for (index_t col = 0; col + 1 < rows; ++col) {
+    Vec<double> x[D];
+    to_double(load(at(v.e_q, col)), x);
+    for (index_t q = 0; q < D; ++q) store(eq + col * L + q * kLanes<double>, x[q]);
+  }
+  for (index_t j = 0; j < H; ++j)
+    for (index_t k = 0; k < rows; ++k) {
+      Vec<double> g[D], rk[D];
+      to_double(load(at(v.GX, k * W + H + j)), g);
+      add(1 + j * rows + k, r, g);
+      to_double(load(at(v.GX, k * W + j)), g);
+      for (index_t q = 0; q < D; ++q) rk[q] = r[q] * g[q];
+      for (index_t col = 0; col + 1 < rows; ++col) {
+        Vec<double> x[D];
+        for (index_t q = 0; q < D; ++q) x[q] = load(eq + col * L + q * kLanes<double>);
+        add(first_K + (j * rows + k) * rows + col, rk, x);
+      }
+    }
+}
+
+// Stages one prompt (its e_q, M = Ã L̃ T/√N and y_q by the scalar recipe) into the next lane.
 template <class T>
 void mh_wishart_prompt(void* ctx, index_t, const T* z, const T* chi2, const T* w, const T* lam_sqrt) {
   WishartHeads<T>& c = *static_cast<WishartHeads<T>*>(ctx);
-  const double r = multihead::heads_residual(*c.P, c.H, c.p_t, c.W_kq_t, z, chi2, w, lam_sqrt, c.s, c.h);
-  multihead::accumulate(r, c.s.e_q, c.h, c.H, c.P->d + 1, c.acc);
+  constexpr index_t L = kWishartLanes<T>;
+  const linear::Law<T>& P = *c.P;
+  const index_t rows = P.d + 1;
+  const wishart::Prompt<T> pr = wishart::prompt_factors(P, z, chi2, w, lam_sqrt, c.s);
+  const index_t dp = pr.dp;
+  multihead::form_m(pr, c.h.M);
+  const WishartLaneArrays<T> v(c.lanes, rows, dp, c.H);
+  const index_t l = c.filled;
+  for (index_t k = 0; k < rows; ++k) v.e_q[k * L + l] = c.s.e_q[k];
+  for (index_t i = 0; i < rows * dp; ++i) v.M[i * L + l] = c.h.M[i];
+  v.y_q[l] = wishart::query_target(P, w, c.s.e_q, z);
+  if (++c.filled == L) {
+    wishart_lanes_compute(c, L);
+    c.filled = 0;
+  }
+}
+
+// The staged prompts of a range's last, partial group (the unused lanes compute on stale values
+// and are not accumulated).
+template <class T>
+void mh_wishart_flush(void* ctx) {
+  WishartHeads<T>& c = *static_cast<WishartHeads<T>*>(ctx);
+  if (c.filled > 0) wishart_lanes_compute(c, c.filled);
+  c.filled = 0;
+  const index_t L = kWishartLanes<T>, width = multihead_loss_grad_partial_size(c.P->d, c.H);
+  for (index_t i = 0; i < width; ++i)
+    for (index_t l = 0; l < L; ++l) c.acc[i] += c.lane_acc[i * L + l];
 }
 
 }  // namespace
@@ -285,7 +429,8 @@ void mh_wishart_prompt(void* ctx, index_t, const T* z, const T* chi2, const T* w
 template <class T>
 MultiHeadKernels<T> multihead_kernels() {
   return {&mh_predict_range<T>, &mh_loss_grad_range<T>, &mh_predict_vjp_range<T>,
-          &mh_forward_range<T>, &mh_vjp_range<T>, &mh_wishart_prompt<T>};
+          &mh_forward_range<T>, &mh_vjp_range<T>, &mh_wishart_prompt<T>,
+          &mh_wishart_flush<T>};
 }
 template MultiHeadKernels<float> multihead_kernels<float>();
 template MultiHeadKernels<double> multihead_kernels<double>();

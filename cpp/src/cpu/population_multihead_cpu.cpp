@@ -83,23 +83,26 @@ HeadParts read_heads(index_t d, index_t H, index_t rank, const double* W_pv, con
                      const double* W_k, const double* W_q) {
   HeadParts P(d, H);
   const index_t n1 = d + 1;
+  std::vector<double> row(static_cast<size_t>(d));
   for (index_t h = 0; h < H; ++h) {
     const double* pv = W_pv + h * n1 * n1;
     for (index_t c = 0; c < d; ++c) P.P1(h)[c] = pv[d * n1 + c];
     P.p2[h] = pv[d * n1 + d];
-    for (index_t r = 0; r <= d; ++r)
-      for (index_t c = 0; c < d; ++c) {
-        double v;
-        if (rank == 0) {
-          v = W_kq[h * n1 * n1 + r * n1 + c];
-        } else {  // (W^Kᵀ W^Q)[r, c] = Σ_ρ W^K[ρ, r] W^Q[ρ, c]
-          const double *Wk = W_k + h * rank * n1, *Wq = W_q + h * rank * n1;
-          v = 0;
-          for (index_t q = 0; q < rank; ++q) v += Wk[q * n1 + r] * Wq[q * n1 + c];
-        }
-        if (r < d) P.Km(h)[r * d + c] = v;
-        else P.K2(h)[c] = v;
+    for (index_t r = 0; r <= d; ++r) {
+      double* v = r < d ? P.Km(h) + r * d : P.K2(h);
+      if (rank == 0) {
+        std::copy(W_kq + h * n1 * n1 + r * n1, W_kq + h * n1 * n1 + r * n1 + d, v);
+        continue;
       }
+      // (W^Kᵀ W^Q)[r, :d] = Σ_ρ W^K[ρ, r] W^Q[ρ, :d] (rows of W^Q combined: contiguous loops)
+      const double *Wk = W_k + h * rank * n1, *Wq = W_q + h * rank * n1;
+      std::fill(row.begin(), row.end(), 0.0);
+      for (index_t q = 0; q < rank; ++q) {
+        const double wk = Wk[q * n1 + r];
+        for (index_t c = 0; c < d; ++c) row[c] += wk * Wq[q * n1 + c];
+      }
+      std::copy(row.begin(), row.end(), v);
+    }
   }
   return P;
 }
@@ -152,15 +155,24 @@ double multihead_population_loss_separate(index_t d, index_t heads, index_t rank
   //   ∂W^K_h[ρ, r] = Σ_c W^Q_h[ρ, c] G_h[r, c],  ∂W^Q_h[ρ, c] = Σ_r W^K_h[ρ, r] G_h[r, c] (c < d).
   std::fill(d_W_k, d_W_k + heads * rank * n1, 0.0);
   std::fill(d_W_q, d_W_q + heads * rank * n1, 0.0);
+  // Loops with a contiguous innermost axis and no reduction chain: ∂W^Q_h[ρ] combines rows of G_h,
+  // ∂W^K_h[ρ] rows of G_hᵀ (GT).
+  std::vector<double> GT(static_cast<size_t>(d * n1));
   for (index_t h = 0; h < heads; ++h) {
     const double *G = d_W_kq.data() + h * sz, *Wk = W_k + h * rank * n1, *Wq = W_q + h * rank * n1;
     double *gk = d_W_k + h * rank * n1, *gq = d_W_q + h * rank * n1;
-    for (index_t q = 0; q < rank; ++q)
-      for (index_t r = 0; r <= d; ++r)
-        for (index_t c = 0; c < d; ++c) {
-          gk[q * n1 + r] += Wq[q * n1 + c] * G[r * n1 + c];
-          gq[q * n1 + c] += Wk[q * n1 + r] * G[r * n1 + c];
-        }
+    for (index_t r = 0; r <= d; ++r)
+      for (index_t c = 0; c < d; ++c) GT[c * n1 + r] = G[r * n1 + c];
+    for (index_t q = 0; q < rank; ++q) {
+      for (index_t r = 0; r <= d; ++r) {
+        const double wk = Wk[q * n1 + r];
+        for (index_t c = 0; c < d; ++c) gq[q * n1 + c] += wk * G[r * n1 + c];
+      }
+      for (index_t c = 0; c < d; ++c) {
+        const double wq = Wq[q * n1 + c];
+        for (index_t r = 0; r <= d; ++r) gk[q * n1 + r] += wq * GT[c * n1 + r];
+      }
+    }
   }
   return 0.5 * twice;
 }

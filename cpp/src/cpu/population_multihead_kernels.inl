@@ -8,6 +8,7 @@
 // every term is a linear aggregate over the heads (z, R, u, e4, m, s, tv, C) or one of five H x H
 // Gram matrices (π, γ, σ, ν, ω). The gradient runs back through the aggregates, then the Grams.
 #include <algorithm>
+#include <memory>
 #include <vector>
 
 #include "cpu/population_multihead_kernels.hpp"
@@ -23,6 +24,15 @@ namespace {
 
 using Vec = std::vector<double>;
 
+// The heads' arrays (H d, H d², H² d entries) that every use writes before reading: not zero-filled
+// (at d = 20, H = 8 zero-filling them cost as much as a tenth of the call).
+struct Scratch {
+  std::unique_ptr<double[]> p;
+  explicit Scratch(size_t n) : p(new double[n]) {}
+  double* data() const { return p.get(); }
+  double& operator[](size_t i) const { return p[i]; }
+};
+
 // Row-major d x d products (the register tiles of small_matrix_simd.hpp, compiled for this ISA)
 // and vector helpers on raw pointers (simd.hpp's vectors; internal linkage, one copy per ISA).
 struct Kit {
@@ -32,6 +42,22 @@ struct Kit {
     Vec C(static_cast<size_t>(d * d));
     small::multiply_dense(A, B, C.data(), d, d);
     return C;
+  }
+  // C [m, n] = A [m, k] B [k, n] (row-major with leading dimensions; C aliases neither): whole
+  // column vectors by the kit's tiles, the last n mod L columns by plain loops.
+  static void gemm(const double* A, index_t lda, const double* B, index_t ldb, double* C, index_t ldc,
+                   index_t m, index_t k, index_t n) {
+    constexpr index_t L = simd::kLanes<double>;
+    const index_t n_vec = n / L * L;
+    for (index_t c0 = 0; c0 < n_vec; c0 += 3 * L)
+      small::multiply_columns(A, lda, B, ldb, C, ldc, m, k, c0, std::min<index_t>(3, (n_vec - c0) / L),
+                              false);
+    for (index_t i = 0; i < m; ++i)
+      for (index_t j = n_vec; j < n; ++j) {
+        double acc = 0;
+        for (index_t q = 0; q < k; ++q) acc += A[i * lda + q] * B[q * ldb + j];
+        C[i * ldc + j] = acc;
+      }
   }
   Vec mv(const double* A, const double* x) const {
     Vec y(static_cast<size_t>(d));
@@ -110,14 +136,16 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
   const double c3 = (1 + 2 / n) * (t * t + 2 * K.trace(L2.data()));
 
   // per head: a_h = Λp1_h, S_h = sym K1_h, ΛK1_hΛ, τ_h = tr(K1_hΛ), M4 p1_h
-  Vec a(static_cast<size_t>(H * d)), S(static_cast<size_t>(H * dd)), LKL(static_cast<size_t>(H * dd)), tau(static_cast<size_t>(H)), M4p1(static_cast<size_t>(H * d));
+  const Scratch a(static_cast<size_t>(H * d)), S(static_cast<size_t>(H * dd)), LKL(static_cast<size_t>(H * dd)),
+      tau(static_cast<size_t>(H)), M4p1(static_cast<size_t>(H * d));
+  // as products of many rows (Λ, M4 symmetric): a = P1 Λ, M4p1 = P1 M4 [H, d], K1Λ [H d, d]
+  small::multiply_dense(P.P1(0), Lam, a.data(), H, d);
+  small::multiply_dense(P.P1(0), M4.data(), M4p1.data(), H, d);
+  const Scratch KL(static_cast<size_t>(H * dd));
+  small::multiply_dense(P.Km(0), Lam, KL.data(), H * d, d);
   for (index_t h = 0; h < H; ++h) {
     const double* K1 = P.Km(h);
-    const Vec ah = K.mv(Lam, P.P1(h)), mh = K.mv(M4.data(), P.P1(h));
-    std::copy(ah.begin(), ah.end(), a.begin() + h * d);
-    std::copy(mh.begin(), mh.end(), M4p1.begin() + h * d);
-    const Vec lkl = K.mm(K.mm(Lam, K1).data(), Lam);
-    std::copy(lkl.begin(), lkl.end(), LKL.begin() + h * dd);
+    small::multiply_dense(Lam, KL.data() + h * dd, LKL.data() + h * dd, d, d);
     for (index_t i = 0; i < d; ++i)
       for (index_t j = 0; j < d; ++j) S[h * dd + i * d + j] = 0.5 * (K1[i * d + j] + K1[j * d + i]);
     tau[h] = K.frob(K1, Lam);  // Λ symmetric
@@ -151,8 +179,8 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
 
   // H x H Grams: π, γ, σ; ν, ω through Y[g,h] = K1_gᵀa_h and V[g,h] = S_g a_h
   const size_t HH = static_cast<size_t>(H * H);
-  Vec pi(HH), gam(HH), sig(HH), A6(HH), LY(HH * static_cast<size_t>(d)), LV(HH * static_cast<size_t>(d)), Y(HH * static_cast<size_t>(d)),
-      V(HH * static_cast<size_t>(d));
+  const Scratch pi(HH), gam(HH), sig(HH), A6(HH), LY(HH * static_cast<size_t>(d)), LV(HH * static_cast<size_t>(d)),
+      Y(HH * static_cast<size_t>(d)), V(HH * static_cast<size_t>(d));
   // rows g·H + h: Y = a_hᵀ K1_g (= (K1_gᵀa_h)ᵀ), V = a_hᵀ S_g (S_g symmetric), then ΛY, ΛV as
   // [H², d] x Λ (Λ symmetric): 2H + 2 products of many rows instead of 4H² mat-vecs.
   for (index_t g_ = 0; g_ < H; ++g_) {
@@ -162,7 +190,7 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
   }
   small::multiply_dense(Y.data(), Lam, LY.data(), H * H, d);
   small::multiply_dense(V.data(), Lam, LV.data(), H * H, d);
-  auto at = [&](Vec& X, index_t g_, index_t h) { return X.data() + static_cast<size_t>(g_ * H + h) * static_cast<size_t>(d); };
+  auto at = [&](const Scratch& X, index_t g_, index_t h) { return X.data() + static_cast<size_t>(g_ * H + h) * static_cast<size_t>(d); };
   // every Gram is symmetric in (h, g) (Λ, S_g symmetric; ν_gh = Y[h,g]ᵀΛY[g,h] = ν_hg, so ω):
   // the pairs g >= h, the sums weighted 2 off the diagonal
   double nu_sum = 0, om_sum = 0, pigam = 0, piA6 = 0;
@@ -226,6 +254,29 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
   if (s2 > 0) K.axpy_mat(2 * s2 / n, LCL.data(), G_C.data());
   const Vec LGm = K.mv(Lam, G_m.data()), LGtv = K.mv(Lam, G_tv.data());
 
+  // The Grams' terms of every head at once, as products over the heads (g the summed head):
+  //   GA1[h] = Σ_g K1_g LY[h,g]                              = LY [H, H d] · [K1_gᵀ]_g [H d, d]
+  //   GA2[h] = Σ_g S_g LV[h,g]                                = LV [H, H d] · [S_g]_g  [H d, d]
+  //   GP[h]  = Σ_g (2/N γ_hg + 2/N² A6_hg) a_g               = coefficients [H, H] · a [H, d]
+  //   Wpi[h] = Σ_g π_hg ΛK1_gΛ                                = π [H, H] · LKL [H, d²]
+  const Scratch KT(static_cast<size_t>(H * dd)), At(static_cast<size_t>(H * d)), coef(HH),
+      GA1(static_cast<size_t>(H * d)), GA2(static_cast<size_t>(H * d)), GP(static_cast<size_t>(H * d)),
+      Wpi_all(static_cast<size_t>(H * dd));
+  Vec piTau(static_cast<size_t>(H), 0.0);
+  for (index_t g_ = 0; g_ < H; ++g_)
+    for (index_t i = 0; i < d; ++i) {
+      At[i * H + g_] = a[g_ * d + i];
+      for (index_t j = 0; j < d; ++j) KT[(g_ * d + j) * d + i] = P.Km(g_)[i * d + j];
+    }
+  for (size_t i = 0; i < HH; ++i) coef[i] = 2 / n * gam[i] + 2 / (n * n) * A6[i];
+  for (index_t h = 0; h < H; ++h)
+    for (index_t g_ = 0; g_ < H; ++g_) piTau[h] += pi[h * H + g_] * tau[g_];
+  Kit::gemm(LY.data(), H * d, KT.data(), d, GA1.data(), d, H, H * d, d);
+  Kit::gemm(LV.data(), H * d, S.data(), d, GA2.data(), d, H, H * d, d);
+  Kit::gemm(coef.data(), H, a.data(), d, GP.data(), d, H, H, d);
+  Kit::gemm(pi.data(), H, LKL.data(), dd, Wpi_all.data(), dd, H, H, dd);
+  Vec P1(static_cast<size_t>(dd)), P2(static_cast<size_t>(dd));
+
   // ... then through each head's terms
   std::fill(grad, grad + H * (d + 1) * (d + 1), 0.0);
   const Parts G{d, H, grad};
@@ -267,27 +318,21 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
     K.sym_outer(gK1, 1.0, G_s.data(), ah);
     K.axpy_mat(p2, G_C.data(), gK1);
     // the Grams: ν (2 Σ_g K1_g ΛK1_hᵀa_g; 2 Σ_g a_g (ΛK1_gᵀa_h)ᵀ), ω (2 Σ_g S_g ΛS_h a_g;
-    // ∂S_h = 2 Σ_g ΛS_g a_h a_gᵀ), πγ, πA6
-    double piTau = 0;
-    Vec scratch(static_cast<size_t>(d)), Wpi(static_cast<size_t>(dd), 0.0), Mom(static_cast<size_t>(dd), 0.0);
-    for (index_t g_ = 0; g_ < H; ++g_) {
-      const size_t hg = static_cast<size_t>(h * H + g_);
-      K.mv_to(P.Km(g_), at(LY, h, g_), scratch.data());
-      K.axpy(2 / n, scratch.data(), ga.data());
-      K.mv_to(S.data() + g_ * dd, at(LV, h, g_), scratch.data());
-      K.axpy(8 / (n * n), scratch.data(), ga.data());
-      K.axpy(2 / n * gam[hg] + 2 / (n * n) * A6[hg], A(g_), gp1);
-      K.outer(gK1, 2 / n, A(g_), at(LY, g_, h));
-      K.outer(Mom.data(), 1.0, at(LV, g_, h), A(g_));   // Σ_g ΛS_g a_h a_gᵀ
-      K.axpy_mat(pi[hg], LKL.data() + g_ * dd, Wpi.data());  // Σ_g π_hg ΛK1_gΛ
-      piTau += pi[hg] * tau[g_];
-    }
-    // (2/N) Σ_g π_hg ΛK1_gΛ + (4/N²) Σ_g π_hg ΛS_gΛ + (4/N²)·2 sym(Σ_g ΛS_g a_h a_gᵀ)
+    // ∂S_h = 2 Σ_g ΛS_g a_h a_gᵀ), πγ, πA6: with P1 = Σ_g a_g LY[g,h]ᵀ = aᵀ LY[:, h] and
+    // P2 = Σ_g a_g LV[g,h]ᵀ = aᵀ LV[:, h] (the transpose of Σ_g ΛS_g a_h a_gᵀ)
+    K.axpy(1.0, GP.data() + h * d, gp1);
+    K.axpy(2 / n, GA1.data() + h * d, ga.data());
+    K.axpy(8 / (n * n), GA2.data() + h * d, ga.data());
+    Kit::gemm(At.data(), H, LY.data() + h * d, H * d, P1.data(), d, d, H, d);
+    Kit::gemm(At.data(), H, LV.data() + h * d, H * d, P2.data(), d, d, H, d);
+    const double* Wpi = Wpi_all.data() + h * dd;
+    // (2/N) P1 + (2/N) Wpi + (2/N²)(Wpi + Wpiᵀ) + (4/N²)(P2 + P2ᵀ)
     for (index_t i = 0; i < d; ++i)
       for (index_t j = 0; j < d; ++j)
-        gK1[i * d + j] += 2 / n * Wpi[i * d + j] + 2 / (n * n) * (Wpi[i * d + j] + Wpi[j * d + i]) +
-                          4 / (n * n) * (Mom[i * d + j] + Mom[j * d + i]);
-    K.axpy_mat(2 / (n * n) * piTau, Lam, gK1);
+        gK1[i * d + j] += 2 / n * (P1[i * d + j] + Wpi[i * d + j]) +
+                          2 / (n * n) * (Wpi[i * d + j] + Wpi[j * d + i]) +
+                          4 / (n * n) * (P2[i * d + j] + P2[j * d + i]);
+    K.axpy_mat(2 / (n * n) * piTau[h], Lam, gK1);
     K.axpy(1.0, K.mv(Lam, ga.data()).data(), gp1);
   }
   return twice;
