@@ -539,7 +539,10 @@ def test_generator_data_resumes_bitwise(tmp_path, rng):
 def test_native_linear_spec_fused_lsa_step(rng, dtype):
     """LSAObjective with sampling.LinearPrompts: the fused "tokens" step trains on the prompts
     ``sample`` gives (same trajectory as materializing them, to rounding); "wishart" (same law,
-    other draws) trains too."""
+    other draws) trains too: the exact population loss [ZFB (3.7)] falls below 3/4 of its start.
+    (Over 400 runs of both routes at this rate it ended at most at 0.51 of its start; at lr = 0.05
+    heavy-tailed minibatch gradients kicked 1 run in 200 above it, and the last minibatch loss,
+    the criterion before, was above the first one in 1 run in 200.)"""
     from lsa_native import sampling
 
     d, N = 3, 12
@@ -547,13 +550,17 @@ def test_native_linear_spec_fused_lsa_step(rng, dtype):
     spec = sampling.LinearPrompts(d, N, Lambda, seed=int(rng.integers(2**31)))
     W_pv0, W_kq0 = theory.assumption33_init(d, 0.3, rng=rng)
     run = lambda fused, method="tokens": train.fit(
-        train.LSAObjective(W_pv0, W_kq0, dtype=dtype, method=method, fused=fused), "sgd", lr=0.05,
+        train.LSAObjective(W_pv0, W_kq0, dtype=dtype, method=method, fused=fused), "sgd", lr=0.03,
         steps=30, data=train.Prompts(spec, batch=256, resample_every=2, dtype=dtype), progress=False)
+    n = (d + 1) ** 2
+    population_loss = lambda theta: population.loss(theta[:n].reshape(d + 1, d + 1),  # noqa: E731
+                                                    theta[n:].reshape(d + 1, d + 1), Lambda, N)
+    start = population.loss(W_pv0, W_kq0, Lambda, N)
     fused, plain = run(True), run(False)
     # Token sums in a different order: float rounding, amplified mildly over 30 steps.
     tol = 1e-10 if dtype == np.float64 else 1e-4
     np.testing.assert_allclose(fused.theta, plain.theta, rtol=0, atol=tol)
-    assert fused.history.loss[-1] < fused.history.loss[0]
+    assert population_loss(fused.theta.astype(np.float64)) < 0.75 * start
     wishart = run(True, "wishart")
-    assert wishart.history.loss[-1] < wishart.history.loss[0]
+    assert population_loss(wishart.theta.astype(np.float64)) < 0.75 * start
     assert np.abs(wishart.theta - fused.theta).max() > 10 * tol  # other draws: a real difference
