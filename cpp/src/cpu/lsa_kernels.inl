@@ -203,17 +203,19 @@ struct PredictionScratch {
     s = t + round_up(cols, kLanes<T>) + kLanes<T>;
     for (index_t r = 0; r < rows; ++r)
       for (index_t c = 0; c < rows; ++c) W_kq_t[c * ld_rows + r] = W_kq[r * rows + c];
+    constexpr index_t L = kLanes<T>;
+    const index_t n_full = cols / L, rest = cols - n_full * L;
+    if (cols < L) view = {nullptr, staged.ld, 1, 0, false, lanes_from<T>(0)};
+    else view = {nullptr, cols, n_full, cols - L, rest > 0, lanes_from<T>(L - rest)};
   }
   // Points the view at prompt Eb [rows, cols] (staging it when narrower than a vector).
   void view_prompt(const T* Eb) {
-    constexpr index_t L = kLanes<T>;
-    if (cols < L) {
+    if (cols < kLanes<T>) {
       staged.stage(Eb);
-      view = {staged.get(), staged.ld, 1, 0, false, lanes_from<T>(0)};
-      return;
+      view.src = staged.get();
+    } else {
+      view.src = Eb;
     }
-    const index_t n_full = cols / L, rest = cols - n_full * L;
-    view = {Eb, cols, n_full, cols - L, rest > 0, lanes_from<T>(L - rest)};
   }
   T e(index_t r, index_t j) const { return view.src[r * view.stride + j]; }
   T query_label_slot() const { return e(rows - 1, cols - 1); }
@@ -232,21 +234,24 @@ struct PredictionScratch {
     }
     Vec<T>* g_k = g_vec.data();
     Vec<T>* g_p = g_k + ld_rows;
-    if (kBackward) std::fill(g_vec.begin(), g_vec.end(), simd::zero<T>());
+    if (kBackward)  // rows >= `rows` are never written and stay 0
+      for (index_t r = 0; r < rows; ++r) g_k[r] = g_p[r] = simd::zero<T>();
     T* tt = keep_ts ? t : nullptr;
     const PromptChunks<T>& v = view;
     const auto full = [&v](index_t r, index_t c) { return v.full(r, c); };
+    const auto mixed = [&v](index_t r, index_t c) { return c < v.n_full ? v.full(r, c) : v.last(r); };
     Vec<T> acc = simd::zero<T>();
+    // Blocks of 4 whole chunks while more than 4 chunks are left, then one block of the 1 to 4
+    // left (the partial last chunk among them).
+    const index_t total = v.n_chunks();
     index_t c = 0;
-    for (; c + 4 <= v.n_full; c += 4)
+    for (; total - c > 4; c += 4)
       acc += prediction_block<T, 4, kBackward>(full, rows, c, p, q, tt, s, g_k, g_p, ahead);
-    for (; c + 2 <= v.n_full; c += 2)
-      acc += prediction_block<T, 2, kBackward>(full, rows, c, p, q, tt, s, g_k, g_p, ahead);
-    for (; c < v.n_full; ++c)
-      acc += prediction_block<T, 1, kBackward>(full, rows, c, p, q, tt, s, g_k, g_p, ahead);
-    if (v.tail) {
-      const auto last = [&v](index_t r, index_t) { return v.last(r); };
-      acc += prediction_block<T, 1, kBackward>(last, rows, c, p, q, tt, s, g_k, g_p, ahead);
+    switch (total - c) {
+      case 4: acc += prediction_block<T, 4, kBackward>(mixed, rows, c, p, q, tt, s, g_k, g_p, ahead); break;
+      case 3: acc += prediction_block<T, 3, kBackward>(mixed, rows, c, p, q, tt, s, g_k, g_p, ahead); break;
+      case 2: acc += prediction_block<T, 2, kBackward>(mixed, rows, c, p, q, tt, s, g_k, g_p, ahead); break;
+      default: acc += prediction_block<T, 1, kBackward>(mixed, rows, c, p, q, tt, s, g_k, g_p, ahead);
     }
     ahead.step(1 << 20);  // what the blocks did not reach
     if (kBackward)
