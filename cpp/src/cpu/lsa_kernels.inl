@@ -294,31 +294,48 @@ bool predict_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq,
 
 // Batch sums in double of Σ c_b g_p,b (→ ∂/∂p) and Σ c_b g_k,b e_q,bᵀ (→ ∂/∂W^KQ) for per-prompt
 // coefficients c_b (r_b/N for the loss, dŷ_b/N for the VJP), rows padded to whole double vectors.
+// The rank-one terms of kGroup prompts are added together (each d_K vector loaded and stored once
+// per group), in prompt order: the same roundings as adding them one prompt at a time.
 struct PredictionGradSums {
   static constexpr index_t LD = kLanes<double>;
+  static constexpr int kGroup = 8;
   index_t rows, ld;
+  int pending = 0;
   std::vector<double> acc;
-  double *e_q, *d_p, *d_K;
+  double *d_p, *d_K, *e_q, *u;  // e_q [kGroup, ld], u [kGroup, rows]: the pending c_b g_k,b e_q,bᵀ
   explicit PredictionGradSums(index_t rows_)
-      : rows(rows_), ld(round_up(rows_, LD)), acc(static_cast<size_t>((rows_ + 2) * ld), 0.0) {
-    e_q = acc.data();
-    d_p = e_q + ld;
+      : rows(rows_), ld(round_up(rows_, LD)),
+        acc(static_cast<size_t>((rows_ + 1 + kGroup) * ld + kGroup * rows_), 0.0) {
+    d_p = acc.data();
     d_K = d_p + ld;
+    e_q = d_K + rows * ld;
+    u = e_q + kGroup * ld;
   }
   template <class T>
   void add(double coef, const PredictionScratch<T>& w) {
+    double* eq = e_q + pending * ld;
+    double* ub = u + pending * rows;
     for (index_t r = 0; r < rows; ++r) {
-      e_q[r] = double(w.e(r, w.cols - 1));
+      eq[r] = double(w.e(r, w.cols - 1));
       d_p[r] += coef * double(w.g_p(r));
+      ub[r] = coef * double(w.g_k(r));
     }
+    if (++pending == kGroup) flush();
+  }
+  void flush() {
     for (index_t r = 0; r < rows; ++r) {
-      const Vec<double> c = simd::broadcast(coef * double(w.g_k(r)));
       double* row = d_K + r * ld;
-      for (index_t k = 0; k < ld; k += LD) store(row + k, load(row + k) + c * load(e_q + k));
+      for (index_t k = 0; k < ld; k += LD) {
+        Vec<double> v = load(row + k);
+        for (int i = 0; i < pending; ++i) v += simd::broadcast(u[i * rows + r]) * load(e_q + i * ld + k);
+        store(row + k, v);
+      }
     }
+    pending = 0;
   }
   // d_p [rows] then d_K [rows, rows] into out.
-  void write(double* out) const {
+  void write(double* out) {
+    flush();
     for (index_t r = 0; r < rows; ++r) {
       out[r] = d_p[r];
       for (index_t c = 0; c < rows; ++c) out[rows + r * rows + c] = d_K[r * ld + c];
