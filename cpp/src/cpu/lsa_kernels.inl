@@ -3,9 +3,11 @@
 // Per prompt the work is a handful of small dense products along the tokens (the contiguous axis
 // of E). They are written with explicit 32-byte vectors (simd.hpp) and register tiles: several
 // independent accumulators hide the FMA latency and each E value loaded is used several times.
-// Every prompt is first staged row by row into an L1-resident buffer whose rows are padded with
-// zeros to whole vectors (PaddedRows): the copy reads E sequentially, which the hardware
-// prefetchers stream at full bandwidth, and the compute loops then have no row tails.
+// The prediction kernels (ŷ, loss and gradients, and lsa_predict_vjp.inl) read each prompt once,
+// in place, in blocks of token chunks (PredictionScratch). The full-output kernels first stage
+// every prompt row by row into an L1-resident buffer whose rows are padded with zeros to whole
+// vectors (PaddedRows), so that their compute loops have no row tails. Both prefetch the prompts
+// ahead (AheadPrompts) so that the reads of a range overlap its compute.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
