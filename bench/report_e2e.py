@@ -4,7 +4,8 @@ one below it, and the row says which table ran):
 
 - LSA prediction forward + backward (predict + predict_vjp without the input gradient, d = 20,
   N = 100, float32, E larger than the last-level cache) as a fraction of the read bandwidth that
-  numpy reaches on the same array (np.add.reduce over E);
+  numpy reaches on the same array (np.add.reduce over E), and the training kernel
+  `lsa.loss_and_grad` (prediction, loss and both gradients in one read of E) the same way;
 - kernel attention loss_and_grad at the CCS size (d = 5, n = 30, L = 3, B = 30000, float32, one
   head) vs PyTorch CPU autograd of the same model, and its rate in GFLOP/s vs numpy's sgemm in the
   same process (FLOPs counted for the full attention, ka_flops; the native last layer computes
@@ -82,9 +83,11 @@ def child(args) -> dict:
     dy = g.standard_normal(B).astype(np.float32)
     t_fwd = median_seconds(lambda: ln.lsa.predict(E, Wp, Wk), r)
     t_bwd = median_seconds(lambda: ln.lsa.predict_vjp(E, Wp, Wk, dy, with_input_grad=False), r)
+    t_lg = median_seconds(lambda: ln.lsa.loss_and_grad(E, dy, Wp, Wk), r)  # one read of E
     bw = read_bandwidth(E, r)
     out["lsa"] = {"fwd_ms": t_fwd * 1e3, "bwd_ms": t_bwd * 1e3, "read_GBps": bw / 1e9,
-                  "fraction": 2 * E.nbytes / (t_fwd + t_bwd) / bw}
+                  "fraction": 2 * E.nbytes / (t_fwd + t_bwd) / bw,
+                  "lg_ms": t_lg * 1e3, "lg_fraction": E.nbytes / t_lg / bw}
 
     # Kernel attention at the CCS size vs torch and vs sgemm.
     Bk, dk, n, L = (3000 if args.quick else 30000), 5, 30, 3
@@ -163,12 +166,13 @@ def main(argv=None) -> int:
     first = next(iter(results.values()))
     print(f"clock: {'CPU-seconds, 1 thread' if args.cpu_time else 'wall'}; native threads "
           f"{first['threads']}; load average at the end: {os.getloadavg()}")
-    print("\n| table asked | table ran | LSA pred fwd ms | bwd ms | numpy read GB/s | fraction of read bw |")
-    print("|---|---|---|---|---|---|")
+    print("\n| table asked | table ran | LSA pred fwd ms | bwd ms | numpy read GB/s | fraction of read bw "
+          "| loss_and_grad ms (one pass) | its fraction |")
+    print("|---|---|---|---|---|---|---|---|")
     for label, r in results.items():
         l = r["lsa"]
         print(f"| {label} | {r['isa']} | {l['fwd_ms']:.2f} | {l['bwd_ms']:.2f} | {l['read_GBps']:.1f} "
-              f"| {l['fraction']:.0%} |")
+              f"| {l['fraction']:.0%} | {l['lg_ms']:.2f} | {l['lg_fraction']:.0%} |")
     print("\n| table ran | activation | KA loss_and_grad ms | GFLOP/s (effective) | sgemm GFLOP/s "
           "| of sgemm | torch ms | vs torch |")
     print("|---|---|---|---|---|---|---|---|")

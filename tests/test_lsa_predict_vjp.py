@@ -13,7 +13,9 @@ from lsa_native.reference import lsa as ref
 
 
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
-@pytest.mark.parametrize("B,d,N", [(1, 1, 1), (5, 1, 9), (4, 6, 13), (3, 20, 40)])
+# N + 1 tokens: fewer than a vector (staged), whole vectors only (7, 15: no partial last chunk in
+# float32 or float64), and a partial last chunk (the rest).
+@pytest.mark.parametrize("B,d,N", [(1, 1, 1), (5, 1, 9), (4, 6, 13), (3, 20, 40), (3, 2, 7), (2, 3, 15)])
 @pytest.mark.parametrize("label_slot", [False, True])
 def test_predict_vjp_matches_reference(rng, B, d, N, dtype, tol, label_slot):
     """Tolerance relative to the largest entry: float64 rounding of N-term sums ~1e-15, float32

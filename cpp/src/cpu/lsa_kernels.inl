@@ -3,9 +3,11 @@
 // Per prompt the work is a handful of small dense products along the tokens (the contiguous axis
 // of E). They are written with explicit 32-byte vectors (simd.hpp) and register tiles: several
 // independent accumulators hide the FMA latency and each E value loaded is used several times.
-// Every prompt is first staged row by row into an L1-resident buffer whose rows are padded with
-// zeros to whole vectors (PaddedRows): the copy reads E sequentially, which the hardware
-// prefetchers stream at full bandwidth, and the compute loops then have no row tails.
+// The prediction kernels (ŷ, loss and gradients, and lsa_predict_vjp.inl) read each prompt once,
+// in place, in blocks of token chunks (PredictionScratch). The full-output kernels first stage
+// every prompt row by row into an L1-resident buffer whose rows are padded with zeros to whole
+// vectors (PaddedRows), so that their compute loops have no row tails. Both prefetch the prompts
+// ahead (AheadPrompts) so that the reads of a range overlap its compute.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -45,6 +47,18 @@ struct PaddedRows {
   void stage(const T* src) {
     for (index_t r = 0; r < rows; ++r) std::memcpy(get() + r * ld, src + r * cols, sizeof(T) * cols);
   }
+  // stage(src) that also prefetches, row by row, the prompt at `ahead` (a later prompt of the same
+  // range): its lines are on their way while this prompt is computed on, so the memory reads of a
+  // range run back to back instead of alternating with the L1-resident compute (ahead_prompts).
+  void stage(const T* src, const T* ahead) {
+    constexpr index_t kLine = 64 / sizeof(T);
+    for (index_t r = 0; r < rows; ++r) {
+      const T* next = ahead + r * cols;
+      for (index_t k = 0; k < cols; k += kLine) __builtin_prefetch(next + k, 0, 3);
+      __builtin_prefetch(next + cols - 1, 0, 3);
+      std::memcpy(get() + r * ld, src + r * cols, sizeof(T) * cols);
+    }
+  }
   void unstage(T* dst) const {
     for (index_t r = 0; r < rows; ++r) std::memcpy(dst + r * cols, data.data() + r * ld, sizeof(T) * cols);
   }
@@ -62,144 +76,296 @@ struct PaddedRows {
   }
 };
 
-// Chunk k (a whole vector) of a padded row.
+// How many prompts ahead the kernels prefetch (AheadPrompts): at least one, and about kPrefetchBytes of E in flight
+// (one prompt at d = 20, N = 100; several of the small ones at d = 5, N = 30).
+constexpr index_t kPrefetchBytes = 4096;
 template <class T>
-inline Vec<T> load_chunk(const T* row, index_t k) {
-  return load(row + k * kLanes<T>);
+inline index_t ahead_prompts(index_t prompt_values) {
+  return std::max<index_t>(1, (kPrefetchBytes + index_t(sizeof(T)) * prompt_values - 1) /
+                                  (index_t(sizeof(T)) * prompt_values));
 }
-
 // ---------------------------------------------------------------------------------------------
 // Prediction: t_j = p·e_j, s_j = e_j·q, ŷ = (1/N) Σ_j t_j s_j and the backward sums  [SPEC 3.2].
+//
+// One pass over each prompt, read in place from E (no staging copy): blocks of up to 4 token
+// chunks; per block the rows are read once for t and s (kept in registers), then read again from
+// L1 for the backward row sums g_k[r] = Σ_j t_j E[r, j] and g_p[r] = Σ_j s_j E[r, j] while the
+// block is still there. A row's last, partial chunk is the vector that ends at the row's end with
+// the lanes of tokens already read masked to zero (so a token is counted once, in some lane; t, s
+// and g only need each token once). Prompts narrower than a vector are staged zero-padded.
 
-// NB chunks of tokens starting at chunk c0, all rows: t and s stay in registers (2·NB chains).
-template <class T, int NB>
-inline Vec<T> token_scalars_block(const T* Eb, index_t rows, index_t ld, index_t c0, const T* p,
-                                  const T* q, T* t, T* s) {
-  constexpr index_t L = kLanes<T>;
+// Integer lane masks of a Vec<T>: lanes_from(first) has all bits set in lanes >= first; keep(x, m)
+// is x with the other lanes 0 (bitwise: no arithmetic on x).
+template <class T>
+using LaneMask = std::conditional_t<sizeof(T) == 4, simd::I32x8, simd::I64x4>;
+template <class T>
+inline LaneMask<T> lanes_from(index_t first) {
+  LaneMask<T> mask;
+  for (index_t k = 0; k < kLanes<T>; ++k) mask[k] = k >= first ? -1 : 0;
+  return mask;
+}
+template <class T>
+inline Vec<T> keep(Vec<T> x, LaneMask<T> mask) {
+  LaneMask<T> bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  bits &= mask;
+  std::memcpy(&x, &bits, sizeof x);
+  return x;
+}
+
+// Where a prompt's token chunks are: row r's chunk c < n_full at src + r·stride + c·L, and, when
+// `tail`, one last chunk at src + r·stride + tail_off, the lanes of tokens before n_full·L masked.
+template <class T>
+struct PromptChunks {
+  const T* src;
+  index_t stride, n_full, tail_off;
+  bool tail;
+  LaneMask<T> tail_mask;
+  index_t n_chunks() const { return n_full + (tail ? 1 : 0); }
+  Vec<T> full(index_t r, index_t c) const { return load(src + r * stride + c * kLanes<T>); }
+  Vec<T> last(index_t r) const { return keep<T>(load(src + r * stride + tail_off), tail_mask); }
+};
+
+// Prefetches a byte range a few lines per call, spread over a prompt's compute so that the next
+// prompts' reads overlap it (the hardware prefetchers alone leave the reads and the compute in
+// turns: about half of the read bandwidth).
+struct Prefetcher {
+  const char *next = nullptr, *end = nullptr;
+  void start(const void* p, size_t bytes) {
+    next = static_cast<const char*>(p);
+    end = next + bytes;
+  }
+  void step(int lines) {
+    for (int i = 0; i < lines && next < end; ++i, next += 64) __builtin_prefetch(next, 0, 3);
+  }
+};
+
+// NB chunks from chunk c0 (`load(r, c)` gives row r's chunk c): t, s in registers (stored to t, s
+// when not null), Σ t s returned; with `backward`, g_k, g_p [rows] vector partial sums += the
+// block's terms (second, L1-resident read of the block's rows).
+template <class T, int NB, bool kBackward, class Load>
+inline Vec<T> prediction_block(const Load& chunk, index_t rows, index_t c0, const T* p, const T* q,
+                               T* t, T* s, Vec<T>* g_k, Vec<T>* g_p, Prefetcher& ahead) {
   Vec<T> tv[NB], sv[NB];
   for (int k = 0; k < NB; ++k) tv[k] = sv[k] = simd::zero<T>();
   for (index_t r = 0; r < rows; ++r) {
+    ahead.step(1);
     const Vec<T> pr = simd::broadcast(p[r]), qr = simd::broadcast(q[r]);
-    const T* row = Eb + r * ld;
     for (int k = 0; k < NB; ++k) {
-      const Vec<T> e = load_chunk(row, c0 + k);
+      const Vec<T> e = chunk(r, c0 + k);
       tv[k] += pr * e;
       sv[k] += qr * e;
     }
   }
+  if (kBackward)
+    for (index_t r = 0; r < rows; ++r) {
+      Vec<T> gk = g_k[r], gp = g_p[r];
+      for (int k = 0; k < NB; ++k) {
+        const Vec<T> e = chunk(r, c0 + k);
+        gk += tv[k] * e;
+        gp += sv[k] * e;
+      }
+      g_k[r] = gk;
+      g_p[r] = gp;
+    }
   Vec<T> acc = simd::zero<T>();
   for (int k = 0; k < NB; ++k) {
-    store(t + (c0 + k) * L, tv[k]);
-    store(s + (c0 + k) * L, sv[k]);
+    if (t) {
+      store(t + (c0 + k) * kLanes<T>, tv[k]);
+      store(s + (c0 + k) * kLanes<T>, sv[k]);
+    }
     acc += tv[k] * sv[k];
   }
   return acc;
 }
 
-// For a padded prompt Eb [rows, ld]: fills t, s [ld] and returns Σ_j t_j s_j.
-template <class T>
-T token_scalars(const T* Eb, index_t rows, index_t ld, const T* p, const T* q, T* t, T* s) {
-  const index_t n_chunks = ld / kLanes<T>;
-  Vec<T> acc = simd::zero<T>();
-  index_t c = 0;
-  for (; c + 4 <= n_chunks; c += 4) acc += token_scalars_block<T, 4>(Eb, rows, ld, c, p, q, t, s);
-  for (; c < n_chunks; ++c) acc += token_scalars_block<T, 1>(Eb, rows, ld, c, p, q, t, s);
-  return hsum(acc);
-}
-
-// Per-range scratch of the prediction kernels: the staged prompt, W^KQ^T, q, t, s (rows of one
-// [2, ld] block) and the backward row sums g [rows, 2]: g[r, 0] = Σ_j t_j E[r, j] (g_k) and
-// g[r, 1] = Σ_j s_j E[r, j] (g_p).
+// Per-range scratch of the prediction kernels: W^KQ^T, q, t and s (by chunk: chunk c's tokens in
+// lanes of t + c·L; the last chunk's masked lanes are 0), the backward row sums g_k, g_p (reduced
+// to scalars by lanes groups) and, for prompts narrower than a vector, the staged prompt.
 template <class T>
 struct PredictionScratch {
-  index_t rows, cols, ld, ld_rows;
-  PaddedRows<T> staged;
+  index_t rows, cols, ld_rows;
+  PaddedRows<T> staged;  // used when cols < lanes only
+  PromptChunks<T> view{};
   std::vector<T> buffer;
-  T *prompt, *W_kq_t, *q, *t, *s, *g;
+  std::vector<Vec<T>> g_vec;
+  T *W_kq_t, *q, *t, *s, *g_k_sum, *g_p_sum;
+  Prefetcher ahead;
   PredictionScratch(index_t d, index_t N, const T* W_kq)
-      : rows(d + 1), cols(N + 1), ld(round_up(N + 1, kLanes<T>)), ld_rows(round_up(d + 1, kLanes<T>)),
-        staged(d + 1, N + 1),
-        buffer(static_cast<size_t>(rows * ld_rows + 3 * ld_rows + 2 * ld), T(0)) {
-    prompt = staged.get();
+      : rows(d + 1), cols(N + 1), ld_rows(round_up(d + 1, kLanes<T>)),
+        staged(cols < kLanes<T> ? d + 1 : 0, N + 1),
+        buffer(static_cast<size_t>(rows * ld_rows + 3 * ld_rows + 2 * (round_up(cols, kLanes<T>) +
+                                                                         kLanes<T>)), T(0)),
+        g_vec(static_cast<size_t>(2 * ld_rows)) {
     W_kq_t = buffer.data();
     q = W_kq_t + rows * ld_rows;
-    g = q + ld_rows;
-    t = g + 2 * ld_rows;
-    s = t + ld;
+    g_k_sum = q + ld_rows;
+    g_p_sum = g_k_sum + ld_rows;
+    t = g_p_sum + ld_rows;
+    s = t + round_up(cols, kLanes<T>) + kLanes<T>;
     for (index_t r = 0; r < rows; ++r)
       for (index_t c = 0; c < rows; ++c) W_kq_t[c * ld_rows + r] = W_kq[r * rows + c];
+    constexpr index_t L = kLanes<T>;
+    const index_t n_full = cols / L, rest = cols - n_full * L;
+    if (cols < L) view = {nullptr, staged.ld, 1, 0, false, lanes_from<T>(0)};
+    else view = {nullptr, cols, n_full, cols - L, rest > 0, lanes_from<T>(L - rest)};
   }
-  // Stages prompt Eb [rows, cols] and returns Σ_j t_j s_j with q = W^KQ e_q.
-  T load_and_forward(const T* Eb, const T* p) {
-    staged.stage(Eb);
+  // Points the view at prompt Eb [rows, cols] (staging it when narrower than a vector).
+  void view_prompt(const T* Eb) {
+    if (cols < kLanes<T>) {
+      staged.stage(Eb);
+      view.src = staged.get();
+    } else {
+      view.src = Eb;
+    }
+  }
+  T e(index_t r, index_t j) const { return view.src[r * view.stride + j]; }
+  T query_label_slot() const { return e(rows - 1, cols - 1); }
+  // q = W^KQ e_q, t, s (stored with `keep_ts`), the backward row sums with kBackward; returns
+  // Σ_j t_j s_j. `next`, `next_bytes`: a later prompt, prefetched while this one is computed.
+  template <bool kBackward>
+  T pass(const T* Eb, const T* p, const void* next, size_t next_bytes, bool keep_ts) {
+    constexpr index_t L = kLanes<T>;
+    ahead.start(next, next_bytes);
+    view_prompt(Eb);
     // q = W^KQ e_q = Σ_c e_q[c] · (column c of W^KQ)   [ZFB (3.6)]
-    for (index_t k = 0; k < ld_rows; k += kLanes<T>) {
+    for (index_t k = 0; k < ld_rows; k += L) {
       Vec<T> acc = simd::zero<T>();
-      for (index_t c = 0; c < rows; ++c)
-        acc += simd::broadcast(prompt[c * ld + cols - 1]) * load(W_kq_t + c * ld_rows + k);
+      for (index_t c = 0; c < rows; ++c) acc += simd::broadcast(e(c, cols - 1)) * load(W_kq_t + c * ld_rows + k);
       store(q + k, acc);
     }
-    return token_scalars(prompt, rows, ld, p, q, t, s);
+    Vec<T>* g_k = g_vec.data();
+    Vec<T>* g_p = g_k + ld_rows;
+    if (kBackward)  // rows >= `rows` are never written and stay 0
+      for (index_t r = 0; r < rows; ++r) g_k[r] = g_p[r] = simd::zero<T>();
+    T* tt = keep_ts ? t : nullptr;
+    const PromptChunks<T>& v = view;
+    const auto full = [&v](index_t r, index_t c) { return v.full(r, c); };
+    const auto mixed = [&v](index_t r, index_t c) { return c < v.n_full ? v.full(r, c) : v.last(r); };
+    Vec<T> acc = simd::zero<T>();
+    // Blocks of 4 whole chunks while more than 4 chunks are left, then one block of the 1 to 4
+    // left (the partial last chunk among them).
+    const index_t total = v.n_chunks();
+    index_t c = 0;
+    for (; total - c > 4; c += 4)
+      acc += prediction_block<T, 4, kBackward>(full, rows, c, p, q, tt, s, g_k, g_p, ahead);
+    switch (total - c) {
+      case 4: acc += prediction_block<T, 4, kBackward>(mixed, rows, c, p, q, tt, s, g_k, g_p, ahead); break;
+      case 3: acc += prediction_block<T, 3, kBackward>(mixed, rows, c, p, q, tt, s, g_k, g_p, ahead); break;
+      case 2: acc += prediction_block<T, 2, kBackward>(mixed, rows, c, p, q, tt, s, g_k, g_p, ahead); break;
+      default: acc += prediction_block<T, 1, kBackward>(mixed, rows, c, p, q, tt, s, g_k, g_p, ahead);
+    }
+    ahead.step(1 << 20);  // what the blocks did not reach
+    if (kBackward)
+      for (index_t r0 = 0; r0 < ld_rows; r0 += L) {  // lanes groups: L row sums per reduction
+        store(g_k_sum + r0, simd::hsum_lanes(g_k + r0));
+        store(g_p_sum + r0, simd::hsum_lanes(g_p + r0));
+      }
+    return hsum(acc);
   }
-  T query_label_slot() const { return prompt[(rows - 1) * ld + cols - 1]; }
-  // g = E [t; s]ᵀ: the second (L1) read of the staged prompt, by the kit's token-axis tiles.
-  void backward_row_sums() { small::token_products(prompt, ld, rows, t, ld, index_t(2), ld, T(1), g, index_t(2)); }
-  T g_k(index_t r) const { return g[2 * r]; }
-  T g_p(index_t r) const { return g[2 * r + 1]; }
+  T g_k(index_t r) const { return g_k_sum[r]; }
+  T g_p(index_t r) const { return g_p_sum[r]; }
+};
+
+// The prompt `ahead` prompts after b (clamped to the range) and its size in bytes.
+template <class T>
+struct AheadPrompts {
+  const T* E;
+  index_t values, ahead, b1;
+  AheadPrompts(const T* E_, index_t values_, index_t b1_)
+      : E(E_), values(values_), ahead(ahead_prompts<T>(values_)), b1(b1_) {}
+  const T* at(index_t b) const { return E + std::min(b + ahead, b1 - 1) * values; }
+  size_t bytes(index_t b) const { return b + ahead < b1 ? sizeof(T) * size_t(values) : 0; }
 };
 
 template <class T>
 bool predict_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* y_hat,
                    index_t b0, index_t b1) {
-  const index_t d = sh.dim, N = sh.context, rows = d + 1, cols = N + 1;
+  const index_t d = sh.dim, N = sh.context, values = (d + 1) * (N + 1);
   PredictionScratch<T> w(d, N, W_kq);
-  const T* p = W_pv + d * rows;  // last row of W^PV
+  const AheadPrompts<T> next(E, values, b1);
+  const T* p = W_pv + d * (d + 1);  // last row of W^PV
   T poison = T(0);
   for (index_t b = b0; b < b1; ++b) {
-    const T dot = w.load_and_forward(E + b * rows * cols, p);
+    const T dot = w.template pass<false>(E + b * values, p, next.at(b), next.bytes(b), false);
     y_hat[b] = recipe::prediction(w.query_label_slot(), dot, N);  // the recipe's epilogue
     poison += detail::poison(y_hat[b]);
   }
   return detail::poison_clear(poison);
 }
 
+// Batch sums in double of Σ c_b g_p,b (→ ∂/∂p) and Σ c_b g_k,b e_q,bᵀ (→ ∂/∂W^KQ) for per-prompt
+// coefficients c_b (r_b/N for the loss, dŷ_b/N for the VJP), rows padded to whole double vectors.
+// The rank-one terms of kGroup prompts are added together (each d_K vector loaded and stored once
+// per group), in prompt order: the same roundings as adding them one prompt at a time.
+struct PredictionGradSums {
+  static constexpr index_t LD = kLanes<double>;
+  static constexpr int kGroup = 8;
+  index_t rows, ld;
+  int pending = 0;
+  std::vector<double> acc;
+  double *d_p, *d_K, *e_q, *u;  // e_q [kGroup, ld], u [kGroup, rows]: the pending c_b g_k,b e_q,bᵀ
+  explicit PredictionGradSums(index_t rows_)
+      : rows(rows_), ld(round_up(rows_, LD)),
+        acc(static_cast<size_t>((rows_ + 1 + kGroup) * ld + kGroup * rows_), 0.0) {
+    d_p = acc.data();
+    d_K = d_p + ld;
+    e_q = d_K + rows * ld;
+    u = e_q + kGroup * ld;
+  }
+  template <class T>
+  void add(double coef, const PredictionScratch<T>& w) {
+    double* eq = e_q + pending * ld;
+    double* ub = u + pending * rows;
+    for (index_t r = 0; r < rows; ++r) {
+      eq[r] = double(w.e(r, w.cols - 1));
+      d_p[r] += coef * double(w.g_p(r));
+      ub[r] = coef * double(w.g_k(r));
+    }
+    if (++pending == kGroup) flush();
+  }
+  void flush() {
+    for (index_t r = 0; r < rows; ++r) {
+      double* row = d_K + r * ld;
+      for (index_t k = 0; k < ld; k += LD) {
+        Vec<double> v = load(row + k);
+        for (int i = 0; i < pending; ++i) v += simd::broadcast(u[i * rows + r]) * load(e_q + i * ld + k);
+        store(row + k, v);
+      }
+    }
+    pending = 0;
+  }
+  // d_p [rows] then d_K [rows, rows] into out.
+  void write(double* out) {
+    flush();
+    for (index_t r = 0; r < rows; ++r) {
+      out[r] = d_p[r];
+      for (index_t c = 0; c < rows; ++c) out[rows + r * rows + c] = d_K[r * ld + c];
+    }
+  }
+};
+
 template <class T>
 void loss_grad_range(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv, const T* W_kq,
                      T* y_hat, index_t b0, index_t b1, double* partial) {
-  const index_t d = sh.dim, N = sh.context, rows = d + 1, cols = N + 1;
+  const index_t d = sh.dim, N = sh.context, rows = d + 1, values = rows * (N + 1);
   PredictionScratch<T> w(d, N, W_kq);
-  // Double accumulators of Σ r ∂ŷ/∂p and Σ r ∂ŷ/∂W^KQ = Σ r g_k e_q^T, rows padded to whole vectors.
-  constexpr index_t LD = kLanes<double>;
-  const index_t ld = round_up(rows, LD);
-  std::vector<double> acc(static_cast<size_t>((rows + 2) * ld), 0.0);
-  double *e_q = acc.data(), *d_p = e_q + ld, *d_K = d_p + ld;
+  const AheadPrompts<T> next(E, values, b1);
+  PredictionGradSums sums(rows);
   double loss = 0;
   const T* p = W_pv + d * rows;
   for (index_t b = b0; b < b1; ++b) {
-    const T dot = w.load_and_forward(E + b * rows * cols, p);
+    // one read of the prompt: ŷ and g_p = Σ_j s_j e_j, g_k = Σ_j t_j e_j (the 1/N in `scaled`)
+    const T dot = w.template pass<true>(E + b * values, p, next.at(b), next.bytes(b), false);
     const T pred = recipe::prediction(w.query_label_slot(), dot, N);
     if (y_hat) y_hat[b] = pred;
     const double residual = double(pred) - double(y_q[b]);
     loss += residual * residual;
-    // g_p = (1/N) Σ_j s_j e_j, g_k = (1/N) Σ_j t_j e_j (the 1/N in `scaled`)
-    w.backward_row_sums();
     // d_p += r g_p;  d_K += (r g_k) e_q^T   (SPEC 3.2)
-    const double scaled = recipe::residual_scale<T>(residual, N);
-    for (index_t r = 0; r < rows; ++r) {
-      e_q[r] = double(w.prompt[r * w.ld + N]);
-      d_p[r] += scaled * double(w.g_p(r));
-    }
-    for (index_t r = 0; r < rows; ++r) {
-      const Vec<double> coef = simd::broadcast(scaled * double(w.g_k(r)));
-      double* row = d_K + r * ld;
-      for (index_t c = 0; c < ld; c += LD) store(row + c, load(row + c) + coef * load(e_q + c));
-    }
+    sums.add(recipe::residual_scale<T>(residual, N), w);
   }
   partial[0] = loss;
-  for (index_t r = 0; r < rows; ++r) {
-    partial[1 + r] = d_p[r];
-    for (index_t c = 0; c < rows; ++c) partial[1 + rows + r * rows + c] = d_K[r * ld + c];
-  }
+  sums.write(partial + 1);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -265,8 +431,9 @@ bool forward_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq,
   std::vector<T> P(static_cast<size_t>(rows * rows));
   PaddedRows<T> e(rows, cols), f(rows, cols);
   Vec<T> poison = simd::zero<T>();
+  const AheadPrompts<T> next(E, rows * cols, b1);
   for (index_t b = b0; b < b1; ++b) {
-    e.stage(E + b * rows * cols);
+    e.stage(E + b * rows * cols, next.at(b));
     token_products(e.get(), e.get(), rows, e.ld, T(1) / T(N), m[kG], m.ld, true);  // G = E E^T / N
     m.multiply(m[kG], m[kWkq], m[kGW]);  // G W^KQ
     m.multiply(m[kWpv], m[kGW], m[kP]);  // P = W^PV G W^KQ
