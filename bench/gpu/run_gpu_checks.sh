@@ -98,7 +98,7 @@ TAIL=0 OPTIONAL=1 stage ncu_ka 120 ncu --kernel-name regex:"ka_(warp_)?kernel" -
 # Issue 22 on the lent machine's host CPU (the development machine has no AVX-512): every CPU
 # kernel table forced in turn (AVX-512 included) against the baseline, then the CPU report.
 TAIL=6 stage isa_host 90 "$PY" -m pytest -p no:cacheprovider -q -rs tests/test_isa_tables.py
-TAIL=30 stage bench_isa_host 150 "$PY" bench/report_e2e.py --repeats 3 --tables avx2-fma,avx512
+TAIL=30 stage bench_isa_host 150 "$PY" bench/report_e2e.py --repeats 3 --tables avx2-fma,avx512 --activations linear,softmax
 
 stage test_cpu 240 "$PY" -m pytest -p no:cacheprovider -q -m "not cuda" tests
 
