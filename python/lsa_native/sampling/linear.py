@@ -208,7 +208,7 @@ class LinearPrompts:
         return PromptBatch(**arrays, **{k: v for k, v in law.items() if k in names})
 
     def sample_embedding(self, batch: int, step: int = 0, dtype=np.float32, *, E=None, y_q=None,
-                         device: str = "cpu"):
+                         device: str = "auto"):
         """(E [B, d+1, N+1], y_q [B]) of step ``step`` only: the training fast path (optional
         preallocated ``E``/``y_q`` of the exact dtype are filled in place).
 
@@ -218,7 +218,8 @@ class LinearPrompts:
         ``dtype``'s dtype and the shapes above: no allocation in a training loop), else into new
         :class:`lsa_native.cuda.DeviceArray`s. The call only queues the kernel (nothing waits) for
         every usual law: the draws' bounds prove them finite; otherwise (a huge Λ or σ) they are
-        read back once and checked. ``"auto"``: "cuda" when ``E`` or ``y_q`` is a CUDA array.
+        read back once and checked. ``"auto"`` (the default): "cuda" when ``E`` or ``y_q`` is a CUDA
+        array, else "cpu".
         Without CUDA kernels or a GPU: ValueError naming ``device``."""
         B = positive_int(batch, "batch")
         dt = self._dtype(dtype)
