@@ -83,13 +83,12 @@ def torch_vjp(E, W_pv, W_kq, d_F):
 
 
 @contextlib.contextmanager
-def old_kernels(on: bool):
-    """LSA_NATIVE_CUDA_OLD_KERNELS=1 inside (the general block-per-prompt kernels of the full LSA
-    output and of kernel attention), unset when `on` is false; the previous value restored after."""
-    key = "LSA_NATIVE_CUDA_OLD_KERNELS"
+def environment(key: str, value: str, on: bool):
+    """Environment variable `key` = `value` inside when `on`, unset otherwise (the native launch
+    code reads its switches at every call); the previous value restored after."""
     before = os.environ.get(key)
     if on:
-        os.environ[key] = "1"
+        os.environ[key] = value
     else:
         os.environ.pop(key, None)
     try:
@@ -99,6 +98,12 @@ def old_kernels(on: bool):
             os.environ.pop(key, None)
         else:
             os.environ[key] = before
+
+
+def old_kernels(on: bool):
+    """LSA_NATIVE_CUDA_OLD_KERNELS=1 inside (the general block-per-prompt kernels of the full LSA
+    output and of kernel attention) when `on`."""
+    return environment("LSA_NATIVE_CUDA_OLD_KERNELS", "1", on)
 
 
 def bench_dtype(dtype, B: int, B_full: int, d: int, N: int, warmup: int, repeat: int):

@@ -21,8 +21,6 @@ the query layer: the before/after of the query layer in one run; fwd and fwd+vjp
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
 from pathlib import Path
 
@@ -34,26 +32,13 @@ from report_kernel_attention import torch_loss  # noqa: E402
 
 import lsa_native  # noqa: E402
 from lsa_native import kernel_attention as ka  # noqa: E402
-from bench_cuda import old_kernels, publish, timed  # noqa: E402  (the switch, CUDA-event medians, the report)
+from bench_cuda import environment, old_kernels, publish, timed  # noqa: E402  (switches, CUDA-event medians, the report)
 
 
-@contextlib.contextmanager
 def full_last_layer(on: bool):
-    """LSA_NATIVE_KA_QUERY=0 inside when `on` (read by the launch code at every call: the last
-    kernel-attention layer in full instead of the query layer); the previous value restored after."""
-    key = "LSA_NATIVE_KA_QUERY"
-    before = os.environ.get(key)
-    if on:
-        os.environ[key] = "0"
-    else:
-        os.environ.pop(key, None)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = before
+    """LSA_NATIVE_KA_QUERY=0 inside when `on`: the last kernel-attention layer in full instead of
+    the query layer."""
+    return environment("LSA_NATIVE_KA_QUERY", "0", on)
 
 
 def torch_forward(Z0, V, B, C, act):
