@@ -268,7 +268,7 @@ def test_fig3_aligned_start_is_a_cell_field_only_when_asked(tmp_path):
                 decay_steps=20, batch=64, eval_batch=64, trace_every=10)
     gauss = experiments.ccs_fig3_5_6(tmp_path / "g", **tiny)
     aligned = experiments.ccs_fig3_5_6(tmp_path / "a", init="aligned", **tiny)
-    assert aligned.measured.startswith("aligned start")
+    assert aligned.measured.startswith("aligned start") and not aligned.passed  # no verdict
     assert aligned.details["panels"][0]["median_initial"] < 0.3 < 0.6 < gauss.details["panels"][0]["median_initial"]
     (g_cell,), (a_cell,) = [list((tmp_path / x / "cache" / "ccs-fig3-5-6").glob("*.json")) for x in "ga"]
     import json
@@ -277,3 +277,9 @@ def test_fig3_aligned_start_is_a_cell_field_only_when_asked(tmp_path):
     assert json.loads(a_cell.read_text())["config"]["init"] == "aligned" and g_cell.name != a_cell.name
     with pytest.raises(ValueError, match="init"):
         experiments.ccs_fig3_5_6(None, init="identity", **tiny)
+
+
+def test_unknown_start_is_a_clear_error():
+    cfg = dict(seed=0, dim=5, layers=3, activations=["softmax"], init="identity", hold_A_zero=False)
+    with pytest.raises(ValueError, match="init: expected 'gaussian' or 'aligned', got 'identity'"):
+        ccs_training._initial_params(cfg, 0.1, ccs.ccs_sigma(0, 5))

@@ -27,10 +27,10 @@ def _cells(run_dir: str, rid: str) -> list[tuple[dict, dict]]:
     return out
 
 
-def _fmt(v, spec=".3f") -> str:
-    """A number of a result file (NaN is stored as the string "nan") or "nan"."""
+def _fmt(v, spec=".3f", scale=1.0) -> str:
+    """scale × a number of a result file (NaN is stored as the string "nan"), or "nan"."""
     try:
-        v = float(v)
+        v = scale * float(v)
     except (TypeError, ValueError):
         return "nan"
     return "nan" if math.isnan(v) else format(v, spec)
@@ -43,6 +43,8 @@ def _panels_from_cells(cells) -> tuple[list[dict], bool]:
     groups: dict = {}
     for cfg, r in cells:
         key = ("A = 0 (Thm 4.5)" if cfg["hold_A_zero"] else "A free (Thm 4.6)", cfg["kernel"], cfg["activations"][0])
+        if cfg.get("init", "gaussian") != "gaussian":  # a diagnostic start: its own panel
+            key = (f"{key[0]}, {cfg['init']} start", *key[1:])
         groups.setdefault(key, []).append(r)
     summary = [ccs._dist_panel(key, rs) for key, rs in sorted(groups.items())]
     passed = ccs._dist_verdict(summary, full=True)
@@ -96,7 +98,7 @@ def summarize(run_dir: str, ids=None) -> None:
                 change = res.get("train_loss_change", float("nan"))
                 se = res.get("train_loss_change_se", float("nan"))
                 print(f"  {name:<40} {res.get('steps_taken', 0):>6} {str(bool(res.get('converged'))):>5} "
-                      f"{_fmt(100 * change, '+.2f'):>7} ± {_fmt(100 * se, '.2f'):<5} {_fmt(res.get('loss'), '.4f'):>10} "
+                      f"{_fmt(change, '+.2f', 100):>7} ± {_fmt(se, '.2f', 100):<5} {_fmt(res.get('loss'), '.4f'):>10} "
                       f"{_fmt(res.get('train_wall_s'), '.1f'):>7}")
 
 

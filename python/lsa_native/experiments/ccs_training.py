@@ -151,7 +151,10 @@ def _initial_params(cfg, scale, Sigma):
     rng = np.random.default_rng([cfg["seed"], 99])
     params0 = ka.KernelAttentionParams.gaussian(rng, cfg["dim"], cfg["layers"], len(cfg["activations"]),
                                                 list(cfg["activations"]), sparse=True, scale=scale)
-    if cfg.get("init", "gaussian") == "aligned":
+    init = cfg.get("init", "gaussian")
+    if init not in ("gaussian", "aligned"):
+        raise ValueError(f"init: expected 'gaussian' or 'aligned', got {init!r}")
+    if init == "aligned":
         params0 = _aligned_start(params0, Sigma, scale, cfg["init_perturbation"])
     if cfg["hold_A_zero"]:
         params0.A[...] = 0

@@ -30,8 +30,10 @@ def dist_to_identity(M) -> np.ndarray:
     scale = np.max(np.abs(M), axis=(-2, -1), keepdims=True)  # the ratio is scale-free; M² may overflow
     M = M / np.where(scale > 0, scale, 1.0)
     fro2 = np.sum(M * M, axis=(-2, -1))
-    tr = np.trace(M, axis1=-2, axis2=-1)
-    num = np.maximum(fro2 - tr * tr / d, 0.0)  # ‖M − (tr M/d) I‖_F², rounding kept ≥ 0
+    # ‖M − (tr M/d) I‖_F² summed directly: fro2 − tr²/d would cancel and floor the distance at
+    # √ε ≈ 1e-8 for M near a multiple of I.
+    R = M - (np.trace(M, axis1=-2, axis2=-1) / d)[..., None, None] * np.eye(d)
+    num = np.sum(R * R, axis=(-2, -1))
     with np.errstate(invalid="ignore", divide="ignore"):
         out = np.where(fro2 > 0, np.sqrt(num / np.where(fro2 > 0, fro2, 1.0)), 0.0)
     return out if out.ndim else float(out)
