@@ -118,7 +118,6 @@ def test_bad_cuda_arrays_are_clear_errors_before_any_gpu_call(rng):
         fake.__cuda_array_interface__["mask"] = object()
         lsa.predict(fake, W_pv, W_kq)
 
-
     class Refusing:  # e.g. a torch CUDA tensor that requires grad
         def __dlpack_device__(self):
             return (2, 0)  # kDLCUDA, device 0

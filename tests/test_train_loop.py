@@ -167,10 +167,12 @@ def test_sample_device_argument():
 def test_sample_on_the_device_equals_the_cpu_sample(rng, dtype):
     spec = sampling.LinearPrompts(3, 5, noise_std=0.1, seed=int(rng.integers(2**31)))
     host, gpu = spec.sample(7, step=3, dtype=dtype), spec.sample(7, step=3, dtype=dtype, device="cuda")
+    from test_cuda_sampled import SAMPLER_TOL
+
     # Drawn on the GPU since issue 18: the CPU's values up to the device's log/sin/cos rounding
-    # (the bound of test_cuda_sampled.py: 1e-12 / 2e-5 times d + 1, relative to the largest entry;
-    # the first H100 run differed by at most 2.4e-16 / 1.5e-7 relative).
-    tol = (1e-12 if dtype == np.float64 else 2e-5) * 4
+    # (the sampler's bound, times d + 1, relative to the largest entry; the first H100 run differed
+    # by at most 2.4e-16 / 1.5e-7 relative).
+    tol = SAMPLER_TOL[dtype] * (spec.dim + 1)
     for name in ("X", "y", "x_q", "y_q", "w", "E"):
         a = getattr(gpu, name)
         assert cuda.is_cuda_array(a)

@@ -56,7 +56,8 @@ double relative_gap(const std::vector<T>& a, const std::vector<T>& b) {
 
 // Power of the comparisons above: kernels with a dropped head, heads' p and q paired across heads,
 // or 1/(N+1) for 1/N would fail them (their results differ from the kernel's by far more than the
-// tolerance).
+// tolerance). These run hand-made wrong formulas on the CPU, not the kernel: they show that the
+// tolerance detects such defects, not that the kernel is free of them (the comparisons above do).
 template <class T>
 void expect_wrong_formulas_rejected(const LsaShape& sh, index_t H, const std::vector<T>& E,
                                     const std::vector<T>& W_pv, const std::vector<T>& W_kq,

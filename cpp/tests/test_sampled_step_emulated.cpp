@@ -270,8 +270,7 @@ TEST(SampledStepEmulated, WishartStepEqualsTheCpuStep) {
 TEST(SampledStepEmulated, AnotherStepDiffers) {
   const SpecHolder h(kTokenCases[1], 99);
   const linear::Plan<double> P(h.spec, 12), Q(h.spec, 13);
-  const index_t B = 4, rows = 4, cols = 8;
-  (void)rows, (void)cols;
+  const index_t B = 4;
   const std::vector<double> E1 = sample_emulated<double>(P, B, 1, 1).E, E2 = sample_emulated<double>(Q, B, 1, 1).E;
   double diff = 0;
   for (size_t i = 0; i < E1.size(); ++i) diff = std::max(diff, std::abs(E1[i] - E2[i]));

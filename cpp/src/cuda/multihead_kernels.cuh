@@ -59,12 +59,18 @@ struct HeadsLayout {
     while (g < kWarp && g < work) g *= 2;
     return g;
   }
+  // Bytes before the block's batch sums: the staged W^KQ_h [H, rows, rp] and last rows p_h [H, rp].
+  template <class T>
+  __host__ __device__ std::size_t acc_offset() const {
+    const int rp = token_stride();
+    return align16(sizeof(T) * std::size_t(heads) * std::size_t(rows * rp + rp));
+  }
   template <class T>
   static HeadsLayout make(int heads, int rows, int cols, int warps, bool sums, bool input_grad,
                           int group, bool spread = true) {
     HeadsLayout l{heads, rows, cols, warps, group, spread, sums, sums && input_grad, 0, 0};
     const int rp = l.token_stride();
-    l.block_bytes = align16(sizeof(T) * std::size_t(heads) * std::size_t(rows * rp + rp)) +
+    l.block_bytes = l.template acc_offset<T>() +
                     align16(sums ? sizeof(double) * std::size_t(l.acc_width()) : 0);
     const std::size_t ts = std::size_t(rp * cols + rows * rp + heads * rp + 2 * heads * rows) +
                            (l.input_grad ? std::size_t(rows * rows + rows) : 0);
@@ -83,8 +89,8 @@ template <class T>
 constexpr int heads_max_registers() {
   return sizeof(T) == 4 ? 96 : 128;
 }
-#if defined(__CUDACC__)
-#define LSA_HEADS_MAXNREG(T) __maxnreg__(heads_max_registers<T>())
+#if defined(__CUDACC__) && (__CUDACC_VER_MAJOR__ > 12 || (__CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ >= 4))
+#define LSA_HEADS_MAXNREG(T) __maxnreg__(heads_max_registers<T>())  // nvcc >= 12.4
 #else
 #define LSA_HEADS_MAXNREG(T)
 #endif
@@ -261,8 +267,7 @@ __global__ void __launch_bounds__(kHeadsMaxThreads) LSA_HEADS_MAXNREG(T)
   const int rp = lay.token_stride();
   T* sW_kq = reinterpret_cast<T*>(smem);  // [H, rows, rp]
   T* sp = sW_kq + H * rows * rp;          // [H, rp] the last rows of W^PV_h
-  double* acc = reinterpret_cast<double*>(
-      smem + align16(sizeof(T) * std::size_t(H) * std::size_t(rows * rp + rp)));
+  double* acc = reinterpret_cast<double*>(smem + lay.template acc_offset<T>());
   for (int i = threadIdx.x; i < H * rows * rp; i += blockDim.x)  // row i / rp of the stacked W^KQ_h
     sW_kq[i] = i % rp < rows ? W_kq[(i / rp) * rows + i % rp] : T(0);
   for (int i = threadIdx.x; i < H * rp; i += blockDim.x)
