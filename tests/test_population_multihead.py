@@ -450,9 +450,10 @@ def test_sgd_on_samples_tracks_exact_gradient_descent_and_the_flow(rng, rank):
     """The native H-head model trained by SGD (train.fit, MultiHeadLSAObjective, fresh prompts
     every step, small rate, large batches), 5 independent runs from one θ0: the replicate mean of
     U's diagonal in Λ's eigenbasis agrees with exact GD on the population loss at the same rate
-    (Student t, Bonferroni 1%, plus 2% of the largest u for SGD's O(rate/batch) drift: tol = 0
-    failed once in 80 runs, a 1.0% deviation at t = 11.7 > 10.6), the same runs are rejected
-    against exact GD at twice the rate (power), and
+    (Student t, Bonferroni 1%, plus 4% of the largest u for SGD's O(rate/batch) drift: tol = 0
+    failed once in 80 runs, a 1.0% deviation at t = 11.7 > 10.6, and tol = 2% once in a few hundred;
+    measured deviations 0.6–1.3%), the same runs are rejected against exact GD at twice the rate
+    (power: deviations 30–76%, ratios 4–26 at 2%), and
     exact GD stays within its O(rate) discretisation error of the exact flow at t = rate × step."""
     from lsa_native.experiments import la
     from lsa_native.experiments._common import Context
@@ -465,12 +466,12 @@ def test_sgd_on_samples_tracks_exact_gradient_descent_and_the_flow(rng, rank):
                                            steps=steps, records=10, replicates=5)
     gd = la.exact_gradient_descent(W_pv, keys, Lambda, N, lr=lr, recorded_steps=recorded)
     assert np.abs(la._components(gd)[-1] - la._components(gd)[0]).max() > 0.1  # it moved
-    agree = la.sgd_agreement(observed, gd, tol=0.02)
+    agree = la.sgd_agreement(observed, gd, tol=0.04)
     assert agree["ratio"] < 1, agree
     # power: exact GD at twice the rate (the dynamics at 2t; the context length 2N alone was not
-    # rejected for every separate-head start: its trajectory can stay within the 2% allowance)
+    # rejected for every separate-head start: its trajectory can stay within the allowance)
     wrong = la.exact_gradient_descent(W_pv, keys, Lambda, N, lr=2 * lr, recorded_steps=recorded)
-    assert la.sgd_agreement(observed, wrong, tol=0.02)["ratio"] > 1
+    assert la.sgd_agreement(observed, wrong, tol=0.04)["ratio"] > 1
     flow = pm.multihead_gradient_flow(W_pv, keys, N, Lambda=Lambda, times=lr * recorded,
                                       method="dopri5", rtol=1e-10, atol=1e-12)
     drop = gd[0, 0] - gd[-1, 0]
