@@ -470,3 +470,160 @@ def test_gpu_out_of_memory_is_a_memory_error_and_the_process_stays_usable(rng):
     small = train.fit(objective, "adam", data=train.Prompts(spec, batch=50, dtype=np.float64),
                       steps=2, progress=False)
     assert np.isfinite(small.history["loss"]).all()
+
+
+# ---- the H-head model (MultiHeadLSAObjective, merged W^KQ) on the device loop ----------------------
+
+from lsa_native import multihead  # noqa: E402
+
+
+def _multihead(seed, dtype=np.float64, heads=2, separate=False, batch=29):
+    """(make_objective(device), make_data(), held-out batch) of an H-head model on LinearPrompts."""
+    spec = sampling.LinearPrompts(3, 7, noise_std=0.1, seed=seed)
+    rng = np.random.default_rng(seed)
+    W_pv = 0.2 * rng.standard_normal((heads, 4, 4))
+    kq = ({"W_k": 0.3 * rng.standard_normal((heads, 2, 4)),
+           "W_q": 0.3 * rng.standard_normal((heads, 2, 4))} if separate
+          else {"W_kq": 0.2 * rng.standard_normal((heads, 4, 4))})
+    held = train.heldout(sampling.LinearPrompts(3, 7, noise_std=0.1, seed=seed + 1), batch=17,
+                         dtype=dtype)
+    return (lambda device: train.MultiHeadLSAObjective(W_pv, **kq, device=device),
+            lambda: train.Prompts(spec, batch=batch, dtype=dtype, resample_every=2), held)
+
+
+@pytest.fixture
+def emulated_prompts(emulated, monkeypatch):
+    """The emulated device with the GPU prompt generator too (sample_embedding(device="cuda") runs
+    the CPU's sampler into host memory presented as CUDA arrays)."""
+    monkeypatch.setattr(cuda, "available", lambda: True)
+    return emulated
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+@pytest.mark.parametrize("optimizer", [train.Adam(lr=0.02), train.Adam(lr=0.02, clip_norm=0.05),
+                                       train.SGD(lr=0.05, momentum=0.9)])
+def test_multihead_device_loop_equals_the_host_theta_loop_bitwise(rng, emulated_prompts,
+                                                                 monkeypatch, optimizer, heads):
+    """float64: the H-head model on device θ (W_pv, W_kq pieces of the θ buffer, out= and loss=)
+    gives the bits of the loop with host θ for the model, and of the CPU route's Python loop where
+    the norm is not used (no clipping); H = 1 runs the one-head kernels."""
+    problem = _multihead(int(rng.integers(2**31)), heads=heads)
+    device = _fit(*problem, "cuda", optimizer, steps=11, record_every=3)
+    assert emulated_prompts.reads == len(range(0, 11, 3)) + 1 + (3 if optimizer.name != "sgd" else 2)
+    monkeypatch.setattr(fit_module, "_device_step", lambda plan, arrays: None)
+    _assert_same_run(device, _fit(*problem, "cuda", optimizer, steps=11, record_every=3))
+    if optimizer.clip_norm is None:
+        monkeypatch.setattr(fit_module, "_native_arrays", lambda plan: None)
+        _assert_same_run(device, _fit(*problem, "cpu", optimizer, steps=11, record_every=3),
+                         norms_exact=False)
+
+
+@pytest.mark.parametrize("steps, record_every", [(21, 5), (10, 1), (9, 4)])
+def test_multihead_device_loop_reads_back_once_per_record(emulated_prompts, steps, record_every):
+    """One device → host copy per record step (held-out loss included), one at the end when the
+    last step is not a record, then θ and the Adam state: none per step."""
+    problem = _multihead(3)
+    result = _fit(*problem, "cuda", train.Adam(lr=0.01), steps=steps, record_every=record_every)
+    records = len(range(0, steps, record_every))
+    end = 0 if (steps - 1) % record_every == 0 else 1
+    assert emulated_prompts.reads == records + end + 3
+    assert np.isfinite(result.history["eval_loss"][:-1]).all()
+
+
+def test_multihead_device_loop_float32_and_host_checkpoint_resume(rng, emulated_prompts,
+                                                                 monkeypatch, tmp_path):
+    """float32 prompts: the model trains on the optimizer's float32 copy of θ, equal to the host-θ
+    loop (the same casts of θ, the same kernels); a run resumed from a host checkpoint is the
+    uninterrupted run bit for bit."""
+    problem = _multihead(int(rng.integers(2**31)), dtype=np.float32)
+    whole = _fit(*problem, "cuda", train.Adam(lr=0.01), steps=12, record_every=4)
+    first = _fit(*problem, "cuda", train.Adam(lr=0.01), steps=8, record_every=4,
+                 run_dir=tmp_path, checkpoint_every=4)
+    resumed = _fit(*problem, "cuda", train.Adam(lr=0.01), steps=12, record_every=4,
+                   run_dir=tmp_path, checkpoint_every=4, resume=True)
+    assert first.steps == 8
+    np.testing.assert_array_equal(resumed.theta, whole.theta)
+    np.testing.assert_array_equal(resumed.history["loss"], whole.history["loss"])
+    monkeypatch.setattr(fit_module, "_device_step", lambda plan, arrays: None)
+    _assert_same_run(whole, _fit(*problem, "cuda", train.Adam(lr=0.01), steps=12, record_every=4))
+
+
+def test_multihead_separate_parametrization_keeps_the_host_theta_step(rng, emulated_prompts):
+    """W_k, W_q: no device step (merge and chain rule on the host); fit runs the host-θ loop and
+    equals the CPU route."""
+    make_objective, make_data, held = _multihead(int(rng.integers(2**31)), separate=True)
+    objective = make_objective("cuda")
+    assert objective.bind_device(make_data(), emulated_prompts) is None
+    assert objective.device_evaluation(held, emulated_prompts) is None
+    assert make_objective("cpu").bind_device(make_data(), emulated_prompts) is None
+    device = _fit(make_objective, make_data, held, "cuda", train.SGD(lr=0.05), steps=5)
+    fit_module._native_arrays = lambda plan: None  # restored by monkeypatch's undo
+    _assert_same_run(device, _fit(make_objective, make_data, held, "cpu", train.SGD(lr=0.05),
+                                  steps=5), norms_exact=False)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_multihead_loss_and_gradient_outputs_on_the_device_side(rng, emulated, dtype):
+    """multihead.loss_and_grad(out=, loss=): the host call's bits, the caller's arrays returned;
+    the LSA entry's output rules (side, dtype, shape, overlap) name the argument."""
+    H = 3
+    E = rng.standard_normal((6, 4, 8)).astype(dtype)
+    y = rng.standard_normal(6).astype(dtype)
+    W = (0.3 * rng.standard_normal((2, H, 4, 4))).astype(dtype)
+    want = multihead.loss_and_grad(E, y, W[0], W[1], device="cpu")
+    g = HostBackedCudaArray
+    loss, out = g(np.full(1, np.nan)), (g(np.empty((H, 4, 4), dtype)), g(np.empty((H, 4, 4), dtype)))
+    got = multihead.loss_and_grad(g(E), g(y), g(W[0]), g(W[1]), out=out, loss=loss)
+    assert got[0] is loss and got[1] is out[0] and got[2] is out[1]
+    assert loss.a[0] == want[0]
+    np.testing.assert_array_equal(out[0].a, want[1])
+    np.testing.assert_array_equal(out[1].a, want[2])
+    host_loss = np.full(1, np.nan)
+    assert multihead.loss_and_grad(E, y, W[0], W[1], loss=host_loss)[0] is host_loss
+    assert host_loss[0] == want[0]
+    with pytest.raises(TypeError, match="loss: expected dtype float64"):
+        multihead.loss_and_grad(E, y, W[0], W[1], loss=np.zeros(1, np.float32))
+    with pytest.raises(ValueError, match=r"loss: expected shape \(1,\)"):
+        multihead.loss_and_grad(E, y, W[0], W[1], loss=np.zeros(2))
+    with pytest.raises(TypeError, match="loss: expected a CUDA array"):
+        multihead.loss_and_grad(g(E), y, W[0], W[1], loss=np.zeros(1))
+    with pytest.raises(TypeError, match="dW_kq: expected a numpy.ndarray"):
+        multihead.loss_and_grad(E, y, W[0], W[1], out=(None, g(np.empty((H, 4, 4), dtype))))
+    with pytest.raises(ValueError, match=r"dW_pv: expected shape \(3, 4, 4\)"):
+        multihead.loss_and_grad(E, y, W[0], W[1], out=(np.empty((4, 4), dtype), None))
+    with pytest.raises(TypeError, match="dW_pv: expected dtype"):
+        other = np.float32 if dtype == np.float64 else np.float64
+        multihead.loss_and_grad(E, y, W[0], W[1], out=(np.empty((H, 4, 4), other), None))
+    with pytest.raises(TypeError, match=r"out: expected a tuple \(dW_pv, dW_kq\)"):
+        multihead.loss_and_grad(E, y, W[0], W[1], out=np.empty((H, 4, 4), dtype))
+    with pytest.raises(ValueError, match="dW_pv: overlaps the memory of W_pv"):
+        multihead.loss_and_grad(E, y, W[0], W[1].copy(), out=(W[0], None))
+    with pytest.raises(TypeError, match="out=, loss=: only with the merged parametrization"):
+        multihead.loss_and_grad(E, y, W[0], W_k=W[1][:, :1], W_q=W[1][:, 1:2], loss=host_loss)
+
+
+@pytest.mark.cuda
+@gpu
+@pytest.mark.parametrize("optimizer", [train.Adam(lr=0.02), train.SGD(lr=0.05, momentum=0.9)])
+def test_gpu_multihead_device_loop_equals_the_host_theta_loop_bitwise(rng, monkeypatch, optimizer):
+    """float64 on a GPU: the H-head device loop (prompts drawn on the GPU, θ there too) gives the
+    bits of the host-θ loop (the same kernels and fixed-order reductions; the held-out loss: the
+    host-θ loop's is the CPU's, equal to rounding); the CPU route agrees to rounding."""
+    problem = _multihead(int(rng.integers(2**31)), heads=3, batch=3000)
+    device = _fit(*problem, "cuda", optimizer, steps=30, record_every=5)
+    monkeypatch.setattr(fit_module, "_device_step", lambda plan, arrays: None)
+    _assert_same_run(device, _fit(*problem, "cuda", optimizer, steps=30, record_every=5),
+                     eval_exact=False)
+    cpu = _fit(*problem, "cpu", optimizer, steps=30, record_every=5)
+    np.testing.assert_allclose(device.theta, cpu.theta, rtol=1e-8, atol=1e-11)
+
+
+@pytest.mark.cuda
+@gpu
+def test_gpu_multihead_device_loop_syncs_once_per_record(monkeypatch):
+    counting = CountingCuda()
+    monkeypatch.setattr(fit_module, "_native_arrays", lambda plan: counting)
+    result = _fit(*_multihead(4, heads=3, batch=2000), "cuda", train.Adam(lr=0.01), steps=41,
+                  record_every=10)
+    assert counting.reads == len(range(0, 41, 10)) + 3
+    assert np.isfinite(result.history["loss"]).all()

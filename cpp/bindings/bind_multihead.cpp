@@ -13,9 +13,10 @@ void bind_multihead(py::module_& m) {
   def_forward(m, "multihead_lsa_forward", static_cast<ForwardEntry>(&multihead_lsa_forward),
               "F [B, d+1, N+1] of the H-head model (multihead.hpp), written into `out` when given.");
   def_loss_and_grad(m, "multihead_lsa_loss_and_grad",
-                    static_cast<LossEntry>(&multihead_lsa_loss_and_grad),
+                    static_cast<LossIntoEntry>(&multihead_lsa_loss_and_grad),
                     "(loss, dW_pv, dW_kq[, y_hat]) of multihead.hpp's multihead_lsa_loss_and_grad "
-                    "(gradients [H, d+1, d+1]).");
+                    "(gradients [H, d+1, d+1]); out=(dW_pv, dW_kq) written in place, loss= a "
+                    "float64 [1] array on E's side that receives the loss (returned in its place).");
   def_vjp(m, "multihead_lsa_vjp", "d_F", static_cast<VjpEntry>(&multihead_lsa_vjp),
           "(dW_pv, dW_kq, dE) of multihead_lsa_forward for the upstream d_F [B, d+1, N+1].");
   def_vjp(m, "multihead_lsa_predict_vjp", "d_y", static_cast<VjpEntry>(&multihead_lsa_predict_vjp),

@@ -159,10 +159,7 @@ LsaCall validate_loss(const ArrayView& E, const ArrayView& y_q, const ArrayView&
   const LsaShape s = validate_parameters(E, W_pv, W_kq);
   require_input(y_q, {s.batch}, E);
   const std::initializer_list<const ArrayView*> inputs = {&E, &y_q, &W_pv, &W_kq};
-  require_output(d_W_pv, square(s), E, inputs);
-  require_output(d_W_kq, square(s), E, inputs);
-  require_output(y_hat, {s.batch}, E, inputs);
-  detail::require_loss_output(loss, E, inputs);
+  detail::require_loss_outputs(d_W_pv, d_W_kq, y_hat, loss, square(s), s.batch, E, inputs);
   return {s, detail::choose_device(choice, {&E, &y_q, &W_pv, &W_kq, &d_W_pv, &d_W_kq, &y_hat, &loss})};
 }
 

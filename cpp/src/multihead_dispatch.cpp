@@ -173,12 +173,17 @@ MultiHeadCall validate_forward(const ArrayView& E, const ArrayView& W_pv, const 
   return call;
 }
 
-// validate() of loss_and_grad: E, y_q [B], W_pv, W_kq (the outputs are made by the call).
+// validate() of loss_and_grad: E, y_q [B], W_pv, W_kq and the outputs the caller passed (dW_pv,
+// dW_kq [H, d+1, d+1], y_hat [B], loss float64 [1]: the LSA entry point's rules, operands.hpp).
 MultiHeadCall validate_loss(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
-                            const ArrayView& W_kq, DeviceChoice choice) {
+                            const ArrayView& W_kq, const ArrayView& d_W_pv,
+                            const ArrayView& d_W_kq, const ArrayView& y_hat, const ArrayView& loss,
+                            DeviceChoice choice) {
   MultiHeadCall call = validate_parameters(E, W_pv, W_kq);
   require_input(y_q, {call.shape.batch}, E);
-  choose_device(call, choice, {&E, &y_q, &W_pv, &W_kq});
+  detail::require_loss_outputs(d_W_pv, d_W_kq, y_hat, loss, call.parameters(), call.shape.batch, E,
+                               {&E, &y_q, &W_pv, &W_kq});
+  choose_device(call, choice, {&E, &y_q, &W_pv, &W_kq, &d_W_pv, &d_W_kq, &y_hat, &loss});
   return call;
 }
 
@@ -254,17 +259,35 @@ void multihead_lsa_forward(const ArrayView& E, const ArrayView& W_pv, const Arra
 
 double multihead_lsa_loss_and_grad(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
                                    const ArrayView& W_kq, ArrayView& d_W_pv, ArrayView& d_W_kq,
-                                   ArrayView& y_hat, DeviceChoice choice, CallSite& site) {
-  const MultiHeadCall c = validate_loss(E, y_q, W_pv, W_kq, choice);
+                                   ArrayView& y_hat, ArrayView& loss_out, DeviceChoice choice,
+                                   CallSite& site) {
+  const MultiHeadCall c =
+      validate_loss(E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat, loss_out, choice);
   detail::make_outputs(site, E, {{&d_W_pv, c.parameters()}, {&d_W_kq, c.parameters()},
                                  {&y_hat, {c.shape.batch}}});
   return detail::with_float(E, [&](auto t) {
     using T = decltype(t);
-    double loss = 0;
+    double loss = std::numeric_limits<double>::quiet_NaN();
     site.run([&] {
+#if LSA_NATIVE_HAVE_CUDA
+      if (loss_out.present && c.gpu) {  // written where it is: no wait on a GPU
+        if (c.heads == 1)
+          cuda::lsa_loss_and_grad_into(c.shape, in<T>(E), in<T>(y_q), in<T>(W_pv), in<T>(W_kq),
+                                       out<T>(d_W_pv), out<T>(d_W_kq), out<T>(y_hat),
+                                       out<double>(loss_out));
+        else
+          cuda::multihead_lsa_loss_and_grad_into(c.shape, c.heads, in<T>(E), in<T>(y_q),
+                                                 in<T>(W_pv), in<T>(W_kq), out<T>(d_W_pv),
+                                                 out<T>(d_W_kq), out<T>(y_hat),
+                                                 out<double>(loss_out));
+        if (!loss_out.on_cuda()) loss = *loss_out.as<double>();
+        return;
+      }
+#endif
       loss = LSA_NATIVE_MH_HEADS(c.gpu, c.heads, lsa_loss_and_grad, multihead_lsa_loss_and_grad,
                                  c.shape, in<T>(E), in<T>(y_q), in<T>(W_pv), in<T>(W_kq),
                                  out<T>(d_W_pv), out<T>(d_W_kq), out<T>(y_hat));
+      detail::store_loss(loss_out, loss);
     });
     if (c.device == Device::cuda && !E.on_cuda()) {
       const auto inputs = {detail::host_input<T>(E), detail::host_input<T>(y_q)};

@@ -135,6 +135,19 @@ inline void require_loss_output(const ArrayView& loss, const ArrayView& prompts,
   require_output(loss, {1}, prompts, inputs, DType::float64, "float64");
 }
 
+// The outputs a loss entry point's caller passed (LSA's, the H-head model's): the gradients
+// d_W_pv, d_W_kq of `parameters`' shape, y_hat [B] and the float64 [1] loss, on the prompts' side.
+inline void require_loss_outputs(const ArrayView& d_W_pv, const ArrayView& d_W_kq,
+                                 const ArrayView& y_hat, const ArrayView& loss,
+                                 const std::vector<index_t>& parameters, index_t batch,
+                                 const ArrayView& prompts,
+                                 std::initializer_list<const ArrayView*> inputs) {
+  require_output(d_W_pv, parameters, prompts, inputs);
+  require_output(d_W_kq, parameters, prompts, inputs);
+  require_output(y_hat, {batch}, prompts, inputs);
+  require_loss_output(loss, prompts, inputs);
+}
+
 // Writes a loss computed on the host into the caller's loss output (when given).
 inline void store_loss(const ArrayView& loss_out, double loss) {
   if (loss_out.present) *loss_out.as<double>() = loss;

@@ -169,7 +169,7 @@ def multihead_lsa_forward(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, out
     """
 def multihead_lsa_loss_and_grad(E: typing.Any, y_q: typing.Any, W_pv: typing.Any, W_kq: typing.Any, return_predictions: bool = False, device: typing.Any = 'auto', *, out: typing.Any = None, loss: typing.Any = None) -> tuple:
     """
-    (loss, dW_pv, dW_kq[, y_hat]) of multihead.hpp's multihead_lsa_loss_and_grad (gradients [H, d+1, d+1]).
+    (loss, dW_pv, dW_kq[, y_hat]) of multihead.hpp's multihead_lsa_loss_and_grad (gradients [H, d+1, d+1]); out=(dW_pv, dW_kq) written in place, loss= a float64 [1] array on E's side that receives the loss (returned in its place).
     """
 def multihead_lsa_predict(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, out: typing.Any = None, device: typing.Any = 'auto') -> typing.Any:
     """

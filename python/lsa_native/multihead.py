@@ -136,18 +136,27 @@ def predict(E, W_pv, W_kq=None, *, W_k=None, W_q=None, out=None, device="auto") 
 
 
 def loss_and_grad(E, y_q, W_pv, W_kq=None, *, W_k=None, W_q=None,
-                  return_predictions: bool = False, device="auto"):
+                  return_predictions: bool = False, device="auto", out=None, loss=None):
     """L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² [ZFB (3.7)] and its gradients.
 
     Merged: ``(L, dW_pv, dW_kq)``; separate: ``(L, dW_pv, dW_k, dW_q)`` (plus ŷ [B] when
     ``return_predictions``). dW_pv [H, d+1, d+1] is zero but the last row of each head
     (Σ_b r_b G_b q_h / B); dW^KQ_h = Σ_b r_b (G_b p_h) e_q,bᵀ / B, chained to W^K_h, W^Q_h.
+
+    Merged only, as :func:`lsa_native.lsa.loss_and_grad`'s: ``out`` = ``(dW_pv, dW_kq)`` arrays
+    (or None entries) written in place, on E's side; ``loss`` a float64 array of shape (1,) on
+    E's side that receives L, returned in its place — with CUDA arrays the call then waits for
+    nothing (``train.fit``'s device loop keeps θ, gradients and losses on the GPU). The separate
+    parametrization chains its gradients on the host: out= and loss= are a TypeError there.
     """
     E, W_pv, W_kq, sep, dtype = _operands(E, W_pv, W_kq, W_k, W_q)
+    if sep is not None and (out is not None or loss is not None):
+        raise TypeError("out=, loss=: only with the merged parametrization (W_kq); the separate "
+                        "one (W_k=, W_q=) chains its gradients on the host")
     y_q = native_operand(y_q, dtype, "y_q")
-    loss, d_W_pv, d_W_kq, *y_hat = _core.multihead_lsa_loss_and_grad(
-        E, y_q, W_pv, W_kq, bool(return_predictions), device)
-    return (loss, d_W_pv, *_key_query_grads(sep, d_W_kq), *y_hat)
+    L, d_W_pv, d_W_kq, *y_hat = _core.multihead_lsa_loss_and_grad(
+        E, y_q, W_pv, W_kq, bool(return_predictions), device, out=out, loss=loss)
+    return (L, d_W_pv, *_key_query_grads(sep, d_W_kq), *y_hat)
 
 
 def forward(E, W_pv, W_kq=None, *, W_k=None, W_q=None, out=None, device="auto") -> np.ndarray:

@@ -69,13 +69,16 @@ void multihead_lsa_predict_vjp(const LsaShape& shape, index_t heads, const T* E,
 
 // ---- the same entry points on array views (array_view.hpp): what the Python bindings call ----
 // One validate() per entry point, with the operand rules of the LSA view entry points (lsa.hpp) and
-// W_pv [H, d+1, d+1] (H >= 1), W_kq of W_pv's shape; d_W_pv, d_W_kq are made [H, d+1, d+1]. The
-// views' devices and `device` pick the backend as for LSA; H = 1 runs the LSA backends.
+// W_pv [H, d+1, d+1] (H >= 1), W_kq of W_pv's shape; d_W_pv, d_W_kq are made [H, d+1, d+1] when
+// absent. The views' devices and `device` pick the backend as for LSA; H = 1 runs the LSA backends.
+// multihead_lsa_loss_and_grad writes the loss into `loss` (float64 [1] on E's side) when present,
+// as lsa_loss_and_grad's loss overload: on the GPU it queues its kernels and returns NaN unwaited.
 void multihead_lsa_predict(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
                            ArrayView& y_hat, DeviceChoice device, CallSite& site);
 double multihead_lsa_loss_and_grad(const ArrayView& E, const ArrayView& y_q, const ArrayView& W_pv,
                                    const ArrayView& W_kq, ArrayView& d_W_pv, ArrayView& d_W_kq,
-                                   ArrayView& y_hat, DeviceChoice device, CallSite& site);
+                                   ArrayView& y_hat, ArrayView& loss, DeviceChoice device,
+                                   CallSite& site);
 void multihead_lsa_forward(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,
                            ArrayView& F, DeviceChoice device, CallSite& site);
 void multihead_lsa_vjp(const ArrayView& E, const ArrayView& W_pv, const ArrayView& W_kq,

@@ -122,22 +122,29 @@ void multihead_lsa_predict(const LsaShape& sh, index_t H, const T* E, const T* W
 }
 
 template <class T>
-double multihead_lsa_loss_and_grad(const LsaShape& sh, index_t H, const T* E, const T* y_q,
-                                   const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq, T* y_hat) {
-  double loss = 0;  // host memory: copied back with the call's one wait
-  DeviceScope scope({E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat, &loss});
+void multihead_lsa_loss_and_grad_into(const LsaShape& sh, index_t H, const T* E, const T* y_q,
+                                      const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq,
+                                      T* y_hat, double* loss) {
+  DeviceScope scope({E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat, loss});
   const index_t rc = (sh.dim + 1) * (sh.context + 1), nW = H * (sh.dim + 1) * (sh.dim + 1);
   DeviceInput<T> e(scope, E, sh.batch * rc), y(scope, y_q, sh.batch), pv(scope, W_pv, nW),
       kq(scope, W_kq, nW);
   DeviceOutput<T> dpv(scope, d_W_pv, nW), dkq(scope, d_W_kq, nW), yh(scope, y_hat, sh.batch);
-  DeviceOutput<double> out(scope, &loss, 1);
+  DeviceOutput<double> out(scope, loss, 1);
   Scratch partial;
   int blocks = 0;
   launch_heads_prediction<T, PredictionMode::loss>(sh, H, scope, e.get(), y.get(), pv.get(),
                                                    kq.get(), yh.get(), nullptr, &partial, &blocks);
   finish_heads_sums(partial, blocks, H, int(sh.dim + 1), 1.0 / double(sh.batch), dpv.get(),
                     dkq.get(), out.get());
-  scope.finish();
+  scope.finish();  // host outputs (a host `loss` among them) copied back; device ones: no wait
+}
+
+template <class T>
+double multihead_lsa_loss_and_grad(const LsaShape& sh, index_t H, const T* E, const T* y_q,
+                                   const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq, T* y_hat) {
+  double loss = 0;  // host memory: copied back with the call's one wait
+  multihead_lsa_loss_and_grad_into(sh, H, E, y_q, W_pv, W_kq, d_W_pv, d_W_kq, y_hat, &loss);
   return loss;
 }
 
@@ -203,6 +210,13 @@ void multihead_lsa_vjp(const LsaShape& sh, index_t H, const T* E, const T* W_pv,
   scope.finish();
 }
 
+template void multihead_lsa_loss_and_grad_into<float>(const LsaShape&, index_t, const float*,
+                                                      const float*, const float*, const float*,
+                                                      float*, float*, float*, double*);
+template void multihead_lsa_loss_and_grad_into<double>(const LsaShape&, index_t, const double*,
+                                                       const double*, const double*,
+                                                       const double*, double*, double*, double*,
+                                                       double*);
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_INSTANTIATE_BACKEND, double)
 

@@ -127,9 +127,10 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
     Python optimizer's to rounding); the gradient norm and the divergence checks are read back
     only for a record, a checkpoint, a callback or the end (the first failure and the parameters
     before it are kept on the device, so the error is the same). When the objective can step on
-    device buffers (``bind_device``: LSAObjective's fused step, KernelAttentionObjective) the
-    model's loss and gradient and the held-out loss stay on the device as well, and the host
-    reads one buffer back per record step (:func:`_run_device_steps`).
+    device buffers (``bind_device``: LSAObjective's fused step, KernelAttentionObjective,
+    MultiHeadLSAObjective's tokens step with merged W^KQ) the model's loss and gradient and the
+    held-out loss stay on the device as well, and the host reads one buffer back per record step
+    (:func:`_run_device_steps`).
     """
     plan = _setup(objective, optimizer, optimizer_kwargs, steps=steps, data=data, theta0=theta0,
                   eval_data=eval_data, eval_every=eval_every, record_every=record_every,

@@ -285,9 +285,13 @@ class MultiHeadLSAObjective(Objective):
     ``device``: where the tokens route runs, "cpu", "cuda" or "auto" (= "cpu"). "cuda": the step's
     prompts are generated on the GPU (``sample_embedding(device="cuda")``, the CPU route's prompts
     up to the rounding of the device's log/sin/cos) into device buffers reused across steps, and
-    ``multihead.loss_and_grad`` runs on them there; θ stays on the host (the H-head CUDA entry
-    points take host parameters, copied, and return the loss with one wait; ``fit`` keeps the
-    optimizer state on the GPU, the model step on host θ). The Wishart route has no H-head GPU
+    ``multihead.loss_and_grad`` runs on them there. With the merged parametrization ``fit`` keeps
+    θ, the gradient, the optimizer state and each step's loss on the GPU too (:meth:`bind_device`:
+    W_pv, W_kq are pieces of the flat device θ buffer, the gradients and the loss written in place
+    with ``out=``/``loss=``; the held-out loss on the device: :meth:`device_evaluation`). The
+    separate parametrization keeps θ on the host for the model step (W^KQ_h = W^K_hᵀ W^Q_h and
+    the chain rule to dW^K, dW^Q run on the host; ``fit`` keeps only the optimizer state on the
+    GPU, and each step reads the loss and gradients back). The Wishart route has no H-head GPU
     step: ``method="wishart"`` with ``device="cuda"`` is a ValueError, ``"auto"`` takes the
     tokens route there. The non-fused path and ``evaluate`` run where their batch is (the CPU).
     """
@@ -399,6 +403,42 @@ class MultiHeadLSAObjective(Objective):
 
     def evaluate(self, theta, batch):
         return self._loss_and_grad(theta, *self._batch(batch))[0]
+
+    def _merged_shapes(self):
+        """[W_pv's shape, W_kq's shape] of the merged parametrization (θ's layout), else None."""
+        return [self.parts["W_pv"], self.parts["W_kq"]] if "W_kq" in self.parts else None
+
+    def bind_device(self, data, arrays):
+        """The tokens step on device buffers for ``fit``'s device loop (see
+        :meth:`LSAObjective.bind_device`): the step's prompts drawn on the GPU into the buffers
+        reused across steps (:meth:`_prompts`), W_pv, W_kq read as pieces of the flat θ buffer
+        and dW_pv, dW_kq written as pieces of the gradient buffer, the loss into the device slot
+        (``multihead.loss_and_grad(..., out=, loss=)``: nothing waits). None — ``fit`` then runs
+        the model on host θ — unless ``device="cuda"``, the merged parametrization and a fused
+        source (the separate parametrization's merge and chain rule run on the host)."""
+        shapes = self._merged_shapes()
+        if self.device != "cuda" or shapes is None or not self._fused(data):
+            return None
+        pieces = _Pieces(arrays, shapes)
+
+        def step(model, t, grad, loss):
+            E, y_q = self._prompts(data, t)
+            multihead.loss_and_grad(E, y_q, *pieces(model), out=pieces(grad), loss=loss)
+
+        step.dtype = np.dtype(self.dtype or data.dtype)
+        return step
+
+    def device_evaluation(self, batch, arrays):
+        """The held-out loss on the device for a θ buffer laid out as :meth:`bind_device`'s, in
+        :meth:`evaluate`'s dtype (see :func:`_device_evaluation`); None for the separate
+        parametrization."""
+        shapes = self._merged_shapes()
+        if shapes is None:
+            return None
+        return _device_evaluation(
+            arrays, batch, self.dtype or batch.E.dtype, shapes,
+            lambda E, y_q, params, grads, loss: multihead.loss_and_grad(E, y_q, *params, out=grads,
+                                                                       loss=loss))
 
     def config(self):
         return {"type": "MultiHeadLSAObjective",
