@@ -218,35 +218,42 @@ def test_sparse_kernel_attention_trains_through_the_mask(rng, emulated, monkeypa
 
 # ---- the loss= and out= outputs ----------------------------------------------------------------
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_loss_and_gradient_outputs_on_the_device_side(rng, emulated, dtype):
-    E = rng.standard_normal((6, 4, 8)).astype(dtype)
-    y = rng.standard_normal(6).astype(dtype)
-    W = (0.3 * rng.standard_normal((2, 4, 4))).astype(dtype)
-    want = lsa.loss_and_grad(E, y, W[0], W[1], device="cpu")
+def _check_loss_outputs(loss_and_grad, E, y, W, dtype):
+    """``loss_and_grad(E, y, W_pv, W_kq, out=, loss=)`` of an entry point with LSA's output rules:
+    the host call's bits in the caller's arrays (returned), and each bad output named."""
+    shape = W[0].shape
+    want = loss_and_grad(E, y, W[0], W[1], device="cpu")
     g = HostBackedCudaArray
-    loss, out = g(np.full(1, np.nan)), (g(np.empty((4, 4), dtype)), g(np.empty((4, 4), dtype)))
-    got = lsa.loss_and_grad(g(E), g(y), g(W[0]), g(W[1]), out=out, loss=loss)
+    loss, out = g(np.full(1, np.nan)), (g(np.empty(shape, dtype)), g(np.empty(shape, dtype)))
+    got = loss_and_grad(g(E), g(y), g(W[0]), g(W[1]), out=out, loss=loss)
     assert got[0] is loss and got[1] is out[0] and got[2] is out[1]
     assert loss.a[0] == want[0]
     np.testing.assert_array_equal(out[0].a, want[1])
     np.testing.assert_array_equal(out[1].a, want[2])
     # host arrays: the loss array is written and returned too
     host_loss = np.full(1, np.nan)
-    assert lsa.loss_and_grad(E, y, W[0], W[1], loss=host_loss)[0] is host_loss
+    assert loss_and_grad(E, y, W[0], W[1], loss=host_loss)[0] is host_loss
     assert host_loss[0] == want[0]
     with pytest.raises(TypeError, match="loss: expected dtype float64"):
-        lsa.loss_and_grad(E, y, W[0], W[1], loss=np.zeros(1, np.float32))
+        loss_and_grad(E, y, W[0], W[1], loss=np.zeros(1, np.float32))
     with pytest.raises(ValueError, match=r"loss: expected shape \(1,\)"):
-        lsa.loss_and_grad(E, y, W[0], W[1], loss=np.zeros(2))
+        loss_and_grad(E, y, W[0], W[1], loss=np.zeros(2))
     with pytest.raises(TypeError, match="loss: expected a CUDA array"):
-        lsa.loss_and_grad(g(E), y, W[0], W[1], loss=np.zeros(1))
+        loss_and_grad(g(E), y, W[0], W[1], loss=np.zeros(1))
     with pytest.raises(TypeError, match="dW_kq: expected a numpy.ndarray"):
-        lsa.loss_and_grad(E, y, W[0], W[1], out=(None, g(np.empty((4, 4), dtype))))
+        loss_and_grad(E, y, W[0], W[1], out=(None, g(np.empty(shape, dtype))))
     with pytest.raises(TypeError, match=r"out: expected a tuple \(dW_pv, dW_kq\)"):
-        lsa.loss_and_grad(E, y, W[0], W[1], out=np.empty((4, 4), dtype))
+        loss_and_grad(E, y, W[0], W[1], out=np.empty(shape, dtype))
     with pytest.raises(ValueError, match="dW_pv: overlaps the memory of W_pv"):
-        lsa.loss_and_grad(E, y, W[0], W[1].copy(), out=(W[0], None))
+        loss_and_grad(E, y, W[0], W[1].copy(), out=(W[0], None))
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_loss_and_gradient_outputs_on_the_device_side(rng, emulated, dtype):
+    E = rng.standard_normal((6, 4, 8)).astype(dtype)
+    y = rng.standard_normal(6).astype(dtype)
+    W = (0.3 * rng.standard_normal((2, 4, 4))).astype(dtype)
+    _check_loss_outputs(lsa.loss_and_grad, E, y, W, dtype)
 
 
 def test_kernel_attention_outputs_on_the_device_side(rng, emulated):
@@ -570,36 +577,15 @@ def test_multihead_loss_and_gradient_outputs_on_the_device_side(rng, emulated, d
     E = rng.standard_normal((6, 4, 8)).astype(dtype)
     y = rng.standard_normal(6).astype(dtype)
     W = (0.3 * rng.standard_normal((2, H, 4, 4))).astype(dtype)
-    want = multihead.loss_and_grad(E, y, W[0], W[1], device="cpu")
-    g = HostBackedCudaArray
-    loss, out = g(np.full(1, np.nan)), (g(np.empty((H, 4, 4), dtype)), g(np.empty((H, 4, 4), dtype)))
-    got = multihead.loss_and_grad(g(E), g(y), g(W[0]), g(W[1]), out=out, loss=loss)
-    assert got[0] is loss and got[1] is out[0] and got[2] is out[1]
-    assert loss.a[0] == want[0]
-    np.testing.assert_array_equal(out[0].a, want[1])
-    np.testing.assert_array_equal(out[1].a, want[2])
-    host_loss = np.full(1, np.nan)
-    assert multihead.loss_and_grad(E, y, W[0], W[1], loss=host_loss)[0] is host_loss
-    assert host_loss[0] == want[0]
-    with pytest.raises(TypeError, match="loss: expected dtype float64"):
-        multihead.loss_and_grad(E, y, W[0], W[1], loss=np.zeros(1, np.float32))
-    with pytest.raises(ValueError, match=r"loss: expected shape \(1,\)"):
-        multihead.loss_and_grad(E, y, W[0], W[1], loss=np.zeros(2))
-    with pytest.raises(TypeError, match="loss: expected a CUDA array"):
-        multihead.loss_and_grad(g(E), y, W[0], W[1], loss=np.zeros(1))
-    with pytest.raises(TypeError, match="dW_kq: expected a numpy.ndarray"):
-        multihead.loss_and_grad(E, y, W[0], W[1], out=(None, g(np.empty((H, 4, 4), dtype))))
+    _check_loss_outputs(multihead.loss_and_grad, E, y, W, dtype)
     with pytest.raises(ValueError, match=r"dW_pv: expected shape \(3, 4, 4\)"):
         multihead.loss_and_grad(E, y, W[0], W[1], out=(np.empty((4, 4), dtype), None))
     with pytest.raises(TypeError, match="dW_pv: expected dtype"):
         other = np.float32 if dtype == np.float64 else np.float64
         multihead.loss_and_grad(E, y, W[0], W[1], out=(np.empty((H, 4, 4), other), None))
-    with pytest.raises(TypeError, match=r"out: expected a tuple \(dW_pv, dW_kq\)"):
-        multihead.loss_and_grad(E, y, W[0], W[1], out=np.empty((H, 4, 4), dtype))
-    with pytest.raises(ValueError, match="dW_pv: overlaps the memory of W_pv"):
-        multihead.loss_and_grad(E, y, W[0], W[1].copy(), out=(W[0], None))
     with pytest.raises(TypeError, match="out=, loss=: only with the merged parametrization"):
-        multihead.loss_and_grad(E, y, W[0], W_k=W[1][:, :1], W_q=W[1][:, 1:2], loss=host_loss)
+        multihead.loss_and_grad(E, y, W[0], W_k=W[1][:, :1], W_q=W[1][:, 1:2],
+                                loss=np.full(1, np.nan))
 
 
 @pytest.mark.cuda
