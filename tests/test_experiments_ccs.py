@@ -168,6 +168,18 @@ def test_dist_panel_final_is_the_mean_over_the_last_tenth():
     assert np.isclose(s["median_final"], 0.045) and np.isclose(s["median_initial"], 0.5)
 
 
+def test_dist_panel_averages_seeds_that_stopped_at_different_steps():
+    # seeds converge at their own step: traces of 20 and 30 points, each seed's final the mean over
+    # its own last tenth (0.04 and 0.02), averaged over seeds: 0.03; the curve spans 20 points
+    short, long = np.full((20, 3), 0.5), np.full((30, 3), 0.7)
+    short[-2:], long[-3:] = 0.04, 0.02
+    rs = [{"diverged": False, "trace_dist_BC": t.tolist(), "trace_step": list(range(0, 10 * len(t), 10))}
+          for t in (short, long)]
+    s = ccs._dist_panel(("A = 0 (Thm 4.5)", "exp", "softmax"), rs)
+    assert np.isclose(s["median_final"], 0.03) and np.isclose(s["median_initial"], 0.6)
+    assert len(s["_step"]) == 20 and all(len(c) == 20 for c in s["_curves"].values())
+
+
 def _panel(figure, final, initial=0.9):
     return {"figure": figure, "median_final": final, "median_initial": initial, "median_mid": 0.5}
 

@@ -448,21 +448,28 @@ def _dist_panel(key, rs) -> dict:
     if not rs:
         return dict(out, median_initial=np.nan, median_final=np.nan, median_mid=np.nan, max_final=np.nan,
                     A_final=np.nan, _curves={}, _step=[])
-    curves = {}
-    bc = np.mean([np.asarray(r["trace_dist_BC"]) for r in rs], axis=0)  # [T, L*H]
-    curves.update({f"Σ½B{j}ᵀC{j}Σ½": bc[:, j] for j in range(bc.shape[1])})
-    if key[0].startswith("A free") and "trace_dist_A" in rs[0]:
-        a = np.mean([np.asarray(r["trace_dist_A"]) for r in rs], axis=0)
-        curves.update({f"A{j}": a[:, j] for j in range(a.shape[1] - 1)})
-    arr = np.array(list(curves.values()))  # [matrices, T]
-    final = arr[:, -max(1, int(round(FINAL_WINDOW * arr.shape[1]))):].mean(axis=1)
+    # Each seed's training stops at its own convergence, so the traces differ in length: a matrix's
+    # final value is each seed's mean over its own last FINAL_WINDOW, then averaged over the seeds;
+    # the plotted curve is the seed mean over the steps every seed reached.
+    curves, finals = {}, {}
+    for field, name, skip_last in (("trace_dist_BC", "Σ½B{j}ᵀC{j}Σ½", 0), ("trace_dist_A", "A{j}", 1)):
+        if field == "trace_dist_A" and not (key[0].startswith("A free") and field in rs[0]):
+            continue
+        traces = [np.asarray(r[field]) for r in rs]  # each [T_seed, matrices]
+        span = min(len(t) for t in traces)
+        mean = np.mean([t[:span] for t in traces], axis=0)
+        final = np.mean([t[-max(1, int(round(FINAL_WINDOW * len(t)))):].mean(axis=0) for t in traces], axis=0)
+        for j in range(mean.shape[1] - skip_last):
+            curves[name.format(j=j)], finals[name.format(j=j)] = mean[:, j], final[j]
+    arr = np.array(list(curves.values()))  # [matrices, common span]
+    final = np.array(list(finals.values()))
     a_final = [f for name, f in zip(curves, final) if name.startswith("A")]
     if key[0].startswith("A free") and "trace_norm_A" in rs[0]:  # ‖A_ℓ‖_F, ℓ = 0..L-2 (reported)
         out["A_norm_final"] = [float(v) for v in np.mean([np.asarray(r["trace_norm_A"])[-1] for r in rs], axis=0)[:-1]]
     return dict(out, median_initial=float(np.median(arr[:, 0])), median_mid=float(np.median(arr[:, arr.shape[1] // 2])),
                 median_final=float(np.median(final)), max_final=float(np.max(final)),
                 A_final=float(np.median(a_final)) if a_final else float("nan"),
-                _curves=curves, _step=rs[0]["trace_step"])
+                _curves=curves, _step=rs[0]["trace_step"][:arr.shape[1]])
 
 
 def _dist_verdict(summary, full: bool) -> bool:
