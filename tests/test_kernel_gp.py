@@ -564,3 +564,22 @@ def test_composite_device_prompts_equal_cpu_prompts(alpha, dtype):
         np.testing.assert_allclose(E[:, :5], cpu.E[:, :5], rtol=0, atol=x_tol * scale)
         np.testing.assert_allclose(E[:, 5], cpu.E[:, 5], rtol=0, atol=y_tol * scale)
         np.testing.assert_allclose(y_q, cpu.y_q, rtol=0, atol=y_tol * scale)
+
+
+def test_fig4_cell_spec_picks_the_sampler_by_the_cell(rng):
+    """A ccs-fig4 cell with ``sampler="native"`` (what ccs-fig4 now writes) draws native K♦ prompts
+    (the CPU/GPU sampler); cells cached without the field keep the numpy sampler they were computed
+    with; an unknown sampler is an error naming the field."""
+    from lsa_native.experiments import ccs_prompts
+    from lsa_native.sampling import CompositeKernelGPPrompts
+
+    cfg = dict(kernel="fig4-composite", dim=5, context=14, kernel_params=[FIG4C[0], list(FIG4C[1]), list(FIG4C[2])])
+    Sigma = ccs_prompts.ccs_sigma(1)
+    native = ccs_prompts.spec_of(dict(cfg, sampler="native"), Sigma, 4)
+    assert isinstance(native, CompositeKernelGPPrompts) and native.seed == 4 and native.alpha == 0.5
+    np.testing.assert_array_equal(native.g2, FIG4C[2])
+    assert isinstance(ccs_prompts.spec_of(cfg, Sigma, 4), ccs_prompts.CompositeGPPrompts)
+    with pytest.raises(ValueError, match="sampler"):
+        ccs_prompts.spec_of(dict(cfg, sampler="torch"), Sigma, 4)
+    b = native.sample(64, 0, np.float64)  # the cell's Bayes estimator reads K♦ from the spec
+    assert np.all(np.isfinite(ccs_prompts.bayes_prediction(native, b)))
