@@ -2,8 +2,8 @@
 and without Σ, both dtypes, a batch that fills several blocks and one that is not a multiple of the
 block) for compute-sanitizer memcheck. No torch/cupy import. Exits 1 when covariates differ from
 the CPU sampler's beyond rounding, or labels of the linear, exp and composite kernels beyond
-rounding amplified by the kernel matrix's conditioning (float64 1e-9; relu's eigen route may rotate nearly degenerate
-eigenspaces, see tests/test_ka_cuda_training.py)."""
+rounding amplified by the kernel matrix's conditioning (float64 1e-9; relu's eigen route may
+rotate nearly degenerate eigenspaces, see tests/test_ka_cuda_training.py)."""
 import sys
 
 import numpy as np
