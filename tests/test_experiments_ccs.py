@@ -214,13 +214,14 @@ def test_fig1_full_condition_checks_softmax_only_where_the_paper_claims_it():
     assert "exp labels n=6: softmax < exp" in checks and "relu labels n=2: relu < exp" in checks
 
 
-@pytest.mark.parametrize("hold", [True, False])
-def test_train_cell_on_the_emulated_gpu_route_equals_the_cpu_cell(monkeypatch, hold):
+@pytest.mark.parametrize("kernel, hold", [("exp", True), ("exp", False), ("fig4-composite", False)])
+def test_train_cell_on_the_emulated_gpu_route_equals_the_cpu_cell(monkeypatch, kernel, hold):
     """``reproduce ccs-fig3-5-6 --device cuda``'s cell (``_device="cuda"``: fit's device loop with
     the trace metrics, the convergence monitor that stops the run, A held at 0 or free) on the
     emulated device — host memory presented as CUDA arrays, the CPU kernels run where the CUDA ones
     would (tests/test_device_loop.py), the K-GP prompts the CPU sampler's: the same cell as the
-    CPU's, step count and trace to rounding (float32 training)."""
+    CPU's, step count and trace to rounding (float32 training). A ccs-fig4 cell (the native K♦
+    sampler, ``sampler="native"``) takes the same device route."""
     import importlib
 
     from conftest import HostBackedCudaArray
@@ -229,8 +230,10 @@ def test_train_cell_on_the_emulated_gpu_route_equals_the_cpu_cell(monkeypatch, h
     from lsa_native import _core, cuda, train
 
     cfg = ccs._base(dict(steps=400, decay_steps=40, batch=64, eval_batch=200, **dict(ccs.TRAINING, converge_tol=0.5)),
-                    kernel="exp", activations=["softmax"], layers=2, context=5, seed=3, hold_A_zero=hold,
+                    kernel=kernel, activations=["softmax"], layers=2, context=5, seed=3, hold_A_zero=hold,
                     trace_every=20)
+    if kernel.startswith("fig4-"):
+        cfg.update(kernel_params=[0.5, [1.0, 1.0, 0, 0, 0], [0, 0, 0.5**0.5, 0.5**0.5, 0.5**0.5]], sampler="native")
     cpu = ccs.train_cell(cfg)
     fit_module = importlib.import_module("lsa_native.train.fit")
     device = EmulatedDevice()
@@ -238,15 +241,17 @@ def test_train_cell_on_the_emulated_gpu_route_equals_the_cpu_cell(monkeypatch, h
     monkeypatch.setattr(cuda, "empty", lambda template, shape, dtype, dev:
                         HostBackedCudaArray(np.full(shape, np.nan, dtype)))
     monkeypatch.setattr(cuda, "available", lambda: True)
+    device_batches = []  # the prompts the objective asked the device for (KernelAttentionObjective(device="cuda"))
     monkeypatch.setattr(train.KernelAttentionObjective, "_batch_on_device",
-                        lambda self, step, data: tuple(HostBackedCudaArray(a) for a in
-                                                       (lambda b: (b.E, b.y_q))(data.at(step))))
+                        lambda self, step, data: device_batches.append(step) or tuple(
+                            HostBackedCudaArray(a) for a in (lambda b: (b.E, b.y_q))(data.at(step))))
     _core.emulate_cuda_on_cpu_for_tests(True)
     try:
         gpu = ccs.train_cell(dict(cfg, _device="cuda"))
     finally:
         _core.emulate_cuda_on_cpu_for_tests(False)
     assert device.reads > 0  # the device loop ran (it reads buffers back at the record steps)
+    assert device_batches  # on the device route (a sampler without device="cuda" trains on the CPU)
     assert not gpu["diverged"] and gpu["converged"] == cpu["converged"]
     assert cpu["steps_taken"] < cfg["steps"]  # the monitor stopped both runs, at the same step
     assert gpu["steps_taken"] == cpu["steps_taken"] and gpu["trace_step"] == cpu["trace_step"]

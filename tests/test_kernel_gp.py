@@ -356,3 +356,230 @@ def test_float32_overflow_is_reported():
     with pytest.raises(FloatingPointError, match="overflowed"):
         spec.sample(50, 0, np.float32)
     assert np.all(np.isfinite(spec.sample(50, 0, np.float64).y_q))
+
+
+# ---------------- the composite kernel K♦ of CCS Figure 4 (Appendix D) ----------------
+
+FIG4C = (0.5, (1.0, 1.0, 0.0, 0.0, 0.0), (0.0, 0.0, np.sqrt(0.5), np.sqrt(0.5), np.sqrt(0.5)))
+
+
+def k_diamond(b, alpha, g1, g2, points=None):
+    """K♦(ξ_i, ξ_j) = α<G₁ξ_i, G₁ξ_j> + (1 − α)exp<G₂ξ_i, G₂ξ_j> over the batch's n+1 points
+    (``points="x"``: on the raw x instead of ξ)."""
+    from lsa_native.experiments.ccs_prompts import _composite_kernel
+
+    pts = (np.concatenate([b.X, b.x_q[:, None]], axis=1) if points == "x"
+           else np.concatenate([b.xi, b.xi_q[:, None]], axis=1))
+    return _composite_kernel(pts, pts, alpha, np.asarray(g1, float), np.asarray(g2, float))
+
+
+def direction_z(b, K, K_alt):
+    """z-score of mean_b <Y Yᵀ − K(X_b), K_alt(X_b) − K(X_b)>_F: mean 0 when Cov(Y | X) = K, and
+    E‖K_alt − K‖²_F > 0 when it is K_alt (the direction that tells the two apart; an unweighted
+    mean of Y_iY_j − K_ij cannot see an alternative with the same average over X, e.g. G₁'s weights
+    permuted on the sphere)."""
+    Y = np.concatenate([b.y, b.y_q[:, None]], axis=1).astype(np.float64)
+    H = K_alt - K
+    D = np.einsum("bi,bj,bij->b", Y, Y, H) - np.sum(K * H, axis=(1, 2))
+    return D.mean() / (D.std(ddof=1) / np.sqrt(D.size))
+
+
+@pytest.mark.parametrize("alpha, g1, g2, d, n", [
+    (*FIG4C, 5, 6),                                       # Figure 4(c): Cholesky of K♦ (PD)
+    (1.0, (1.0, 1.0, 1.0, 1.0, 1.0), (1.0,) * 5, 5, 7),   # 4(a): Gram root, K♦ rank d < n + 1
+    (1.0, (0.5, -2.0, 0.0), (0.3, 0.3, 0.3), 3, 4),       # Gram root on G₁ξ with a zero weight
+    (0.3, (1.2, 0.0, 0.7), (0.0, 1.5, 0.4), 3, 5),
+])
+def test_composite_label_covariance_is_k_diamond(rng, alpha, g1, g2, d, n):
+    """Cov(Y | X) = K♦(ξ): entrywise and trace z-scores, and along the direction of each wrong
+    formula; power: that direction rejects a wrong α, a wrong G (4(c): the paper's
+    G₂ = diag(0, 0, 1, 1, 1) without the ½ of its formula; else G₂ scaled by 1.3; for α = 1, G₁
+    scaled by 1.3 or its weights permuted) and K♦ on x instead of ξ = Σ^{-1/2}x."""
+    from lsa_native.sampling import CompositeKernelGPPrompts
+
+    Sigma = ccs_h1_sigma(rng, d) if d == 5 else None
+    spec = CompositeKernelGPPrompts(d, n, alpha, g1, g2, Sigma=Sigma, seed=fresh_seed(rng))
+    b = spec.sample(40000, step=5, dtype=np.float64)
+    K = k_diamond(b, alpha, g1, g2)
+    assert np.abs(label_cov_z(b, K)).max() < Z_MAX
+    assert abs(trace_z(b, K)) < 4
+    wrong = {"alpha": k_diamond(b, 0.5 * alpha if alpha > 0.5 else alpha + 0.3, g1, g2)}
+    if alpha == 1:
+        wrong["G1 x 1.3"] = k_diamond(b, alpha, 1.3 * np.asarray(g1), g2)
+        if len(set(g1)) > 1:
+            wrong["G1 permuted"] = k_diamond(b, alpha, np.roll(g1, 1), g2)
+    else:
+        wrong["G2"] = k_diamond(b, alpha, g1, np.where(np.asarray(g2) > 0, 1.0, 0.0) if alpha == 0.5
+                                else 1.3 * np.asarray(g2))
+    if Sigma is not None:
+        wrong["x"] = k_diamond(b, alpha, g1, g2, points="x")
+    for name, K_wrong in wrong.items():
+        assert abs(direction_z(b, K, K_wrong)) < Z_MAX, name
+        assert direction_z(b, K_wrong, K) > 2 * Z_MAX, name
+
+
+def test_composite_native_matches_the_numpy_sampler_in_distribution(rng):
+    """The native K♦ sampler and the numpy one (experiments.ccs_prompts.CompositeGPPrompts, the
+    law ccs-fig4 cells had) by two-sample KS on labels, label products and covariates; power: the
+    numpy sampler with α = 0 (K♦ without its linear part) is told apart."""
+    from lsa_native.experiments.ccs_prompts import CompositeGPPrompts
+    from lsa_native.sampling import CompositeKernelGPPrompts
+
+    d, n, B = 5, 14, 20000
+    Sigma = ccs_h1_sigma(rng)
+    alpha, g1, g2 = FIG4C
+    nat = CompositeKernelGPPrompts(d, n, alpha, g1, g2, Sigma=Sigma, seed=fresh_seed(rng)).sample(B, 0, np.float64)
+    ref = CompositeGPPrompts(d, n, alpha, g1, g2, Sigma=Sigma, seed=fresh_seed(rng)).sample(batch=B, step=0,
+                                                                                            dtype=np.float64)
+    stats = lambda b: {  # noqa: E731
+        "y_q": b.y_q, "y_0": b.y[:, 0], "y_0 y_1": b.y[:, 0] * b.y[:, 1], "y_q y_13": b.y_q * b.y[:, 13],
+        "x_0[2]": b.X[:, 0, 2], "<x_q, x_0>": np.einsum("bd,bd->b", b.x_q, b.X[:, 0])}
+    s_nat, s_ref = stats(nat), stats(ref)
+    for name in s_nat:
+        assert ks_two_sample(s_nat[name], s_ref[name]) < KS_CRIT, name
+    other = CompositeGPPrompts(d, n, 0.0, g1, g2, Sigma=Sigma, seed=fresh_seed(rng)).sample(batch=B, step=0,
+                                                                                            dtype=np.float64)
+    assert ks_two_sample(nat.y_q, other.y_q) > 2 * KS_CRIT
+
+
+def test_composite_reduces_to_the_exp_and_linear_kernels(rng):
+    """α = 0, g2 = 1/σ: the exp kernel's prompts to rounding (the weights round <G₂u, G₂v>
+    differently); α = 1, g1 = 1: the linear kernel's, bitwise (the same Gram route and draws)."""
+    from lsa_native.sampling import CompositeKernelGPPrompts
+
+    seed, d, n, bw = fresh_seed(rng), 4, 9, 1.3
+    Sigma = ccs_h1_sigma(rng, d)
+    exp = KernelGPPrompts(d, n, "exp", bandwidth=bw, Sigma=Sigma, seed=seed).sample(300, 2, np.float64)
+    c0 = CompositeKernelGPPrompts(d, n, 0.0, rng.standard_normal(d), np.full(d, 1 / bw), Sigma=Sigma,
+                                  seed=seed).sample(300, 2, np.float64)
+    np.testing.assert_array_equal(c0.xi, exp.xi)
+    np.testing.assert_allclose(c0.E, exp.E, rtol=0, atol=1e-12 * np.abs(exp.E).max())
+    lin = KernelGPPrompts(d, n, "linear", Sigma=Sigma, seed=seed).sample(300, 2, np.float32)
+    c1 = CompositeKernelGPPrompts(d, n, 1.0, np.ones(d), 3 * np.ones(d), Sigma=Sigma,
+                                  seed=seed).sample(300, 2, np.float32)
+    np.testing.assert_array_equal(c1.E, lin.E)
+    np.testing.assert_array_equal(c1.y_q, lin.y_q)
+    # The route per prompt: Gram for α = 1, Cholesky (rarely its eigen fallback) for α < 1.
+    for alpha, methods in ((1.0, {0}), (0.5, {1, 2})):
+        Z0, y, m = np.empty((200, 6, 15)), np.empty(200), np.empty(200, np.int32)
+        _core.kernel_gp_sample(seed, 0, GP_KERNELS["composite"], 1.0, None, Z0, y, None, m,
+                               alpha=alpha, g1=np.array(FIG4C[1]), g2=np.array(FIG4C[2]))
+        assert set(np.unique(m)) <= methods and (alpha == 1 or np.mean(m == 1) > 0.99)
+
+
+def test_composite_determinism_layout_and_batch_law(rng):
+    from lsa_native.experiments.ccs_prompts import composite_bayes
+    from lsa_native.sampling import CompositeKernelGPPrompts
+
+    spec = CompositeKernelGPPrompts(5, 14, *FIG4C, Sigma=ccs_h1_sigma(rng), seed=fresh_seed(rng))
+    before = ln.num_threads()
+    try:
+        ln.set_num_threads(1)
+        one = spec.sample(300, 4, np.float64)
+        ln.set_num_threads(2)
+        two = spec.sample(300, 4, np.float64)
+    finally:
+        ln.set_num_threads(before)
+    np.testing.assert_array_equal(one.E, two.E)
+    np.testing.assert_array_equal(spec.sample(300, 4, np.float32).E, one.E.astype(np.float32))
+    np.testing.assert_array_equal(spec.sample(37, 4, np.float64).E, one.E[:37])
+    assert one.kernel is None and one.bandwidth is None  # the baselines cannot name K♦
+    with pytest.raises(ValueError, match="kernel"):
+        baselines.bayes_estimator(one)
+    # Bayes for K♦ on the native batch: for α = 0, G₂ = I it is the exp kernel's estimator.
+    exp_like = CompositeKernelGPPrompts(5, 6, 0.0, np.ones(5), np.ones(5), Sigma=spec.Sigma, seed=3)
+    b = exp_like.sample(50, 0, np.float64)
+    ref = baselines.bayes_estimator(b.X, b.y, b.x_q, "exp", Sigma=spec.Sigma)
+    np.testing.assert_allclose(composite_bayes(exp_like, b), ref, rtol=1e-8, atol=1e-8)
+    assert spec.alpha == 0.5 and spec.g1.tolist() == list(FIG4C[1]) and not spec.g2.flags.writeable
+    assert "CompositeKernelGPPrompts(dim=5, context=14, alpha=0.5" in repr(spec)
+
+
+def test_composite_bad_input():
+    from lsa_native.sampling import CompositeKernelGPPrompts
+
+    ones = np.ones(3)
+    for alpha in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=r"alpha: expected a number in \[0, 1\]"):
+            CompositeKernelGPPrompts(3, 4, alpha, ones, ones)
+    with pytest.raises(ValueError, match="alpha"):
+        CompositeKernelGPPrompts(3, 4, float("nan"), ones, ones)
+    with pytest.raises(TypeError, match="alpha"):
+        CompositeKernelGPPrompts(3, 4, "half", ones, ones)
+    with pytest.raises(ValueError, match=r"g1: expected shape \(3\)"):
+        CompositeKernelGPPrompts(3, 4, 0.5, np.ones(4), ones)
+    with pytest.raises(ValueError, match="g2"):
+        CompositeKernelGPPrompts(3, 4, 0.5, ones, [1.0, np.nan, 1.0])
+    with pytest.raises(ValueError, match="g2: the composite kernel needs max g2"):
+        CompositeKernelGPPrompts(3, 4, 0.5, ones, [0.0, 30.0, 0.0])  # exp(900) overflows
+    with pytest.raises(ValueError, match="Sigma"):
+        CompositeKernelGPPrompts(3, 4, 0.5, ones, ones, Sigma=np.eye(2))
+    with pytest.raises(AttributeError):
+        CompositeKernelGPPrompts(3, 4, 0.5, ones, ones).alpha = 0.1
+    # The native layer checks too.
+    Z0, y = np.empty((2, 4, 5)), np.empty(2)
+    code = GP_KERNELS["composite"]
+    with pytest.raises(ValueError, match="alpha"):
+        _core.kernel_gp_sample(0, 0, code, 1.0, None, Z0, y, alpha=1.01, g1=ones, g2=ones)
+    with pytest.raises(ValueError, match="alpha"):
+        _core.kernel_gp_sample(0, 0, code, 1.0, None, Z0, y, alpha=float("nan"), g1=ones, g2=ones)
+    with pytest.raises(ValueError, match="g1, g2"):
+        _core.kernel_gp_sample(0, 0, code, 1.0, None, Z0, y, alpha=0.5, g1=ones)
+    with pytest.raises(ValueError, match="g2"):
+        _core.kernel_gp_sample(0, 0, code, 1.0, None, Z0, y, alpha=0.5, g1=ones, g2=np.ones(2))
+    with pytest.raises(ValueError, match="g1, g2: expected finite"):
+        _core.kernel_gp_sample(0, 0, code, 1.0, None, Z0, y, alpha=0.5, g1=np.array([1, np.inf, 1.0]), g2=ones)
+    with pytest.raises(ValueError, match="g2"):
+        _core.kernel_gp_sample(0, 0, code, 1.0, None, Z0, y, alpha=0.5, g1=ones, g2=np.array([0, 25.0, 0]))
+
+
+def test_composite_float32_overflow_is_reported():
+    from lsa_native.sampling import CompositeKernelGPPrompts
+
+    spec = CompositeKernelGPPrompts(2, 3, 0.2, [1.0, 1.0], [14.5, 14.5])  # exp(<G₂u, G₂v>) up to e^210
+    with pytest.raises(FloatingPointError, match="g2"):
+        spec.sample(50, 0, np.float32)
+    assert np.all(np.isfinite(spec.sample(50, 0, np.float64).y_q))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not ln.cuda_available(), reason="no CUDA device visible")
+@pytest.mark.parametrize("alpha", [0.5, 1.0, 0.0])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_composite_device_prompts_equal_cpu_prompts(alpha, dtype):
+    """K♦ prompts drawn on the GPU (ccs-fig4 --device cuda) equal the CPU's for the same
+    (seed, step): covariates to float64 rounding, labels through K♦'s Cholesky factor (1e-9, the
+    exp kernel's tolerance in tests/test_ka_cuda_training.py)."""
+    from lsa_native import cuda
+    from lsa_native.sampling import CompositeKernelGPPrompts
+
+    _, g1, g2 = FIG4C
+    spec = CompositeKernelGPPrompts(5, 14, alpha, g1, g2, Sigma=np.diag([1.0, 2.0, 0.5, 1.5, 1.0]), seed=9)
+    for step, B in [(0, 1), (3, 257), (11, 3000)]:
+        cpu = spec.sample(B, step, dtype)
+        gpu = spec.sample(B, step, dtype, device="cuda")
+        E, y_q = cuda.to_host(gpu.E), cuda.to_host(gpu.y_q)
+        scale = np.abs(cpu.E).max()
+        x_tol, y_tol = (1e-13, 1e-9) if dtype == np.float64 else (2e-6, 2e-6)
+        np.testing.assert_allclose(E[:, :5], cpu.E[:, :5], rtol=0, atol=x_tol * scale)
+        np.testing.assert_allclose(E[:, 5], cpu.E[:, 5], rtol=0, atol=y_tol * scale)
+        np.testing.assert_allclose(y_q, cpu.y_q, rtol=0, atol=y_tol * scale)
+
+
+def test_fig4_cell_spec_picks_the_sampler_by_the_cell(rng):
+    """A ccs-fig4 cell with ``sampler="native"`` (what ccs-fig4 now writes) draws native K♦ prompts
+    (the CPU/GPU sampler); cells cached without the field keep the numpy sampler they were computed
+    with; an unknown sampler is an error naming the field."""
+    from lsa_native.experiments import ccs_prompts
+    from lsa_native.sampling import CompositeKernelGPPrompts
+
+    cfg = dict(kernel="fig4-composite", dim=5, context=14, kernel_params=[FIG4C[0], list(FIG4C[1]), list(FIG4C[2])])
+    Sigma = ccs_prompts.ccs_sigma(1)
+    native = ccs_prompts.spec_of(dict(cfg, sampler="native"), Sigma, 4)
+    assert isinstance(native, CompositeKernelGPPrompts) and native.seed == 4 and native.alpha == 0.5
+    np.testing.assert_array_equal(native.g2, FIG4C[2])
+    assert isinstance(ccs_prompts.spec_of(cfg, Sigma, 4), ccs_prompts.CompositeGPPrompts)
+    with pytest.raises(ValueError, match="sampler"):
+        ccs_prompts.spec_of(dict(cfg, sampler="torch"), Sigma, 4)
+    b = native.sample(64, 0, np.float64)  # the cell's Bayes estimator reads K♦ from the spec
+    assert np.all(np.isfinite(ccs_prompts.bayes_prediction(native, b)))

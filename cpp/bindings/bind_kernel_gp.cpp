@@ -13,21 +13,35 @@
 namespace lsa_native::bindings {
 namespace {
 
+using OptionalArray = std::optional<CArray<double>>;
+
+// The law of a call: Σ [d, d] and K♦'s diagonals g1, g2 [d] (kernel == composite) shape-checked.
+KernelGPLaw law_of(index_t d, index_t n, int kernel, double bandwidth, const OptionalArray& Sigma,
+                   double alpha, const OptionalArray& g1, const OptionalArray& g2) {
+  if (Sigma) require_shape(*Sigma, {d, d}, "Sigma");
+  if (g1) require_shape(*g1, {d}, "g1");
+  if (g2) require_shape(*g2, {d}, "g2");
+  KernelGPLaw law{d, n, static_cast<GPKernel>(kernel), bandwidth, Sigma ? Sigma->data() : nullptr};
+  law.alpha = alpha;
+  law.g1 = g1 ? g1->data() : nullptr;
+  law.g2 = g2 ? g2->data() : nullptr;
+  return law;
+}
+
 template <class T>
 void bind_dtype(py::module_& m) {
   m.def(
       "kernel_gp_sample",
       [](std::uint64_t seed, std::uint64_t step, int kernel, double bandwidth,
-         std::optional<CArray<double>> Sigma, CArray<T> Z0, CArray<T> y_q,
-         std::optional<CArray<T>> xi, std::optional<CArray<std::int32_t>> method) {
+         OptionalArray Sigma, CArray<T> Z0, CArray<T> y_q,
+         std::optional<CArray<T>> xi, std::optional<CArray<std::int32_t>> method, double alpha,
+         OptionalArray g1, OptionalArray g2) {
         if (Z0.ndim() != 3 || Z0.shape(1) < 2 || Z0.shape(2) < 2)
           throw Error("Z0: expected shape [B, d+1, n+1] with d >= 1 and n >= 1, got " +
                       shape_string(Z0));
         const index_t B = Z0.shape(0), d = Z0.shape(1) - 1, n = Z0.shape(2) - 1;
         require_shape(y_q, {B}, "y_q");
-        if (Sigma) require_shape(*Sigma, {d, d}, "Sigma");
-        KernelGPLaw law{d, n, static_cast<GPKernel>(kernel), bandwidth,
-                        Sigma ? Sigma->data() : nullptr};
+        const KernelGPLaw law = law_of(d, n, kernel, bandwidth, Sigma, alpha, g1, g2);
         T* z = out_ptr(Z0, "Z0");
         T* yq = out_ptr(y_q, "y_q");
         T* x = optional_out(xi, {B, n + 1, d}, "xi");
@@ -37,7 +51,9 @@ void bind_dtype(py::module_& m) {
       },
       py::arg("seed"), py::arg("step"), py::arg("kernel"), py::arg("bandwidth"),
       py::arg("Sigma").noconvert(), py::arg("Z0").noconvert(), py::arg("y_q").noconvert(),
-      py::arg("xi").noconvert() = py::none(), py::arg("method").noconvert() = py::none());
+      py::arg("xi").noconvert() = py::none(), py::arg("method").noconvert() = py::none(),
+      py::arg("alpha") = 0.0, py::arg("g1").noconvert() = py::none(),
+      py::arg("g2").noconvert() = py::none());
   m.def(
       "batched_cholesky",
       [](CArray<T> a, CArray<std::int32_t> ok) {
@@ -91,13 +107,12 @@ void bind_kernel_gp(py::module_& m) {
   m.def(
       "kernel_gp_sample_cuda",
       [](const std::string& dtype, std::uint64_t seed, std::uint64_t step, int kernel,
-         double bandwidth, std::optional<CArray<double>> Sigma, index_t batch, index_t d,
-         index_t n, std::uintptr_t Z0, std::uintptr_t y_q, std::uintptr_t xi) {
-        if (Sigma) require_shape(*Sigma, {d, d}, "Sigma");
+         double bandwidth, OptionalArray Sigma, index_t batch, index_t d,
+         index_t n, std::uintptr_t Z0, std::uintptr_t y_q, std::uintptr_t xi, double alpha,
+         OptionalArray g1, OptionalArray g2) {
+        const KernelGPLaw law = law_of(d, n, kernel, bandwidth, Sigma, alpha, g1, g2);
         if (cuda_pointer_device(reinterpret_cast<const void*>(Z0)) < 0)
           throw Error("Z0: expected device memory");
-        const KernelGPLaw law{d, n, static_cast<GPKernel>(kernel), bandwidth,
-                              Sigma ? Sigma->data() : nullptr};
         if (dtype == "float32")
           sample_at<float>(seed, step, law, batch, Z0, y_q, xi);
         else if (dtype == "float64")
@@ -107,7 +122,8 @@ void bind_kernel_gp(py::module_& m) {
       },
       py::arg("dtype"), py::arg("seed"), py::arg("step"), py::arg("kernel"), py::arg("bandwidth"),
       py::arg("Sigma").noconvert(), py::arg("batch"), py::arg("d"), py::arg("n"), py::arg("Z0"),
-      py::arg("y_q"), py::arg("xi"),
+      py::arg("y_q"), py::arg("xi"), py::arg("alpha") = 0.0, py::arg("g1").noconvert() = py::none(),
+      py::arg("g2").noconvert() = py::none(),
       "K-GP prompts sampled on the GPU into CUDA arrays given by address.");
 }
 

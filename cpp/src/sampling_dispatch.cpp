@@ -3,6 +3,7 @@
 // (cuda/sampled_cuda.hpp, cuda/random_cuda.hpp, cuda/kernel_gp_cuda.hpp). The linear-prompt sampler
 // and the fused sampled step run on the device the caller names (detail::use_cuda, dispatch.hpp); the K-GP sampler runs where
 // its output Z0 lives; the cuda_random_* variates always on the GPU.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -209,6 +210,31 @@ double linear_prompts_lsa_loss_and_grad(const LinearPromptSpec& spec, index_t ba
 
 // ---- K-GP prompts (kernel_gp.hpp): on the GPU when Z0 is device memory ----
 
+namespace {
+
+// K♦'s parameters [α, g1 [d], g2 [d]] (common/kernel_gp.hpp's Kernel::composite), checked.
+std::vector<double> composite_parameters(const KernelGPLaw& law) {
+  require(std::isfinite(law.alpha) && law.alpha >= 0 && law.alpha <= 1,
+          "alpha: expected a number in [0, 1], got " + std::to_string(law.alpha));
+  require(law.g1 != nullptr && law.g2 != nullptr,
+          "g1, g2: the composite kernel needs both diagonals (length dim)");
+  std::vector<double> p{law.alpha};
+  p.insert(p.end(), law.g1, law.g1 + law.dim);
+  p.insert(p.end(), law.g2, law.g2 + law.dim);
+  double max_w2 = 0;
+  for (index_t k = 0; k < law.dim; ++k) {
+    require(std::isfinite(law.g1[k]) && std::isfinite(law.g2[k]),
+            "g1, g2: expected finite numbers, got a non-finite entry at " + std::to_string(k));
+    max_w2 = std::max(max_w2, law.g2[k] * law.g2[k]);
+  }
+  require(max_w2 <= kKernelGPMaxExpScale,
+          "g2: the composite kernel needs max g2_k^2 <= " + std::to_string(kKernelGPMaxExpScale) +
+              " (exp overflows), got " + std::to_string(max_w2));
+  return p;
+}
+
+}  // namespace
+
 template <class T>
 void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, const KernelGPLaw& law,
                       T* Z0, T* y_q, T* xi_out, std::int32_t* method) {
@@ -222,7 +248,8 @@ void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, con
   require((d + 1) * (n + 1) < (index_t(1) << 31), "(dim + 1) * (context + 1) too large");
   require(step < (std::uint64_t(1) << 32), "step: expected 0 <= step < 2^32");
   const int kern = static_cast<int>(law.kernel);
-  require(kern >= 0 && kern <= 2, "kernel: unknown kernel code " + std::to_string(kern));
+  require(kern >= 0 && kern <= detail::kgp::kComposite,
+          "kernel: unknown kernel code " + std::to_string(kern));
   require(std::isfinite(law.bandwidth) && law.bandwidth > 0,
           "bandwidth: expected a finite number > 0, got " + std::to_string(law.bandwidth));
   const double inv_bw2 = 1.0 / (law.bandwidth * law.bandwidth);
@@ -230,6 +257,9 @@ void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, con
           "bandwidth: the exp kernel needs 1/bandwidth^2 <= " +
               std::to_string(kKernelGPMaxExpScale) + " (exp overflows), got bandwidth " +
               std::to_string(law.bandwidth));
+  const std::vector<double> composite =
+      kern == detail::kgp::kComposite ? composite_parameters(law) : std::vector<double>{};
+  const detail::kgp::Kernel kernel{kern, inv_bw2, composite.empty() ? nullptr : composite.data()};
   require(Z0 != nullptr && y_q != nullptr, "Z0, y_q must not be null");
   std::vector<double> root;
   if (law.sigma != nullptr) {
@@ -244,10 +274,10 @@ void sample_kernel_gp(std::uint64_t seed, std::uint64_t step, index_t batch, con
   const bool converged =
 #if LSA_NATIVE_HAVE_CUDA
       cuda_pointer_device(Z0) >= 0
-          ? cuda::sample_kernel_gp(key, st, batch, kern, inv_bw2, R, di, n1, Z0, y_q, xi_out, method)
+          ? cuda::sample_kernel_gp(key, st, batch, kernel, R, di, n1, Z0, y_q, xi_out, method)
           :
 #endif
-          cpu::sample_kernel_gp(key, st, batch, kern, inv_bw2, R, di, n1, Z0, y_q, xi_out, method);
+          cpu::sample_kernel_gp(key, st, batch, kernel, R, di, n1, Z0, y_q, xi_out, method);
   require(converged, "kernel_gp: the QL eigensolver did not converge on some prompt");
 }
 

@@ -33,8 +33,9 @@ TEST(KernelGP, LabelsAreRootTimesNormals) {
   detail::kgp::sphere_points(pts, n1, d, xi.data());
   detail::kgp::stream_normals(lab, n1, z.data());
   for (int kernel : {detail::kgp::kExp, detail::kgp::kRelu, detail::kgp::kLinear}) {
-    const int m = detail::kgp::gp_labels(kernel, 0.8, xi.data(), n1, d, lab, work.data(), y.data());
-    detail::kgp::kernel_matrix(kernel, 0.8, xi.data(), n1, d, K.data());
+    const detail::kgp::Kernel k{kernel, 0.8};
+    const int m = detail::kgp::gp_labels(k, xi.data(), n1, d, lab, work.data(), y.data());
+    detail::kgp::kernel_matrix(k, xi.data(), n1, d, K.data());
     std::vector<double> want(n1, 0.0);
     if (kernel == detail::kgp::kExp) {
       ASSERT_EQ(m, detail::kgp::kMethodCholesky);
@@ -74,6 +75,42 @@ TEST(KernelGP, LabelsAreRootTimesNormals) {
         for (int k = 0; k < d; ++k) want[i] += xi[i * d + k] * z[k];  // θ = the first d normals
     }
     for (int i = 0; i < n1; ++i) EXPECT_NEAR(y[i], want[i], 1e-12) << "kernel " << kernel;
+  }
+}
+
+// K♦ = α<G₁u, G₁v> + (1 − α)exp<G₂u, G₂v> [CCS Appendix D]: the kernel matrix against the formula,
+// α < 1 by the Cholesky of K♦ (Y = L z), α = 1 by the Gram root Y = ΞG₁θ.
+TEST(KernelGP, CompositeKernelMatrixAndRoutes) {
+  const int n1 = 9, d = 3;
+  std::vector<double> xi(n1 * d), y(n1), work(detail::kgp::gp_workspace(n1, d)), z(n1), K(n1 * n1);
+  const rng::StreamAddress pts{rng::philox_key(5), 1, 2, detail::kgp::kStreamGPPoints};
+  const rng::StreamAddress lab{rng::philox_key(5), 1, 2, detail::kgp::kStreamGPLabels};
+  detail::kgp::sphere_points(pts, n1, d, xi.data());
+  detail::kgp::stream_normals(lab, n1, z.data());
+  for (double alpha : {0.0, 0.3, 1.0}) {
+    const double p[7] = {alpha, 1.0, -0.5, 0.0, 0.2, 0.0, 1.5};  // α, g1, g2
+    const detail::kgp::Kernel k{detail::kgp::kComposite, 1.0, p};
+    detail::kgp::kernel_matrix(k, xi.data(), n1, d, K.data());
+    for (int i = 0; i < n1; ++i)
+      for (int j = 0; j < n1; ++j) {
+        const double* u = &xi[i * d];
+        const double* v = &xi[j * d];
+        const double t1 = u[0] * v[0] + 0.25 * u[1] * v[1];
+        const double t2 = 0.04 * u[0] * v[0] + 2.25 * u[2] * v[2];
+        EXPECT_NEAR(K[i * n1 + j], alpha * t1 + (1 - alpha) * std::exp(t2), 1e-14);
+      }
+    const int m = detail::kgp::gp_labels(k, xi.data(), n1, d, lab, work.data(), y.data());
+    std::vector<double> want(n1, 0.0);
+    if (alpha < 1) {
+      ASSERT_EQ(m, detail::kgp::kMethodCholesky);
+      ASSERT_TRUE(detail::cholesky_in_place(K.data(), n1));
+      detail::lower_matvec(K.data(), n1, z.data(), want.data());
+    } else {
+      ASSERT_EQ(m, detail::kgp::kMethodGram);
+      for (int i = 0; i < n1; ++i)
+        for (int c = 0; c < d; ++c) want[i] += xi[i * d + c] * p[1 + c] * z[c];
+    }
+    for (int i = 0; i < n1; ++i) EXPECT_NEAR(y[i], want[i], 1e-12) << "alpha " << alpha;
   }
 }
 
@@ -119,6 +156,30 @@ TEST(KernelGP, RejectsBadArguments) {
   law.context = 3;
   EXPECT_THROW(sample_kernel_gp<double>(0, std::uint64_t(1) << 32, 2, law, z.data(), y.data(),
                                         nullptr, nullptr), Error);
+}
+
+TEST(KernelGP, RejectsBadCompositeParameters) {
+  std::vector<double> z(2 * 3 * 4), y(2);
+  const double g[2] = {1.0, 0.5}, g_nan[2] = {1.0, NAN}, g_big[2] = {0.0, 25.0};
+  KernelGPLaw law{2, 3, GPKernel::composite, 1.0, nullptr, 0.5, g, g};
+  const auto sample = [&] {
+    sample_kernel_gp<double>(0, 0, 2, law, z.data(), y.data(), nullptr, nullptr);
+  };
+  EXPECT_NO_THROW(sample());
+  for (double alpha : {-0.1, 1.5, double(NAN)}) {
+    law.alpha = alpha;
+    EXPECT_THROW(sample(), Error) << alpha;
+  }
+  law.alpha = 0.5;
+  law.g2 = nullptr;
+  EXPECT_THROW(sample(), Error);
+  law.g2 = g_nan;
+  EXPECT_THROW(sample(), Error);
+  law.g2 = g_big;  // max g2² = 625 > kKernelGPMaxExpScale
+  EXPECT_THROW(sample(), Error);
+  law.g2 = g;
+  law.g1 = g_nan;
+  EXPECT_THROW(sample(), Error);
 }
 
 }  // namespace

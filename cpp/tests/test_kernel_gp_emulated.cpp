@@ -2,8 +2,8 @@
 // emulator: every prompt equals the CPU driver's, for each kernel, with and without Σ, float and
 // double outputs, a batch that is not a multiple of the block. Both run detail::kgp's recipe in
 // double; the CUDA kernel with libm (ScalarOps), the CPU driver with its table's SIMD log/sin/cos/exp
-// for the linear and exp kernels (cpu/sampling_kernels.inl), which round differently by a few ulp:
-// those prompts agree to rounding (double: 1e-9 relative, K's factor carrying the gaps times at
+// for the linear, exp and composite K♦ kernels (cpu/sampling_kernels.inl), which round differently
+// by a few ulp: those prompts agree to rounding (double: 1e-9 relative, K's factor carrying the gaps times at
 // most ~1e4; float outputs: plus one rounding to float), numerically singular exp K's included (the
 // CPU redoes them with ScalarOps). relu prompts run ScalarOps on both: the same bits.
 #include "cuda_emulation.hpp"  // first: defines the CUDA keywords the kernels use
@@ -33,11 +33,21 @@ double max_gap(const std::vector<T>& a, const std::vector<T>& b) {
   return g;
 }
 
+// K♦'s diagonals for the composite cases (Figure 4(c)'s pattern: G₁ on the first two coordinates,
+// G₂ = √½ on the others; in d = 1 both on the one coordinate).
+std::vector<double> composite_g(int d, int which) {
+  std::vector<double> g(d);
+  for (int k = 0; k < d; ++k)
+    g[k] = which == 1 ? (k < 2 ? 1.0 : 0.0) : (k >= 2 || d == 1 ? std::sqrt(0.5) : 0.0);
+  return g;
+}
+
 // `launches` > 1 splits the batch over several launches (first > 0), as the CUDA driver does when
-// the per-prompt workspaces of the whole batch exceed its scratch budget.
+// the per-prompt workspaces of the whole batch exceed its scratch budget. alpha: K♦'s α when
+// kernel is kComposite (G₁, G₂ from composite_g).
 template <class T>
 void expect_kernel_matches_driver(int kernel, bool with_sigma, int d, int n, index_t batch,
-                                  int launches = 1) {
+                                  int launches = 1, double alpha = 0.5) {
   const std::uint64_t seed = 77, step = 5;
   const int n1 = n + 1;
   const double bandwidth = 0.9, inv_bw2 = 1.0 / (bandwidth * bandwidth);
@@ -45,8 +55,18 @@ void expect_kernel_matches_driver(int kernel, bool with_sigma, int d, int n, ind
   for (int i = 0; i < d; ++i) sigma[i * d + i] = 1.0 + 0.5 * i;
   if (d > 1) sigma[1] = sigma[d] = 0.3;
   if (with_sigma) lsa_native::symmetric_sqrt(sigma.data(), d, root.data());
-  const lsa_native::KernelGPLaw law{d, n, static_cast<lsa_native::GPKernel>(kernel), bandwidth,
-                                    with_sigma ? sigma.data() : nullptr};
+  const std::vector<double> g1 = composite_g(d, 1), g2 = composite_g(d, 2);
+  lsa_native::KernelGPLaw law{d, n, static_cast<lsa_native::GPKernel>(kernel), bandwidth,
+                              with_sigma ? sigma.data() : nullptr};
+  // the recipe's K♦ parameters [α, g1, g2] (in device memory on a GPU: the driver copies them)
+  std::vector<double> params{alpha};
+  params.insert(params.end(), g1.begin(), g1.end());
+  params.insert(params.end(), g2.begin(), g2.end());
+  kgp::Kernel recipe_kernel{kernel, inv_bw2};
+  if (kernel == kgp::kComposite) {
+    law.alpha = alpha, law.g1 = g1.data(), law.g2 = g2.data();
+    recipe_kernel.composite = params.data();
+  }
 
   const index_t zsize = batch * (d + 1) * n1;
   std::vector<T> z_cpu(zsize), y_cpu(batch), xi_cpu(batch * n1 * d);
@@ -65,9 +85,9 @@ void expect_kernel_matches_driver(int kernel, bool with_sigma, int d, int n, ind
     const index_t count = std::min(chunk, batch - first);
     lsa_emu::launch(unsigned((count + threads - 1) / threads), threads, 0,
                     lsa_native::cuda::kernels::kernel_gp_kernel<T>,
-                    lsa_native::rng::philox_key(seed), std::uint32_t(step), first, count, kernel,
-                    inv_bw2, with_sigma ? static_cast<const double*>(root.data()) : nullptr, d, n1,
-                    work.data(), z.data(), y.data(), xi.data(), m.data(), &unconverged);
+                    lsa_native::rng::philox_key(seed), std::uint32_t(step), first, count,
+                    recipe_kernel, with_sigma ? static_cast<const double*>(root.data()) : nullptr,
+                    d, n1, work.data(), z.data(), y.data(), xi.data(), m.data(), &unconverged);
   }
   EXPECT_EQ(unconverged, 0);
   EXPECT_EQ(m, m_cpu);
@@ -95,6 +115,18 @@ TEST(KernelGPEmulated, OneDimensionAndOneContextPoint) {
 TEST(KernelGPEmulated, LinearKernelLargeDimensionFewPoints) {
   expect_kernel_matches_driver<double>(kgp::kLinear, false, 19, 1, 5);
   expect_kernel_matches_driver<float>(kgp::kLinear, true, 40, 2, 3);
+}
+
+// K♦ [CCS Appendix D]: α < 1 by the CPU's SIMD Cholesky lanes (scalar K♦ entries) against the
+// kernel's scalar recipe; α = 1 by the Gram route Y = ΞG₁θ; α = 0 (exp on G₂ξ).
+TEST(KernelGPEmulated, CompositeKernelMatchesTheDriver) {
+  for (double alpha : {0.5, 1.0, 0.0})
+    for (bool with_sigma : {false, true}) {
+      expect_kernel_matches_driver<double>(kgp::kComposite, with_sigma, 5, 14, 70, 1, alpha);
+      expect_kernel_matches_driver<float>(kgp::kComposite, with_sigma, 5, 9, 9, 1, alpha);
+    }
+  expect_kernel_matches_driver<double>(kgp::kComposite, true, 1, 1, 5, 1, 0.5);
+  expect_kernel_matches_driver<double>(kgp::kComposite, false, 3, 6, 150, 3, 0.25);
 }
 
 TEST(KernelGPEmulated, BatchSplitOverSeveralLaunches) {

@@ -5,7 +5,8 @@
 // position) only, so a batch never depends on thread count, chunking or device):
 //   stream kStreamGPPoints: double normals g at positions i·d + k (point i <= n, coordinate k),
 //                           ξ_i = g_i / ‖g_i‖ (uniform on the unit sphere, CCS H.1);
-//   stream kStreamGPLabels: double normals z at positions 0.. (n+1 of them; d for the linear kernel).
+//   stream kStreamGPLabels: double normals z at positions 0.. (n+1 of them; d for the Gram route:
+//                           the linear kernel, K♦ with α = 1).
 // All arithmetic is in double whatever the output type: an (n+1)-point exp kernel is too
 // ill-conditioned for a float Cholesky, and float and double batches of a seed are then the same
 // draws.
@@ -25,13 +26,34 @@ constexpr std::uint32_t kStreamGPPoints = rng::kStreamKernelGPFirst;      // ξ 
 constexpr std::uint32_t kStreamGPLabels = rng::kStreamKernelGPFirst + 1;  // z of Y = R z
 
 // Kernel codes (the values of lsa_native::GPKernel).
-constexpr int kLinear = 0, kRelu = 1, kExp = 2;
+constexpr int kLinear = 0, kRelu = 1, kExp = 2, kComposite = 3;
+
+// The kernel K of a law as the recipe reads it. composite (kComposite only; device memory on the
+// GPU): [α, g₁ [d], g₂ [d]] of K♦(u, v) = α<G₁u, G₁v> + (1 − α)exp<G₂u, G₂v>, G = diag(g)
+// [CCS Appendix D, Figure 4], checked by the dispatcher (α in [0, 1], max g₂ₖ² <= 1/σ²'s bound).
+struct Kernel {
+  int code;
+  double inv_bw2 = 1.0;               // exp: 1/σ²
+  const double* composite = nullptr;  // kComposite: composite_size(d) doubles
+};
+
+LSA_HD constexpr int composite_size(int d) { return 1 + 2 * d; }
 
 // How a prompt's labels were drawn (the values recorded in the `method` output).
 constexpr int kMethodGram = 0;       // linear: Y = Ξ θ, θ ~ N(0, I_d) (R = Ξ, K = ΞΞᵀ is PSD)
 constexpr int kMethodCholesky = 1;   // K = L Lᵀ succeeded: K_+ = K, Y = L z
 constexpr int kMethodEigen = 2;      // K = U D Uᵀ (Householder + QL): Y = U |D|^{1/2} z
 constexpr int kMethodEigenUnconverged = 3;  // QL hit its iteration limit (never observed)
+
+// The route of a kernel's labels (a kMethod* above): kMethodGram where K = (GΞ)(GΞ)ᵀ (linear,
+// G = I; K♦ with α = 1, G = G₁: rank <= d, no factorization); kMethodCholesky where K is positive
+// definite (exp; K♦ with α < 1, whose exp part is), the eigen route its fallback; kMethodEigen for
+// relu (K indefinite).
+LSA_HD int label_route(const Kernel& kernel) {
+  if (kernel.code == kLinear || (kernel.code == kComposite && kernel.composite[0] == 1.0))
+    return kMethodGram;
+  return kernel.code == kRelu ? kMethodEigen : kMethodCholesky;
+}
 
 // The normals at positions [0, count) of a stream, two per Philox block (double Box–Muller).
 LSA_HD void stream_normals(const rng::StreamAddress& a, int count, double* z) {
@@ -53,13 +75,32 @@ LSA_HD double kernel_value(int kernel, double t, double inv_bw2) {
   return std::exp(t * inv_bw2);
 }
 
+// K♦(u, v) = α<G₁u, G₁v> + (1 − α)exp<G₂u, G₂v> with p = [α, g₁ [d], g₂ [d]]  [CCS Appendix D]
+// (α = 0, g₂ = 1/σ: exp's value up to the rounding of the weights; α = 1: <G₁u, G₁v>).
+LSA_HD double composite_value(const double* p, const double* u, const double* v, int d) {
+  const double* g1 = p + 1;
+  const double* g2 = g1 + d;
+  double t1 = 0, t2 = 0;
+  for (int k = 0; k < d; ++k) {
+    t1 += (g1[k] * u[k]) * (g1[k] * v[k]);
+    t2 += (g2[k] * u[k]) * (g2[k] * v[k]);
+  }
+  return p[0] * t1 + (1 - p[0]) * std::exp(t2);
+}
+
 // K [n1 x n1], K_ij = K(ξ_i, ξ_j) (exactly symmetric: each entry computed once).
-LSA_HD void kernel_matrix(int kernel, double inv_bw2, const double* xi, int n1, int d, double* K) {
+LSA_HD void kernel_matrix(const Kernel& kernel, const double* xi, int n1, int d, double* K) {
   for (int i = 0; i < n1; ++i)
     for (int j = 0; j <= i; ++j) {
-      double t = 0;
-      for (int k = 0; k < d; ++k) t += xi[i * d + k] * xi[j * d + k];
-      K[i * n1 + j] = K[j * n1 + i] = kernel_value(kernel, t, inv_bw2);
+      double v;
+      if (kernel.code == kComposite) {
+        v = composite_value(kernel.composite, xi + i * d, xi + j * d, d);
+      } else {
+        double t = 0;
+        for (int k = 0; k < d; ++k) t += xi[i * d + k] * xi[j * d + k];
+        v = kernel_value(kernel.code, t, kernel.inv_bw2);
+      }
+      K[i * n1 + j] = K[j * n1 + i] = v;
     }
 }
 
@@ -69,9 +110,9 @@ struct ScalarOps {
   LSA_HD static void normals(const rng::StreamAddress& a, int count, double* z) {
     stream_normals(a, count, z);
   }
-  LSA_HD static void kernel_matrix(int kernel, double inv_bw2, const double* xi, int n1, int d,
+  LSA_HD static void kernel_matrix(const Kernel& kernel, const double* xi, int n1, int d,
                                    double* K) {
-    kgp::kernel_matrix(kernel, inv_bw2, xi, n1, d, K);
+    kgp::kernel_matrix(kernel, xi, n1, d, K);
   }
 };
 
@@ -88,7 +129,7 @@ LSA_HD void sphere_points(const rng::StreamAddress& points, int n1, int d, doubl
   }
 }
 
-// Workspace doubles gp_labels needs for n1 points in dimension d (the linear kernel keeps θ [d]
+// Workspace doubles gp_labels needs for n1 points in dimension d (the Gram route keeps θ [d]
 // there, which can exceed the factorizations' room when d is large and n1 small).
 LSA_HD int gp_workspace(int n1, int d) {
   const int factorization = 2 * n1 * n1 + 5 * n1;
@@ -128,23 +169,28 @@ LSA_HD int abs_root_times(double* a, int n, const double* z, double* work, doubl
   return iterations;
 }
 
-// Y [n1] ~ N(0, K_+(ξ)) given ξ [n1 x d]  [CCS Definition 3.3], K_+ = U|D|Uᵀ.
-// linear: Y = Ξ θ (θ = the first d normals of `labels`): covariance ΞΞᵀ = K = K_+ in O(n1·d);
-// exp: Cholesky K = L Lᵀ, Y = L z (K is PSD, so K_+ = K), n1³/3 flops; when the Cholesky fails at
-//      rounding level (a pivot <= 0 of a numerically singular K) and always for relu (indefinite
-//      K): K = U D Uᵀ by Householder + implicit QL (abs_root_times), Y = U |D|^{1/2} z, whose
-//      covariance is U|D|Uᵀ = K_+; ~7n1³ flops (about 0.5 s at n1 = 600 on one core).
-//      (A cyclic Jacobi did this before: ~150n1³ flops and worse than cubic in n1. The switch
-//      changed the eigenvectors' signs, hence Y's values for a (seed, step); not the law.)
+// Y [n1] ~ N(0, K_+(ξ)) given ξ [n1 x d]  [CCS Definition 3.3], K_+ = U|D|Uᵀ, by label_route:
+// Gram: Y = (ΞG) θ (θ = the first d normals of `labels`; G = I for linear, G₁ for K♦ with α = 1):
+//      covariance ΞG²Ξᵀ = K = K_+ in O(n1·d);
+// Cholesky (exp, K♦ with α < 1): K = L Lᵀ, Y = L z (K is PSD, so K_+ = K), n1³/3 flops; when the
+//      Cholesky fails at rounding level (a pivot <= 0 of a numerically singular K), the eigen route;
+// eigen (relu, indefinite K, and that fallback): K = U D Uᵀ by Householder + implicit QL
+//      (abs_root_times), Y = U |D|^{1/2} z, whose covariance is U|D|Uᵀ = K_+; ~7n1³ flops (about
+//      0.5 s at n1 = 600 on one core). (A cyclic Jacobi did this before: ~150n1³ flops and worse
+//      than cubic in n1. The switch changed the eigenvectors' signs, hence Y's values for a
+//      (seed, step); not the law.)
 // work: gp_workspace(n1, d) doubles. poll() runs every O(n1²) flops (see small_matrix.hpp).
 // Returns the method used (kMethod*).
 template <class Poll = NoPoll, class Ops = ScalarOps>
-LSA_HD int gp_labels(int kernel, double inv_bw2, const double* xi, int n1, int d,
+LSA_HD int gp_labels(const Kernel& kernel, const double* xi, int n1, int d,
                      const rng::StreamAddress& labels, double* work, double* y, Poll poll = {},
                      Ops = {}) {
-  if (kernel == kLinear) {
+  const int route = label_route(kernel);
+  if (route == kMethodGram) {
     double* theta = work;
     Ops::normals(labels, d, theta);
+    if (kernel.code == kComposite)  // G₁θ (a g of 1 leaves θ's bits: the linear kernel's labels)
+      for (int k = 0; k < d; ++k) theta[k] *= kernel.composite[1 + k];
     for (int i = 0; i < n1; ++i) {
       double s = 0;
       for (int k = 0; k < d; ++k) s += xi[i * d + k] * theta[k];
@@ -156,12 +202,12 @@ LSA_HD int gp_labels(int kernel, double inv_bw2, const double* xi, int n1, int d
   double* z = A + n1 * n1;       // [n1]
   double* eigen_work = z + n1;   // [n1² + 4 n1]
   Ops::normals(labels, n1, z);
-  Ops::kernel_matrix(kernel, inv_bw2, xi, n1, d, A);
-  if (kernel == kExp && cholesky_in_place(A, n1, poll)) {
+  Ops::kernel_matrix(kernel, xi, n1, d, A);
+  if (route == kMethodCholesky && cholesky_in_place(A, n1, poll)) {
     lower_matvec(A, n1, z, y);
     return kMethodCholesky;
   }
-  if (kernel == kExp) Ops::kernel_matrix(kernel, inv_bw2, xi, n1, d, A);  // the Cholesky overwrote it
+  if (route == kMethodCholesky) Ops::kernel_matrix(kernel, xi, n1, d, A);  // the Cholesky overwrote it
   return abs_root_times(A, n1, z, eigen_work, y, poll) >= 0 ? kMethodEigen
                                                             : kMethodEigenUnconverged;
 }
@@ -200,13 +246,13 @@ LSA_HD void write_prompt(const double* xi, const double* y, const double* R, int
 // tables' SIMD twin).
 template <class T, class Poll = NoPoll, class Ops = ScalarOps>
 LSA_HD int sample_prompt(const rng::PhiloxKey& key, std::uint32_t prompt, std::uint32_t step,
-                         int kernel, double inv_bw2, const double* R, int n1, int d,
-                         double* work, T* z, T* y_q, T* xi_out, Poll poll = {}, Ops ops = {}) {
+                         const Kernel& kernel, const double* R, int n1, int d, double* work,
+                         T* z, T* y_q, T* xi_out, Poll poll = {}, Ops ops = {}) {
   double* xi = work;
   double* y = xi + n1 * d;
   sphere_points({key, prompt, step, kStreamGPPoints}, n1, d, xi, ops);
-  const int method = gp_labels(kernel, inv_bw2, xi, n1, d, {key, prompt, step, kStreamGPLabels},
-                               y + n1, y, poll, ops);
+  const int method = gp_labels(kernel, xi, n1, d, {key, prompt, step, kStreamGPLabels}, y + n1, y,
+                               poll, ops);
   write_prompt(xi, y, R, n1, d, z, y_q, xi_out);
   return method;
 }

@@ -82,36 +82,34 @@ template <class T>
 int scalar_prompt(const KernelGPBatch<T>& g, index_t b, double* work,
                   const std::function<void()>& poll) {
   const index_t prompt_size = index_t(g.d + 1) * g.n1;
-  return detail::kgp::sample_prompt(g.key, static_cast<std::uint32_t>(b), g.step, g.kernel,
-                                    g.inv_bw2, g.root, g.n1, g.d, work, g.Z0 + b * prompt_size,
-                                    g.y_q + b, g.xi ? g.xi + b * g.n1 * g.d : nullptr,
-                                    [&poll] { poll(); });
+  return detail::kgp::sample_prompt(g.key, static_cast<std::uint32_t>(b), g.step, g.kernel, g.root,
+                                    g.n1, g.d, work, g.Z0 + b * prompt_size, g.y_q + b,
+                                    g.xi ? g.xi + b * g.n1 * g.d : nullptr, [&poll] { poll(); });
 }
 
 }  // namespace
 
 template <class T>
-bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t batch, int kernel,
-                      double inv_bw2, const double* root, int d, int n1, T* Z0, T* y_q, T* xi,
-                      std::int32_t* method) {
+bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t batch,
+                      const detail::kgp::Kernel& kernel, const double* root, int d, int n1, T* Z0,
+                      T* y_q, T* xi, std::int32_t* method) {
   std::atomic<bool> unconverged{false};
   const PromptPoll poll(n1 >= kPollInsidePromptPoints);
   const std::function<void()> poll_ref = [&poll] { poll(); };
   // the prompts by the sampling table for this CPU (its SIMD normals, exp and batched Cholesky)
   const auto& kernels = LSA_NATIVE_SELECT_KERNELS(cpu::SamplingKernels<T>, sampling_kernels<T>());
-  const KernelGPBatch<T> g{key, step, kernel, inv_bw2, root, d,  n1,
-                          Z0,  y_q,  xi,     method,  &scalar_prompt<T>};
+  const KernelGPBatch<T> g{key, step, kernel, root, d, n1, Z0, y_q, xi, method, &scalar_prompt<T>};
   detail::for_each_chunk(batch, [&](index_t, index_t b0, index_t b1) {
     if (!kernels.kernel_gp_prompts(g, b0, b1, poll_ref)) unconverged = true;
   });
   return !unconverged;
 }
 
-template bool sample_kernel_gp<float>(const rng::PhiloxKey&, std::uint32_t, index_t, int, double,
-                                      const double*, int, int, float*, float*, float*,
-                                      std::int32_t*);
-template bool sample_kernel_gp<double>(const rng::PhiloxKey&, std::uint32_t, index_t, int, double,
-                                       const double*, int, int, double*, double*, double*,
-                                       std::int32_t*);
+template bool sample_kernel_gp<float>(const rng::PhiloxKey&, std::uint32_t, index_t,
+                                      const detail::kgp::Kernel&, const double*, int, int, float*,
+                                      float*, float*, std::int32_t*);
+template bool sample_kernel_gp<double>(const rng::PhiloxKey&, std::uint32_t, index_t,
+                                       const detail::kgp::Kernel&, const double*, int, int,
+                                       double*, double*, double*, std::int32_t*);
 
 }  // namespace lsa_native::cpu

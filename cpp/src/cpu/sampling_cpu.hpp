@@ -10,6 +10,10 @@
 #include "lsa_native/sampling.hpp"
 #include "lsa_native/types.hpp"
 
+namespace lsa_native::detail::kgp {
+struct Kernel;  // common/kernel_gp.hpp
+}
+
 namespace lsa_native::cpu {
 
 // sampling.hpp's functions of the same names (sampling_cpu.cpp).
@@ -39,8 +43,8 @@ double linear_prompts_lsa_loss_and_grad(const linear::Law<T>& P, index_t batch, 
 // root Σ^{1/2} [d, d] or nullptr, n1 = n + 1 points. Returns false when the QL eigensolver hit its
 // iteration limit on a prompt.
 template <class T>
-bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t batch, int kernel,
-                      double inv_bw2, const double* root, int d, int n1, T* Z0, T* y_q, T* xi,
-                      std::int32_t* method);
+bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t batch,
+                      const detail::kgp::Kernel& kernel, const double* root, int d, int n1, T* Z0,
+                      T* y_q, T* xi, std::int32_t* method);
 
 }  // namespace lsa_native::cpu

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "cpu/isa.hpp"
+#include "common/kernel_gp.hpp"
 #include "common/linear_prompts.hpp"
 #include "common/random.hpp"
 #include "cpu/lsa_kernels.hpp"
@@ -31,8 +32,7 @@ template <class T>
 struct KernelGPBatch {
   rng::PhiloxKey key;
   std::uint32_t step;
-  int kernel;
-  double inv_bw2;
+  detail::kgp::Kernel kernel;
   const double* root;
   int d, n1;
   T *Z0, *y_q, *xi;

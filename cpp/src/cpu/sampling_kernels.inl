@@ -215,14 +215,16 @@ void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
 
 // kernel_gp.hpp's ScalarOps in SIMD: the normals by fill_normals; the exp kernel's entries by
 // simd.hpp's exp over the packed lower triangle (whole vectors), unpacked in place and mirrored
-// (K stays exactly symmetric: each entry is computed once).
+// (K stays exactly symmetric: each entry is computed once); the other kernels' (K♦ included) by
+// the scalar kernel_matrix.
 struct KernelGPSimdOps {
   static void normals(const rng::StreamAddress& a, int count, double* z) {
     simd::fill_normals(a, 0, count, z);
   }
-  static void kernel_matrix(int kernel, double inv_bw2, const double* xi, int n1, int d, double* K) {
-    if (kernel != detail::kgp::kExp) {
-      detail::kgp::kernel_matrix(kernel, inv_bw2, xi, n1, d, K);
+  static void kernel_matrix(const detail::kgp::Kernel& kernel, const double* xi, int n1, int d,
+                            double* K) {
+    if (kernel.code != detail::kgp::kExp) {
+      detail::kgp::kernel_matrix(kernel, xi, n1, d, K);
       return;
     }
     index_t p = 0;  // packed position of (i, j), j <= i: i(i+1)/2 + j <= i·n1 + j
@@ -230,7 +232,7 @@ struct KernelGPSimdOps {
       for (int j = 0; j <= i; ++j) {
         double t = 0;
         for (int k = 0; k < d; ++k) t += xi[i * d + k] * xi[j * d + k];
-        K[p++] = t * inv_bw2;
+        K[p++] = t * kernel.inv_bw2;
       }
     simd::exp_inplace(K, p);
     // unpack from the last entry down: (i, j) moves to i·n1 + j >= its packed position, which no
@@ -276,12 +278,13 @@ I64x4 cholesky_lanes(Vec<double>* a, int n, double margin, Poll poll) {
 constexpr double kKernelGPPivotMargin = 1e-8;
 
 // K-GP prompts [b0, b1), outputs as kernel_gp.hpp's sample_prompt with ScalarOps (the CUDA
-// kernel's recipe) to rounding:
-//   exp: 4 prompts at a time: KernelGPSimdOps' draws and K per prompt, the Cholesky in SIMD lanes,
+// kernel's recipe) to rounding, by the kernel's label_route:
+//   exp, K♦ with α < 1 (Cholesky route): 4 prompts at a time: KernelGPSimdOps' draws and K per prompt, the Cholesky in SIMD lanes,
 //        then Y = L z and write_prompt per prompt; a prompt whose K fails the margin above takes
 //        g.scalar_prompt (the scalar recipe's bits);
-//   linear: sample_prompt with KernelGPSimdOps (Y = Ξθ is continuous in the draws' rounding);
-//   relu: g.scalar_prompt: its eigen route's Householder signs turn on exact zeros of max(t, 0),
+//   linear, K♦ with α = 1 (Gram route): sample_prompt with KernelGPSimdOps (Y = ΞGθ is continuous
+//        in the draws' rounding);
+//   relu (eigen route): g.scalar_prompt: its eigen route's Householder signs turn on exact zeros of max(t, 0),
 //        so the draws' last bits would change Y by O(1) (same law, other values).
 template <class T>
 bool kernel_gp_prompts_kernel(const KernelGPBatch<T>& g, index_t b0, index_t b1,
@@ -290,7 +293,8 @@ bool kernel_gp_prompts_kernel(const KernelGPBatch<T>& g, index_t b0, index_t b1,
   constexpr int L = int(simd::kLanes<double>);
   const int n1 = g.n1, d = g.d;
   const index_t ws = kgp::prompt_workspace(n1, d), prompt_size = index_t(d + 1) * n1;
-  const bool batched = g.kernel == kgp::kExp;
+  const int route = kgp::label_route(g.kernel);
+  const bool batched = route == kgp::kMethodCholesky;
   // the lanes' workspaces, then one for whole prompts
   std::vector<double> work(static_cast<size_t>((batched ? L + 1 : 1) * ws));
   double* const scratch = work.data() + (batched ? L : 0) * ws;
@@ -304,12 +308,12 @@ bool kernel_gp_prompts_kernel(const KernelGPBatch<T>& g, index_t b0, index_t b1,
   if (!batched) {
     for (index_t b = b0; b < b1; ++b) {
       poll();
-      if (g.kernel == kgp::kRelu) {
+      if (route == kgp::kMethodEigen) {
         record(b, g.scalar_prompt(g, b, scratch, poll));
         continue;
       }
-      record(b, kgp::sample_prompt(g.key, static_cast<std::uint32_t>(b), g.step, g.kernel, g.inv_bw2,
-                                   g.root, n1, d, scratch, g.Z0 + b * prompt_size, g.y_q + b,
+      record(b, kgp::sample_prompt(g.key, static_cast<std::uint32_t>(b), g.step, g.kernel, g.root,
+                                   n1, d, scratch, g.Z0 + b * prompt_size, g.y_q + b,
                                    g.xi ? g.xi + b * n1 * d : nullptr, poll_fn, KernelGPSimdOps{}));
     }
     return converged;
@@ -323,7 +327,7 @@ bool kernel_gp_prompts_kernel(const KernelGPBatch<T>& g, index_t b0, index_t b1,
       double* A = xi + n1 * d + n1;  // after ξ and Y: gp_labels' workspace A [n1 x n1], z [n1], ...
       kgp::sphere_points({g.key, prompt, g.step, kgp::kStreamGPPoints}, n1, d, xi, KernelGPSimdOps{});
       KernelGPSimdOps::normals({g.key, prompt, g.step, kgp::kStreamGPLabels}, n1, A + n1 * n1);
-      KernelGPSimdOps::kernel_matrix(g.kernel, g.inv_bw2, xi, n1, d, A);
+      KernelGPSimdOps::kernel_matrix(g.kernel, xi, n1, d, A);
       for (index_t e = 0; e < index_t(n1) * n1; ++e) lanes[size_t(e)][l] = A[e];
     }
     for (int l = m; l < L; ++l)  // idle lanes repeat lane 0

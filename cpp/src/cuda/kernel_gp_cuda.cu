@@ -13,11 +13,13 @@ constexpr std::size_t kWorkspaceBytes = std::size_t(256) << 20;
 }  // namespace
 
 template <class T>
-bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t batch, int kernel,
-                      double inv_bw2, const double* root, int d, int n1, T* Z0, T* y_q, T* xi,
-                      std::int32_t* method) {
+bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t batch,
+                      const detail::kgp::Kernel& kernel, const double* root, int d, int n1, T* Z0,
+                      T* y_q, T* xi, std::int32_t* method) {
   DeviceScope scope({Z0, y_q, xi, method});
-  DeviceInput<double> r(scope, root, index_t(d) * d);
+  DeviceInput<double> r(scope, root, index_t(d) * d),
+      params(scope, kernel.composite, detail::kgp::composite_size(d));
+  const detail::kgp::Kernel device_kernel{kernel.code, kernel.inv_bw2, params.get()};
   DeviceOutput<T> z(scope, Z0, batch * (d + 1) * n1), yq(scope, y_q, batch),
       x(scope, xi, batch * n1 * d);
   DeviceOutput<std::int32_t> me(scope, method, batch);
@@ -32,7 +34,7 @@ bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t bat
     const index_t count = std::min(chunk, batch - first);
     const auto blocks = unsigned((count + kernels::kKernelGPThreads - 1) / kernels::kKernelGPThreads);
     kernels::kernel_gp_kernel<T><<<blocks, kernels::kKernelGPThreads, 0, stream()>>>(
-        key, step, first, count, kernel, inv_bw2, r.get(), d, n1,
+        key, step, first, count, device_kernel, r.get(), d, n1,
         static_cast<double*>(work.get()), z.get(), yq.get(), x.get(), me.get(), flag.get());
     check_launch("kernel_gp_kernel");
   }
@@ -40,11 +42,11 @@ bool sample_kernel_gp(const rng::PhiloxKey& key, std::uint32_t step, index_t bat
   return unconverged == 0;
 }
 
-template bool sample_kernel_gp<float>(const rng::PhiloxKey&, std::uint32_t, index_t, int, double,
-                                      const double*, int, int, float*, float*, float*,
-                                      std::int32_t*);
-template bool sample_kernel_gp<double>(const rng::PhiloxKey&, std::uint32_t, index_t, int, double,
-                                       const double*, int, int, double*, double*, double*,
-                                       std::int32_t*);
+template bool sample_kernel_gp<float>(const rng::PhiloxKey&, std::uint32_t, index_t,
+                                      const detail::kgp::Kernel&, const double*, int, int, float*,
+                                      float*, float*, std::int32_t*);
+template bool sample_kernel_gp<double>(const rng::PhiloxKey&, std::uint32_t, index_t,
+                                       const detail::kgp::Kernel&, const double*, int, int,
+                                       double*, double*, double*, std::int32_t*);
 
 }  // namespace lsa_native::cuda

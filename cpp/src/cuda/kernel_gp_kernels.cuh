@@ -13,12 +13,13 @@ namespace {
 
 constexpr int kKernelGPThreads = 64;
 
-// Prompts first .. first+count−1; work: count × prompt_workspace(n1, d) doubles; *unconverged is
+// Prompts first .. first+count−1; kernel.composite (K♦'s parameters, if any) and root in device
+// memory; work: count × prompt_workspace(n1, d) doubles; *unconverged is
 // set to 1 when a QL eigensolve hit its iteration limit.
 template <class T>
 __global__ void __launch_bounds__(kKernelGPThreads)
     kernel_gp_kernel(rng::PhiloxKey key, std::uint32_t step, index_t first, index_t count,
-                     int kernel, double inv_bw2, const double* __restrict__ root, int d, int n1,
+                     detail::kgp::Kernel kernel, const double* __restrict__ root, int d, int n1,
                      double* __restrict__ work, T* __restrict__ Z0, T* __restrict__ y_q,
                      T* __restrict__ xi, std::int32_t* __restrict__ method,
                      int* __restrict__ unconverged) {
@@ -26,7 +27,7 @@ __global__ void __launch_bounds__(kKernelGPThreads)
   if (i >= count) return;
   const index_t b = first + i;
   const int m = detail::kgp::sample_prompt(
-      key, static_cast<std::uint32_t>(b), step, kernel, inv_bw2, root, n1, d,
+      key, static_cast<std::uint32_t>(b), step, kernel, root, n1, d,
       work + i * detail::kgp::prompt_workspace(n1, d), Z0 + b * (d + 1) * n1, y_q + b,
       xi ? xi + b * n1 * d : nullptr);
   if (method) method[b] = m;

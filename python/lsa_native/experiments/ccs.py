@@ -528,10 +528,12 @@ def ccs_fig4(ctx, p):
     """CCS Figure 4: loss vs layers on K♦ = αK^linear(G1·, G1·) + (1 − α)K^exp(G2·, G2·) labels,
     n = 14, for 1-head h̃^linear, 1-head h̃^exp and a 2-head (linear, exp) transformer: (a) α = 1
     (K^linear), (b) α = 0 (K^exp), (c) K♦(u, v) = ½(u1v1 + u2v2) + ½exp(½(u3v3 + u4v4 + u5v5))."""
-    # The kernel's parameters are part of each cell's configuration (and so of its cache key).
+    # The kernel's parameters are part of each cell's configuration (and so of its cache key), and
+    # so is the sampler: "native" (sampling.CompositeKernelGPPrompts, on the cell's device) draws
+    # other prompts than the numpy sampler of the cells cached before it (no "sampler" field).
     cells = [_base(p, kernel=f"fig4-{t}", activations=acts, layers=L, context=p["context"], seed=ctx.seed + s,
                    kernel_params=[FIG4_KERNELS[t][0], [float(g) for g in FIG4_KERNELS[t][1]],
-                                  [float(g) for g in FIG4_KERNELS[t][2]]])
+                                  [float(g) for g in FIG4_KERNELS[t][2]]], sampler="native")
              for t in p["targets"] for acts in FIG4_MODELS.values() for L in p["depths"] for s in range(p["seeds"])]
     results = _cells_run(ctx, cells, "ccs-fig4 trainings")
     agg = {(k[5:], name_of, L): v for (k, a, L), v in _mean_over_seeds(results, cells, ("kernel", "activations", "layers")).items()

@@ -6,8 +6,8 @@ import numpy as np
 
 from .. import baselines, data, sampling
 
-__all__ = ["ccs_sigma", "CompositeGPPrompts", "composite_gp_prompts", "FIG4_KERNELS", "spec_of",
-           "bayes_prediction"]
+__all__ = ["ccs_sigma", "CompositeGPPrompts", "composite_gp_prompts", "FIG4_KERNELS", "COMPOSITE_SAMPLERS",
+           "spec_of", "bayes_prediction"]
 
 D_CCS = (1.0, 1.0, 0.25, 2.25, 1.0)
 
@@ -36,7 +36,9 @@ def _composite_kernel(xi1, xi2, alpha, g1, g2):
 
 class CompositeGPPrompts:
     """Prompts with K♦-GP labels (CCS Appendix D, Figure 4) on Σ^{1/2}·sphere covariates, from
-    ``np.random.default_rng([seed, step])`` (duck type of ``sampling.KernelGPPrompts``)."""
+    ``np.random.default_rng([seed, step])`` (duck type of ``sampling.KernelGPPrompts``): the numpy
+    reference of the native :class:`lsa_native.sampling.CompositeKernelGPPrompts` (same law, other
+    draws; CPU only)."""
 
     def __init__(self, dim, context, alpha, g1, g2, Sigma=None, seed=0):
         self.dim, self.context, self.alpha, self.seed = dim, context, float(alpha), int(seed)
@@ -49,12 +51,18 @@ class CompositeGPPrompts:
                                     self.g2, Sigma=self.Sigma, dtype=dtype)
 
     def bayes(self, batch) -> np.ndarray:
-        """f^bayes = ν^T K̂_+^{+} Ŷ (CCS (13)) for the composite kernel on ξ = Σ^{-1/2}x."""
-        pts = np.concatenate([batch.xi, batch.xi_q[:, None, :]], axis=1)
-        Kp = baselines.psd_part(_composite_kernel(pts, pts, self.alpha, self.g1, self.g2))
-        n = batch.X.shape[1]
-        coef = np.einsum("bij,bj->bi", np.linalg.pinv(Kp[:, :n, :n], hermitian=True), batch.y)
-        return np.einsum("bi,bi->b", Kp[:, :n, n], coef)
+        return composite_bayes(self, batch)
+
+
+def composite_bayes(spec, batch) -> np.ndarray:
+    """f^bayes = ν^T K̂_+^{+} Ŷ (CCS (13)) for the composite kernel of ``spec`` (α, g1, g2: either
+    K♦ sampler) on the batch's ξ = Σ^{-1/2}x."""
+    pts = np.concatenate([batch.xi, batch.xi_q[:, None, :]], axis=1)
+    Kp = baselines.psd_part(_composite_kernel(pts, pts, spec.alpha, np.asarray(spec.g1, float),
+                                              np.asarray(spec.g2, float)))
+    n = batch.X.shape[1]
+    coef = np.einsum("bij,bj->bi", np.linalg.pinv(Kp[:, :n, :n], hermitian=True), batch.y)
+    return np.einsum("bi,bi->b", Kp[:, :n, n], coef)
 
 
 def composite_gp_prompts(rng, batch, dim, context, alpha, g1, g2, *, Sigma=None, dtype=np.float64):
@@ -83,19 +91,29 @@ FIG4_KERNELS = {
 }
 
 
+# The samplers of a Figure 4 cell's K♦ prompts, by the cell's ``sampler`` field: "native" (what
+# ccs-fig4 runs: the Philox streams of sampling.KernelGPPrompts, on the CPU or the GPU) or "numpy"
+# (cells without the field: the draws before the native sampler existed; CPU only).
+COMPOSITE_SAMPLERS = {"native": sampling.CompositeKernelGPPrompts, "numpy": CompositeGPPrompts}
+
+
 def spec_of(cfg: dict, Sigma, seed: int):
     """The prompt law of a cell: K-GP labels of ``cfg["kernel"]`` (or a Figure 4 composite,
-    ``fig4-<target>`` with ``cfg["kernel_params"]``) on Σ^{1/2}·sphere covariates."""
+    ``fig4-<target>`` with ``cfg["kernel_params"]``, drawn by ``COMPOSITE_SAMPLERS[cfg["sampler"]]``)
+    on Σ^{1/2}·sphere covariates."""
     kernel, d, n = cfg["kernel"], cfg["dim"], cfg["context"]
     if kernel.startswith("fig4-"):
         kp = cfg.get("kernel_params")
         alpha, g1, g2 = kp if kp is not None else FIG4_KERNELS[kernel[5:]]
-        return CompositeGPPrompts(d, n, alpha, g1[:d], g2[:d], Sigma=Sigma, seed=seed)
+        sampler = cfg.get("sampler", "numpy")
+        if sampler not in COMPOSITE_SAMPLERS:
+            raise ValueError(f"sampler: expected one of {sorted(COMPOSITE_SAMPLERS)}, got {sampler!r}")
+        return COMPOSITE_SAMPLERS[sampler](d, n, alpha, g1[:d], g2[:d], Sigma=Sigma, seed=seed)
     return sampling.KernelGPPrompts(d, n, kernel, Sigma=Sigma, seed=seed)
 
 
 def bayes_prediction(spec, batch):
     """f^bayes (CCS (13)) on ``batch`` for the law ``spec``."""
-    if isinstance(spec, CompositeGPPrompts):
-        return spec.bayes(batch)
+    if isinstance(spec, tuple(COMPOSITE_SAMPLERS.values())):
+        return composite_bayes(spec, batch)
     return baselines.bayes_estimator(batch)

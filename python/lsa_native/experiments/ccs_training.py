@@ -185,7 +185,7 @@ def _train_with_retries(cfg, spec, Sigma):
     ``retries`` times: retries_used); one at the initial parameters (step 0, no update yet) halves
     the initialization scale (at most INIT_HALVINGS times)."""
     # "_device" is where the cell runs, not part of its identity (sweep.cell_key leaves it out);
-    # prompts without a GPU sampler (the fig4 composites) train on the CPU.
+    # prompts without a GPU sampler (fig4 composites of sampler "numpy") train on the CPU.
     device = cfg.get("_device", "cpu") if isinstance(spec, sampling.KernelGPPrompts) else "cpu"
     trace = cfg.get("trace_every", 0)
     metrics = None

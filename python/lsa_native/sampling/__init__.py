@@ -6,13 +6,15 @@ a ``lsa_native.data.PromptBatch`` that depends only on (seed, step) — never on
 - ``LinearPrompts``: linear-regression prompts [ZFB 3.3, 4.2, 4.3; CCS H.1] and the fused LSA step
   ``spec.lsa_loss_and_grad(W_pv, W_kq, batch=B, step=k, method="tokens" | "wishart")``.
 - ``KernelGPPrompts``: K Gaussian-process prompts [CCS Definition 3.3, H.1]; ``NumpyKernelGPPrompts``
-  the same spec drawn by the numpy reference.
+  the same spec drawn by the numpy reference; ``CompositeKernelGPPrompts`` the composite kernel K♦
+  of CCS Figure 4 (Appendix D).
 - ``philox4x32``, ``normals``, ``uniforms``, ``gammas``: the raw generator (Philox4x32-10) and its
   variate streams.
 """
-from .kernel_gp import KernelGPPrompts, NumpyKernelGPPrompts
+from .kernel_gp import CompositeKernelGPPrompts, KernelGPPrompts, NumpyKernelGPPrompts
 from .linear import COVARIANCE_LAWS, LinearPrompts
 from .random import STREAMS, gammas, normals, philox4x32, uniforms
 
-__all__ = ["LinearPrompts", "KernelGPPrompts", "NumpyKernelGPPrompts", "COVARIANCE_LAWS", "STREAMS",
+__all__ = ["LinearPrompts", "KernelGPPrompts", "CompositeKernelGPPrompts", "NumpyKernelGPPrompts",
+           "COVARIANCE_LAWS", "STREAMS",
            "philox4x32", "normals", "uniforms", "gammas"]
