@@ -179,3 +179,62 @@ def test_sample_on_the_device_equals_the_cpu_sample(rng, dtype):
         want = getattr(host, name)
         assert np.abs(cuda.to_host(a) - want).max() <= tol * np.abs(want).max(), name
     np.testing.assert_array_equal(gpu.Lambda, host.Lambda)
+
+
+# ---- fit's trajectory is the hand-written loop's, bitwise ----------------------------------------
+
+_OPTIMIZERS = [
+    lambda: train.SGD(lr=0.02),
+    lambda: train.SGD(lr=0.02, momentum=0.9, nesterov=True, weight_decay=0.01, schedule="cosine"),
+    lambda: train.Adam(lr=0.01, clip_norm=0.3, amsgrad=True),
+    lambda: train.AdamW(lr=0.01, weight_decay=0.1, schedule="cosine"),
+]
+
+
+def _hand_loop(objective, optimizer, source, steps):
+    """The loop fit runs, written out: the objective's unbound step on the prompts of each step
+    and the Python optimizer's step; (rows of (loss, ‖g‖, η) for every step and the final θ)."""
+    theta = np.array(objective.theta0, dtype=np.float64)
+    state, rows = optimizer.init(theta), []
+    for t in range(steps):
+        loss, grad = objective.loss_and_grad(theta, t, source)
+        norm = grad_norm(grad)
+        rows.append((loss, norm, optimizer.step(theta, grad, state, norm=norm)["lr"]))
+    loss, grad = objective.loss_and_grad(theta, steps - 1, source)  # fit's final row
+    rows.append((loss, grad_norm(grad), None))
+    return rows, theta
+
+
+def _problem(rng, kind, dtype):
+    seed = int(rng.integers(2**31))
+    if kind == "kernel attention":
+        d = int(rng.integers(1, 4))
+        params = ka.KernelAttentionParams.gaussian(rng, d, 2, 1, "softmax",
+                                                   sparse=bool(rng.integers(2)))
+        spec = sampling.KernelGPPrompts(d, int(rng.integers(1, 7)), "exp", seed=seed)
+        return (lambda: train.KernelAttentionObjective(params, dtype=dtype),
+                train.Prompts(spec, batch=int(rng.integers(1, 40)), resample_every=2))
+    d = int(rng.integers(1, 6))
+    W = _lsa(rng, d)
+    spec = sampling.LinearPrompts(d, int(rng.integers(d, 12)), seed=seed)
+    return (lambda: train.LSAObjective(*W, method=kind),
+            train.Prompts(spec, batch=int(rng.integers(1, 90)), dtype=dtype or np.float32))
+
+
+@pytest.mark.parametrize("make_optimizer", _OPTIMIZERS)
+@pytest.mark.parametrize("kind", ["tokens", "wishart", "kernel attention"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fit_trajectory_is_the_hand_written_loop_bitwise(rng, make_optimizer, kind, dtype):
+    """Every record (loss, gradient norm, learning rate) and the final θ of fit equal those of the
+    plain loop (objective.loss_and_grad + Optimizer.step) bit for bit: the bound step, the native
+    optimizer step on host buffers and the records change nothing."""
+    make_objective, source = _problem(rng, kind, dtype)
+    steps = int(rng.integers(1, 9))
+    want, theta = _hand_loop(make_objective(), make_optimizer(), source, steps)
+    got = train.fit(make_objective(), make_optimizer(), data=source, steps=steps, progress=False)
+    h = got.history
+    assert list(h["step"]) == list(range(steps + 1))
+    np.testing.assert_array_equal(h["loss"], [r[0] for r in want])
+    np.testing.assert_array_equal(h["grad_norm"], [r[1] for r in want])
+    np.testing.assert_array_equal(h["lr"][:-1], [r[2] for r in want[:-1]])
+    np.testing.assert_array_equal(got.theta, theta)
