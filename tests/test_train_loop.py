@@ -238,3 +238,37 @@ def test_fit_trajectory_is_the_hand_written_loop_bitwise(rng, make_optimizer, ki
     np.testing.assert_array_equal(h["grad_norm"], [r[1] for r in want])
     np.testing.assert_array_equal(h["lr"][:-1], [r[2] for r in want[:-1]])
     np.testing.assert_array_equal(got.theta, theta)
+
+
+class _Quadratic(train.Objective):
+    """½‖θ − c‖² with a θ of any shape (a duck-typed objective), no data."""
+
+    needs_data = False
+
+    def __init__(self, theta0, c):
+        self.theta0, self.c = theta0, c
+
+    def loss_and_grad(self, theta, step, data=None):
+        r = theta - self.c
+        return 0.5 * float(np.sum(r * r)), r
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 4)])
+def test_fit_on_any_theta_shape_and_a_subclassed_optimizer_is_the_python_step(rng, shape):
+    """The native host step runs the built-in optimizers on a flat θ; a θ of another shape and a
+    subclass (which may override ``step``) take the optimizer's own step — same trajectory."""
+    calls = []
+
+    class CountingAdam(train.Adam):
+        def step(self, theta, grad, state, *, norm=None):
+            calls.append(1)
+            return super().step(theta, grad, state, norm=norm)
+
+    theta0, c = rng.standard_normal(shape), rng.standard_normal(shape)
+    steps = int(rng.integers(1, 7))
+    want, theta = _hand_loop(_Quadratic(theta0, c), train.Adam(lr=0.1), None, steps)
+    for optimizer in (train.Adam(lr=0.1), CountingAdam(lr=0.1)):
+        got = train.fit(_Quadratic(theta0, c), optimizer, steps=steps, progress=False)
+        np.testing.assert_array_equal(got.theta, theta)
+        np.testing.assert_array_equal(got.history["loss"], [r[0] for r in want])
+    assert len(calls) == steps

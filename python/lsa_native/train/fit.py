@@ -3,7 +3,8 @@
 The call is in parts: :func:`_setup` checks every argument once, before any work (bad input is a
 TypeError/ValueError naming the argument there, never in the loop); :func:`_start` opens the run
 directory and resumes from its newest checkpoint; :class:`_Recorder` writes the history rows;
-:func:`_run_steps` takes the steps. Every sign of divergence — a non-finite loss, gradient,
+:func:`_run_steps` takes the steps (per step: the bound objective step, the result checks, the
+record, and the optimizer step — one native call for the built-in optimizers). Every sign of divergence — a non-finite loss, gradient,
 held-out loss or updated parameters, a native overflow — is raised by :class:`_Divergence` as one
 :class:`TrainingDiverged`.
 """
@@ -651,8 +652,10 @@ class _HostOptimizer:
 
     @classmethod
     def of(cls, plan: _Plan, state: _State):
-        """The native step for a built-in optimizer (a subclass may override ``step``), or None."""
-        return cls(plan, state) if type(plan.optimizer) in (SGD, Adam, AdamW) else None
+        """The native step for a built-in optimizer (a subclass may override ``step``) on a flat
+        θ, or None."""
+        native = type(plan.optimizer) in (SGD, Adam, AdamW) and state.theta.ndim == 1
+        return cls(plan, state) if native else None
 
     @property
     def theta(self) -> np.ndarray:
