@@ -73,41 +73,20 @@ def read_bandwidth(x: np.ndarray, repeats: int) -> float:
 
 E2E_SIZES = ((5, 20, 4096), (20, 100, 1024))
 E2E_METHODS = ("wishart", "tokens")
-FIT_LR = 1e-3  # report_sampling.torch_loop's
+FIT_LR = 1e-3
 
 
-def torch_attention_matrix_loop(d: int, N: int, B: int):
-    """The papers'-code SGD step on fresh prompts: torch.randn prompts (as ``torch_loop``), the
-    full LSA forward E + W^PV E M (Eᵀ W^KQ E)/N [ZFB (3.5)] with M = diag(I_N, 0) (the query is
-    not a key), ŷ = its [d, N] entry, ½-MSE, autograd, torch.optim.SGD. None without torch."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    import lsa_native as ln
+def attention_matrix_loss(E, y_q, W_pv, W_kq):
+    """The papers'-code loss: ½-MSE of ŷ = the [d, N] entry of the full LSA forward
+    E + W^PV E M (Eᵀ W^KQ E)/N [ZFB (3.5)], M = diag(I_N, 0) (the query is not a key): the
+    (N+1)² attention matrix of every prompt."""
+    import torch
 
-    torch.set_num_threads(ln.num_threads())
-    W_pv = torch.nn.Parameter(0.01 * torch.randn(d + 1, d + 1))
-    W_kq = torch.nn.Parameter(0.01 * torch.randn(d + 1, d + 1))
-    opt = torch.optim.SGD([W_pv, W_kq], lr=FIT_LR)
-    mask = torch.ones(N + 1)
-    mask[N] = 0
-
-    def run():
-        w = torch.randn(B, d)
-        X = torch.randn(B, N + 1, d)
-        y = torch.einsum("bnd,bd->bn", X, w)
-        E = torch.empty(B, d + 1, N + 1)
-        E[:, :d, :] = X.transpose(1, 2)
-        E[:, d, :N] = y[:, :N]
-        E[:, d, N] = 0
-        attention = (E.transpose(1, 2) @ W_kq @ E) * mask[:, None] / N  # [B, N+1, N+1]
-        out = E + W_pv @ E @ attention
-        loss = 0.5 * ((out[:, d, N] - y[:, N]) ** 2).mean()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return run
+    d, N = E.shape[1] - 1, E.shape[-1] - 1
+    keys = (torch.arange(N + 1) < N).to(E.dtype)[:, None]  # M's diagonal, as a column
+    attention = (E.transpose(1, 2) @ W_kq @ E) * keys / N  # [B, N+1, N+1]
+    out = E + W_pv @ E @ attention
+    return 0.5 * ((out[:, d, N] - y_q) ** 2).mean()
 
 
 def fit_e2e(repeats: int, quick: bool) -> dict:
@@ -131,8 +110,8 @@ def fit_e2e(repeats: int, quick: bool) -> dict:
                 data=train.Prompts(spec, batch=B), progress=False)
             row[method] = median_seconds(run, repeats) / steps
         inner = 2 if quick else 8
-        for name, make in (("torch", torch_loop), ("torch_attention", torch_attention_matrix_loop)):
-            loop = make(d, N, B)
+        for name, loss_fn in (("torch", None), ("torch_attention", attention_matrix_loss)):
+            loop = torch_loop(d, N, B, loss_fn, lr=FIT_LR)
             if loop is not None:
                 row[name] = median_seconds(loop, repeats, inner)
         out[f"d={d} N={N} B={B}"] = row
@@ -248,19 +227,28 @@ def normal_rates(out: dict, args) -> None:
         out["normals"][name] = row
 
 
+def _table(header: list, rows) -> None:
+    """A markdown table: the header and one line per row (lists of cells)."""
+    print("\n| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+
+
 def print_fit(results: dict) -> None:
     """The end-to-end table: ms per SGD step and fit's speed-up over each torch loop."""
     nan = float("nan")
-    print("\n| table ran | size | fit wishart ms/step | fit tokens ms/step | torch (Gram-first) ms "
-          "| torch (attention matrix) ms | wishart vs torch | tokens vs torch "
-          "| wishart vs attention matrix | tokens vs attention matrix |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for r in results.values():
         for size, row in r["fit"].items():
             t, ta = row.get("torch", nan), row.get("torch_attention", nan)
             w, k = row["wishart"], row["tokens"]
-            print(f"| {r['isa']} | {size} | {w * 1e3:.2f} | {k * 1e3:.2f} | {t * 1e3:.2f} "
-                  f"| {ta * 1e3:.2f} | {t / w:.1f}x | {t / k:.1f}x | {ta / w:.1f}x | {ta / k:.1f}x |")
+            rows.append([r["isa"], size, f"{w * 1e3:.2f}", f"{k * 1e3:.2f}", f"{t * 1e3:.2f}",
+                         f"{ta * 1e3:.2f}", f"{t / w:.1f}x", f"{t / k:.1f}x", f"{ta / w:.1f}x",
+                         f"{ta / k:.1f}x"])
+    _table(["table ran", "size", "fit wishart ms/step", "fit tokens ms/step",
+            "torch (Gram-first) ms", "torch (attention matrix) ms", "wishart vs torch",
+            "tokens vs torch", "wishart vs attention matrix", "tokens vs attention matrix"], rows)
 
 
 def main(argv=None) -> int:
@@ -296,33 +284,26 @@ def main(argv=None) -> int:
     if "fit" in args.sections:
         print_fit(results)
     if "lsa" in args.sections:
-        print("\n| table asked | table ran | LSA pred fwd ms | bwd ms | numpy read GB/s "
-              "| fraction of read bw | loss_and_grad ms (one pass) | its fraction |")
-        print("|---|---|---|---|---|---|---|---|")
-        for label, r in results.items():
-            l = r["lsa"]
-            print(f"| {label} | {r['isa']} | {l['fwd_ms']:.2f} | {l['bwd_ms']:.2f} "
-                  f"| {l['read_GBps']:.1f} | {l['fraction']:.0%} | {l['lg_ms']:.2f} "
-                  f"| {l['lg_fraction']:.0%} |")
+        _table(["table asked", "table ran", "LSA pred fwd ms", "bwd ms", "numpy read GB/s",
+                "fraction of read bw", "loss_and_grad ms (one pass)", "its fraction"],
+               ([label, r["isa"], f"{l['fwd_ms']:.2f}", f"{l['bwd_ms']:.2f}",
+                 f"{l['read_GBps']:.1f}", f"{l['fraction']:.0%}", f"{l['lg_ms']:.2f}",
+                 f"{l['lg_fraction']:.0%}"] for label, r in results.items() for l in [r["lsa"]]))
+    nan = float("nan")
     if "ka" in args.sections:
-        print("\n| table ran | activation | KA loss_and_grad ms | GFLOP/s (effective) "
-              "| sgemm GFLOP/s | of sgemm | torch ms | vs torch |")
-        print("|---|---|---|---|---|---|---|---|")
-        for label, r in results.items():
-            for act, k in r["ka"].items():
-                print(f"| {r['isa']} | {act} | {k['ms']:.1f} | {k['GFLOPs']:.1f} "
-                      f"| {r['sgemm_GFLOPs']:.0f} | {k['of_sgemm']:.0%} "
-                      f"| {k.get('torch_ms', float('nan')):.1f} "
-                      f"| {k.get('vs_torch', float('nan')):.1f}x |")
+        _table(["table ran", "activation", "KA loss_and_grad ms", "GFLOP/s (effective)",
+                "sgemm GFLOP/s", "of sgemm", "torch ms", "vs torch"],
+               ([r["isa"], act, f"{k['ms']:.1f}", f"{k['GFLOPs']:.1f}", f"{r['sgemm_GFLOPs']:.0f}",
+                 f"{k['of_sgemm']:.0%}", f"{k.get('torch_ms', nan):.1f}",
+                 f"{k.get('vs_torch', nan):.1f}x"]
+                for r in results.values() for act, k in r["ka"].items()))
     if "normals" in args.sections:
-        print("\n| table ran | dtype | normals/s (1 thread) | numpy /s | torch.randn /s | vs numpy "
-              "| vs torch |")
-        print("|---|---|---|---|---|---|---|")
-        for label, r in results.items():
-            for name, k in r["normals"].items():
-                print(f"| {r['isa']} | {name} | {k['per_s']:.3g} | {k['numpy_per_s']:.3g} "
-                      f"| {k.get('torch_per_s', float('nan')):.3g} | {k['vs_numpy']:.1f}x "
-                      f"| {k.get('vs_torch', float('nan')):.1f}x |")
+        _table(["table ran", "dtype", "normals/s (1 thread)", "numpy /s", "torch.randn /s",
+                "vs numpy", "vs torch"],
+               ([r["isa"], name, f"{k['per_s']:.3g}", f"{k['numpy_per_s']:.3g}",
+                 f"{k.get('torch_per_s', nan):.3g}", f"{k['vs_numpy']:.1f}x",
+                 f"{k.get('vs_torch', nan):.1f}x"]
+                for r in results.values() for name, k in r["normals"].items()))
     return 0
 
 
