@@ -3,10 +3,10 @@
 The call is in parts: :func:`_setup` checks every argument once, before any work (bad input is a
 TypeError/ValueError naming the argument there, never in the loop); :func:`_start` opens the run
 directory and resumes from its newest checkpoint; :class:`_Recorder` writes the history rows;
-:func:`_run_steps` takes the steps (per step: the bound objective step, the result checks, the
-record, and the optimizer step — one native call for the built-in optimizers). Every sign of divergence — a non-finite loss, gradient,
-held-out loss or updated parameters, a native overflow — is raised by :class:`_Divergence` as one
-:class:`TrainingDiverged`.
+:func:`_run_steps` takes the steps (per step: the bound objective step, the checks of its
+results, the record, and the optimizer step — one native call for the built-in optimizers). Every
+sign of divergence — a non-finite loss, gradient, held-out loss or updated parameters, a native
+overflow — is raised by :class:`_Divergence` as one :class:`TrainingDiverged`.
 """
 from __future__ import annotations
 

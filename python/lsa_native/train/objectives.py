@@ -544,9 +544,10 @@ class KernelAttentionObjective(Objective):
 
         def ka_step(theta, step):
             if self.device == "cuda":
-                return self._device_step(theta, step, data, dest, shapes, cuts, activations)
+                return self._host_theta_cuda_step(theta, step, data, dest, shapes, cuts,
+                                                  activations)
             given = self._cast(data.at(step), self.dtype)
-            if operands[0] is None or operands[0][0] is not given[0] or operands[0][1] is not given[1]:
+            if operands[0] is None or any(a is not b for a, b in zip(operands[0], given)):
                 Z0, dt = cuda.native_prompts(given[0], "Z0")
                 operands[:] = [given, (Z0, cuda.native_operand(given[1], dt, "y_q"))]
             Z0, y_q = operands[1]
@@ -568,7 +569,7 @@ class KernelAttentionObjective(Objective):
 
         return ka_step
 
-    def _device_step(self, theta, step, data, dest, shapes, cuts, activations):
+    def _host_theta_cuda_step(self, theta, step, data, dest, shapes, cuts, activations):
         """The host-θ step of ``device="cuda"``: the prompts on the GPU, θ scattered and the
         gradient gathered on the host."""
         Z0, y_q = self._batch_on_device(step, data)
