@@ -272,3 +272,14 @@ def test_fit_on_any_theta_shape_and_a_subclassed_optimizer_is_the_python_step(rn
         np.testing.assert_array_equal(got.theta, theta)
         np.testing.assert_array_equal(got.history["loss"], [r[0] for r in want])
     assert len(calls) == steps
+
+
+def test_progress_bar_ends_on_the_last_loss(capsys, rng):
+    """The bar's loss is set at most once per redraw interval, and to the final record's loss at
+    the end."""
+    pytest.importorskip("tqdm")
+    c = rng.standard_normal(4)
+    res = train.fit(_Quadratic(np.zeros(4), c), "sgd", lr=0.05, steps=int(rng.integers(30, 300)),
+                    progress=True)
+    shown = capsys.readouterr().err.rsplit("loss=", 1)[1].split("]")[0].strip()
+    assert shown == f"{res.history['loss'][-1]:.4g}"

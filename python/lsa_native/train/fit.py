@@ -528,6 +528,7 @@ class _Recorder:
 
     def __init__(self, plan: _Plan, state: _State, history: History, guard: _Divergence, bar):
         self.plan, self.history, self.guard, self.bar = plan, history, guard, bar
+        self.shown, self.shown_at = None, -math.inf  # the bar's loss and when it was set
         self.log = state.run.open_history() if state.run is not None else None
         self.elapsed0, self.t0 = state.elapsed, time.perf_counter()
 
@@ -565,10 +566,20 @@ class _Recorder:
         if self.log is not None:
             self.log.append(row)
         if self.bar is not None:
-            self.bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
+            self._show(loss, row["time"])
         return row
 
+    def _show(self, loss: float, now: float) -> None:
+        """The bar's loss, set at most once per redraw interval of the bar (tqdm draws no more
+        often; formatting the postfix at every step cost as much as the rest of the record)."""
+        self.shown = loss
+        if now - self.shown_at >= self.bar.mininterval:
+            self.bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
+            self.shown_at = now
+
     def close(self) -> None:
+        if self.bar is not None and self.shown is not None:  # the last loss, whatever its time
+            self.bar.set_postfix(loss=f"{self.shown:.4g}", refresh=False)
         if self.log is not None:
             self.log.close()
 
