@@ -123,6 +123,8 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
     Bad arguments raise TypeError/ValueError naming them before any step. Returns a
     :class:`FitResult`.
 
+    On the host the built-in optimizers (SGD, Adam, AdamW) step as one native call on θ's buffers
+    (:mod:`.native_optim`, bitwise ``Optimizer.step``); a subclass's ``step`` runs as written.
     An objective with ``device="cuda"`` and a built-in optimizer (SGD, Adam, AdamW) trains with θ
     and the optimizer state on the GPU (:mod:`.native_optim`: one native step, equal to the
     Python optimizer's to rounding); the gradient norm and the divergence checks are read back
