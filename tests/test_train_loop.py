@@ -283,3 +283,31 @@ def test_progress_bar_ends_on_the_last_loss(capsys, rng):
                     progress=True)
     shown = capsys.readouterr().err.rsplit("loss=", 1)[1].split("]")[0].strip()
     assert shown == f"{res.history['loss'][-1]:.4g}"
+
+
+def test_bound_kernel_attention_step_converts_a_batch_once(rng, monkeypatch):
+    """A batch in another dtype than the model's: E and y_q reach the native call as the same
+    converted arrays at every step that reuses the batch (no per-step copy), new ones for a new
+    batch."""
+    from lsa_native import _core
+
+    seen = []
+    real = _core.kernel_attention_loss_and_grad
+
+    def spy(Z0, y_q, *args, **kwargs):
+        seen.append((Z0, y_q))
+        return real(Z0, y_q, *args, **kwargs)
+
+    monkeypatch.setattr(_core, "kernel_attention_loss_and_grad", spy)
+    params = ka.KernelAttentionParams.gaussian(rng, 2, 2, 1, "softmax")
+    objective = train.KernelAttentionObjective(params, dtype=np.float32)
+    spec = sampling.KernelGPPrompts(2, 5, "exp", seed=int(rng.integers(2**31)))
+    source = train.Prompts(spec, batch=7, resample_every=3, dtype=np.float64)
+    step_fn = objective.bind(source)
+    for t in range(6):
+        step_fn(objective.theta0, t)
+    assert all(E.dtype == np.float32 and y.dtype == np.float32 for E, y in seen)
+    for first, later in ((0, 1), (0, 2), (3, 4), (3, 5)):
+        assert seen[first][0] is seen[later][0] and seen[first][1] is seen[later][1]
+    assert seen[0][0] is not seen[3][0]
+    np.testing.assert_array_equal(seen[3][1], source.at(3).y_q.astype(np.float32))
