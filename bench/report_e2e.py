@@ -239,14 +239,14 @@ def print_fit(results: dict) -> None:
     """The end-to-end table: ms per SGD step and fit's speed-up over each torch loop."""
     nan = float("nan")
     rows = []
-    for r in results.values():
+    for label, r in results.items():
         for size, row in r["fit"].items():
             t, ta = row.get("torch", nan), row.get("torch_attention", nan)
             w, k = row["wishart"], row["tokens"]
-            rows.append([r["isa"], size, f"{w * 1e3:.2f}", f"{k * 1e3:.2f}", f"{t * 1e3:.2f}",
+            rows.append([label, r["isa"], size, f"{w * 1e3:.2f}", f"{k * 1e3:.2f}", f"{t * 1e3:.2f}",
                          f"{ta * 1e3:.2f}", f"{t / w:.1f}x", f"{t / k:.1f}x", f"{ta / w:.1f}x",
                          f"{ta / k:.1f}x"])
-    _table(["table ran", "size", "fit wishart ms/step", "fit tokens ms/step",
+    _table(["table asked", "table ran", "size", "fit wishart ms/step", "fit tokens ms/step",
             "torch (Gram-first) ms", "torch (attention matrix) ms", "wishart vs torch",
             "tokens vs torch", "wishart vs attention matrix", "tokens vs attention matrix"], rows)
 
