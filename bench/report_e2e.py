@@ -2,6 +2,13 @@
 through LSA_NATIVE_CPU_ISA in its own child process; a table the CPU lacks falls back to the best
 one below it, and the row says which table ran):
 
+- end to end: one-layer LSA trained by ``train.fit`` on fresh prompts (``sampling.LinearPrompts``,
+  float32, SGD, fused "wishart" and "tokens" steps) at d = 5, N = 20, B = 4096 and d = 20,
+  N = 100, B = 1024, vs a careful PyTorch CPU loop of the same SGD step (torch.randn prompts,
+  Gram-first prediction p^T G q, autograd, torch.optim.SGD: ``report_sampling.torch_loop``) and,
+  for reference, the papers'-code attention-matrix loop (E + W^PV E M (Eᵀ W^KQ E)/N, the masked
+  (N+1)² attention matrix of every prompt); fit's time per step includes everything it does in
+  the run (setup, records every step, the final record), divided by its steps;
 - LSA prediction forward + backward (predict + predict_vjp without the input gradient, d = 20,
   N = 100, float32, E larger than the last-level cache) as a fraction of the read bandwidth that
   numpy reaches on the same array (np.add.reduce over E), and the training kernel
@@ -13,6 +20,7 @@ one below it, and the row says which table ran):
 - standard normals per second on one thread vs numpy's standard_normal and torch.randn.
 
     python bench/report_e2e.py [--repeats 5] [--tables baseline,avx2-fma,avx512] [--quick] [--cpu-time]
+                               [--sections fit,lsa,ka,normals]
 
 Medians of `repeats` runs; run on an otherwise idle machine if you can (say so if not). With
 --cpu-time every time is CPU-seconds of the process (time.process_time) on one thread (native,
@@ -61,6 +69,55 @@ def read_bandwidth(x: np.ndarray, repeats: int) -> float:
     return x.nbytes / t
 
 
+# ---- end to end: fit on fresh prompts vs PyTorch loops ----------------------------------------
+
+E2E_SIZES = ((5, 20, 4096), (20, 100, 1024))
+E2E_METHODS = ("wishart", "tokens")
+FIT_LR = 1e-3
+
+
+def attention_matrix_loss(E, y_q, W_pv, W_kq):
+    """The papers'-code loss: ½-MSE of ŷ = the [d, N] entry of the full LSA forward
+    E + W^PV E M (Eᵀ W^KQ E)/N [ZFB (3.5)], M = diag(I_N, 0) (the query is not a key): the
+    (N+1)² attention matrix of every prompt."""
+    import torch
+
+    d, N = E.shape[1] - 1, E.shape[-1] - 1
+    keys = (torch.arange(N + 1) < N).to(E.dtype)[:, None]  # M's diagonal, as a column
+    attention = (E.transpose(1, 2) @ W_kq @ E) * keys / N  # [B, N+1, N+1]
+    out = E + W_pv @ E @ attention
+    return 0.5 * ((out[:, d, N] - y_q) ** 2).mean()
+
+
+def fit_e2e(repeats: int, quick: bool) -> dict:
+    """{"d=.. N=.. B=..": {method: fit s/step, "torch": s/step, "torch_attention": s/step}}."""
+    import lsa_native as ln
+    from lsa_native import train
+    from report_sampling import torch_loop
+
+    out = {}
+    for d, N, B in E2E_SIZES:
+        if quick:
+            B = max(64, B // 16)
+        spec = ln.sampling.LinearPrompts(d, N, seed=1)
+        rng = np.random.default_rng(0)
+        W_pv, W_kq = (0.01 * rng.standard_normal((d + 1, d + 1)) for _ in range(2))
+        steps = 5 if quick else 40
+        row = {}
+        for method in E2E_METHODS:
+            run = lambda m=method: train.fit(  # noqa: E731
+                train.LSAObjective(W_pv, W_kq, method=m), "sgd", lr=FIT_LR, steps=steps,
+                data=train.Prompts(spec, batch=B), progress=False)
+            row[method] = median_seconds(run, repeats) / steps
+        inner = 2 if quick else 8
+        for name, loss_fn in (("torch", None), ("torch_attention", attention_matrix_loss)):
+            loop = torch_loop(d, N, B, loss_fn, lr=FIT_LR)
+            if loop is not None:
+                row[name] = median_seconds(loop, repeats, inner)
+        out[f"d={d} N={N} B={B}"] = row
+    return out
+
+
 def child(args) -> dict:
     """The measurements of one table (this process's LSA_NATIVE_CPU_ISA)."""
     import lsa_native as ln
@@ -75,6 +132,22 @@ def child(args) -> dict:
         ln.set_num_threads(1)
     out = {"isa": ln.cpu_kernel_isa(), "threads": ln.num_threads()}
     g = np.random.default_rng(0)
+    if "fit" in args.sections:
+        out["fit"] = fit_e2e(r, args.quick)
+    if "lsa" in args.sections:
+        lsa_bandwidth(out, g, args)
+    if "ka" in args.sections:
+        ka_speed(out, g, args)
+    if "normals" in args.sections:
+        normal_rates(out, args)
+    ln.set_num_threads(1 if args.cpu_time else 0)
+    return out
+
+
+def lsa_bandwidth(out: dict, g, args) -> None:
+    import lsa_native as ln
+
+    r = args.repeats
 
     # LSA prediction fwd + bwd vs read bandwidth.
     B, d, N = (1024 if args.quick else 8192), 20, 100
@@ -89,7 +162,13 @@ def child(args) -> dict:
                   "fraction": 2 * E.nbytes / (t_fwd + t_bwd) / bw,
                   "lg_ms": t_lg * 1e3, "lg_fraction": E.nbytes / t_lg / bw}
 
-    # Kernel attention at the CCS size vs torch and vs sgemm.
+
+def ka_speed(out: dict, g, args) -> None:
+    """Kernel attention at the CCS size vs torch and vs sgemm."""
+    import lsa_native as ln
+    from lsa_native import kernel_attention as ka
+
+    r = args.repeats
     Bk, dk, n, L = (3000 if args.quick else 30000), 5, 30, 3
     # The data and parameters of report_kernel_attention.py (kernel-GP prompts, CCS's scale).
     batch = ln.data.kernel_gp_prompts(g, Bk, dk, n, "exp", dtype=np.float32)
@@ -117,7 +196,18 @@ def child(args) -> dict:
             row["vs_torch"] = tt / t
         out["ka"][act] = row
 
-    # Normals per second on one thread.
+
+def normal_rates(out: dict, args) -> None:
+    """Normals per second on one thread."""
+    import lsa_native as ln
+    from lsa_native.sampling import random as rnd
+
+    r = args.repeats
+    torch = None
+    try:
+        import torch  # noqa: F811
+    except ImportError:
+        pass
     ln.set_num_threads(1)
     m = 1 << (20 if args.quick else 22)
     out["normals"] = {}
@@ -135,8 +225,30 @@ def child(args) -> dict:
             row["torch_per_s"] = m / t_t
             row["vs_torch"] = t_t / t_ln
         out["normals"][name] = row
-    ln.set_num_threads(1 if args.cpu_time else 0)
-    return out
+
+
+def _table(header: list, rows) -> None:
+    """A markdown table: the header and one line per row (lists of cells)."""
+    print("\n| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    for row in rows:
+        print("| " + " | ".join(str(c) for c in row) + " |")
+
+
+def print_fit(results: dict) -> None:
+    """The end-to-end table: ms per SGD step and fit's speed-up over each torch loop."""
+    nan = float("nan")
+    rows = []
+    for label, r in results.items():
+        for size, row in r["fit"].items():
+            t, ta = row.get("torch", nan), row.get("torch_attention", nan)
+            w, k = row["wishart"], row["tokens"]
+            rows.append([label, r["isa"], size, f"{w * 1e3:.2f}", f"{k * 1e3:.2f}", f"{t * 1e3:.2f}",
+                         f"{ta * 1e3:.2f}", f"{t / w:.1f}x", f"{t / k:.1f}x", f"{ta / w:.1f}x",
+                         f"{ta / k:.1f}x"])
+    _table(["table asked", "table ran", "size", "fit wishart ms/step", "fit tokens ms/step",
+            "torch (Gram-first) ms", "torch (attention matrix) ms", "wishart vs torch",
+            "tokens vs torch", "wishart vs attention matrix", "tokens vs attention matrix"], rows)
 
 
 def main(argv=None) -> int:
@@ -146,9 +258,12 @@ def main(argv=None) -> int:
     p.add_argument("--activations", default="linear,relu,exp,softmax")
     p.add_argument("--quick", action="store_true", help="small sizes (a smoke run, not a measurement)")
     p.add_argument("--cpu-time", action="store_true", help="CPU-seconds on one thread (per-core rates)")
+    p.add_argument("--sections", default="fit,lsa,ka,normals",
+                   help="what to measure: fit (end to end vs torch), lsa, ka, normals")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.activations = args.activations.split(",")
+    args.sections = args.sections.split(",")
     if args.child:
         print(json.dumps(child(args)))
         return 0
@@ -158,7 +273,7 @@ def main(argv=None) -> int:
         if args.cpu_time:  # one thread for numpy's BLAS and torch too (set before they load)
             env.update(OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
         cmd = [sys.executable, __file__, "--child", "--repeats", str(args.repeats),
-               "--activations", ",".join(args.activations)]
+               "--activations", ",".join(args.activations), "--sections", ",".join(args.sections)]
         cmd += ["--quick"] if args.quick else []
         cmd += ["--cpu-time"] if args.cpu_time else []
         res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
@@ -166,28 +281,29 @@ def main(argv=None) -> int:
     first = next(iter(results.values()))
     print(f"clock: {'CPU-seconds, 1 thread' if args.cpu_time else 'wall'}; native threads "
           f"{first['threads']}; load average at the end: {os.getloadavg()}")
-    print("\n| table asked | table ran | LSA pred fwd ms | bwd ms | numpy read GB/s | fraction of read bw "
-          "| loss_and_grad ms (one pass) | its fraction |")
-    print("|---|---|---|---|---|---|---|---|")
-    for label, r in results.items():
-        l = r["lsa"]
-        print(f"| {label} | {r['isa']} | {l['fwd_ms']:.2f} | {l['bwd_ms']:.2f} | {l['read_GBps']:.1f} "
-              f"| {l['fraction']:.0%} | {l['lg_ms']:.2f} | {l['lg_fraction']:.0%} |")
-    print("\n| table ran | activation | KA loss_and_grad ms | GFLOP/s (effective) | sgemm GFLOP/s "
-          "| of sgemm | torch ms | vs torch |")
-    print("|---|---|---|---|---|---|---|---|")
-    for label, r in results.items():
-        for act, k in r["ka"].items():
-            print(f"| {r['isa']} | {act} | {k['ms']:.1f} | {k['GFLOPs']:.1f} | {r['sgemm_GFLOPs']:.0f} "
-                  f"| {k['of_sgemm']:.0%} | {k.get('torch_ms', float('nan')):.1f} "
-                  f"| {k.get('vs_torch', float('nan')):.1f}x |")
-    print("\n| table ran | dtype | normals/s (1 thread) | numpy /s | torch.randn /s | vs numpy | vs torch |")
-    print("|---|---|---|---|---|---|---|")
-    for label, r in results.items():
-        for name, k in r["normals"].items():
-            print(f"| {r['isa']} | {name} | {k['per_s']:.3g} | {k['numpy_per_s']:.3g} "
-                  f"| {k.get('torch_per_s', float('nan')):.3g} | {k['vs_numpy']:.1f}x "
-                  f"| {k.get('vs_torch', float('nan')):.1f}x |")
+    if "fit" in args.sections:
+        print_fit(results)
+    if "lsa" in args.sections:
+        _table(["table asked", "table ran", "LSA pred fwd ms", "bwd ms", "numpy read GB/s",
+                "fraction of read bw", "loss_and_grad ms (one pass)", "its fraction"],
+               ([label, r["isa"], f"{l['fwd_ms']:.2f}", f"{l['bwd_ms']:.2f}",
+                 f"{l['read_GBps']:.1f}", f"{l['fraction']:.0%}", f"{l['lg_ms']:.2f}",
+                 f"{l['lg_fraction']:.0%}"] for label, r in results.items() for l in [r["lsa"]]))
+    nan = float("nan")
+    if "ka" in args.sections:
+        _table(["table ran", "activation", "KA loss_and_grad ms", "GFLOP/s (effective)",
+                "sgemm GFLOP/s", "of sgemm", "torch ms", "vs torch"],
+               ([r["isa"], act, f"{k['ms']:.1f}", f"{k['GFLOPs']:.1f}", f"{r['sgemm_GFLOPs']:.0f}",
+                 f"{k['of_sgemm']:.0%}", f"{k.get('torch_ms', nan):.1f}",
+                 f"{k.get('vs_torch', nan):.1f}x"]
+                for r in results.values() for act, k in r["ka"].items()))
+    if "normals" in args.sections:
+        _table(["table ran", "dtype", "normals/s (1 thread)", "numpy /s", "torch.randn /s",
+                "vs numpy", "vs torch"],
+               ([r["isa"], name, f"{k['per_s']:.3g}", f"{k['numpy_per_s']:.3g}",
+                 f"{k.get('torch_per_s', nan):.3g}", f"{k['vs_numpy']:.1f}x",
+                 f"{k.get('vs_torch', nan):.1f}x"]
+                for r in results.values() for name, k in r["normals"].items()))
     return 0
 
 

@@ -2,13 +2,15 @@
 
 ``--loop`` (issue 22, "the loop around the kernel"): fit's overhead over a bare loop of the same
 native calls, at d = 5, N = 20, B = 4096 — LSAObjective on fresh prompts, fused "tokens" and
-"wishart" steps (``sampling.LinearPrompts``), and KernelAttentionObjective on a fixed float64
-batch trained in float32 (so E is cast: the cast must happen once, not per step). The bare loop
-calls the native function directly (``_core.linear_prompts_lsa_loss_and_grad`` /
-``_core.kernel_attention_loss_and_grad``) with preallocated arrays and takes the SGD step
-θ ← θ − η g in place, plus the one call fit makes for its final record (the loss at the final θ);
-fit runs the same SGD with records every step (its default). Two
-measures, median over ``--repeats`` alternating runs of ``--steps`` steps each:
+"wishart" steps (``sampling.LinearPrompts``), and KernelAttentionObjective (full and sparse V) on a
+fixed float64 batch trained in float32 (so E is cast: the cast must happen once, not per step);
+SGD and Adam. The bare loop calls the native function directly
+(``_core.linear_prompts_lsa_loss_and_grad`` / ``_core.kernel_attention_loss_and_grad``) with
+preallocated arrays and takes the optimizer step (SGD: θ ← θ − η g in numpy; Adam: one native
+``NativeOptimizer`` step), plus the one call fit makes for its final record (the loss at the final
+θ); fit runs the same optimizer with records every step (its default). Two measures, median over
+``--repeats`` alternating runs of ``--steps`` steps each, on ``--threads`` native threads (default
+1: per-core CPU time, which a loaded machine disturbs least):
 
 - wall and CPU time per step of both loops with the real kernels (the overhead is their
   difference: noisy on a loaded machine, where both swing with the load);
@@ -26,7 +28,7 @@ callback timestamps each step. Sampling is reported amortized (time per sample /
 sample. "Python overhead" = step − native − optimizer − sampling in that step (parameter
 unpacking, dtype casts, the ½ scaling, gradient concatenation, records, the loop).
 
-    python bench/report_fit.py --loop [--steps 200] [--repeats 7] [--lsa-only]
+    python bench/report_fit.py --loop [--steps 200] [--repeats 7] [--lsa-only] [--threads 1]
     python bench/report_fit.py [--steps 20] [--batch 30000] [--resample-every 10] [--sampler numpy|native]
 """
 from __future__ import annotations
@@ -46,6 +48,7 @@ import numpy as np  # noqa: E402
 import lsa_native as ln  # noqa: E402
 from lsa_native import _core, train  # noqa: E402
 from lsa_native import kernel_attention as ka  # noqa: E402
+from lsa_native.train.native_optim import NativeOptimizer  # noqa: E402
 
 
 class Timer:
@@ -68,10 +71,23 @@ class Timer:
 # ---- --loop: fit against a bare loop of the same native calls ---------------------------------
 
 LR = 1e-4
+OPTIMIZERS = ("sgd", "adam")
 
 
-def _clock():
-    return time.perf_counter(), time.process_time()
+def _bare_update(optimizer, theta):
+    """The bare loop's optimizer step ``update(t, g)`` on θ (in place): SGD θ ← θ − η g in numpy,
+    Adam as one native call (``NativeOptimizer`` on host buffers, what fit's host loop runs);
+    returns (update, the final θ)."""
+    if optimizer == "sgd":
+        def update(t, g):
+            theta[...] -= LR * g
+        return update, lambda: theta
+    native = NativeOptimizer(train.Adam(lr=LR), theta)
+
+    def update(t, g):
+        np.copyto(native.grad, g)
+        native.step(t)
+    return update, lambda: native.current
 
 
 def _lsa_case(method, d=5, N=20, B=4096):
@@ -80,68 +96,78 @@ def _lsa_case(method, d=5, N=20, B=4096):
     r = d + 1
     W_pv, W_kq = 0.1 * rng.standard_normal((r, r)), 0.1 * rng.standard_normal((r, r))
 
-    def bare(steps):
-        theta = np.concatenate([W_pv.ravel(), W_kq.ravel()])
+    def bare(steps, optimizer):
+        update, current = _bare_update(optimizer, np.concatenate([W_pv.ravel(), W_kq.ravel()]))
         W = np.empty(2 * r * r, np.float32)
         g = np.empty(2 * r * r, np.float32)
         views = (W[:r * r].reshape(r, r), W[r * r:].reshape(r, r), g[:r * r].reshape(r, r),
                  g[r * r:].reshape(r, r))
         native = _core.linear_prompts_lsa_loss_and_grad  # looked up per run (the no-op swap)
         for t in range(steps + 1):  # fit's final record evaluates the final θ: one more call
-            np.copyto(W, theta, casting="unsafe")
+            np.copyto(W, current(), casting="unsafe")
             native(spec._spec, B, min(t, steps - 1), method, *views, "cpu")
             if t < steps:
-                theta -= LR * g
+                update(t, g)
 
-    def fitted(steps):
-        train.fit(train.LSAObjective(W_pv, W_kq, method=method), "sgd", lr=LR, steps=steps,
+    def fitted(steps, optimizer):
+        train.fit(train.LSAObjective(W_pv, W_kq, method=method), optimizer, lr=LR, steps=steps,
                   data=train.Prompts(spec, batch=B), progress=False)
 
     return bare, fitted, "linear_prompts_lsa_loss_and_grad"
 
 
-def _ka_case(d=5, n=20, L=3, B=4096):
+def _ka_case(d=5, n=20, L=3, B=4096, sparse=False):
     rng = np.random.default_rng(2)
     batch = ln.sampling.KernelGPPrompts(d, n, "exp", seed=0).sample(batch=B, dtype=np.float64)
-    params = ka.KernelAttentionParams.gaussian(rng, d, L, 1, "softmax", sparse=False)
-    codes = ka._activation_codes(params.activations, 1)
+    params = ka.KernelAttentionParams.gaussian(rng, d, L, 1, "softmax", sparse=sparse)
+    objective = train.KernelAttentionObjective(params, dtype=np.float32)
+    positions = objective._positions()  # θ's entries in the flat [V | B | C] buffer
+    V = params.value()
+    shapes = (V.shape, params.B.shape, params.C.shape)
+    size = V.size + params.B.size + params.C.size
+    activations = list(params.activations)
 
-    def bare(steps):
+    def bare(steps, optimizer):
         Z0, y_q = batch.E.astype(np.float32), batch.y_q.astype(np.float32)
-        theta = params.to_vector()
-        sizes = [params.V.size, params.B.size, params.C.size]
-        w = np.empty(theta.size, np.float32)
-        g = np.empty(theta.size, np.float32)
-        cut = np.cumsum(sizes)[:-1]
-        ws = [p.reshape(s.shape) for p, s in zip(np.split(w, cut), (params.V, params.B, params.C))]
-        gs = [p.reshape(s.shape) for p, s in zip(np.split(g, cut), (params.V, params.B, params.C))]
+        update, current = _bare_update(optimizer, objective.theta0.copy())
+        w, g = np.zeros(size, np.float32), np.empty(size, np.float32)
+        cut = np.cumsum([int(np.prod(s)) for s in shapes])[:-1]
+        ws = [p.reshape(s) for p, s in zip(np.split(w, cut), shapes)]
+        gs = tuple(p.reshape(s) for p, s in zip(np.split(g, cut), shapes))
         native = _core.kernel_attention_loss_and_grad
         for t in range(steps + 1):  # fit's final record evaluates the final θ: one more call
-            np.copyto(w, theta, casting="unsafe")
-            native(Z0, y_q, *ws, codes, *gs, None, None)
+            w[positions] = current()
+            native(Z0, y_q, *ws, activations, out=gs)
             if t < steps:
-                theta -= LR * g
+                update(t, g[positions])
 
-    def fitted(steps):
-        train.fit(train.KernelAttentionObjective(params, dtype=np.float32), "sgd", lr=LR,
+    def fitted(steps, optimizer):
+        train.fit(train.KernelAttentionObjective(params, dtype=np.float32), optimizer, lr=LR,
                   steps=steps, data=batch, progress=False)
 
     return bare, fitted, "kernel_attention_loss_and_grad"
 
 
-def _timed(fn, steps):
+def _timed(fn, steps, optimizer):
     w0, c0 = _clock()
-    fn(steps)
+    fn(steps, optimizer)
     w1, c1 = _clock()
     return (w1 - w0) / steps, (c1 - c0) / steps
 
 
-def _noop(*args):
-    """A stand-in for the native call: the arguments unread, a loss of 0."""
+def _clock():
+    return time.perf_counter(), time.process_time()
+
+
+def _noop(*args, out=None, **kwargs):
+    """A stand-in for the native call: the arguments unread, a loss of 0 (and, for kernel
+    attention, the gradients: the given outputs, else the parameters)."""
+    if len(args) == 6:  # kernel_attention_loss_and_grad(Z0, y_q, V, B, C, activation)
+        return (0.0, *(out if out is not None else args[2:5]))
     return 0.0
 
 
-def _measure(case, steps, repeats):
+def _measure(case, optimizer, steps, repeats):
     bare, fitted, native_name = case
     out = {}
     for label, swap in (("real", False), ("noop", True)):
@@ -149,11 +175,12 @@ def _measure(case, steps, repeats):
         if swap:
             setattr(_core, native_name, _noop)
         try:
-            bare(2), fitted(2)  # warm-up
+            bare(2, optimizer), fitted(2, optimizer)  # warm-up
             runs = {"bare": [], "fit": []}
+            n = steps if not swap else 10 * steps  # the no-op loops are fast: more steps
             for _ in range(repeats):
-                runs["bare"].append(_timed(bare, steps))
-                runs["fit"].append(_timed(fitted, steps))
+                runs["bare"].append(_timed(bare, n, optimizer))
+                runs["fit"].append(_timed(fitted, n, optimizer))
         finally:
             setattr(_core, native_name, orig)
         for k, v in runs.items():
@@ -161,28 +188,35 @@ def _measure(case, steps, repeats):
     return out
 
 
-def loop_report(steps: int, repeats: int, only_lsa: bool = False) -> None:
+def loop_report(steps: int, repeats: int, only_lsa: bool = False, threads: int = 1) -> None:
+    ln.set_num_threads(threads)
     cases = {"LSA tokens (d=5 N=20 B=4096)": _lsa_case("tokens"),
              "LSA wishart (d=5 N=20 B=4096)": _lsa_case("wishart")}
     if not only_lsa:
-        cases["kernel attention softmax (d=5 n=20 L=3 B=4096, f64 batch, f32 model)"] = _ka_case()
-    print(f"lsa_native {ln.__version__}, {ln.num_threads()} threads, load average "
-          f"{os.getloadavg()[0]:.1f}; SGD, records every step; median of {repeats} runs of "
-          f"{steps} steps")
-    threads = ln.num_threads()
-    print("| case | bare step wall / CPU (µs) | fit step wall / CPU (µs) | fit − bare wall / CPU | "
-          "fit overhead, no-op kernel: wall / CPU (µs) | CPU overhead / (bare CPU / threads) |")
-    print("|---|---|---|---|---|---|")
+        for sparse in (False, True):
+            cases[f"kernel attention softmax {'sparse' if sparse else 'full'} V (d=5 n=20 L=3 "
+                  "B=4096, f64 batch, f32 model)"] = _ka_case(sparse=sparse)
+    print(f"lsa_native {ln.__version__}, {ln.num_threads()} native thread(s), CPU kernels "
+          f"{ln.cpu_kernel_isa()}, load average {os.getloadavg()[0]:.1f}; records every step "
+          f"(fit's default); median of {repeats} alternating runs of {steps} steps (no-op: "
+          f"{10 * steps})")
+    print("| case | optimizer | bare step wall / CPU (µs) | fit step wall / CPU (µs) "
+          "| fit − bare wall / CPU | fit overhead, no-op kernel: wall / CPU (µs) "
+          "| no-op CPU overhead / bare CPU step |")
+    print("|---|---|---|---|---|---|---|")
     for name, case in cases.items():
-        m = _measure(case, steps, repeats)
-        (bw, bc), (fw, fc) = m["real", "bare"], m["real", "fit"]
-        (nbw, nbc), (nfw, nfc) = m["noop", "bare"], m["noop", "fit"]
-        print(f"| {name} | {bw * 1e6:.0f} / {bc * 1e6:.0f} | {fw * 1e6:.0f} / {fc * 1e6:.0f} | "
-              f"{100 * (fw - bw) / bw:+.1f}% / {100 * (fc - bc) / bc:+.1f}% | "
-              f"{(nfw - nbw) * 1e6:.1f} / {(nfc - nbc) * 1e6:.1f} | "
-              f"{100 * (nfc - nbc) / (bc / threads):.1f}% |")
-    print("(last column: fit's single-threaded Python work per step over the step of a bare loop "
-          "whose native call keeps every thread busy, i.e. its wall time on an idle machine)")
+        for optimizer in OPTIMIZERS:
+            m = _measure(case, optimizer, steps, repeats)
+            (bw, bc), (fw, fc) = m["real", "bare"], m["real", "fit"]
+            (nbw, nbc), (nfw, nfc) = m["noop", "bare"], m["noop", "fit"]
+            print(f"| {name} | {optimizer} | {bw * 1e6:.0f} / {bc * 1e6:.0f} "
+                  f"| {fw * 1e6:.0f} / {fc * 1e6:.0f} "
+                  f"| {100 * (fw - bw) / bw:+.1f}% / {100 * (fc - bc) / bc:+.1f}% "
+                  f"| {(nfw - nbw) * 1e6:.1f} / {(nfc - nbc) * 1e6:.1f} "
+                  f"| {100 * (nfc - nbc) / bc:.2f}% |", flush=True)
+    print("(last column: fit's Python work per step — both loops with the native call replaced by "
+          "a no-op, CPU time — over the CPU time of the bare loop's real step: the overhead with "
+          "the machine's load taken out)")
 
 
 def main(argv=None) -> int:
@@ -194,9 +228,11 @@ def main(argv=None) -> int:
     p.add_argument("--loop", action="store_true", help="fit vs a bare loop of the native calls")
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--lsa-only", action="store_true", help="--loop: skip kernel attention")
+    p.add_argument("--threads", type=int, default=1, help="--loop: native threads (1: per-core)")
     args = p.parse_args(argv)
     if args.loop:
-        loop_report(args.steps if args.steps != 20 else 200, args.repeats, args.lsa_only)
+        loop_report(args.steps if args.steps != 20 else 200, args.repeats, args.lsa_only,
+                    args.threads)
         return 0
     d, n, L = 5, 30, 3
     rng = np.random.default_rng(0)

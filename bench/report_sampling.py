@@ -56,29 +56,43 @@ def _sgd(step_fn, W):
     return run
 
 
-def torch_loop(d, N, B):
+def torch_prompts(torch, d, N, B):
+    """(E, y_q) of B fresh ZFB 3.3 prompts drawn by torch.randn (w ~ N(0, I), x ~ N(0, I))."""
+    w = torch.randn(B, d)
+    X = torch.randn(B, N + 1, d)  # N context covariates and the query
+    y = torch.einsum("bnd,bd->bn", X, w)
+    E = torch.empty(B, d + 1, N + 1)               # [B, d+1, N+1]   [ZFB (3.4)]
+    E[:, :d, :] = X.transpose(1, 2)
+    E[:, d, :N] = y[:, :N]
+    E[:, d, N] = 0
+    return E, y[:, N]
+
+
+def torch_gram_first_loss(E, y_q, W_pv, W_kq):
+    """½-MSE of the Gram-first prediction ŷ = p^T G q [ZFB (3.6)] (O(N d²) per prompt)."""
+    N, d = E.shape[-1] - 1, E.shape[1] - 1
+    G = E @ E.transpose(1, 2) / N
+    q = W_kq @ E[:, :, N:]                     # [B, d+1, 1]
+    y_hat = (G @ q).squeeze(-1) @ W_pv[d]       # p^T G q   [ZFB (3.6)], [B]
+    return 0.5 * ((y_hat - y_q) ** 2).mean()
+
+
+def torch_loop(d, N, B, loss_fn=None, lr=LR):
+    """One SGD step on fresh torch.randn prompts: ``loss_fn(E, y_q, W_pv, W_kq)`` (default
+    :func:`torch_gram_first_loss`), autograd, torch.optim.SGD; None without torch."""
     try:
         import torch
     except ImportError:
         return None
+    loss_fn = loss_fn or torch_gram_first_loss
     torch.set_num_threads(ln.num_threads())
     W_pv = torch.nn.Parameter(0.01 * torch.randn(d + 1, d + 1))
     W_kq = torch.nn.Parameter(0.01 * torch.randn(d + 1, d + 1))
-    opt = torch.optim.SGD([W_pv, W_kq], lr=LR)
+    opt = torch.optim.SGD([W_pv, W_kq], lr=lr)
 
     def run():
-        w = torch.randn(B, d)
-        X = torch.randn(B, N + 1, d)  # N context covariates and the query
-        y = torch.einsum("bnd,bd->bn", X, w)
-        E = torch.empty(B, d + 1, N + 1)               # [B, d+1, N+1]   [ZFB (3.4)]
-        E[:, :d, :] = X.transpose(1, 2)
-        E[:, d, :N] = y[:, :N]
-        E[:, d, N] = 0
-        y_q = y[:, N]
-        G = E @ E.transpose(1, 2) / N
-        q = W_kq @ E[:, :, N:]                     # [B, d+1, 1]
-        y_hat = (G @ q).squeeze(-1) @ W_pv[d]       # p^T G q   [ZFB (3.6)], [B]
-        loss = 0.5 * ((y_hat - y_q) ** 2).mean()
+        E, y_q = torch_prompts(torch, d, N, B)
+        loss = loss_fn(E, y_q, W_pv, W_kq)
         opt.zero_grad()
         loss.backward()
         opt.step()

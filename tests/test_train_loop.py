@@ -179,3 +179,135 @@ def test_sample_on_the_device_equals_the_cpu_sample(rng, dtype):
         want = getattr(host, name)
         assert np.abs(cuda.to_host(a) - want).max() <= tol * np.abs(want).max(), name
     np.testing.assert_array_equal(gpu.Lambda, host.Lambda)
+
+
+# ---- fit's trajectory is the hand-written loop's, bitwise ----------------------------------------
+
+_OPTIMIZERS = [
+    lambda: train.SGD(lr=0.02),
+    lambda: train.SGD(lr=0.02, momentum=0.9, nesterov=True, weight_decay=0.01, schedule="cosine"),
+    lambda: train.Adam(lr=0.01, clip_norm=0.3, amsgrad=True),
+    lambda: train.AdamW(lr=0.01, weight_decay=0.1, schedule="cosine"),
+]
+
+
+def _hand_loop(objective, optimizer, source, steps):
+    """The loop fit runs, written out: the objective's unbound step on the prompts of each step
+    and the Python optimizer's step; (rows of (loss, ‖g‖, η) for every step and the final θ)."""
+    theta = np.array(objective.theta0, dtype=np.float64)
+    state, rows = optimizer.init(theta), []
+    for t in range(steps):
+        loss, grad = objective.loss_and_grad(theta, t, source)
+        norm = grad_norm(grad)
+        rows.append((loss, norm, optimizer.step(theta, grad, state, norm=norm)["lr"]))
+    loss, grad = objective.loss_and_grad(theta, steps - 1, source)  # fit's final row
+    rows.append((loss, grad_norm(grad), None))
+    return rows, theta
+
+
+def _problem(rng, kind, dtype):
+    seed = int(rng.integers(2**31))
+    if kind == "kernel attention":
+        d = int(rng.integers(1, 4))
+        params = ka.KernelAttentionParams.gaussian(rng, d, 2, 1, "softmax",
+                                                   sparse=bool(rng.integers(2)))
+        spec = sampling.KernelGPPrompts(d, int(rng.integers(1, 7)), "exp", seed=seed)
+        return (lambda: train.KernelAttentionObjective(params, dtype=dtype),
+                train.Prompts(spec, batch=int(rng.integers(1, 40)), resample_every=2))
+    d = int(rng.integers(1, 6))
+    W = _lsa(rng, d)
+    spec = sampling.LinearPrompts(d, int(rng.integers(d, 12)), seed=seed)
+    return (lambda: train.LSAObjective(*W, method=kind),
+            train.Prompts(spec, batch=int(rng.integers(1, 90)), dtype=dtype or np.float32))
+
+
+@pytest.mark.parametrize("make_optimizer", _OPTIMIZERS)
+@pytest.mark.parametrize("kind", ["tokens", "wishart", "kernel attention"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fit_trajectory_is_the_hand_written_loop_bitwise(rng, make_optimizer, kind, dtype):
+    """Every record (loss, gradient norm, learning rate) and the final θ of fit equal those of the
+    plain loop (objective.loss_and_grad + Optimizer.step) bit for bit: the bound step, the native
+    optimizer step on host buffers and the records change nothing."""
+    make_objective, source = _problem(rng, kind, dtype)
+    steps = int(rng.integers(1, 9))
+    want, theta = _hand_loop(make_objective(), make_optimizer(), source, steps)
+    got = train.fit(make_objective(), make_optimizer(), data=source, steps=steps, progress=False)
+    h = got.history
+    assert list(h["step"]) == list(range(steps + 1))
+    np.testing.assert_array_equal(h["loss"], [r[0] for r in want])
+    np.testing.assert_array_equal(h["grad_norm"], [r[1] for r in want])
+    np.testing.assert_array_equal(h["lr"][:-1], [r[2] for r in want[:-1]])
+    np.testing.assert_array_equal(got.theta, theta)
+
+
+class _Quadratic(train.Objective):
+    """½‖θ − c‖² with a θ of any shape (a duck-typed objective), no data."""
+
+    needs_data = False
+
+    def __init__(self, theta0, c):
+        self.theta0, self.c = theta0, c
+
+    def loss_and_grad(self, theta, step, data=None):
+        r = theta - self.c
+        return 0.5 * float(np.sum(r * r)), r
+
+
+@pytest.mark.parametrize("shape", [(7,), (3, 4)])
+def test_fit_on_any_theta_shape_and_a_subclassed_optimizer_is_the_python_step(rng, shape):
+    """The native host step runs the built-in optimizers on a flat θ; a θ of another shape and a
+    subclass (which may override ``step``) take the optimizer's own step — same trajectory."""
+    calls = []
+
+    class CountingAdam(train.Adam):
+        def step(self, theta, grad, state, *, norm=None):
+            calls.append(1)
+            return super().step(theta, grad, state, norm=norm)
+
+    theta0, c = rng.standard_normal(shape), rng.standard_normal(shape)
+    steps = int(rng.integers(1, 7))
+    want, theta = _hand_loop(_Quadratic(theta0, c), train.Adam(lr=0.1), None, steps)
+    for optimizer in (train.Adam(lr=0.1), CountingAdam(lr=0.1)):
+        got = train.fit(_Quadratic(theta0, c), optimizer, steps=steps, progress=False)
+        np.testing.assert_array_equal(got.theta, theta)
+        np.testing.assert_array_equal(got.history["loss"], [r[0] for r in want])
+    assert len(calls) == steps
+
+
+def test_progress_bar_ends_on_the_last_loss(capsys, rng):
+    """The bar's loss is set at most once per redraw interval, and to the final record's loss at
+    the end."""
+    pytest.importorskip("tqdm")
+    c = rng.standard_normal(4)
+    res = train.fit(_Quadratic(np.zeros(4), c), "sgd", lr=0.05, steps=int(rng.integers(30, 300)),
+                    progress=True)
+    shown = capsys.readouterr().err.rsplit("loss=", 1)[1].split("]")[0].strip()
+    assert shown == f"{res.history['loss'][-1]:.4g}"
+
+
+def test_bound_kernel_attention_step_converts_a_batch_once(rng, monkeypatch):
+    """A batch in another dtype than the model's: E and y_q reach the native call as the same
+    converted arrays at every step that reuses the batch (no per-step copy), new ones for a new
+    batch."""
+    from lsa_native import _core
+
+    seen = []
+    real = _core.kernel_attention_loss_and_grad
+
+    def spy(Z0, y_q, *args, **kwargs):
+        seen.append((Z0, y_q))
+        return real(Z0, y_q, *args, **kwargs)
+
+    monkeypatch.setattr(_core, "kernel_attention_loss_and_grad", spy)
+    params = ka.KernelAttentionParams.gaussian(rng, 2, 2, 1, "softmax")
+    objective = train.KernelAttentionObjective(params, dtype=np.float32)
+    spec = sampling.KernelGPPrompts(2, 5, "exp", seed=int(rng.integers(2**31)))
+    source = train.Prompts(spec, batch=7, resample_every=3, dtype=np.float64)
+    step_fn = objective.bind(source)
+    for t in range(6):
+        step_fn(objective.theta0, t)
+    assert all(E.dtype == np.float32 and y.dtype == np.float32 for E, y in seen)
+    for first, later in ((0, 1), (0, 2), (3, 4), (3, 5)):
+        assert seen[first][0] is seen[later][0] and seen[first][1] is seen[later][1]
+    assert seen[0][0] is not seen[3][0]
+    np.testing.assert_array_equal(seen[3][1], source.at(3).y_q.astype(np.float32))

@@ -3,9 +3,10 @@
 The call is in parts: :func:`_setup` checks every argument once, before any work (bad input is a
 TypeError/ValueError naming the argument there, never in the loop); :func:`_start` opens the run
 directory and resumes from its newest checkpoint; :class:`_Recorder` writes the history rows;
-:func:`_run_steps` takes the steps. Every sign of divergence — a non-finite loss, gradient,
-held-out loss or updated parameters, a native overflow — is raised by :class:`_Divergence` as one
-:class:`TrainingDiverged`.
+:func:`_run_steps` takes the steps (per step: the bound objective step, the checks of its
+results, the record, and the optimizer step — one native call for the built-in optimizers). Every
+sign of divergence — a non-finite loss, gradient, held-out loss or updated parameters, a native
+overflow — is raised by :class:`_Divergence` as one :class:`TrainingDiverged`.
 """
 from __future__ import annotations
 
@@ -122,6 +123,8 @@ def fit(objective, optimizer="adam", *, steps: int, data=None, theta0=None, eval
     Bad arguments raise TypeError/ValueError naming them before any step. Returns a
     :class:`FitResult`.
 
+    On the host the built-in optimizers (SGD, Adam, AdamW) step as one native call on θ's buffers
+    (:mod:`.native_optim`, bitwise ``Optimizer.step``); a subclass's ``step`` runs as written.
     An objective with ``device="cuda"`` and a built-in optimizer (SGD, Adam, AdamW) trains with θ
     and the optimizer state on the GPU (:mod:`.native_optim`: one native step, equal to the
     Python optimizer's to rounding); the gradient norm and the divergence checks are read back
@@ -527,6 +530,7 @@ class _Recorder:
 
     def __init__(self, plan: _Plan, state: _State, history: History, guard: _Divergence, bar):
         self.plan, self.history, self.guard, self.bar = plan, history, guard, bar
+        self.shown, self.shown_at = None, -math.inf  # the bar's loss and when it was set
         self.log = state.run.open_history() if state.run is not None else None
         self.elapsed0, self.t0 = state.elapsed, time.perf_counter()
 
@@ -564,10 +568,20 @@ class _Recorder:
         if self.log is not None:
             self.log.append(row)
         if self.bar is not None:
-            self.bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
+            self._show(loss, row["time"])
         return row
 
+    def _show(self, loss: float, now: float) -> None:
+        """The bar's loss, set at most once per redraw interval of the bar (tqdm draws no more
+        often; formatting the postfix at every step cost as much as the rest of the record)."""
+        self.shown = loss
+        if now - self.shown_at >= self.bar.mininterval:
+            self.bar.set_postfix(loss=f"{loss:.4g}", refresh=False)
+            self.shown_at = now
+
     def close(self) -> None:
+        if self.bar is not None and self.shown is not None:  # the last loss, whatever its time
+            self.bar.set_postfix(loss=f"{self.shown:.4g}", refresh=False)
         if self.log is not None:
             self.log.close()
 
@@ -595,27 +609,84 @@ def _metric_columns(metrics: dict, params) -> dict:
 
 def _run_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Divergence, bar):
     """Steps state.step, …, plan.steps − 1 (or until a callback stops the run); returns
-    (the step reached, whether a callback stopped the run)."""
-    theta, opt_state, optimizer = state.theta, state.opt_state, plan.optimizer
+    (the step reached, whether a callback stopped the run). The built-in optimizers (SGD, Adam,
+    AdamW, not subclasses) step as one native call on host buffers (:class:`_HostOptimizer`,
+    bitwise ``Optimizer.step``); any other optimizer through its ``step``."""
+    host = _HostOptimizer.of(plan, state)
+    theta = state.theta if host is None else host.theta
+    opt_state, optimizer = state.opt_state, plan.optimizer
+    callbacks, objective, every = plan.callbacks, plan.objective, plan.checkpoint_every
+    saves = state.run is not None and every is not None
     t = state.step
     while t < plan.steps:
         loss, grad, norm = guard.loss_and_grad(t, theta, t)
-        # Records of step t describe θ_t: take them before the update.
+        # Records of step t describe θ_t: written before the update (the native update writes
+        # θ_{t+1} into the other buffer, so θ_t is still there for the record after it).
         row = None
-        if rec.due(t):
-            row = rec.write(t, theta, loss, norm, optimizer.learning_rate(opt_state["t"]))
-        info = guard.update(t, theta, grad, norm, opt_state)
+        if host is None:
+            if rec.due(t):
+                row = rec.write(t, theta, loss, norm, optimizer.learning_rate(opt_state["t"]))
+            lr = guard.update(t, theta, grad, norm, opt_state)["lr"]
+        else:
+            lr = host.step(t, grad, norm)
+            if rec.due(t):
+                row = rec.write(t, theta, loss, norm, lr)
+            if host.failed():
+                raise guard.error(t, "the update gave non-finite parameters", theta, lr)
+            theta = host.theta
         t += 1
         if bar is not None:
             bar.update(1)
-        every = plan.checkpoint_every
-        if state.run is not None and every is not None and t % every == 0 and t < plan.steps:
+        if saves and t % every == 0 and t < plan.steps:
+            if host is not None:
+                host.sync(state)
             _save(plan, state, t, rec.elapsed())
-        if plan.callbacks:
-            seen = StepInfo(t - 1, theta, loss, info["grad_norm"], info["lr"], row, plan.objective)
-            if _notify(plan.callbacks, seen):
+        if callbacks:
+            if _notify(callbacks, StepInfo(t - 1, theta, loss, norm, lr, row, objective)):
+                if host is not None:
+                    host.sync(state)
                 return t, True
+    if host is not None:
+        host.sync(state)
     return t, False
+
+
+class _HostOptimizer:
+    """The optimizer step of the host loop as one native call (:class:`.native_optim.
+    NativeOptimizer` on host buffers, given numpy's gradient norm: bitwise ``Optimizer.step``, see
+    tests/test_native_optim.py): no Python array arithmetic per step. θ is double-buffered, so
+    θ_t survives the update for its record and for the error of a non-finite θ_{t+1} (the native
+    step records it in the status instead of raising)."""
+
+    def __init__(self, plan: _Plan, state: _State):
+        self.native = native_optim.NativeOptimizer(plan.optimizer, state.theta,
+                                                   opt_state=state.opt_state)
+        self.grad, self.status = self.native.grad, self.native.status_buffer
+
+    @classmethod
+    def of(cls, plan: _Plan, state: _State):
+        """The native step for a built-in optimizer (a subclass may override ``step``) on a flat
+        θ, or None."""
+        native = type(plan.optimizer) in (SGD, Adam, AdamW) and state.theta.ndim == 1
+        return cls(plan, state) if native else None
+
+    @property
+    def theta(self) -> np.ndarray:
+        """θ_t: the buffer the next step reads."""
+        return self.native.current
+
+    def step(self, t: int, grad, norm: float) -> float:
+        """θ_t → θ_{t+1} from ``grad`` (‖grad‖₂ = ``norm``, finite); returns η_t."""
+        np.copyto(self.grad, grad)
+        return self.native.step(t, norm=norm)
+
+    def failed(self) -> bool:
+        """Whether the last step gave non-finite parameters (θ_t kept in its buffer)."""
+        return self.status[1] != native_optim.OK
+
+    def sync(self, state: _State) -> None:
+        """θ and the optimizer state into ``state`` (host copies: a checkpoint's, the result's)."""
+        state.theta, state.opt_state = self.native.host_state()
 
 
 def _notify(callbacks: list, info: StepInfo) -> bool:

@@ -34,6 +34,8 @@ __all__ = ["NativeOptimizer", "HOST", "CUDA", "BAD_GRADIENT", "BAD_PARAMETERS", 
 _FIELD = {name: i for i, name in enumerate(_core.optimizer_step_fields)}
 _RULES = {"sgd": 0, "adam": 1, "adamw": 2}
 OK, BAD_GRADIENT, BAD_PARAMETERS, BAD_LOSS = 0, 1, 2, 3  # the status codes of optim.hpp
+_LR, _FIRST, _STEP_INDEX, _BIAS1, _BIAS2, _DECOUPLED = (
+    _FIELD[k] for k in ("lr", "first", "step_index", "bias1", "bias2", "decoupled_decay"))
 _STATE_KEYS = ("exp_avg", "exp_avg_sq", "max_exp_avg_sq", "momentum_buffer")
 
 
@@ -134,6 +136,11 @@ class NativeOptimizer:
         self.status_buffer = arrays.array([math.nan, OK, -1.0]) if status is None else status
         self.steps_taken = 0  # by this object: step k reads θ buffer k % 2
         self._scalars = self._constant_scalars()
+        # What every step passes unchanged, looked up once (a dtype's name is a slow property).
+        self._scalars_ptr = self._scalars.ctypes.data
+        self._grad_dtype_name, self._device = self.grad_dtype.name, arrays.device
+        self._betas = optimizer.betas if isinstance(optimizer, Adam) else None
+        self._decoupled = isinstance(optimizer, AdamW)
         address = arrays.address
         self._theta_ptr = [address(a) for a in self.theta]
         self._args = (
@@ -175,19 +182,19 @@ class NativeOptimizer:
         leaves θ alone, like a non-finite gradient). Returns η_t."""
         opt, s, t = self.optimizer, self._scalars, self.t + 1
         lr = opt.learning_rate(self.t)
-        s[_FIELD["lr"]] = lr
-        s[_FIELD["first"]] = t == 1
-        s[_FIELD["step_index"]] = step_index
-        if isinstance(opt, Adam):
-            b1, b2 = opt.betas
-            s[_FIELD["bias1"]] = 1 - b1**t
-            s[_FIELD["bias2"]] = 1 - b2**t
-            if isinstance(opt, AdamW):
-                s[_FIELD["decoupled_decay"]] = 1 - lr * opt.weight_decay
+        s[_LR] = lr
+        s[_FIRST] = t == 1
+        s[_STEP_INDEX] = step_index
+        if self._betas is not None:
+            b1, b2 = self._betas
+            s[_BIAS1] = 1 - b1**t
+            s[_BIAS2] = 1 - b2**t
+            if self._decoupled:
+                s[_DECOUPLED] = 1 - lr * opt.weight_decay
         k = self.steps_taken % 2
-        _core.optimizer_step(s.ctypes.data, self._n, self._theta_ptr[k], self._theta_ptr[1 - k],
+        _core.optimizer_step(self._scalars_ptr, self._n, self._theta_ptr[k], self._theta_ptr[1 - k],
                              *self._args, -1.0 if norm is None else float(norm), self._status_ptr,
-                             self._model_ptr, self.grad_dtype.name, self.arrays.device,
+                             self._model_ptr, self._grad_dtype_name, self._device,
                              0 if loss is None else self.arrays.address(loss), self._mask_ptr)
         self.t, self.steps_taken = t, self.steps_taken + 1
         return lr

@@ -26,11 +26,12 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
 
 import numpy as np
 
 from .. import kernel_attention as ka
-from .. import cuda, lsa, multihead, population
+from .. import _core, cuda, lsa, multihead, population
 from ..data import check_covariance
 from .._validation import as_array, check_finite_result, positive_int, real_array
 from ..sampling.random import check_step
@@ -207,17 +208,26 @@ class LSAObjective(_WeightPair, Objective):
         W, d = (None, None) if dt == np.float64 else (np.empty(2 * k, dt), np.empty(2 * k, dt))
         every = data.resample_every
         square = lambda v: (v[:k].reshape(r, r), v[k:].reshape(r, r))  # noqa: E731
-        views = [None, square(W) if W is not None else None, square(grad if d is None else d)]
+        views = {}  # float64: id(θ) -> (θ, its (W_pv, W_kq) views), fit's θ buffers (two at most)
+        W_views = square(W) if W is not None else None
+        g_views = square(grad if d is None else d)
 
         def lsa_step(theta, step):
-            if W is None:  # float64: θ itself (views cached while fit passes the same array)
-                if views[0] is not theta:
-                    views[0], views[1] = theta, square(theta)
+            if W is None:  # float64: θ itself, through views made once per θ buffer
+                seen = views.get(id(theta))
+                if seen is None or seen[0] is not theta:
+                    if len(views) > 1:
+                        views.clear()
+                    seen = views[id(theta)] = (theta, square(theta))
+                params = seen[1]
             else:
                 np.copyto(W, theta, casting="unsafe")
-                if not np.isfinite(W).all():  # θ past float32's range: as_array's ValueError
+                # θ is finite (fit checks it), so W is unless θ is past float32's range; a finite
+                # sum says so in one pass (a non-finite one: an entry, or the sum, overflowed).
+                if not math.isfinite(np.add.reduce(W)) and not np.isfinite(W).all():
                     as_array(theta[:k], (k,), dt, "W_pv"), as_array(theta[k:], (k,), dt, "W_kq")
-            loss = step_fn(*views[1], step // every, *views[2])
+                params = W_views
+            loss = step_fn(*params, step // every, *g_views)
             if d is not None:
                 np.copyto(grad, d)
             return loss, grad
@@ -512,31 +522,62 @@ class KernelAttentionObjective(Objective):
 
     def bind(self, data):
         """The step with the parameter layout prepared once: θ is scattered into one flat
-        [V | B | C] buffer of the batch's dtype (sparse V's other entries stay 0) and the gradient
-        gathered from the native dV, dB, dC by precomputed positions (no parameter objects, V
-        embedding or concatenations of pieces per step); E cast once per batch, as
-        :meth:`loss_and_grad`, whose results it gives bitwise."""
+        [V | B | C] buffer of the batch's dtype (sparse V's other entries stay 0), the native call
+        writes dV, dB, dC into one flat gradient buffer, and the gradient is gathered from it by
+        precomputed positions (no parameter objects, V embedding, allocations or concatenations
+        per step). The batch's operands are converted and checked once per batch (E cast to
+        ``dtype``, y_q to E's dtype: no per-step copy of either), then each step is the native call
+        alone (whose validate() checks the operands' shapes and finiteness). Bitwise
+        :meth:`loss_and_grad`."""
         p, dest = self.template, self._positions()
-        shapes = [(p.layers, p.heads, p.B.shape[-1] + 1, p.B.shape[-1] + 1), p.B.shape, p.C.shape]
+        shapes = self._shapes()
         cuts = np.cumsum([int(np.prod(s)) for s in shapes])
+        whole = dest.size == cuts[-1]  # full V: θ is the flat buffer itself, in order
         activations = list(p.activations)
-        buffers = {}  # dtype -> (flat buffer, (V, B, C) views)
+        native = _core.kernel_attention_loss_and_grad
+        grad = np.empty(self.theta0.size)
+        buffers = {}  # dtype -> (flat θ, its (V, B, C) views, flat gradient, its views)
+        operands = [None, None]  # [the batch's (E, y_q) as given, as the native call reads them]
+
+        def split(flat):
+            return tuple(a.reshape(s) for a, s in zip(np.split(flat, cuts[:-1]), shapes))
 
         def ka_step(theta, step):
             if self.device == "cuda":
-                Z0, y_q = self._batch_on_device(step, data)
-            else:
-                Z0, y_q = self._cast(data.at(step), self.dtype)
-            dt = np.dtype(Z0.dtype)
+                return self._host_theta_cuda_step(theta, step, data, dest, shapes, cuts,
+                                                  activations)
+            given = self._cast(data.at(step), self.dtype)
+            if operands[0] is None or any(a is not b for a, b in zip(operands[0], given)):
+                Z0, dt = cuda.native_prompts(given[0], "Z0")
+                operands[:] = [given, (Z0, cuda.native_operand(given[1], dt, "y_q"))]
+            Z0, y_q = operands[1]
+            dt = Z0.dtype
             if dt not in buffers:
-                flat = np.zeros(cuts[-1], dt)
-                buffers[dt] = (flat, [a.reshape(s) for a, s in zip(np.split(flat, cuts[:-1]), shapes)])
-            flat, views = buffers[dt]
-            flat[dest] = theta
-            loss, *grads = ka.loss_and_grad(Z0, y_q, *views, activations)
-            return loss, np.concatenate([cuda.to_host(g).ravel() for g in grads])[dest]
+                flat, g = np.zeros(cuts[-1], dt), np.empty(cuts[-1], dt)
+                buffers[dt] = (flat, split(flat), g, split(g))
+            flat, views, g, g_views = buffers[dt]
+            if whole:
+                np.copyto(flat, theta, casting="unsafe")
+            else:
+                flat[dest] = theta
+            loss = native(Z0, y_q, *views, activations, out=g_views)[0]
+            if whole:
+                np.copyto(grad, g)
+            else:
+                grad[...] = g[dest]
+            return loss, grad
 
         return ka_step
+
+    def _host_theta_cuda_step(self, theta, step, data, dest, shapes, cuts, activations):
+        """The host-θ step of ``device="cuda"``: the prompts on the GPU, θ scattered and the
+        gradient gathered on the host."""
+        Z0, y_q = self._batch_on_device(step, data)
+        flat = np.zeros(cuts[-1], np.dtype(Z0.dtype))
+        flat[dest] = theta
+        views = [a.reshape(s) for a, s in zip(np.split(flat, cuts[:-1]), shapes)]
+        loss, *grads = ka.loss_and_grad(Z0, y_q, *views, activations)
+        return loss, np.concatenate([cuda.to_host(g).ravel() for g in grads])[dest]
 
     def _positions(self) -> np.ndarray:
         """Where each entry of θ sits in the flat [V | B | C] buffer (θ's order: to_vector's,
