@@ -55,9 +55,29 @@ inline void combine_tokens(const PredictionScratch<T>& w, T alpha, T beta, T* ou
   }
 }
 
+// Without d_E, at small d (prompts_in_lanes): the gradient sums with the prompts in lanes.
+template <class T>
+void predict_vjp_lanes(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
+                       index_t b0, index_t b1, double* partial) {
+  LanePrompts<T> w(sh.dim, sh.context, W_pv, W_kq);
+  LaneGradSums<T> sums(w.rows);
+  const double scale = recipe::residual_scale<T>(1.0, sh.context);
+  for_each_lane_group(w, E, b0, b1, [&](index_t b, index_t count) {
+    w.template pass<true>();
+    Vec<double> g[kDoubleVecs<T>];
+    lanes_to_double<T>(w.gather(d_y, b, count), count, g);
+    sums.add(g, scale, w, false);
+  });
+  sums.write(partial, false);
+}
+
 template <class T>
 bool predict_vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
                        T* d_E, index_t b0, index_t b1, double* partial) {
+  if (!d_E && prompts_in_lanes<T>(sh.dim, sh.context)) {
+    predict_vjp_lanes(sh, E, W_pv, W_kq, d_y, b0, b1, partial);
+    return true;
+  }
   const index_t D = sh.dim + 1, C = sh.context + 1, N = sh.context, values = D * C;
   const recipe::Mat<T> Wk = recipe::rows_of(W_kq, int(D));
   simd::Vec<T> poison = simd::zero<T>();  // of d_E (the parameter gradients are checked reduced)
