@@ -336,6 +336,24 @@ struct LanePrompts {
     for (; i0 < values; ++i0)
       for (index_t l = 0; l < L; ++l) X[i0][l] = src[l][i0];
   }
+  // The inverse of stage(): X [values] (lane l = prompt b + l) into the prompts b .. b + count − 1
+  // of out, adding x − x of every value to `poison` (lanes past count repeat the last prompt).
+  void unstage(T* out, index_t b, index_t count, Vec<T>& poison) const {
+    index_t i0 = 0;
+    for (; i0 + L <= values; i0 += L) {
+      Vec<T> v[L];
+      for (index_t k = 0; k < L; ++k) {
+        v[k] = X[i0 + k];
+        poison += v[k] - v[k];
+      }
+      simd::transpose(v);
+      for (index_t l = 0; l < count; ++l) store(out + (b + l) * values + i0, v[l]);
+    }
+    for (; i0 < values; ++i0) {
+      poison += X[i0] - X[i0];
+      for (index_t l = 0; l < count; ++l) out[(b + l) * values + i0] = X[i0][l];
+    }
+  }
   Vec<T> x(index_t r, index_t j) const { return X[r * cols + j]; }
   Vec<T> e_q(index_t r) const { return x(r, N); }
   // q, t, s and Σ_j t_j s_j; with kBackward also g_k, g_p. Returns ŷ (the recipe's epilogue).
