@@ -326,32 +326,38 @@ struct LanePrompts {
   void stage(const T* E, index_t b, index_t count, const void* next, size_t next_bytes) {
     ahead.start(next, next_bytes);
     for (index_t l = 0; l < L; ++l) src[l] = E + (b + std::min(l, count - 1)) * values;
-    index_t i0 = 0;
-    for (; i0 + L <= values; i0 += L) {
-      Vec<T> v[L];
-      for (index_t l = 0; l < L; ++l) v[l] = load(src[l] + i0);
-      simd::transpose(v);
-      for (index_t k = 0; k < L; ++k) X[i0 + k] = v[k];
+    if (values < L) {  // d = 1, N ≤ 2: values one by one
+      for (index_t i = 0; i < values; ++i)
+        for (index_t l = 0; l < L; ++l) X[i][l] = src[l][i];
+      return;
     }
-    for (; i0 < values; ++i0)
-      for (index_t l = 0; l < L; ++l) X[i0][l] = src[l][i0];
+    // Blocks of L values; the last block ends at the prompt's end (overlapping the one before it:
+    // the values in both are written twice, the same).
+    for (index_t i0 = 0;; i0 += L) {
+      const index_t at = std::min(i0, values - L);
+      Vec<T> v[L];
+      for (index_t l = 0; l < L; ++l) v[l] = load(src[l] + at);
+      simd::transpose(v);
+      for (index_t k = 0; k < L; ++k) X[at + k] = v[k];
+      if (at + L == values) break;
+    }
   }
   // The inverse of stage(): X [values] (lane l = prompt b + l) into the prompts b .. b + count − 1
   // of out, adding x − x of every value to `poison` (lanes past count repeat the last prompt).
   void unstage(T* out, index_t b, index_t count, Vec<T>& poison) const {
-    index_t i0 = 0;
-    for (; i0 + L <= values; i0 += L) {
-      Vec<T> v[L];
-      for (index_t k = 0; k < L; ++k) {
-        v[k] = X[i0 + k];
-        poison += v[k] - v[k];
-      }
-      simd::transpose(v);
-      for (index_t l = 0; l < count; ++l) store(out + (b + l) * values + i0, v[l]);
+    for (index_t i = 0; i < values; ++i) poison += X[i] - X[i];
+    if (values < L) {
+      for (index_t i = 0; i < values; ++i)
+        for (index_t l = 0; l < count; ++l) out[(b + l) * values + i] = X[i][l];
+      return;
     }
-    for (; i0 < values; ++i0) {
-      poison += X[i0] - X[i0];
-      for (index_t l = 0; l < count; ++l) out[(b + l) * values + i0] = X[i0][l];
+    for (index_t i0 = 0;; i0 += L) {  // blocks as in stage()
+      const index_t at = std::min(i0, values - L);
+      Vec<T> v[L];
+      for (index_t k = 0; k < L; ++k) v[k] = X[at + k];
+      simd::transpose(v);
+      for (index_t l = 0; l < count; ++l) store(out + (b + l) * values + at, v[l]);
+      if (at + L == values) break;
     }
   }
   Vec<T> x(index_t r, index_t j) const { return X[r * cols + j]; }
@@ -364,44 +370,53 @@ struct LanePrompts {
       for (index_t c = 0; c < rows; ++c) acc += simd::broadcast(W[r * rows + c]) * e_q(c);
       q[r] = acc;
     }
+    if (kBackward)
+      for (index_t r = 0; r < rows; ++r) g_k[r] = g_p[r] = simd::zero<T>();
     Vec<T> dot = simd::zero<T>();
-    for (index_t j = 0; j < cols; ++j) {
-      ahead.step(1);
-      Vec<T> tj = simd::zero<T>(), sj = simd::zero<T>();
-      for (index_t r = 0; r < rows; ++r) {
-        const Vec<T> e = x(r, j);
-        tj += p[r] * e;
-        sj += q[r] * e;
-      }
-      t[j] = tj;
-      s[j] = sj;
-      dot += tj * sj;
+    index_t j = 0;
+    for (; j + 4 <= cols; j += 4) tokens<4, kBackward>(j, dot);
+    switch (cols - j) {
+      case 3: tokens<3, kBackward>(j, dot); break;
+      case 2: tokens<2, kBackward>(j, dot); break;
+      case 1: tokens<1, kBackward>(j, dot); break;
+      default: break;
     }
     ahead.step(1 << 20);
-    if (kBackward) {
-      index_t r = 0;
-      for (; r + 2 <= rows; r += 2) row_sums<2>(r);
-      if (r < rows) row_sums<1>(r);
-    }
     return e_q(rows - 1) + dot * simd::broadcast(T(1) / T(N));  // recipe::prediction per lane
   }
-  // g_k, g_p of rows r0 .. r0 + RB − 1 (2·RB independent accumulator chains along the tokens).
-  template <int RB>
-  void row_sums(index_t r0) {
-    Vec<T> gk[RB], gp[RB];
-    for (int i = 0; i < RB; ++i) gk[i] = gp[i] = simd::zero<T>();
-    for (index_t j = 0; j < cols; ++j) {
-      const Vec<T> tj = t[j], sj = s[j];
-      for (int i = 0; i < RB; ++i) {
-        const Vec<T> e = x(r0 + i, j);
-        gk[i] += tj * e;
-        gp[i] += sj * e;
+  // Tokens j0 .. j0 + JB − 1: t_j, s_j in registers (2·JB independent chains over the rows, each
+  // p_r, q_r load used JB times), stored to t, s; dot += t_j s_j; with kBackward the row sums
+  // g_k[r] += t_j X[r, j], g_p[r] += s_j X[r, j] while the block's X is in L1 (the same sequential
+  // order over j as one token at a time).
+  template <int JB, bool kBackward>
+  void tokens(index_t j0, Vec<T>& dot) {
+    ahead.step(2);
+    Vec<T> tj[JB], sj[JB];
+    for (int k = 0; k < JB; ++k) tj[k] = sj[k] = simd::zero<T>();
+    for (index_t r = 0; r < rows; ++r) {
+      const Vec<T> pr = p[r], qr = q[r];
+      const Vec<T>* xr = X + r * cols + j0;
+      for (int k = 0; k < JB; ++k) {
+        tj[k] += pr * xr[k];
+        sj[k] += qr * xr[k];
       }
     }
-    for (int i = 0; i < RB; ++i) {
-      g_k[r0 + i] = gk[i];
-      g_p[r0 + i] = gp[i];
+    for (int k = 0; k < JB; ++k) {
+      t[j0 + k] = tj[k];
+      s[j0 + k] = sj[k];
+      dot += tj[k] * sj[k];
     }
+    if (kBackward)
+      for (index_t r = 0; r < rows; ++r) {
+        const Vec<T>* xr = X + r * cols + j0;
+        Vec<T> gk = g_k[r], gp = g_p[r];
+        for (int k = 0; k < JB; ++k) {
+          gk += tj[k] * xr[k];
+          gp += sj[k] * xr[k];
+        }
+        g_k[r] = gk;
+        g_p[r] = gp;
+      }
   }
   // The L values at v[b], lanes past count repeating v[b + count − 1].
   Vec<T> gather(const T* v, index_t b, index_t count) const {
