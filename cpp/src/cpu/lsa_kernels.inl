@@ -293,11 +293,15 @@ struct AheadPrompts {
 // and the batch sums of the gradients in double per lane (LaneGradSums), the lanes added in order
 // at the range's end. A group's lanes past the range repeat its last prompt and weigh 0.
 
-// Whether the prompts-in-lanes kernels run: d ≤ 8 (beyond, the token-lane pass's fixed work is a
-// small part of a prompt) and X within about half of L1.
-template <class T>
-inline bool prompts_in_lanes(index_t d, index_t N) {
-  return d + 1 <= 9 && (d + 1) * (N + 1) * index_t(sizeof(Vec<T>)) <= 16384;
+// Whether the prompts-in-lanes kernels run: d ≤ 8 and at most `max_tokens` tokens N + 1. Beyond,
+// the token-lane kernels' per-prompt fixed work is a small part of a prompt, and the transposes
+// cost more than it. The limits per kernel are the measured crossovers (bench/
+// report_lsa_bandwidth.py, float32 and float64, d = 2..8): the loss gradient and the prediction
+// VJP without dE gain up to N + 1 ≈ 48, the prediction alone up to 32, the VJP with dE up to 24.
+constexpr index_t kLanesMaxRows = 9;
+constexpr index_t kLanesMaxTokensBackward = 48, kLanesMaxTokensPredict = 32, kLanesMaxTokensInputGrad = 24;
+inline bool prompts_in_lanes(index_t d, index_t N, index_t max_tokens) {
+  return d + 1 <= kLanesMaxRows && N + 1 <= max_tokens;
 }
 
 template <class T>
@@ -536,7 +540,8 @@ void loss_grad_lanes(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv
 template <class T>
 bool predict_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* y_hat,
                    index_t b0, index_t b1) {
-  if (prompts_in_lanes<T>(sh.dim, sh.context)) return predict_lanes(sh, E, W_pv, W_kq, y_hat, b0, b1);
+  if (prompts_in_lanes(sh.dim, sh.context, kLanesMaxTokensPredict))
+    return predict_lanes(sh, E, W_pv, W_kq, y_hat, b0, b1);
   const index_t d = sh.dim, N = sh.context, values = (d + 1) * (N + 1);
   PredictionScratch<T> w(d, N, W_kq);
   const AheadPrompts<T> next(E, values, b1);
@@ -604,7 +609,7 @@ struct PredictionGradSums {
 template <class T>
 void loss_grad_range(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv, const T* W_kq,
                      T* y_hat, index_t b0, index_t b1, double* partial) {
-  if (prompts_in_lanes<T>(sh.dim, sh.context))
+  if (prompts_in_lanes(sh.dim, sh.context, kLanesMaxTokensBackward))
     return loss_grad_lanes(sh, E, y_q, W_pv, W_kq, y_hat, b0, b1, partial);
   const index_t d = sh.dim, N = sh.context, rows = d + 1, values = rows * (N + 1);
   PredictionScratch<T> w(d, N, W_kq);

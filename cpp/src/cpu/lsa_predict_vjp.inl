@@ -95,7 +95,7 @@ bool predict_vjp_lanes(const LsaShape& sh, const T* E, const T* W_pv, const T* W
 template <class T>
 bool predict_vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
                        T* d_E, index_t b0, index_t b1, double* partial) {
-  if (prompts_in_lanes<T>(sh.dim, sh.context))
+  if (prompts_in_lanes(sh.dim, sh.context, d_E ? kLanesMaxTokensInputGrad : kLanesMaxTokensBackward))
     return predict_vjp_lanes(sh, E, W_pv, W_kq, d_y, d_E, b0, b1, partial);
   const index_t D = sh.dim + 1, C = sh.context + 1, N = sh.context, values = D * C;
   const recipe::Mat<T> Wk = recipe::rows_of(W_kq, int(D));
