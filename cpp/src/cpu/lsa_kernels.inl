@@ -295,11 +295,15 @@ struct AheadPrompts {
 
 // Whether the prompts-in-lanes kernels run: d ≤ 8 and at most `max_tokens` tokens N + 1. Beyond,
 // the token-lane kernels' per-prompt fixed work is a small part of a prompt, and the transposes
-// cost more than it. The limits per kernel are the measured crossovers (bench/
-// report_lsa_bandwidth.py, float32 and float64, d = 2..8): the loss gradient and the prediction
-// VJP without dE gain up to N + 1 ≈ 48, the prediction alone up to 32, the VJP with dE up to 24.
+// cost more than it saves. The limits per kernel are the measured crossovers (bench/
+// report_lsa_bandwidth.py, d = 2..8, same-run ratios): the loss gradient and the prediction VJP
+// without dE gain up to N + 1 ≈ 48 (1.2-2.9x at N + 1 = 21..41), the VJP with dE up to 24; the
+// prediction alone (no backward sums to save) gains in float32 up to 24 tokens and loses in
+// float64 (its lanes are half as many per transpose).
 constexpr index_t kLanesMaxRows = 9;
-constexpr index_t kLanesMaxTokensBackward = 48, kLanesMaxTokensPredict = 32, kLanesMaxTokensInputGrad = 24;
+constexpr index_t kLanesMaxTokensBackward = 48, kLanesMaxTokensInputGrad = 24;
+template <class T>
+constexpr index_t kLanesMaxTokensPredict = sizeof(T) == 4 ? 24 : 0;
 inline bool prompts_in_lanes(index_t d, index_t N, index_t max_tokens) {
   return d + 1 <= kLanesMaxRows && N + 1 <= max_tokens;
 }
@@ -313,6 +317,7 @@ struct LanePrompts {
   std::vector<T> W;                       // W^KQ [rows, rows]
   const T* src[kLanes<T>];
   Prefetcher ahead;
+  int ahead_lines = 0;  // lines of the next group prefetched per token block
   LanePrompts(index_t d, index_t N_, const T* W_pv, const T* W_kq)
       : rows(d + 1), cols(N_ + 1), values((d + 1) * (N_ + 1)), N(N_),
         buf(static_cast<size_t>(values + 5 * rows + 2 * cols)), W(W_kq, W_kq + rows * rows) {
@@ -328,7 +333,8 @@ struct LanePrompts {
   // Transposes prompts b .. b + count − 1 of E (count ≤ L; lanes past count repeat the last) into
   // X and starts prefetching `next_bytes` from `next` (the following group).
   void stage(const T* E, index_t b, index_t count, const void* next, size_t next_bytes) {
-    ahead.start(next, next_bytes);
+    ahead.start(next, next_bytes);  // spread over the token blocks of pass()
+    ahead_lines = int((index_t(next_bytes) / 64 + (cols + 3) / 4) / ((cols + 3) / 4 + 1));
     for (index_t l = 0; l < L; ++l) src[l] = E + (b + std::min(l, count - 1)) * values;
     if (values < L) {  // d = 1, N ≤ 2: values one by one
       for (index_t i = 0; i < values; ++i)
@@ -394,7 +400,7 @@ struct LanePrompts {
   // order over j as one token at a time).
   template <int JB, bool kBackward>
   void tokens(index_t j0, Vec<T>& dot) {
-    ahead.step(2);
+    ahead.step(ahead_lines);
     Vec<T> tj[JB], sj[JB];
     for (int k = 0; k < JB; ++k) tj[k] = sj[k] = simd::zero<T>();
     for (index_t r = 0; r < rows; ++r) {
@@ -540,7 +546,7 @@ void loss_grad_lanes(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv
 template <class T>
 bool predict_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* y_hat,
                    index_t b0, index_t b1) {
-  if (prompts_in_lanes(sh.dim, sh.context, kLanesMaxTokensPredict))
+  if (prompts_in_lanes(sh.dim, sh.context, kLanesMaxTokensPredict<T>))
     return predict_lanes(sh, E, W_pv, W_kq, y_hat, b0, b1);
   const index_t d = sh.dim, N = sh.context, values = (d + 1) * (N + 1);
   PredictionScratch<T> w(d, N, W_kq);
