@@ -7,7 +7,9 @@
 // in place, in blocks of token chunks (PredictionScratch). The full-output kernels first stage
 // every prompt row by row into an L1-resident buffer whose rows are padded with zeros to whole
 // vectors (PaddedRows), so that their compute loops have no row tails. Both prefetch the prompts
-// ahead (AheadPrompts) so that the reads of a range overlap its compute.
+// ahead (AheadPrompts) so that the reads of a range overlap its compute. At small d and N (d ≤ 8,
+// prompts_in_lanes) the prediction kernels instead put the prompts in the SIMD lanes, L prompts
+// at a time (LanePrompts): their per-prompt fixed work then runs once per L prompts.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
