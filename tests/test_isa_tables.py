@@ -57,7 +57,7 @@ ln.set_num_threads(0)
 g = np.random.default_rng(seed)
 for dt in (np.float32, np.float64):
     name = np.dtype(dt).name
-    for (B, d, N) in ((3, 1, 1), (7, 5, 20), (2, 20, 100)):
+    for (B, d, N) in ((3, 1, 1), (7, 5, 20), (19, 5, 20), (2, 20, 100)):
         E = g.standard_normal((B, d + 1, N + 1)).astype(dt)
         y = g.standard_normal(B).astype(dt)
         Wp, Wk = (g.standard_normal((d + 1, d + 1)).astype(dt) / (d + 1) for _ in range(2))

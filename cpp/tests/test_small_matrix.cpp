@@ -413,3 +413,28 @@ TEST(TokenTileKit, CombineRowsMatchesThePlainLoop) {
   token_kit::check_combine_rows<float>(gen);
   token_kit::check_combine_rows<double>(gen);
 }
+
+// simd::transpose (the prompts-in-lanes kernels' staging, lsa_kernels.inl): v[j][i] is the old
+// v[i][j] for every lane pair, and transposing twice gives the block back.
+namespace token_kit {
+template <class S>
+void check_transpose() {
+  namespace simd = lsa_native::cpu::simd;
+  constexpr index_t L = simd::kLanes<S>;
+  simd::Vec<S> v[L];
+  for (index_t i = 0; i < L; ++i)
+    for (index_t j = 0; j < L; ++j) v[i][j] = S(i * L + j);
+  simd::transpose(v);
+  for (index_t i = 0; i < L; ++i)
+    for (index_t j = 0; j < L; ++j) EXPECT_EQ(v[j][i], S(i * L + j)) << "lanes " << L << " i " << i << " j " << j;
+  simd::transpose(v);
+  for (index_t i = 0; i < L; ++i)
+    for (index_t j = 0; j < L; ++j) EXPECT_EQ(v[i][j], S(i * L + j));
+}
+
+}  // namespace token_kit
+
+TEST(SimdKit, TransposeSwapsLanesAndVectors) {
+  token_kit::check_transpose<float>();
+  token_kit::check_transpose<double>();
+}

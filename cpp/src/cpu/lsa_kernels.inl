@@ -7,7 +7,9 @@
 // in place, in blocks of token chunks (PredictionScratch). The full-output kernels first stage
 // every prompt row by row into an L1-resident buffer whose rows are padded with zeros to whole
 // vectors (PaddedRows), so that their compute loops have no row tails. Both prefetch the prompts
-// ahead (AheadPrompts) so that the reads of a range overlap its compute.
+// ahead (AheadPrompts) so that the reads of a range overlap its compute. At small d and N (d ≤ 8,
+// prompts_in_lanes) the prediction kernels instead put the prompts in the SIMD lanes, L prompts
+// at a time (LanePrompts): their per-prompt fixed work then runs once per L prompts.
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
@@ -30,6 +32,7 @@ using simd::hsum;
 using simd::kLanes;
 using simd::load;
 using simd::store;
+using simd::to_double;
 using simd::Vec;
 
 inline index_t round_up(index_t n, index_t m) { return (n + m - 1) / m * m; }
@@ -278,9 +281,275 @@ struct AheadPrompts {
   size_t bytes(index_t b) const { return b + ahead < b1 ? sizeof(T) * size_t(values) : 0; }
 };
 
+// ---------------------------------------------------------------------------------------------
+// Prompts in lanes (small d): L = kLanes<T> prompts at once, lane l of every vector being prompt
+// b + l of the group (as the H-head Wishart step, multihead_kernels.inl). At d = 5, N = 20 a prompt
+// is 3 token chunks, and the token-lane pass above spends more on its per-prompt fixed work (q,
+// the lane reductions of g_k and g_p, the scalar gradient sums) than on its token arithmetic. Here
+// every step is a vector operation over L prompts and nothing is reduced across lanes before the
+// range's end. The group's prompts are transposed in blocks of L values (simd::transpose) into
+// X [values] (vectors, L1-resident: X[r·cols + j] holds E[r, j] of the L prompts), then, in the
+// recipe's per-prompt order (common/lsa_recipe.hpp: sums over r, then sequentially over j):
+//   q_r = Σ_c W^KQ[r, c] e_q[c],  t_j = Σ_r p_r X[r, j],  s_j = Σ_r q_r X[r, j],  Σ_j t_j s_j,
+//   g_k[r] = Σ_j t_j X[r, j],  g_p[r] = Σ_j s_j X[r, j]   [ZFB (3.6), SPEC 3.2]
+// and the batch sums of the gradients in double per lane (LaneGradSums), the lanes added in order
+// at the range's end. A group's lanes past the range repeat its last prompt and weigh 0.
+
+// Whether the prompts-in-lanes kernels run: d ≤ 8 and at most `max_tokens` tokens N + 1. Beyond,
+// the token-lane kernels' per-prompt fixed work is a small part of a prompt, and the transposes
+// cost more than it saves. The limits per kernel are the measured crossovers (bench/
+// report_lsa_bandwidth.py, d = 2..8, same-run ratios): the loss gradient and the prediction VJP
+// without dE gain up to N + 1 ≈ 48 (1.2-2.9x at N + 1 = 21..41), the VJP with dE up to 24; the
+// prediction alone (no backward sums to save) gains in float32 up to 24 tokens and loses in
+// float64 (its lanes are half as many per transpose).
+constexpr index_t kLanesMaxRows = 9;
+constexpr index_t kLanesMaxTokensBackward = 48, kLanesMaxTokensInputGrad = 24;
+template <class T>
+constexpr index_t kLanesMaxTokensPredict = sizeof(T) == 4 ? 24 : 0;
+inline bool prompts_in_lanes(index_t d, index_t N, index_t max_tokens) {
+  return d + 1 <= kLanesMaxRows && N + 1 <= max_tokens;
+}
+
+template <class T>
+struct LanePrompts {
+  static constexpr index_t L = kLanes<T>;
+  index_t rows, cols, values, N;
+  std::vector<Vec<T>> buf;
+  Vec<T> *X, *q, *t, *s, *g_k, *g_p, *p;  // p_r broadcast
+  std::vector<T> W;                       // W^KQ [rows, rows]
+  const T* src[kLanes<T>];
+  Prefetcher ahead;
+  int ahead_lines = 0;  // lines of the next group prefetched per token block
+  LanePrompts(index_t d, index_t N_, const T* W_pv, const T* W_kq)
+      : rows(d + 1), cols(N_ + 1), values((d + 1) * (N_ + 1)), N(N_),
+        buf(static_cast<size_t>(values + 5 * rows + 2 * cols)), W(W_kq, W_kq + rows * rows) {
+    X = buf.data();
+    q = X + values;
+    g_k = q + rows;
+    g_p = g_k + rows;
+    p = g_p + rows;
+    t = p + rows;
+    s = t + cols;
+    for (index_t r = 0; r < rows; ++r) p[r] = simd::broadcast(W_pv[d * rows + r]);  // last row of W^PV
+  }
+  // Transposes prompts b .. b + count − 1 of E (count ≤ L; lanes past count repeat the last) into
+  // X and starts prefetching `next_bytes` from `next` (the following group).
+  void stage(const T* E, index_t b, index_t count, const void* next, size_t next_bytes) {
+    ahead.start(next, next_bytes);  // spread over the token blocks of pass()
+    ahead_lines = int((index_t(next_bytes) / 64 + (cols + 3) / 4) / ((cols + 3) / 4 + 1));
+    for (index_t l = 0; l < L; ++l) src[l] = E + (b + std::min(l, count - 1)) * values;
+    if (values < L) {  // d = 1, N ≤ 2: values one by one
+      for (index_t i = 0; i < values; ++i)
+        for (index_t l = 0; l < L; ++l) X[i][l] = src[l][i];
+      return;
+    }
+    // Blocks of L values; the last block ends at the prompt's end (overlapping the one before it:
+    // the values in both are written twice, the same).
+    for (index_t i0 = 0;; i0 += L) {
+      const index_t at = std::min(i0, values - L);
+      Vec<T> v[L];
+      for (index_t l = 0; l < L; ++l) v[l] = load(src[l] + at);
+      simd::transpose(v);
+      for (index_t k = 0; k < L; ++k) X[at + k] = v[k];
+      if (at + L == values) break;
+    }
+  }
+  // The inverse of stage(): X [values] (lane l = prompt b + l) into the prompts b .. b + count − 1
+  // of out, adding x − x of every value to `poison` (lanes past count repeat the last prompt).
+  void unstage(T* out, index_t b, index_t count, Vec<T>& poison) const {
+    for (index_t i = 0; i < values; ++i) poison += X[i] - X[i];
+    if (values < L) {
+      for (index_t i = 0; i < values; ++i)
+        for (index_t l = 0; l < count; ++l) out[(b + l) * values + i] = X[i][l];
+      return;
+    }
+    for (index_t i0 = 0;; i0 += L) {  // blocks as in stage()
+      const index_t at = std::min(i0, values - L);
+      Vec<T> v[L];
+      for (index_t k = 0; k < L; ++k) v[k] = X[at + k];
+      simd::transpose(v);
+      for (index_t l = 0; l < count; ++l) store(out + (b + l) * values + at, v[l]);
+      if (at + L == values) break;
+    }
+  }
+  Vec<T> x(index_t r, index_t j) const { return X[r * cols + j]; }
+  Vec<T> e_q(index_t r) const { return x(r, N); }
+  // q, t, s and Σ_j t_j s_j; with kBackward also g_k, g_p. Returns ŷ (the recipe's epilogue).
+  template <bool kBackward>
+  Vec<T> pass() {
+    for (index_t r = 0; r < rows; ++r) {  // q_r = (W^KQ e_q)_r   [ZFB (3.6)]
+      Vec<T> acc = simd::zero<T>();
+      for (index_t c = 0; c < rows; ++c) acc += simd::broadcast(W[r * rows + c]) * e_q(c);
+      q[r] = acc;
+    }
+    if (kBackward)
+      for (index_t r = 0; r < rows; ++r) g_k[r] = g_p[r] = simd::zero<T>();
+    Vec<T> dot = simd::zero<T>();
+    index_t j = 0;
+    for (; j + 4 <= cols; j += 4) tokens<4, kBackward>(j, dot);
+    switch (cols - j) {
+      case 3: tokens<3, kBackward>(j, dot); break;
+      case 2: tokens<2, kBackward>(j, dot); break;
+      case 1: tokens<1, kBackward>(j, dot); break;
+      default: break;
+    }
+    ahead.step(1 << 20);
+    return e_q(rows - 1) + dot * simd::broadcast(T(1) / T(N));  // recipe::prediction per lane
+  }
+  // Tokens j0 .. j0 + JB − 1: t_j, s_j in registers (2·JB independent chains over the rows, each
+  // p_r, q_r load used JB times), stored to t, s; dot += t_j s_j; with kBackward the row sums
+  // g_k[r] += t_j X[r, j], g_p[r] += s_j X[r, j] while the block's X is in L1 (the same sequential
+  // order over j as one token at a time).
+  template <int JB, bool kBackward>
+  void tokens(index_t j0, Vec<T>& dot) {
+    ahead.step(ahead_lines);
+    Vec<T> tj[JB], sj[JB];
+    for (int k = 0; k < JB; ++k) tj[k] = sj[k] = simd::zero<T>();
+    for (index_t r = 0; r < rows; ++r) {
+      const Vec<T> pr = p[r], qr = q[r];
+      const Vec<T>* xr = X + r * cols + j0;
+      for (int k = 0; k < JB; ++k) {
+        tj[k] += pr * xr[k];
+        sj[k] += qr * xr[k];
+      }
+    }
+    for (int k = 0; k < JB; ++k) {
+      t[j0 + k] = tj[k];
+      s[j0 + k] = sj[k];
+      dot += tj[k] * sj[k];
+    }
+    if (kBackward)
+      for (index_t r = 0; r < rows; ++r) {
+        const Vec<T>* xr = X + r * cols + j0;
+        Vec<T> gk = g_k[r], gp = g_p[r];
+        for (int k = 0; k < JB; ++k) {
+          gk += tj[k] * xr[k];
+          gp += sj[k] * xr[k];
+        }
+        g_k[r] = gk;
+        g_p[r] = gp;
+      }
+  }
+  // The L values at v[b], lanes past count repeating v[b + count − 1].
+  Vec<T> gather(const T* v, index_t b, index_t count) const {
+    Vec<T> out;
+    for (index_t l = 0; l < L; ++l) out[l] = v[b + std::min(l, count - 1)];
+    return out;
+  }
+};
+
+// The lanes of a vector of T in double: D vectors.
+template <class T>
+constexpr index_t kDoubleVecs = kLanes<T> / kLanes<double>;
+
+// Batch sums in double, per lane, of Σ c_b g_p,b (→ ∂/∂p), Σ c_b g_k,b e_q,bᵀ (→ ∂/∂W^KQ) and
+// Σ c_b² (the loss) for per-prompt coefficients c_b: PredictionGradSums' terms with the prompts in
+// lanes; write() adds the lanes in order.
+template <class T>
+struct LaneGradSums {
+  static constexpr index_t L = kLanes<T>, D = kDoubleVecs<T>;
+  index_t rows;
+  std::vector<Vec<double>> acc;  // [1 + rows + rows², D]: loss, d_p, d_K; then e_q [rows, D]
+  explicit LaneGradSums(index_t rows_)
+      : rows(rows_), acc(static_cast<size_t>((1 + 2 * rows_ + rows_ * rows_) * D), simd::zero<double>()) {}
+  // res: the group's residuals (or dŷ) in double, 0 in the lanes past the range; scale: 1/N.
+  void add(const Vec<double>* res, double scale, const LanePrompts<T>& w, bool with_loss) {
+    Vec<double>* loss = acc.data();
+    Vec<double>* d_p = loss + D;
+    Vec<double>* d_K = d_p + rows * D;
+    Vec<double>* eq = d_K + rows * rows * D;
+    Vec<double> coef[D];
+    for (index_t k = 0; k < D; ++k) {
+      if (with_loss) loss[k] += res[k] * res[k];
+      coef[k] = res[k] * scale;  // recipe::residual_scale
+    }
+    for (index_t c = 0; c < rows; ++c) to_double(w.e_q(c), eq + c * D);
+    for (index_t r = 0; r < rows; ++r) {
+      Vec<double> gp[D], u[D];
+      to_double(w.g_p[r], gp);
+      to_double(w.g_k[r], u);
+      for (index_t k = 0; k < D; ++k) {
+        d_p[r * D + k] += coef[k] * gp[k];  // d_p += c g_p
+        u[k] = coef[k] * u[k];
+      }
+      for (index_t c = 0; c < rows; ++c)  // d_K += (c g_k) e_qᵀ
+        for (index_t k = 0; k < D; ++k) d_K[(r * rows + c) * D + k] += u[k] * eq[c * D + k];
+    }
+  }
+  // The loss (with_loss) then d_p [rows], d_K [rows, rows] into out, each the sum of its lanes.
+  void write(double* out, bool with_loss) const {
+    const index_t first = with_loss ? 0 : 1, terms = 1 + rows + rows * rows;
+    for (index_t i = first; i < terms; ++i) {
+      double sum = 0;
+      for (index_t k = 0; k < D; ++k)
+        for (index_t l = 0; l < kLanes<double>; ++l) sum += acc[i * D + k][l];
+      *out++ = sum;
+    }
+  }
+};
+
+// The group's values v (lanes past count set to 0) in double.
+template <class T>
+inline void lanes_to_double(Vec<T> v, index_t count, Vec<double>* out) {
+  for (index_t l = count; l < kLanes<T>; ++l) v[l] = T(0);
+  to_double(v, out);
+}
+
+// Runs fn(b, count) for the groups of kLanes<T> prompts of [b0, b1) with w staged.
+template <class T, class Fn>
+inline void for_each_lane_group(LanePrompts<T>& w, const T* E, index_t b0, index_t b1, Fn&& fn) {
+  constexpr index_t L = kLanes<T>;
+  for (index_t b = b0; b < b1; b += L) {
+    const index_t count = std::min(L, b1 - b);
+    const index_t after = std::min(b1 - (b + count), L);  // prompts of the next group
+    w.stage(E, b, count, E + (b + count) * w.values, sizeof(T) * size_t(after * w.values));
+    fn(b, count);
+  }
+}
+
+// The lanes of y with lanes < count stored to out[0 .. count).
+template <class T>
+inline void store_lanes(T* out, Vec<T> y, index_t count) {
+  if (count == kLanes<T>) store(out, y);
+  else for (index_t l = 0; l < count; ++l) out[l] = y[l];
+}
+
+template <class T>
+bool predict_lanes(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* y_hat,
+                   index_t b0, index_t b1) {
+  LanePrompts<T> w(sh.dim, sh.context, W_pv, W_kq);
+  Vec<T> poison = simd::zero<T>();
+  for_each_lane_group(w, E, b0, b1, [&](index_t b, index_t count) {
+    const Vec<T> y = w.template pass<false>();
+    store_lanes<T>(y_hat + b, y, count);
+    poison += y - y;  // lanes past count repeat a prompt of the group
+  });
+  return detail::poison_clear(hsum(poison));
+}
+
+template <class T>
+void loss_grad_lanes(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv, const T* W_kq,
+                     T* y_hat, index_t b0, index_t b1, double* partial) {
+  LanePrompts<T> w(sh.dim, sh.context, W_pv, W_kq);
+  LaneGradSums<T> sums(w.rows);
+  const double scale = recipe::residual_scale<T>(1.0, sh.context);
+  for_each_lane_group(w, E, b0, b1, [&](index_t b, index_t count) {
+    const Vec<T> pred = w.template pass<true>();
+    if (y_hat) store_lanes<T>(y_hat + b, pred, count);
+    Vec<double> res[kDoubleVecs<T>], y[kDoubleVecs<T>];
+    lanes_to_double<T>(pred, count, res);
+    lanes_to_double<T>(w.gather(y_q, b, count), count, y);
+    for (index_t k = 0; k < kDoubleVecs<T>; ++k) res[k] -= y[k];  // r = ŷ − y in double
+    sums.add(res, scale, w, true);
+  });
+  sums.write(partial, true);
+}
+
 template <class T>
 bool predict_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, T* y_hat,
                    index_t b0, index_t b1) {
+  if (prompts_in_lanes(sh.dim, sh.context, kLanesMaxTokensPredict<T>))
+    return predict_lanes(sh, E, W_pv, W_kq, y_hat, b0, b1);
   const index_t d = sh.dim, N = sh.context, values = (d + 1) * (N + 1);
   PredictionScratch<T> w(d, N, W_kq);
   const AheadPrompts<T> next(E, values, b1);
@@ -348,6 +617,8 @@ struct PredictionGradSums {
 template <class T>
 void loss_grad_range(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv, const T* W_kq,
                      T* y_hat, index_t b0, index_t b1, double* partial) {
+  if (prompts_in_lanes(sh.dim, sh.context, kLanesMaxTokensBackward))
+    return loss_grad_lanes(sh, E, y_q, W_pv, W_kq, y_hat, b0, b1, partial);
   const index_t d = sh.dim, N = sh.context, rows = d + 1, values = rows * (N + 1);
   PredictionScratch<T> w(d, N, W_kq);
   const AheadPrompts<T> next(E, values, b1);

@@ -55,9 +55,48 @@ inline void combine_tokens(const PredictionScratch<T>& w, T alpha, T beta, T* ou
   }
 }
 
+// At small d (prompts_in_lanes): the same with the prompts in lanes. The dE values overwrite the
+// group's X (no longer read after the pass), then go back to the prompts' layout (unstage).
+template <class T>
+bool predict_vjp_lanes(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
+                       T* d_E, index_t b0, index_t b1, double* partial) {
+  LanePrompts<T> w(sh.dim, sh.context, W_pv, W_kq);
+  LaneGradSums<T> sums(w.rows);
+  const index_t rows = w.rows, cols = w.cols, N = sh.context;
+  const T inv_n = T(1) / T(N);
+  const double scale = recipe::residual_scale<T>(1.0, N);
+  Vec<T> poison = simd::zero<T>();
+  std::vector<Vec<T>> Gp(static_cast<size_t>(rows));
+  for_each_lane_group(w, E, b0, b1, [&](index_t b, index_t count) {
+    w.template pass<true>();
+    const Vec<T> g = w.gather(d_y, b, count);
+    Vec<double> gd[kDoubleVecs<T>];
+    lanes_to_double<T>(g, count, gd);
+    sums.add(gd, scale, w, false);
+    if (!d_E) return;
+    const Vec<T> gn = g * inv_n;
+    for (index_t r = 0; r < rows; ++r) Gp[r] = w.g_k[r] * inv_n;
+    for (index_t r = 0; r < rows; ++r) {
+      const Vec<T> alpha = gn * w.p[r], beta = gn * w.q[r];
+      Vec<T>* o = w.X + r * cols;
+      for (index_t j = 0; j < cols; ++j) o[j] = alpha * w.s[j] + beta * w.t[j];
+      // The query column through q = W^KQ e_q (recipe::through_query_entry), and ŷ's label slot.
+      Vec<T> through = simd::zero<T>();
+      for (index_t k = 0; k < rows; ++k) through += simd::broadcast(w.W[k * rows + r]) * Gp[k];
+      o[N] += g * through;
+      if (r == rows - 1) o[N] += g;
+    }
+    w.unstage(d_E, b, count, poison);
+  });
+  sums.write(partial, false);
+  return detail::poison_clear(hsum(poison));
+}
+
 template <class T>
 bool predict_vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, const T* d_y,
                        T* d_E, index_t b0, index_t b1, double* partial) {
+  if (prompts_in_lanes(sh.dim, sh.context, d_E ? kLanesMaxTokensInputGrad : kLanesMaxTokensBackward))
+    return predict_vjp_lanes(sh, E, W_pv, W_kq, d_y, d_E, b0, b1, partial);
   const index_t D = sh.dim + 1, C = sh.context + 1, N = sh.context, values = D * C;
   const recipe::Mat<T> Wk = recipe::rows_of(W_kq, int(D));
   simd::Vec<T> poison = simd::zero<T>();  // of d_E (the parameter gradients are checked reduced)

@@ -300,14 +300,6 @@ struct WishartLaneArrays {  // vectors (kWishartLanes entries each) of WishartHe
   }
 };
 
-// The lanes of a vector in double: D = kLanes<T> / kLanes<double> vectors.
-inline void to_double(Vec<double> x, Vec<double>* out) { out[0] = x; }
-inline void to_double(Vec<float> x, Vec<double>* out) {
-  typedef float F4 __attribute__((vector_size(16)));
-  out[0] = __builtin_convertvector(F4(__builtin_shufflevector(x, x, 0, 1, 2, 3)), Vec<double>);
-  out[1] = __builtin_convertvector(F4(__builtin_shufflevector(x, x, 4, 5, 6, 7)), Vec<double>);
-}
-
 template <class T>
 void wishart_lanes_compute(WishartHeads<T>& c, index_t count) {
   constexpr index_t L = kWishartLanes<T>;

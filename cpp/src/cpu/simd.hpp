@@ -82,6 +82,45 @@ inline Vec<double> hsum_lanes(const Vec<double> v[4]) {
   return __builtin_shufflevector(t[0], t[1], 0, 1, 4, 5) + __builtin_shufflevector(t[0], t[1], 2, 3, 6, 7);
 }
 
+// In-place transpose of a kLanes x kLanes block held as kLanes vectors: afterwards v[j][i] is the
+// old v[i][j]. log2(lanes) levels of two-vector shuffles (24 for 8 floats, 8 for 4 doubles): how
+// the prompts-in-lanes kernels turn L prompts' rows into vectors whose lane l is prompt l.
+inline void transpose(Vec<float> v[8]) {
+  Vec<float> t[8], u[8];
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = __builtin_shufflevector(v[i], v[i + 1], 0, 8, 1, 9, 4, 12, 5, 13);
+    t[i + 1] = __builtin_shufflevector(v[i], v[i + 1], 2, 10, 3, 11, 6, 14, 7, 15);
+  }
+  for (int i = 0; i < 8; i += 4)
+    for (int k = 0; k < 2; ++k) {
+      u[i + 2 * k] = __builtin_shufflevector(t[i + k], t[i + k + 2], 0, 1, 8, 9, 4, 5, 12, 13);
+      u[i + 2 * k + 1] = __builtin_shufflevector(t[i + k], t[i + k + 2], 2, 3, 10, 11, 6, 7, 14, 15);
+    }
+  for (int k = 0; k < 4; ++k) {
+    v[k] = __builtin_shufflevector(u[k], u[k + 4], 0, 1, 2, 3, 8, 9, 10, 11);
+    v[k + 4] = __builtin_shufflevector(u[k], u[k + 4], 4, 5, 6, 7, 12, 13, 14, 15);
+  }
+}
+inline void transpose(Vec<double> v[4]) {
+  Vec<double> t[4];
+  for (int i = 0; i < 4; i += 2) {
+    t[i] = __builtin_shufflevector(v[i], v[i + 1], 0, 4, 2, 6);
+    t[i + 1] = __builtin_shufflevector(v[i], v[i + 1], 1, 5, 3, 7);
+  }
+  for (int k = 0; k < 2; ++k) {
+    v[k] = __builtin_shufflevector(t[k], t[k + 2], 0, 1, 4, 5);
+    v[k + 2] = __builtin_shufflevector(t[k], t[k + 2], 2, 3, 6, 7);
+  }
+}
+
+// The lanes of a vector in double: kLanes<T> / kLanes<double> vectors (lane order kept).
+inline void to_double(Vec<double> x, Vec<double>* out) { out[0] = x; }
+inline void to_double(Vec<float> x, Vec<double>* out) {
+  typedef float F4 __attribute__((vector_size(16)));
+  out[0] = __builtin_convertvector(F4(__builtin_shufflevector(x, x, 0, 1, 2, 3)), Vec<double>);
+  out[1] = __builtin_convertvector(F4(__builtin_shufflevector(x, x, 4, 5, 6, 7)), Vec<double>);
+}
+
 typedef std::int64_t I64x4 __attribute__((vector_size(32)));
 typedef std::int32_t I32x8 __attribute__((vector_size(32)));
 
