@@ -362,6 +362,28 @@ void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaK
   fa4.query_layer = false;
   run(Fwd{}, fa4, nullptr);
   for (index_t i = 0; i < np; ++i) EXPECT_EQ(p4[i], -p2[i]) << "forward y_hat (full last layer) " << i;
+  // ŷ_L alone (PredictionOutput::y_hat_final, predictions [B]): the last column of the ŷ forward
+  // bitwise, on the device and on the CPU; nothing written past B (the buffer is [B, L+1], NaN).
+  const index_t L = s.layers;
+  std::vector<T> p5(np, nan), p5_cpu(np, nan);
+  k::KaArgs<T> fa5 = fa3;
+  fa5.predictions = p5.data();
+  fa5.prediction_output = lsa_native::PredictionOutput::y_hat_final;
+  run(Fwd{}, fa5, nullptr);
+  lsa_native::kernel_attention_forward(s, pr.Z0.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(),
+                                       pr.acts.data(), static_cast<T*>(nullptr), p5_cpu.data(),
+                                       static_cast<T*>(nullptr),
+                                       lsa_native::PredictionOutput::y_hat_final);
+  std::vector<T> last(std::size_t(s.batch)), last_cpu(std::size_t(s.batch));
+  for (index_t b = 0; b < s.batch; ++b) {
+    EXPECT_EQ(p5[b], p3[b * (L + 1) + L]) << "forward y_hat_final " << b;
+    last[b] = p5[b];
+    last_cpu[b] = -p_cpu[b * (L + 1) + L];
+  }
+  for (index_t i = s.batch; i < np; ++i) EXPECT_TRUE(std::isnan(p5[i]) && std::isnan(p5_cpu[i])) << i;
+  expect_close(last, last_cpu, tol, "forward y_hat_final vs the CPU's full forward");
+  p5_cpu.resize(std::size_t(s.batch));
+  expect_close(p5_cpu, last_cpu, tol, "CPU forward y_hat_final");
   // VJP without and with the context, with and without the input gradient
   for (int variant = 0; variant < 3; ++variant) {
     const T* context = variant == 0 ? nullptr : cx.data();

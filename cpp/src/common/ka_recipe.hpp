@@ -279,7 +279,14 @@ LSA_HD double loss_seed(double residual, long long batch) { return residual * (1
 // One value of the `predictions` output: TF_ℓ, or ŷ_ℓ = −TF_ℓ (kernel_attention.hpp).
 template <class T>
 LSA_HD T prediction(T tf, PredictionOutput what) {
-  return what == PredictionOutput::y_hat ? -tf : tf;
+  return what == PredictionOutput::tf ? tf : -tf;
+}
+
+// Where the value of layer ℓ of prompt b goes in the `predictions` output: [B, L+1], or [B] for
+// PredictionOutput::y_hat_final, which keeps ℓ = L alone (-1 for the others: not written).
+LSA_HD long long prediction_index(PredictionOutput what, long long b, int l, int L) {
+  if (what == PredictionOutput::y_hat_final) return l == L ? b : -1;
+  return b * (L + 1) + l;
 }
 
 }  // namespace lsa_native::recipe

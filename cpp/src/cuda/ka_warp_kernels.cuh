@@ -404,17 +404,22 @@ __device__ LSA_KA_OUT_OF_LINE void ka_warp_query_backward(const KaWarpLayout& la
   __syncwarp();
 }
 
-// Forward of one prompt in the warp's workspace ws from Z_0 already staged (and synchronized);
-// writes the predictions Z_ℓ[d, n] (or their negatives, recipe::prediction), ℓ = 0..L, to
-// `predictions` when not null. `query_last`: the last layer computes Z_L[d, n] alone
-// (ka_warp_query_forward). Ends with __syncwarp.
+// Forward of one prompt (b) in the warp's workspace ws from Z_0 already staged (and synchronized);
+// writes the predictions Z_ℓ[d, n] (or their negatives, recipe::prediction), ℓ = 0..L, to their
+// slots of `predictions` (recipe::prediction_index) when not null. `query_last`: the last layer
+// computes Z_L[d, n] alone (ka_warp_query_forward). Ends with __syncwarp.
 template <class T>
 __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
                                 const Activation* acts, T* predictions, PredictionOutput what,
-                                bool query_last, int lane) {
+                                index_t b, bool query_last, int lane) {
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
   const auto zero = [](int) { return T(0); };
-  if (predictions != nullptr && lane == 0) predictions[0] = recipe::prediction(ws[lay.z(0) + d * S + n], what);
+  const auto store = [&](int l) {  // TF_ℓ (or ŷ_ℓ) from Z_ℓ in the workspace
+    const long long at = recipe::prediction_index(what, b, l, lay.L);
+    if (predictions != nullptr && lane == 0 && at >= 0)
+      predictions[at] = recipe::prediction(ws[lay.z(l) + d * S + n], what);
+  };
+  store(0);
   const int full = query_last ? lay.L - 1 : lay.L;
   for (int l = 0; l < full; ++l) {
     const T* Zp = ws + lay.z(l);
@@ -461,12 +466,11 @@ __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
       }
     }
     __syncwarp();  // Z_{ℓ+1} complete: the next layer reads its rows across tokens
-    if (predictions != nullptr && lane == 0) predictions[l + 1] = recipe::prediction(Zn[d * S + n], what);
+    store(l + 1);
   }
   if (query_last) {
     ka_warp_query_forward(lay, ws, staged, acts, lay.L - 1, lane);
-    if (predictions != nullptr && lane == 0)
-      predictions[lay.L] = recipe::prediction(ws[lay.z(lay.L) + d * S + n], what);
+    store(lay.L);
   }
 }
 
@@ -599,8 +603,7 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
         for (int r = 0; r < D; ++r) copy_async(ws + r * S + j, z0 + r * cols + j);
       copy_async_wait();
       __syncwarp();
-      ka_warp_forward(lay, ws, staged, a.acts, a.predictions ? a.predictions + b * (L + 1) : nullptr,
-                      a.prediction_output, query, lane);
+      ka_warp_forward(lay, ws, staged, a.acts, a.predictions, a.prediction_output, b, query, lane);
     }
     if (kMode == KaMode::forward) {
       if (a.Z_out != nullptr) {
