@@ -225,9 +225,9 @@ def sample_linear_prompts(spec: dict, batch: typing.SupportsInt | typing.Support
 @typing.overload
 def sample_linear_prompts(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, E: numpy.typing.NDArray[numpy.float64] | None = None, y_q: numpy.typing.NDArray[numpy.float64] | None = None, X: numpy.typing.NDArray[numpy.float64] | None = None, y: numpy.typing.NDArray[numpy.float64] | None = None, w: numpy.typing.NDArray[numpy.float64] | None = None, x_q: numpy.typing.NDArray[numpy.float64] | None = None, lam: numpy.typing.NDArray[numpy.float64] | None = None) -> None:
     ...
-def sample_linear_prompts_cuda(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, E: typing.Any = None, y_q: typing.Any = None, X: typing.Any = None, y: typing.Any = None, w: typing.Any = None, x_q: typing.Any = None, lam: typing.Any = None) -> None:
+def sample_linear_prompts_cuda(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, dtype: typing.Any, E: typing.Any = None, y_q: typing.Any = None, X: typing.Any = None, y: typing.Any = None, w: typing.Any = None, x_q: typing.Any = None, lam: typing.Any = None) -> None:
     """
-    sample_linear_prompts on the GPU: the prompts of `step` written into the given CUDA arrays (C-contiguous, one dtype: float32 or float64; None: not written). Only queues the kernel.
+    sample_linear_prompts on the GPU: the prompts of `step` written into the given outputs (writeable C-contiguous CUDA arrays of `dtype`, float32 or float64, checked here; None: not written). Only queues the kernel.
     """
 def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> int:
     """
