@@ -64,8 +64,8 @@ inline Activation activation_from_code(int code, const char* what = "activations
 // What the `predictions` output of kernel_attention_forward receives for ℓ = 0..L: TF_ℓ = Z_ℓ[d, n]
 // (the model's output, CCS (4)) or ŷ_ℓ = −TF_ℓ, its prediction of y_q (SPEC 3.3: Python's
 // predict(..., every_layer=True)), both [B, L+1]; or y_hat_final: ŷ_L = −TF_L alone, [B] (Python's
-// predict()). Sign and slot are applied as the values are written (recipe::prediction and
-// recipe::prediction_index, the one place).
+// predict()). Sign and place are applied as the values are written (recipe::prediction,
+// prediction_row and prediction_column: the one place).
 enum class PredictionOutput : int { tf, y_hat, y_hat_final };
 
 struct KernelAttentionShape {

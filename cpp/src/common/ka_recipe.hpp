@@ -282,11 +282,15 @@ LSA_HD T prediction(T tf, PredictionOutput what) {
   return what == PredictionOutput::tf ? tf : -tf;
 }
 
-// Where the value of layer ℓ of prompt b goes in the `predictions` output: [B, L+1], or [B] for
-// PredictionOutput::y_hat_final, which keeps ℓ = L alone (-1 for the others: not written).
-LSA_HD long long prediction_index(PredictionOutput what, long long b, int l, int L) {
-  if (what == PredictionOutput::y_hat_final) return l == L ? b : -1;
-  return b * (L + 1) + l;
+// Where prompt b's values start in the `predictions` output ([B, L+1], or [B] for
+// PredictionOutput::y_hat_final, which keeps ℓ = L alone), and where layer ℓ's goes from there
+// (-1: not written).
+LSA_HD long long prediction_row(PredictionOutput what, long long b, int L) {
+  return what == PredictionOutput::y_hat_final ? b : b * (L + 1);
+}
+LSA_HD int prediction_column(PredictionOutput what, int l, int L) {
+  if (what == PredictionOutput::y_hat_final) return l == L ? 0 : -1;
+  return l;
 }
 
 }  // namespace lsa_native::recipe

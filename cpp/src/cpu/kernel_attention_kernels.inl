@@ -373,14 +373,15 @@ void backward_prompt(Workspace<T>& w, const T* V, const T* Bq, const T* Ck, cons
   for (; l >= 0; --l) backward_layer(w, l, V, Bq, Ck, acts, gV, gB, gC);
 }
 
-// TF_0..TF_L (or ŷ_ℓ = −TF_ℓ, recipe::prediction; or ŷ_L alone, recipe::prediction_index) of
+// TF_0..TF_L (or ŷ_ℓ = −TF_ℓ, recipe::prediction; or ŷ_L alone, recipe::prediction_column) of
 // prompt b; returns the poison.
 template <class T>
 T store_predictions(Workspace<T>& w, T* predictions, index_t b, PredictionOutput what) {
   T poison = T(0);
+  T* row = predictions + recipe::prediction_row(what, b, int(w.L));
   for (index_t l = 0; l <= w.L; ++l) {
-    const long long at = recipe::prediction_index(what, b, int(l), int(w.L));
-    if (at >= 0) poison += detail::poison(predictions[at] = recipe::prediction(w.query_label(l), what));
+    const int at = recipe::prediction_column(what, int(l), int(w.L));
+    if (at >= 0) poison += detail::poison(row[at] = recipe::prediction(w.query_label(l), what));
   }
   return poison;
 }

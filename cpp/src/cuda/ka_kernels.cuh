@@ -276,8 +276,10 @@ __global__ void ka_kernel(KernelAttentionShape sh, KaLayout lay, KaArgs<T> a) {
     }
     if (a.predictions != nullptr && kMode != KaMode::vjp)
       for (int l = tid; l <= L; l += nt) {
-        const long long at = recipe::prediction_index(a.prediction_output, b, l, L);
-        if (at >= 0) a.predictions[at] = recipe::prediction(ws[lay.ctx.z(l) + d * Tt + n], a.prediction_output);
+        const int at = recipe::prediction_column(a.prediction_output, l, L);
+        if (at >= 0)
+          a.predictions[recipe::prediction_row(a.prediction_output, b, L) + at] =
+              recipe::prediction(ws[lay.ctx.z(l) + d * Tt + n], a.prediction_output);
       }
     if (kMode == KaMode::forward) {
       if (a.Z_out != nullptr) {

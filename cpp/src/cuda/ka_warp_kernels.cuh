@@ -494,17 +494,18 @@ __device__ __forceinline__ void ka_warp_head_forward(const KaWarpLayout& lay, T*
   }
 }
 
-// Forward of one prompt (b) in the warp's workspace ws from Z_0 already staged (and synchronized);
+// Forward of one prompt in the warp's workspace ws from Z_0 already staged (and synchronized);
 // writes the predictions Z_ℓ[d, n] (or their negatives, recipe::prediction), ℓ = 0..L, to their
-// slots of `predictions` (recipe::prediction_index) when not null. `query_last`: the last layer
-// computes Z_L[d, n] alone (ka_warp_query_forward). Ends with __syncwarp.
+// places in the prompt's `predictions` (recipe::prediction_row, _column) when not null.
+// `query_last`: the last layer computes Z_L[d, n] alone (ka_warp_query_forward). Ends with
+// __syncwarp.
 template <class T>
 __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
                                 const Activation* acts, T* predictions, PredictionOutput what,
-                                index_t b, bool query_last, int lane) {
+                                bool query_last, int lane) {
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
   const auto store = [&](int l) {  // TF_ℓ (or ŷ_ℓ) from Z_ℓ in the workspace
-    const long long at = recipe::prediction_index(what, b, l, lay.L);
+    const int at = recipe::prediction_column(what, l, lay.L);
     if (predictions != nullptr && lane == 0 && at >= 0)
       predictions[at] = recipe::prediction(ws[lay.z(l) + d * S + n], what);
   };
@@ -665,7 +666,8 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
         for (int r = 0; r < D; ++r) copy_async(ws + r * S + j, z0 + r * cols + j);
       copy_async_wait();
       __syncwarp();
-      ka_warp_forward(lay, ws, staged, a.acts, a.predictions, a.prediction_output, b, query, lane);
+      T* row = a.predictions ? a.predictions + recipe::prediction_row(a.prediction_output, b, L) : nullptr;
+      ka_warp_forward(lay, ws, staged, a.acts, row, a.prediction_output, query, lane);
     }
     if (kMode == KaMode::forward) {
       if (a.Z_out != nullptr) {
