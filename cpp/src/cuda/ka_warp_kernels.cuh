@@ -66,7 +66,8 @@ struct KaWarpLayout : KaDims {
   int Sw;  // the workspace's row stride
   bool compact;    // Z_ℓ in slot ℓ mod 2 (the forward without a context), one head slot
   bool recompute;  // Z_0..Z_L, one head slot recomputed by the backward (ka_warp_kernel<.., true>)
-  long long head_at;  // the one head slot's offset (compact or recompute), else -1
+  bool one_slot;   // compact or recompute: one head slot, at head_at
+  int head_at;     // the one head slot's offset (values of T; int offsets where a warp runs)
   int warps;  // per block; 0: the workspace of one warp does not fit (use ka_kernel)
   recipe::KaContext ctx;  // the saved context's layout (global memory, Tt = cols rounded up)
   recipe::KaContext ws;   // the same rows in the workspace (Tt = Sw; one head slot at head_at)
@@ -80,20 +81,17 @@ struct KaWarpLayout : KaDims {
   __host__ __device__ std::size_t shared_bytes() const { return params_bytes + std::size_t(warps) * warp_bytes(); }
   // Workspace offsets of Z_ℓ and of head (ℓ, s)'s U, W, h̃, Y (the context's order: U, W [d],
   // h̃ [n], Y [D] rows), and the forward state's size (the backward scratch follows it).
-  __host__ __device__ bool one_head() const { return head_at >= 0; }
   __host__ __device__ long long z(int l) const { return ws.z(compact ? l % 2 : l); }
-  __host__ __device__ long long u(int l, int s) const { return one_head() ? head_at : ws.u(l, s); }
-  __host__ __device__ long long w(int l, int s) const {
-    return one_head() ? head_at + (long long)d * Sw : ws.w(l, s);
-  }
+  __host__ __device__ long long u(int l, int s) const { return one_slot ? head_at : ws.u(l, s); }
+  __host__ __device__ long long w(int l, int s) const { return one_slot ? head_at + d * Sw : ws.w(l, s); }
   __host__ __device__ long long h(int l, int s) const {
-    return one_head() ? head_at + 2LL * d * Sw : ws.h(l, s);
+    return one_slot ? head_at + 2 * d * Sw : ws.h(l, s);
   }
   __host__ __device__ long long y(int l, int s) const {
-    return one_head() ? head_at + (long long)(2 * d + n) * Sw : ws.y(l, s);
+    return one_slot ? head_at + (2 * d + n) * Sw : ws.y(l, s);
   }
   __host__ __device__ long long forward_size() const {
-    return one_head() ? head_at + (long long)(2 * d + n + D) * Sw : ws.size();
+    return one_slot ? head_at + (long long)(2 * d + n + D) * Sw : ws.size();
   }
 
   // As many warps (≤ max_warps) as fit `max_shared` bytes; `with_context`: the forward saves the
@@ -114,7 +112,9 @@ struct KaWarpLayout : KaDims {
     l.ctx = recipe::context_layout<T>(s);
     l.ws = l.ctx;
     l.ws.Tt = l.Sw;
-    l.head_at = l.compact ? l.ws.z(2) : l.recompute ? l.ws.z(l.L + 1) : -1;
+    l.one_slot = l.compact || l.recompute;
+    // Beyond 2^30 values the state is too (state_values 0, no warps): the int offsets never run.
+    l.head_at = int(std::min<long long>(l.compact ? l.ws.z(2) : l.recompute ? l.ws.z(l.L + 1) : 0, 1LL << 30));
     const long long scratch = mode == KaMode::forward ? 0 : (long long)l.Sw * (3 * l.D + l.n + 2 * l.d);
     const long long state = l.forward_size() + scratch;
     l.param_values = l.L * l.H * (l.D * l.D + 2 * l.d * l.d);
@@ -517,7 +517,7 @@ __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
     for (int j = lane; j < cols; j += kWarp)
       for (int r = 0; r < D; ++r) Zn[r * S + j] = Zp[r * S + j];
     for (int s = 0; s < lay.H; ++s) {
-      if (lay.one_head() && s > 0) __syncwarp();  // the previous head's U, W, h̃, Y are read no more
+      if (lay.one_slot && s > 0) __syncwarp();  // the previous head's U, W, h̃, Y are read no more
       ka_warp_head_forward<true>(lay, ws, staged, acts, l, s, Zp, Zn, lane);
     }
     __syncwarp();  // Z_{ℓ+1} complete: the next layer reads its rows across tokens
