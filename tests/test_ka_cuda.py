@@ -62,10 +62,13 @@ def assert_close(a, b, dtype, what):
 # ---- everywhere ---------------------------------------------------------------------------------
 
 @pytest.mark.skipif(lsa_native.cuda_available(), reason="a GPU is visible")
-@pytest.mark.parametrize("fn", ["forward", "vjp", "loss_and_grad"])
+@pytest.mark.parametrize("fn", ["forward", "predict", "vjp", "loss_and_grad", "params.loss"])
 def test_device_cuda_without_gpu_is_a_clear_error(rng, fn):
     Z0, y, V, B, C, dZ = problem(rng, 2, 2, 3, 1, 1, np.float64)
+    params = ka.KernelAttentionParams(B=B, C=C, activations=["softmax"], V=V)
     call = {"forward": lambda: ka.forward(Z0, V, B, C, "softmax", device="cuda"),
+            "predict": lambda: ka.predict(Z0, V, B, C, "softmax", device="cuda"),
+            "params.loss": lambda: params.loss(Z0, y, device="cuda"),
             "vjp": lambda: ka.vjp(Z0, V, B, C, "softmax", dZ, device="cuda"),
             "loss_and_grad": lambda: ka.loss_and_grad(Z0, y, V, B, C, "softmax", device="cuda")}[fn]
     why = "no CUDA device" if lsa_native.cuda_compiled() else "no CUDA kernels"
@@ -103,6 +106,18 @@ def test_device_argument_and_bad_cuda_arrays_are_clear_errors(rng):
     with pytest.raises(ValueError, match="context: expected the ForwardContext"):
         ka.vjp(fake, V, B, C, acts, dZ, context=ka.ForwardContext(np.zeros((2, 5), np.float32),
                                                                    (2, 2, 3, 1, 1)))
+    # predict: the checks of forward (it is one), on either output shape.
+    for every_layer in (False, True):
+        with pytest.raises(ValueError, match="device='cpu' but Z0 is a CUDA array"):
+            ka.predict(fake, V, B, C, acts, every_layer=every_layer, device="cpu")
+        with pytest.raises(ValueError, match="device: expected one of"):
+            ka.predict(Z0, V, B, C, acts, every_layer=every_layer, device="gpu")
+        with pytest.raises(TypeError, match="V: expected dtype float32"):
+            ka.predict(fake, FakeCudaArray(V.shape, "<f8"), B, C, acts, every_layer=every_layer)
+        with pytest.raises(ValueError, match=r"B: expected shape \(1, 2, 2, 2\)"):
+            ka.predict(fake, V, FakeCudaArray((1, 2, 3, 2)), C, acts, every_layer=every_layer)
+        with pytest.raises(ValueError, match="activation: expected one name or 2 names"):
+            ka.predict(fake, V, B, C, ["relu"], every_layer=every_layer)
 
 
 # ---- the route of a GPU call on an emulated GPU (runs everywhere) ------------------------------
@@ -140,6 +155,17 @@ def test_device_path_glue_on_an_emulated_gpu(rng, emulated_gpu, dtype):
     assert out[0] == out_c[0]
     for a, b in zip(out[1:], out_c[1:]):
         np.testing.assert_array_equal(a.a, b)
+    # predict: ŷ_L [B] and ŷ_ℓ [B, L+1] as device arrays of their own (not views), the CPU's bits.
+    for every_layer in (False, True):
+        got = ka.predict(g(Z0), V, g(B), C, acts, every_layer=every_layer)
+        want = ka.predict(Z0, V, B, C, acts, every_layer=every_layer, **cpu)
+        assert isinstance(got, HostBackedCudaArray) and got.a.shape == want.shape
+        np.testing.assert_array_equal(got.a, want)
+        host = ka.predict(Z0, V, B, C, acts, every_layer=every_layer, device="cuda")
+        assert isinstance(host, np.ndarray)
+        np.testing.assert_array_equal(host, want)
+    params = ka.KernelAttentionParams(B=B, C=C, activations=acts, V=V)
+    assert params.loss(g(Z0), g(y)) == params.loss(Z0, y, **cpu)
     # numpy with device="cuda": numpy results.
     loss, dV, dB, dC = ka.loss_and_grad(Z0, y, V, B, C, acts, device="cuda")
     assert loss == out_c[0] and isinstance(dV, np.ndarray)
@@ -156,6 +182,48 @@ def test_device_path_glue_on_an_emulated_gpu(rng, emulated_gpu, dtype):
 
 
 # ---- on a GPU -----------------------------------------------------------------------------------
+
+@needs_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("kernel_choice", KERNELS, indirect=True)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_cuda_predict_matches_the_cpu(rng, shape, act, dtype, kernel_choice):
+    """predict on the device (the query-layer forward writing ŷ_L [B] or ŷ_ℓ [B, L+1]) vs the CPU:
+    max |Δ| ≤ tol · max |ŷ_cpu| (float64 1e-12, float32 2e-4: assert_close); with the query layer
+    off (LSA_NATIVE_KA_QUERY=0) the full last layer gives the same to that tolerance."""
+    B_, d, n, L, H = shape
+    Z0, y, V, B, C, _ = problem(rng, B_, d, n, L, H, dtype)
+    acts = acts_for(act, H)
+    Zd, Vd, Bd, Cd = (cuda.to_device(a) for a in (Z0, V, B, C))
+    every_c = ka.predict(Z0, V, B, C, acts, every_layer=True, device="cpu")
+    final = ka.predict(Zd, Vd, Bd, Cd, acts)
+    every = ka.predict(Zd, Vd, Bd, Cd, acts, every_layer=True)
+    assert tuple(final.shape) == (B_,) and tuple(every.shape) == (B_, L + 1)
+    assert_close(final, every_c[:, -1], dtype, "predict")
+    assert_close(every, every_c, dtype, "predict every_layer")
+    np.testing.assert_array_equal(cuda.to_host(final), cuda.to_host(every)[:, -1])
+    # numpy in, device="cuda": numpy out, the device arrays' bits.
+    host = ka.predict(Z0, V, B, C, acts, device="cuda")
+    assert isinstance(host, np.ndarray)
+    np.testing.assert_array_equal(host, cuda.to_host(final))
+    params = ka.KernelAttentionParams(B=B, C=C, activations=acts, V=V)
+    loss = params.loss(Zd, cuda.to_device(y))
+    assert abs(loss - params.loss(Z0, y, device="cpu")) <= (1e-12 if dtype == np.float64 else 2e-4) * loss
+
+
+@needs_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_cuda_predict_query_layer_switch(rng, dtype, monkeypatch):
+    """LSA_NATIVE_KA_QUERY=0 (the full last layer) and the query layer agree on the device."""
+    Z0, y, V, B, C, _ = problem(rng, 57, 5, 30, 3, 1, dtype)
+    Zd = cuda.to_device(Z0)
+    query = cuda.to_host(ka.predict(Zd, V, B, C, "softmax"))
+    monkeypatch.setenv("LSA_NATIVE_KA_QUERY", "0")
+    full = cuda.to_host(ka.predict(Zd, V, B, C, "softmax"))
+    assert_close(query, full, dtype, "query vs full last layer")
 
 @needs_gpu
 @pytest.mark.cuda
@@ -245,6 +313,9 @@ def test_cuda_torch_tensors(rng, dtype):
     for a, b in zip(got, ka.vjp(Z0, V, B, C, "relu", dZ, device="cpu")):
         assert isinstance(a, torch.Tensor)
         assert_close(a, b, dtype, "torch vjp")
+    y_hat = ka.predict(t[0], t[2], t[3], t[4], "relu")
+    assert isinstance(y_hat, torch.Tensor) and y_hat.is_cuda and tuple(y_hat.shape) == (11,)
+    assert_close(y_hat, ka.predict(Z0, V, B, C, "relu", device="cpu"), dtype, "torch predict")
 
 
 @needs_gpu

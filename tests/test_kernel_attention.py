@@ -62,7 +62,10 @@ def test_native_matches_reference(rng, act, L, H, d, n, dtype, tol):
     # predictions to rounding (another order of the same sums), the earlier layers exactly.
     every = ka.predict(Z0, V, B, C, acts, every_layer=True)
     np.testing.assert_array_equal(every[:, :-1], -preds[:, :-1])
-    assert rel_err(ka.predict(Z0, V, B, C, acts), -preds[:, -1]) < tol
+    final = ka.predict(Z0, V, B, C, acts)  # ŷ_L alone, written [B] by the native forward
+    assert final.shape == (4,) and final.dtype == dtype and final.flags.c_contiguous
+    np.testing.assert_array_equal(final, every[:, -1])
+    assert rel_err(final, -preds[:, -1]) < tol
     assert rel_err(every[:, -1], preds_ref[:, -1] * -1) < tol
 
 

@@ -11,12 +11,17 @@ Rows (issue 11; target: native ≥ 3x PyTorch CUDA):
 - fwd+vjp: forward saving the context, then the VJP for an upstream ∂ℓ/∂Z_L with dZ0 (what an
   autograd wrapper runs) vs torch forward + backward of Σ Z_L ⊙ dZ.
 Also a correctness check at each size (native vs torch loss and gradients). Prints a table last.
-- predict: ŷ_L alone on the device (the native forward with z_out=False, predictions=True: the
-  last layer as the query layer) vs the torch forward's query label.
+- predict: ŷ_L alone on the device (kernel_attention.predict: the last layer as the query layer,
+  ŷ_L [B] written natively) vs the torch forward's query label.
+- vjp: the VJP without a saved context (the forward recomputed per prompt), with dZ0.
 impl "old": the native rows again with LSA_NATIVE_CUDA_OLD_KERNELS=1 (the block-per-prompt
 kernel, kept until both have been measured; --no-old skips them).
 impl "full": loss+grad and predict with LSA_NATIVE_KA_QUERY=0 (the last layer in full, as before
 the query layer: the before/after of the query layer in one run; fwd and fwd+vjp never use it).
+impl "recompute": loss+grad and vjp with LSA_NATIVE_KA_RECOMPUTE=1 (the warp kernel's recomputing
+workspace: Z_0..Z_L and one head slot per warp, the backward recomputing each head's forward;
+20.5 instead of 33.7 KB a warp for the float loss at the CCS size, more warps per SM; the same
+bits as "native"; the other rows never use it).
 """
 from __future__ import annotations
 
@@ -39,6 +44,12 @@ def full_last_layer(on: bool):
     """LSA_NATIVE_KA_QUERY=0 inside when `on`: the last kernel-attention layer in full instead of
     the query layer."""
     return environment("LSA_NATIVE_KA_QUERY", "0", on)
+
+
+def recompute_workspace(on: bool):
+    """LSA_NATIVE_KA_RECOMPUTE=1 inside when `on`: the warp kernel's recomputing workspace for the
+    loss and the context-free VJP."""
+    return environment("LSA_NATIVE_KA_RECOMPUTE", "1", on)
 
 
 def torch_forward(Z0, V, B, C, act):
@@ -108,17 +119,21 @@ def bench_size(dtype, Bsz: int, act: str, warmup: int, repeat: int, with_torch: 
             print(f"[{name} {size}] correctness check FAILED: {type(exc).__name__}: {exc}", flush=True)
             torch.cuda.empty_cache()
 
-    def native_predict():  # ŷ_ℓ on the device (ka.predict itself runs on the CPU)
-        return lsa_native._core.kernel_attention_forward(*ka._inputs(Z0, V, B, C), act, z_out=False,
-                                                         predictions=True, y_hat=True)[1]
+    def native_predict():  # ŷ_L [B] on the device
+        return ka.predict(Z0, V, B, C, act)
 
     def native_fwd_vjp():
         _, ctx = ka.forward(Z0, V, B, C, act, return_context=True)
         return ka.vjp(Z0, V, B, C, act, dZ, context=ctx)
 
-    for impl in ("native", "full") + (("old",) if with_old else ()):
-        with old_kernels(impl == "old"), full_last_layer(impl == "full"):  # read at every call
+    for impl in ("native", "full", "recompute") + (("old",) if with_old else ()):
+        with old_kernels(impl == "old"), full_last_layer(impl == "full"), \
+                recompute_workspace(impl == "recompute"):  # read at every call
             row("loss+grad", impl, lambda: ka.loss_and_grad(Z0, y, V, B, C, act))
+            if impl != "full":
+                row("vjp", impl, lambda: ka.vjp(Z0, V, B, C, act, dZ))
+            if impl == "recompute":  # the other rows have no recomputing workspace
+                continue
             row("predict", impl, native_predict)
             if impl != "full":  # Z_L and the VJP need the full last layer anyway
                 row("fwd", impl, lambda: ka.forward(Z0, V, B, C, act))
@@ -137,14 +152,14 @@ def bench_size(dtype, Bsz: int, act: str, warmup: int, repeat: int, with_torch: 
 def table(rows) -> str:
     ok = [r for r in rows if "median_ms" in r]
     ms_of = {(r["op"], r["dtype"], r["size"], r["impl"]): r["median_ms"] for r in ok}
-    lines = [f"{'op':<10} {'dtype':<8} {'size':<18} {'impl':<7} {'median ms':>10} "
+    lines = [f"{'op':<10} {'dtype':<8} {'size':<18} {'impl':<9} {'median ms':>10} "
              f"{'Mprompt/s':>10} {'vs torch':>9}"]
     for r in ok:
         t = ms_of.get((r["op"], r["dtype"], r["size"], "torch"))
         speedup = f"{t / r['median_ms']:.1f}x" if r["impl"] != "torch" and t else ""
-        lines.append(f"{r['op']:<10} {r['dtype']:<8} {r['size']:<18} {r['impl']:<7} "
+        lines.append(f"{r['op']:<10} {r['dtype']:<8} {r['size']:<18} {r['impl']:<9} "
                      f"{r['median_ms']:>10.3f} {r['prompts_per_s'] / 1e6:>10.2f} {speedup:>9}")
-    lines += [f"{r['op']:<10} {r['dtype']:<8} {r['size']:<18} {r['impl']:<7} FAILED: {r['error'][:60]}"
+    lines += [f"{r['op']:<10} {r['dtype']:<8} {r['size']:<18} {r['impl']:<9} FAILED: {r['error'][:60]}"
               for r in rows if "error" in r]
     lines += [f"check: {r['dtype']} {r['size']} native vs torch loss/gradients, max relative "
               f"difference {r['max_rel_diff']:.1e}" for r in rows if r["op"] == "check"]

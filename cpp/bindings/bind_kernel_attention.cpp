@@ -55,8 +55,13 @@ ActivationChoice activation_choice(const py::handle& activation, const char* nam
   return choice;
 }
 
-// y_hat: the predictions output holds ŷ = −TF (Python's predict()) instead of TF.
-PredictionOutput prediction_output(bool y_hat) {
+// y_hat: the predictions output holds ŷ = −TF (Python's predict()) instead of TF; every_layer:
+// for ℓ = 0..L [B, L+1], else ŷ_L alone [B] (with y_hat only).
+PredictionOutput prediction_output(bool y_hat, bool every_layer) {
+  if (!every_layer) {
+    if (!y_hat) throw Error("every_layer: False needs y_hat=True (the final TF_L is -y_hat)");
+    return PredictionOutput::y_hat_final;
+  }
   return y_hat ? PredictionOutput::y_hat : PredictionOutput::tf;
 }
 
@@ -107,7 +112,7 @@ void bind_kernel_attention(py::module_& m) {
       "kernel_attention_forward",
       [](const py::object& Z0, const py::object& V, const py::object& Bq, const py::object& Ck,
          const py::object& activation, bool z_out, bool predictions, bool context, bool y_hat,
-         const py::object& device) {
+         bool every_layer, const py::object& device) {
         PyCallSite site;
         const ArrayView z = site.prompts(Z0, "Z0"), v = site.operand(V, "V"),
                         b = site.operand(Bq, "B"), c = site.operand(Ck, "C");
@@ -115,15 +120,17 @@ void bind_kernel_attention(py::module_& m) {
         ArrayView zo = site.output(py::none(), "Z_L", z_out),
                   pr = site.output(py::none(), "predictions", predictions),
                   cx = site.output(py::none(), "context", context);
-        kernel_attention_forward(z, v, b, c, acts, zo, pr, cx, prediction_output(y_hat),
+        kernel_attention_forward(z, v, b, c, acts, zo, pr, cx, prediction_output(y_hat, every_layer),
                                  device_choice(device), site);
         return py::make_tuple(site.result(zo), site.result(pr), site.result(cx),
                               context ? py::object(call_shape(z, v)) : py::none());
       },
       py::arg("Z0"), py::arg("V"), py::arg("B"), py::arg("C"), py::arg("activation"),
       py::kw_only(), py::arg("z_out") = true, py::arg("predictions") = false,
-      py::arg("context") = false, py::arg("y_hat") = false, py::arg("device") = "auto",
-      "(Z_L, predictions, context data, context shape (B, d, n, L, H)), None where not asked.");
+      py::arg("context") = false, py::arg("y_hat") = false, py::arg("every_layer") = true,
+      py::arg("device") = "auto",
+      "(Z_L, predictions, context data, context shape (B, d, n, L, H)), None where not asked; "
+      "predictions [B, L+1] of TF (of ŷ = −TF with y_hat), or [B] of ŷ_L with every_layer=False.");
   m.def(
       "kernel_attention_vjp",
       [](const py::object& Z0, const py::object& V, const py::object& Bq, const py::object& Ck,

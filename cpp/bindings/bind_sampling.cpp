@@ -164,8 +164,7 @@ void bind_dtype(py::module_& m) {
       [](const py::dict& spec_dict, index_t batch, std::uint32_t step, std::optional<CArray<T>> E,
          std::optional<CArray<T>> y_q, std::optional<CArray<T>> X, std::optional<CArray<T>> y,
          std::optional<CArray<T>> w, std::optional<CArray<T>> x_q, std::optional<CArray<T>> lam) {
-        const LinearPromptSpec s = spec_from_dict(spec_dict);
-        if (batch < 1) throw Error("batch: expected >= 1, got " + std::to_string(batch));
+        const LinearPromptSpec s = spec_from_dict(spec_dict);  // batch: the dispatcher's check_batch
         const index_t d = s.dim, N = s.context;
         LinearPromptOutputs<T> o;
         o.E = optional_out(E, {batch, d + 1, N + 1}, "E");
@@ -184,8 +183,8 @@ void bind_dtype(py::module_& m) {
       py::arg("x_q").noconvert() = py::none(), py::arg("lam").noconvert() = py::none());
 }
 
-// sample_linear_prompts on the GPU into CUDA arrays (None: not written), the first given output's
-// dtype picking T; each a C-contiguous CUDA array of that dtype and its shape.
+// sample_linear_prompts on the GPU into CUDA arrays (None: not written): each a writeable
+// C-contiguous CUDA array of dtype T and its shape (the one check of these outputs, naming them).
 template <class T>
 void sample_on_device(const LinearPromptSpec& s, index_t batch, std::uint32_t step,
                       const py::dict& outputs) {
@@ -196,7 +195,9 @@ void sample_on_device(const LinearPromptSpec& s, index_t batch, std::uint32_t st
     if (obj.is_none()) return nullptr;
     const ArrayView v = fused_operand<T>(obj, name, shape, Device::cuda, true, keep);
     if (!v.on_cuda())
-      throw Error(std::string(name) + ": expected a CUDA array (the prompts are drawn on the GPU)");
+      throw ArgumentTypeError(std::string(name) + ": expected a CUDA array with device='cuda' (the "
+                              "prompts are drawn on the GPU), got " +
+                              std::string(py::str(py::type::handle_of(obj).attr("__name__"))));
     return v.as<T>();
   };
   LinearPromptOutputs<T> o;
@@ -250,31 +251,28 @@ double multihead_fused_step(const LinearPromptSpec& s, index_t batch, std::uint3
 void bind_fused_step(py::module_& m) {
   m.def(
       "sample_linear_prompts_cuda",
-      [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const py::object& E,
-         const py::object& y_q, const py::object& X, const py::object& y, const py::object& w,
-         const py::object& x_q, const py::object& lam) {
-        const LinearPromptSpec s = spec_from_dict(spec_dict);
-        if (batch < 1) throw Error("batch: expected >= 1, got " + std::to_string(batch));
+      [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const py::object& dtype,
+         const py::object& E, const py::object& y_q, const py::object& X, const py::object& y,
+         const py::object& w, const py::object& x_q, const py::object& lam) {
+        const LinearPromptSpec s = spec_from_dict(spec_dict);  // batch: the dispatcher's check_batch
         py::dict outputs;
         outputs["E"] = E, outputs["y_q"] = y_q, outputs["X"] = X, outputs["y"] = y;
         outputs["w"] = w, outputs["x_q"] = x_q, outputs["lam"] = lam;
-        py::list keep;
-        DType dtype = DType::float64;
-        bool any = false;
-        for (const auto item : outputs)
-          if (!item.second.is_none() && !any) {
-            dtype = array_view(item.second, item.first.cast<std::string>().c_str(), keep).dtype;
-            any = true;
-          }
-        if (!any) return;
-        if (dtype == DType::float32) sample_on_device<float>(s, batch, step, outputs);
-        else sample_on_device<double>(s, batch, step, outputs);
+        const py::dtype dt = py::dtype::from_args(dtype);
+        if (dt.equal(py::dtype::of<float>()))
+          sample_on_device<float>(s, batch, step, outputs);
+        else if (dt.equal(py::dtype::of<double>()))
+          sample_on_device<double>(s, batch, step, outputs);
+        else
+          throw ArgumentTypeError("dtype: expected float32 or float64, got " + std::string(py::str(dt)));
       },
-      py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("E") = py::none(),
-      py::arg("y_q") = py::none(), py::arg("X") = py::none(), py::arg("y") = py::none(),
-      py::arg("w") = py::none(), py::arg("x_q") = py::none(), py::arg("lam") = py::none(),
-      "sample_linear_prompts on the GPU: the prompts of `step` written into the given CUDA arrays "
-      "(C-contiguous, one dtype: float32 or float64; None: not written). Only queues the kernel.");
+      py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("dtype"),
+      py::arg("E") = py::none(), py::arg("y_q") = py::none(), py::arg("X") = py::none(),
+      py::arg("y") = py::none(), py::arg("w") = py::none(), py::arg("x_q") = py::none(),
+      py::arg("lam") = py::none(),
+      "sample_linear_prompts on the GPU: the prompts of `step` written into the given outputs "
+      "(writeable C-contiguous CUDA arrays of `dtype`, float32 or float64, checked here; None: "
+      "not written). Only queues the kernel.");
   m.def(
       "linear_prompts_lsa_loss_and_grad",
       [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const std::string& method,

@@ -70,8 +70,10 @@ void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const
                               const T* Ck, const Activation* acts, T* Z_out, T* predictions,
                               T* context, PredictionOutput prediction_output, Device device) {
   check_arguments(sh, Z0, V, Bq, Ck, acts);
-  detail::require(prediction_output == PredictionOutput::tf || prediction_output == PredictionOutput::y_hat,
-                  "prediction_output: expected PredictionOutput::tf or PredictionOutput::y_hat");
+  detail::require(prediction_output == PredictionOutput::tf ||
+                      prediction_output == PredictionOutput::y_hat ||
+                      prediction_output == PredictionOutput::y_hat_final,
+                  "prediction_output: expected PredictionOutput::tf, y_hat or y_hat_final");
   LSA_NATIVE_BACKEND(device, kernel_attention_forward, sh, Z0, V, Bq, Ck, acts, Z_out, predictions,
                      context, prediction_output);
 }
@@ -121,7 +123,10 @@ std::vector<index_t> value_shape(const KernelAttentionShape& s) {
 std::vector<index_t> key_shape(const KernelAttentionShape& s) {
   return {s.layers, s.heads, s.dim, s.dim};
 }
-std::vector<index_t> predictions_shape(const KernelAttentionShape& s) {
+// [B, L+1], or [B] for ŷ_L alone (kernel_attention.hpp).
+std::vector<index_t> predictions_shape(const KernelAttentionShape& s,
+                                       PredictionOutput what = PredictionOutput::tf) {
+  if (what == PredictionOutput::y_hat_final) return {s.batch};
   return {s.batch, s.layers + 1};
 }
 
@@ -149,12 +154,13 @@ index_t context_size(const KernelAttentionShape& s, const ArrayView& Z0) {
 KaCall validate_forward(const ArrayView& Z0, const ArrayView& V, const ArrayView& Bq,
                         const ArrayView& Ck, const ActivationChoice& choice,
                         const ArrayView& Z_out, const ArrayView& predictions,
-                        const ArrayView& context, DeviceChoice device) {
+                        const ArrayView& context, PredictionOutput prediction_output,
+                        DeviceChoice device) {
   const KernelAttentionShape s = validate_parameters(Z0, V, Bq, Ck);
   auto acts = activations_per_head(choice, s.heads);
   const std::initializer_list<const ArrayView*> inputs = {&Z0, &V, &Bq, &Ck};
   require_output(Z_out, prompts_shape(s), Z0, inputs);
-  require_output(predictions, predictions_shape(s), Z0, inputs);
+  require_output(predictions, predictions_shape(s, prediction_output), Z0, inputs);
   require_output(context, {s.batch, context_size(s, Z0)}, Z0, inputs);
   return {s, std::move(acts),
           detail::choose_device(device, {&Z0, &V, &Bq, &Ck, &Z_out, &predictions, &context})};
@@ -210,12 +216,12 @@ void kernel_attention_forward(const ArrayView& Z0, const ArrayView& V, const Arr
                               ArrayView& Z_out, ArrayView& predictions, ArrayView& context,
                               PredictionOutput prediction_output, DeviceChoice device,
                               CallSite& site) {
-  const KaCall c =
-      validate_forward(Z0, V, Bq, Ck, activations, Z_out, predictions, context, device);
+  const KaCall c = validate_forward(Z0, V, Bq, Ck, activations, Z_out, predictions, context,
+                                   prediction_output, device);
   const KernelAttentionShape& s = c.shape;
   detail::make_outputs(site, Z0,
                        {{&Z_out, prompts_shape(s)},
-                        {&predictions, predictions_shape(s)},
+                        {&predictions, predictions_shape(s, prediction_output)},
                         {&context, {s.batch, context_size(s, Z0)}}});
   detail::with_float(Z0, [&](auto t) {
     using T = decltype(t);

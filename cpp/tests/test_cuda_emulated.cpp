@@ -362,6 +362,28 @@ void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaK
   fa4.query_layer = false;
   run(Fwd{}, fa4, nullptr);
   for (index_t i = 0; i < np; ++i) EXPECT_EQ(p4[i], -p2[i]) << "forward y_hat (full last layer) " << i;
+  // ŷ_L alone (PredictionOutput::y_hat_final, predictions [B]): the last column of the ŷ forward
+  // bitwise, on the device and on the CPU; nothing written past B (the buffer is [B, L+1], NaN).
+  const index_t L = s.layers;
+  std::vector<T> p5(np, nan), p5_cpu(np, nan);
+  k::KaArgs<T> fa5 = fa3;
+  fa5.predictions = p5.data();
+  fa5.prediction_output = lsa_native::PredictionOutput::y_hat_final;
+  run(Fwd{}, fa5, nullptr);
+  lsa_native::kernel_attention_forward(s, pr.Z0.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(),
+                                       pr.acts.data(), static_cast<T*>(nullptr), p5_cpu.data(),
+                                       static_cast<T*>(nullptr),
+                                       lsa_native::PredictionOutput::y_hat_final);
+  std::vector<T> last(std::size_t(s.batch)), last_cpu(std::size_t(s.batch));
+  for (index_t b = 0; b < s.batch; ++b) {
+    EXPECT_EQ(p5[b], p3[b * (L + 1) + L]) << "forward y_hat_final " << b;
+    last[b] = p5[b];
+    last_cpu[b] = -p_cpu[b * (L + 1) + L];
+  }
+  for (index_t i = s.batch; i < np; ++i) EXPECT_TRUE(std::isnan(p5[i]) && std::isnan(p5_cpu[i])) << i;
+  expect_close(last, last_cpu, tol, "forward y_hat_final vs the CPU's full forward");
+  p5_cpu.resize(std::size_t(s.batch));
+  expect_close(p5_cpu, last_cpu, tol, "CPU forward y_hat_final");
   // VJP without and with the context, with and without the input gradient
   for (int variant = 0; variant < 3; ++variant) {
     const T* context = variant == 0 ? nullptr : cx.data();
@@ -449,6 +471,102 @@ TEST(CudaKernelsEmulated, KernelAttentionWarpLargeLogits) {
   check_kernel_attention<double>(c, {Activation::softmax}, KaKernel::warp, 12.0);
 }
 
+// The recomputing workspace (KaWarpLayout::recompute, ka_warp_kernel<T, kMode, true>; chosen by
+// LSA_NATIVE_KA_RECOMPUTE=1): the loss (query layer on and off) and the VJP without a context give
+// the default workspace's results bit for bit (the backward recomputes U, W, h̃, Y with the
+// forward's code), in a smaller workspace.
+template <class T>
+void check_recompute_workspace(const KaConfig& c, const std::vector<Activation>& acts) {
+  const KernelAttentionShape& s = c.shape;
+  SCOPED_TRACE(testing::Message() << "recompute B=" << s.batch << " d=" << s.dim << " n=" << s.context
+                                  << " L=" << s.layers << " H=" << s.heads << " act0=" << int(acts[0])
+                                  << " bytes=" << sizeof(T));
+  auto pr = lsa_native::testing::random_ka_problem<T>(s, acts, unsigned(s.batch * 17 + s.context), 0.5);
+  const index_t D = s.dim + 1, LH = s.layers * s.heads;
+  const index_t nV = LH * D * D, nB = LH * s.dim * s.dim, np = s.batch * (s.layers + 1);
+  const T nan = std::numeric_limits<T>::quiet_NaN();
+  struct Out {
+    std::vector<T> gV, gB, gC, dZ0, preds;
+    double loss = std::numeric_limits<double>::quiet_NaN();
+    std::size_t state_bytes = 0;
+  };
+  auto run = [&](auto mode_tag, bool recompute, bool query_layer) {
+    constexpr k::KaMode kMode = decltype(mode_tag)::value;
+    constexpr bool kLoss = kMode == k::KaMode::loss_grad;
+    Out o;
+    o.dZ0.assign(pr.Z0.size(), nan);
+    o.preds.assign(np, nan);
+    k::KaArgs<T> args{pr.Z0.data(), kLoss ? pr.y_q.data() : nullptr, pr.V.data(), pr.Bq.data(),
+                      pr.Ck.data(), pr.acts.data(), kLoss ? nullptr : pr.d_Z.data(), nullptr, nullptr,
+                      kLoss ? o.preds.data() : nullptr, o.dZ0.data(), nullptr, nullptr};
+    args.query_layer = query_layer;
+    const auto lay = k::KaWarpLayout::make<T>(s, kMode, c.max_shared, int(c.threads / 32), false, recompute);
+    EXPECT_EQ(lay.recompute, recompute);
+    EXPECT_GT(lay.warps, 0);
+    o.state_bytes = lay.state_bytes;
+    const int rows = int(c.grid) * lay.warps;
+    std::vector<double> partial(std::size_t(rows) * std::size_t(lay.acc_width()),
+                                std::numeric_limits<double>::quiet_NaN());
+    args.partial = partial.data();
+    const unsigned threads = unsigned(32 * lay.warps);
+    if (recompute)
+      lsa_emu::launch(c.grid, threads, lay.shared_bytes(), k::ka_warp_kernel<T, kMode, true>, s, lay, args);
+    else
+      lsa_emu::launch(c.grid, threads, lay.shared_bytes(), k::ka_warp_kernel<T, kMode, false>, s, lay, args);
+    const auto total = reduce(partial, rows, lay.acc_width());
+    o.gV.assign(nV, nan);
+    o.gB.assign(nB, nan);
+    o.gC.assign(nB, nan);
+    lsa_emu::launch(1, 64, 0, k::ka_epilogue_kernel<T>, total.data(), int(nV), int(nB), s.batch,
+                    o.gV.data(), o.gB.data(), o.gC.data(), kLoss ? &o.loss : nullptr);
+    return o;
+  };
+  auto same = [](const std::vector<T>& a, const std::vector<T>& b, const char* what) {
+    ASSERT_EQ(a.size(), b.size()) << what;
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(std::isfinite(a[i])) << what << " " << i << " unwritten or non-finite";
+      EXPECT_EQ(a[i], b[i]) << what << " " << i;
+    }
+  };
+  using Vjp = std::integral_constant<k::KaMode, k::KaMode::vjp>;
+  using Loss = std::integral_constant<k::KaMode, k::KaMode::loss_grad>;
+  for (const bool query_layer : {true, false}) {
+    SCOPED_TRACE(query_layer ? "loss, query layer" : "loss, full last layer");
+    const Out a = run(Loss{}, false, query_layer), b = run(Loss{}, true, query_layer);
+    EXPECT_EQ(a.loss, b.loss);
+    EXPECT_TRUE(std::isfinite(b.loss));
+    same(b.gV, a.gV, "d_V");
+    same(b.gB, a.gB, "d_B");
+    same(b.gC, a.gC, "d_C");
+    same(b.dZ0, a.dZ0, "d_Z0");
+    same(b.preds, a.preds, "predictions");
+    if (s.layers * s.heads > 1) EXPECT_LT(b.state_bytes, a.state_bytes);  // equal at L = H = 1
+  }
+  const Out a = run(Vjp{}, false, true), b = run(Vjp{}, true, true);
+  same(b.gV, a.gV, "vjp d_V");
+  same(b.gB, a.gB, "vjp d_B");
+  same(b.gC, a.gC, "vjp d_C");
+  same(b.dZ0, a.dZ0, "vjp d_Z0");
+  if (s.layers * s.heads > 1) EXPECT_LT(b.state_bytes, a.state_bytes);
+}
+
+template <class T>
+void check_recompute_workspace_all() {
+  for (int code = 0; code < lsa_native::kActivationCount; ++code) {
+    const Activation a = lsa_native::activation_from_code(code);
+    for (const KaConfig& c : kKaWarpConfigs) {
+      std::vector<Activation> acts(std::size_t(c.shape.heads), a);
+      if (c.shape.heads > 1) acts[1] = Activation::softmax;
+      check_recompute_workspace<T>(c, acts);
+    }
+    check_recompute_workspace<T>({{5, 3, 9, 3, 3}, 2, 64, kAllShared},
+                                 {a, Activation::softmax, Activation::relu});
+  }
+}
+
+TEST(CudaKernelsEmulated, KernelAttentionRecomputeWorkspaceFloat64) { check_recompute_workspace_all<double>(); }
+TEST(CudaKernelsEmulated, KernelAttentionRecomputeWorkspaceFloat32) { check_recompute_workspace_all<float>(); }
+
 // The warp kernel's boundary: the CCS size fits several warps per block in float and double; the
 // workspace row stride is an odd number of 16-byte units; a warp whose workspace does not fit the
 // budget gets 0 warps (the launch then takes ka_kernel).
@@ -469,6 +587,14 @@ TEST(CudaKernelsEmulated, KernelAttentionWarpLayout) {
     EXPECT_GE(g.warps, 1);
     EXPECT_EQ(g.Sw, 34);  // 17 units of 2 doubles
   }
+  // The recomputing workspace at the CCS size (loss, float): Z_0..Z_3, one head slot and the
+  // backward scratch, 128 rows (220 by default) — 18 KiB instead of 31 KiB a warp.
+  const auto loss = k::KaWarpLayout::make<float>(ccs, k::KaMode::loss_grad, h100, 4, false);
+  const auto lean = k::KaWarpLayout::make<float>(ccs, k::KaMode::loss_grad, h100, 4, false, true);
+  EXPECT_EQ(loss.state_bytes, std::size_t(4 * 36 * (4 * 6 + 3 * (2 * 5 + 30 + 6) + 3 * 6 + 30 + 2 * 5)));
+  EXPECT_EQ(lean.state_bytes, std::size_t(4 * 36 * (4 * 6 + (2 * 5 + 30 + 6) + 3 * 6 + 30 + 2 * 5)));
+  EXPECT_FALSE(k::KaWarpLayout::make<float>(ccs, k::KaMode::vjp, h100, 4, true, true).recompute);
+  EXPECT_FALSE(k::KaWarpLayout::make<float>(ccs, k::KaMode::forward, h100, 4, false, true).recompute);
   const auto big = k::KaWarpLayout::make<float>({8, 20, 400, 2, 1}, k::KaMode::loss_grad, h100);
   EXPECT_EQ(big.warps, 0);
   EXPECT_GT(big.params_bytes + big.warp_bytes(), h100);

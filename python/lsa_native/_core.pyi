@@ -113,9 +113,9 @@ def kernel_attention_context_size(dim: typing.SupportsInt | typing.SupportsIndex
     """
     Values per prompt of the saved forward context (see kernel_attention.hpp).
     """
-def kernel_attention_forward(Z0: typing.Any, V: typing.Any, B: typing.Any, C: typing.Any, activation: typing.Any, *, z_out: bool = True, predictions: bool = False, context: bool = False, y_hat: bool = False, device: typing.Any = 'auto') -> tuple[typing.Any, typing.Any, typing.Any, typing.Any]:
+def kernel_attention_forward(Z0: typing.Any, V: typing.Any, B: typing.Any, C: typing.Any, activation: typing.Any, *, z_out: bool = True, predictions: bool = False, context: bool = False, y_hat: bool = False, every_layer: bool = True, device: typing.Any = 'auto') -> tuple[typing.Any, typing.Any, typing.Any, typing.Any]:
     """
-    (Z_L, predictions, context data, context shape (B, d, n, L, H)), None where not asked.
+    (Z_L, predictions, context data, context shape (B, d, n, L, H)), None where not asked; predictions [B, L+1] of TF (of ŷ = −TF with y_hat), or [B] of ŷ_L with every_layer=False.
     """
 def kernel_attention_loss_and_grad(Z0: typing.Any, y_q: typing.Any, V: typing.Any, B: typing.Any, C: typing.Any, activation: typing.Any, *, input_grad: bool = False, return_predictions: bool = False, device: typing.Any = 'auto', out: typing.Any = None, loss: typing.Any = None) -> tuple:
     """
@@ -225,9 +225,9 @@ def sample_linear_prompts(spec: dict, batch: typing.SupportsInt | typing.Support
 @typing.overload
 def sample_linear_prompts(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, E: numpy.typing.NDArray[numpy.float64] | None = None, y_q: numpy.typing.NDArray[numpy.float64] | None = None, X: numpy.typing.NDArray[numpy.float64] | None = None, y: numpy.typing.NDArray[numpy.float64] | None = None, w: numpy.typing.NDArray[numpy.float64] | None = None, x_q: numpy.typing.NDArray[numpy.float64] | None = None, lam: numpy.typing.NDArray[numpy.float64] | None = None) -> None:
     ...
-def sample_linear_prompts_cuda(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, E: typing.Any = None, y_q: typing.Any = None, X: typing.Any = None, y: typing.Any = None, w: typing.Any = None, x_q: typing.Any = None, lam: typing.Any = None) -> None:
+def sample_linear_prompts_cuda(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, dtype: typing.Any, E: typing.Any = None, y_q: typing.Any = None, X: typing.Any = None, y: typing.Any = None, w: typing.Any = None, x_q: typing.Any = None, lam: typing.Any = None) -> None:
     """
-    sample_linear_prompts on the GPU: the prompts of `step` written into the given CUDA arrays (C-contiguous, one dtype: float32 or float64; None: not written). Only queues the kernel.
+    sample_linear_prompts on the GPU: the prompts of `step` written into the given outputs (writeable C-contiguous CUDA arrays of `dtype`, float32 or float64, checked here; None: not written). Only queues the kernel.
     """
 def set_num_threads(n: typing.SupportsInt | typing.SupportsIndex) -> int:
     """

@@ -20,8 +20,8 @@ float64 (parameters are converted to Z0's dtype); parameter-gradient batch sums 
 The sparse value matrices V = [[A, 0],[0, r]] of CCS Assumption 4.4 are :func:`sparse_value`
 and :func:`loss_and_grad_sparse`. :class:`KernelAttentionParams` bundles parameters for training.
 
-Devices: :func:`forward`, :func:`vjp` and :func:`loss_and_grad` take ``device="auto" | "cpu" |
-"cuda"`` as :mod:`lsa_native.lsa` does: ``"auto"`` runs on the GPU when any array argument is a
+Devices: :func:`forward`, :func:`predict`, :func:`vjp`, :func:`loss_and_grad` and
+:func:`loss_and_grad_sparse` take ``device="auto" | "cpu" | "cuda"`` as :mod:`lsa_native.lsa` does: ``"auto"`` runs on the GPU when any array argument is a
 CUDA array (CuPy, PyTorch CUDA tensors, ``__cuda_array_interface__`` / CUDA ``__dlpack__``), else on
 the CPU; ``"cuda"`` with numpy arrays copies them to the GPU and the results back. CUDA arrays must
 be C-contiguous with Z0's dtype and on one device; results follow Z0 (CUDA arrays of Z0's library
@@ -123,13 +123,15 @@ def vjp(Z0, V, B, C, activation, d_Z_out, *, context: ForwardContext | None = No
                                       input_grad=bool(input_grad), device=device)
 
 
-def predict(Z0, V, B, C, activation, *, every_layer: bool = False):
-    """Prediction of y_q: ŷ = −TF [B] (or ŷ_ℓ = −TF_ℓ [B, L+1] for every layer)  [CCS (4)]. The
-    [B] result is the last column of the [B, L+1] native output (a view, not a copy)."""
+def predict(Z0, V, B, C, activation, *, every_layer: bool = False, device="auto"):
+    """Prediction of y_q: ŷ = −TF [B] (or ŷ_ℓ = −TF_ℓ [B, L+1] for every layer)  [CCS (4)], written
+    by the native forward (the last layer's query column alone: O(L·H·n²·d) per prompt with the
+    last layer O(H·n·d)). ``device`` as in :func:`forward`: on CUDA arrays the result is a CUDA
+    array of Z0's library."""
     _, y_hat, _, _ = _core.kernel_attention_forward(*_inputs(Z0, V, B, C), activation,
                                                     z_out=False, predictions=True, y_hat=True,
-                                                    device="cpu")
-    return y_hat if every_layer else y_hat[:, -1]
+                                                    every_layer=bool(every_layer), device=device)
+    return y_hat
 
 
 def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,
@@ -163,12 +165,15 @@ def sparse_value(A, r):
     return V
 
 
-def loss_and_grad_sparse(Z0, y_q, A, r, B, C, activation, *, return_predictions: bool = False):
+def loss_and_grad_sparse(Z0, y_q, A, r, B, C, activation, *, return_predictions: bool = False,
+                         device="auto"):
     """Loss (1/(2B)) Σ (TF + y_q)² and gradients in the sparse parametrization V = [[A, 0],[0, r]]
-    (CCS Assumption 4.4): (loss, dA, dr, dB, dC), the gradients as host arrays. The gradient of a linear embedding V(A, r) is
+    (CCS Assumption 4.4): (loss, dA, dr, dB, dC), the gradients as host arrays (A, r, B, C are host
+    arrays; ``device`` as in :func:`loss_and_grad`). The gradient of a linear embedding V(A, r) is
     the matching block of dV, so this is exact."""
     V = sparse_value(A, r)
-    out = loss_and_grad(Z0, y_q, V, B, C, activation, return_predictions=return_predictions)
+    out = loss_and_grad(Z0, y_q, V, B, C, activation, return_predictions=return_predictions,
+                        device=device)
     loss = out[0]
     dV, dB, dC = (cuda.to_host(g) for g in out[1:4])  # host arrays: sliced below (tiny)
     d = V.shape[2] - 1
@@ -273,12 +278,14 @@ class KernelAttentionParams:
     def predict(self, Z0, **kw):
         return predict(Z0, self.value(), self.B, self.C, self.activations, **kw)
 
-    def loss(self, Z0, y_q) -> float:
-        """(1/(2B)) Σ (TF + y_q)² from the forward pass only (float64 sum)."""
+    def loss(self, Z0, y_q, *, device="auto") -> float:
+        """(1/(2B)) Σ (TF + y_q)² from the forward pass only (float64 sum, on the host; Z0, y_q
+        may be CUDA arrays: the predictions run where :func:`predict` runs them)."""
         from ._validation import finite_output
 
-        preds = self.predict(Z0).astype(np.float64)
-        y_q = as_array(y_q, preds.shape, np.float64, "y_q")
+        preds = cuda.to_host(self.predict(Z0, device=device)).astype(np.float64)
+        y_q = as_array(cuda.to_host(y_q) if cuda.is_cuda_array(y_q) else y_q, preds.shape,
+                       np.float64, "y_q")
         with np.errstate(over="ignore"):
             residual = y_q - preds  # y_q − (−TF) = TF + y_q
             return finite_output(float(0.5 * np.mean(residual**2)), "loss")

@@ -63,8 +63,10 @@ inline Activation activation_from_code(int code, const char* what = "activations
 
 // What the `predictions` output of kernel_attention_forward receives for ℓ = 0..L: TF_ℓ = Z_ℓ[d, n]
 // (the model's output, CCS (4)) or ŷ_ℓ = −TF_ℓ, its prediction of y_q (SPEC 3.3: Python's
-// predict()). The sign is applied as the values are written (recipe::prediction, the one place).
-enum class PredictionOutput : int { tf, y_hat };
+// predict(..., every_layer=True)), both [B, L+1]; or y_hat_final: ŷ_L = −TF_L alone, [B] (Python's
+// predict()). Sign and place are applied as the values are written (recipe::prediction,
+// prediction_row and prediction_column: the one place).
+enum class PredictionOutput : int { tf, y_hat, y_hat_final };
 
 struct KernelAttentionShape {
   index_t batch;    // B >= 1
@@ -93,7 +95,8 @@ template <class T>
 index_t kernel_attention_context_size(const KernelAttentionShape& shape);
 
 // Forward pass. Z_out [B, d+1, n+1] receives Z_L when not null; predictions [B, L+1] receives
-// TF_ℓ = Z_ℓ[d, n] for ℓ = 0..L (or ŷ_ℓ = −TF_ℓ with PredictionOutput::y_hat) when not null;
+// TF_ℓ = Z_ℓ[d, n] for ℓ = 0..L (or ŷ_ℓ = −TF_ℓ with PredictionOutput::y_hat; predictions [B]
+// receives ŷ_L alone with PredictionOutput::y_hat_final) when not null;
 // context (batch · kernel_attention_context_size values) receives the per-prompt state for
 // kernel_attention_vjp when not null.
 template <class T>

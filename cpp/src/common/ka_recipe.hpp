@@ -279,7 +279,18 @@ LSA_HD double loss_seed(double residual, long long batch) { return residual * (1
 // One value of the `predictions` output: TF_ℓ, or ŷ_ℓ = −TF_ℓ (kernel_attention.hpp).
 template <class T>
 LSA_HD T prediction(T tf, PredictionOutput what) {
-  return what == PredictionOutput::y_hat ? -tf : tf;
+  return what == PredictionOutput::tf ? tf : -tf;
+}
+
+// Where prompt b's values start in the `predictions` output ([B, L+1], or [B] for
+// PredictionOutput::y_hat_final, which keeps ℓ = L alone), and where layer ℓ's goes from there
+// (-1: not written).
+LSA_HD long long prediction_row(PredictionOutput what, long long b, int L) {
+  return what == PredictionOutput::y_hat_final ? b : b * (L + 1);
+}
+LSA_HD int prediction_column(PredictionOutput what, int l, int L) {
+  if (what == PredictionOutput::y_hat_final) return l == L ? 0 : -1;
+  return l;
 }
 
 }  // namespace lsa_native::recipe

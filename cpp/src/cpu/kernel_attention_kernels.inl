@@ -373,12 +373,16 @@ void backward_prompt(Workspace<T>& w, const T* V, const T* Bq, const T* Ck, cons
   for (; l >= 0; --l) backward_layer(w, l, V, Bq, Ck, acts, gV, gB, gC);
 }
 
-// TF_0..TF_L (or ŷ_ℓ = −TF_ℓ, recipe::prediction) of prompt b; returns the poison.
+// TF_0..TF_L (or ŷ_ℓ = −TF_ℓ, recipe::prediction; or ŷ_L alone, recipe::prediction_column) of
+// prompt b; returns the poison.
 template <class T>
 T store_predictions(Workspace<T>& w, T* predictions, index_t b, PredictionOutput what) {
   T poison = T(0);
-  for (index_t l = 0; l <= w.L; ++l)
-    poison += detail::poison(predictions[b * (w.L + 1) + l] = recipe::prediction(w.query_label(l), what));
+  T* row = predictions + recipe::prediction_row(what, b, int(w.L));
+  for (index_t l = 0; l <= w.L; ++l) {
+    const int at = recipe::prediction_column(what, int(l), int(w.L));
+    if (at >= 0) poison += detail::poison(row[at] = recipe::prediction(w.query_label(l), what));
+  }
   return poison;
 }
 

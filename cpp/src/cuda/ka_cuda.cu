@@ -3,7 +3,10 @@
 // (a warp per prompt) and ka_kernels.cuh (a block per prompt: shapes whose per-warp workspace does
 // not fit shared memory, or every shape under LSA_NATIVE_CUDA_OLD_KERNELS=1). The warp kernel runs
 // the last layer as the query layer for the loss and the predictions (LSA_NATIVE_KA_QUERY=0: in
-// full); the block kernel always runs it in full.
+// full); the block kernel always runs it in full. LSA_NATIVE_KA_RECOMPUTE=1 (not the default, for
+// same-build benchmarks): the loss and the VJP without context keep Z_0..Z_L and one head slot per
+// warp, the backward recomputing each head's forward (KaWarpLayout::recompute: less shared memory
+// a warp, more warps per SM; the same bits).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -43,12 +46,13 @@ std::string shape_text(const char* what, const KernelAttentionShape& sh) {
          ", L = " + std::to_string(sh.layers) + ", H = " + std::to_string(sh.heads);
 }
 
-// Runs ka_warp_kernel<T, kMode> over the batch, with the warps per block (≤ most.warps) that keep
-// the most warps resident per SM; returns the rows of *partial (one per warp of the grid).
-template <class T, KaMode kMode>
+// Runs ka_warp_kernel<T, kMode, kRecompute> over the batch (kRecompute = most.recompute), with the
+// warps per block (≤ most.warps) that keep the most warps resident per SM; returns the rows of
+// *partial (one per warp of the grid).
+template <class T, KaMode kMode, bool kRecompute>
 int launch_warps(const KernelAttentionShape& sh, const DeviceScope& scope, const KaWarpLayout& most,
                  KaArgs<T> args, Scratch* partial, const char* what) {
-  auto kernel = kernels::ka_warp_kernel<T, kMode>;
+  auto kernel = kernels::ka_warp_kernel<T, kMode, kRecompute>;
   const std::size_t max_shared = std::size_t(scope.max_shared_bytes());
   prepare_shared(kernel, most.shared_bytes(), scope, shape_text(what, sh));
   // The grid is sized to the resident warps: ask for the largest shared-memory carveout (the kernel
@@ -59,7 +63,7 @@ int launch_warps(const KernelAttentionShape& sh, const DeviceScope& scope, const
   KaWarpLayout lay = most;
   int resident = 0;
   for (int w = 1; w <= most.warps; ++w) {
-    const KaWarpLayout l = KaWarpLayout::make<T>(sh, kMode, max_shared, w, with_context);
+    const KaWarpLayout l = KaWarpLayout::make<T>(sh, kMode, max_shared, w, with_context, kRecompute);
     int per_sm = 0;
     LSA_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kernels::kWarp * w,
                                                                  l.shared_bytes()));
@@ -88,6 +92,13 @@ bool query_layer_requested() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
+// LSA_NATIVE_KA_RECOMPUTE=1 (read at every launch): the recomputing workspace of the warp kernel
+// (KaWarpLayout::recompute) where it applies, for same-build comparisons; off by default.
+bool recompute_requested() {
+  const char* v = std::getenv("LSA_NATIVE_KA_RECOMPUTE");
+  return v != nullptr && std::strcmp(v, "1") == 0;
+}
+
 // Runs the kernel-attention kernel of mode kMode over the batch: ka_warp_kernel when a warp's
 // workspace fits shared memory, else ka_kernel; returns the rows of *partial.
 template <class T, KaMode kMode>
@@ -95,10 +106,13 @@ int launch(const KernelAttentionShape& sh, const DeviceScope& scope, KaArgs<T> a
            Scratch* partial, const char* what) {
   args.query_layer = query_layer_requested();
   const std::size_t max_shared = std::size_t(scope.max_shared_bytes());
-  const KaWarpLayout wl =
-      KaWarpLayout::make<T>(sh, kMode, max_shared, kernels::kKaMaxWarps, args.context != nullptr);
-  if (wl.warps > 0 && !old_kernels_requested())
-    return launch_warps<T, kMode>(sh, scope, wl, args, partial, what);
+  const KaWarpLayout wl = KaWarpLayout::make<T>(sh, kMode, max_shared, kernels::kKaMaxWarps,
+                                                args.context != nullptr, recompute_requested());
+  if (wl.warps > 0 && !old_kernels_requested()) {
+    if constexpr (kMode != KaMode::forward)  // (the forward has no recomputing workspace)
+      if (wl.recompute) return launch_warps<T, kMode, true>(sh, scope, wl, args, partial, what);
+    return launch_warps<T, kMode, false>(sh, scope, wl, args, partial, what);
+  }
   const KaLayout lay = KaLayout::make<T>(sh, kMode, max_shared);
   auto kernel = kernels::ka_kernel<T, kMode>;
   const std::size_t smem = lay.shared_bytes();

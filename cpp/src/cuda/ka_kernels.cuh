@@ -275,8 +275,12 @@ __global__ void ka_kernel(KernelAttentionShape sh, KaLayout lay, KaArgs<T> a) {
       ka_forward_prompt(lay, ws, a.Z0 + b * per, V, Bq, Ck, a.acts, tid, nt);
     }
     if (a.predictions != nullptr && kMode != KaMode::vjp)
-      for (int l = tid; l <= L; l += nt)
-        a.predictions[b * (L + 1) + l] = recipe::prediction(ws[lay.ctx.z(l) + d * Tt + n], a.prediction_output);
+      for (int l = tid; l <= L; l += nt) {
+        const int at = recipe::prediction_column(a.prediction_output, l, L);
+        if (at >= 0)
+          a.predictions[recipe::prediction_row(a.prediction_output, b, L) + at] =
+              recipe::prediction(ws[lay.ctx.z(l) + d * Tt + n], a.prediction_output);
+      }
     if (kMode == KaMode::forward) {
       if (a.Z_out != nullptr) {
         const T* ZL = ws + lay.ctx.z(L);

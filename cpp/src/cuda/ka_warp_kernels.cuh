@@ -55,14 +55,22 @@ inline constexpr int kVec = int(16 / sizeof(T));  // values per 16-byte shared-m
 // warp the double accumulators [Σ r², dV, dB, dC] (not in the forward) and the workspace: the
 // forward state in the context's row order with row stride Sw (recipe::KaContext with Tt = Sw),
 // then the backward scratch dZ, dZ', dY [D, Sw], dS [n, Sw], dU, dW [d, Sw]. A forward that saves
-// no context keeps only Z_ℓ, Z_{ℓ+1} and one head's U, W, h̃, Y (`compact`: ws is the layout of
-// L = H = 1, Z_ℓ in slot ℓ mod 2): 58 instead of 162 rows at the CCS size.
+// no context keeps only Z_ℓ, Z_{ℓ+1} and one head's U, W, h̃, Y (`compact`: Z_ℓ in slot ℓ mod 2,
+// one head slot): 58 instead of 162 rows at the CCS size.
+// The recomputing workspace (`recompute`, LSA_NATIVE_KA_RECOMPUTE=1, not the default; the loss and
+// the VJP without a saved context): Z_0..Z_L and one head slot, the backward recomputing each
+// head's U, W, h̃, Y from Z_ℓ (ka_warp_head_forward, the forward's code: the same bits) before its
+// reverse step; 128 instead of 220 rows at the CCS size (the loss: 20.5 instead of 33.7 KB a warp
+// in float), for more warps per SM at the price of the forward's full layers run twice.
 struct KaWarpLayout : KaDims {
   int Sw;  // the workspace's row stride
-  bool compact;
+  bool compact;    // Z_ℓ in slot ℓ mod 2 (the forward without a context), one head slot
+  bool recompute;  // Z_0..Z_L, one head slot recomputed by the backward (ka_warp_kernel<.., true>)
+  bool one_slot;   // compact or recompute: one head slot, at head_at
+  int head_at;     // the one head slot's offset (values of T; int offsets where a warp runs)
   int warps;  // per block; 0: the workspace of one warp does not fit (use ka_kernel)
   recipe::KaContext ctx;  // the saved context's layout (global memory, Tt = cols rounded up)
-  recipe::KaContext ws;   // the same rows in the workspace (Tt = Sw)
+  recipe::KaContext ws;   // the same rows in the workspace (Tt = Sw; one head slot at head_at)
   int state_values, param_values;  // workspace values per warp; V, B, C values (the gradient)
   int Pd, PD;                        // d, D rounded up to kVec: the staged parameters' row length
   std::size_t params_bytes, acc_bytes, state_bytes;
@@ -71,30 +79,44 @@ struct KaWarpLayout : KaDims {
   __host__ __device__ int acc_width() const { return 1 + param_values; }
   __host__ __device__ std::size_t warp_bytes() const { return acc_bytes + state_bytes; }
   __host__ __device__ std::size_t shared_bytes() const { return params_bytes + std::size_t(warps) * warp_bytes(); }
-  // Workspace offsets of Z_ℓ and of head (ℓ, s)'s U, W, h̃, Y.
+  // Workspace offsets of Z_ℓ and of head (ℓ, s)'s U, W, h̃, Y (the context's order: U, W [d],
+  // h̃ [n], Y [D] rows), and the forward state's size (the backward scratch follows it).
   __host__ __device__ long long z(int l) const { return ws.z(compact ? l % 2 : l); }
-  __host__ __device__ long long u(int l, int s) const { return compact ? ws.u(0, 0) : ws.u(l, s); }
-  __host__ __device__ long long w(int l, int s) const { return compact ? ws.w(0, 0) : ws.w(l, s); }
-  __host__ __device__ long long h(int l, int s) const { return compact ? ws.h(0, 0) : ws.h(l, s); }
-  __host__ __device__ long long y(int l, int s) const { return compact ? ws.y(0, 0) : ws.y(l, s); }
+  __host__ __device__ long long u(int l, int s) const { return one_slot ? head_at : ws.u(l, s); }
+  __host__ __device__ long long w(int l, int s) const { return one_slot ? head_at + d * Sw : ws.w(l, s); }
+  __host__ __device__ long long h(int l, int s) const {
+    return one_slot ? head_at + 2 * d * Sw : ws.h(l, s);
+  }
+  __host__ __device__ long long y(int l, int s) const {
+    return one_slot ? head_at + (2 * d + n) * Sw : ws.y(l, s);
+  }
+  __host__ __device__ long long forward_size() const {
+    return one_slot ? head_at + (long long)(2 * d + n + D) * Sw : ws.size();
+  }
 
   // As many warps (≤ max_warps) as fit `max_shared` bytes; `with_context`: the forward saves the
-  // context (else compact; other modes keep the whole forward state for the backward).
+  // context, the VJP reads one (else compact; other modes keep the whole forward state for the
+  // backward, or with `recompute` Z_0..Z_L alone where no context is read).
   template <class T>
   static KaWarpLayout make(const KernelAttentionShape& s, KaMode mode, std::size_t max_shared,
-                           int max_warps = kKaMaxWarps, bool with_context = true) {
+                           int max_warps = kKaMaxWarps, bool with_context = true,
+                           bool recompute = false) {
     KaWarpLayout l{};
     static_cast<KaDims&>(l) = KaDims::of(s);
     l.compact = mode == KaMode::forward && !with_context;
+    l.recompute = recompute && mode != KaMode::forward && !with_context;
     // A multiple of the 16-byte load, an odd number of them: rows start aligned, and the rows
     // read by the lanes of a quarter warp (16-byte loads) or a warp (4-byte loads, ≤ 32 / kVec
     // rows) fall in distinct banks.
     l.Sw = kVec<T> * (((l.cols + kVec<T> - 1) / kVec<T>) | 1);
     l.ctx = recipe::context_layout<T>(s);
-    l.ws = l.compact ? recipe::KaContext{l.d, l.n, l.D, 1, 1, l.Sw} : l.ctx;
+    l.ws = l.ctx;
     l.ws.Tt = l.Sw;
+    l.one_slot = l.compact || l.recompute;
+    // Beyond 2^30 values the state is too (state_values 0, no warps): the int offsets never run.
+    l.head_at = int(std::min<long long>(l.compact ? l.ws.z(2) : l.recompute ? l.ws.z(l.L + 1) : 0, 1LL << 30));
     const long long scratch = mode == KaMode::forward ? 0 : (long long)l.Sw * (3 * l.D + l.n + 2 * l.d);
-    const long long state = l.ws.size() + scratch;
+    const long long state = l.forward_size() + scratch;
     l.param_values = l.L * l.H * (l.D * l.D + 2 * l.d * l.d);
     l.Pd = (l.d + kVec<T> - 1) / kVec<T> * kVec<T>;
     l.PD = (l.D + kVec<T> - 1) / kVec<T> * kVec<T>;
@@ -283,54 +305,67 @@ __device__ void stage_head_params(const KaWarpLayout& lay, const T* __restrict__
   }
 }
 
-// Layer ℓ when only TF = Z_{ℓ+1}[d, n] is needed (recipe: the query layer, O(n·d + d²) per head):
-// lanes over the d or D entries of w_q, q, y and over the n sources of s and h. The saved vectors sit in the query column n of the head's slots, where
-// the full layer keeps the same quantities: w_q = W[:, n], h = h̃[:, n], y = Y[:, n], and q in U's
-// column n (U itself is not needed). Only Z_{ℓ+1}[d, n] is written. Ends with __syncwarp.
+// Head s of layer ℓ when only TF = Z_{ℓ+1}[d, n] is needed (recipe: the query layer, O(n·d + d²)
+// per head): lanes over the d or D entries of w_q, q, y and over the n sources of s and h. The
+// saved vectors sit in the query column n of the head's slots, where the full layer keeps the same
+// quantities: w_q = W[:, n], h = h̃[:, n], y = Y[:, n], and q in U's column n (U itself is not
+// needed). Ends with __syncwarp.
 template <class T>
-__device__ LSA_KA_OUT_OF_LINE void ka_warp_query_forward(const KaWarpLayout& lay, T* ws, const T* staged,
-                                      const Activation* acts, int l, int lane) {
+__device__ __forceinline__ void ka_warp_query_head(const KaWarpLayout& lay, T* ws, const T* staged,
+                                                   const Activation* acts, int l, int s, int lane) {
   using recipe::column;
   using recipe::rows_of;
   const int d = lay.d, n = lay.n, D = lay.D, S = lay.Sw;
   const T* Zl = ws + lay.z(l);
   const recipe::Mat<T> Z = rows_of<T>(Zl, S);
-  T tf = Zl[d * S + n];
+  const Activation a = acts[s];
+  const HeadParams<T> hp(lay, staged, l * lay.H + s);
+  T *U = ws + lay.u(l, s), *W = ws + lay.w(l, s), *Hs = ws + lay.h(l, s), *Y = ws + lay.y(l, s);
+  for (int r = lane; r < d; r += kWarp)  // w_q = C x_q
+    W[r * S + n] = recipe::matvec_entry(rows_of<T>(hp.Cp, lay.Pd), column<T>(Zl + n, S), d, r);
+  __syncwarp();
+  for (int c = lane; c < d; c += kWarp)  // q = Bᵀ w_q
+    U[c * S + n] = recipe::matvec_entry(rows_of<T>(hp.Bp, lay.Pd).transposed(), column<T>(W + n, S), d, c);
+  __syncwarp();
+  // s_i = x_i · q, h = h̃(s)   (12); column-wise (softmax): the column's max and sum read by
+  // every lane in the recipe's order (recipe::column_max, column_sum: the CPU's order, which
+  // a saturated softmax's backward needs to the last bit), each lane scaling its own sources.
+  const bool cw = recipe::column_wise(a);
+  const auto q = column<T>(U + n, S);
+  for (int i = lane; i < n; i += kWarp) {
+    const T v = recipe::column_dot_entry(Z, q, d, i);
+    Hs[i * S + n] = cw ? v : recipe::activation_value(a, v, T(0));
+  }
+  __syncwarp();
+  if (cw) {
+    const auto Sm = rows_of<T>(Hs, S);
+    const T shift = recipe::column_max(Sm, n, n);
+    __syncwarp();
+    for (int i = lane; i < n; i += kWarp) Hs[i * S + n] = recipe::activation_value(a, Hs[i * S + n], shift);
+    __syncwarp();
+    const T scale = recipe::inverse(recipe::column_sum(Sm, n, n));
+    __syncwarp();
+    for (int i = lane; i < n; i += kWarp) Hs[i * S + n] *= scale;
+    __syncwarp();
+  }
+  for (int r = lane; r < D; r += kWarp)  // y = Z M h
+    Y[r * S + n] = recipe::source_sum_entry(Z, column<T>(Hs + n, S), n, r);
+  __syncwarp();
+}
+
+// The query layer ℓ, head by head (ka_warp_query_head), accumulating TF = Z_{ℓ+1}[d, n]   (3);
+// only Z_{ℓ+1}[d, n] is written. Ends with __syncwarp.
+template <class T>
+__device__ LSA_KA_OUT_OF_LINE void ka_warp_query_forward(const KaWarpLayout& lay, T* ws, const T* staged,
+                                      const Activation* acts, int l, int lane) {
+  const int d = lay.d, n = lay.n, D = lay.D, S = lay.Sw;
+  T tf = ws[lay.z(l) + d * S + n];
   for (int s = 0; s < lay.H; ++s) {
-    const Activation a = acts[s];
+    ka_warp_query_head(lay, ws, staged, acts, l, s, lane);
     const HeadParams<T> hp(lay, staged, l * lay.H + s);
-    T *U = ws + lay.u(l, s), *W = ws + lay.w(l, s), *Hs = ws + lay.h(l, s), *Y = ws + lay.y(l, s);
-    for (int r = lane; r < d; r += kWarp)  // w_q = C x_q
-      W[r * S + n] = recipe::matvec_entry(rows_of<T>(hp.Cp, lay.Pd), column<T>(Zl + n, S), d, r);
-    __syncwarp();
-    for (int c = lane; c < d; c += kWarp)  // q = Bᵀ w_q
-      U[c * S + n] = recipe::matvec_entry(rows_of<T>(hp.Bp, lay.Pd).transposed(), column<T>(W + n, S), d, c);
-    __syncwarp();
-    // s_i = x_i · q, h = h̃(s)   (12); column-wise (softmax): the column's max and sum read by
-    // every lane in the recipe's order (recipe::column_max, column_sum: the CPU's order, which
-    // a saturated softmax's backward needs to the last bit), each lane scaling its own sources.
-    const bool cw = recipe::column_wise(a);
-    const auto q = column<T>(U + n, S);
-    for (int i = lane; i < n; i += kWarp) {
-      const T v = recipe::column_dot_entry(Z, q, d, i);
-      Hs[i * S + n] = cw ? v : recipe::activation_value(a, v, T(0));
-    }
-    __syncwarp();
-    if (cw) {
-      const auto Sm = rows_of<T>(Hs, S);
-      const T shift = recipe::column_max(Sm, n, n);
-      __syncwarp();
-      for (int i = lane; i < n; i += kWarp) Hs[i * S + n] = recipe::activation_value(a, Hs[i * S + n], shift);
-      __syncwarp();
-      const T scale = recipe::inverse(recipe::column_sum(Sm, n, n));
-      __syncwarp();
-      for (int i = lane; i < n; i += kWarp) Hs[i * S + n] *= scale;
-      __syncwarp();
-    }
-    for (int r = lane; r < D; r += kWarp)  // y = Z M h
-      Y[r * S + n] = recipe::source_sum_entry(Z, column<T>(Hs + n, S), n, r);
-    __syncwarp();
-    tf = recipe::query_label_step(tf, rows_of<T>(hp.Vp, lay.PD), column<T>(Y + n, S), D, d);  // (3)
+    const T* Y = ws + lay.y(l, s);
+    tf = recipe::query_label_step(tf, recipe::rows_of<T>(hp.Vp, lay.PD), recipe::column<T>(Y + n, S),
+                                  D, d);  // (3)
   }
   if (lane == 0) ws[lay.z(l + 1) + d * S + n] = tf;
   __syncwarp();
@@ -340,8 +375,9 @@ __device__ LSA_KA_OUT_OF_LINE void ka_warp_query_forward(const KaWarpLayout& lay
 // rows, is g at [d, n] and 0 elsewhere), in place: dZ becomes ∂ℓ/∂Z_ℓ (dZ[d, n] is never written).
 // Per head (recipe: the query layer's reverse mode): dy in dY's column n, ds in dS's, a in dU's,
 // dw_q in dW's; lanes over the sources for dh, ds and dZ[:, i<n], over entries for the rest.
-// Parameter gradients accumulate into gV, gB, gC. Ends with __syncwarp.
-template <class T>
+// Parameter gradients accumulate into gV, gB, gC. kRecompute (one head slot): with several heads,
+// head s's query columns are computed again first. Ends with __syncwarp.
+template <bool kRecompute, class T>
 __device__ LSA_KA_OUT_OF_LINE void ka_warp_query_backward(const KaWarpLayout& lay, T* ws, const T* staged,
                                        const Activation* acts, double* gV, double* gB, double* gC,
                                        int l, int lane) {
@@ -350,13 +386,18 @@ __device__ LSA_KA_OUT_OF_LINE void ka_warp_query_backward(const KaWarpLayout& la
   const int d = lay.d, n = lay.n, D = lay.D, S = lay.Sw;
   const T* Zl = ws + lay.z(l);
   const recipe::Mat<T> Z = rows_of<T>(Zl, S);
-  T* dZ = ws + lay.ws.size();
+  T* dZ = ws + lay.forward_size();
   T* dY = dZ + 2 * D * S;
   T* dS = dY + D * S;
   T* dU = dS + n * S;
   T* dW = dU + d * S;
   const T g = dZ[d * S + n];
   for (int s = 0; s < lay.H; ++s) {
+    if constexpr (kRecompute)
+      if (lay.H > 1) {  // one slot for all heads (with one head it still holds the forward's)
+        __syncwarp();
+        ka_warp_query_head(lay, ws, staged, acts, l, s, lane);
+      }
     const int p = l * lay.H + s;
     const Activation a = acts[s];
     const HeadParams<T> hp(lay, staged, p);
@@ -404,17 +445,71 @@ __device__ LSA_KA_OUT_OF_LINE void ka_warp_query_backward(const KaWarpLayout& la
   __syncwarp();
 }
 
+// Head (ℓ, s) of a full layer from Z_ℓ = Zp: U = B X, W = C X, h̃ (12) and Y = Z_ℓ M h̃ into the
+// head's slots, and with kResidual Z_{ℓ+1} += V Y into Zn (3) (without: the recomputing
+// workspace's backward, ka_warp_backward<true>, the same bits again). Lane t owns the columns
+// t, t + 32, …; reads U and W across columns after a __syncwarp; no final __syncwarp.
+template <bool kResidual, class T>
+__device__ __forceinline__ void ka_warp_head_forward(const KaWarpLayout& lay, T* ws, const T* staged,
+                                                     const Activation* acts, int l, int s,
+                                                     const T* Zp, T* Zn, int lane) {
+  const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
+  const auto zero = [](int) { return T(0); };
+  const int p = l * lay.H + s;
+  const Activation a = acts[s];
+  const HeadParams<T> hp(lay, staged, p);
+  T *U = ws + lay.u(l, s), *W = ws + lay.w(l, s), *Hs = ws + lay.h(l, s), *Y = ws + lay.y(l, s);
+  for (int j = lane; j < cols; j += kWarp) {  // U = B X, W = C X: recipe::u_entry
+    const OwnColumn<T> xj{Zp, S, j};
+    column_product(Cols<T>{hp.Bt, lay.Pd}, d, d, xj, zero, [&](int r, T v) { U[r * S + j] = v; });
+    column_product(Cols<T>{hp.Ct, lay.Pd}, d, d, xj, zero, [&](int r, T v) { W[r * S + j] = v; });
+  }
+  __syncwarp();
+  for (int j = lane; j < cols; j += kWarp) {
+    // S[:, j] = Uᵀ W[:, j] (recipe::logit_entry), h̃ element-wise or by column   (12)
+    // Column-wise (softmax), on the lane's own column: the max (recipe::column_max) taken as S
+    // is written, then e^(S − max) and its sum (column_sum) in one pass, then the scale.
+    const bool cw = recipe::column_wise(a);
+    T shift = T(0);
+    column_product(Cols<T>{U, S}, n, d, OwnColumn<T>{W, S, j}, zero, [&](int i, T v) {
+      Hs[i * S + j] = cw ? v : recipe::activation_value(a, v, T(0));
+      shift = i == 0 ? v : recipe::max_step(shift, v);
+    });
+    if (cw) {
+      T sum = T(0);
+      for (int i = 0; i < n; ++i) {
+        const T e = recipe::activation_value(a, Hs[i * S + j], shift);
+        Hs[i * S + j] = e;
+        sum += e;
+      }
+      const T scale = recipe::inverse(sum);
+      for (int i = 0; i < n; ++i) Hs[i * S + j] *= scale;
+    }
+    // Y[:, j] = Z M h̃[:, j] (recipe::y_entry); Z_{ℓ+1}[:, j] += V Y[:, j] (residual_entry)   (3)
+    column_product(Rows<T>{Zp, S}, D, n, OwnColumn<T>{Hs, S, j}, zero,
+                   [&](int r, T v) { Y[r * S + j] = v; });
+    if constexpr (kResidual)
+      column_product(Cols<T>{hp.Vt, lay.PD}, D, D, OwnColumn<T>{Y, S, j},
+                     [&](int r) { return Zn[r * S + j]; }, [&](int r, T v) { Zn[r * S + j] = v; });
+  }
+}
+
 // Forward of one prompt in the warp's workspace ws from Z_0 already staged (and synchronized);
-// writes the predictions Z_ℓ[d, n] (or their negatives, recipe::prediction), ℓ = 0..L, to
-// `predictions` when not null. `query_last`: the last layer computes Z_L[d, n] alone
-// (ka_warp_query_forward). Ends with __syncwarp.
+// writes the predictions Z_ℓ[d, n] (or their negatives, recipe::prediction), ℓ = 0..L, to their
+// places in the prompt's `predictions` (recipe::prediction_row, _column) when not null.
+// `query_last`: the last layer computes Z_L[d, n] alone (ka_warp_query_forward). Ends with
+// __syncwarp.
 template <class T>
 __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
                                 const Activation* acts, T* predictions, PredictionOutput what,
                                 bool query_last, int lane) {
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
-  const auto zero = [](int) { return T(0); };
-  if (predictions != nullptr && lane == 0) predictions[0] = recipe::prediction(ws[lay.z(0) + d * S + n], what);
+  const auto store = [&](int l) {  // TF_ℓ (or ŷ_ℓ) from Z_ℓ in the workspace
+    const int at = recipe::prediction_column(what, l, lay.L);
+    if (predictions != nullptr && lane == 0 && at >= 0)
+      predictions[at] = recipe::prediction(ws[lay.z(l) + d * S + n], what);
+  };
+  store(0);
   const int full = query_last ? lay.L - 1 : lay.L;
   for (int l = 0; l < full; ++l) {
     const T* Zp = ws + lay.z(l);
@@ -422,64 +517,30 @@ __device__ void ka_warp_forward(const KaWarpLayout& lay, T* ws, const T* staged,
     for (int j = lane; j < cols; j += kWarp)
       for (int r = 0; r < D; ++r) Zn[r * S + j] = Zp[r * S + j];
     for (int s = 0; s < lay.H; ++s) {
-      const int p = l * lay.H + s;
-      const Activation a = acts[s];
-      const HeadParams<T> hp(lay, staged, p);
-      T *U = ws + lay.u(l, s), *W = ws + lay.w(l, s), *Hs = ws + lay.h(l, s), *Y = ws + lay.y(l, s);
-      if (lay.compact && s > 0) __syncwarp();  // the previous head's U, W, h̃, Y are read no more
-      for (int j = lane; j < cols; j += kWarp) {  // U = B X, W = C X: recipe::u_entry
-        const OwnColumn<T> xj{Zp, S, j};
-        column_product(Cols<T>{hp.Bt, lay.Pd}, d, d, xj, zero, [&](int r, T v) { U[r * S + j] = v; });
-        column_product(Cols<T>{hp.Ct, lay.Pd}, d, d, xj, zero, [&](int r, T v) { W[r * S + j] = v; });
-      }
-      __syncwarp();
-      for (int j = lane; j < cols; j += kWarp) {
-        // S[:, j] = Uᵀ W[:, j] (recipe::logit_entry), h̃ element-wise or by column   (12)
-        // Column-wise (softmax), on the lane's own column: the max (recipe::column_max) taken as S
-        // is written, then e^(S − max) and its sum (column_sum) in one pass, then the scale.
-        const bool cw = recipe::column_wise(a);
-        T shift = T(0);
-        column_product(Cols<T>{U, S}, n, d, OwnColumn<T>{W, S, j}, zero, [&](int i, T v) {
-          Hs[i * S + j] = cw ? v : recipe::activation_value(a, v, T(0));
-          shift = i == 0 ? v : recipe::max_step(shift, v);
-        });
-        if (cw) {
-          T sum = T(0);
-          for (int i = 0; i < n; ++i) {
-            const T e = recipe::activation_value(a, Hs[i * S + j], shift);
-            Hs[i * S + j] = e;
-            sum += e;
-          }
-          const T scale = recipe::inverse(sum);
-          for (int i = 0; i < n; ++i) Hs[i * S + j] *= scale;
-        }
-        // Y[:, j] = Z M h̃[:, j] (recipe::y_entry); Z_{ℓ+1}[:, j] += V Y[:, j] (residual_entry)   (3)
-        column_product(Rows<T>{Zp, S}, D, n, OwnColumn<T>{Hs, S, j}, zero,
-                       [&](int r, T v) { Y[r * S + j] = v; });
-        column_product(Cols<T>{hp.Vt, lay.PD}, D, D, OwnColumn<T>{Y, S, j},
-                       [&](int r) { return Zn[r * S + j]; }, [&](int r, T v) { Zn[r * S + j] = v; });
-      }
+      if (lay.one_slot && s > 0) __syncwarp();  // the previous head's U, W, h̃, Y are read no more
+      ka_warp_head_forward<true>(lay, ws, staged, acts, l, s, Zp, Zn, lane);
     }
     __syncwarp();  // Z_{ℓ+1} complete: the next layer reads its rows across tokens
-    if (predictions != nullptr && lane == 0) predictions[l + 1] = recipe::prediction(Zn[d * S + n], what);
+    store(l + 1);
   }
   if (query_last) {
     ka_warp_query_forward(lay, ws, staged, acts, lay.L - 1, lane);
-    if (predictions != nullptr && lane == 0)
-      predictions[lay.L] = recipe::prediction(ws[lay.z(lay.L) + d * S + n], what);
+    store(lay.L);
   }
 }
 
 // Reverse mode of layers top − 1 .. 0 of one prompt whose forward state is in ws, from the seed
 // dZ = ∂ℓ/∂Z_top in the first scratch rows; parameter gradients accumulated into gV, gB, gC (the
-// warp's doubles). Returns ∂ℓ/∂Z_0 (inside the scratch). Ends with __syncwarp.
-template <class T>
+// warp's doubles). Returns ∂ℓ/∂Z_0 (inside the scratch). kRecompute (one head slot): each head's
+// U, W, h̃, Y computed again from Z_ℓ first (ka_warp_head_forward: the forward's bits). Ends with
+// __syncwarp.
+template <bool kRecompute, class T>
 __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* staged,
                                const Activation* acts, double* gV, double* gB, double* gC, int top,
                                int lane) {
   const int d = lay.d, n = lay.n, D = lay.D, cols = lay.cols, S = lay.Sw;
   const auto zero = [](int) { return T(0); };
-  T* dZ = ws + lay.ws.size();
+  T* dZ = ws + lay.forward_size();
   T* dZp = dZ + D * S;
   T* dY = dZp + D * S;
   T* dS = dY + D * S;
@@ -490,6 +551,11 @@ __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* staged,
     for (int j = lane; j < cols; j += kWarp)
       for (int r = 0; r < D; ++r) dZp[r * S + j] = dZ[r * S + j];
     for (int s = 0; s < lay.H; ++s) {
+      if constexpr (kRecompute) {
+        __syncwarp();  // the slot's previous contents are read no more
+        ka_warp_head_forward<false>(lay, ws, staged, acts, l, s, Zl, static_cast<T*>(nullptr), lane);
+        __syncwarp();  // h̃, U, W and Y are read across columns below
+      }
       const int p = l * lay.H + s;
       const Activation a = acts[s];
       const HeadParams<T> hp(lay, staged, p);
@@ -556,7 +622,8 @@ __device__ T* ka_warp_backward(const KaWarpLayout& lay, T* ws, const T* staged,
 
 // Forward (Z_L, predictions, context), VJP (with or without context) or loss and gradient of a
 // batch (KaArgs as ka_kernel; `partial` has one row per warp of the grid: gridDim.x · warps).
-template <class T, KaMode kMode>
+// kRecompute: the recomputing workspace (lay.recompute; the loss and the VJP without context).
+template <class T, KaMode kMode, bool kRecompute = false>
 __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs<T> a) {
   LSA_DYNAMIC_SHARED(smem);
   const int tid = int(threadIdx.x), nt = int(blockDim.x), lane = tid % kWarp, warp = tid / kWarp;
@@ -599,8 +666,8 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
         for (int r = 0; r < D; ++r) copy_async(ws + r * S + j, z0 + r * cols + j);
       copy_async_wait();
       __syncwarp();
-      ka_warp_forward(lay, ws, staged, a.acts, a.predictions ? a.predictions + b * (L + 1) : nullptr,
-                      a.prediction_output, query, lane);
+      T* row = a.predictions ? a.predictions + recipe::prediction_row(a.prediction_output, b, L) : nullptr;
+      ka_warp_forward(lay, ws, staged, a.acts, row, a.prediction_output, query, lane);
     }
     if (kMode == KaMode::forward) {
       if (a.Z_out != nullptr) {
@@ -616,7 +683,7 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
       __syncwarp();  // the next prompt overwrites the workspace
       continue;
     }
-    T* dZ = ws + lay.ws.size();  // the seed ∂ℓ/∂Z_L
+    T* dZ = ws + lay.forward_size();  // the seed ∂ℓ/∂Z_L
     if (kMode == KaMode::vjp) {
       const T* src = a.d_Z_out + b * per;
       for (int j = lane; j < cols; j += kWarp)
@@ -631,8 +698,8 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
     }
     __syncwarp();
     double *gV = acc + 1, *gB = gV + nV, *gC = gB + nB;
-    if (query) ka_warp_query_backward(lay, ws, staged, a.acts, gV, gB, gC, L - 1, lane);
-    const T* dZ0 = ka_warp_backward(lay, ws, staged, a.acts, gV, gB, gC, query ? L - 1 : L, lane);
+    if (query) ka_warp_query_backward<kRecompute>(lay, ws, staged, a.acts, gV, gB, gC, L - 1, lane);
+    const T* dZ0 = ka_warp_backward<kRecompute>(lay, ws, staged, a.acts, gV, gB, gC, query ? L - 1 : L, lane);
     if (a.d_Z0 != nullptr)
       for (int j = lane; j < cols; j += kWarp)
         for (int r = 0; r < D; ++r) a.d_Z0[b * per + r * cols + j] = dZ0[r * S + j];

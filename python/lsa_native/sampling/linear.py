@@ -186,7 +186,7 @@ class LinearPrompts:
         shapes = {"X": (B, N, d), "y": (B, N), "x_q": (B, d), "y_q": (B,), "w": (B, d),
                   "E": (B, d + 1, N + 1)}
         arrays = {k: _cuda.empty(None, shape, dt, -1) for k, shape in shapes.items()}
-        _core.sample_linear_prompts_cuda(self._spec, B, step, **arrays)
+        _core.sample_linear_prompts_cuda(self._spec, B, step, dt, **arrays)
         self._check_device_draws(arrays["E"], arrays["y_q"])
         return self._batch(with_xi=False, **arrays)
 
@@ -226,10 +226,10 @@ class LinearPrompts:
         d, N = self.dim, self.context
         if _cuda.resolve_device(device, E=E, y_q=y_q) == "cuda":
             _cuda.check_device("cuda")
-            E = _device_out(E, (B, d + 1, N + 1), dt, "E")
-            y_q = _device_out(y_q, (B,), dt, "y_q")
-            _check_device_overlap(E, y_q)
-            _core.sample_linear_prompts_cuda(self._spec, B, check_step(step), E=E, y_q=y_q)
+            E = _device_out(E, (B, d + 1, N + 1), dt)
+            y_q = _device_out(y_q, (B,), dt)
+            _check_device_overlap(E, y_q)  # the native call checks each output (naming it)
+            _core.sample_linear_prompts_cuda(self._spec, B, check_step(step), dt, E=E, y_q=y_q)
             self._check_device_draws(E, y_q)
             return E, y_q
         E = _out(E, (B, d + 1, N + 1), dt, "E")
@@ -281,9 +281,10 @@ class LinearPrompts:
     def _cause(self, name: str, dt) -> str:
         return f"{name} is too large for {np.dtype(dt)}: {rescale_hint(name, dt)}"
 
-    def _draws_proven_finite(self, dtype) -> bool:
-        """Whether the law's bounds prove every draw finite in ``dtype`` (every usual law)."""
-        _, y_max, lam_max = self._bounds()
+    def _draws_proven_finite(self, dtype, bounds=None) -> bool:
+        """Whether the law's bounds (``bounds``: :meth:`_bounds` when the caller has them) prove
+        every draw finite in ``dtype`` (every usual law)."""
+        _, y_max, lam_max = self._bounds() if bounds is None else bounds
         return max(y_max, lam_max) < float(np.finfo(dtype).max) / 4  # room for the sums' rounding
 
     def _check_device_draws(self, E, y_q) -> None:
@@ -296,9 +297,10 @@ class LinearPrompts:
     def _check_draws(self, E, y_q) -> None:
         """E's covariates and labels and y_q finite: free when the law's bounds prove it (every
         usual law), else one pass over them naming the argument that overflowed."""
-        _, y_max, _ = self._bounds()
-        if self._draws_proven_finite(E.dtype):
+        bounds = self._bounds()
+        if self._draws_proven_finite(E.dtype, bounds):
             return
+        y_max = bounds[1]
         d = self.dim
         noise_part = self.noise_std * Z_MAX
         y_cause = "noise_std" if noise_part >= y_max - noise_part else self._x_cause()
@@ -429,22 +431,16 @@ def _float_dtype(dtype) -> np.dtype:
     return float_dtype(dtype, "dtype")
 
 
-def _device_out(a, shape, dt, name):
-    """A CUDA output of ``shape`` and dtype ``dt``: a new DeviceArray for None, else ``a`` checked
-    (a C-contiguous, writeable CUDA array of that dtype and shape)."""
-    if a is None:
-        return _cuda.empty(None, shape, dt, -1)
-    if not _cuda.is_cuda_array(a):
-        raise TypeError(f"{name}: expected a CUDA array with device='cuda', got {type(a).__name__}")
-    v = _cuda.view(a, name)
-    if v.dtype != dt or tuple(v.shape) != tuple(shape) or v.readonly:
-        raise ValueError(f"{name}: expected a writeable C-contiguous {dt} CUDA array of shape {shape}, "
-                         f"got {v.dtype} {tuple(v.shape)}{' (read-only)' if v.readonly else ''}")
-    return a
+def _device_out(a, shape, dt):
+    """A CUDA output of ``shape`` and dtype ``dt``: a new DeviceArray for None, else ``a`` as given
+    (``sample_linear_prompts_cuda`` checks it: a writeable C-contiguous CUDA array of that dtype
+    and shape)."""
+    return _cuda.empty(None, shape, dt, -1) if a is None else a
 
 
 def _check_device_overlap(E, y_q) -> None:
-    """ValueError when the CUDA outputs E and y_q share memory (the kernel writes both)."""
+    """ValueError when the CUDA outputs E and y_q share memory (the kernel writes both; the native
+    output checks look at each array alone)."""
     spans = []
     for name, a in (("E", E), ("y_q", y_q)):
         info = _core.array_info(a, name)
