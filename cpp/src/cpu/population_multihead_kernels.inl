@@ -92,6 +92,30 @@ void transpose(const double* A, double* B, index_t d) {
     for (index_t j = 0; j < d; ++j) B[j * d + i] = A[i * d + j];
 }
 
+// Products with Λ and the matrices made of it (Λ², Φ, M4: diagonal when Λ is): dense by the
+// register tiles, or row/column scalings when Λ is diagonal (every evaluation of the random-diagonal
+// expansion, and diagonal fixed Λ): about 40% of the kernel's products at d = 20, H = 8.
+struct LambdaProducts {
+  index_t d;
+  bool diagonal;
+  LambdaProducts(const double* Lam, index_t d_) : d(d_), diagonal(true) {
+    for (index_t i = 0; i < d && diagonal; ++i)
+      for (index_t j = 0; j < d; ++j) diagonal = diagonal && (i == j || Lam[i * d + j] == 0.0);
+  }
+  // out [rows, d] = X [rows, d] B
+  void right(const double* X, const double* B, double* out, index_t rows) const {
+    if (!diagonal) return small::multiply_dense(X, B, out, rows, d);
+    for (index_t r = 0; r < rows; ++r)
+      for (index_t j = 0; j < d; ++j) out[r * d + j] = X[r * d + j] * B[j * (d + 1)];
+  }
+  // out [d, d] = B X
+  void left(const double* B, const double* X, double* out) const {
+    if (!diagonal) return small::multiply_dense(B, X, out, d, d);
+    for (index_t i = 0; i < d; ++i)
+      for (index_t j = 0; j < d; ++j) out[i * d + j] = B[i * (d + 1)] * X[i * d + j];
+  }
+};
+
 // The heads' parts in the flattened layout of population_multihead_kernels.hpp.
 struct Parts {
   index_t d, H;
@@ -110,7 +134,7 @@ struct Workspace {
   double *Y, *V, *LY, *LV, *pi, *gam, *A6;
   double *zus, *Lzus, *tv, *m, *mbar, *C, *R, *LR, *LRPhi, *LCL;
   double *X4, *LX4, *G_z, *G_u, *G_s, *G_Rt, *G_RtT, *x1, *x2, *coef, *piTau;
-  double *GA1, *GA2, *GP, *Wpi, *P1all, *P2all, *Kx1, *Ke4, *Ktx2, *t1, *t2, *t3;
+  double *GA1, *GA2, *GP, *Wpi, *P1all, *P2all, *Kx1, *Ke4, *Ktx2, *t1, *t2, *t3, *Zsym;
   std::unique_ptr<double[]> storage;
 
   Workspace(index_t d, index_t H) {
@@ -134,9 +158,52 @@ struct Workspace {
       take(G_RtT, dd), take(x1, d), take(x2, d), take(coef, HH), take(piTau, H);
       take(GA1, Hd), take(GA2, Hd), take(GP, Hd), take(Wpi, H * dd), take(P1all, H * dd);
       take(P2all, H * dd), take(Kx1, Hd), take(Ke4, Hd), take(Ktx2, Hd), take(t1, Hd), take(t2, Hd);
-      take(t3, Hd);
+      take(t3, Hd), take(Zsym, dd);
       if (pass == 0) storage.reset(new double[used]);
     }
+  }
+};
+
+// ∂K1_h of one head (twice_loss's last step), on its own so that its rows vectorise:
+//   a_h x1ᵀ + x2 a_hᵀ + 2 M4p1_h (Λu)ᵀ + p2_h G_Rtᵀ + c Λ + (2/N)(P1_h + Wpi_h) + Z + Zᵀ,
+//   Z = (2/N²) Wpi_h + (4/N²) P2_h   (P1_h, P2_h rows of stride H d; 2 M4p1_h (Λu)ᵀ is ∂e4 = 2Λu)
+struct K1Gradient {
+  index_t d, Hd;
+  double n;
+  const double *ah, *x1, *x2, *M4p1, *Lu;
+  double p2h;
+  const double* G_RtT;
+  double c;
+  const double *Lam, *P1h, *Wpi, *P2h;
+  // row i's entries at ld's column(s) (one double, or a vector of them: scalars broadcast), but Z
+  template <class Load>
+  auto row_terms(Load ld, index_t i) const {
+    const index_t r = i * d, rh = i * Hd;
+    return ah[i] * ld(x1) + x2[i] * ld(ah) + 2 * M4p1[i] * ld(Lu) + p2h * ld(G_RtT + r) +
+           c * ld(Lam + r) + 2 / n * (ld(P1h + rh) + ld(Wpi + r));
+  }
+  void write(double* Z, double* gK1) const {
+    constexpr index_t L = simd::kLanes<double>;
+    using V = simd::Vec<double>;
+    const double c2 = 2 / (n * n), c4 = 4 / (n * n);
+    for (index_t i = 0; i < d; ++i) {
+      double *z = Z + i * d, *g = gK1 + i * d;
+      index_t j = 0;
+      for (; j + L <= d; j += L) {
+        const auto ld = [j](const double* p) { return simd::load(p + j); };
+        const V zj = simd::broadcast(c2) * simd::load(Wpi + i * d + j) +
+                     simd::broadcast(c4) * simd::load(P2h + i * Hd + j);
+        simd::store(z + j, zj);
+        simd::store(g + j, row_terms(ld, i) + zj);
+      }
+      for (; j < d; ++j) {
+        const auto ld = [j](const double* p) { return p[j]; };
+        z[j] = c2 * Wpi[i * d + j] + c4 * P2h[i * Hd + j];
+        g[j] = row_terms(ld, i) + z[j];
+      }
+    }
+    for (index_t i = 0; i < d; ++i)
+      for (index_t j = 0; j < d; ++j) gK1[i * d + j] += Z[j * d + i];
   }
 };
 
@@ -152,7 +219,8 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
 
   // Λ's terms: Φ = ΛΓ = E[Λ̂²] = (1 + 1/N)Λ² + tr(Λ)/N Λ, M4 = tr(Λ)Λ + (2/N)Λ²
   const double t = trace(Lam, d);
-  small::multiply_dense(Lam, Lam, w.L2, d, d);
+  const LambdaProducts lp(Lam, d);
+  lp.left(Lam, Lam, w.L2);
   for (index_t i = 0; i < dd; ++i) {
     w.Phi[i] = (1 + 1 / n) * w.L2[i] + t / n * Lam[i];
     w.M4[i] = t * Lam[i] + 2 / n * w.L2[i];
@@ -161,13 +229,13 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
 
   // per head (Λ, M4 symmetric): a_h = Λp1_h, M4p1_h, K1_hΛ, ΛK1_hΛ, S_h = sym K1_h, τ_h = tr(K1_hΛ),
   // K1_hᵀ (stacked, for the backward), aᵀ [d, H]
-  small::multiply_dense(P.P1(0), Lam, w.a, H, d);
-  small::multiply_dense(P.P1(0), w.M4, w.M4p1, H, d);
-  small::multiply_dense(K1s, Lam, w.KL, Hd, d);
+  lp.right(P.P1(0), Lam, w.a, H);
+  lp.right(P.P1(0), w.M4, w.M4p1, H);
+  lp.right(K1s, Lam, w.KL, Hd);
   for (index_t h = 0; h < H; ++h) {
     const double* K1 = P.Km(h);
     double *Sh = w.S + h * dd, *KTh = w.KT + h * dd;
-    small::multiply_dense(Lam, w.KL + h * dd, w.LKL + h * dd, d, d);
+    lp.left(Lam, w.KL + h * dd, w.LKL + h * dd);
     transpose(K1, KTh, d);
     for (index_t i = 0; i < dd; ++i) Sh[i] = 0.5 * (K1[i] + KTh[i]);
     w.tau[h] = sum_products(K1, Lam, dd);
@@ -181,8 +249,8 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
     small::multiply_dense(w.a, P.Km(g_), row(w.Y, g_, 0), H, d);
     small::multiply_dense(w.a, w.S + g_ * dd, row(w.V, g_, 0), H, d);
   }
-  small::multiply_dense(w.Y, Lam, w.LY, H * H, d);
-  small::multiply_dense(w.V, Lam, w.LV, H * H, d);
+  lp.right(w.Y, Lam, w.LY, H * H);
+  lp.right(w.V, Lam, w.LV, H * H);
 
   // linear aggregates: z = Σ K1_hᵀa_h = Σ Y[h,h], u = Σ p2_h k2_h, s = Σ S_h a_h = Σ V[h,h]
   // (rows of zus), tv = Σ τ_h a_h, e4 = Σ K1_hᵀ M4 p1_h, C = Σ p1_h k2_hᵀ + p2_h K1_h, R = Cᵀ,
@@ -205,7 +273,7 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
   }
   gemm(w.M4p1, Hd, K1s, d, e4, d, 1, Hd, d);
   transpose(w.C, w.R, d);
-  small::multiply_dense(w.zus, Lam, w.Lzus, 3, d);
+  lp.right(w.zus, Lam, w.Lzus, 3);
   const double *Lz = w.Lzus, *Lu = w.Lzus + d, *Ls = w.Lzus + 2 * d;
   for (index_t i = 0; i < d; ++i) {
     w.m[i] = w.tv[i] + 2 * Ls[i];
@@ -233,8 +301,8 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
       piA6 += wt * pi * A6;
     }
 
-  small::multiply_dense(Lam, w.R, w.LR, d, d);
-  small::multiply_dense(w.LR, w.Phi, w.LRPhi, d, d);
+  lp.left(Lam, w.R, w.LR);
+  lp.right(w.LR, w.Phi, w.LRPhi, d);
   const double uLu = sum_products(u, Lu, d);
   const double T1 = sum_products(z, Lz, d) + (nu_sum + pigam) / n;
   const double T2 = sum_products(w.R, w.LRPhi, dd) - 2 * sum_products(w.R, w.L2, dd) + t;
@@ -245,8 +313,8 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
                     (n * n);
   double noise_terms = 0;
   if (s2 > 0) {  // ΛCΛ (G_RtT, written only in the backward, holds ΛC meanwhile)
-    small::multiply_dense(Lam, w.C, w.G_RtT, d, d);
-    small::multiply_dense(w.G_RtT, Lam, w.LCL, d, d);
+    lp.left(Lam, w.C, w.G_RtT);
+    lp.right(w.G_RtT, Lam, w.LCL, d);
     noise_terms = 2 * s2 * (sum_products(mbar, Lu, d) + sum_products(w.m, u, d) / n) +
                   s2 * s2 * (1 + 2 / n) * uLu +
                   s2 / n * (sum_products(w.C, w.LCL, dd) + 4 * t * uLu) + (query_noise ? s2 : 0.0);
@@ -265,7 +333,7 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
     G_tv[i] = 4 / (n * n) * s[i];
     w.G_s[i] = 4 / (n * n) * w.tv[i] + 8 / (n * n) * Ls[i];
   }
-  small::multiply_dense(w.X4, Lam, w.LX4, 4, d);
+  lp.right(w.X4, Lam, w.LX4, 4);
   const double *Le4 = w.LX4, *Lmbar = w.LX4 + d, *LGm = w.LX4 + 2 * d, *LGtv = w.LX4 + 3 * d;
   const double* G_e4 = Lu;  // ∂e4 = 2Λu: the factor 2 where it is used
   for (index_t i = 0; i < d; ++i) {
@@ -303,8 +371,8 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
   matvec_rows(w.KT, w.x2, w.Ktx2, Hd, d);
   matvec_rows(K1s, G_e4, w.Ke4, Hd, d);
   for (index_t i = 0; i < Hd; ++i) w.Kx1[i] += w.Ktx2[i] + 2 / n * w.GA1[i] + 8 / (n * n) * w.GA2[i];
-  small::multiply_dense(w.Kx1, Lam, w.t1, H, d);
-  small::multiply_dense(w.Ke4, w.M4, w.t2, H, d);
+  lp.right(w.Kx1, Lam, w.t1, H);
+  lp.right(w.Ke4, w.M4, w.t2, H);
   small::multiply_dense(P.K2(0), w.G_Rt, w.t3, H, d);
   const Parts G{d, H, grad};
   double* gp1 = G.P1(0);
@@ -323,17 +391,11 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
   // ∂K1_h = a_h x1ᵀ + x2 a_hᵀ + 2 M4p1_h (Λu)ᵀ + p2_h G_Rtᵀ + (a_h·(G_m + G_tv) + 2/N² (πτ)_h) Λ
   //         + (2/N)(P1_h + Wpi_h) + (2/N²)(Wpi_h + Wpi_hᵀ) + (4/N²)(P2_h + P2_hᵀ)
   for (index_t h = 0; h < H; ++h) {
-    const double *ah = A(h), *M4p1 = w.M4p1 + h * d, *Wpi = w.Wpi + h * dd;
-    const double *P1h = w.P1all + h * d, *P2h = w.P2all + h * d;  // rows of stride H d
-    double* gK1 = G.Km(h);
+    const double* ah = A(h);
     const double c = sum_products(ah, G_m, d) + sum_products(ah, G_tv, d) + 2 / (n * n) * w.piTau[h];
-    for (index_t i = 0; i < d; ++i)
-      for (index_t j = 0; j < d; ++j)
-        gK1[i * d + j] = ah[i] * w.x1[j] + w.x2[i] * ah[j] + 2 * M4p1[i] * G_e4[j] +
-                         p2[h] * w.G_RtT[i * d + j] + c * Lam[i * d + j] +
-                         2 / n * (P1h[i * Hd + j] + Wpi[i * d + j]) +
-                         2 / (n * n) * (Wpi[i * d + j] + Wpi[j * d + i]) +
-                         4 / (n * n) * (P2h[i * Hd + j] + P2h[j * Hd + i]);
+    const K1Gradient k{d, Hd, n, ah, w.x1, w.x2, w.M4p1 + h * d, G_e4, p2[h], w.G_RtT, c, Lam,
+                       w.P1all + h * d, w.Wpi + h * dd, w.P2all + h * d};
+    k.write(w.Zsym, G.Km(h));
   }
   return twice;
 }
