@@ -36,8 +36,8 @@ struct HeadParts {
   double* K_row(index_t h, index_t r) const { return r < d ? Km(h) + r * d : K2(h); }
 };
 
-// p_h and the K-block of W^KQ_h = W^K_hᵀ W^Q_h (separate, rank >= 1) or W_kq[h] (merged, rank 0)
-// written into P.
+// p_h and the K-block of W^KQ_h = W^K_hᵀ W^Q_h (separate, rank >= 1: the kernel table's product) or
+// W_kq[h] (merged, rank 0) written into P.
 void read_heads(const HeadParts& P, index_t rank, const double* W_pv, const double* W_kq,
                 const double* W_k, const double* W_q) {
   const index_t d = P.d, n1 = d + 1;
@@ -45,21 +45,11 @@ void read_heads(const HeadParts& P, index_t rank, const double* W_pv, const doub
     const double* pv = W_pv + h * n1 * n1;
     std::copy(pv + d * n1, pv + d * n1 + d, P.P1(h));
     P.p2(h) = pv[d * n1 + d];
-    for (index_t r = 0; r <= d; ++r) {
-      double* v = P.K_row(h, r);
-      if (rank == 0) {
-        std::copy(W_kq + h * n1 * n1 + r * n1, W_kq + h * n1 * n1 + r * n1 + d, v);
-        continue;
-      }
-      // (W^Kᵀ W^Q)[r, :d] = Σ_ρ W^K[ρ, r] W^Q[ρ, :d] (rows of W^Q combined: contiguous loops)
-      const double *Wk = W_k + h * rank * n1, *Wq = W_q + h * rank * n1;
-      std::fill(v, v + d, 0.0);
-      for (index_t q = 0; q < rank; ++q) {
-        const double wk = Wk[q * n1 + r];
-        for (index_t c = 0; c < d; ++c) v[c] += wk * Wq[q * n1 + c];
-      }
-    }
+    if (rank == 0)
+      for (index_t r = 0; r <= d; ++r)
+        std::copy(W_kq + h * n1 * n1 + r * n1, W_kq + h * n1 * n1 + r * n1 + d, P.K_row(h, r));
   }
+  if (rank > 0) population_multihead_kernels().separate_keys(d, P.H, rank, W_k, W_q, P.base);
 }
 
 // 2L and, when grad is not null, its gradient with respect to the parts (grad [H (d+1)²]): the
@@ -103,30 +93,6 @@ void write_kq(const HeadParts& g, double* d_W_kq) {
     }
 }
 
-// Separate heads by the chain rule: K_h = W^K_hᵀ W^Q_h[:, :d] and G_h = ∂L/∂K_h [d+1, d] (rows
-// ½ g.K_row(h, r)):  ∂W^K_h[ρ, r] = W^Q_h[ρ, :d] · G_h[r],  ∂W^Q_h[ρ, :d] = Σ_r W^K_h[ρ, r] G_h[r],
-// ∂W^Q_h[ρ, d] = 0 (contiguous inner loops).
-void write_separate(const HeadParts& g, index_t rank, const double* W_k, const double* W_q,
-                    double* d_W_k, double* d_W_q) {
-  const index_t d = g.d, n1 = d + 1;
-  for (index_t h = 0; h < g.H; ++h)
-    for (index_t q = 0; q < rank; ++q) {
-      const index_t at = (h * rank + q) * n1;
-      const double *wk = W_k + at, *wq = W_q + at;
-      double *gk = d_W_k + at, *gq = d_W_q + at;
-      std::fill(gq, gq + n1, 0.0);
-      for (index_t r = 0; r <= d; ++r) {
-        const double* G = g.K_row(h, r);
-        double dot = 0;
-        for (index_t c = 0; c < d; ++c) {
-          dot += wq[c] * G[c];
-          gq[c] += 0.5 * wk[r] * G[c];
-        }
-        gk[r] = 0.5 * dot;
-      }
-    }
-}
-
 // The call's parts and gradient of the parts, one buffer (parts, then the gradient when wanted).
 struct Buffers {
   Vec storage;
@@ -164,7 +130,8 @@ double multihead_population_loss_separate(index_t d, index_t heads, index_t rank
   const double twice = twice_loss_law(b.parts, law, covariance, N, noise, b.grad.base);
   if (want_grad) {
     write_pv(b.grad, d_W_pv);
-    write_separate(b.grad, rank, W_k, W_q, d_W_k, d_W_q);
+    population_multihead_kernels().separate_gradient(d, heads, rank, W_k, W_q, b.grad.base, d_W_k,
+                                                     d_W_q);
   }
   return 0.5 * twice;
 }

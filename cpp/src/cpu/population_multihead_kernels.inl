@@ -400,8 +400,47 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
   return twice;
 }
 
+// Separate heads, per head h (rows = d + 1): K_h [rows, d] = W^K_hᵀ [rows, r] · W^Q_h[:, :d]; the
+// products by the register tiles (gemm), K_h's rows then split into K1_h and k2_h.
+void separate_keys(index_t d, index_t H, index_t rank, const double* W_k, const double* W_q,
+                   double* parts) {
+  const index_t n1 = d + 1;
+  const Parts P{d, H, parts};
+  std::unique_ptr<double[]> work(new double[static_cast<size_t>(n1 * rank + n1 * d)]);
+  double *WkT = work.get(), *Kh = WkT + n1 * rank;
+  for (index_t h = 0; h < H; ++h) {
+    const double *Wk = W_k + h * rank * n1, *Wq = W_q + h * rank * n1;
+    for (index_t q = 0; q < rank; ++q)
+      for (index_t r = 0; r < n1; ++r) WkT[r * rank + q] = Wk[q * n1 + r];
+    gemm(WkT, rank, Wq, n1, Kh, d, n1, rank, d);
+    std::copy(Kh, Kh + d * d, P.Km(h));
+    std::copy(Kh + d * d, Kh + n1 * d, P.K2(h));
+  }
+}
+
+// G_h = ½ [∂K1_h; ∂k2_h] [rows, d] and G_hᵀ [d, rows]: d_W_q[h] = W^K_h G_h, d_W_k[h] = W^Q_h[:, :d] G_hᵀ.
+void separate_gradient(index_t d, index_t H, index_t rank, const double* W_k, const double* W_q,
+                       const double* grad, double* d_W_k, double* d_W_q) {
+  const index_t n1 = d + 1;
+  const Parts g{d, H, const_cast<double*>(grad)};  // read only
+  std::unique_ptr<double[]> work(new double[static_cast<size_t>(2 * n1 * d)]);
+  double *G = work.get(), *GT = G + n1 * d;
+  for (index_t h = 0; h < H; ++h) {
+    const index_t at = h * rank * n1;
+    for (index_t r = 0; r < n1; ++r) {
+      const double* row = r < d ? g.Km(h) + r * d : g.K2(h);
+      for (index_t c = 0; c < d; ++c) G[r * d + c] = GT[c * n1 + r] = 0.5 * row[c];
+    }
+    gemm(W_k + at, n1, G, d, d_W_q + at, n1, rank, n1, d);
+    for (index_t q = 0; q < rank; ++q) d_W_q[at + q * n1 + d] = 0;
+    gemm(W_q + at, n1, GT, n1, d_W_k + at, n1, rank, d, n1);
+  }
+}
+
 }  // namespace
 
-PopulationMultiheadKernels population_multihead_kernels() { return {&twice_loss}; }
+PopulationMultiheadKernels population_multihead_kernels() {
+  return {&twice_loss, &separate_keys, &separate_gradient};
+}
 
 }  // namespace lsa_native::cpu::LSA_ISA_NS
