@@ -9,7 +9,9 @@ given by its moments (the exact expansion around E λ: 1 + 4d fixed-Λ evaluatio
 its numpy reference, the same expansion over the reference's fixed-Λ loss, see
 ``reference_random_diagonal``). Times are medians of ``--repeats`` calls (same run, same machine)
 in CPU time of this process (time.process_time: robust on a shared, loaded machine; numpy's BLAS
-is held to one thread, and the native call runs on one), with the wall-time medians beside them.
+is held to one thread, and the native call runs on one), with the wall-time medians beside them;
+native and reference take turns within each repeat (so a change of load reaches both alike), each
+timed call after an untimed one of the same function (its own steady state, as in a loop).
 Monte Carlo: the per-prompt standard deviation of the sampled loss and gradient (the vectorised
 numpy estimator of tests/test_population_multihead.py on prompts from data.linear_regression_prompts)
 gives the number of prompts B(ε) for a standard error of ε·|L| on the loss and ε·max|∇L| on every
@@ -38,16 +40,21 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "tests"))
 from test_population_multihead import sampled_loss_and_grad  # noqa: E402  (the MC estimator)
 
 
-def median_time(f, repeats):
-    """(median CPU seconds, median wall seconds) per call, after one warm-up call."""
-    f()
-    cpu, wall = [], []
+def median_times(fs, repeats):
+    """[(median CPU seconds, median wall seconds)] per call of each function of fs. The functions
+    take turns within every repeat, so that a change of the machine's load reaches all of them
+    alike (same-run ratios); each timed call follows an untimed call of the same function, so that
+    each is measured in its own steady state (caches warm for it, as in a loop of calls), not in the
+    cache the other left behind."""
+    cpu, wall = [[] for _ in fs], [[] for _ in fs]
     for _ in range(repeats):
-        c0, t0 = time.process_time(), time.perf_counter()
-        f()
-        cpu.append(time.process_time() - c0)
-        wall.append(time.perf_counter() - t0)
-    return statistics.median(cpu), statistics.median(wall)
+        for k, f in enumerate(fs):
+            f()
+            c0, t0 = time.process_time(), time.perf_counter()
+            f()
+            cpu[k].append(time.process_time() - c0)
+            wall[k].append(time.perf_counter() - t0)
+    return [(statistics.median(c), statistics.median(w)) for c, w in zip(cpu, wall)]
 
 
 def reference_random_diagonal(loss_and_grad, moments):
@@ -130,7 +137,7 @@ def main():
                 W_pv, keys, moments, N, **noise)
             reference = lambda ref_at=ref_at: reference_random_diagonal(ref_at, moments)  # noqa: E731
             repeats = max(3, args.repeats // 10)
-        (tn, wn), (tr, wr) = median_time(native, repeats), median_time(reference, repeats)
+        (tn, wn), (tr, wr) = median_times((native, reference), repeats)
         print(f"| {name} | {tn * 1e3:.3f} ({wn * 1e3:.3f}) | {tr * 1e3:.2f} ({wr * 1e3:.2f}) | "
               f"{tr / tn:.1f}x |")
         cases.append((name, W_pv, keys, tn))
