@@ -72,8 +72,10 @@ def test_one_head_random_diagonal_equals_the_one_head_core(rng):
 
 @pytest.mark.parametrize("d,H,N,r", [(1, 1, 1, 1), (1, 3, 2, 2), (3, 4, 5, 1), (6, 3, 40, 4), (2, 7, 3, 3)])
 def test_native_matches_numpy_reference(rng, d, H, N, r):
-    Lambda = random_spd(rng, d)
-    for sigma in (0.0, 0.6):
+    """Dense Λ, and diagonal Λ (the native kernel's scaling path, which every random-diagonal
+    evaluation takes)."""
+    for Lambda, sigma in itertools.product((random_spd(rng, d), np.diag(rng.uniform(0.3, 2.0, d))),
+                                           (0.0, 0.6)):
         noise = dict(noise_std=sigma, query_noise=sigma > 0)
         W_pv, W_kq = merged_heads(rng, H, d)
         for got, want in zip(pm.multihead_loss_and_grad(W_pv, W_kq, Lambda, N, **noise),

@@ -103,8 +103,13 @@ py::dict run_flow(const LossAndGrad& f, std::vector<double> theta0, const std::v
 struct MultiheadProblem {
   index_t d = 0, heads = 0, rank = 0;
   PopulationCovariance law = PopulationCovariance::fixed;
-  std::vector<double> theta;
-  std::vector<index_t> sizes;  // entries of each array in θ
+  std::vector<const Arr*> arrays;  // W_pv, then keys: θ's parts (the call's own arrays)
+  std::vector<index_t> sizes;      // entries of each array in θ
+  std::vector<double> theta() const {
+    std::vector<double> th;
+    for (const Arr* a : arrays) th.insert(th.end(), a->data(), a->data() + a->size());
+    return th;
+  }
 };
 
 MultiheadProblem multihead_problem(const std::string& law, const Arr& W_pv,
@@ -115,10 +120,10 @@ MultiheadProblem multihead_problem(const std::string& law, const Arr& W_pv,
   p.heads = W_pv.shape(0);
   p.d = W_pv.shape(1) - 1;
   const index_t n1 = p.d + 1;
-  std::vector<const Arr*> arrays{&W_pv};
+  p.arrays = {&W_pv};
   if (keys.size() == 1) {
     require_shape(keys[0], {p.heads, n1, n1}, "W_kq");
-    arrays.push_back(&keys[0]);
+    p.arrays.push_back(&keys[0]);
   } else {
     if (keys[0].ndim() != 3 || keys[0].shape(0) != p.heads || keys[0].shape(2) != n1)
       throw Error("W_k: expected shape (H, r, d+1) = (" + std::to_string(p.heads) + ", r, " +
@@ -127,13 +132,10 @@ MultiheadProblem multihead_problem(const std::string& law, const Arr& W_pv,
     detail::require(p.rank >= 1 && p.rank <= n1, "W_k: rank r = " + std::to_string(p.rank) +
                                                      " out of range 1 <= r <= d+1 = " + std::to_string(n1));
     require_shape(keys[1], {p.heads, p.rank, n1}, "W_q");
-    arrays.push_back(&keys[0]);
-    arrays.push_back(&keys[1]);
+    p.arrays.push_back(&keys[0]);
+    p.arrays.push_back(&keys[1]);
   }
-  for (const Arr* a : arrays) {
-    p.theta.insert(p.theta.end(), a->data(), a->data() + a->size());
-    p.sizes.push_back(a->size());
-  }
+  for (const Arr* a : p.arrays) p.sizes.push_back(a->size());
   if (law == "fixed") {
     require_shape(data, {p.d, p.d}, "Lambda");
   } else if (law == "random_diagonal") {
@@ -296,30 +298,33 @@ void bind_population(py::module_& m) {
         if (keys.size() != 1 && keys.size() != 2)
           throw Error("keys: expected [W_kq] (merged) or [W_k, W_q] (separate)");
         const MultiheadProblem p = multihead_problem(law, W_pv, keys, data);
-        const LossAndGrad f = multihead_objective(p, data.data(), N, label_noise(noise_std, query_noise));
-        std::vector<double> grad(p.theta.size());
+        const LabelNoise noise = label_noise(noise_std, query_noise);
+        // the gradients written straight into the returned arrays, θ read from the call's own
+        std::vector<Arr> grads;
+        for (const Arr* a : p.arrays) grads.emplace_back(std::vector<py::ssize_t>(a->shape(), a->shape() + 3));
+        std::vector<double*> g;
+        for (Arr& a : grads) g.push_back(a.mutable_data());
+        const double *th0 = W_pv.data(), *th1 = keys[0].data(), *th2 = keys.back().data();
         double loss;
-        bool finite = true;
+        bool finite;
         {
           py::gil_scoped_release release;
-          loss = f(p.theta.data(), grad.data());
-          finite = std::isfinite(loss);
-          for (const double g : grad) finite = finite && std::isfinite(g);
+          loss = p.rank == 0 ? multihead_population_loss(p.d, p.heads, th0, th1, p.law, data.data(), N,
+                                                         g[0], g[1], noise)
+                             : multihead_population_loss_separate(p.d, p.heads, p.rank, th0, th1, th2,
+                                                                  p.law, data.data(), N, g[0], g[1],
+                                                                  g[2], noise);
+          bool bad = !std::isfinite(loss);  // no early exit: the loops vectorise
+          for (size_t k = 0; k < g.size(); ++k)
+            for (index_t i = 0; i < p.sizes[k]; ++i) bad |= !std::isfinite(g[k][i]);
+          finite = !bad;
         }
         if (!finite)
           throw NonFiniteError("multihead_loss_and_grad: the loss or its gradient overflowed to a "
                                "non-finite value from finite parameters; rescale W_pv/W_kq");
-        py::tuple out(1 + p.sizes.size());
+        py::tuple out(1 + grads.size());
         out[0] = loss;
-        const std::vector<const Arr*> shapes_of{&W_pv, &keys[0], keys.size() == 2 ? &keys[1] : &keys[0]};
-        const double* src = grad.data();
-        for (size_t k = 0; k < p.sizes.size(); ++k) {
-          const Arr& like = *shapes_of[k];
-          Arr gk({like.shape(0), like.shape(1), like.shape(2)});
-          std::copy(src, src + p.sizes[k], gk.mutable_data());
-          src += p.sizes[k];
-          out[k + 1] = gk;
-        }
+        for (size_t k = 0; k < grads.size(); ++k) out[k + 1] = grads[k];
         return out;
       },
       py::arg("law"), py::arg("W_pv").noconvert(), py::arg("keys"), py::arg("data").noconvert(),
@@ -334,20 +339,21 @@ void bind_population(py::module_& m) {
           throw Error("keys: expected [W_kq] (merged) or [W_k, W_q] (separate)");
         const MultiheadProblem p = multihead_problem(law, W_pv, keys, data);
         const std::vector<index_t> idx = effective_entries(p);
+        const std::vector<double> theta = p.theta();
         std::vector<double> theta0(idx.size());
-        for (size_t k = 0; k < idx.size(); ++k) theta0[k] = p.theta[idx[k]];
+        for (size_t k = 0; k < idx.size(); ++k) theta0[k] = theta[idx[k]];
         py::dict out = run_flow(
             on_entries(multihead_objective(p, data.data(), N, label_noise(noise_std, query_noise)),
-                       p.theta, idx),
+                       theta, idx),
             theta0, times, method, rtol, atol, step, grad_tol, loss_target, gap_tol, max_steps);
         // back to full-size θ (the entries that do not reach ŷ keep their initial values)
         const Arr eff = out["thetas"].cast<Arr>(), eff_final = out["final_theta"].cast<Arr>();
-        const auto n = static_cast<py::ssize_t>(p.theta.size());
+        const auto n = static_cast<py::ssize_t>(theta.size());
         Arr thetas({eff.shape(0), n}), final_theta(n);
         for (py::ssize_t t = 0; t <= eff.shape(0); ++t) {
           double* row = t < eff.shape(0) ? thetas.mutable_data() + t * n : final_theta.mutable_data();
           const double* src = t < eff.shape(0) ? eff.data() + t * eff.shape(1) : eff_final.data();
-          std::copy(p.theta.begin(), p.theta.end(), row);
+          std::copy(theta.begin(), theta.end(), row);
           for (size_t k = 0; k < idx.size(); ++k) row[idx[k]] = src[k];
         }
         out["thetas"] = thetas;

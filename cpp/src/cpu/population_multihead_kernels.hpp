@@ -16,6 +16,14 @@ struct PopulationMultiheadKernels {
   // ∂(2L)/∂parts written into grad [H (d+1)²] (the same layout).
   double (*twice_loss)(index_t d, index_t H, const double* parts, const double* Lambda, index_t N,
                        double noise_std, bool query_noise, double* grad);
+  // Separate heads W^KQ_h = W^K_hᵀ W^Q_h (W_k, W_q [H, r, d+1]): K_h = (W^K_hᵀ W^Q_h)[:, :d] written
+  // into parts' K1_h, k2_h (p1, p2 are the caller's).
+  void (*separate_keys)(index_t d, index_t H, index_t rank, const double* W_k, const double* W_q,
+                        double* parts);
+  // Their chain rule from grad = ∂(2L)/∂parts: with G_h = ½ ∂(2L)/∂K_h [d+1, d],
+  // d_W_q[h][:, :d] = W^K_h G_h (d_W_q[h][:, d] = 0) and d_W_k[h] = W^Q_h[:, :d] G_hᵀ (written).
+  void (*separate_gradient)(index_t d, index_t H, index_t rank, const double* W_k, const double* W_q,
+                            const double* grad, double* d_W_k, double* d_W_q);
 };
 
 LSA_NATIVE_DECLARE_PER_ISA(PopulationMultiheadKernels population_multihead_kernels();)
