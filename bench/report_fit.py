@@ -174,7 +174,7 @@ def _multihead_case(method, separate, d=5, N=20, H=5, B=4096, r=1):
 
     def bare(steps, optimizer):
         update, current = _bare_update(optimizer, theta0.copy())
-        W, g = np.empty(theta0.size, np.float32), np.empty(theta0.size, np.float32)
+        W, g = np.empty(theta0.size, np.float32), np.zeros(theta0.size, np.float32)
         Wv, gv = views(W), views(g)
         W_kq, d_kq = (np.empty((H, n, n), np.float32) for _ in range(2))
         if not separate:

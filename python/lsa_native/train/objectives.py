@@ -349,6 +349,7 @@ class MultiHeadLSAObjective(Objective):
         self.method, self.fused = method, bool(fused)
         self._step = (None, None, None, None)  # (spec, batch, dtype) of the cached Wishart step, it
         self._draw = (None, None, None, None)  # ((spec, B, dtype, device), sample index, E, y_q)
+        self._cast = _CastBatch()
 
     def unpack(self, theta):
         """{name: view of θ} for W_pv and W_kq, or W_pv, W_k and W_q."""
@@ -429,8 +430,8 @@ class MultiHeadLSAObjective(Objective):
         return loss, np.concatenate([cuda.to_host(g).ravel() for g in grads]).astype(np.float64)
 
     def loss_and_grad(self, theta, step, data):
-        if not self._fused(data):
-            return self._loss_and_grad(theta, *self._batch(data.at(step)))
+        if not self._fused(data):  # E cast once per batch while the source reuses it
+            return self._loss_and_grad(theta, *self._cast(data.at(step), self.dtype))
         if self._wishart(data):
             return self._wishart_step(theta, step, data)
         return self._loss_and_grad(theta, *self._prompts(data, step))
@@ -459,11 +460,11 @@ class MultiHeadLSAObjective(Objective):
                 return fused(W_pv, W_kq, check_step(index(step)), d_pv, d_kq)
             dtype = fused.dtype
         else:
-            kernel, prompts = _core.multihead_lsa_loss_and_grad, self._prompts
+            kernel, dtype = _core.multihead_lsa_loss_and_grad, self.dtype or data.dtype
+            prompts = self._bound_prompts(data, dtype)
 
             def native(W_pv, W_kq, step, d_pv, d_kq):
-                return kernel(*prompts(data, step), W_pv, W_kq, False, "cpu", out=(d_pv, d_kq))[0]
-            dtype = self.dtype or data.dtype
+                return kernel(*prompts(step), W_pv, W_kq, False, "cpu", out=(d_pv, d_kq))[0]
         host = _HostParams(self.parts, dtype)
         if "W_kq" in self.parts:
             d_pv, d_kq = host.grads
@@ -482,6 +483,29 @@ class MultiHeadLSAObjective(Objective):
             multihead.chain_kq(W_k, W_q, d_kq, out=(d_k, d_q))
             return loss, host.gradient()
         return separate_step
+
+    def _bound_prompts(self, data, dtype):
+        """``prompts(step) -> (E, y_q)`` of the bound tokens step: the prompts of ``step`` drawn by
+        the spec's ``embedding_step`` (arguments checked once) into buffers allocated once, again
+        only when the sample index changes — the prompts :meth:`_prompts` draws; a spec without
+        ``embedding_step``: :meth:`_prompts`."""
+        embedding_step = getattr(data.spec, "embedding_step", None)
+        if not callable(embedding_step):
+            return lambda step: self._prompts(data, step)
+        draw, every = embedding_step(batch=data.batch, dtype=dtype), data.resample_every
+        d, N = data.spec.dim, data.spec.context
+        E, y_q = np.empty((data.batch, d + 1, N + 1), draw.dtype), np.empty(data.batch, draw.dtype)
+        drawn = [None]  # the sample index E and y_q hold
+
+        def prompts(step):
+            index = step // every
+            if index != drawn[0]:
+                drawn[0] = None  # a failed draw leaves no index behind
+                draw(index, E, y_q)
+                drawn[0] = index
+            return E, y_q
+
+        return prompts
 
     def _merged_shapes(self):
         """[W_pv's shape, W_kq's shape] of the merged parametrization (θ's layout), else None."""
