@@ -277,13 +277,13 @@ def _hand_loop(objective, optimizer, source, steps):
     return rows, theta
 
 
-def _multihead(rng, d, separate):
+def _multihead(rng, d, separate, scale=0.3):
     """(W_pv, {W_kq} or {W_k, W_q}) of a random H-head model (rank r separate keys/queries)."""
     H, n = int(rng.integers(1, 5)), d + 1
     r = int(rng.integers(1, n + 1))
-    kq = ({"W_k": 0.3 * rng.standard_normal((H, r, n)), "W_q": 0.3 * rng.standard_normal((H, r, n))}
-          if separate else {"W_kq": 0.3 * rng.standard_normal((H, n, n))})
-    return 0.3 * rng.standard_normal((H, n, n)), kq
+    draw = lambda *shape: scale * rng.standard_normal(shape)  # noqa: E731
+    kq = {"W_k": draw(H, r, n), "W_q": draw(H, r, n)} if separate else {"W_kq": draw(H, n, n)}
+    return draw(H, n, n), kq
 
 
 def _problem(rng, kind, dtype):
@@ -291,7 +291,9 @@ def _problem(rng, kind, dtype):
     if kind.startswith("H-head"):
         _, parametrization, method = kind.split()
         d = int(rng.integers(1, 6))
-        W_pv, kq = _multihead(rng, d, parametrization == "separate")
+        # a small start: up to 4 heads of a cubic (separate) model, whose SGD steps at lr = 0.02
+        # could otherwise overflow float32 within the run
+        W_pv, kq = _multihead(rng, d, parametrization == "separate", scale=0.1)
         spec = sampling.LinearPrompts(d, int(rng.integers(d, 12)), seed=seed)
         return (lambda: train.MultiHeadLSAObjective(W_pv, **kq, method=method),
                 train.Prompts(spec, batch=int(rng.integers(1, 90)), resample_every=2,

@@ -119,8 +119,8 @@ class _HostParams:
         self._cast = None if wide else np.empty(size, self.dtype)
         self._low = self.grad if wide else np.empty(size, self.dtype)
         self._pieces = _Pieces(native_optim.HOST, shapes)
-        self.grads = _Pieces(native_optim.HOST, shapes)(self._low)  # written by the native call
-        self._cast_views = None if wide else _Pieces(native_optim.HOST, shapes)(self._cast)
+        self.grads = self._pieces(self._low)  # written by the native call
+        self._cast_views = None if wide else self._pieces(self._cast)
 
     def params(self, theta) -> tuple:
         """The parameter arrays at θ, in ``dtype`` (ValueError naming the piece that overflows)."""
@@ -474,7 +474,7 @@ class MultiHeadLSAObjective(Objective):
                 return native(W_pv, W_kq, step, d_pv, d_kq), host.gradient()
             return merged_step
         d_pv, d_k, d_q = host.grads
-        W_kq, d_kq = (np.empty(shape, host.dtype) for shape in (self.parts["W_pv"],) * 2)
+        W_kq, d_kq = np.empty((2, *self.parts["W_pv"]), host.dtype)  # merged, and its gradient
 
         def separate_step(theta, step):
             W_pv, W_k, W_q = host.params(theta)
