@@ -3,8 +3,9 @@
 ``--loop`` (issue 22, "the loop around the kernel"): fit's overhead over a bare loop of the same
 native calls, at d = 5, N = 20, B = 4096 — LSAObjective on fresh prompts, fused "tokens" and
 "wishart" steps (``sampling.LinearPrompts``), MultiHeadLSAObjective (H = 5 heads, merged W^KQ
-and separate rank-one W^K, W^Q, tokens and wishart, float32), and KernelAttentionObjective (full and sparse V) on a
-fixed float64 batch trained in float32 (so E is cast: the cast must happen once, not per step);
+and separate rank-one W^K, W^Q, tokens and wishart, float32), and KernelAttentionObjective (full
+and sparse V) on a fixed float64 batch trained in float32 (so E is cast: the cast must happen
+once, not per step);
 SGD and Adam. The bare loop calls the native function directly
 (``_core.linear_prompts_lsa_loss_and_grad`` / ``_core.sample_linear_prompts`` +
 ``_core.multihead_lsa_loss_and_grad`` / ``_core.linear_prompts_multihead_loss_and_grad`` /
@@ -202,7 +203,7 @@ def _multihead_case(method, separate, d=5, N=20, H=5, B=4096, r=1):
 
     if method == "tokens":
         return bare, fitted, {"sample_linear_prompts": _noop, "multihead_lsa_loss_and_grad": _noop_mh}
-    return bare, fitted, {"linear_prompts_multihead_loss_and_grad": _noop}
+    return bare, fitted, {"linear_prompts_multihead_loss_and_grad": _noop_mh_fused}
 
 
 def _timed(fn, steps, optimizer):
@@ -225,9 +226,20 @@ def _noop(*args, out=None, **kwargs):
 
 
 def _noop_mh(E, y_q, W_pv, W_kq, predictions, device, out=None, loss=None):
-    """The H-head kernel's stand-in: a loss of 0 and the given gradient outputs (else zero ones,
-    allocated as the native call would)."""
-    return (0.0, *(out if out is not None else (np.zeros_like(W_pv), np.zeros_like(W_kq))))
+    """The H-head kernel's stand-in: a loss of 0 and zero gradients, written into the given
+    outputs (else allocated, as the native call would; zeros: a finite gradient to chain)."""
+    if out is None:
+        return 0.0, np.zeros_like(W_pv), np.zeros_like(W_kq)
+    for g in out:
+        g.fill(0)
+    return (0.0, *out)
+
+
+def _noop_mh_fused(spec, batch, step, method, W_pv, W_kq, d_W_pv, d_W_kq):
+    """The fused H-head step's stand-in: a loss of 0, zero gradients written in place."""
+    d_W_pv.fill(0)
+    d_W_kq.fill(0)
+    return 0.0
 
 
 def _measure(case, optimizer, steps, repeats):
