@@ -148,6 +148,30 @@ def test_bound_multihead_tokens_step_reuses_its_buffers(rng, monkeypatch):
     np.testing.assert_array_equal(seen[-1][0], source.at(4).E)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_embedding_step_draws_sample_embeddings_prompts(rng, dtype):
+    """LinearPrompts.embedding_step (the bound tokens step's sampler, arguments checked once)
+    writes sample_embedding's prompts bitwise, and checks draws its law does not prove finite as
+    sample_embedding does."""
+    d, N, B = int(rng.integers(1, 6)), int(rng.integers(1, 12)), int(rng.integers(1, 40))
+    spec = sampling.LinearPrompts(d, N, noise_std=float(rng.uniform(0, 1)),
+                                  seed=int(rng.integers(2**31)))
+    draw = spec.embedding_step(batch=B, dtype=dtype)
+    E, y_q = np.empty((B, d + 1, N + 1), dtype), np.empty(B, dtype)
+    for step in (0, int(rng.integers(1, 2**32))):
+        draw(step, E, y_q)
+        want_E, want_y = spec.sample_embedding(B, step, dtype)
+        np.testing.assert_array_equal(E, want_E)
+        np.testing.assert_array_equal(y_q, want_y)
+    huge = sampling.LinearPrompts(2, 5, noise_std=3e38, seed=1)  # labels overflow float32
+    E, y_q = np.empty((64, 3, 6), np.float32), np.empty(64, np.float32)
+    with np.errstate(over="ignore"):
+        with pytest.raises(FloatingPointError, match="E \\(labels\\): overflowed float32"):
+            huge.embedding_step(batch=64)(0, E, y_q)
+        with pytest.raises(FloatingPointError, match="E \\(labels\\): overflowed float32"):
+            huge.sample_embedding(64, 0)
+
+
 def test_fused_step_checks_its_arguments_once():
     spec = sampling.LinearPrompts(2, 4, seed=0)
     with pytest.raises(ValueError, match="method"):
