@@ -2,10 +2,15 @@
 
 ``--loop`` (issue 22, "the loop around the kernel"): fit's overhead over a bare loop of the same
 native calls, at d = 5, N = 20, B = 4096 — LSAObjective on fresh prompts, fused "tokens" and
-"wishart" steps (``sampling.LinearPrompts``), and KernelAttentionObjective (full and sparse V) on a
-fixed float64 batch trained in float32 (so E is cast: the cast must happen once, not per step);
+"wishart" steps (``sampling.LinearPrompts``), MultiHeadLSAObjective (H = 5 heads, merged W^KQ
+and separate rank-one W^K, W^Q, tokens and wishart, float32), and KernelAttentionObjective (full
+and sparse V) on a fixed float64 batch trained in float32 (so E is cast: the cast must happen
+once, not per step);
 SGD and Adam. The bare loop calls the native function directly
-(``_core.linear_prompts_lsa_loss_and_grad`` / ``_core.kernel_attention_loss_and_grad``) with
+(``_core.linear_prompts_lsa_loss_and_grad`` / ``_core.sample_linear_prompts`` +
+``_core.multihead_lsa_loss_and_grad`` / ``_core.linear_prompts_multihead_loss_and_grad`` /
+``_core.kernel_attention_loss_and_grad``; the separate parametrization's W^KQ merge and chain rule
+in numpy into preallocated buffers) with
 preallocated arrays and takes the optimizer step (SGD: θ ← θ − η g in numpy; Adam: one native
 ``NativeOptimizer`` step), plus the one call fit makes for its final record (the loss at the final
 θ); fit runs the same optimizer with records every step (its default). Two measures, median over
@@ -14,7 +19,7 @@ preallocated arrays and takes the optimizer step (SGD: θ ← θ − η g in num
 
 - wall and CPU time per step of both loops with the real kernels (the overhead is their
   difference: noisy on a loaded machine, where both swing with the load);
-- the overhead alone: both loops again with the native call replaced by a no-op (the difference
+- the overhead alone: both loops again with the native calls replaced by a no-op (the difference
   is then fit's Python work per step, almost load-free), as a share of the bare loop's real step.
 
 Without ``--loop``: one Adam step of a 3-layer softmax kernel-attention model at CCS's size
@@ -28,7 +33,8 @@ callback timestamps each step. Sampling is reported amortized (time per sample /
 sample. "Python overhead" = step − native − optimizer − sampling in that step (parameter
 unpacking, dtype casts, the ½ scaling, gradient concatenation, records, the loop).
 
-    python bench/report_fit.py --loop [--steps 200] [--repeats 7] [--lsa-only] [--threads 1]
+    python bench/report_fit.py --loop [--steps 200] [--repeats 7] [--only all|lsa|multihead|kernel]
+                                      [--threads 1]
     python bench/report_fit.py [--steps 20] [--batch 30000] [--resample-every 10] [--sampler numpy|native]
 """
 from __future__ import annotations
@@ -148,6 +154,58 @@ def _ka_case(d=5, n=20, L=3, B=4096, sparse=False):
     return bare, fitted, "kernel_attention_loss_and_grad"
 
 
+def _multihead_case(method, separate, d=5, N=20, H=5, B=4096, r=1):
+    """MultiHeadLSAObjective, H heads, merged W^KQ or separate rank-r W^K, W^Q (float32 model,
+    fresh prompts). The bare loop: θ cast once into one float32 buffer (views made once), W^KQ
+    merged into a buffer and the gradients chained into the flat gradient's views (separate), and
+    the native calls — tokens: the sampler into reused prompt buffers, then the H-head kernel with
+    out=; wishart: the fused step."""
+    spec = ln.sampling.LinearPrompts(d, N, seed=0)
+    rng = np.random.default_rng(3)
+    n = d + 1
+    W_pv = 0.1 * rng.standard_normal((H, n, n))
+    kq = ({"W_k": 0.1 * rng.standard_normal((H, r, n)), "W_q": 0.1 * rng.standard_normal((H, r, n))}
+          if separate else {"W_kq": 0.1 * rng.standard_normal((H, n, n))})
+    shapes = [W_pv.shape, *(a.shape for a in kq.values())]
+    theta0 = np.concatenate([W_pv.ravel(), *(a.ravel() for a in kq.values())])
+
+    def views(flat):
+        cut = np.cumsum([int(np.prod(s)) for s in shapes])[:-1]
+        return [piece.reshape(s) for piece, s in zip(np.split(flat, cut), shapes)]
+
+    def bare(steps, optimizer):
+        update, current = _bare_update(optimizer, theta0.copy())
+        W, g = np.empty(theta0.size, np.float32), np.zeros(theta0.size, np.float32)
+        Wv, gv = views(W), views(g)
+        W_kq, d_kq = (np.empty((H, n, n), np.float32) for _ in range(2))
+        if not separate:
+            W_kq, d_kq = Wv[1], gv[1]
+        E, y_q = np.empty((B, n, N + 1), np.float32), np.empty(B, np.float32)
+        sample, native = _core.sample_linear_prompts, _core.multihead_lsa_loss_and_grad
+        fused = _core.linear_prompts_multihead_loss_and_grad  # looked up per run (the no-op swap)
+        for t in range(steps + 1):  # fit's final record evaluates the final θ: one more call
+            np.copyto(W, current(), casting="unsafe")
+            if separate:
+                ln.multihead.merge_kq(Wv[1], Wv[2], out=W_kq)
+            if method == "tokens":
+                sample(spec._spec, B, min(t, steps - 1), E=E, y_q=y_q)
+                native(E, y_q, Wv[0], W_kq, False, "cpu", out=(gv[0], d_kq))
+            else:
+                fused(spec._spec, B, min(t, steps - 1), method, Wv[0], W_kq, gv[0], d_kq)
+            if separate:
+                ln.multihead.chain_kq(Wv[1], Wv[2], d_kq, out=(gv[1], gv[2]))
+            if t < steps:
+                update(t, g)
+
+    def fitted(steps, optimizer):
+        train.fit(train.MultiHeadLSAObjective(W_pv, **kq, method=method), optimizer, lr=LR,
+                  steps=steps, data=train.Prompts(spec, batch=B), progress=False)
+
+    if method == "tokens":
+        return bare, fitted, {"sample_linear_prompts": _noop, "multihead_lsa_loss_and_grad": _noop_mh}
+    return bare, fitted, {"linear_prompts_multihead_loss_and_grad": _noop_mh_fused}
+
+
 def _timed(fn, steps, optimizer):
     w0, c0 = _clock()
     fn(steps, optimizer)
@@ -167,13 +225,33 @@ def _noop(*args, out=None, **kwargs):
     return 0.0
 
 
+def _noop_mh(E, y_q, W_pv, W_kq, predictions, device, out=None, loss=None):
+    """The H-head kernel's stand-in: a loss of 0 and zero gradients, written into the given
+    outputs (else allocated, as the native call would; zeros: a finite gradient to chain)."""
+    if out is None:
+        return 0.0, np.zeros_like(W_pv), np.zeros_like(W_kq)
+    for g in out:
+        g.fill(0)
+    return (0.0, *out)
+
+
+def _noop_mh_fused(spec, batch, step, method, W_pv, W_kq, d_W_pv, d_W_kq):
+    """The fused H-head step's stand-in: a loss of 0, zero gradients written in place."""
+    d_W_pv.fill(0)
+    d_W_kq.fill(0)
+    return 0.0
+
+
 def _measure(case, optimizer, steps, repeats):
-    bare, fitted, native_name = case
+    bare, fitted, noops = case
+    if isinstance(noops, str):
+        noops = {noops: _noop}
     out = {}
     for label, swap in (("real", False), ("noop", True)):
-        orig = getattr(_core, native_name)
+        orig = {name: getattr(_core, name) for name in noops}
         if swap:
-            setattr(_core, native_name, _noop)
+            for name, noop in noops.items():
+                setattr(_core, name, noop)
         try:
             bare(2, optimizer), fitted(2, optimizer)  # warm-up
             runs = {"bare": [], "fit": []}
@@ -182,20 +260,35 @@ def _measure(case, optimizer, steps, repeats):
                 runs["bare"].append(_timed(bare, n, optimizer))
                 runs["fit"].append(_timed(fitted, n, optimizer))
         finally:
-            setattr(_core, native_name, orig)
+            for name, fn in orig.items():
+                setattr(_core, name, fn)
         for k, v in runs.items():
             out[label, k] = (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
     return out
 
 
-def loop_report(steps: int, repeats: int, only_lsa: bool = False, threads: int = 1) -> None:
-    ln.set_num_threads(threads)
-    cases = {"LSA tokens (d=5 N=20 B=4096)": _lsa_case("tokens"),
-             "LSA wishart (d=5 N=20 B=4096)": _lsa_case("wishart")}
-    if not only_lsa:
+def _cases(only: str):
+    """{name: case} of the models ``only`` names ("lsa", "multihead", "kernel"; "all")."""
+    cases = {}
+    if only in ("all", "lsa"):
+        cases.update({"LSA tokens (d=5 N=20 B=4096)": lambda: _lsa_case("tokens"),
+                      "LSA wishart (d=5 N=20 B=4096)": lambda: _lsa_case("wishart")})
+    if only in ("all", "multihead"):
+        for separate in (False, True):
+            for method in ("tokens", "wishart"):
+                name = (f"H-head {'separate r=1' if separate else 'merged'} {method} "
+                        "(d=5 N=20 H=5 B=4096)")
+                cases[name] = lambda m=method, s=separate: _multihead_case(m, s)
+    if only in ("all", "kernel"):
         for sparse in (False, True):
             cases[f"kernel attention softmax {'sparse' if sparse else 'full'} V (d=5 n=20 L=3 "
-                  "B=4096, f64 batch, f32 model)"] = _ka_case(sparse=sparse)
+                  "B=4096, f64 batch, f32 model)"] = lambda s=sparse: _ka_case(sparse=s)
+    return cases
+
+
+def loop_report(steps: int, repeats: int, only: str = "all", threads: int = 1) -> None:
+    ln.set_num_threads(threads)
+    cases = {name: make() for name, make in _cases(only).items()}
     print(f"lsa_native {ln.__version__}, {ln.num_threads()} native thread(s), CPU kernels "
           f"{ln.cpu_kernel_isa()}, load average {os.getloadavg()[0]:.1f}; records every step "
           f"(fit's default); median of {repeats} alternating runs of {steps} steps (no-op: "
@@ -227,12 +320,15 @@ def main(argv=None) -> int:
     p.add_argument("--sampler", choices=["numpy", "native"], default="numpy")
     p.add_argument("--loop", action="store_true", help="fit vs a bare loop of the native calls")
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--lsa-only", action="store_true", help="--loop: skip kernel attention")
+    p.add_argument("--lsa-only", action="store_true", help="--loop: = --only lsa")
+    p.add_argument("--only", choices=["all", "lsa", "multihead", "kernel"], default="all",
+                   help="--loop: the models measured (lsa: LSAObjective, multihead: "
+                        "MultiHeadLSAObjective, kernel: KernelAttentionObjective)")
     p.add_argument("--threads", type=int, default=1, help="--loop: native threads (1: per-core)")
     args = p.parse_args(argv)
     if args.loop:
-        loop_report(args.steps if args.steps != 20 else 200, args.repeats, args.lsa_only,
-                    args.threads)
+        loop_report(args.steps if args.steps != 20 else 200, args.repeats,
+                    "lsa" if args.lsa_only else args.only, args.threads)
         return 0
     d, n, L = 5, 30, 3
     rng = np.random.default_rng(0)

@@ -80,6 +80,98 @@ def test_bound_kernel_attention_step_equals_loss_and_grad(rng, sparse, hold_A_ze
         assert grad.shape == theta.shape
 
 
+@pytest.mark.parametrize("separate", [False, True])
+@pytest.mark.parametrize("method", ["tokens", "wishart"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("d, N", [(1, 1), (3, 7), (5, 20)])
+def test_bound_multihead_step_equals_loss_and_grad(rng, separate, method, dtype, d, N):
+    """The bound H-head step (θ views once per θ buffer, one flat gradient buffer, W^KQ merged and
+    the chain rule into preallocated buffers) gives loss_and_grad's loss and gradient bitwise, on
+    both of fit's θ buffers and a θ of its own, and returns the same gradient buffer each step."""
+    if method == "wishart" and N < d:
+        pytest.skip("wishart needs N >= d")
+    W_pv, kq = _multihead(rng, d, separate)
+    objective = train.MultiHeadLSAObjective(W_pv, **kq, method=method)
+    spec = sampling.LinearPrompts(d, N, seed=int(rng.integers(2**31)))
+    source = train.Prompts(spec, batch=int(rng.integers(1, 70)), resample_every=3, dtype=dtype)
+    step_fn = objective.bind(source)
+    thetas = [objective.theta0 + 0.1 * rng.standard_normal(objective.theta0.size) for _ in range(2)]
+    grads = set()
+    for t in (0, 2, 3, 7, 8):  # resample_every = 3: steps 0, 2 share prompts
+        for theta in (*thetas, thetas[0].copy()):
+            loss, grad = step_fn(theta, t)
+            grads.add(id(grad))
+            want_loss, want_grad = objective.loss_and_grad(theta, t, source)
+            assert loss == want_loss
+            np.testing.assert_array_equal(grad, want_grad)
+            assert grad.dtype == np.float64 and grad.shape == theta.shape
+    assert len(grads) == 1
+
+
+@pytest.mark.parametrize("separate", [False, True])
+def test_bound_multihead_step_refuses_parameters_past_float32_as_loss_and_grad_does(rng, separate):
+    W_pv, kq = _multihead(rng, 2, separate)
+    objective = train.MultiHeadLSAObjective(W_pv, **kq)
+    source = train.Prompts(sampling.LinearPrompts(2, 5, seed=1), batch=8, dtype=np.float32)
+    theta = objective.theta0.copy()
+    theta[-1] = 1e39
+    name = "W_q" if separate else "W_kq"
+    with pytest.raises(ValueError, match=f"{name}: values overflow float32"), \
+            np.errstate(over="ignore"):
+        objective.bind(source)(theta, 0)  # under fit's errstate
+    with pytest.raises(ValueError, match=f"{name}: values overflow float32"):
+        objective.loss_and_grad(theta, 0, source)
+
+
+def test_bound_multihead_tokens_step_reuses_its_buffers(rng, monkeypatch):
+    """The tokens step hands the native kernel the same prompt, parameter and gradient arrays at
+    every step (prompts redrawn into the buffer at each new sample index): nothing allocated."""
+    from lsa_native import _core
+
+    seen = []
+    real = _core.multihead_lsa_loss_and_grad
+
+    def spy(E, y_q, W_pv, W_kq, *args, out=None, **kwargs):
+        seen.append((E, y_q, W_pv, W_kq, *out))
+        return real(E, y_q, W_pv, W_kq, *args, out=out, **kwargs)
+
+    monkeypatch.setattr(_core, "multihead_lsa_loss_and_grad", spy)
+    W_pv, kq = _multihead(rng, 3, bool(rng.integers(2)))
+    objective = train.MultiHeadLSAObjective(W_pv, **kq)
+    spec = sampling.LinearPrompts(3, 6, seed=int(rng.integers(2**31)))
+    source = train.Prompts(spec, batch=7, resample_every=2, dtype=np.float32)
+    step_fn = objective.bind(source)
+    for t in range(5):
+        step_fn(objective.theta0, t)
+    for call in seen[1:]:
+        assert all(a is b for a, b in zip(call, seen[0]))
+    np.testing.assert_array_equal(seen[-1][0], source.at(4).E)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_embedding_step_draws_sample_embeddings_prompts(rng, dtype):
+    """LinearPrompts.embedding_step (the bound tokens step's sampler, arguments checked once)
+    writes sample_embedding's prompts bitwise, and checks draws its law does not prove finite as
+    sample_embedding does."""
+    d, N, B = int(rng.integers(1, 6)), int(rng.integers(1, 12)), int(rng.integers(1, 40))
+    spec = sampling.LinearPrompts(d, N, noise_std=float(rng.uniform(0, 1)),
+                                  seed=int(rng.integers(2**31)))
+    draw = spec.embedding_step(batch=B, dtype=dtype)
+    E, y_q = np.empty((B, d + 1, N + 1), dtype), np.empty(B, dtype)
+    for step in (0, int(rng.integers(1, 2**32))):
+        draw(step, E, y_q)
+        want_E, want_y = spec.sample_embedding(B, step, dtype)
+        np.testing.assert_array_equal(E, want_E)
+        np.testing.assert_array_equal(y_q, want_y)
+    huge = sampling.LinearPrompts(2, 5, noise_std=3e38, seed=1)  # labels overflow float32
+    E, y_q = np.empty((64, 3, 6), np.float32), np.empty(64, np.float32)
+    with np.errstate(over="ignore"):
+        with pytest.raises(FloatingPointError, match="E \\(labels\\): overflowed float32"):
+            huge.embedding_step(batch=64)(0, E, y_q)
+        with pytest.raises(FloatingPointError, match="E \\(labels\\): overflowed float32"):
+            huge.sample_embedding(64, 0)
+
+
 def test_fused_step_checks_its_arguments_once():
     spec = sampling.LinearPrompts(2, 4, seed=0)
     with pytest.raises(ValueError, match="method"):
@@ -94,13 +186,17 @@ def test_fused_step_checks_its_arguments_once():
     assert step_fn.method == "wishart" and step_fn.dtype == np.float32
 
 
-@pytest.mark.parametrize("make", ["lsa", "kernel_attention"])
+@pytest.mark.parametrize("make", ["lsa", "kernel_attention", "multihead"])
 def test_a_cast_batch_is_cast_once_while_it_is_reused(rng, make):
     """dtype differing from the batch's: the cast E is the same array at every step of a fixed
     batch (no per-step copy), and a new batch gets a new cast."""
     if make == "lsa":
         batch = sampling.LinearPrompts(3, 6, seed=3).sample(batch=9, dtype=np.float64)
         objective = train.LSAObjective(*_lsa(rng, 3), dtype=np.float32, fused=False)
+    elif make == "multihead":
+        batch = sampling.LinearPrompts(3, 6, seed=3).sample(batch=9, dtype=np.float64)
+        W_pv, kq = _multihead(rng, 3, bool(rng.integers(2)))
+        objective = train.MultiHeadLSAObjective(W_pv, **kq, dtype=np.float32)
     else:
         batch = sampling.KernelGPPrompts(3, 6, "exp", seed=3).sample(batch=9, dtype=np.float64)
         params = ka.KernelAttentionParams.gaussian(rng, 3, 2, 1, "softmax")
@@ -205,8 +301,27 @@ def _hand_loop(objective, optimizer, source, steps):
     return rows, theta
 
 
+def _multihead(rng, d, separate, scale=0.3):
+    """(W_pv, {W_kq} or {W_k, W_q}) of a random H-head model (rank r separate keys/queries)."""
+    H, n = int(rng.integers(1, 5)), d + 1
+    r = int(rng.integers(1, n + 1))
+    draw = lambda *shape: scale * rng.standard_normal(shape)  # noqa: E731
+    kq = {"W_k": draw(H, r, n), "W_q": draw(H, r, n)} if separate else {"W_kq": draw(H, n, n)}
+    return draw(H, n, n), kq
+
+
 def _problem(rng, kind, dtype):
     seed = int(rng.integers(2**31))
+    if kind.startswith("H-head"):
+        _, parametrization, method = kind.split()
+        d = int(rng.integers(1, 6))
+        # a small start: up to 4 heads of a cubic (separate) model, whose SGD steps at lr = 0.02
+        # could otherwise overflow float32 within the run
+        W_pv, kq = _multihead(rng, d, parametrization == "separate", scale=0.1)
+        spec = sampling.LinearPrompts(d, int(rng.integers(d, 12)), seed=seed)
+        return (lambda: train.MultiHeadLSAObjective(W_pv, **kq, method=method),
+                train.Prompts(spec, batch=int(rng.integers(1, 90)), resample_every=2,
+                              dtype=dtype or np.float32))
     if kind == "kernel attention":
         d = int(rng.integers(1, 4))
         params = ka.KernelAttentionParams.gaussian(rng, d, 2, 1, "softmax",
@@ -222,7 +337,9 @@ def _problem(rng, kind, dtype):
 
 
 @pytest.mark.parametrize("make_optimizer", _OPTIMIZERS)
-@pytest.mark.parametrize("kind", ["tokens", "wishart", "kernel attention"])
+@pytest.mark.parametrize("kind", ["tokens", "wishart", "kernel attention",
+                                  "H-head merged tokens", "H-head separate tokens",
+                                  "H-head merged wishart", "H-head separate wishart"])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_fit_trajectory_is_the_hand_written_loop_bitwise(rng, make_optimizer, kind, dtype):
     """Every record (loss, gradient norm, learning rate) and the final θ of fit equal those of the

@@ -43,15 +43,17 @@ __all__ = ["predict", "loss_and_grad", "forward", "vjp", "predict_vjp", "merge_k
            "parameters"]
 
 
-def merge_kq(W_k, W_q) -> np.ndarray:
-    """W^KQ_h = W^K_hᵀ W^Q_h for every head: [H, d+1, d+1] from W_k, W_q [H, r, d+1]."""
-    return np.einsum("hri,hrj->hij", W_k, W_q)
+def merge_kq(W_k, W_q, *, out=None) -> np.ndarray:
+    """W^KQ_h = W^K_hᵀ W^Q_h for every head: [H, d+1, d+1] from W_k, W_q [H, r, d+1] (into
+    ``out`` when given: an array of the operands' dtype, as a training loop passes)."""
+    return np.einsum("hri,hrj->hij", W_k, W_q, out=out)
 
 
-def chain_kq(W_k, W_q, d_W_kq):
-    """(∂ℓ/∂W^K_h, ∂ℓ/∂W^Q_h) = (W^Q_h dW^KQ_hᵀ, W^K_h dW^KQ_h) from ∂ℓ/∂W^KQ_h [H, d+1, d+1]."""
-    d_W_k = np.einsum("hrj,hij->hri", W_q, d_W_kq)
-    d_W_q = np.einsum("hri,hij->hrj", W_k, d_W_kq)
+def chain_kq(W_k, W_q, d_W_kq, *, out=(None, None)):
+    """(∂ℓ/∂W^K_h, ∂ℓ/∂W^Q_h) = (W^Q_h dW^KQ_hᵀ, W^K_h dW^KQ_h) from ∂ℓ/∂W^KQ_h [H, d+1, d+1]
+    (into the arrays of ``out`` when given: of the operands' dtype, as a training loop passes)."""
+    d_W_k = np.einsum("hrj,hij->hri", W_q, d_W_kq, out=out[0])
+    d_W_q = np.einsum("hri,hij->hrj", W_k, d_W_kq, out=out[1])
     return d_W_k.astype(d_W_kq.dtype, copy=False), d_W_q.astype(d_W_kq.dtype, copy=False)
 
 

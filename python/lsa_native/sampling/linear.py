@@ -385,6 +385,25 @@ class LinearPrompts:
         step_fn.dtype, step_fn.method = dt, method
         return step_fn
 
+    def embedding_step(self, *, batch: int, dtype=np.float32):
+        """:meth:`sample_embedding` on the CPU with its arguments checked once, for a training loop:
+        ``draw(step, E, y_q)`` writes the prompts of ``step`` into ``E`` [B, d+1, N+1] and ``y_q``
+        [B], C-contiguous, separate host arrays of ``draw.dtype`` that the caller allocates once
+        (the native call checks their shapes). The draws are checked as sample_embedding's (free
+        when the law's bounds prove them finite, every usual law)."""
+        B = positive_int(batch, "batch")
+        dt = self._dtype(dtype)
+        spec, native = self._spec, _core.sample_linear_prompts
+        check = None if self._draws_proven_finite(dt) else self._check_draws
+
+        def draw(step, E, y_q):
+            native(spec, B, check_step(step), E=E, y_q=y_q)
+            if check is not None:
+                check(E, y_q)
+
+        draw.dtype = dt
+        return draw
+
     def _fused_method(self, method: str) -> str:
         """"tokens" or "wishart" ("auto": wishart where it applies)."""
         if method not in ("tokens", "wishart", "auto"):

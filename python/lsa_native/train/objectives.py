@@ -36,6 +36,7 @@ from ..data import check_covariance
 from .._validation import as_array, check_finite_result, positive_int, real_array
 from ..sampling.random import check_step
 from ._checks import real_array_output, real_output
+from . import native_optim
 from .data import Prompts
 
 __all__ = ["Objective", "LSAObjective", "MultiHeadLSAObjective", "KernelAttentionObjective", "PopulationObjective",
@@ -77,21 +78,68 @@ class _CastBatch:
 
 
 class _Pieces:
-    """Consecutive pieces of ``shapes`` of flat device buffers (the parameter or gradient views of
-    a device step), made once per buffer: a run's buffers live as long as the run."""
+    """Consecutive pieces of ``shapes`` of flat buffers of ``arrays`` (:mod:`.native_optim`'s
+    backends: the parameter or gradient views of a host or device step), made once per buffer:
+    a run's buffers (θ double-buffered, the gradient) live as long as the run. At most ``keep``
+    buffers are remembered (a caller passing a new θ at every call does not grow the cache)."""
 
-    def __init__(self, arrays, shapes):
-        self.arrays, self.shapes, self._made = arrays, shapes, {}
+    def __init__(self, arrays, shapes, keep: int = 4):
+        self.arrays, self.shapes, self.keep, self._made = arrays, shapes, keep, {}
 
     def __call__(self, buffer) -> tuple:
-        key = id(buffer)
-        if key not in self._made:
+        made = self._made.get(id(buffer))
+        if made is None or made[0] is not buffer:
+            if len(self._made) >= self.keep:
+                self._made.clear()
             views, k = [], 0
             for shape in self.shapes:
                 views.append(self.arrays.piece(buffer, k, shape))
                 k += int(np.prod(shape))
-            self._made[key] = (buffer, tuple(views))  # the buffer kept: its id stays its own
-        return self._made[key][1]
+            made = self._made[id(buffer)] = (buffer, tuple(views))  # the buffer kept: its id stays its own
+        return made[1]
+
+
+class _HostParams:
+    """θ [P] (float64) as the parameter arrays of a native host step computing in ``dtype``, and
+    the step's gradient buffers, prepared once per run (the bound steps of :class:`LSAObjective`
+    and :class:`MultiHeadLSAObjective`). ``parts``: {name: shape} of θ's consecutive pieces.
+
+    float64: the parameters are views of θ itself (made once per θ buffer: ``fit`` double-buffers
+    θ) and the native call writes its gradient in place into :attr:`grad`'s views; float32: θ is
+    cast into one buffer (its range checked in one reduction, the error of the unbound step —
+    "W_pv: values overflow float32" — only when that fails), the gradient written into one
+    float32 buffer and copied into :attr:`grad`. No allocation per step."""
+
+    def __init__(self, parts: dict, dtype):
+        shapes = list(parts.values())
+        size = sum(int(np.prod(s)) for s in shapes)
+        self.names, self.dtype = list(parts), np.dtype(dtype)
+        self.grad = np.empty(size)  # the float64 gradient the step returns
+        wide = self.dtype == np.float64
+        self._cast = None if wide else np.empty(size, self.dtype)
+        self._low = self.grad if wide else np.empty(size, self.dtype)
+        self._pieces = _Pieces(native_optim.HOST, shapes)
+        self.grads = self._pieces(self._low)  # written by the native call
+        self._cast_views = None if wide else self._pieces(self._cast)
+
+    def params(self, theta) -> tuple:
+        """The parameter arrays at θ, in ``dtype`` (ValueError naming the piece that overflows)."""
+        W = self._cast
+        if W is None:
+            return self._pieces(theta)
+        np.copyto(W, theta, casting="unsafe")
+        # θ is finite (fit checks it), so W is unless θ is past float32's range; a finite sum
+        # says so in one pass (a non-finite one: an entry, or the sum, overflowed).
+        if not math.isfinite(np.add.reduce(W)) and not np.isfinite(W).all():
+            for name, piece in zip(self.names, self._pieces(theta)):
+                as_array(piece, piece.shape, self.dtype, name)
+        return self._cast_views
+
+    def gradient(self) -> np.ndarray:
+        """The step's gradient as float64 [P] (float32: copied from the native call's buffer)."""
+        if self._low is not self.grad:
+            np.copyto(self.grad, self._low)
+        return self.grad
 
 
 def _device_evaluation(arrays, batch, dtype, shapes, run):
@@ -195,42 +243,18 @@ class LSAObjective(_WeightPair, Objective):
         """The fused step with its arguments checked once (``spec.fused_step``, e.g.
         :meth:`~lsa_native.sampling.LinearPrompts.fused_step`): per step only θ's cast into a
         preallocated buffer and the native call (float64: none, it reads θ and writes the gradient
-        buffer in place); otherwise the base's step."""
+        buffer in place; :class:`_HostParams`); otherwise the base's step."""
         if not (self._fused(data) and callable(getattr(data.spec, "fused_step", None))):
             return super().bind(data)
         device = "cpu" if self.device == "auto" else self.device
         step_fn = data.spec.fused_step(batch=data.batch, method=self.method,
                                        dtype=self.dtype or data.dtype, device=device)
-        r, k, dt = self.n, self.n * self.n, step_fn.dtype
-        grad = np.empty(2 * k)
-        # float64: the native call reads θ and writes the gradient in place; float32: through one
-        # cast copy of θ and one of the gradient.
-        W, d = (None, None) if dt == np.float64 else (np.empty(2 * k, dt), np.empty(2 * k, dt))
-        every = data.resample_every
-        square = lambda v: (v[:k].reshape(r, r), v[k:].reshape(r, r))  # noqa: E731
-        views = {}  # float64: id(θ) -> (θ, its (W_pv, W_kq) views), fit's θ buffers (two at most)
-        W_views = square(W) if W is not None else None
-        g_views = square(grad if d is None else d)
+        host = _HostParams({"W_pv": (self.n, self.n), "W_kq": (self.n, self.n)}, step_fn.dtype)
+        every, grads = data.resample_every, host.grads
 
         def lsa_step(theta, step):
-            if W is None:  # float64: θ itself, through views made once per θ buffer
-                seen = views.get(id(theta))
-                if seen is None or seen[0] is not theta:
-                    if len(views) > 1:
-                        views.clear()
-                    seen = views[id(theta)] = (theta, square(theta))
-                params = seen[1]
-            else:
-                np.copyto(W, theta, casting="unsafe")
-                # θ is finite (fit checks it), so W is unless θ is past float32's range; a finite
-                # sum says so in one pass (a non-finite one: an entry, or the sum, overflowed).
-                if not math.isfinite(np.add.reduce(W)) and not np.isfinite(W).all():
-                    as_array(theta[:k], (k,), dt, "W_pv"), as_array(theta[k:], (k,), dt, "W_kq")
-                params = W_views
-            loss = step_fn(*params, step // every, *g_views)
-            if d is not None:
-                np.copyto(grad, d)
-            return loss, grad
+            loss = step_fn(*host.params(theta), step // every, *grads)
+            return loss, host.gradient()
 
         return lsa_step
 
@@ -325,6 +349,7 @@ class MultiHeadLSAObjective(Objective):
         self.method, self.fused = method, bool(fused)
         self._step = (None, None, None, None)  # (spec, batch, dtype) of the cached Wishart step, it
         self._draw = (None, None, None, None)  # ((spec, B, dtype, device), sample index, E, y_q)
+        self._cast = _CastBatch()
 
     def unpack(self, theta):
         """{name: view of θ} for W_pv and W_kq, or W_pv, W_k and W_q."""
@@ -405,14 +430,82 @@ class MultiHeadLSAObjective(Objective):
         return loss, np.concatenate([cuda.to_host(g).ravel() for g in grads]).astype(np.float64)
 
     def loss_and_grad(self, theta, step, data):
-        if not self._fused(data):
-            return self._loss_and_grad(theta, *self._batch(data.at(step)))
+        if not self._fused(data):  # E cast once per batch while the source reuses it
+            return self._loss_and_grad(theta, *self._cast(data.at(step), self.dtype))
         if self._wishart(data):
             return self._wishart_step(theta, step, data)
         return self._loss_and_grad(theta, *self._prompts(data, step))
 
     def evaluate(self, theta, batch):
         return self._loss_and_grad(theta, *self._batch(batch))[0]
+
+    def bind(self, data):
+        """The fused CPU step (tokens or Wishart) with everything that repeats prepared once
+        (:class:`_HostParams`, as :meth:`LSAObjective.bind`): θ's views made once per θ buffer
+        (float32: θ cast into one buffer, its range checked in one reduction), the native call
+        writing dW_pv, dW_kq into views of one flat gradient buffer — separate: W^KQ_h = W^K_hᵀ
+        W^Q_h merged into one buffer and the chain rule written into the gradient's dW_k, dW_q
+        views (:func:`~lsa_native.multihead.merge_kq`, :func:`~lsa_native.multihead.chain_kq`
+        with ``out=``) — so no allocation, conversion, validation or concatenation per step; the
+        tokens route's prompts drawn into the buffer kept from the last draw, once per sample
+        index. Bitwise :meth:`loss_and_grad`. Otherwise (``device="cuda"``, a non-fused source)
+        the base's step."""
+        if self.device == "cuda" or not self._fused(data):
+            return super().bind(data)
+        if self._wishart(data):
+            fused = self._fused_step(data)
+            index = data.sample_index
+
+            def native(W_pv, W_kq, step, d_pv, d_kq):
+                return fused(W_pv, W_kq, check_step(index(step)), d_pv, d_kq)
+            dtype = fused.dtype
+        else:
+            kernel, dtype = _core.multihead_lsa_loss_and_grad, self.dtype or data.dtype
+            prompts = self._bound_prompts(data, dtype)
+
+            def native(W_pv, W_kq, step, d_pv, d_kq):
+                return kernel(*prompts(step), W_pv, W_kq, False, "cpu", out=(d_pv, d_kq))[0]
+        host = _HostParams(self.parts, dtype)
+        if "W_kq" in self.parts:
+            d_pv, d_kq = host.grads
+
+            def merged_step(theta, step):
+                W_pv, W_kq = host.params(theta)
+                return native(W_pv, W_kq, step, d_pv, d_kq), host.gradient()
+            return merged_step
+        d_pv, d_k, d_q = host.grads
+        W_kq, d_kq = np.empty((2, *self.parts["W_pv"]), host.dtype)  # merged, and its gradient
+
+        def separate_step(theta, step):
+            W_pv, W_k, W_q = host.params(theta)
+            multihead.merge_kq(W_k, W_q, out=W_kq)
+            loss = native(W_pv, W_kq, step, d_pv, d_kq)
+            multihead.chain_kq(W_k, W_q, d_kq, out=(d_k, d_q))
+            return loss, host.gradient()
+        return separate_step
+
+    def _bound_prompts(self, data, dtype):
+        """``prompts(step) -> (E, y_q)`` of the bound tokens step: the prompts of ``step`` drawn by
+        the spec's ``embedding_step`` (arguments checked once) into buffers allocated once, again
+        only when the sample index changes — the prompts :meth:`_prompts` draws; a spec without
+        ``embedding_step``: :meth:`_prompts`."""
+        embedding_step = getattr(data.spec, "embedding_step", None)
+        if not callable(embedding_step):
+            return lambda step: self._prompts(data, step)
+        draw, every = embedding_step(batch=data.batch, dtype=dtype), data.resample_every
+        d, N = data.spec.dim, data.spec.context
+        E, y_q = np.empty((data.batch, d + 1, N + 1), draw.dtype), np.empty(data.batch, draw.dtype)
+        drawn = [None]  # the sample index E and y_q hold
+
+        def prompts(step):
+            index = step // every
+            if index != drawn[0]:
+                drawn[0] = None  # a failed draw leaves no index behind
+                draw(index, E, y_q)
+                drawn[0] = index
+            return E, y_q
+
+        return prompts
 
     def _merged_shapes(self):
         """[W_pv's shape, W_kq's shape] of the merged parametrization (θ's layout), else None."""
