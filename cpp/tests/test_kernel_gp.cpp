@@ -33,9 +33,9 @@ TEST(KernelGP, LabelsAreRootTimesNormals) {
   detail::kgp::sphere_points(pts, n1, d, xi.data());
   detail::kgp::stream_normals(lab, n1, z.data());
   for (int kernel : {detail::kgp::kExp, detail::kgp::kRelu, detail::kgp::kLinear}) {
-    const detail::kgp::Kernel k{kernel, 0.8};
-    const int m = detail::kgp::gp_labels(k, xi.data(), n1, d, lab, work.data(), y.data());
-    detail::kgp::kernel_matrix(k, xi.data(), n1, d, K.data());
+    const detail::kgp::Kernel kern{kernel, 0.8};
+    const int m = detail::kgp::gp_labels(kern, xi.data(), n1, d, lab, work.data(), y.data());
+    detail::kgp::kernel_matrix(kern, xi.data(), n1, d, K.data());
     std::vector<double> want(n1, 0.0);
     if (kernel == detail::kgp::kExp) {
       ASSERT_EQ(m, detail::kgp::kMethodCholesky);
