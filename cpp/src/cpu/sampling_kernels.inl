@@ -356,6 +356,17 @@ bool kernel_gp_prompts_kernel(const KernelGPBatch<T>& g, index_t b0, index_t b1,
 // Prompts whose draws are made together (SIMD lanes over prompts in the fills and the step).
 constexpr index_t kWishartGroup = 8;
 
+// Prompts b .. b+m−1's tasks from the pool (w + g·d; with P.tasks) and their Λ_τ (lam_sqrt + g·d;
+// random covariance laws; lam [d] scratch). Fresh tasks are slices of the normals (the caller's).
+template <class T>
+void draw_pool_tasks_and_lambdas(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b,
+                                 index_t m, T* w, T* lam, T* lam_sqrt) {
+  for (index_t g = 0; g < m; ++g) {
+    if (P.tasks) pool.draw(b + g, w + g * P.d);
+    if (P.random_cov()) draw_lambda(P, b + g, lam, lam_sqrt + g * P.d);
+  }
+}
+
 // The draws of prompts [b0, b1) of the Wishart step by this file's range fills, kWishartGroup
 // prompts at a time, handed to visit(b, m, z, chi2, w, lam_sqrt) for prompts b .. b+m−1: prompt
 // b + g's draws at z + g·nz (nz = bartlett_normals_used), chi2 + g·dp, w + g·d, lam_sqrt + g·d.
@@ -371,12 +382,10 @@ void for_each_wishart_group(const LinearPlan<T>& P, index_t b0, index_t b1, Visi
     const index_t m = std::min(kGroup, b1 - b);
     simd::fill_normals_prompts(P.address(b, rng::kStreamBartlettNormal), nz, m, z.data());
     simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, m, chi2.data());
-    for (index_t g = 0; g < m; ++g) {
-      T* w_g = w.data() + g * d;
-      if (P.tasks) pool.draw(b + g, w_g);
-      else std::memcpy(w_g, z.data() + g * nz + wishart::fresh_task_offset(d, dp), sizeof(T) * d);
-      if (P.random_cov()) draw_lambda(P, b + g, lam.data(), lam_sqrt.data() + g * d);
-    }
+    draw_pool_tasks_and_lambdas(P, pool, b, m, w.data(), lam.data(), lam_sqrt.data());
+    if (!P.tasks)
+      for (index_t g = 0; g < m; ++g)
+        std::memcpy(w.data() + g * d, z.data() + g * nz + wishart::fresh_task_offset(d, dp), sizeof(T) * d);
     visit(b, m, z.data(), chi2.data(), w.data(), lam_sqrt.data());
   }
 }
@@ -420,56 +429,69 @@ class VecBuffer {
   std::vector<T> raw_;
 };
 
-// Prompts [b0, b1) of the Wishart step: the draws by for_each_wishart_group, then
-// wishart::prompt_prediction (common/wishart.hpp) with one prompt per SIMD lane (the scalar
-// recipe's operations in each lane), the residuals and batch sums in double lanes (wishart::
-// accumulate on vectors; idle lanes of the last group have r = 0), summed over lanes into partial.
+// Prompts [b0, b1) of the Wishart step with one prompt per SIMD lane: each group of kWishartGroup
+// prompts draws its normals straight into vectors over the prompts (simd::fill_normals_lanes; the
+// fresh task w is their slice), its χ², pool tasks and Λ_τ as for_each_wishart_group does (moved
+// into lanes by to_lanes); wishart::prompt_prediction (common/wishart.hpp) then runs the scalar
+// recipe's operations in every lane, and the residuals and batch sums are accumulated in double
+// lanes (wishart::accumulate on vectors; lanes past the last prompt have r = 0), summed over the
+// lanes into partial at the end.
 template <class T>
 void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_kq, index_t b0,
                               index_t b1, double* partial) {
   using V = Vec<T>;
   using VD = Vec<double>;
-  constexpr index_t L = simd::kLanes<T>, H = simd::kLanes<double> == L ? 1 : 2;  // double vectors per V
-  static_assert(kWishartGroup % L == 0, "a group is whole vectors of prompts");
-  const index_t d = P.d, rows = d + 1;
+  constexpr index_t kGroup = kWishartGroup, L = simd::kLanes<T>;
+  constexpr index_t G = kGroup / L, DH = L / simd::kLanes<double>;  // V per group, VD per V
+  static_assert(kGroup % L == 0, "a group is whole vectors of prompts");
+  const index_t d = P.d, N = P.N, rows = d + 1;
   const index_t dp = wishart::noise_dim(P), nz = wishart::bartlett_normals_used(P);
-  const index_t width = loss_grad_partial_size(d);
-  const index_t n_work = wishart::Work<V>::size(d, dp);
-  VecBuffer<T> buf(n_work + nz + dp + 2 * d + rows);
-  V *zv = buf.data() + n_work, *cv = zv + nz, *wv = cv + dp, *lv = wv + d, *p = lv + d;
-  VecBuffer<double> buf_d(width + 3 * H * rows);
-  VD *acc = buf_d.data(), *g_d = acc + width;
+  const index_t width = loss_grad_partial_size(d), n_work = wishart::Work<V>::size(d, dp);
+  VecBuffer<T> buf(n_work + G * nz + dp + 2 * d + rows);
+  V *zl = buf.data() + n_work, *cv = zl + G * nz, *wv = cv + dp, *lv = wv + d, *p = lv + d;
+  VecBuffer<double> buf_d(width + 3 * DH * rows);
+  VD *acc = buf_d.data(), *gp = acc + width, *gk = gp + DH * rows, *eq = gk + DH * rows;
   const auto s = wishart::Work<V>::at(buf.data(), d, dp);
   for (index_t k = 0; k < rows; ++k) p[k] = simd::broadcast(W_pv[d * rows + k]);
+  std::vector<T> chi2(kGroup * dp), w(kGroup * d), lam(d), lam_sqrt(kGroup * d);
+  const TaskPool<T> pool(P, b1 - b0);
   const VD lane_index = {0, 1, 2, 3};
-  for_each_wishart_group(P, b0, b1, [&](index_t, index_t m, const T* z, const T* chi2, const T* w,
-                                        const T* lam_sqrt) {
-    for (index_t l0 = 0; l0 < m; l0 += L) {
-      to_lanes(z, nz, nz, l0, m, zv);
-      to_lanes(chi2, dp, dp, l0, m, cv);
-      to_lanes(w, d, d, l0, m, wv);
-      if (P.random_cov()) to_lanes(lam_sqrt, d, d, l0, m, lv);
+  // the lanes of v[k], k < rows, in double: out[h·rows + k], h < DH
+  const auto split = [rows](const V* v, VD* out) {
+    for (index_t k = 0; k < rows; ++k) {
+      VD t[DH];
+      simd::to_double(v[k], t);
+      for (index_t h = 0; h < DH; ++h) out[h * rows + k] = t[h];
+    }
+  };
+  for (index_t b = b0; b < b1; b += kGroup) {
+    const index_t m = std::min(kGroup, b1 - b);
+    simd::fill_normals_lanes<T>(P.address(b, rng::kStreamBartlettNormal), nz, zl);
+    simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, m, chi2.data());
+    draw_pool_tasks_and_lambdas(P, pool, b, m, w.data(), lam.data(), lam_sqrt.data());
+    for (index_t l0 = 0; l0 < m; l0 += L) {  // prompts b + l0 .. in the lanes
+      const V* zv = zl + (l0 / L) * nz;
+      to_lanes(chi2.data(), dp, dp, l0, m, cv);
+      const V* w_v = zv + wishart::fresh_task_offset(d, dp);
+      if (P.tasks) {
+        to_lanes(w.data(), d, d, l0, m, wv);
+        w_v = wv;
+      }
+      if (P.random_cov()) to_lanes(lam_sqrt.data(), d, d, l0, m, lv);
       V y_hat, y_q;
-      wishart::prompt_prediction<T, V, simd::SimdMath>(P, W_kq, p, zv, cv, wv, lv, s, y_hat, y_q);
-      VD yh[H], yq[H], t[H];
+      wishart::prompt_prediction<T, V, simd::SimdMath>(P, W_kq, p, zv, cv, w_v, lv, s, y_hat, y_q);
+      VD yh[DH], yq[DH];
       simd::to_double(y_hat, yh);
       simd::to_double(y_q, yq);
-      VD *gp = g_d, *gk = gp + H * rows, *eq = gk + H * rows;  // [h·rows + k]
-      const auto split = [&](const V* v, VD* out) {
-        for (index_t k = 0; k < rows; ++k) {
-          simd::to_double(v[k], t);
-          for (index_t h = 0; h < H; ++h) out[h * rows + k] = t[h];
-        }
-      };
       split(s.g_p, gp);
       split(s.g_k, gk);
       split(s.e_q, eq);
-      for (index_t h = 0; h < H; ++h) {
+      for (index_t h = 0; h < DH; ++h) {
         const VD r = lane_index + double(l0 + 4 * h) < double(m) ? yh[h] - yq[h] : VD{};
         wishart::accumulate(r, gp + h * rows, gk + h * rows, eq + h * rows, rows, acc);
       }
     }
-  });
+  }
   for (index_t i = 0; i < width; ++i) partial[i] = simd::hsum(acc[i]);
 }
 

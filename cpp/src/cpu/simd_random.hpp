@@ -279,28 +279,38 @@ inline void store_interleaved(Vec<double> a, Vec<double> b, double* z) {
   store(z + 4, __builtin_shufflevector(a, b, 2, 6, 3, 7));
 }
 
-// The normals of 8 Philox blocks (w[j][lane] = word j of the lane's block) in block order:
-// z[4·lane + j] (float: 4 per block) or z[2·lane + j] (double: 2 per block) = normal j of the block.
-inline void lane_normals(const U32x8 (&w)[4], float* z) {  // z [32]
-  Vec<float> n[4];
+// The normals of 8 Philox blocks (w[j][lane] = word j of the lane's block) as vectors over the
+// blocks: float: v[j] lane l = normal j of block l (j < 4); double: v[2h + j] lane l = normal j of
+// block 4h + l (j < 2, h < 2).
+inline void normal_vectors(const U32x8 (&w)[4], Vec<float> (&v)[4]) {
   for (int h = 0; h < 2; ++h) {
     const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h]);
     const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h + 1]);
-    rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, n[2 * h], n[2 * h + 1]);
+    rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, v[2 * h], v[2 * h + 1]);
   }
-  store_block_order(n, z);
 }
-inline void lane_normals(const U32x8 (&w)[4], double* z) {  // z [16]
+inline void normal_vectors(const U32x8 (&w)[4], Vec<double> (&v)[4]) {
   for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
     U32x4 q[4];
     for (int j = 0; j < 4; ++j)
       q[j] = h == 0 ? __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3) : __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
     const Vec<double> u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[0], q[1]);
     const Vec<double> u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[2], q[3]);
-    Vec<double> z0, z1;
-    rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, z0, z1);
-    store_interleaved(z0, z1, z + 8 * h);
+    rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, v[2 * h], v[2 * h + 1]);
   }
+}
+
+// The same normals in block order: z[4·lane + j] (float: 4 per block) or z[2·lane + j] (double:
+// 2 per block) = normal j of the block.
+inline void lane_normals(const U32x8 (&w)[4], float* z) {  // z [32]
+  Vec<float> n[4];
+  normal_vectors(w, n);
+  store_block_order(n, z);
+}
+inline void lane_normals(const U32x8 (&w)[4], double* z) {  // z [16]
+  Vec<double> n[4];
+  normal_vectors(w, n);
+  for (int h = 0; h < 2; ++h) store_interleaved(n[2 * h], n[2 * h + 1], z + 8 * h);
 }
 
 // The uniforms of 8 Philox blocks in block order, the bits rng::uniform_at gives (the word-to-real
@@ -381,6 +391,24 @@ inline void fill_normals_prompts(const rng::StreamAddress& a, index_t n, index_t
       const index_t count = n - p0 < per ? n - p0 : per;
       for (index_t l = 0; l < m; ++l) std::memcpy(out + (k0 + l) * n + p0, z + per * l, sizeof(T) * count);
     }
+  }
+}
+
+// The normals fill_normals_prompts gives for 8 prompts a.prompt .. a.prompt + 7, as vectors over
+// the prompts: lane l of out[h·n + p] = the normal at position p < n of prompt a.prompt +
+// h·kLanes<T> + l, h < 8 / kLanes<T> (float: one vector per position; double: two).
+template <class T>
+inline void fill_normals_lanes(const rng::StreamAddress& a, index_t n, Vec<T>* out) {
+  constexpr index_t per = rng::NormalsPerBlock<T>::value, H = 8 / kLanes<T>;
+  const U32x8 ids = U32x8{0, 1, 2, 3, 4, 5, 6, 7} + a.prompt;
+  for (index_t p0 = 0; p0 < n; p0 += per) {
+    U32x8 w[4];
+    philox_lanes(a, U32x8{} + static_cast<std::uint32_t>(p0 / per), ids, w);
+    Vec<T> v[4];  // v[h·per + j]: normal p0 + j of prompts h·kLanes<T> + lane
+    normal_vectors(w, v);
+    const index_t count = n - p0 < per ? n - p0 : per;
+    for (index_t h = 0; h < H; ++h)
+      for (index_t j = 0; j < count; ++j) out[h * n + p0 + j] = v[h * per + j];
   }
 }
 
