@@ -97,9 +97,22 @@ TEST(Random, MultiPromptFillsEqualPerPromptFills) {
         }
       }
     }
+    // the same normals as vectors over 8 prompts (the Wishart step's lanes), bit for bit
+    constexpr int L = int(simd::kLanes<T>), H = 8 / L;
+    for (int n : {1, 3, 21, 34}) {
+      std::vector<T> many(size_t(n) * 8);
+      simd::fill_normals_prompts(a, n, 8, many.data());
+      std::vector<T> raw(size_t(n * H + 1) * L);  // whole vectors, aligned by hand
+      auto* lanes = reinterpret_cast<simd::Vec<T>*>(
+          (reinterpret_cast<std::uintptr_t>(raw.data()) + 31) & ~std::uintptr_t(31));
+      simd::fill_normals_lanes<T>(a, n, lanes);
+      for (int k = 0; k < 8; ++k)
+        for (int p = 0; p < n; ++p)
+          ASSERT_EQ(lanes[(k / L) * n + p][k % L], many[size_t(k) * n + p]) << n << " " << k << " " << p;
+    }
     const int N = 9;
     for (int dp : {1, 5, 9}) {
-      for (int prompts : {1, 2, 7}) {
+      for (int prompts : {1, 2, 7, 11, 17}) {
         std::vector<T> chi(size_t(dp) * prompts);
         simd::fill_bartlett_chi2(c, N, dp, prompts, chi.data());
         for (int k = 0; k < prompts; ++k) {

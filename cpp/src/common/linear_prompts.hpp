@@ -118,22 +118,23 @@ LSA_HD T lambda_diagonal(const Law<T>& P, index_t b, index_t k) {
 //   x = F z (F lower triangular, k descending so that row k reads only z_m, m <= k),
 //   or diag(lam_sqrt) z, or z;  then, for sphere covariates, x · (1/|z|)   [CCS H.1: Σ^{1/2} ξ].
 // Sums run m ascending from 0 (the CPU row twin adds the same terms in the same order).
-template <class T>
-LSA_HD void covariate(const Law<T>& P, const T* F, const T* lam_sqrt, T* v, index_t stride) {
+// V: T, or a SIMD vector of T with one prompt per lane (F shared; Math's sqrt takes V).
+template <class T, class V = T, class Math = rng::ScalarMath>
+LSA_HD void covariate(const Law<T>& P, const T* F, const V* lam_sqrt, V* v, index_t stride) {
   const index_t d = P.d;
-  T inv = T(1);
+  V inv = V{} + T(1);
   if (P.sphere) {
-    T s = T(0);
+    V s{};
     for (index_t k = 0; k < d; ++k) s += v[k * stride] * v[k * stride];
-    inv = T(1) / std::sqrt(s);
+    inv = T(1) / Math::sqrt(s);
   }
   for (index_t k = d; k-- > 0;) {
-    T x;
+    V x;
     if (F) {
-      x = T(0);
+      x = V{};
       for (index_t m = 0; m <= k; ++m) x += F[k * d + m] * v[m * stride];
     } else {
-      x = (lam_sqrt ? lam_sqrt[k] : T(1)) * v[k * stride];
+      x = (lam_sqrt ? lam_sqrt[k] : V{} + T(1)) * v[k * stride];
     }
     v[k * stride] = P.sphere ? x * inv : x;
   }
@@ -142,7 +143,7 @@ LSA_HD void covariate(const Law<T>& P, const T* F, const T* lam_sqrt, T* v, inde
 // <w, x> with x[k·stride], k ascending from 0: the noiseless label [ZFB 3.3].
 template <class T>
 LSA_HD T label(const T* w, const T* x, index_t stride, index_t d) {
-  T y = T(0);
+  T y{};  // T: a scalar, or a vector of prompts in lanes
   for (index_t k = 0; k < d; ++k) y += w[k] * x[k * stride];
   return y;
 }

@@ -353,48 +353,146 @@ bool kernel_gp_prompts_kernel(const KernelGPBatch<T>& g, index_t b0, index_t b1,
 
 // ---- the Wishart step ----------------------------------------------------------------------
 
-// The draws of prompts [b0, b1) of the Wishart step by this file's range fills, handed in prompt
-// order to visit(b, z_b, chi2_b, w, lam_sqrt).
-template <class T, class Visit>
-void for_each_wishart_prompt(const LinearPlan<T>& P, index_t b0, index_t b1, Visit&& visit) {
-  const index_t d = P.d, N = P.N;
-  const index_t dp = wishart::noise_dim(P);
-  constexpr index_t kGroup = 8;  // prompts whose draws are made together (SIMD lanes over prompts)
-  const index_t nz = wishart::bartlett_normals_used(P);  // the draws the law needs, no more
-  std::vector<T> w(d), lam(d), lam_sqrt(d), z(kGroup * nz), chi2(kGroup * dp);
-  const TaskPool<T> pool(P, b1 - b0);
-  for (index_t b = b0; b < b1; ++b) {
-    const index_t g = (b - b0) % kGroup;  // b's place in its group
-    if (g == 0) {
-      const index_t m = std::min(kGroup, b1 - b);
-      simd::fill_normals_prompts(P.address(b, rng::kStreamBartlettNormal), nz, m, z.data());
-      simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, m, chi2.data());
-    }
-    const T* z_b = z.data() + g * nz;
-    if (P.tasks) pool.draw(b, w.data());
-    else std::memcpy(w.data(), z_b + wishart::fresh_task_offset(d, dp), sizeof(T) * d);
-    if (P.random_cov()) draw_lambda(P, b, lam.data(), lam_sqrt.data());
-    visit(b, z_b, chi2.data() + g * dp, w.data(), lam_sqrt.data());
+// Prompts whose draws are made together (SIMD lanes over prompts in the fills and the step).
+constexpr index_t kWishartGroup = 8;
+
+// Prompts b .. b+m−1's tasks from the pool (w + g·d; with P.tasks) and their Λ_τ (lam_sqrt + g·d;
+// random covariance laws; lam [d] scratch). Fresh tasks are slices of the normals (the caller's).
+template <class T>
+void draw_pool_tasks_and_lambdas(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b,
+                                 index_t m, T* w, T* lam, T* lam_sqrt) {
+  for (index_t g = 0; g < m; ++g) {
+    if (P.tasks) pool.draw(b + g, w + g * P.d);
+    if (P.random_cov()) draw_lambda(P, b + g, lam, lam_sqrt + g * P.d);
   }
 }
 
-// Prompts [b0, b1) of the Wishart step: the draws by for_each_wishart_prompt, the rest by
-// wishart::prompt_residual (common/wishart.hpp), summed in prompt order into partial.
+// The draws of prompts [b0, b1) of the Wishart step by this file's range fills, kWishartGroup
+// prompts at a time, handed to visit(b, m, z, chi2, w, lam_sqrt) for prompts b .. b+m−1: prompt
+// b + g's draws at z + g·nz (nz = bartlett_normals_used), chi2 + g·dp, w + g·d, lam_sqrt + g·d.
+template <class T, class Visit>
+void for_each_wishart_group(const LinearPlan<T>& P, index_t b0, index_t b1, Visit&& visit) {
+  const index_t d = P.d, N = P.N;
+  const index_t dp = wishart::noise_dim(P);
+  constexpr index_t kGroup = kWishartGroup;
+  const index_t nz = wishart::bartlett_normals_used(P);  // the draws the law needs, no more
+  std::vector<T> lam(d), w(kGroup * d), lam_sqrt(kGroup * d), z(kGroup * nz), chi2(kGroup * dp);
+  const TaskPool<T> pool(P, b1 - b0);
+  for (index_t b = b0; b < b1; b += kGroup) {
+    const index_t m = std::min(kGroup, b1 - b);
+    simd::fill_normals_prompts(P.address(b, rng::kStreamBartlettNormal), nz, m, z.data());
+    simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, m, chi2.data());
+    draw_pool_tasks_and_lambdas(P, pool, b, m, w.data(), lam.data(), lam_sqrt.data());
+    if (!P.tasks)
+      for (index_t g = 0; g < m; ++g)
+        std::memcpy(w.data() + g * d, z.data() + g * nz + wishart::fresh_task_offset(d, dp), sizeof(T) * d);
+    visit(b, m, z.data(), chi2.data(), w.data(), lam_sqrt.data());
+  }
+}
+
+// The same draws handed in prompt order to visit(b, z_b, chi2_b, w, lam_sqrt).
+template <class T, class Visit>
+void for_each_wishart_prompt(const LinearPlan<T>& P, index_t b0, index_t b1, Visit&& visit) {
+  const index_t d = P.d, dp = wishart::noise_dim(P), nz = wishart::bartlett_normals_used(P);
+  for_each_wishart_group(P, b0, b1, [&](index_t b, index_t m, const T* z, const T* chi2, const T* w,
+                                        const T* lam_sqrt) {
+    for (index_t g = 0; g < m; ++g)
+      visit(b + g, z + g * nz, chi2 + g * dp, w + g * d, lam_sqrt + g * d);
+  });
+}
+
+// dst[k][l] = src[l'·stride + k] for k < n and the lanes l < L of `lanes` starting at prompt l0
+// of a group of m prompts (l' = l0 + l, or 0 for an idle lane l0 + l >= m: valid draws that add
+// nothing, see wishart_loss_grad_kernel).
+template <class T>
+void to_lanes(const T* src, index_t stride, index_t n, index_t l0, index_t m, Vec<T>* dst) {
+  constexpr index_t L = simd::kLanes<T>;
+  for (index_t l = 0; l < L; ++l) {
+    const T* row = src + (l0 + l < m ? l0 + l : 0) * stride;
+    for (index_t k = 0; k < n; ++k) dst[k][l] = row[k];
+  }
+}
+
+// n zeroed vectors of T on the heap, aligned as Vec<T> (a std::vector<Vec<T>> is not: the vector
+// type's alignment is dropped as a template argument).
+template <class T>
+class VecBuffer {
+ public:
+  explicit VecBuffer(index_t n) : raw_(static_cast<size_t>((n + 1) * simd::kLanes<T>)) {}
+  Vec<T>* data() {
+    constexpr std::uintptr_t a = sizeof(Vec<T>);
+    const auto p = reinterpret_cast<std::uintptr_t>(raw_.data());
+    return reinterpret_cast<Vec<T>*>((p + a - 1) & ~(a - 1));
+  }
+
+ private:
+  std::vector<T> raw_;
+};
+
+// Prompts [b0, b1) of the Wishart step with one prompt per SIMD lane: each group of kWishartGroup
+// prompts draws its normals straight into vectors over the prompts (simd::fill_normals_lanes; the
+// fresh task w is their slice), its χ², pool tasks and Λ_τ as for_each_wishart_group does (moved
+// into lanes by to_lanes); wishart::prompt_prediction (common/wishart.hpp) then runs the scalar
+// recipe's operations in every lane, and the residuals and batch sums are accumulated in double
+// lanes (wishart::accumulate on vectors; lanes past the last prompt have r = 0), summed over the
+// lanes into partial at the end.
 template <class T>
 void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_kq, index_t b0,
                               index_t b1, double* partial) {
-  const index_t d = P.d, rows = d + 1;
-  const index_t dp = wishart::noise_dim(P);
-  std::vector<T> work(wishart::Work<T>::size(d, dp));
-  const auto s = wishart::Work<T>::at(work.data(), d, dp);
-  std::vector<double> acc(static_cast<size_t>(loss_grad_partial_size(d)), 0.0);
-  const T* p = W_pv + d * rows;
-  for_each_wishart_prompt(P, b0, b1, [&](index_t, const T* z_b, const T* chi2_b, const T* w,
-                                         const T* lam_sqrt) {
-    const double r = wishart::prompt_residual(P, W_kq, p, z_b, chi2_b, w, lam_sqrt, s);
-    wishart::accumulate(r, s, rows, acc.data());
-  });
-  std::memcpy(partial, acc.data(), sizeof(double) * acc.size());
+  using V = Vec<T>;
+  using VD = Vec<double>;
+  constexpr index_t kGroup = kWishartGroup, L = simd::kLanes<T>;
+  constexpr index_t G = kGroup / L, DH = L / simd::kLanes<double>;  // V per group, VD per V
+  static_assert(kGroup % L == 0, "a group is whole vectors of prompts");
+  const index_t d = P.d, N = P.N, rows = d + 1;
+  const index_t dp = wishart::noise_dim(P), nz = wishart::bartlett_normals_used(P);
+  const index_t width = loss_grad_partial_size(d), n_work = wishart::Work<V>::size(d, dp);
+  VecBuffer<T> buf(n_work + G * nz + dp + 2 * d + rows);
+  V *zl = buf.data() + n_work, *cv = zl + G * nz, *wv = cv + dp, *lv = wv + d, *p = lv + d;
+  VecBuffer<double> buf_d(width + 3 * DH * rows);
+  VD *acc = buf_d.data(), *gp = acc + width, *gk = gp + DH * rows, *eq = gk + DH * rows;
+  const auto s = wishart::Work<V>::at(buf.data(), d, dp);
+  for (index_t k = 0; k < rows; ++k) p[k] = simd::broadcast(W_pv[d * rows + k]);
+  std::vector<T> chi2(kGroup * dp), w(kGroup * d), lam(d), lam_sqrt(kGroup * d);
+  const TaskPool<T> pool(P, b1 - b0);
+  const VD lane_index = {0, 1, 2, 3};
+  // the lanes of v[k], k < rows, in double: out[h·rows + k], h < DH
+  const auto split = [rows](const V* v, VD* out) {
+    for (index_t k = 0; k < rows; ++k) {
+      VD t[DH];
+      simd::to_double(v[k], t);
+      for (index_t h = 0; h < DH; ++h) out[h * rows + k] = t[h];
+    }
+  };
+  for (index_t b = b0; b < b1; b += kGroup) {
+    const index_t m = std::min(kGroup, b1 - b);
+    simd::fill_normals_lanes<T>(P.address(b, rng::kStreamBartlettNormal), nz, zl);
+    simd::fill_bartlett_chi2(P.address(b, rng::kStreamBartlettChi2), N, dp, m, chi2.data());
+    draw_pool_tasks_and_lambdas(P, pool, b, m, w.data(), lam.data(), lam_sqrt.data());
+    for (index_t l0 = 0; l0 < m; l0 += L) {  // prompts b + l0 .. in the lanes
+      const V* zv = zl + (l0 / L) * nz;
+      to_lanes(chi2.data(), dp, dp, l0, m, cv);
+      const V* w_v = zv + wishart::fresh_task_offset(d, dp);
+      if (P.tasks) {
+        to_lanes(w.data(), d, d, l0, m, wv);
+        w_v = wv;
+      }
+      if (P.random_cov()) to_lanes(lam_sqrt.data(), d, d, l0, m, lv);
+      V y_hat, y_q;
+      wishart::prompt_prediction<T, V, simd::SimdMath>(P, W_kq, p, zv, cv, w_v, lv, s, y_hat, y_q);
+      VD yh[DH], yq[DH];
+      simd::to_double(y_hat, yh);
+      simd::to_double(y_q, yq);
+      split(s.g_p, gp);
+      split(s.g_k, gk);
+      split(s.e_q, eq);
+      for (index_t h = 0; h < DH; ++h) {
+        const VD r = lane_index + double(l0 + 4 * h) < double(m) ? yh[h] - yq[h] : VD{};
+        wishart::accumulate(r, gp + h * rows, gk + h * rows, eq + h * rows, rows, acc);
+      }
+    }
+  }
+  for (index_t i = 0; i < width; ++i) partial[i] = simd::hsum(acc[i]);
 }
 
 template <class T>

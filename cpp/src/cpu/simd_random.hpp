@@ -279,28 +279,38 @@ inline void store_interleaved(Vec<double> a, Vec<double> b, double* z) {
   store(z + 4, __builtin_shufflevector(a, b, 2, 6, 3, 7));
 }
 
-// The normals of 8 Philox blocks (w[j][lane] = word j of the lane's block) in block order:
-// z[4·lane + j] (float: 4 per block) or z[2·lane + j] (double: 2 per block) = normal j of the block.
-inline void lane_normals(const U32x8 (&w)[4], float* z) {  // z [32]
-  Vec<float> n[4];
+// The normals of 8 Philox blocks (w[j][lane] = word j of the lane's block) as vectors over the
+// blocks: float: v[j] lane l = normal j of block l (j < 4); double: v[2h + j] lane l = normal j of
+// block 4h + l (j < 2, h < 2).
+inline void normal_vectors(const U32x8 (&w)[4], Vec<float> (&v)[4]) {
   for (int h = 0; h < 2; ++h) {
     const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h]);
     const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h + 1]);
-    rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, n[2 * h], n[2 * h + 1]);
+    rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, v[2 * h], v[2 * h + 1]);
   }
-  store_block_order(n, z);
 }
-inline void lane_normals(const U32x8 (&w)[4], double* z) {  // z [16]
+inline void normal_vectors(const U32x8 (&w)[4], Vec<double> (&v)[4]) {
   for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
     U32x4 q[4];
     for (int j = 0; j < 4; ++j)
       q[j] = h == 0 ? __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3) : __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
     const Vec<double> u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[0], q[1]);
     const Vec<double> u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[2], q[3]);
-    Vec<double> z0, z1;
-    rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, z0, z1);
-    store_interleaved(z0, z1, z + 8 * h);
+    rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, v[2 * h], v[2 * h + 1]);
   }
+}
+
+// The same normals in block order: z[4·lane + j] (float: 4 per block) or z[2·lane + j] (double:
+// 2 per block) = normal j of the block.
+inline void lane_normals(const U32x8 (&w)[4], float* z) {  // z [32]
+  Vec<float> n[4];
+  normal_vectors(w, n);
+  store_block_order(n, z);
+}
+inline void lane_normals(const U32x8 (&w)[4], double* z) {  // z [16]
+  Vec<double> n[4];
+  normal_vectors(w, n);
+  for (int h = 0; h < 2; ++h) store_interleaved(n[2 * h], n[2 * h + 1], z + 8 * h);
 }
 
 // The uniforms of 8 Philox blocks in block order, the bits rng::uniform_at gives (the word-to-real
@@ -384,6 +394,24 @@ inline void fill_normals_prompts(const rng::StreamAddress& a, index_t n, index_t
   }
 }
 
+// The normals fill_normals_prompts gives for 8 prompts a.prompt .. a.prompt + 7, as vectors over
+// the prompts: lane l of out[h·n + p] = the normal at position p < n of prompt a.prompt +
+// h·kLanes<T> + l, h < 8 / kLanes<T> (float: one vector per position; double: two).
+template <class T>
+inline void fill_normals_lanes(const rng::StreamAddress& a, index_t n, Vec<T>* out) {
+  constexpr index_t per = rng::NormalsPerBlock<T>::value, H = 8 / kLanes<T>;
+  const U32x8 ids = U32x8{0, 1, 2, 3, 4, 5, 6, 7} + a.prompt;
+  for (index_t p0 = 0; p0 < n; p0 += per) {
+    U32x8 w[4];
+    philox_lanes(a, U32x8{} + static_cast<std::uint32_t>(p0 / per), ids, w);
+    Vec<T> v[4];  // v[h·per + j]: normal p0 + j of prompts h·kLanes<T> + lane
+    normal_vectors(w, v);
+    const index_t count = n - p0 < per ? n - p0 : per;
+    for (index_t h = 0; h < H; ++h)
+      for (index_t j = 0; j < count; ++j) out[h * n + p0 + j] = v[h * per + j];
+  }
+}
+
 // ---- chi-square variates of the Bartlett factor ---------------------------------------------
 
 // One Marsaglia–Tsang attempt on vectors (an attempt of rng::gamma_variate at alpha >= 1, with
@@ -418,21 +446,92 @@ inline bool all_lanes(M m) {
 // from libm, so values agree with the scalar recipe up to rounding.
 // float: 8 slots per vector; double: 4 slots, lanes 4-7 computing block +1 (the uniforms u, ub)
 // of lanes 0-3's slots.
+template <class T>
+using GammaMask = std::conditional_t<sizeof(T) == 4, I32x8, I64x4>;
+
+// One vector of fill_gamma_slots' recipe: lane l (< 8 float, < 4 double) is variate
+// blocks[l] / (2·kGammaMaxAttempts) of prompt ids[l] at shape[l] (double: lanes 4-7 of blocks and
+// ids name block +1 of lanes 0-3), unscaled. Lanes past `live` are computed but not corrected.
+template <class T>
+inline Vec<T> gamma_vector(const rng::StreamAddress& a, U32x8 blocks, U32x8 ids, Vec<T> shape,
+                           int live) {
+  constexpr bool kFloat = sizeof(T) == 4;
+  using Mask = GammaMask<T>;
+  // log of the smallest normal number: below it the vector exp flushes to 0
+  const T log_tiny = kFloat ? T(-87.3365448) : T(-708.3964185322641);
+  const Mask boost = shape < T(1);
+  const Vec<T> alpha = boost ? shape + T(1) : shape;
+  const Vec<T> d = alpha - T(1) / T(3);
+  const Vec<T> c = T(1) / simd::sqrt(d * T(9));
+  Vec<T> boost_u{};
+  // attempt t of every lane: the acceptance mask, x_t; attempt 0 also keeps the boost uniform
+  const auto attempt = [&](std::uint32_t t, Vec<T>& xt) {
+    U32x8 w[4];
+    philox_lanes(a, blocks + 2 * t, ids, w);
+    Vec<T> u1, u2, u;
+    if constexpr (kFloat) {
+      u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
+      u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
+      u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
+      if (t == 0) boost_u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[3]);
+    } else {
+      U32x4 lo[4], hi[4];
+      for (int j = 0; j < 4; ++j) {
+        lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
+        hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+      }
+      u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
+      u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
+      u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
+      if (t == 0) boost_u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[2], hi[3]);
+    }
+    Vec<T> z, z_unused;
+    rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
+    return gamma_attempt<T, Vec<T>, Mask>(d, c, z, u, xt);
+  };
+  Vec<T> x;
+  Mask done = attempt(0, x);
+  x = done ? x : d;  // d: the recipe's value when every attempt rejects
+  for (std::uint32_t t = 1; t < rng::kGammaMaxAttempts && !all_lanes(done); ++t) {
+    Vec<T> xt;
+    const Mask ok = attempt(t, xt);
+    x = (ok & ~done) ? xt : x;
+    done |= ok;
+  }
+  if (all_lanes(boost == 0)) return x;
+  const Vec<T> log_boost = simd::log(boost_u) / shape;  // U^(1/a) = exp(log U / a)
+  x = boost ? x * simd::exp(log_boost) : x;
+  for (int l = 0; l < live; ++l) {
+    if (boost[l] && !(log_boost[l] > log_tiny)) {
+      const rng::StreamAddress al{a.key, ids[l], a.step, a.stream};
+      x[l] = rng::gamma_variate<T>(al, blocks[l] / (2 * rng::kGammaMaxAttempts), shape[l]);
+    }
+  }
+  return x;
+}
+
+// Gamma variates in SIMD, slot by slot: slot s is variate `variate` of prompt `prompt`'s stream at
+// shape `shape` (the slots' fields, advanced by next() without division), and
+//   out[s] = scale · rng::gamma_variate(stream of prompt, variate, shape)
+// (scale 2 and shape (N − i)/2 give χ²_{N−i}). Lanes take consecutive slots, 8 (float) or 4
+// (double) at a time, and run rng::gamma_variate's recipe in SIMD (gamma_vector): attempt t of
+// every lane not yet accepted reads its block 2·kGammaMaxAttempts·k + 2t, until all lanes of the
+// vector accepted (a second attempt is needed by a lane with probability <= 0.05); shapes below 1
+// take the boost Gamma(a) = Gamma(a + 1)·U^(1/a) with attempt 0's boost uniform, through this
+// file's log and simd.hpp's exp. Only a lane whose U^(1/a) falls below the smallest normal number
+// (where the vector exp flushes to 0) takes the scalar recipe. The SIMD log/sin/cos/exp round
+// differently from libm, so values agree with the scalar recipe up to rounding.
+// float: 8 slots per vector; double: 4 slots, lanes 4-7 computing block +1 (the uniforms u, ub)
+// of lanes 0-3's slots.
 template <class T, class Slots>
 inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Slots slot, T* out) {
   constexpr bool kFloat = sizeof(T) == 4;
   constexpr int L = kFloat ? 8 : 4;  // slots per vector
-  using Mask = std::conditional_t<kFloat, I32x8, I64x4>;
   constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
-  // log of the smallest normal number: below it the vector exp flushes to 0
-  const T log_tiny = kFloat ? T(-87.3365448) : T(-708.3964185322641);
   for (index_t s0 = 0; s0 < n; s0 += L) {
     U32x8 blocks, ids;
     Vec<T> shape;
-    std::uint32_t prompt_of[L], var_of[L];
     for (int l = 0; l < L; ++l) {
-      prompt_of[l] = slot.prompt;
-      var_of[l] = slot.variate;
       blocks[l] = slot.variate * stride;
       ids[l] = slot.prompt;
       if constexpr (!kFloat) {
@@ -442,57 +541,9 @@ inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Sl
       shape[l] = slot.shape();
       if (s0 + l + 1 < n) slot.next();  // the tail lanes repeat the last slot
     }
-    const Mask boost = shape < T(1);
-    const Vec<T> alpha = boost ? shape + T(1) : shape;
-    const Vec<T> d = alpha - T(1) / T(3);
-    const Vec<T> c = T(1) / simd::sqrt(d * T(9));
-    Vec<T> boost_u{};
-    // attempt t of every lane: the acceptance mask, x_t; attempt 0 also keeps the boost uniform
-    const auto attempt = [&](std::uint32_t t, Vec<T>& xt) {
-      U32x8 w[4];
-      philox_lanes(a, blocks + 2 * t, ids, w);
-      Vec<T> u1, u2, u;
-      if constexpr (kFloat) {
-        u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
-        u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
-        u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
-        if (t == 0) boost_u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[3]);
-      } else {
-        U32x4 lo[4], hi[4];
-        for (int j = 0; j < 4; ++j) {
-          lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
-          hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
-        }
-        u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
-        u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
-        u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
-        if (t == 0) boost_u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[2], hi[3]);
-      }
-      Vec<T> z, z_unused;
-      rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
-      return gamma_attempt<T, Vec<T>, Mask>(d, c, z, u, xt);
-    };
-    Vec<T> x;
-    Mask done = attempt(0, x);
-    x = done ? x : d;  // d: the recipe's value when every attempt rejects
-    for (std::uint32_t t = 1; t < rng::kGammaMaxAttempts && !all_lanes(done); ++t) {
-      Vec<T> xt;
-      const Mask ok = attempt(t, xt);
-      x = (ok & ~done) ? xt : x;
-      done |= ok;
-    }
-    Vec<T> log_boost = Vec<T>{} + T(1);  // U^(1/a) = exp(log U / a), where a lane needs it
-    if (!all_lanes(boost == 0)) {
-      log_boost = simd::log(boost_u) / shape;
-      x = boost ? x * simd::exp(log_boost) : x;
-    }
-    for (int l = 0; l < L && s0 + l < n; ++l) {
-      if (boost[l] && !(log_boost[l] > log_tiny)) {
-        const rng::StreamAddress al{a.key, prompt_of[l], a.step, a.stream};
-        x[l] = rng::gamma_variate<T>(al, var_of[l], shape[l]);
-      }
-      out[s0 + l] = scale * x[l];
-    }
+    const int live = n - s0 < L ? int(n - s0) : L;
+    const Vec<T> x = gamma_vector<T>(a, blocks, ids, shape, live);
+    for (int l = 0; l < live; ++l) out[s0 + l] = scale * x[l];
   }
 }
 
@@ -501,23 +552,20 @@ inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Sl
 // as rng::chi_square_variate defines it; lanes take 8 prompts' variate i at once (one shape per
 // vector).
 template <class T>
-struct PromptSlots {  // variate `variate` of consecutive prompts
-  std::uint32_t prompt, variate;
-  T shape_value;
-  T shape() const { return shape_value; }
-  void next() { ++prompt; }
-};
-template <class T>
 inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
                                T* out) {
-  for (index_t k0 = 0; k0 < prompts; k0 += 8) {
-    const index_t m = prompts - k0 < 8 ? prompts - k0 : 8;
+  constexpr int L = sizeof(T) == 4 ? 8 : 4;  // prompts per vector
+  constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
+  // lane l: prompt l % L; double: lanes 4-7 read block +1 (gamma_vector)
+  const U32x8 lane = sizeof(T) == 4 ? U32x8{0, 1, 2, 3, 4, 5, 6, 7} : U32x8{0, 1, 2, 3, 0, 1, 2, 3};
+  const U32x8 upper = sizeof(T) == 4 ? U32x8{} : U32x8{0, 0, 0, 0, 1, 1, 1, 1};
+  for (index_t k0 = 0; k0 < prompts; k0 += L) {
+    const int m = prompts - k0 < L ? int(prompts - k0) : L;
+    const U32x8 ids = lane + (a.prompt + static_cast<std::uint32_t>(k0));
     for (index_t i = 0; i < dp; ++i) {
-      T x[8];
-      const PromptSlots<T> slots{a.prompt + static_cast<std::uint32_t>(k0), static_cast<std::uint32_t>(i),
-                                 T(0.5) * static_cast<T>(N - i)};
-      fill_gamma_slots(a, m, T(2), slots, x);
-      for (index_t l = 0; l < m; ++l) out[(k0 + l) * dp + i] = x[l];
+      const U32x8 blocks = upper + static_cast<std::uint32_t>(i) * stride;
+      const Vec<T> x = gamma_vector<T>(a, blocks, ids, simd::broadcast(T(0.5) * static_cast<T>(N - i)), m);
+      for (int l = 0; l < m; ++l) out[(k0 + l) * dp + i] = T(2) * x[l];
     }
   }
 }
