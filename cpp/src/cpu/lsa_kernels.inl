@@ -34,6 +34,7 @@ using simd::load;
 using simd::store;
 using simd::to_double;
 using simd::Vec;
+using simd::VecBuffer;
 
 inline index_t round_up(index_t n, index_t m) { return (n + m - 1) / m * m; }
 
@@ -191,7 +192,7 @@ struct PredictionScratch {
   PaddedRows<T> staged;  // used when cols < lanes only
   PromptChunks<T> view{};
   std::vector<T> buffer;
-  std::vector<Vec<T>> g_vec;
+  VecBuffer<T> g_vec;
   T *W_kq_t, *q, *t, *s, *g_k_sum, *g_p_sum;
   Prefetcher ahead;
   PredictionScratch(index_t d, index_t N, const T* W_kq)
@@ -199,7 +200,7 @@ struct PredictionScratch {
         staged(cols < kLanes<T> ? d + 1 : 0, N + 1),
         buffer(static_cast<size_t>(rows * ld_rows + 3 * ld_rows + 2 * (round_up(cols, kLanes<T>) +
                                                                          kLanes<T>)), T(0)),
-        g_vec(static_cast<size_t>(2 * ld_rows)) {
+        g_vec(2 * ld_rows) {
     W_kq_t = buffer.data();
     q = W_kq_t + rows * ld_rows;
     g_k_sum = q + ld_rows;
@@ -314,7 +315,7 @@ template <class T>
 struct LanePrompts {
   static constexpr index_t L = kLanes<T>;
   index_t rows, cols, values, N;
-  std::vector<Vec<T>> buf;
+  VecBuffer<T> buf;
   Vec<T> *X, *q, *t, *s, *g_k, *g_p, *p;  // p_r broadcast
   std::vector<T> W;                       // W^KQ [rows, rows]
   const T* src[kLanes<T>];
@@ -322,7 +323,7 @@ struct LanePrompts {
   int ahead_lines = 0;  // lines of the next group prefetched per token block
   LanePrompts(index_t d, index_t N_, const T* W_pv, const T* W_kq)
       : rows(d + 1), cols(N_ + 1), values((d + 1) * (N_ + 1)), N(N_),
-        buf(static_cast<size_t>(values + 5 * rows + 2 * cols)), W(W_kq, W_kq + rows * rows) {
+        buf(values + 5 * rows + 2 * cols), W(W_kq, W_kq + rows * rows) {
     X = buf.data();
     q = X + values;
     g_k = q + rows;
@@ -449,9 +450,9 @@ template <class T>
 struct LaneGradSums {
   static constexpr index_t L = kLanes<T>, D = kDoubleVecs<T>;
   index_t rows;
-  std::vector<Vec<double>> acc;  // [1 + rows + rows², D]: loss, d_p, d_K; then e_q [rows, D]
+  VecBuffer<double> acc;  // zeroed [1 + rows + rows², D]: loss, d_p, d_K; then e_q [rows, D]
   explicit LaneGradSums(index_t rows_)
-      : rows(rows_), acc(static_cast<size_t>((1 + 2 * rows_ + rows_ * rows_) * D), simd::zero<double>()) {}
+      : rows(rows_), acc((1 + 2 * rows_ + rows_ * rows_) * D) {}
   // res: the group's residuals (or dŷ) in double, 0 in the lanes past the range; scale: 1/N.
   void add(const Vec<double>* res, double scale, const LanePrompts<T>& w, bool with_loss) {
     Vec<double>* loss = acc.data();

@@ -66,7 +66,7 @@ bool predict_vjp_lanes(const LsaShape& sh, const T* E, const T* W_pv, const T* W
   const T inv_n = T(1) / T(N);
   const double scale = recipe::residual_scale<T>(1.0, N);
   Vec<T> poison = simd::zero<T>();
-  std::vector<Vec<T>> Gp(static_cast<size_t>(rows));
+  simd::VecBuffer<T> Gp(rows);
   for_each_lane_group(w, E, b0, b1, [&](index_t b, index_t count) {
     w.template pass<true>();
     const Vec<T> g = w.gather(d_y, b, count);

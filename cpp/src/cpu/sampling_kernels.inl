@@ -22,6 +22,7 @@ namespace {
 
 using simd::I64x4;
 using simd::Vec;
+using simd::VecBuffer;
 constexpr std::uint32_t kX = rng::kStreamX;
 
 template <class T>
@@ -298,7 +299,7 @@ bool kernel_gp_prompts_kernel(const KernelGPBatch<T>& g, index_t b0, index_t b1,
   // the lanes' workspaces, then one for whole prompts
   std::vector<double> work(static_cast<size_t>((batched ? L + 1 : 1) * ws));
   double* const scratch = work.data() + (batched ? L : 0) * ws;
-  std::vector<Vec<double>> lanes(batched ? static_cast<size_t>(n1) * n1 : 0);
+  VecBuffer<double> lanes(batched ? index_t(n1) * n1 : 0);
   const auto poll_fn = [&poll] { poll(); };
   bool converged = true;
   const auto record = [&](index_t b, int method) {
@@ -412,22 +413,6 @@ void to_lanes(const T* src, index_t stride, index_t n, index_t l0, index_t m, Ve
     for (index_t k = 0; k < n; ++k) dst[k][l] = row[k];
   }
 }
-
-// n zeroed vectors of T on the heap, aligned as Vec<T> (a std::vector<Vec<T>> is not: the vector
-// type's alignment is dropped as a template argument).
-template <class T>
-class VecBuffer {
- public:
-  explicit VecBuffer(index_t n) : raw_(static_cast<size_t>((n + 1) * simd::kLanes<T>)) {}
-  Vec<T>* data() {
-    constexpr std::uintptr_t a = sizeof(Vec<T>);
-    const auto p = reinterpret_cast<std::uintptr_t>(raw_.data());
-    return reinterpret_cast<Vec<T>*>((p + a - 1) & ~(a - 1));
-  }
-
- private:
-  std::vector<T> raw_;
-};
 
 // Prompts [b0, b1) of the Wishart step with one prompt per SIMD lane: each group of kWishartGroup
 // prompts draws its normals straight into vectors over the prompts (simd::fill_normals_lanes; the

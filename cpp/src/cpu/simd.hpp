@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "lsa_native/types.hpp"
 
@@ -29,6 +30,31 @@ template <class T>
 using Vec = typename VecTraits<T>::type;
 template <class T>
 constexpr index_t kLanes = index_t(32 / sizeof(T));
+
+// n zeroed Vec<T> on the heap, aligned to the vector's size. Never std::vector<Vec<T>>: a
+// translation unit without AVX gives the 32-byte vector type 16-byte alignment, and
+// std::vector<Vec<T>>'s inline code is one symbol shared by every ISA's unit (the linker keeps one
+// copy), so an AVX unit can receive a 16-byte-aligned buffer and fault on an aligned store. This
+// class has internal linkage (anonymous namespace): each unit keeps its own.
+template <class T>
+class VecBuffer {
+ public:
+  explicit VecBuffer(index_t n = 0) : raw_(static_cast<std::size_t>((n + 1) * kLanes<T>)) {}
+  VecBuffer(const VecBuffer&) = delete;  // a copy's alignment offset could differ
+  VecBuffer& operator=(const VecBuffer&) = delete;
+  VecBuffer(VecBuffer&&) = default;  // moves keep the heap block, hence the offset
+  VecBuffer& operator=(VecBuffer&&) = default;
+  Vec<T>* data() {
+    const auto p = reinterpret_cast<std::uintptr_t>(raw_.data());
+    return reinterpret_cast<Vec<T>*>((p + sizeof(Vec<T>) - 1) & ~(sizeof(Vec<T>) - 1));
+  }
+  const Vec<T>* data() const { return const_cast<VecBuffer*>(this)->data(); }
+  Vec<T>& operator[](std::size_t i) { return data()[i]; }
+  const Vec<T>& operator[](std::size_t i) const { return data()[i]; }
+
+ private:
+  std::vector<T> raw_;
+};
 
 template <class T>
 inline Vec<T> load(const T* p) {
