@@ -38,6 +38,34 @@ def test_bound_fused_step_equals_loss_and_grad(rng, method, dtype, d, N):
         assert grad.dtype == np.float64 and grad.shape == theta.shape
 
 
+class _OffsetPrompts(train.Prompts):
+    """A source whose steps map to sample indices by its own rule (not step // resample_every)."""
+
+    def sample_index(self, step: int) -> int:
+        return 5 + 2 * step
+
+
+@pytest.mark.parametrize("make", ["lsa", "H-head"])
+@pytest.mark.parametrize("method", ["tokens", "wishart"])
+def test_bound_steps_draw_the_sources_sample_index(rng, make, method):
+    """The bound steps ask the source which sample a step trains on (its sample_index), as
+    loss_and_grad does: a source with its own rule gets its own prompts."""
+    d, N = 3, 7
+    spec = sampling.LinearPrompts(d, N, seed=int(rng.integers(2**31)))
+    source = _OffsetPrompts(spec, batch=int(rng.integers(1, 40)), dtype=np.float64)
+    if make == "lsa":
+        objective = train.LSAObjective(*_lsa(rng, d), method=method)
+    else:
+        W_pv, kq = _multihead(rng, d, separate=False)
+        objective = train.MultiHeadLSAObjective(W_pv, **kq, method=method)
+    step_fn = objective.bind(source)
+    for t in (0, 1, 4):
+        loss, grad = step_fn(objective.theta0, t)
+        want_loss, want_grad = objective.loss_and_grad(objective.theta0, t, source)
+        assert loss == want_loss
+        np.testing.assert_array_equal(grad, want_grad)
+
+
 def test_bound_step_refuses_parameters_past_float32_as_loss_and_grad_does(rng):
     spec = sampling.LinearPrompts(2, 5, seed=1)
     source = train.Prompts(spec, batch=8, dtype=np.float32)
@@ -105,6 +133,7 @@ def test_bound_multihead_step_equals_loss_and_grad(rng, separate, method, dtype,
             assert loss == want_loss
             np.testing.assert_array_equal(grad, want_grad)
             assert grad.dtype == np.float64 and grad.shape == theta.shape
+        thetas[0] -= 0.01 * want_grad  # as fit's optimizer does: a θ buffer changed in place
     assert len(grads) == 1
 
 
@@ -346,7 +375,7 @@ def test_fit_trajectory_is_the_hand_written_loop_bitwise(rng, make_optimizer, ki
     plain loop (objective.loss_and_grad + Optimizer.step) bit for bit: the bound step, the native
     optimizer step on host buffers and the records change nothing."""
     make_objective, source = _problem(rng, kind, dtype)
-    steps = int(rng.integers(1, 9))
+    steps = int(rng.integers(3, 9))  # >= 3: a θ buffer is reused after the optimizer wrote it
     want, theta = _hand_loop(make_objective(), make_optimizer(), source, steps)
     got = train.fit(make_objective(), make_optimizer(), data=source, steps=steps, progress=False)
     h = got.history

@@ -250,10 +250,10 @@ class LSAObjective(_WeightPair, Objective):
         step_fn = data.spec.fused_step(batch=data.batch, method=self.method,
                                        dtype=self.dtype or data.dtype, device=device)
         host = _HostParams({"W_pv": (self.n, self.n), "W_kq": (self.n, self.n)}, step_fn.dtype)
-        every, grads = data.resample_every, host.grads
+        index_of, grads = data.sample_index, host.grads
 
         def lsa_step(theta, step):
-            loss = step_fn(*host.params(theta), step // every, *grads)
+            loss = step_fn(*host.params(theta), index_of(step), *grads)
             return loss, host.gradient()
 
         return lsa_step
@@ -274,10 +274,10 @@ class LSAObjective(_WeightPair, Objective):
             return None
         step_fn = data.spec.fused_step(batch=data.batch, method=self.method,
                                        dtype=self.dtype or data.dtype, device="cuda")
-        pieces, every = _Pieces(arrays, [(self.n, self.n)] * 2), data.resample_every
+        pieces, index_of = _Pieces(arrays, [(self.n, self.n)] * 2), data.sample_index
 
         def step(model, t, grad, loss):
-            step_fn(*pieces(model), t // every, *pieces(grad), loss)
+            step_fn(*pieces(model), index_of(t), *pieces(grad), loss)
 
         step.dtype = np.dtype(step_fn.dtype)
         return step
@@ -492,13 +492,13 @@ class MultiHeadLSAObjective(Objective):
         embedding_step = getattr(data.spec, "embedding_step", None)
         if not callable(embedding_step):
             return lambda step: self._prompts(data, step)
-        draw, every = embedding_step(batch=data.batch, dtype=dtype), data.resample_every
+        draw, index_of = embedding_step(batch=data.batch, dtype=dtype), data.sample_index
         d, N = data.spec.dim, data.spec.context
         E, y_q = np.empty((data.batch, d + 1, N + 1), draw.dtype), np.empty(data.batch, draw.dtype)
         drawn = [None]  # the sample index E and y_q hold
 
         def prompts(step):
-            index = step // every
+            index = index_of(step)
             if index != drawn[0]:
                 drawn[0] = None  # a failed draw leaves no index behind
                 draw(index, E, y_q)
