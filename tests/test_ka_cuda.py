@@ -191,8 +191,8 @@ def test_device_path_glue_on_an_emulated_gpu(rng, emulated_gpu, dtype):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_cuda_predict_matches_the_cpu(rng, shape, act, dtype, kernel_choice):
     """predict on the device (the query-layer forward writing ŷ_L [B] or ŷ_ℓ [B, L+1]) vs the CPU:
-    max |Δ| ≤ tol · max |ŷ_cpu| (float64 1e-12, float32 2e-4: assert_close); with the query layer
-    off (LSA_NATIVE_KA_QUERY=0) the full last layer gives the same to that tolerance."""
+    max |Δ| ≤ tol · max |ŷ_cpu| (float64 1e-12, float32 2e-4: assert_close); the query layer
+    against the full last layer (LSA_NATIVE_KA_QUERY=0) is the next test."""
     B_, d, n, L, H = shape
     Z0, y, V, B, C, _ = problem(rng, B_, d, n, L, H, dtype)
     acts = acts_for(act, H)
@@ -224,6 +224,7 @@ def test_cuda_predict_query_layer_switch(rng, dtype, monkeypatch):
     monkeypatch.setenv("LSA_NATIVE_KA_QUERY", "0")
     full = cuda.to_host(ka.predict(Zd, V, B, C, "softmax"))
     assert_close(query, full, dtype, "query vs full last layer")
+
 
 @needs_gpu
 @pytest.mark.cuda
