@@ -4,6 +4,7 @@ once per batch; ``History.append_row`` keeps ``record``'s columns; the one-pass 
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -373,10 +374,18 @@ def _problem(rng, kind, dtype):
 def test_fit_trajectory_is_the_hand_written_loop_bitwise(rng, make_optimizer, kind, dtype):
     """Every record (loss, gradient norm, learning rate) and the final θ of fit equal those of the
     plain loop (objective.loss_and_grad + Optimizer.step) bit for bit: the bound step, the native
-    optimizer step on host buffers and the records change nothing."""
+    optimizer step on host buffers and the records change nothing. A draw whose plain loop
+    overflows float32 (heavy-tailed prompts, about 1 in 200 runs) must fail fit the same way."""
     make_objective, source = _problem(rng, kind, dtype)
     steps = int(rng.integers(3, 9))  # >= 3: a θ buffer is reused after the optimizer wrote it
-    want, theta = _hand_loop(make_objective(), make_optimizer(), source, steps)
+    try:
+        want, theta = _hand_loop(make_objective(), make_optimizer(), source, steps)
+    except (FloatingPointError, ValueError) as error:
+        if "overflow" not in str(error):
+            raise
+        with pytest.raises(type(error), match=re.escape(str(error).split(":")[0])):
+            train.fit(make_objective(), make_optimizer(), data=source, steps=steps, progress=False)
+        return
     got = train.fit(make_objective(), make_optimizer(), data=source, steps=steps, progress=False)
     h = got.history
     assert list(h["step"]) == list(range(steps + 1))

@@ -52,9 +52,9 @@ void report(index_t d, index_t N, index_t B, T sigma) {
   const index_t dp = wishart::noise_dim(P), nz = wishart::bartlett_normals_used(P), rows = d + 1;
   std::vector<T> W_pv(size_t(rows * rows), T(0.01)), W_kq(size_t(rows * rows), T(0.02));
   std::vector<double> partial(size_t(cpu::loss_grad_partial_size(d)));
-  std::vector<T> raw(size_t((2 * nz + 1) * simd::kLanes<T>)), chi2(size_t(8 * dp));
-  auto* lanes = reinterpret_cast<simd::Vec<T>*>((reinterpret_cast<std::uintptr_t>(raw.data()) + 31) &
-                                                ~std::uintptr_t(31));
+  std::vector<T> chi2(size_t(8 * dp));
+  simd::VecBuffer<T> lane_buffer(2 * nz);
+  simd::Vec<T>* lanes = lane_buffer.data();
   const int repeats = 31;
   volatile double sink = 0;
   const auto kernels = cpu::isa_bench_parts::sampling_kernels<T>();

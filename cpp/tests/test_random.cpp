@@ -102,9 +102,8 @@ TEST(Random, MultiPromptFillsEqualPerPromptFills) {
     for (int n : {1, 3, 21, 34}) {
       std::vector<T> many(size_t(n) * 8);
       simd::fill_normals_prompts(a, n, 8, many.data());
-      std::vector<T> raw(size_t(n * H + 1) * L);  // whole vectors, aligned by hand
-      auto* lanes = reinterpret_cast<simd::Vec<T>*>(
-          (reinterpret_cast<std::uintptr_t>(raw.data()) + 31) & ~std::uintptr_t(31));
+      simd::VecBuffer<T> buffer(n * H);
+      simd::Vec<T>* lanes = buffer.data();
       simd::fill_normals_lanes<T>(a, n, lanes);
       for (int k = 0; k < 8; ++k)
         for (int p = 0; p < n; ++p)

@@ -168,12 +168,13 @@ void check_generation(const Case& c, unsigned grid, int warps) {
 
 // The fused step of `method` on the emulated kernel (grid blocks) vs the CPU step.
 template <class T>
-void check_step(const Case& c, FusedMethod method, unsigned grid, bool work_in_shared = true) {
+void check_step(const Case& c, FusedMethod method, unsigned grid, bool work_in_shared = true,
+                index_t B = 75) {
   SCOPED_TRACE(std::string(c.name) + (sizeof(T) == 4 ? " float32" : " float64") + " grid " +
-               std::to_string(grid) + (work_in_shared ? "" : " global work"));
+               std::to_string(grid) + (work_in_shared ? "" : " global work") + " B " + std::to_string(B));
   const SpecHolder h(c, 0xabcdef12ULL + std::uint64_t(c.d * 7 + c.N));
   const std::uint32_t step = 11;
-  const index_t B = 75, rows = c.d + 1, n2 = rows * rows;
+  const index_t rows = c.d + 1, n2 = rows * rows;
   std::vector<T> W_pv(n2), W_kq(n2);
   for (index_t i = 0; i < n2; ++i) {
     W_pv[i] = T(0.4 * std::sin(1.3 * double(i) + 0.2));
@@ -264,6 +265,9 @@ TEST(SampledStepEmulated, WishartStepEqualsTheCpuStep) {
   }
   check_step<double>(kWishartCases[2], FusedMethod::wishart, 3, false);  // work in global memory
   check_step<float>(kWishartCases[5], FusedMethod::wishart, 1, false);
+  // the CPU's last group of 8 prompts with 5 (B = 77): the second double vector partly idle
+  check_step<double>(kWishartCases[0], FusedMethod::wishart, 2, true, 77);
+  check_step<float>(kWishartCases[2], FusedMethod::wishart, 2, true, 77);
 }
 
 // A wrong law must fail the comparison (the test has power): the GPU step with another step index.

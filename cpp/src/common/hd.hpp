@@ -8,3 +8,9 @@
 #else
 #define LSA_HD inline
 #endif
+
+// LSA_HD with internal linkage, for the recipes the CPU also instantiates on its SIMD lane types
+// (a builtin vector type, so the instantiation's name is the same in every ISA unit): without it
+// the linker keeps one unit's copy for all, e.g. the baseline's, whose vector arguments and results
+// travel in memory where an AVX caller passes registers.
+#define LSA_HD_LOCAL static LSA_HD

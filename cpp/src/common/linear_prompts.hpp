@@ -142,7 +142,7 @@ LSA_HD void covariate(const Law<T>& P, const T* F, const V* lam_sqrt, V* v, inde
 
 // <w, x> with x[k·stride], k ascending from 0: the noiseless label [ZFB 3.3].
 template <class T>
-LSA_HD T label(const T* w, const T* x, index_t stride, index_t d) {
+LSA_HD_LOCAL T label(const T* w, const T* x, index_t stride, index_t d) {
   T y{};  // T: a scalar, or a vector of prompts in lanes
   for (index_t k = 0; k < d; ++k) y += w[k] * x[k * stride];
   return y;

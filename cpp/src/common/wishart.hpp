@@ -39,7 +39,7 @@ struct Prompt {
 
 // out = Mᵀ u = Tᵀ L̃ᵀ Ãᵀ u / √N.   u [d+1], out [dp], tmp [dp]
 template <class T, class V>
-LSA_HD void mt_times(const Prompt<T, V>& P, const V* u, V* out, V* tmp) {
+LSA_HD_LOCAL void mt_times(const Prompt<T, V>& P, const V* u, V* out, V* tmp) {
   const index_t d = P.d;
   // Ãᵀ u = (u_x + u_y w; σ u_y)
   for (index_t k = 0; k < d; ++k) tmp[k] = u[k] + u[d] * P.w[k];
@@ -64,7 +64,7 @@ LSA_HD void mt_times(const Prompt<T, V>& P, const V* u, V* out, V* tmp) {
 
 // out = M c = Ã L̃ T c / √N.   c [dp], out [d+1], tmp [dp]
 template <class T, class V>
-LSA_HD void m_times(const Prompt<T, V>& P, const V* c, V* out, V* tmp) {
+LSA_HD_LOCAL void m_times(const Prompt<T, V>& P, const V* c, V* out, V* tmp) {
   const index_t d = P.d;
   // T c (lower triangular)
   for (index_t i = 0; i < P.dp; ++i) {
@@ -95,7 +95,7 @@ LSA_HD void m_times(const Prompt<T, V>& P, const V* c, V* out, V* tmp) {
 // ŷ and the two backward vectors g_p = G q, g_k = G p for p, q [d+1], e_q = (x_q; 0) [d+1].
 //   g_p, g_k [d+1] (written), scratch [3·dp]
 template <class T, class V>
-LSA_HD V predict_and_grads(const Prompt<T, V>& P, const V* p, const V* q, const V* e_q, T inv_n,
+LSA_HD_LOCAL V predict_and_grads(const Prompt<T, V>& P, const V* p, const V* q, const V* e_q, T inv_n,
                            V* g_p, V* g_k, V* scratch) {
   const index_t rows = P.d + 1;
   V *a = scratch, *c = scratch + P.dp, *tmp = scratch + 2 * P.dp;
@@ -183,7 +183,7 @@ LSA_HD Prompt<T, V> prompt_factors(const linear::Law<T>& P, const V* z, const V*
 
 // The target y_q = <w, x_q> (+ σ ε_q with query noise) of a prompt with s.e_q set.
 template <class T, class V = T>
-LSA_HD V query_target(const linear::Law<T>& P, const V* w, const V* e_q, const V* z) {
+LSA_HD_LOCAL V query_target(const linear::Law<T>& P, const V* w, const V* e_q, const V* z) {
   const index_t d = P.d;
   V y_q = linear::label(w, e_q, 1, d);
   if (linear::query_has_noise(P)) y_q += P.sigma * z[bartlett_normals(d, noise_dim(P)) - 1];
@@ -232,7 +232,7 @@ LSA_HD double acc_term(index_t i, double r, const Work<T>& s, index_t rows) {
 // block is skipped: e_q[d] = 0 adds nothing). A: the accumulator's type (double, or a vector of
 // doubles whose lanes are prompts, with g_p, g_k, e_q already in A).
 template <class A, class T>
-LSA_HD void accumulate(A r, const T* g_p, const T* g_k, const T* e_q, index_t rows, A* acc) {
+LSA_HD_LOCAL void accumulate(A r, const T* g_p, const T* g_k, const T* e_q, index_t rows, A* acc) {
   acc[0] += r * r;
   A* d_p = acc + 1;
   A* d_K = d_p + rows;

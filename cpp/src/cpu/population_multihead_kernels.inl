@@ -10,6 +10,8 @@
 // Grams. Every per-head quantity of all heads is one product of many rows (the register tiles of
 // small_matrix_simd.hpp): no per-head matrix–vector products, no allocation but one workspace.
 #include <algorithm>
+#include <cstddef>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -24,47 +26,8 @@
 namespace lsa_native::cpu::LSA_ISA_NS {
 namespace {
 
-// C [m, n] = A [m, k] B [k, n] (row-major with leading dimensions; C aliases neither): whole
-// column vectors by the kit's tiles, the last n mod L columns by plain loops.
-void gemm(const double* A, index_t lda, const double* B, index_t ldb, double* C, index_t ldc,
-          index_t m, index_t k, index_t n) {
-  constexpr index_t L = simd::kLanes<double>;
-  const index_t n_vec = n / L * L;
-  for (index_t c0 = 0; c0 < n_vec; c0 += 3 * L)
-    small::multiply_columns(A, lda, B, ldb, C, ldc, m, k, c0, std::min<index_t>(3, (n_vec - c0) / L),
-                            false);
-  for (index_t i = 0; i < m; ++i)
-    for (index_t j = n_vec; j < n; ++j) {
-      double acc = 0;
-      for (index_t q = 0; q < k; ++q) acc += A[i * lda + q] * B[q * ldb + j];
-      C[i * ldc + j] = acc;
-    }
-}
-
-// y[r] = Σ_j A[r, j] x[j] for `rows` rows of length n (the heads' stacked d x d blocks against one
-// vector): vector partial sums along each row, 4 rows at a time.
-void matvec_rows(const double* A, const double* x, double* y, index_t rows, index_t n) {
-  constexpr index_t L = simd::kLanes<double>;
-  const index_t n_vec = n / L * L;
-  index_t r = 0;
-  auto block = [&](auto ri_tag) {
-    constexpr int RI = decltype(ri_tag)::value;
-    simd::Vec<double> acc[RI];
-    for (int i = 0; i < RI; ++i) acc[i] = simd::zero<double>();
-    for (index_t j = 0; j < n_vec; j += L) {
-      const simd::Vec<double> xv = simd::load(x + j);
-      for (int i = 0; i < RI; ++i) acc[i] += simd::load(A + (r + i) * n + j) * xv;
-    }
-    for (int i = 0; i < RI; ++i) {
-      double sum = simd::hsum(acc[i]);
-      for (index_t j = n_vec; j < n; ++j) sum += A[(r + i) * n + j] * x[j];
-      y[r + i] = sum;
-    }
-    r += RI;
-  };
-  while (r + 4 <= rows) block(std::integral_constant<int, 4>{});
-  while (r < rows) block(std::integral_constant<int, 1>{});
-}
+using small::matvec_rows;
+using small::multiply_strided;
 
 // Σ x∘y over m entries, in vector partial sums (the H² Gram entries are the hot reductions).
 double sum_products(const double* x, const double* y, index_t m) {
@@ -131,7 +94,9 @@ struct Parts {
 // is read). Blocks whose rows are multiplied together by Λ are carved as one [k, d]. The buffer is
 // the calling thread's, kept between calls (a fresh ~270 KB allocation per call at d = 20, H = 8
 // came back from the system as page faults, with the caches cold, whenever other work ran between
-// calls); it only grows, to the largest problem the thread has evaluated.
+// calls); it only grows, to the largest problem the thread has evaluated (≈ 5 MB a thread at
+// d = 100, H = 8). One Workspace is alive per thread at a time. Debug builds fill it with NaN, so a
+// read before a write shows instead of reusing the previous call's values.
 struct Workspace {
   // Λ's terms; per head; per pair of heads (rows g·H + h); aggregates; gradient
   double *L2, *Phi, *M4, *a, *M4p1, *KL, *LKL, *S, *tau, *KT, *At;
@@ -165,6 +130,10 @@ struct Workspace {
       take(t3, Hd), take(Zsym, dd);
       if (pass == 0 && storage.size() < used) storage.resize(used);
     }
+#ifndef NDEBUG
+    std::fill(storage.begin(), storage.begin() + static_cast<std::ptrdiff_t>(used),
+              std::numeric_limits<double>::quiet_NaN());
+#endif
   }
 };
 
@@ -275,7 +244,7 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
     for (index_t i = 0; i < d; ++i)
       for (index_t j = 0; j < d; ++j) w.C[i * d + j] += p1[i] * k2[j] + p2[h] * K1[i * d + j];
   }
-  gemm(w.M4p1, Hd, K1s, d, e4, d, 1, Hd, d);
+  multiply_strided(w.M4p1, Hd, K1s, d, e4, d, 1, Hd, d);
   transpose(w.C, w.R, d);
   lp.right(w.zus, Lam, w.Lzus, 3);
   const double *Lz = w.Lzus, *Lu = w.Lzus + d, *Ls = w.Lzus + 2 * d;
@@ -362,12 +331,12 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
     w.piTau[h] = 0;
     for (index_t g_ = 0; g_ < H; ++g_) w.piTau[h] += w.pi[h * H + g_] * w.tau[g_];
   }
-  gemm(w.LY, Hd, w.KT, d, w.GA1, d, H, Hd, d);
-  gemm(w.LV, Hd, w.S, d, w.GA2, d, H, Hd, d);
-  gemm(w.coef, H, w.a, d, w.GP, d, H, H, d);
-  gemm(w.pi, H, w.LKL, dd, w.Wpi, dd, H, H, dd);
-  gemm(w.At, H, w.LY, Hd, w.P1all, Hd, d, H, Hd);
-  gemm(w.At, H, w.LV, Hd, w.P2all, Hd, d, H, Hd);
+  multiply_strided(w.LY, Hd, w.KT, d, w.GA1, d, H, Hd, d);
+  multiply_strided(w.LV, Hd, w.S, d, w.GA2, d, H, Hd, d);
+  multiply_strided(w.coef, H, w.a, d, w.GP, d, H, H, d);
+  multiply_strided(w.pi, H, w.LKL, dd, w.Wpi, dd, H, H, dd);
+  multiply_strided(w.At, H, w.LY, Hd, w.P1all, Hd, d, H, Hd);
+  multiply_strided(w.At, H, w.LV, Hd, w.P2all, Hd, d, H, Hd);
 
   // ∂p1_h = Λ(K1_h x1 + K1_hᵀ x2 + 2/N GA1_h + 8/N² GA2_h) + 2 M4 K1_h Λu + G_Rtᵀ k2_h
   //         + τ_h Λ(G_m + G_tv) + GP_h                        (rows of [H, d] times Λ, M4, G_Rt)
@@ -405,7 +374,7 @@ double twice_loss(index_t d, index_t H, const double* parts, const double* Lam, 
 }
 
 // Separate heads, per head h (rows = d + 1): K_h [rows, d] = W^K_hᵀ [rows, r] · W^Q_h[:, :d]; the
-// products by the register tiles (gemm), K_h's rows then split into K1_h and k2_h.
+// products by the register tiles (multiply_strided), K_h's rows then split into K1_h and k2_h.
 void separate_keys(index_t d, index_t H, index_t rank, const double* W_k, const double* W_q,
                    double* parts) {
   const index_t n1 = d + 1;
@@ -416,7 +385,7 @@ void separate_keys(index_t d, index_t H, index_t rank, const double* W_k, const 
     const double *Wk = W_k + h * rank * n1, *Wq = W_q + h * rank * n1;
     for (index_t q = 0; q < rank; ++q)
       for (index_t r = 0; r < n1; ++r) WkT[r * rank + q] = Wk[q * n1 + r];
-    gemm(WkT, rank, Wq, n1, Kh, d, n1, rank, d);
+    multiply_strided(WkT, rank, Wq, n1, Kh, d, n1, rank, d);
     std::copy(Kh, Kh + d * d, P.Km(h));
     std::copy(Kh + d * d, Kh + n1 * d, P.K2(h));
   }
@@ -435,9 +404,9 @@ void separate_gradient(index_t d, index_t H, index_t rank, const double* W_k, co
       const double* row = r < d ? g.Km(h) + r * d : g.K2(h);
       for (index_t c = 0; c < d; ++c) G[r * d + c] = GT[c * n1 + r] = 0.5 * row[c];
     }
-    gemm(W_k + at, n1, G, d, d_W_q + at, n1, rank, n1, d);
+    multiply_strided(W_k + at, n1, G, d, d_W_q + at, n1, rank, n1, d);
     for (index_t q = 0; q < rank; ++q) d_W_q[at + q * n1 + d] = 0;
-    gemm(W_q + at, n1, GT, n1, d_W_k + at, n1, rank, d, n1);
+    multiply_strided(W_q + at, n1, GT, n1, d_W_k + at, n1, rank, d, n1);
   }
 }
 

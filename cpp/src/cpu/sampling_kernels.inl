@@ -440,6 +440,8 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
   for (index_t k = 0; k < rows; ++k) p[k] = simd::broadcast(W_pv[d * rows + k]);
   std::vector<T> chi2(kGroup * dp), w(kGroup * d), lam(d), lam_sqrt(kGroup * d);
   const TaskPool<T> pool(P, b1 - b0);
+  static_assert(simd::kLanes<double> == 4 && kGroup == 8,
+                "lane_index and fill_normals_lanes (8 prompts a call) assume 4 double lanes, 8 prompts a group");
   const VD lane_index = {0, 1, 2, 3};
   // the lanes of v[k], k < rows, in double: out[h·rows + k], h < DH
   const auto split = [rows](const V* v, VD* out) {

@@ -433,19 +433,6 @@ inline bool all_lanes(M m) {
   return true;
 }
 
-// Gamma variates in SIMD, slot by slot: slot s is variate `variate` of prompt `prompt`'s stream at
-// shape `shape` (the slots' fields, advanced by next() without division), and
-//   out[s] = scale · rng::gamma_variate(stream of prompt, variate, shape)
-// (scale 2 and shape (N − i)/2 give χ²_{N−i}). Lanes take consecutive slots, 8 (float) or 4
-// (double) at a time, and run rng::gamma_variate's recipe in SIMD: attempt t of every lane not yet
-// accepted reads its block 2·kGammaMaxAttempts·k + 2t, until all lanes of the vector accepted (a
-// second attempt is needed by a lane with probability <= 0.05); shapes below 1 take the boost
-// Gamma(a) = Gamma(a + 1)·U^(1/a) with attempt 0's boost uniform, through this file's log and
-// simd.hpp's exp. Only a lane whose U^(1/a) falls below the smallest normal number (where the
-// vector exp flushes to 0) takes the scalar recipe. The SIMD log/sin/cos/exp round differently
-// from libm, so values agree with the scalar recipe up to rounding.
-// float: 8 slots per vector; double: 4 slots, lanes 4-7 computing block +1 (the uniforms u, ub)
-// of lanes 0-3's slots.
 template <class T>
 using GammaMask = std::conditional_t<sizeof(T) == 4, I32x8, I64x4>;
 
@@ -549,8 +536,8 @@ inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Sl
 
 // The Bartlett χ² of `prompts` consecutive prompts from a.prompt on:
 //   out[k·dp + i] = χ²_{N−i} = 2·Gamma((N − i)/2), variate i < dp of prompt a.prompt + k's stream
-// as rng::chi_square_variate defines it; lanes take 8 prompts' variate i at once (one shape per
-// vector).
+// as rng::chi_square_variate defines it; a vector takes variate i of L prompts at once (one shape per
+// vector; float: 8 prompts, double: 4, its lanes 4-7 reading block +1 as gamma_vector does).
 template <class T>
 inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
                                T* out) {

@@ -83,13 +83,30 @@ void multiply_dense(const S* A, const S* B, S* C, index_t rows, index_t n) {
   }
 }
 
-// y = A x for dense row-major n x n A (y != x): 4 rows at a time, vector partial sums along the
-// row (each x load used 4 times), the last n mod L entries by plain loops.
+// C [m, n] = A [m, k] B [k, n] (row-major with leading dimensions; C aliases neither): whole
+// column vectors by the tiles above, the last n mod L columns by plain dot products.
 template <class S>
-void matvec_dense(const S* A, const S* x, S* y, index_t n) {
+void multiply_strided(const S* A, index_t lda, const S* B, index_t ldb, S* C, index_t ldc, index_t m,
+                      index_t k, index_t n) {
   constexpr index_t L = simd::kLanes<S>;
   const index_t n_vec = n / L * L;
-  auto rows = [&](auto ri_tag, index_t i0) {
+  for (index_t c0 = 0; c0 < n_vec; c0 += 3 * L)
+    multiply_columns(A, lda, B, ldb, C, ldc, m, k, c0, std::min<index_t>(3, (n_vec - c0) / L), false);
+  for (index_t i = 0; i < m; ++i)
+    for (index_t j = n_vec; j < n; ++j) {
+      S acc = 0;
+      for (index_t q = 0; q < k; ++q) acc += A[i * lda + q] * B[q * ldb + j];
+      C[i * ldc + j] = acc;
+    }
+}
+
+// y = A x for dense row-major A [rows, n] (y != x): 4 rows at a time, vector partial sums along
+// the row (each x load used 4 times), the last n mod L entries by plain loops.
+template <class S>
+void matvec_rows(const S* A, const S* x, S* y, index_t rows, index_t n) {
+  constexpr index_t L = simd::kLanes<S>;
+  const index_t n_vec = n / L * L;
+  auto block = [&](auto ri_tag, index_t i0) {
     constexpr int RI = decltype(ri_tag)::value;
     simd::Vec<S> acc[RI];
     for (int i = 0; i < RI; ++i) acc[i] = simd::zero<S>();
@@ -104,9 +121,16 @@ void matvec_dense(const S* A, const S* x, S* y, index_t n) {
     }
   };
   index_t i = 0;
-  for (; i + 4 <= n; i += 4) rows(std::integral_constant<int, 4>{}, i);
-  for (; i < n; ++i) rows(std::integral_constant<int, 1>{}, i);
+  for (; i + 4 <= rows; i += 4) block(std::integral_constant<int, 4>{}, i);
+  for (; i < rows; ++i) block(std::integral_constant<int, 1>{}, i);
 }
+
+// y = A x for dense row-major n x n A (y != x).
+template <class S>
+void matvec_dense(const S* A, const S* x, S* y, index_t n) {
+  matvec_rows(A, x, y, n, n);
+}
+
 
 // ---------------------------------------------------------------------------------------------
 // Token-axis products. Rows run along the tokens, `len` a multiple of the lanes (rows padded with
