@@ -210,7 +210,7 @@ LSA_HD std::uint32_t index_from_word(std::uint32_t w, std::uint32_t n) {
 // the mode-like value d is returned (documented, never observed).
 // Requires shape > 0 and k < 2^32 / (2·kGammaMaxAttempts) = 2^25.
 template <class T, class Math = ScalarMath>
-LSA_HD T gamma_variate(const StreamAddress& a, std::uint32_t k, T shape) {
+LSA_HD_LOCAL T gamma_variate(const StreamAddress& a, std::uint32_t k, T shape) {
   const bool boost = shape < T(1);
   const T alpha = boost ? shape + T(1) : shape;
   const T d = alpha - T(1) / T(3);
@@ -250,7 +250,7 @@ LSA_HD T gamma_variate(const StreamAddress& a, std::uint32_t k, T shape) {
 
 // Chi-square with `dof` degrees of freedom (> 0): 2·Gamma(dof/2).
 template <class T, class Math = ScalarMath>
-LSA_HD T chi_square_variate(const StreamAddress& a, std::uint32_t k, T dof) {
+LSA_HD_LOCAL T chi_square_variate(const StreamAddress& a, std::uint32_t k, T dof) {
   return T(2) * gamma_variate<T, Math>(a, k, T(0.5) * dof);
 }
 

@@ -136,7 +136,7 @@ LSA_HD index_t bartlett_normals(index_t d, index_t dp) { return 2 * d + off_diag
 // The normals of z a prompt reads (a prefix of bartlett_normals: positions are fixed, so drawing
 // fewer changes none of them): ε_q only with query noise, the fresh w only without a task pool.
 template <class T>
-LSA_HD index_t bartlett_normals_used(const linear::Law<T>& P) {
+LSA_HD_LOCAL index_t bartlett_normals_used(const linear::Law<T>& P) {
   const index_t d = P.d, dp = noise_dim(P);
   if (linear::query_has_noise(P)) return bartlett_normals(d, dp);
   return P.tasks ? d + off_diagonal(dp) : 2 * d + off_diagonal(dp);

@@ -41,8 +41,8 @@ template <class T>
 struct HeadsScratch {
   index_t H, rows, cols, N, lr, lrd;
   PaddedRows<T> staged;
-  std::vector<T> buf;
-  std::vector<double> dbuf;
+  simd::UnitVector<T> buf;
+  simd::UnitVector<double> dbuf;
   T *G, *p, *W, *Wt, *e_q, *q, *Gq, *Gp;
   double *e_qd, *d_p, *d_K;  // e_q in double [lrd]; Σ w ∂ŷ/∂p_h [H, rows]; Σ w ∂ŷ/∂W^KQ_h [H, rows, lrd]
 
@@ -152,7 +152,7 @@ bool mh_predict_vjp_range(const LsaShape& sh, index_t H, const T* E, const T* W_
   HeadsScratch<T> w(H, sh.dim, sh.context, W_pv, W_kq);
   const index_t rows = w.rows, lr = w.lr, stride = rows * w.cols, N = w.N;
   PaddedRows<T> zero(rows, w.cols), de(rows, w.cols);
-  std::vector<T> S(static_cast<size_t>(rows * rows)), through(static_cast<size_t>(lr));
+  simd::UnitVector<T> S(static_cast<size_t>(rows * rows)), through(static_cast<size_t>(lr));
   Vec<T> poison = simd::zero<T>();
   for (index_t b = b0; b < b1; ++b) {
     w.predict(E + b * stride, true);
@@ -209,7 +209,7 @@ bool mh_forward_range(const LsaShape& sh, index_t H, const T* E, const T* W_pv, 
     m.set(m[kFirst + 2 * int(h)], W_pv + h * n2, false);
     m.set(m[kFirst + 2 * int(h) + 1], W_kq + h * n2, false);
   }
-  std::vector<T> P(static_cast<size_t>(n2));
+  simd::UnitVector<T> P(static_cast<size_t>(n2));
   PaddedRows<T> e(rows, cols), f(rows, cols);
   Vec<T> poison = simd::zero<T>();
   for (index_t b = b0; b < b1; ++b) {
@@ -236,8 +236,8 @@ bool mh_vjp_range(const LsaShape& sh, index_t H, const T* E, const T* W_pv, cons
     m.set(m[kFirst + 2 * int(h)], W_pv + h * n2, true);
     m.set(m[kFirst + 2 * int(h) + 1], W_kq + h * n2, true);
   }
-  std::vector<double> d_W(static_cast<size_t>(2 * H * n2), 0.0);
-  std::vector<T> coef(static_cast<size_t>(n2));
+  simd::UnitVector<double> d_W(static_cast<size_t>(2 * H * n2), 0.0);
+  simd::UnitVector<T> coef(static_cast<size_t>(n2));
   PaddedRows<T> e(rows, cols), df(rows, cols), tmp(rows, cols), de(rows, cols);
   Vec<T> poison = simd::zero<T>();
   for (index_t b = b0; b < b1; ++b) {

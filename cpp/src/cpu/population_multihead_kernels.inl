@@ -106,7 +106,7 @@ struct Workspace {
   double *GA1, *GA2, *GP, *Wpi, *P1all, *P2all, *Kx1, *Ke4, *Ktx2, *t1, *t2, *t3, *Zsym;
 
   Workspace(index_t d, index_t H) {
-    thread_local std::vector<double> storage;
+    thread_local simd::UnitVector<double> storage;
     const index_t dd = d * d, Hd = H * d, HH = H * H;
     size_t used = 0;
     // two passes: count (base null), then assign

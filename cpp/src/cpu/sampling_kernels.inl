@@ -91,7 +91,7 @@ class TaskPool {
 
  private:
   const LinearPlan<T>& P_;
-  std::vector<T> cache_;
+  simd::UnitVector<T> cache_;
 };
 
 // Λ_τ = diag(λ) of prompt b [ZFB 4.3]; lam, lam_sqrt [d] (written).
@@ -112,7 +112,7 @@ inline T dot(const T* a, const T* b, index_t n) {
 
 template <class T>
 struct PromptDraws {
-  std::vector<T> w, lam, lam_sqrt, z, inv_norm, x_q, E;
+  simd::UnitVector<T> w, lam, lam_sqrt, z, inv_norm, x_q, E;
   PromptDraws(index_t d, index_t N)
       : w(d), lam(d), lam_sqrt(d), z(static_cast<size_t>((N + 2) * d)), inv_norm(N), x_q(d),
         E(static_cast<size_t>((d + 1) * (N + 1))) {}
@@ -297,7 +297,7 @@ bool kernel_gp_prompts_kernel(const KernelGPBatch<T>& g, index_t b0, index_t b1,
   const int route = kgp::label_route(g.kernel);
   const bool batched = route == kgp::kMethodCholesky;
   // the lanes' workspaces, then one for whole prompts
-  std::vector<double> work(static_cast<size_t>((batched ? L + 1 : 1) * ws));
+  simd::UnitVector<double> work(static_cast<size_t>((batched ? L + 1 : 1) * ws));
   double* const scratch = work.data() + (batched ? L : 0) * ws;
   VecBuffer<double> lanes(batched ? index_t(n1) * n1 : 0);
   const auto poll_fn = [&poll] { poll(); };
@@ -377,7 +377,7 @@ void for_each_wishart_group(const LinearPlan<T>& P, index_t b0, index_t b1, Visi
   const index_t dp = wishart::noise_dim(P);
   constexpr index_t kGroup = kWishartGroup;
   const index_t nz = wishart::bartlett_normals_used(P);  // the draws the law needs, no more
-  std::vector<T> lam(d), w(kGroup * d), lam_sqrt(kGroup * d), z(kGroup * nz), chi2(kGroup * dp);
+  simd::UnitVector<T> lam(d), w(kGroup * d), lam_sqrt(kGroup * d), z(kGroup * nz), chi2(kGroup * dp);
   const TaskPool<T> pool(P, b1 - b0);
   for (index_t b = b0; b < b1; b += kGroup) {
     const index_t m = std::min(kGroup, b1 - b);
@@ -438,7 +438,7 @@ void wishart_loss_grad_kernel(const LinearPlan<T>& P, const T* W_pv, const T* W_
   VD *acc = buf_d.data(), *gp = acc + width, *gk = gp + DH * rows, *eq = gk + DH * rows;
   const auto s = wishart::Work<V>::at(buf.data(), d, dp);
   for (index_t k = 0; k < rows; ++k) p[k] = simd::broadcast(W_pv[d * rows + k]);
-  std::vector<T> chi2(kGroup * dp), w(kGroup * d), lam(d), lam_sqrt(kGroup * d);
+  simd::UnitVector<T> chi2(kGroup * dp), w(kGroup * d), lam(d), lam_sqrt(kGroup * d);
   const TaskPool<T> pool(P, b1 - b0);
   static_assert(simd::kLanes<double> == 4 && kGroup == 8,
                 "lane_index and fill_normals_lanes (8 prompts a call) assume 4 double lanes, 8 prompts a group");

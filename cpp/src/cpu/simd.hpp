@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "lsa_native/types.hpp"
@@ -31,6 +32,25 @@ using Vec = typename VecTraits<T>::type;
 template <class T>
 constexpr index_t kLanes = index_t(32 / sizeof(T));
 
+// std::vector with a per-unit allocator: the allocator has internal linkage (anonymous namespace),
+// so every instantiation of UnitVector<T> does too. A plain std::vector<T> member function that
+// an ISA unit emits out of line (e.g. _M_default_append) is one weak symbol shared with every other
+// unit, and the linker may keep the AVX-512 unit's copy for the baseline code. Use UnitVector in
+// the kernel tables (cmake/CheckIsaSymbols.cmake, a ctest, finds any such shared symbol).
+template <class T>
+struct UnitAllocator {
+  using value_type = T;
+  UnitAllocator() = default;
+  template <class U>
+  constexpr UnitAllocator(const UnitAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return std::allocator<T>{}.allocate(n); }
+  void deallocate(T* p, std::size_t n) noexcept { std::allocator<T>{}.deallocate(p, n); }
+  friend constexpr bool operator==(UnitAllocator, UnitAllocator) noexcept { return true; }
+  friend constexpr bool operator!=(UnitAllocator, UnitAllocator) noexcept { return false; }
+};
+template <class T>
+using UnitVector = std::vector<T, UnitAllocator<T>>;
+
 // n zeroed Vec<T> on the heap, aligned to the vector's size. Never std::vector<Vec<T>>: a
 // translation unit without AVX gives the 32-byte vector type 16-byte alignment, and
 // std::vector<Vec<T>>'s inline code is one symbol shared by every ISA's unit (the linker keeps one
@@ -53,7 +73,7 @@ class VecBuffer {
   const Vec<T>& operator[](std::size_t i) const { return data()[i]; }
 
  private:
-  std::vector<T> raw_;
+  UnitVector<T> raw_;
 };
 
 template <class T>
