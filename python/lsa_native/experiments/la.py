@@ -531,47 +531,79 @@ def _white_axes(ax, white, d, N, H, init):
     "lro-risk",
     claim=("Li, Rawat & Oymak 2024: the optimal risk of rank-r attention is the rank-r PCR risk "
            "L_r = ½ tr Λ − ½ Σ_{i<=r} λ_i²/Γ_i"),
-    condition="for every r = 1..d the exact flow of one separate rank-r head ends at L_r to 1e-7 (relative)",
+    condition=("for every r = 1..d: on the label-value manifold (the value reads the label, keys "
+               "and queries the features: p1 = 0, k2 = 0) the exact flow of one separate rank-r "
+               "head ends at L_r to 1e-7 (relative) from every initialisation; the full model "
+               "(value and keys read the whole token) never ends below L_r − 1e-7 (L_r is its "
+               "optimum too); full-model runs that stop above L_r (other stable points) are "
+               "counted, not failed"),
     quick=dict(dim=4, context=10, init=0.5, flow_time=1e5, restarts=2, rtol=1e-10),
     full=dict(dim=6, context=20, init=0.5, flow_time=1e6, restarts=5, rtol=1e-11),
 )
 def lro_risk(ctx, p):
-    """One head with separate rank-r key/query (r = 1..d), full W^PV (the value may also read the
-    features), anisotropic Λ with distinct eigenvalues: the smallest exact minimum over
-    ``restarts`` random initialisations, found by the exact flow, against theory.pcr_risks — the
-    optimum of the full model, off the label-only manifold too, is the PCR risk."""
+    """One head with separate rank-r key/query (r = 1..d), anisotropic Λ with distinct
+    eigenvalues, ``restarts`` random initialisations per r, each flowed exactly to
+    ``flow_time``, in two families: on ZFB's label-value manifold (p1 = 0, k2 = 0: the setting of
+    theory.pcr_risks, invariant under the flow) and in the full model (W^PV, W^K, W^Q dense). On
+    the manifold every run must end at L_r; the full model's runs must not end below L_r, and those
+    that end above it are reported: off the manifold a rank-r head has other stable stationary
+    points (at d = 6, N = 20, r = 2: loss 2.698 against L_2 = 2.123, returned to after a
+    perturbation of 0.1; docs/reproductions/findings.md)."""
     d, N = p["dim"], p["context"]
     rng = ctx.rng(0)
     Q, _ = np.linalg.qr(rng.standard_normal((d, d)))
     Lambda = Q @ np.diag(np.linspace(2.0, 0.4, d)) @ Q.T
     theory_L = theory.pcr_risks(Lambda, N)
-    rows, worst = [], 0.0
+
+    def final_loss(r, k, on_manifold):
+        g = ctx.rng(1, r, k)
+        W_pv = p["init"] * g.standard_normal((1, d + 1, d + 1))
+        W_k, W_q = (p["init"] * g.standard_normal((1, r, d + 1)) for _ in range(2))
+        if on_manifold:  # p1 = 0 (the value reads the label only), k2 = 0 (keys/queries the features)
+            W_pv[0, d, :d] = 0.0
+            W_k[..., d] = 0.0
+            W_q[..., d] = 0.0
+        flow = pm.multihead_gradient_flow(W_pv, (W_k, W_q), N, Lambda=Lambda,
+                                          times=[0.0, p["flow_time"]], method="auto",
+                                          rtol=p["rtol"], atol=1e-14)
+        return flow.final_loss
+
+    rows, finals = [], {}
     for r in range(1, d + 1):
-        best = np.inf
-        for k in range(p["restarts"]):
-            g = ctx.rng(1, r, k)
-            W_pv = p["init"] * g.standard_normal((1, d + 1, d + 1))
-            keys = tuple(p["init"] * g.standard_normal((1, r, d + 1)) for _ in range(2))
-            flow = pm.multihead_gradient_flow(W_pv, keys, N, Lambda=Lambda,
-                                              times=[0.0, p["flow_time"]], method="auto",
-                                              rtol=p["rtol"], atol=1e-14)
-            best = min(best, flow.final_loss)
-        err = (best - theory_L[r]) / theory_L[r]
-        worst = max(worst, abs(err))
-        rows.append((r, theory_L[r], best, err))
-    passed = worst < 1e-7
+        for family in ("manifold", "full"):
+            finals[r, family] = np.array([final_loss(r, k, family == "manifold")
+                                          for k in range(p["restarts"])])
+        rel = {f: (finals[r, f] - theory_L[r]) / theory_L[r] for f in ("manifold", "full")}
+        rows.append((r, theory_L[r], float(np.abs(rel["manifold"]).max()),
+                     float(finals[r, "full"].min()), float(rel["full"].min()),
+                     int((rel["full"] > 1e-7).sum())))
+    worst_manifold = max(row[2] for row in rows)
+    below = min(row[4] for row in rows)
+    stuck = sum(row[5] for row in rows)
+    passed = worst_manifold < 1e-7 and below > -1e-7
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
     rr = np.arange(0, d + 1)
-    ax.plot(rr, theory_L, "o-", label="PCR risk L_r (closed form)")
-    ax.plot([r for r, *_ in rows], [b for _, _, b, _ in rows], "x", ms=10,
-            label="exact minimum found (flow of the full rank-r head)")
+    ax.plot(rr, theory_L, "o-", color="C0", label="PCR risk L_r (closed form)")
+    for family, marker, color, shift in (("manifold", "x", "C2", -0.08), ("full", "+", "C3", 0.08)):
+        xs = np.concatenate([np.full(p["restarts"], r + shift) for r in range(1, d + 1)])
+        ys = np.concatenate([finals[r, family] for r in range(1, d + 1)])
+        ax.plot(xs, ys, marker, color=color, ms=8,
+                label=("flow ends, label-value manifold" if family == "manifold"
+                       else "flow ends, full model (W^PV, W^K, W^Q dense)"))
     ax.axhline(population.minimum_loss(Lambda, N), color="gray", ls=":", label="min L (full rank)")
     ax.set(xlabel="rank r of W^K, W^Q", ylabel="population loss",
-           title=f"lro-risk: d={d}, N={N}, Λ eigenvalues 2 … 0.4")
-    ax.legend()
+           title=f"lro-risk: d={d}, N={N}, Λ eigenvalues 2 … 0.4, {p['restarts']} inits per point")
+    ax.legend(fontsize=7)
     fig.tight_layout()
     ctx.save_figure(fig)
-    ctx.save_csv("risks.csv", ["r", "theory_L_r", "flow_minimum", "relative_error"], rows)
-    measured = f"max relative error {worst:.1e} over r = 1..{d}"
-    return passed, measured, {"rows": rows, "worst_relative_error": worst}
+    ctx.save_csv("risks.csv", ["r", "theory_L_r", "manifold_max_relative_error", "full_minimum",
+                               "full_minimum_relative_error", "full_runs_above_L_r"], rows)
+    missed = [r for r, *_, rel_min, _ in rows if rel_min > 1e-7]
+    measured = (f"label-value manifold: every run at L_r, max relative error {worst_manifold:.1e} "
+                f"over r = 1..{d}; full model: lowest end {below:+.1e} relative to L_r, "
+                f"{stuck} of {d * p['restarts']} runs stopped above L_r"
+                + (f" (none reached it at r = {', '.join(map(str, missed))})" if missed else ""))
+    return passed, measured, {"rows": rows, "worst_relative_error": worst_manifold,
+                              "full_lowest_relative": below, "full_runs_above": stuck,
+                              "full_finals": {str(r): finals[r, "full"].tolist() for r in range(1, d + 1)}}
