@@ -262,17 +262,22 @@ def test_batch_layout_and_law(rng):
 
 # ---------------- determinism ----------------
 
+def _sample_at_threads(spec, batch, step, threads):
+    """spec.sample(batch, step, float64) once per thread count in ``threads`` (restored after)."""
+    before = ln.num_threads()
+    try:
+        out = []
+        for n in threads:
+            ln.set_num_threads(n)
+            out.append(spec.sample(batch, step, np.float64))
+        return out
+    finally:
+        ln.set_num_threads(before)
+
 def test_deterministic_across_threads_chunks_and_dtypes(rng):
     seed = fresh_seed(rng)
     spec = KernelGPPrompts(5, 30, "exp", Sigma=ccs_h1_sigma(rng), seed=seed)
-    before = ln.num_threads()
-    try:
-        ln.set_num_threads(1)
-        one = spec.sample(700, 11, np.float64)
-        ln.set_num_threads(2)
-        two = spec.sample(700, 11, np.float64)
-    finally:
-        ln.set_num_threads(before)
+    one, two = _sample_at_threads(spec, 700, 11, (1, 2))
     np.testing.assert_array_equal(one.E, two.E)
     np.testing.assert_array_equal(one.y_q, two.y_q)
     # Prompt b does not depend on the batch size (chunking): a shorter batch is a prefix.
@@ -472,14 +477,7 @@ def test_composite_determinism_layout_and_batch_law(rng):
     from lsa_native.sampling import CompositeKernelGPPrompts
 
     spec = CompositeKernelGPPrompts(5, 14, *FIG4C, Sigma=ccs_h1_sigma(rng), seed=fresh_seed(rng))
-    before = ln.num_threads()
-    try:
-        ln.set_num_threads(1)
-        one = spec.sample(300, 4, np.float64)
-        ln.set_num_threads(2)
-        two = spec.sample(300, 4, np.float64)
-    finally:
-        ln.set_num_threads(before)
+    one, two = _sample_at_threads(spec, 300, 4, (1, 2))
     np.testing.assert_array_equal(one.E, two.E)
     np.testing.assert_array_equal(spec.sample(300, 4, np.float32).E, one.E.astype(np.float32))
     np.testing.assert_array_equal(spec.sample(37, 4, np.float64).E, one.E[:37])
