@@ -59,6 +59,14 @@ def _kq_result(like, shape, dtype):
     return np.empty(shape, dtype)
 
 
+def _kq_shape(W_k) -> tuple:
+    """W_k's shape (H, r, d+1), for the outputs made here (the native call checks the rest)."""
+    shape = tuple(view(W_k, "W_k").shape if is_cuda_array(W_k) else np.shape(W_k))
+    if len(shape) != 3:
+        raise ValueError(f"W_k: expected shape (H, r, d+1), got {shape}")
+    return shape
+
+
 def _kq_dtype(*arrays):
     """The result dtype of host operands: float32 when all are float32, else float64."""
     host = [np.asarray(a).dtype for a in arrays if not is_cuda_array(a)]
@@ -72,8 +80,8 @@ def merge_kq(W_k, W_q, *, out=None):
     their GPU (the result a CUDA array)."""
     dt = _kq_dtype(W_k, W_q) if out is None or is_cuda_array(out) else np.asarray(out).dtype
     W_k, W_q = _kq_operands(dt, W_k, W_q)
-    H, _, n = np.shape(W_k) if not is_cuda_array(W_k) else view(W_k, "W_k").shape
     if out is None:
+        H, _, n = _kq_shape(W_k)
         out = _kq_result(W_k, (H, n, n), dt)
     _core.multihead_merge_kq(W_k, W_q, out)
     return out
@@ -85,8 +93,7 @@ def chain_kq(W_k, W_q, d_W_kq, *, out=(None, None)):
     d_W_kq's dtype. Native, as :func:`merge_kq` (CUDA arrays on their GPU)."""
     dt = (np.asarray(d_W_kq).dtype if not is_cuda_array(d_W_kq) else view(d_W_kq, "d_W_kq").dtype)
     W_k, W_q, d_W_kq = _kq_operands(dt, W_k, W_q, d_W_kq)
-    shape = np.shape(W_k) if not is_cuda_array(W_k) else view(W_k, "W_k").shape
-    d_W_k, d_W_q = (o if o is not None else _kq_result(W_k, shape, dt) for o in out)
+    d_W_k, d_W_q = (o if o is not None else _kq_result(W_k, _kq_shape(W_k), dt) for o in out)
     _core.multihead_chain_kq(W_k, W_q, d_W_kq, d_W_k, d_W_q)
     return d_W_k, d_W_q
 
