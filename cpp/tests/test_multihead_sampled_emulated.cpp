@@ -168,6 +168,11 @@ TEST(MultiHeadSampledEmulated, ReproducibleAndTheComparisonHasPower) {
   const double lb = gpu_step<double>(P, H, W_pv, W_kq, g, b_pv, b_kq, &pb);
   EXPECT_EQ(pa, pb);
   EXPECT_EQ(la, lb);
+  const int width = int(pa.size() / 2);  // the emulated reduction kernel: the host order's bits
+  std::vector<double> dev(width, std::numeric_limits<double>::quiet_NaN());
+  lsa_emu::launch(unsigned(width), k::kReduceThreads, 0, k::reduce_partials_kernel,
+                  static_cast<const double*>(pa.data()), 2, width, dev.data());
+  EXPECT_EQ(dev, reduce(pa, 2, width));
   std::vector<double> g_pv(n), g_kq(n);
   const double L = lsa_native::linear_prompts_multihead_loss_and_grad(
       s.spec, B, 4, FusedMethod::wishart, H, W_pv.data(), W_kq.data(), g_pv.data(), g_kq.data());
