@@ -241,18 +241,20 @@ def test_merge_and_chain_bad_arguments(rng):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not __import__("lsa_native").cuda.available(), reason="needs a GPU")
+@pytest.mark.parametrize("method", ["wishart", "tokens"])
 @pytest.mark.parametrize("H", [1, 4])
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-11), (np.float32, 2e-4)])
-def test_gpu_fused_wishart_step_equals_the_cpu_step(rng, H, dtype, tol):
-    """On a GPU: the H-head Wishart step (one thread per prompt, the CPU's Philox streams) equals
-    the CPU step to rounding (relative to the largest entry), with host or CUDA arrays, and two
-    runs give the same bits (fixed-order sums); B = 3000 spans several blocks and a partial one."""
+def test_gpu_fused_step_equals_the_cpu_step(rng, method, H, dtype, tol):
+    """On a GPU: the H-head Wishart step (one thread per prompt, the CPU's Philox streams) and the
+    tokens step (the GPU sampler's prompts, then the H-head kernel) equal the CPU step to rounding
+    (relative to the largest entry), with host or CUDA arrays, and two runs give the same bits
+    (fixed-order sums); B = 3000 spans several blocks and a partial one."""
     import torch
 
     spec = LinearPrompts(5, 20, noise_std=0.1, tasks=9, seed=int(rng.integers(2**31)))
     W_pv, W_kq = (a.astype(dtype) for a in _weights(rng, H, 5))
-    want = _step(spec, "wishart", W_pv, W_kq, 7, 3000, dtype)
-    step = spec.multihead_fused_step(batch=3000, method="wishart", dtype=dtype, device="cuda")
+    want = _step(spec, method, W_pv, W_kq, 7, 3000, dtype)
+    step = spec.multihead_fused_step(batch=3000, method=method, dtype=dtype, device="cuda")
     host = (np.empty_like(W_pv), np.empty_like(W_kq))
     loss = step(W_pv, W_kq, 7, *host)
     dev = [torch.from_numpy(a).cuda() for a in (W_pv, W_kq, W_pv, W_kq)]
