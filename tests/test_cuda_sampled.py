@@ -422,10 +422,9 @@ def test_multihead_objective_device_argument(rng):
     W_pv, kq = _multihead_problem(rng)
     with pytest.raises(ValueError, match="device"):
         train.MultiHeadLSAObjective(W_pv, **kq, device="gpu")
-    with pytest.raises(ValueError, match="method: 'wishart' has no H-head GPU step"):
-        train.MultiHeadLSAObjective(W_pv, **kq, method="wishart", device="cuda")
     obj = train.MultiHeadLSAObjective(W_pv, **kq, method="auto", device="cuda")
-    assert not obj._wishart(train.Prompts(sampling.LinearPrompts(3, 9, seed=1), batch=4))
+    assert obj._wishart(train.Prompts(sampling.LinearPrompts(3, 9, seed=1), batch=4))  # GPU Wishart
+    assert not obj._wishart(train.Prompts(sampling.LinearPrompts(3, 2, seed=1), batch=4))
     assert obj.config() == train.MultiHeadLSAObjective(W_pv, **kq, method="auto").config()
 
 

@@ -484,8 +484,9 @@ def test_gpu_out_of_memory_is_a_memory_error_and_the_process_stays_usable(rng):
 from lsa_native import multihead  # noqa: E402
 
 
-def _multihead(seed, dtype=np.float64, heads=2, separate=False, batch=29):
-    """(make_objective(device), make_data(), held-out batch) of an H-head model on LinearPrompts."""
+def _multihead(seed, dtype=np.float64, heads=2, separate=False, batch=29, method="tokens"):
+    """(make_objective(device), make_data(), held-out batch) of an H-head model on LinearPrompts
+    (N = 7 >= d + 1: the Wishart route applies)."""
     spec = sampling.LinearPrompts(3, 7, noise_std=0.1, seed=seed)
     rng = np.random.default_rng(seed)
     W_pv = 0.2 * rng.standard_normal((heads, 4, 4))
@@ -494,7 +495,7 @@ def _multihead(seed, dtype=np.float64, heads=2, separate=False, batch=29):
           else {"W_kq": 0.2 * rng.standard_normal((heads, 4, 4))})
     held = train.heldout(sampling.LinearPrompts(3, 7, noise_std=0.1, seed=seed + 1), batch=17,
                          dtype=dtype)
-    return (lambda device: train.MultiHeadLSAObjective(W_pv, **kq, device=device),
+    return (lambda device: train.MultiHeadLSAObjective(W_pv, **kq, device=device, method=method),
             lambda: train.Prompts(spec, batch=batch, dtype=dtype, resample_every=2), held)
 
 
@@ -555,18 +556,43 @@ def test_multihead_device_loop_float32_and_host_checkpoint_resume(rng, emulated_
     _assert_same_run(whole, _fit(*problem, "cuda", train.Adam(lr=0.01), steps=12, record_every=4))
 
 
-def test_multihead_separate_parametrization_keeps_the_host_theta_step(rng, emulated_prompts):
-    """W_k, W_q: no device step (merge and chain rule on the host); fit runs the host-θ loop and
-    equals the CPU route."""
-    make_objective, make_data, held = _multihead(int(rng.integers(2**31)), separate=True)
-    objective = make_objective("cuda")
-    assert objective.bind_device(make_data(), emulated_prompts) is None
-    assert objective.device_evaluation(held, emulated_prompts) is None
-    assert make_objective("cpu").bind_device(make_data(), emulated_prompts) is None
-    device = _fit(make_objective, make_data, held, "cuda", train.SGD(lr=0.05), steps=5)
-    fit_module._native_arrays = lambda plan: None  # restored by monkeypatch's undo
-    _assert_same_run(device, _fit(make_objective, make_data, held, "cpu", train.SGD(lr=0.05),
-                                  steps=5), norms_exact=False)
+@pytest.mark.parametrize("method", ["tokens", "wishart", "auto"])
+@pytest.mark.parametrize("separate", [False, True])
+@pytest.mark.parametrize("heads", [1, 3])
+def test_multihead_device_loop_every_route_and_parametrization(rng, emulated_prompts, monkeypatch,
+                                                               method, separate, heads):
+    """float64, every method and parametrization: the device loop (θ, the gradient and Adam on the
+    device; the separate W^KQ_h merged and its gradient chained by the native kernels on device
+    buffers; the Wishart route's step with loss=) reads back once per record only, and gives the
+    bits of the loop with host θ for the model (the same native merge, step and chain rule) and of
+    the CPU route's loop (θ and the losses; the norm: another summation order)."""
+    problem = _multihead(int(rng.integers(2**31)), heads=heads, separate=separate, method=method)
+    objective, data = problem[0]("cuda"), problem[1]()
+    assert objective.bind_device(data, emulated_prompts) is not None
+    assert objective.device_evaluation(problem[2], emulated_prompts) is not None
+    assert objective._wishart(data) == (method != "tokens")
+    emulated_prompts.reads = 0
+    device = _fit(*problem, "cuda", train.Adam(lr=0.02), steps=9, record_every=4)
+    assert emulated_prompts.reads == len(range(0, 9, 4)) + 3
+    monkeypatch.setattr(fit_module, "_device_step", lambda plan, arrays: None)
+    _assert_same_run(device, _fit(*problem, "cuda", train.Adam(lr=0.02), steps=9, record_every=4))
+    monkeypatch.setattr(fit_module, "_native_arrays", lambda plan: None)
+    _assert_same_run(device, _fit(*problem, "cpu", train.Adam(lr=0.02), steps=9, record_every=4),
+                     norms_exact=False)
+
+
+def test_multihead_wishart_device_loop_float32_resumes_bitwise(rng, emulated_prompts, tmp_path):
+    """float32, separate parametrization, Wishart route on the device: a run resumed from a host
+    checkpoint is the uninterrupted run bit for bit."""
+    problem = _multihead(int(rng.integers(2**31)), dtype=np.float32, separate=True,
+                         method="wishart")
+    whole = _fit(*problem, "cuda", train.Adam(lr=0.01), steps=10, record_every=5)
+    _fit(*problem, "cuda", train.Adam(lr=0.01), steps=5, record_every=5, run_dir=tmp_path,
+         checkpoint_every=5)
+    resumed = _fit(*problem, "cuda", train.Adam(lr=0.01), steps=10, record_every=5,
+                   run_dir=tmp_path, checkpoint_every=5, resume=True)
+    np.testing.assert_array_equal(resumed.theta, whole.theta)
+    np.testing.assert_array_equal(resumed.history["loss"], whole.history["loss"])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
@@ -602,6 +628,31 @@ def test_gpu_multihead_device_loop_equals_the_host_theta_loop_bitwise(rng, monke
                      eval_exact=False)
     cpu = _fit(*problem, "cpu", optimizer, steps=30, record_every=5)
     np.testing.assert_allclose(device.theta, cpu.theta, rtol=1e-8, atol=1e-11)
+
+
+@pytest.mark.cuda
+@gpu
+@pytest.mark.parametrize("method, separate", [("wishart", False), ("wishart", True),
+                                              ("tokens", True)])
+def test_gpu_multihead_wishart_and_separate_device_loop_equals_the_cpu_fit(rng, monkeypatch,
+                                                                          method, separate):
+    """float64 on a GPU: the H-head Wishart step on the GPU (one thread per prompt, the CPU's
+    Philox streams) and the separate parametrization's device merge and chain rule give the CPU
+    fit to rounding (the draws' log/sin/cos and the sums' order differ in the last bits), the
+    device loop reads back once per record, and the host-θ loop on the GPU agrees to rounding."""
+    problem = _multihead(int(rng.integers(2**31)), heads=3, batch=3000, separate=separate,
+                         method=method)
+    counting = CountingCuda()
+    with monkeypatch.context() as m:
+        m.setattr(fit_module, "_native_arrays", lambda plan: counting)
+        device = _fit(*problem, "cuda", train.Adam(lr=0.02), steps=30, record_every=10)
+    assert counting.reads == len(range(0, 30, 10)) + 1 + 3
+    cpu = _fit(*problem, "cpu", train.Adam(lr=0.02), steps=30, record_every=10)
+    np.testing.assert_allclose(device.theta, cpu.theta, rtol=1e-8, atol=1e-11)
+    np.testing.assert_allclose(device.history["loss"], cpu.history["loss"], rtol=1e-8)
+    monkeypatch.setattr(fit_module, "_device_step", lambda plan, arrays: None)
+    host_theta = _fit(*problem, "cuda", train.Adam(lr=0.02), steps=30, record_every=10)
+    np.testing.assert_allclose(device.theta, host_theta.theta, rtol=1e-8, atol=1e-11)
 
 
 @pytest.mark.cuda

@@ -147,3 +147,125 @@ def test_wishart_heads_split_one_head(rng, dtype, d, N, H, B, noise_std):
     W_pv[0, d, :] += W_pv1[0, d, :]
     wrong = _step(spec, "wishart", W_pv, W_kq, step, B, dtype)
     assert abs(wrong[0] - want[0]) > 10 * tol * abs(want[0])
+
+
+# ---- the GPU route of the fused H-head step and the native merge / chain rule ------------------
+
+@pytest.mark.parametrize("method", ["wishart", "tokens"])
+@pytest.mark.parametrize("H", [1, 3])
+def test_fused_step_on_the_device_route(rng, method, H):
+    """multihead_fused_step(device="cuda") on an emulated GPU (host memory presented as CUDA
+    arrays, the CPU kernels where CUDA ones would launch): CUDA parameters and gradients read and
+    written in place, the loss into loss= (NaN returned), the CPU step's bits; a CUDA array with
+    device="cpu" and an unknown device are named."""
+    from conftest import HostBackedCudaArray as g
+    from lsa_native import _core
+
+    spec = LinearPrompts(3, 8, noise_std=0.2, seed=int(rng.integers(2**31)))
+    W_pv, W_kq = _weights(rng, H, 3)
+    want = _step(spec, method, W_pv, W_kq, 4, 21)
+    step = spec.multihead_fused_step(batch=21, method=method, dtype=np.float64, device="cuda")
+    d = (g(np.full(W_pv.shape, np.nan)), g(np.full(W_pv.shape, np.nan)))
+    loss = g(np.full(1, np.nan))
+    _core.emulate_cuda_on_cpu_for_tests(True)
+    try:
+        assert np.isnan(step(g(W_pv), g(W_kq), 4, *d, loss=loss))
+        host = np.full(1, np.nan)  # host arrays with device="cuda": the loss written there too
+        host_d = (np.empty_like(W_pv), np.empty_like(W_kq))
+        assert np.isnan(step(W_pv, W_kq, 4, *host_d, loss=host))
+    finally:
+        _core.emulate_cuda_on_cpu_for_tests(False)
+    assert loss.a[0] == host[0] == want[0]
+    for got in (d[0].a, host_d[0]):
+        np.testing.assert_array_equal(got, want[1])
+    for got in (d[1].a, host_d[1]):
+        np.testing.assert_array_equal(got, want[2])
+    cpu_step = spec.multihead_fused_step(batch=21, method=method, dtype=np.float64)
+    with pytest.raises(ValueError, match="W_pv: a CUDA array needs device='cuda'"):
+        cpu_step(g(W_pv), W_kq, 4, np.empty_like(W_pv), np.empty_like(W_kq))
+    with pytest.raises(ValueError, match="device: expected 'cpu' or 'cuda'"):
+        spec.multihead_fused_step(batch=21, device="gpu")
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("H,r,n", [(1, 1, 2), (4, 2, 6), (3, 5, 5)])
+def test_merge_and_chain_are_the_definitions(rng, dtype, H, r, n):
+    """The native merge_kq / chain_kq: W^KQ_h = W^K_hᵀ W^Q_h, dW^K_h = W^Q_h dW^KQ_hᵀ,
+    dW^Q_h = W^K_h dW^KQ_h (numpy einsum, float64, to rounding), into out= in place, and the
+    emulated-GPU route (CUDA arrays) gives the same bits."""
+    from conftest import HostBackedCudaArray as g
+    from lsa_native import _core
+
+    W_k, W_q = rng.standard_normal((2, H, r, n)).astype(dtype)
+    d_kq = rng.standard_normal((H, n, n)).astype(dtype)
+    tol = 1e-5 if dtype == np.float32 else 1e-14
+    W_kq = mh.merge_kq(W_k, W_q)
+    assert W_kq.dtype == dtype
+    np.testing.assert_allclose(W_kq, np.einsum("hri,hrj->hij", W_k.astype(float), W_q), rtol=tol,
+                               atol=tol)
+    d_k, d_q = mh.chain_kq(W_k, W_q, d_kq)
+    np.testing.assert_allclose(d_k, np.einsum("hrj,hij->hri", W_q.astype(float), d_kq), rtol=tol,
+                               atol=tol * n)
+    np.testing.assert_allclose(d_q, np.einsum("hri,hij->hrj", W_k.astype(float), d_kq), rtol=tol,
+                               atol=tol * n)
+    out = np.full((H, n, n), np.nan, dtype)
+    assert mh.merge_kq(W_k, W_q, out=out) is out
+    np.testing.assert_array_equal(out, W_kq)
+    dev = (g(np.full((H, r, n), np.nan, dtype)), g(np.full((H, r, n), np.nan, dtype)))
+    dev_kq = g(np.full((H, n, n), np.nan, dtype))
+    _core.emulate_cuda_on_cpu_for_tests(True)
+    try:
+        mh.merge_kq(g(W_k), g(W_q), out=dev_kq)
+        mh.chain_kq(g(W_k), g(W_q), g(d_kq), out=dev)
+    finally:
+        _core.emulate_cuda_on_cpu_for_tests(False)
+    np.testing.assert_array_equal(dev_kq.a, W_kq)
+    np.testing.assert_array_equal(dev[0].a, d_k)
+    np.testing.assert_array_equal(dev[1].a, d_q)
+
+
+def test_merge_and_chain_bad_arguments(rng):
+    W_k = rng.standard_normal((2, 1, 4))
+    with pytest.raises(ValueError, match=r"W_kq: expected a C-contiguous array of shape \(2, 4, 4\)"):
+        mh.merge_kq(W_k, W_k, out=np.empty((2, 3, 3)))
+    with pytest.raises(ValueError, match=r"W_q: expected a C-contiguous array of shape \(2, 1, 4\)"):
+        mh.merge_kq(W_k, W_k[:, :, :3])
+    with pytest.raises(ValueError, match="rank r = 5 out of range"):
+        mh.merge_kq(np.zeros((2, 5, 4)), np.zeros((2, 5, 4)))
+    with pytest.raises(ValueError, match="W_k: expected shape"):
+        mh.merge_kq(np.zeros((5, 4)), np.zeros((5, 4)))
+    with pytest.raises(TypeError, match="d_W_k: expected dtype float32"):
+        mh.chain_kq(W_k.astype(np.float32), W_k.astype(np.float32), np.zeros((2, 4, 4), np.float32),
+                    out=(np.empty((2, 1, 4)), None))
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not __import__("lsa_native").cuda.available(), reason="needs a GPU")
+@pytest.mark.parametrize("method", ["wishart", "tokens"])
+@pytest.mark.parametrize("H", [1, 4])
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-11), (np.float32, 2e-4)])
+def test_gpu_fused_step_equals_the_cpu_step(rng, method, H, dtype, tol):
+    """On a GPU: the H-head Wishart step (one thread per prompt, the CPU's Philox streams) and the
+    tokens step (the GPU sampler's prompts, then the H-head kernel) equal the CPU step to rounding
+    (relative to the largest entry), with host or CUDA arrays, and two runs give the same bits
+    (fixed-order sums); B = 3000 spans several blocks and a partial one."""
+    import torch
+
+    spec = LinearPrompts(5, 20, noise_std=0.1, tasks=9, seed=int(rng.integers(2**31)))
+    W_pv, W_kq = (a.astype(dtype) for a in _weights(rng, H, 5))
+    want = _step(spec, method, W_pv, W_kq, 7, 3000, dtype)
+    step = spec.multihead_fused_step(batch=3000, method=method, dtype=dtype, device="cuda")
+    host = (np.empty_like(W_pv), np.empty_like(W_kq))
+    loss = step(W_pv, W_kq, 7, *host)
+    dev = [torch.from_numpy(a).cuda() for a in (W_pv, W_kq, W_pv, W_kq)]
+    dev_loss = torch.full((1,), float("nan"), dtype=torch.float64, device="cuda")
+    runs = []
+    for _ in range(2):
+        step(dev[0], dev[1], 7, dev[2], dev[3], loss=dev_loss)
+        runs.append([dev_loss.cpu().numpy().copy(), dev[2].cpu().numpy(), dev[3].cpu().numpy()])
+    for a, b in zip(runs[0], runs[1]):
+        np.testing.assert_array_equal(a, b)
+    assert abs(loss - want[0]) <= tol * want[0] and abs(runs[0][0][0] - loss) <= tol * loss
+    for got, ref in ((host[0], want[1]), (host[1], want[2]), (runs[0][1], want[1]),
+                     (runs[0][2], want[2])):
+        assert np.abs(got - ref).max() <= tol * np.abs(ref).max()

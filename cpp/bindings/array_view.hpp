@@ -19,6 +19,7 @@
 
 #include "lsa_native/array_view.hpp"
 #include "lsa_native/device.hpp"
+#include "numpy_views.hpp"
 
 namespace lsa_native::bindings {
 
@@ -291,5 +292,26 @@ class PyCallSite : public CallSite {
   py::object prompts_;
   std::vector<std::pair<std::string, py::object>> objects_;
 };
+
+// An operand of the fused step as a view: a C-contiguous array of dtype P and `shape`, writeable
+// when `output`; a CUDA array only with device='cuda' (the kernels read it in place).
+template <class P>
+ArrayView fused_operand(const py::object& obj, const char* name, const std::vector<index_t>& shape,
+                        Device device, bool output, py::list& keep) {
+  const ArrayView v = array_view(obj, name, keep);
+  const DType want = sizeof(P) == 4 ? DType::float32 : DType::float64;
+  if (!v.present) throw Error(std::string(name) + ": missing (None)");
+  if (v.dtype != want)
+    throw ArgumentTypeError(std::string(name) + ": expected dtype " +
+                            (sizeof(P) == 4 ? "float32" : "float64") + ", got " + v.dtype_name);
+  const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();  // has no layout
+  if (v.shape != shape || (!empty && v.strides != adapter::contiguous_strides(shape, v.itemsize)))
+    throw Error(std::string(name) + ": expected a C-contiguous array of shape " +
+                shape_string(shape) + ", got " + shape_string(v.shape));
+  if (output && v.readonly) throw Error(std::string(name) + ": must be writeable");
+  if (v.on_cuda() && device != Device::cuda)
+    throw Error(std::string(name) + ": a CUDA array needs device='cuda'");
+  return v;
+}
 
 }  // namespace lsa_native::bindings

@@ -35,27 +35,6 @@ py::dict covariance_law_parameters() {
   return out;
 }
 
-// An operand of the fused step as a view: a C-contiguous array of dtype P and `shape`, writeable
-// when `output`; a CUDA array only with device='cuda' (the kernels read it in place).
-template <class P>
-ArrayView fused_operand(const py::object& obj, const char* name, const std::vector<index_t>& shape,
-                        Device device, bool output, py::list& keep) {
-  const ArrayView v = array_view(obj, name, keep);
-  const DType want = sizeof(P) == 4 ? DType::float32 : DType::float64;
-  if (!v.present) throw Error(std::string(name) + ": missing (None)");
-  if (v.dtype != want)
-    throw ArgumentTypeError(std::string(name) + ": expected dtype " +
-                            (sizeof(P) == 4 ? "float32" : "float64") + ", got " + v.dtype_name);
-  const bool empty = std::find(shape.begin(), shape.end(), 0) != shape.end();  // has no layout
-  if (v.shape != shape || (!empty && v.strides != adapter::contiguous_strides(shape, v.itemsize)))
-    throw Error(std::string(name) + ": expected a C-contiguous array of shape " +
-                shape_string(shape) + ", got " + shape_string(v.shape));
-  if (output && v.readonly) throw Error(std::string(name) + ": must be writeable");
-  if (v.on_cuda() && device != Device::cuda)
-    throw Error(std::string(name) + ": a CUDA array needs device='cuda'");
-  return v;
-}
-
 // A LinearPromptSpec viewing the arrays of `d` (which the caller keeps alive).
 LinearPromptSpec spec_from_dict(const py::dict& d) {
   LinearPromptSpec s;
@@ -231,21 +210,33 @@ double fused_step(const LinearPromptSpec& s, index_t batch, std::uint32_t step, 
                                           dpv.as<T>(), dkq.as<T>(), dev, loss_out);
 }
 
-// The fused H-head step on array views (host arrays; W_pv's dtype picks T).
+// The fused H-head step on array views (host arrays, or CUDA arrays with device='cuda'; W_pv's
+// dtype picks T).
 template <class T>
 double multihead_fused_step(const LinearPromptSpec& s, index_t batch, std::uint32_t step,
                             FusedMethod fm, index_t H, const py::object& W_pv, const py::object& W_kq,
-                            const py::object& d_W_pv, const py::object& d_W_kq) {
+                            const py::object& d_W_pv, const py::object& d_W_kq, Device dev,
+                            const py::object& loss) {
   const index_t r = s.dim + 1;
   py::list keep;
-  const Device dev = Device::cpu;
   const ArrayView pv = fused_operand<T>(W_pv, "W_pv", {H, r, r}, dev, false, keep),
                   kq = fused_operand<T>(W_kq, "W_kq", {H, r, r}, dev, false, keep),
                   dpv = fused_operand<T>(d_W_pv, "d_W_pv", {H, r, r}, dev, true, keep),
                   dkq = fused_operand<T>(d_W_kq, "d_W_kq", {H, r, r}, dev, true, keep);
+  double* loss_out = nullptr;
+  if (!loss.is_none())
+    loss_out = fused_operand<double>(loss, "loss", {1}, dev, true, keep).as<double>();
   py::gil_scoped_release release;
   return linear_prompts_multihead_loss_and_grad(s, batch, step, fm, H, pv.as<const T>(),
-                                                kq.as<const T>(), dpv.as<T>(), dkq.as<T>());
+                                                kq.as<const T>(), dpv.as<T>(), dkq.as<T>(), dev,
+                                                loss_out);
+}
+
+// "cpu" or "cuda" (the device= of the fused steps).
+Device fused_device(const std::string& device) {
+  if (device != "cpu" && device != "cuda")
+    throw Error("device: expected 'cpu' or 'cuda', got '" + device + "'");
+  return device == "cuda" ? Device::cuda : Device::cpu;
 }
 
 void bind_fused_step(py::module_& m) {
@@ -280,9 +271,7 @@ void bind_fused_step(py::module_& m) {
          const py::object& d_W_kq, const std::string& device, const py::object& loss) {
         const LinearPromptSpec s = spec_from_dict(spec_dict);
         const FusedMethod fm = fused_method(method);
-        if (device != "cpu" && device != "cuda")
-          throw Error("device: expected 'cpu' or 'cuda', got '" + device + "'");
-        const Device dev = device == "cuda" ? Device::cuda : Device::cpu;
+        const Device dev = fused_device(device);
         py::list keep;
         const bool single = array_view(W_pv, "W_pv", keep).dtype == DType::float32;
         return single ? fused_step<float>(s, batch, step, fm, W_pv, W_kq, d_W_pv, d_W_kq, dev, loss)
@@ -299,23 +288,27 @@ void bind_fused_step(py::module_& m) {
       "linear_prompts_multihead_loss_and_grad",
       [](const py::dict& spec_dict, index_t batch, std::uint32_t step, const std::string& method,
          const py::object& W_pv, const py::object& W_kq, const py::object& d_W_pv,
-         const py::object& d_W_kq) {
+         const py::object& d_W_kq, const std::string& device, const py::object& loss) {
         const LinearPromptSpec s = spec_from_dict(spec_dict);
         const FusedMethod fm = fused_method(method);
+        const Device dev = fused_device(device);
         py::list keep;
         const ArrayView pv = array_view(W_pv, "W_pv", keep);
         if (pv.shape.size() != 3)
           throw Error("W_pv: expected shape (H, d+1, d+1), got " + shape_string(pv.shape));
         return pv.dtype == DType::float32
                    ? multihead_fused_step<float>(s, batch, step, fm, pv.shape[0], W_pv, W_kq, d_W_pv,
-                                                 d_W_kq)
+                                                 d_W_kq, dev, loss)
                    : multihead_fused_step<double>(s, batch, step, fm, pv.shape[0], W_pv, W_kq,
-                                                  d_W_pv, d_W_kq);
+                                                  d_W_pv, d_W_kq, dev, loss);
       },
       py::arg("spec"), py::arg("batch"), py::arg("step"), py::arg("method"), py::arg("W_pv"),
-      py::arg("W_kq"), py::arg("d_W_pv"), py::arg("d_W_kq"),
-      "(L) of multihead.hpp's linear_prompts_multihead_loss_and_grad: the fused H-head step on the "
-      "CPU, the gradients written into d_W_pv, d_W_kq [H, d+1, d+1] (host arrays of one dtype).");
+      py::arg("W_kq"), py::arg("d_W_pv"), py::arg("d_W_kq"), py::arg("device") = "cpu",
+      py::arg("loss") = py::none(),
+      "(L) of multihead.hpp's linear_prompts_multihead_loss_and_grad: the fused H-head step, the "
+      "gradients written into d_W_pv, d_W_kq [H, d+1, d+1] (C-contiguous arrays of one dtype: host "
+      "arrays, or with device='cuda' CUDA arrays); loss: float64 [1] (written there, NaN returned: "
+      "on the GPU nothing waits).");
 }
 
 }  // namespace

@@ -110,17 +110,62 @@ void multihead_lsa_predict_vjp(const LsaShape& shape, index_t heads, const T* E,
 template <class T>
 double linear_prompts_multihead_loss_and_grad(const LinearPromptSpec& spec, index_t batch,
                                               std::uint32_t step, FusedMethod method, index_t heads,
-                                              const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq) {
+                                              const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq,
+                                              Device device, double* loss) {
   detail::validate_fused_step(spec, batch, method);
   check_heads(LsaShape{batch, spec.dim, spec.context}, heads);
   if (heads == 1)  // the one-head fused step (bitwise)
-    return linear_prompts_lsa_loss_and_grad(spec, batch, step, method, W_pv, W_kq, d_W_pv, d_W_kq);
+    return linear_prompts_lsa_loss_and_grad(spec, batch, step, method, W_pv, W_kq, d_W_pv, d_W_kq,
+                                            device, loss);
   for (const auto& [p, name] : {std::pair<const void*, const char*>{W_pv, "W_pv"}, {W_kq, "W_kq"},
                                 {d_W_pv, "d_W_pv"}, {d_W_kq, "d_W_kq"}})
     detail::require_pointer(p, name);
   const linear::Plan<T> P(spec, step);  // validates the spec
-  return cpu::linear_prompts_multihead_loss_and_grad(P, batch, method, heads, W_pv, W_kq, d_W_pv,
-                                                     d_W_kq);
+#if LSA_NATIVE_HAVE_CUDA
+  if (detail::use_cuda(device))  // the loss written where it is: no wait on a GPU
+    return cuda::linear_prompts_multihead_loss_and_grad(P, batch, method, heads, W_pv, W_kq, d_W_pv,
+                                                        d_W_kq, loss);
+#else
+  detail::use_cuda(device);  // Device::cuda: the error naming the missing CUDA kernels
+#endif
+  const double L = cpu::linear_prompts_multihead_loss_and_grad(P, batch, method, heads, W_pv, W_kq,
+                                                               d_W_pv, d_W_kq);
+  if (loss == nullptr) return L;
+  *loss = L;
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+namespace {
+// The separate parametrization's shapes: H >= 1, rows >= 2, 1 <= rank <= rows, H·rows² in index_t.
+void check_separate(index_t heads, index_t rank, index_t rows,
+                    std::initializer_list<std::pair<const void*, const char*>> pointers) {
+  detail::require(heads >= 1, "W_k: expected at least one head (H >= 1), got H = " +
+                                  std::to_string(heads));
+  detail::require(rows >= 2, "W_k: expected d+1 >= 2 columns, got " + std::to_string(rows));
+  detail::require(rank >= 1 && rank <= rows, "W_k: rank r = " + std::to_string(rank) +
+                                                 " out of range, expected 1 <= r <= d+1 = " +
+                                                 std::to_string(rows));
+  detail::require(heads <= std::numeric_limits<index_t>::max() / (2 * rows * rows),
+                  "W_k: H*(d+1)^2 overflows a 64-bit index");
+  for (const auto& [p, name] : pointers) detail::require_pointer(p, name);
+}
+}  // namespace
+
+template <class T>
+void multihead_merge_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
+                        T* W_kq, Device device) {
+  check_separate(heads, rank, rows, {{W_k, "W_k"}, {W_q, "W_q"}, {W_kq, "W_kq"}});
+  LSA_NATIVE_MH_BACKEND(detail::use_cuda(device), multihead_merge_kq<T>, heads, rank, rows, W_k,
+                        W_q, W_kq);
+}
+
+template <class T>
+void multihead_chain_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
+                        const T* d_W_kq, T* d_W_k, T* d_W_q, Device device) {
+  check_separate(heads, rank, rows, {{W_k, "W_k"}, {W_q, "W_q"}, {d_W_kq, "d_W_kq"},
+                                     {d_W_k, "d_W_k"}, {d_W_q, "d_W_q"}});
+  LSA_NATIVE_MH_BACKEND(detail::use_cuda(device), multihead_chain_kq<T>, heads, rank, rows, W_k,
+                        W_q, d_W_kq, d_W_k, d_W_q);
 }
 
 // ---- the view entry points (multihead.hpp): validate() once, then the backend the views ask for
@@ -315,13 +360,16 @@ void multihead_lsa_predict_vjp(const ArrayView& E, const ArrayView& W_pv, const 
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_MULTIHEAD_INSTANTIATE, float)
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_MULTIHEAD_INSTANTIATE, double)
 #undef LSA_NATIVE_MULTIHEAD_INSTANTIATE
-template double linear_prompts_multihead_loss_and_grad<float>(const LinearPromptSpec&, index_t,
-                                                              std::uint32_t, FusedMethod, index_t,
-                                                              const float*, const float*, float*,
-                                                              float*);
-template double linear_prompts_multihead_loss_and_grad<double>(const LinearPromptSpec&, index_t,
-                                                               std::uint32_t, FusedMethod, index_t,
-                                                               const double*, const double*,
-                                                               double*, double*);
+#define LSA_NATIVE_INSTANTIATE_FUSED(T)                                                            \
+  template double linear_prompts_multihead_loss_and_grad<T>(const LinearPromptSpec&, index_t,     \
+                                                            std::uint32_t, FusedMethod, index_t,  \
+                                                            const T*, const T*, T*, T*, Device,   \
+                                                            double*);                             \
+  template void multihead_merge_kq<T>(index_t, index_t, index_t, const T*, const T*, T*, Device); \
+  template void multihead_chain_kq<T>(index_t, index_t, index_t, const T*, const T*, const T*, T*, \
+                                      T*, Device);
+LSA_NATIVE_INSTANTIATE_FUSED(float)
+LSA_NATIVE_INSTANTIATE_FUSED(double)
+#undef LSA_NATIVE_INSTANTIATE_FUSED
 
 }  // namespace lsa_native

@@ -6,7 +6,7 @@ import collections.abc
 import numpy
 import numpy.typing
 import typing
-__all__: list[str] = ['ACTIVATION_NAMES', 'COVARIANCE_LAWS', 'DeviceArray', 'activation_codes', 'array_info', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_release_memory', 'cuda_synchronize', 'emulate_cuda_on_cpu_for_tests', 'gradient_flow_multihead', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_attention_vjp', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'kernel_gp_sample_cuda', 'linear_prompts_lsa_loss_and_grad', 'linear_prompts_multihead_loss_and_grad', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_predict_vjp', 'lsa_vjp', 'multihead_lsa_forward', 'multihead_lsa_loss_and_grad', 'multihead_lsa_predict', 'multihead_lsa_predict_vjp', 'multihead_lsa_vjp', 'multihead_population_loss', 'num_threads', 'optimizer_step', 'optimizer_step_fields', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'sample_linear_prompts_cuda', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
+__all__: list[str] = ['ACTIVATION_NAMES', 'COVARIANCE_LAWS', 'DeviceArray', 'activation_codes', 'array_info', 'batched_cholesky', 'batched_symmetric_eigen', 'cpu_kernel_isa', 'cuda_available', 'cuda_compiled', 'cuda_philox4x32', 'cuda_pointer_device', 'cuda_random_variates', 'cuda_release_memory', 'cuda_synchronize', 'emulate_cuda_on_cpu_for_tests', 'gradient_flow_multihead', 'gradient_flow_population', 'gradient_flow_reduced', 'kernel_attention_context_size', 'kernel_attention_forward', 'kernel_attention_loss_and_grad', 'kernel_attention_vjp', 'kernel_gp_max_exp_scale', 'kernel_gp_sample', 'kernel_gp_sample_cuda', 'linear_prompts_lsa_loss_and_grad', 'linear_prompts_multihead_loss_and_grad', 'lsa_forward', 'lsa_loss_and_grad', 'lsa_predict', 'lsa_predict_vjp', 'lsa_vjp', 'multihead_chain_kq', 'multihead_lsa_forward', 'multihead_lsa_loss_and_grad', 'multihead_lsa_predict', 'multihead_lsa_predict_vjp', 'multihead_lsa_vjp', 'multihead_merge_kq', 'multihead_population_loss', 'num_threads', 'optimizer_step', 'optimizer_step_fields', 'philox4x32', 'population_loss', 'random_gammas', 'random_normals', 'random_uniforms', 'reduced_loss', 'sample_linear_prompts', 'sample_linear_prompts_cuda', 'set_num_threads', 'simd_log', 'simd_sincos_2pi', 'stream_sum']
 class DeviceArray:
     """
     Owning C-contiguous CUDA device array (float32/float64). CuPy (cupy.asarray) and PyTorch (torch.as_tensor, torch.from_dlpack) wrap it without copies.
@@ -139,9 +139,9 @@ def linear_prompts_lsa_loss_and_grad(spec: dict, batch: typing.SupportsInt | typ
     """
     The fused sampled LSA step: (loss, d_W_pv, d_W_kq written in place). W_pv, W_kq and the outputs: C-contiguous arrays of one dtype (float32 or float64), host arrays or (device='cuda') CUDA arrays; loss: float64 [1] (written there, NaN returned: on the GPU nothing waits).
     """
-def linear_prompts_multihead_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: typing.Any, W_kq: typing.Any, d_W_pv: typing.Any, d_W_kq: typing.Any) -> float:
+def linear_prompts_multihead_loss_and_grad(spec: dict, batch: typing.SupportsInt | typing.SupportsIndex, step: typing.SupportsInt | typing.SupportsIndex, method: str, W_pv: typing.Any, W_kq: typing.Any, d_W_pv: typing.Any, d_W_kq: typing.Any, device: str = 'cpu', loss: typing.Any = None) -> float:
     """
-    (L) of multihead.hpp's linear_prompts_multihead_loss_and_grad: the fused H-head step on the CPU, the gradients written into d_W_pv, d_W_kq [H, d+1, d+1] (host arrays of one dtype).
+    (L) of multihead.hpp's linear_prompts_multihead_loss_and_grad: the fused H-head step, the gradients written into d_W_pv, d_W_kq [H, d+1, d+1] (C-contiguous arrays of one dtype: host arrays, or with device='cuda' CUDA arrays); loss: float64 [1] (written there, NaN returned: on the GPU nothing waits).
     """
 def lsa_forward(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, out: typing.Any = None, device: typing.Any = 'auto') -> typing.Any:
     """
@@ -163,6 +163,10 @@ def lsa_vjp(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, d_F: typing.Any, 
     """
     (dW_pv, dW_kq, dE) of lsa_forward for the upstream d_F [B, d+1, N+1].
     """
+def multihead_chain_kq(W_k: typing.Any, W_q: typing.Any, d_W_kq: typing.Any, d_W_k: typing.Any, d_W_q: typing.Any) -> None:
+    """
+    d_W_k = W^Q_h dW^KQ_hᵀ, d_W_q = W^K_h dW^KQ_h [H, r, d+1] written in place (multihead.hpp's multihead_chain_kq); operands as multihead_merge_kq's.
+    """
 def multihead_lsa_forward(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, out: typing.Any = None, device: typing.Any = 'auto') -> typing.Any:
     """
     F [B, d+1, N+1] of the H-head model (multihead.hpp), written into `out` when given.
@@ -182,6 +186,10 @@ def multihead_lsa_predict_vjp(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any,
 def multihead_lsa_vjp(E: typing.Any, W_pv: typing.Any, W_kq: typing.Any, d_F: typing.Any, with_input_grad: bool = True, device: typing.Any = 'auto') -> tuple[typing.Any, typing.Any, typing.Any]:
     """
     (dW_pv, dW_kq, dE) of multihead_lsa_forward for the upstream d_F [B, d+1, N+1].
+    """
+def multihead_merge_kq(W_k: typing.Any, W_q: typing.Any, W_kq: typing.Any) -> None:
+    """
+    W_kq [H, d+1, d+1] = W^K_hᵀ W^Q_h written in place from W_k, W_q [H, r, d+1] (multihead.hpp's multihead_merge_kq): C-contiguous arrays of one dtype, on the GPU when any is a CUDA array (then only queued).
     """
 def multihead_population_loss(law: str, W_pv: numpy.typing.NDArray[numpy.float64], keys: collections.abc.Sequence[typing.Annotated[numpy.typing.ArrayLike, numpy.float64]], data: numpy.typing.NDArray[numpy.float64], N: typing.SupportsInt | typing.SupportsIndex, noise_std: typing.SupportsFloat | typing.SupportsIndex = 0.0, query_noise: bool = False) -> tuple:
     ...

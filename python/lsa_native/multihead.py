@@ -37,24 +37,65 @@ import numpy as np
 
 from . import _core
 from ._validation import as_array, real_array
-from .cuda import native_operand, native_prompts, to_host
+from .cuda import (empty, is_cuda_array, native_operand, native_prompts, pointer_device, to_host,
+                   view)
 
 __all__ = ["predict", "loss_and_grad", "forward", "vjp", "predict_vjp", "merge_kq", "chain_kq",
            "parameters"]
 
 
-def merge_kq(W_k, W_q, *, out=None) -> np.ndarray:
+def _kq_operands(dtype, *arrays):
+    """The separate parametrization's operands for the native merge / chain rule: CUDA arrays as
+    they are (the native call checks their dtype and layout), host arrays C-contiguous in
+    ``dtype``."""
+    return [a if is_cuda_array(a) else np.ascontiguousarray(a, dtype) for a in arrays]
+
+
+def _kq_result(like, shape, dtype):
+    """An output of the merge / chain rule beside ``like``: a CUDA array for a CUDA ``like``."""
+    if is_cuda_array(like):
+        v = view(like, "W_k")
+        return empty(like, shape, v.dtype, pointer_device(v.ptr))
+    return np.empty(shape, dtype)
+
+
+def _kq_shape(W_k) -> tuple:
+    """W_k's shape (H, r, d+1), for the outputs made here (the native call checks the rest)."""
+    shape = tuple(view(W_k, "W_k").shape if is_cuda_array(W_k) else np.shape(W_k))
+    if len(shape) != 3:
+        raise ValueError(f"W_k: expected shape (H, r, d+1), got {shape}")
+    return shape
+
+
+def _kq_dtype(*arrays):
+    """The result dtype of host operands: float32 when all are float32, else float64."""
+    host = [np.asarray(a).dtype for a in arrays if not is_cuda_array(a)]
+    return np.dtype(np.float32) if host and all(d == np.float32 for d in host) else np.dtype(np.float64)
+
+
+def merge_kq(W_k, W_q, *, out=None):
     """W^KQ_h = W^K_hᵀ W^Q_h for every head: [H, d+1, d+1] from W_k, W_q [H, r, d+1] (into
-    ``out`` when given: an array of the operands' dtype, as a training loop passes)."""
-    return np.einsum("hri,hrj->hij", W_k, W_q, out=out)
+    ``out`` when given: an array of the operands' dtype, as a training loop passes). Native
+    (``multihead_recipe.hpp``: the same sums on the CPU and the GPU); CUDA arrays are merged on
+    their GPU (the result a CUDA array)."""
+    dt = _kq_dtype(W_k, W_q) if out is None or is_cuda_array(out) else np.asarray(out).dtype
+    W_k, W_q = _kq_operands(dt, W_k, W_q)
+    if out is None:
+        H, _, n = _kq_shape(W_k)
+        out = _kq_result(W_k, (H, n, n), dt)
+    _core.multihead_merge_kq(W_k, W_q, out)
+    return out
 
 
 def chain_kq(W_k, W_q, d_W_kq, *, out=(None, None)):
     """(∂ℓ/∂W^K_h, ∂ℓ/∂W^Q_h) = (W^Q_h dW^KQ_hᵀ, W^K_h dW^KQ_h) from ∂ℓ/∂W^KQ_h [H, d+1, d+1]
-    (into the arrays of ``out`` when given: of the operands' dtype, as a training loop passes)."""
-    d_W_k = np.einsum("hrj,hij->hri", W_q, d_W_kq, out=out[0])
-    d_W_q = np.einsum("hri,hij->hrj", W_k, d_W_kq, out=out[1])
-    return d_W_k.astype(d_W_kq.dtype, copy=False), d_W_q.astype(d_W_kq.dtype, copy=False)
+    (into the arrays of ``out`` when given: of the operands' dtype, as a training loop passes), in
+    d_W_kq's dtype. Native, as :func:`merge_kq` (CUDA arrays on their GPU)."""
+    dt = (np.asarray(d_W_kq).dtype if not is_cuda_array(d_W_kq) else view(d_W_kq, "d_W_kq").dtype)
+    W_k, W_q, d_W_kq = _kq_operands(dt, W_k, W_q, d_W_kq)
+    d_W_k, d_W_q = (o if o is not None else _kq_result(W_k, _kq_shape(W_k), dt) for o in out)
+    _core.multihead_chain_kq(W_k, W_q, d_W_kq, d_W_k, d_W_q)
+    return d_W_k, d_W_q
 
 
 def _is_separate(W_kq, W_k, W_q) -> bool:

@@ -97,11 +97,31 @@ void multihead_lsa_predict_vjp(const ArrayView& E, const ArrayView& W_pv, const 
 //            Bartlett draw (wishart.hpp, as linear_prompts_lsa_loss_and_grad's wishart), each head
 //            O(d²) per prompt whatever N. Same law as tokens, other draws; Gaussian covariates and
 //            N >= d (d + 1 with label noise).
-// H = 1 is linear_prompts_lsa_loss_and_grad (bitwise). CPU (num_threads() threads).
+// H = 1 is linear_prompts_lsa_loss_and_grad (bitwise). Device::cpu: num_threads() threads.
+// Device::cuda: wishart — one GPU thread per prompt on the CPU step's Philox streams and recipe
+// (equal to the CPU step to rounding: float64 ~1e-12 relative), batch sums reduced in a fixed
+// order (bitwise reproducible); tokens — the GPU sampler's prompts into a scratch, then the H-head
+// loss kernel. W_pv, W_kq and the gradients may then be device memory (used in place). With `loss`
+// (one double, device or host memory) L is written there and NaN returned: with device outputs the
+// GPU call only queues kernels (nothing waits).
 template <class T>
 double linear_prompts_multihead_loss_and_grad(const LinearPromptSpec& spec, index_t batch,
                                               std::uint32_t step, FusedMethod method, index_t heads,
-                                              const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq);
+                                              const T* W_pv, const T* W_kq, T* d_W_pv, T* d_W_kq,
+                                              Device device = Device::cpu, double* loss = nullptr);
+
+// The separate parametrization's key-query product and chain rule, on the device `device` names
+// (the pointers host or, with Device::cuda, device memory of one device; device outputs only queued):
+//   multihead_merge_kq: W_kq [H, rows, rows] = W^K_hᵀ W^Q_h from W_k, W_q [H, rank, rows];
+//   multihead_chain_kq: d_W_k = W^Q_h dW^KQ_hᵀ, d_W_q = W^K_h dW^KQ_h [H, rank, rows] from d_W_kq.
+// 1 <= rank <= rows, rows >= 2, H >= 1 (Error otherwise). Sums in T in index order (the same on
+// both devices: multihead_recipe.hpp).
+template <class T>
+void multihead_merge_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
+                        T* W_kq, Device device = Device::cpu);
+template <class T>
+void multihead_chain_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
+                        const T* d_W_kq, T* d_W_k, T* d_W_q, Device device = Device::cpu);
 
 // ---- the one list of multi-head entry points (as LSA_NATIVE_LSA_API; the CPU and CUDA backends) ----
 #define LSA_NATIVE_MULTIHEAD_API(X, T)                                                          \

@@ -136,15 +136,27 @@ LSA_HD void form_m(const wishart::Prompt<T>& pr, T* M) {
 // (p_h·e_q)(q_h·e_q)/N. Leaves h.GX = [G p_h | G q_h] and s.e_q for accumulate. O(H d²) per prompt.
 // The parameters with the heads on the inner axis, once per range of prompts: p_t [rows, H]
 // (p_t[k H + j] = W^PV_j[d, k]) and W_kq_t [rows, rows, H] (W_kq_t[(k rows + c) H + j] = W^KQ_j[k, c]).
+// Entry i of [p_t | W_kq_t] (heads_inner_size entries; the CUDA kernels fill a block's copy with
+// threads over i): a permutation of W_pv's last rows and W_kq.
+LSA_HD index_t heads_inner_size(index_t heads, index_t rows) { return heads * rows * (rows + 1); }
+template <class T>
+LSA_HD T heads_inner_entry(index_t heads, index_t rows, const T* W_pv, const T* W_kq, index_t i) {
+  const index_t n2 = rows * rows;
+  if (i < rows * heads) {  // p_t[k H + j] = W^PV_j[d, k]
+    const index_t k = i / heads, j = i % heads;
+    return W_pv[j * n2 + (rows - 1) * rows + k];
+  }
+  i -= rows * heads;  // W_kq_t[(k rows + c) H + j] = W^KQ_j[k, c]
+  const index_t kc = i / heads, j = i % heads;
+  return W_kq[j * n2 + kc];
+}
 template <class T>
 LSA_HD void heads_inner(index_t heads, index_t rows, const T* W_pv, const T* W_kq, T* p_t,
                         T* W_kq_t) {
-  const index_t n2 = rows * rows;
-  for (index_t j = 0; j < heads; ++j)
-    for (index_t k = 0; k < rows; ++k) {
-      p_t[k * heads + j] = W_pv[j * n2 + (rows - 1) * rows + k];
-      for (index_t c = 0; c < rows; ++c) W_kq_t[(k * rows + c) * heads + j] = W_kq[j * n2 + k * rows + c];
-    }
+  const index_t np = rows * heads;
+  for (index_t i = 0; i < np; ++i) p_t[i] = heads_inner_entry(heads, rows, W_pv, W_kq, i);
+  for (index_t i = np; i < heads_inner_size(heads, rows); ++i)
+    W_kq_t[i - np] = heads_inner_entry(heads, rows, W_pv, W_kq, i);
 }
 
 template <class T>
@@ -201,6 +213,64 @@ LSA_HD void accumulate(double r, const T* e_q, const HeadsWork<T>& h, index_t he
       const double rk = r * double(h.GX[k * W + j]);
       for (index_t c = 0; c + 1 < rows; ++c) d_K[(j * rows + k) * rows + c] += rk * double(e_q[c]);
     }
+}
+
+// Term i of one prompt's contribution to the batch sums (loss_grad_width's layout), the per-entry
+// form of accumulate with its products (the CUDA kernel's threads take entries); the skipped last
+// column of each d_K block is 0.
+template <class T>
+LSA_HD double accumulate_term(index_t i, double r, const T* e_q, const HeadsWork<T>& h,
+                              index_t heads, index_t rows) {
+  if (i == 0) return r * r;
+  const index_t W = 2 * heads;
+  i -= 1;
+  if (i < heads * rows) {  // d_p[j rows + k] += r (G q_j)[k]
+    const index_t j = i / rows, k = i % rows;
+    return r * double(h.GX[k * W + heads + j]);
+  }
+  i -= heads * rows;  // d_K[(j rows + k) rows + c] += (r (G p_j)[k]) e_q[c]
+  const index_t c = i % rows, jk = i / rows, j = jk / rows, k = jk % rows;
+  if (c + 1 == rows) return 0.0;
+  const double rk = r * double(h.GX[k * W + j]);
+  return rk * double(e_q[c]);
+}
+
+// ---- the separate parametrization: W^KQ_h = W^K_hᵀ W^Q_h and the chain rule ---------------------
+// W_k, W_q [H, r, rows], W_kq and its gradient [H, rows, rows], all row-major; each entry a sum over
+// the rank (merge) or the rows (chain) in index order, in T. The CPU backend loops over the
+// entries, the CUDA kernel takes one per thread: the same sums.
+
+// W^KQ_h[a, b] = Σ_i W^K_h[i, a] W^Q_h[i, b], entry e = (h rows + a) rows + b.
+template <class T>
+LSA_HD T merged_kq_entry(const T* W_k, const T* W_q, index_t rank, index_t rows, index_t e) {
+  const index_t b = e % rows, ha = e / rows, a = ha % rows, h = ha / rows;
+  const T* k = W_k + h * rank * rows;
+  const T* q = W_q + h * rank * rows;
+  T acc = T(0);
+  for (index_t i = 0; i < rank; ++i) acc += k[i * rows + a] * q[i * rows + b];
+  return acc;
+}
+
+// ∂ℓ/∂W^K_h = W^Q_h dW^KQ_hᵀ: [i, a] = Σ_b W^Q_h[i, b] dW^KQ_h[a, b], entry e = (h r + i) rows + a.
+template <class T>
+LSA_HD T key_grad_entry(const T* W_q, const T* d_W_kq, index_t rank, index_t rows, index_t e) {
+  const index_t a = e % rows, hi = e / rows, h = hi / rank;
+  const T* q = W_q + hi * rows;
+  const T* g = d_W_kq + (h * rows + a) * rows;
+  T acc = T(0);
+  for (index_t b = 0; b < rows; ++b) acc += q[b] * g[b];
+  return acc;
+}
+
+// ∂ℓ/∂W^Q_h = W^K_h dW^KQ_h: [i, b] = Σ_a W^K_h[i, a] dW^KQ_h[a, b], entry e = (h r + i) rows + b.
+template <class T>
+LSA_HD T query_grad_entry(const T* W_k, const T* d_W_kq, index_t rank, index_t rows, index_t e) {
+  const index_t b = e % rows, hi = e / rows, h = hi / rank;
+  const T* k = W_k + hi * rows;
+  const T* g = d_W_kq + h * rows * rows + b;
+  T acc = T(0);
+  for (index_t a = 0; a < rows; ++a) acc += k[a] * g[a * rows];
+  return acc;
 }
 
 }  // namespace lsa_native::multihead

@@ -204,6 +204,30 @@ void multihead_lsa_vjp(const LsaShape& sh, index_t H, const T* E, const T* W_pv,
   detail::check_output<T>(flags.all(), "dE", inputs);
 }
 
+template <class T>
+void multihead_merge_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
+                        T* W_kq) {
+  for (index_t e = 0; e < heads * rows * rows; ++e)
+    W_kq[e] = multihead::merged_kq_entry(W_k, W_q, rank, rows, e);
+}
+
+template <class T>
+void multihead_chain_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
+                        const T* d_W_kq, T* d_W_k, T* d_W_q) {
+  for (index_t e = 0; e < heads * rank * rows; ++e) {
+    d_W_k[e] = multihead::key_grad_entry(W_q, d_W_kq, rank, rows, e);
+    d_W_q[e] = multihead::query_grad_entry(W_k, d_W_kq, rank, rows, e);
+  }
+}
+
+#define LSA_NATIVE_INSTANTIATE_KQ(T)                                                              \
+  template void multihead_merge_kq<T>(index_t, index_t, index_t, const T*, const T*, T*);       \
+  template void multihead_chain_kq<T>(index_t, index_t, index_t, const T*, const T*, const T*, \
+                                      T*, T*);
+LSA_NATIVE_INSTANTIATE_KQ(float)
+LSA_NATIVE_INSTANTIATE_KQ(double)
+#undef LSA_NATIVE_INSTANTIATE_KQ
+
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_INSTANTIATE_BACKEND, double)
 template double linear_prompts_multihead_loss_and_grad<float>(const linear::Law<float>&, index_t,

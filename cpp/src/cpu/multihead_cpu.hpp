@@ -18,4 +18,13 @@ double linear_prompts_multihead_loss_and_grad(const linear::Law<T>& P, index_t b
                                               FusedMethod method, index_t heads, const T* W_pv,
                                               const T* W_kq, T* d_W_pv, T* d_W_kq);
 
+// The separate parametrization (multihead_merge_kq / multihead_chain_kq of multihead.hpp, arguments
+// validated): the recipe's entries (multihead_recipe.hpp) in index order, one thread.
+template <class T>
+void multihead_merge_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
+                        T* W_kq);
+template <class T>
+void multihead_chain_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
+                        const T* d_W_kq, T* d_W_k, T* d_W_q);
+
 }  // namespace lsa_native::cpu

@@ -1,14 +1,18 @@
 // CUDA backend of the H-head LSA (multihead.hpp, H >= 2): staging of host arrays and launch
 // geometry around the kernels of multihead_kernels.cuh (shared launch helpers and reductions:
 // lsa_launch.cuh, launch.cuh).
+#include <algorithm>
 #include <initializer_list>
+#include <limits>
 #include <mutex>
 #include <string>
 
 #include "cuda/lsa_launch.cuh"
 #include "cuda/multihead_cuda.hpp"
 #include "cuda/multihead_kernels.cuh"
+#include "cuda/multihead_sampled_kernels.cuh"
 #include "cuda/runtime.cuh"
+#include "cuda/sampled_cuda.hpp"
 
 namespace lsa_native::cuda {
 namespace {
@@ -107,7 +111,101 @@ void finish_heads_sums(const Scratch& partial, int blocks, index_t heads, int ro
   check_launch("heads_prediction_epilogue_kernel");
 }
 
+// The fused Wishart step's threads per block, and where its per-thread work goes: shared memory
+// when a block's (with the sums and parameters) fits in the default 48 KiB, else a global scratch
+// of at most kHeadsWishartScratchCap bytes (the grid capped to fit), as the one-head step.
+constexpr int kHeadsWishartThreads = 128;
+constexpr std::size_t kHeadsWishartSharedCap = 48 * 1024;
+constexpr std::size_t kHeadsWishartScratchCap = std::size_t(256) << 20;
+
+template <class T>
+int launch_heads_wishart(const linear::Law<T>& P, index_t batch, index_t heads,
+                         const DeviceScope& scope, const T* W_pv, const T* W_kq, Scratch* partial,
+                         Scratch* work) {
+  HeadsWishartLayout lay{int(P.d), int(wishart::noise_dim(P)), int(heads), kHeadsWishartThreads, true};
+  if (lay.shared_bytes<T>() > kHeadsWishartSharedCap) lay.work_in_shared = false;
+  const std::size_t smem = lay.shared_bytes<T>();
+  auto kernel = multihead_wishart_kernel<T>;
+  prepare(kernel, smem, scope, "linear_prompts_multihead_loss_and_grad(method='wishart')",
+          LsaShape{batch, P.d, P.N});
+  const int threads = lay.threads;
+  index_t cap = (batch + threads - 1) / threads;
+  const std::size_t per_block = sizeof(T) * std::size_t(threads) * std::size_t(lay.thread_values());
+  if (!lay.work_in_shared)
+    cap = std::min<index_t>(cap, std::max<index_t>(1, index_t(kHeadsWishartScratchCap / per_block)));
+  const int blocks = resident_blocks(kernel, threads, smem, scope, cap);
+  if (!lay.work_in_shared) *work = Scratch(per_block * std::size_t(blocks));
+  *partial = Scratch(sizeof(double) * std::size_t(blocks) * std::size_t(lay.width()));
+  kernel<<<blocks, threads, smem, stream()>>>(P, batch, lay, W_pv, W_kq,
+                                              static_cast<T*>(work->get()),
+                                              static_cast<double*>(partial->get()));
+  check_launch("multihead_wishart_kernel");
+  return blocks;
+}
+
+// Blocks of a grid-stride kernel over n entries (256 threads, at most one entry per thread).
+int entry_blocks(index_t n) { return int(std::min<index_t>((n + 255) / 256, 1024)); }
+
 }  // namespace
+
+template <class T>
+double linear_prompts_multihead_loss_and_grad(const linear::Law<T>& host_law, index_t batch,
+                                              FusedMethod method, index_t H, const T* W_pv,
+                                              const T* W_kq, T* d_W_pv, T* d_W_kq, double* loss) {
+  double returned = std::numeric_limits<double>::quiet_NaN();  // host: back with the one wait
+  double* loss_out = loss != nullptr ? loss : &returned;
+  DeviceScope scope({W_pv, W_kq, d_W_pv, d_W_kq, loss});
+  const index_t d = host_law.d, N = host_law.N, rows = d + 1, nW = H * rows * rows;
+  if (method == FusedMethod::tokens) {  // the GPU sampler's prompts, then the H-head loss kernel
+    Scratch E(sizeof(T) * std::size_t(batch * rows * (N + 1))), y_q(sizeof(T) * std::size_t(batch));
+    LinearPromptOutputs<T> prompts;
+    prompts.E = static_cast<T*>(E.get());
+    prompts.y_q = static_cast<T*>(y_q.get());
+    sample_linear_prompts(host_law, batch, prompts);
+    multihead_lsa_loss_and_grad_into(LsaShape{batch, d, N}, H, prompts.E, prompts.y_q, W_pv, W_kq,
+                                     d_W_pv, d_W_kq, static_cast<T*>(nullptr), loss_out);
+    return returned;
+  }
+  DeviceInput<T> pv(scope, W_pv, nW), kq(scope, W_kq, nW);
+  DeviceInput<T> L(scope, host_law.L, d * d), Lq(scope, host_law.Lq, d * d);
+  DeviceOutput<T> dpv(scope, d_W_pv, nW), dkq(scope, d_W_kq, nW);
+  DeviceOutput<double> out(scope, loss_out, 1);
+  linear::Law<T> P = host_law;  // the same law with device copies of the factors
+  P.L = L.get();
+  P.Lq = Lq.get();
+  Scratch partial, work;
+  const int blocks = launch_heads_wishart(P, batch, H, scope, pv.get(), kq.get(), &partial, &work);
+  finish_heads_sums(partial, blocks, H, int(rows), 1.0 / double(batch), dpv.get(), dkq.get(),
+                    out.get());
+  scope.finish();  // host outputs (a host loss among them) back; device ones: no wait
+  return returned;
+}
+
+template <class T>
+void multihead_merge_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
+                        T* W_kq) {
+  DeviceScope scope({W_k, W_q, W_kq});
+  const index_t nk = heads * rank * rows, n = heads * rows * rows;
+  DeviceInput<T> k(scope, W_k, nk), q(scope, W_q, nk);
+  DeviceOutput<T> out(scope, W_kq, n);
+  merge_kq_kernel<T><<<entry_blocks(n), 256, 0, stream()>>>(heads, rank, rows, k.get(), q.get(),
+                                                            out.get());
+  check_launch("merge_kq_kernel");
+  scope.finish();
+}
+
+template <class T>
+void multihead_chain_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
+                        const T* d_W_kq, T* d_W_k, T* d_W_q) {
+  DeviceScope scope({W_k, W_q, d_W_kq, d_W_k, d_W_q});
+  const index_t nk = heads * rank * rows, n = heads * rows * rows;
+  DeviceInput<T> k(scope, W_k, nk), q(scope, W_q, nk), g(scope, d_W_kq, n);
+  DeviceOutput<T> dk(scope, d_W_k, nk), dq(scope, d_W_q, nk);
+  chain_kq_kernel<T><<<entry_blocks(nk), 256, 0, stream()>>>(heads, rank, rows, k.get(), q.get(),
+                                                             g.get(), dk.get(), dq.get());
+  check_launch("chain_kq_kernel");
+  scope.finish();
+}
 
 template <class T>
 void multihead_lsa_predict(const LsaShape& sh, index_t H, const T* E, const T* W_pv,
@@ -217,6 +315,16 @@ template void multihead_lsa_loss_and_grad_into<double>(const LsaShape&, index_t,
                                                        const double*, const double*,
                                                        const double*, double*, double*, double*,
                                                        double*);
+#define LSA_NATIVE_INSTANTIATE_SAMPLED(T)                                                          \
+  template double linear_prompts_multihead_loss_and_grad<T>(const linear::Law<T>&, index_t,       \
+                                                            FusedMethod, index_t, const T*,       \
+                                                            const T*, T*, T*, double*);           \
+  template void multihead_merge_kq<T>(index_t, index_t, index_t, const T*, const T*, T*);         \
+  template void multihead_chain_kq<T>(index_t, index_t, index_t, const T*, const T*, const T*, T*, \
+                                      T*);
+LSA_NATIVE_INSTANTIATE_SAMPLED(float)
+LSA_NATIVE_INSTANTIATE_SAMPLED(double)
+#undef LSA_NATIVE_INSTANTIATE_SAMPLED
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_INSTANTIATE_BACKEND, double)
 

@@ -4,6 +4,7 @@
 // or host memory (copied in, and out for outputs, by the call).
 #pragma once
 
+#include "common/linear_prompts.hpp"
 #include "lsa_backend.hpp"
 #include "lsa_native/multihead.hpp"
 
@@ -18,5 +19,26 @@ template <class T>
 void multihead_lsa_loss_and_grad_into(const LsaShape& shape, index_t heads, const T* E,
                                       const T* y_q, const T* W_pv, const T* W_kq, T* d_W_pv,
                                       T* d_W_kq, T* y_hat, double* loss);
+
+// The fused H-head sampled step on the GPU (linear_prompts_multihead_loss_and_grad of multihead.hpp,
+// H >= 2, arguments validated; P with host factors): wishart — one thread per prompt on the CPU
+// step's Philox streams (multihead_sampled_kernels.cuh); tokens — the prompts drawn on the GPU into
+// a scratch (sample_linear_prompts) and consumed by the H-head loss kernel. Parameters and outputs
+// host or device memory of one device; with `loss` (device or host) L is written there and NaN
+// returned: with device outputs the call only queues kernels.
+template <class T>
+double linear_prompts_multihead_loss_and_grad(const linear::Law<T>& P, index_t batch,
+                                              FusedMethod method, index_t heads, const T* W_pv,
+                                              const T* W_kq, T* d_W_pv, T* d_W_kq,
+                                              double* loss = nullptr);
+
+// multihead_merge_kq / multihead_chain_kq of multihead.hpp on the GPU (validated; host or device
+// memory: device outputs are only queued).
+template <class T>
+void multihead_merge_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
+                        T* W_kq);
+template <class T>
+void multihead_chain_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
+                        const T* d_W_kq, T* d_W_k, T* d_W_q);
 
 }  // namespace lsa_native::cuda

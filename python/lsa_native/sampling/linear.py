@@ -365,22 +365,31 @@ class LinearPrompts:
         step_fn.dtype, step_fn.method = dt, method
         return step_fn
 
-    def multihead_fused_step(self, *, batch: int, method: str = "tokens", dtype=np.float32):
+    def multihead_fused_step(self, *, batch: int, method: str = "tokens", dtype=np.float32,
+                             device: str = "cpu"):
         """The fused H-head step (:mod:`lsa_native.multihead`, merged W^KQ) with its arguments checked
-        once, as :meth:`fused_step`: ``step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq) -> loss`` on
-        C-contiguous ``step_fn.dtype`` arrays [H, d+1, d+1] (H from W_pv; H = 1 is the one-head
+        once, as :meth:`fused_step`: ``step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq, loss=None) -> loss``
+        on C-contiguous ``step_fn.dtype`` arrays [H, d+1, d+1] (H from W_pv; H = 1 is the one-head
         step, bitwise), L = (1/(2B)) Σ_b (ŷ_b − y_q,b)² on the prompts of ``step``, the gradients
-        written into the last two. ``method="tokens"``: the prompts of ``sample_embedding`` drawn a
-        few at a time in cache; ``"wishart"``: the Gram route, G = A S Aᵀ + e_q e_qᵀ/N with S drawn
-        by the Bartlett decomposition, O(H d²) per prompt whatever N (same law, other draws);
-        ``"auto"`` as :meth:`fused_step`. CPU; the result is not checked for finiteness."""
+        written into the last two. ``method="tokens"``: the prompts of ``sample_embedding`` (on the
+        CPU drawn a few at a time in cache; on the GPU drawn into a scratch and consumed by the
+        H-head kernel); ``"wishart"``: the Gram route, G = A S Aᵀ + e_q e_qᵀ/N with S drawn by the
+        Bartlett decomposition, O(H d²) per prompt whatever N (same law, other draws); ``"auto"``
+        as :meth:`fused_step`. ``device``: "cpu" or "cuda" (one GPU thread per Wishart prompt on
+        the CPU step's Philox streams: the CPU step to rounding, about 1e-12 relative in float64;
+        the parameters and gradients may then be CUDA arrays, read and written in place).
+        ``loss=``: a float64 array of shape (1,) (a CUDA array with CUDA parameters) receiving L
+        (NaN is returned): on the GPU the step then waits for nothing. The result is not checked
+        for finiteness."""
         B = positive_int(batch, "batch")
         dt = self._dtype(dtype)
         method = self._fused_method(method)
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
         spec, native = self._spec, _core.linear_prompts_multihead_loss_and_grad
 
-        def step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq):
-            return native(spec, B, step, method, W_pv, W_kq, d_W_pv, d_W_kq)
+        def step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq, loss=None):
+            return native(spec, B, step, method, W_pv, W_kq, d_W_pv, d_W_kq, device, loss)
 
         step_fn.dtype, step_fn.method = dt, method
         return step_fn

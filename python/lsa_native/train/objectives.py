@@ -316,18 +316,20 @@ class MultiHeadLSAObjective(Objective):
     draws; Gaussian covariates, N >= d, or d + 1 with label noise); "auto": wishart where it
     applies. Otherwise ``multihead.loss_and_grad`` on the step's batch (``method`` unused).
 
-    ``device``: where the tokens route runs, "cpu", "cuda" or "auto" (= "cpu"). "cuda": the step's
-    prompts are generated on the GPU (``sample_embedding(device="cuda")``, the CPU route's prompts
-    up to the rounding of the device's log/sin/cos) into device buffers reused across steps, and
-    ``multihead.loss_and_grad`` runs on them there. With the merged parametrization ``fit`` keeps
-    θ, the gradient, the optimizer state and each step's loss on the GPU too (:meth:`bind_device`:
-    W_pv, W_kq are pieces of the flat device θ buffer, the gradients and the loss written in place
-    with ``out=``/``loss=``; the held-out loss on the device: :meth:`device_evaluation`). The
-    separate parametrization keeps θ on the host for the model step (W^KQ_h = W^K_hᵀ W^Q_h and
-    the chain rule to dW^K, dW^Q run on the host; ``fit`` keeps only the optimizer state on the
-    GPU, and each step reads the loss and gradients back). The Wishart route has no H-head GPU
-    step: ``method="wishart"`` with ``device="cuda"`` is a ValueError, ``"auto"`` takes the
-    tokens route there. The non-fused path and ``evaluate`` run where their batch is (the CPU).
+    ``device``: where the fused step runs, "cpu", "cuda" or "auto" (= "cpu"). "cuda": tokens —
+    the step's prompts are generated on the GPU (``sample_embedding(device="cuda")``, the CPU
+    route's prompts up to the rounding of the device's log/sin/cos) into device buffers reused
+    across steps, and ``multihead.loss_and_grad`` runs on them there; wishart — the GPU H-head
+    Wishart step (``spec.multihead_fused_step(device="cuda")``: one thread per prompt on the CPU
+    step's Philox streams, equal to the CPU step to rounding, ~1e-12 relative in float64; batch
+    sums in a fixed order, bitwise reproducible); "auto" picks wishart where it applies, as on the
+    CPU. ``fit`` keeps θ, the gradient, the optimizer state and each step's loss on the GPU for
+    both routes and both parametrizations (:meth:`bind_device`: W_pv, W_kq or W_k, W_q are pieces
+    of the flat device θ buffer, the gradients and the loss written in place; the separate
+    parametrization's W^KQ_h = W^K_hᵀ W^Q_h and its chain rule run on the GPU too,
+    :func:`~lsa_native.multihead.merge_kq` / :func:`~lsa_native.multihead.chain_kq` on device
+    buffers; the held-out loss on the device: :meth:`device_evaluation`), so the host reads back
+    only at record steps. The non-fused path and ``evaluate`` run where their batch is (the CPU).
     """
 
     def __init__(self, W_pv, W_kq=None, *, W_k=None, W_q=None, dtype=None, method: str = "tokens",
@@ -337,9 +339,6 @@ class MultiHeadLSAObjective(Objective):
             raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
         if device not in ("auto", "cpu", "cuda"):
             raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
-        if device == "cuda" and method == "wishart":
-            raise ValueError("method: 'wishart' has no H-head GPU step; use method='tokens' (or "
-                             "'auto') with device='cuda'")
         self.device = device
         W_pv, W_kq_m, sep = multihead.parameters(W_pv, W_kq, W_k=W_k, W_q=W_q)
         self.parts = {"W_pv": W_pv.shape, **({"W_kq": W_kq_m.shape} if sep is None else
@@ -368,8 +367,6 @@ class MultiHeadLSAObjective(Objective):
         """Whether the fused step takes the Wishart route: method "wishart" (ValueError for a spec
         without ``multihead_fused_step``), or "auto" where it applies."""
         has = callable(getattr(data.spec, "multihead_fused_step", None))
-        if self.device == "cuda":  # no H-head Wishart step on the GPU ("wishart" refused at init)
-            return False
         if self.method == "wishart" and not has:
             raise ValueError(f"method: 'wishart' needs a spec with multihead_fused_step (the native "
                              f"sampling.LinearPrompts), got {type(data.spec).__name__}")
@@ -393,11 +390,13 @@ class MultiHeadLSAObjective(Objective):
         return E, y_q
 
     def _fused_step(self, data):
-        """The spec's fused Wishart step for this source (made once per spec, batch and dtype)."""
+        """The spec's fused Wishart step for this source, on this objective's device (made once
+        per spec, batch and dtype)."""
         key = (data.spec, data.batch, self.dtype or data.dtype)
         if self._step[:-1] != key:
+            where = {"device": "cuda"} if self.device == "cuda" else {}  # specs without device=
             step_fn = data.spec.multihead_fused_step(batch=data.batch, method="wishart",
-                                                     dtype=key[2])
+                                                     dtype=key[2], **where)
             self._step = (*key, step_fn)
         return self._step[-1]
 
@@ -507,41 +506,68 @@ class MultiHeadLSAObjective(Objective):
 
         return prompts
 
-    def _merged_shapes(self):
-        """[W_pv's shape, W_kq's shape] of the merged parametrization (θ's layout), else None."""
-        return [self.parts["W_pv"], self.parts["W_kq"]] if "W_kq" in self.parts else None
-
     def bind_device(self, data, arrays):
-        """The tokens step on device buffers for ``fit``'s device loop (see
-        :meth:`LSAObjective.bind_device`): the step's prompts drawn on the GPU into the buffers
-        reused across steps (:meth:`_prompts`), W_pv, W_kq read as pieces of the flat θ buffer
-        and dW_pv, dW_kq written as pieces of the gradient buffer, the loss into the device slot
-        (``multihead.loss_and_grad(..., out=, loss=)``: nothing waits). None — ``fit`` then runs
-        the model on host θ — unless ``device="cuda"``, the merged parametrization and a fused
-        source (the separate parametrization's merge and chain rule run on the host)."""
-        shapes = self._merged_shapes()
-        if self.device != "cuda" or shapes is None or not self._fused(data):
+        """The fused step on device buffers for ``fit``'s device loop (see
+        :meth:`LSAObjective.bind_device`): W_pv and W_kq (or W_k, W_q) read as pieces of the flat
+        θ buffer, the gradients written as pieces of the gradient buffer, the loss into the device
+        slot: nothing waits. Wishart: ``spec.multihead_fused_step(device="cuda")`` with ``loss=``;
+        tokens: the step's prompts drawn on the GPU into the buffers reused across steps
+        (:meth:`_prompts`) and ``multihead.loss_and_grad(..., out=, loss=)``. The separate
+        parametrization merges W^KQ_h into a device buffer and chains dW^KQ_h into dW^K, dW^Q
+        there (:meth:`_on_parameters`). None — ``fit`` then runs the model on host θ —
+        unless ``device="cuda"`` and a fused source."""
+        if self.device != "cuda" or not self._fused(data):
             return None
-        pieces = _Pieces(arrays, shapes)
+        if self._wishart(data):
+            fused, index_of = self._fused_step(data), data.sample_index
 
-        def step(model, t, grad, loss):
-            E, y_q = self._prompts(data, t)
-            multihead.loss_and_grad(E, y_q, *pieces(model), out=pieces(grad), loss=loss)
+            def model(W_pv, W_kq, t, d_pv, d_kq, loss):
+                fused(W_pv, W_kq, check_step(index_of(t)), d_pv, d_kq, loss)
+            dtype = fused.dtype
+        else:
+            def model(W_pv, W_kq, t, d_pv, d_kq, loss):
+                E, y_q = self._prompts(data, t)
+                multihead.loss_and_grad(E, y_q, W_pv, W_kq, out=(d_pv, d_kq), loss=loss)
+            dtype = self.dtype or data.dtype
+        call, pieces = self._on_parameters(arrays, dtype), _Pieces(arrays, list(self.parts.values()))
 
-        step.dtype = np.dtype(self.dtype or data.dtype)
+        def step(theta, t, grad, loss):
+            call(model, pieces(theta), t, pieces(grad), loss)
+
+        step.dtype = np.dtype(dtype)
         return step
+
+    def _on_parameters(self, arrays, dtype):
+        """``call(model, params, t, grads, loss)`` running ``model(W_pv, W_kq, t, dW_pv, dW_kq,
+        loss)`` on θ's device pieces ``params`` and the gradient's ``grads``: directly for the
+        merged parametrization; for the separate one W^KQ_h = W^K_hᵀ W^Q_h into a device buffer
+        first and dW^K, dW^Q chained from the device dW^KQ after (the native merge_kq / chain_kq
+        kernels: no host copy)."""
+        if "W_kq" in self.parts:
+            return lambda model, params, t, grads, loss: model(*params, t, *grads, loss)
+        zeros = np.zeros(self.parts["W_pv"])
+        W_kq, d_kq = arrays.array(zeros, dtype), arrays.array(zeros, dtype)
+
+        def separate(model, params, t, grads, loss):
+            (W_pv, W_k, W_q), (d_pv, d_k, d_q) = params, grads
+            multihead.merge_kq(W_k, W_q, out=W_kq)
+            model(W_pv, W_kq, t, d_pv, d_kq, loss)
+            multihead.chain_kq(W_k, W_q, d_kq, out=(d_k, d_q))
+        return separate
 
     def device_evaluation(self, batch, arrays):
         """The held-out loss on the device for a θ buffer laid out as :meth:`bind_device`'s, in
-        :meth:`evaluate`'s dtype (see :func:`_device_evaluation`); None for the separate
-        parametrization."""
-        shapes = self._merged_shapes()
-        if shapes is None:
-            return None
-        return _device_evaluation(
-            arrays, batch, self.dtype or batch.E.dtype, shapes,
-            lambda E, y_q, params, grads, loss: multihead.loss_and_grad(E, y_q, *params, out=grads,
-                                                                       loss=loss))
+        :meth:`evaluate`'s dtype (see :func:`_device_evaluation`; the separate parametrization
+        merged on the device as in :meth:`bind_device`)."""
+        dtype = self.dtype or batch.E.dtype
+        call = self._on_parameters(arrays, dtype)
+
+        def run(E, y_q, params, grads, loss):
+            def model(W_pv, W_kq, t, d_pv, d_kq, loss):
+                multihead.loss_and_grad(E, y_q, W_pv, W_kq, out=(d_pv, d_kq), loss=loss)
+            call(model, params, 0, grads, loss)
+
+        return _device_evaluation(arrays, batch, dtype, list(self.parts.values()), run)
 
     def config(self):
         return {"type": "MultiHeadLSAObjective",
