@@ -1,8 +1,10 @@
 """The H-head CUDA kernels (cuda/multihead_*, issue 21) under compute-sanitizer: every entry point
 of lsa_native.multihead on device arrays (predict, loss_and_grad, forward, vjp, predict_vjp), the
 merged and the separate parametrization, float32 and float64, shapes with N + 1 > 32 tokens and
-H (d+1) > 32 head entries; and LinearPrompts drawn on the GPU (sample_embedding, sample: the
-generator kernel of cuda/sampled_kernels.cuh), N + 1 > 32 and a task pool with label noise."""
+H (d+1) > 32 head entries; LinearPrompts drawn on the GPU (sample_embedding, sample: the
+generator kernel of cuda/sampled_kernels.cuh), N + 1 > 32 and a task pool with label noise; the
+fused H-head steps on the GPU (tokens; Wishart: cuda/multihead_sampled_kernels.cuh, with its work
+in shared and in global memory) and the native merge_kq / chain_kq kernels."""
 from __future__ import annotations
 
 import numpy as np
@@ -34,4 +36,22 @@ for dt in (np.float32, np.float64):
         spec.sample_embedding(37, 0, dt, device="cuda")
         spec.sample(37, 1, dt, device="cuda")
     print(np.dtype(dt).name, "LinearPrompts on the GPU ok")
+for dt in (np.float32, np.float64):
+    # d = 3 fits the Wishart work in shared memory, d = 20 with H = 8 spills it to global memory.
+    for spec, H, B in ((sampling.LinearPrompts(3, 9, seed=3), 3, 77),
+                       (sampling.LinearPrompts(20, 40, seed=4, noise_std=0.1), 8, 301)):
+        d = spec.dim
+        W_pv, W_kq = (0.3 * rng.standard_normal((2, H, d + 1, d + 1))).astype(dt)
+        Wd = [cuda.to_device(W_pv), cuda.to_device(W_kq)]
+        grads = [cuda.to_device(np.zeros_like(W_pv)), cuda.to_device(np.zeros_like(W_kq))]
+        loss = cuda.to_device(np.zeros(1))
+        for method in ("tokens", "wishart"):
+            step = spec.multihead_fused_step(batch=B, method=method, dtype=dt, device="cuda")
+            step(*Wd, 0, *grads, loss=loss)
+        W_k, W_q = (0.5 * rng.standard_normal((2, H, 2, d + 1))).astype(dt)
+        Kd, Qd = cuda.to_device(W_k), cuda.to_device(W_q)
+        mh.merge_kq(Kd, Qd, out=Wd[1])
+        mh.chain_kq(Kd, Qd, Wd[1], out=(cuda.to_device(np.zeros_like(W_k)),
+                                        cuda.to_device(np.zeros_like(W_q))))
+        print(np.dtype(dt).name, (d, H, B), "fused H-head steps and merge/chain on the GPU ok")
 cuda.synchronize()
