@@ -307,9 +307,26 @@ constexpr index_t kLanesMaxRows = 9;
 constexpr index_t kLanesMaxTokensBackward = 48, kLanesMaxTokensInputGrad = 24;
 template <class T>
 constexpr index_t kLanesMaxTokensPredict = sizeof(T) == 4 ? 24 : 0;
+// Up to which d + 1 the backward passes run Gram-first (LanePrompts::gram_pass): its
+// (d+1)(d+2)/2 products per token against the token pass's 4(d+1) + 1 (measured, same-run min of
+// 400 calls, d = 1..8, N = 20, 40, B = 4096: float64 0.72x-0.95x the time up to d = 5 and slower from
+// d = 6; float32 0.79x-0.99x up to d = 4, 1.03x-1.13x at d = 5).
+template <class T>
+constexpr index_t kGramMaxRows = sizeof(T) == 4 ? 5 : 6;
 inline bool prompts_in_lanes(index_t d, index_t N, index_t max_tokens) {
   return d + 1 <= kLanesMaxRows && N + 1 <= max_tokens;
 }
+
+// The upper-triangle entries (a[e], b[e]), a ≤ b, of an R x R matrix in row-major order.
+template <int R>
+struct GramPairs {
+  int a[R * (R + 1) / 2] = {}, b[R * (R + 1) / 2] = {};
+  constexpr GramPairs() {
+    int e = 0;
+    for (int i = 0; i < R; ++i)
+      for (int j = i; j < R; ++j, ++e) a[e] = i, b[e] = j;
+  }
+};
 
 template <class T>
 struct LanePrompts {
@@ -431,6 +448,68 @@ struct LanePrompts {
         g_p[r] = gp;
       }
   }
+  // ŷ, g_k and g_p (t and s not kept): Gram-first up to kGramMaxRows<T> rows, where it is the
+  // faster (measured, bench/report_lsa_bandwidth.py), else pass<true>.
+  Vec<T> backward_pass() { return rows <= kGramMaxRows<T> ? gram_pass() : pass<true>(); }
+  // ŷ, g_k and g_p Gram-first (the backward without t and s): G = Σ_j X[:, j] X[:, j]ᵀ (sequentially
+  // over j), then g_k = G p, g_p = G q and Σ_j t_j s_j = pᵀ G q = p · g_p. Per token that is
+  // (d+1)(d+2)/2 products instead of the 4(d+1) + 1 of pass<true>, and the backward does not wait
+  // for the forward: the Gram sums are independent chains over the tokens, in registers.
+  Vec<T> gram_pass() {
+    for (index_t r = 0; r < rows; ++r) {  // q_r = (W^KQ e_q)_r   [ZFB (3.6)]
+      Vec<T> acc = simd::zero<T>();
+      for (index_t c = 0; c < rows; ++c) acc += simd::broadcast(W[r * rows + c]) * e_q(c);
+      q[r] = acc;
+    }
+    Vec<T> G[kLanesMaxRows * kLanesMaxRows];
+    switch (rows) {
+      case 2: gram<2>(G); break;
+      case 3: gram<3>(G); break;
+      case 4: gram<4>(G); break;
+      case 5: gram<5>(G); break;
+      case 6: gram<6>(G); break;
+      case 7: gram<7>(G); break;
+      case 8: gram<8>(G); break;
+      case 9: gram<9>(G); break;
+      default: gram<1>(G);
+    }
+    ahead.step(1 << 20);
+    Vec<T> dot = simd::zero<T>();
+    for (index_t r = 0; r < rows; ++r) {
+      Vec<T> gk = simd::zero<T>(), gp = simd::zero<T>();
+      for (index_t c = 0; c < rows; ++c) {
+        gk += G[r * rows + c] * p[c];
+        gp += G[r * rows + c] * q[c];
+      }
+      g_k[r] = gk;
+      g_p[r] = gp;
+      dot += p[r] * gp;
+    }
+    return e_q(rows - 1) + dot * simd::broadcast(T(1) / T(N));  // recipe::prediction per lane
+  }
+  // G [R, R] (both triangles) = Σ_j X[:, j] X[:, j]ᵀ for R = rows: the R(R+1)/2 upper entries in
+  // blocks of up to kGramBlock register accumulators, each block one pass over the tokens.
+  static constexpr int kGramBlock = 11;
+  template <int R, int E0 = 0>
+  void gram(Vec<T>* G) {
+    constexpr int n = R * (R + 1) / 2, K = n - E0 < kGramBlock ? n - E0 : kGramBlock;
+    gram_entries<R, E0, K>(G);
+    if constexpr (E0 + K < n) gram<R, E0 + K>(G);
+  }
+  // Upper entries E0 .. E0 + K − 1 (row-major over a ≤ b) of G.
+  template <int R, int E0, int K>
+  void gram_entries(Vec<T>* G) {
+    constexpr GramPairs<R> pairs{};
+    Vec<T> acc[K];
+    for (int k = 0; k < K; ++k) acc[k] = simd::zero<T>();
+    for (index_t j = 0; j < cols; ++j) {
+      if (j % 4 == 0) ahead.step(1);
+      for (int k = 0; k < K; ++k)
+        acc[k] += X[pairs.a[E0 + k] * cols + j] * X[pairs.b[E0 + k] * cols + j];
+    }
+    for (int k = 0; k < K; ++k)
+      G[pairs.a[E0 + k] * R + pairs.b[E0 + k]] = G[pairs.b[E0 + k] * R + pairs.a[E0 + k]] = acc[k];
+  }
   // The L values at v[b], lanes past count repeating v[b + count − 1].
   Vec<T> gather(const T* v, index_t b, index_t count) const {
     Vec<T> out;
@@ -535,7 +614,7 @@ void loss_grad_lanes(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv
   LaneGradSums<T> sums(w.rows);
   const double scale = recipe::residual_scale<T>(1.0, sh.context);
   for_each_lane_group(w, E, b0, b1, [&](index_t b, index_t count) {
-    const Vec<T> pred = w.template pass<true>();
+    const Vec<T> pred = w.backward_pass();
     if (y_hat) store_lanes<T>(y_hat + b, pred, count);
     Vec<double> res[kDoubleVecs<T>], y[kDoubleVecs<T>];
     lanes_to_double<T>(pred, count, res);
