@@ -19,8 +19,8 @@ from test_lsa import DTYPES, n_ops, random_problem
 BATCHES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 129, 263)
 SHAPES = [(B, d, N) for B in BATCHES for d, N in ((5, 20),)] + [
     (3, 1, 1), (11, 1, 2), (13, 2, 7), (6, 3, 8), (21, 4, 15), (10, 7, 1), (19, 8, 33), (12, 9, 20),
-    # the Gram-first backward (d + 1 <= kGramMaxRows: 5 in float32, 6 in float64) and the token
-    # pass just above it: group tails and d = 4, 5, 6
+    # the Gram-first backward (d + 1 <= kGramMaxRows = 6) and the token pass just above it: group
+    # tails at d = 2, and d = 4, 6
     (1, 2, 20), (5, 2, 20), (9, 2, 20), (7, 4, 20), (3, 4, 1), (14, 6, 12), (5, 6, 20),
     # both sides of each kernel's token limit (N + 1 = 24, 48: kLanesMaxTokens*)
     (13, 5, 23), (13, 5, 24), (13, 5, 47), (13, 5, 48),

@@ -62,8 +62,8 @@ class IsaTables : public ::testing::TestWithParam<Isa> {
 
 template <class T>
 void check_lsa_tables(Isa isa) {
-  // d = 2, 5 at N = 20 with B = 13: the prompts-in-lanes kernels (Gram-first backward at d = 2 and,
-  // in float64, d = 5) over whole groups and a tail.
+  // d = 2, 5 at N = 20 with B = 13: the prompts-in-lanes kernels (Gram-first backward) over whole
+  // groups and a tail; d = 7 (above): the token pass.
   for (auto [B, d, N] : {std::array<index_t, 3>{3, 1, 1}, {5, 4, 9}, {4, 20, 100}, {2, 7, 33},
                          {13, 2, 20}, {13, 5, 20}}) {
     const auto p = lsa_native::testing::random_lsa_problem<T>(B, d, N, unsigned(B * 100 + d + N));

@@ -293,6 +293,8 @@ struct AheadPrompts {
 // recipe's per-prompt order (common/lsa_recipe.hpp: sums over r, then sequentially over j):
 //   q_r = Σ_c W^KQ[r, c] e_q[c],  t_j = Σ_r p_r X[r, j],  s_j = Σ_r q_r X[r, j],  Σ_j t_j s_j,
 //   g_k[r] = Σ_j t_j X[r, j],  g_p[r] = Σ_j s_j X[r, j]   [ZFB (3.6), SPEC 3.2]
+// (at d + 1 ≤ kGramMaxRows the backward passes instead form G = Σ_j X[:, j] X[:, j]ᵀ and take
+// g_k = G p, g_p = G q, Σ_j t_j s_j = pᵀ G q: fewer products there, LanePrompts::gram_pass)
 // and the batch sums of the gradients in double per lane (LaneGradSums), the lanes added in order
 // at the range's end. A group's lanes past the range repeat its last prompt and weigh 0.
 
@@ -308,11 +310,11 @@ constexpr index_t kLanesMaxTokensBackward = 48, kLanesMaxTokensInputGrad = 24;
 template <class T>
 constexpr index_t kLanesMaxTokensPredict = sizeof(T) == 4 ? 24 : 0;
 // Up to which d + 1 the backward passes run Gram-first (LanePrompts::gram_pass): its
-// (d+1)(d+2)/2 products per token against the token pass's 4(d+1) + 1 (measured, same-run min of
-// 400 calls, d = 1..8, N = 20, 40, B = 4096: float64 0.72x-0.95x the time up to d = 5 and slower from
-// d = 6; float32 0.79x-0.99x up to d = 4, 1.03x-1.13x at d = 5).
-template <class T>
-constexpr index_t kGramMaxRows = sizeof(T) == 4 ? 5 : 6;
+// (d+1)(d+2)/2 products per token against the token pass's 4(d+1) + 1, in blocks of 7 register
+// sums (measured best of 5..14 at d = 5). Measured (same-run min of 301-801 calls, N = 20, B =
+// 4096, one thread, Zen 3 AVX2): the loss gradient's time 0.80x-0.94x in float32 and 0.83x-0.99x in
+// float64 for d = 1..5 (d = 5: 0.94x, 0.96x; N = 40: 0.90x, 0.94x), 1.01x-1.20x from d = 6 on.
+constexpr index_t kGramMaxRows = 6;
 inline bool prompts_in_lanes(index_t d, index_t N, index_t max_tokens) {
   return d + 1 <= kLanesMaxRows && N + 1 <= max_tokens;
 }
@@ -448,29 +450,29 @@ struct LanePrompts {
         g_p[r] = gp;
       }
   }
-  // ŷ, g_k and g_p (t and s not kept): Gram-first up to kGramMaxRows<T> rows, where it is the
-  // faster (measured, bench/report_lsa_bandwidth.py), else pass<true>.
-  Vec<T> backward_pass() { return rows <= kGramMaxRows<T> ? gram_pass() : pass<true>(); }
+  // ŷ, g_k and g_p (t and s not kept): Gram-first up to kGramMaxRows rows, where it is the
+  // faster (measured: kGramMaxRows), else pass<true>.
+  Vec<T> backward_pass() { return rows <= kGramMaxRows ? gram_pass() : pass<true>(); }
   // ŷ, g_k and g_p Gram-first (the backward without t and s): G = Σ_j X[:, j] X[:, j]ᵀ (sequentially
   // over j), then g_k = G p, g_p = G q and Σ_j t_j s_j = pᵀ G q = p · g_p. Per token that is
   // (d+1)(d+2)/2 products instead of the 4(d+1) + 1 of pass<true>, and the backward does not wait
-  // for the forward: the Gram sums are independent chains over the tokens, in registers.
+  // for the forward: the Gram sums are independent chains over the tokens, in registers. Its
+  // roundings are those of the Gram-first form, not the recipe's token order (within the same
+  // bound: tests/test_lsa_lanes.py, the ISA tables' agreement in cpp/tests/test_isa.cpp).
   Vec<T> gram_pass() {
     for (index_t r = 0; r < rows; ++r) {  // q_r = (W^KQ e_q)_r   [ZFB (3.6)]
       Vec<T> acc = simd::zero<T>();
       for (index_t c = 0; c < rows; ++c) acc += simd::broadcast(W[r * rows + c]) * e_q(c);
       q[r] = acc;
     }
-    Vec<T> G[kLanesMaxRows * kLanesMaxRows];
+    static_assert(kGramMaxRows == 6, "gram_pass's cases are d + 1 = 1 .. 6");
+    Vec<T> G[kGramMaxRows * kGramMaxRows];
     switch (rows) {
       case 2: gram<2>(G); break;
       case 3: gram<3>(G); break;
       case 4: gram<4>(G); break;
       case 5: gram<5>(G); break;
       case 6: gram<6>(G); break;
-      case 7: gram<7>(G); break;
-      case 8: gram<8>(G); break;
-      case 9: gram<9>(G); break;
       default: gram<1>(G);
     }
     ahead.step(1 << 20);
@@ -489,7 +491,7 @@ struct LanePrompts {
   }
   // G [R, R] (both triangles) = Σ_j X[:, j] X[:, j]ᵀ for R = rows: the R(R+1)/2 upper entries in
   // blocks of up to kGramBlock register accumulators, each block one pass over the tokens.
-  static constexpr int kGramBlock = 11;
+  static constexpr int kGramBlock = 7;
   template <int R, int E0 = 0>
   void gram(Vec<T>* G) {
     constexpr int n = R * (R + 1) / 2, K = n - E0 < kGramBlock ? n - E0 : kGramBlock;
