@@ -8,9 +8,10 @@
 // thread, interleaved, each a min and a median over `reps` calls on a batch beyond L2 (d = 5,
 // N = 20, B = 4096: E = 2 MB in float32): "read" = an AVX2 streaming sum over E (4 accumulators,
 // what the core's loads reach), "stage" = the transposes of the groups into X (the lanes layout),
-// "+ forward" = stage and pass<false> (q, t, s, Σ t s), "+ backward" = stage and backward_pass()
-// (ŷ and G p, G q), "loss_grad" = the whole kernel (adds the residuals and the batch sums of the
-// gradients in double lanes). The kernel itself is timed from its own copy of the .inl (namespace
+// "+ forward" = stage and pass<false> (q, t, s, Σ t s: predict's math), "+ fwd+bwd" = stage and
+// backward_pass() instead (ŷ, G p and G q: all the per-prompt math of the loss gradient),
+// "loss_grad" = the whole kernel (adds the residuals and the batch sums of the gradients in double
+// lanes). The kernel itself is timed from its own copy of the .inl (namespace
 // isa_whole) so that the phase calls do not change how the compiler inlines it.
 #define LSA_ISA_NS isa_whole
 #include "cpu/lsa_kernels.inl"
@@ -63,7 +64,7 @@ void profile(index_t d, index_t N, index_t B, int reps) {
     sink = simd::hsum(acc);
   };
   const auto whole = isa_whole::lsa_kernels<T>();
-  const char* names[] = {"read", "stage", "+ forward", "+ backward", "loss_grad"};
+  const char* names[] = {"read", "stage", "+ forward", "+ fwd+bwd", "loss_grad"};
   std::vector<double> t[5];
   for (int r = 0; r < reps; ++r)
     for (int v = 0; v < 5; ++v) {
