@@ -1,5 +1,6 @@
 """The small-d LSA kernels with the prompts in SIMD lanes (d ≤ 8: predict, loss_and_grad and
-predict_vjp, cpu/lsa_kernels.inl `prompts_in_lanes`) vs the numpy reference: every tail
+predict_vjp, cpu/lsa_kernels.inl `prompts_in_lanes`; the backward Gram-first at the smallest d)
+vs the numpy reference: every tail
 of a lane group (B mod 8 and B mod 4: float32 and float64 groups), batches of one chunk and more, d
 = 1, N = 1 and N + 1 below, at and above a vector, d = 8 (the largest in lanes) and d = 9 (the first
 on the token-lane path), both sides of each kernel's limit on N. Same rounding bounds as tests/test_lsa.py."""
@@ -18,6 +19,9 @@ from test_lsa import DTYPES, n_ops, random_problem
 BATCHES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 17, 129, 263)
 SHAPES = [(B, d, N) for B in BATCHES for d, N in ((5, 20),)] + [
     (3, 1, 1), (11, 1, 2), (13, 2, 7), (6, 3, 8), (21, 4, 15), (10, 7, 1), (19, 8, 33), (12, 9, 20),
+    # the Gram-first backward (d + 1 <= kGramMaxRows = 6) and the token pass just above it: group
+    # tails at d = 2, and d = 4, 6
+    (1, 2, 20), (5, 2, 20), (9, 2, 20), (7, 4, 20), (3, 4, 1), (14, 6, 12), (5, 6, 20),
     # both sides of each kernel's token limit (N + 1 = 24, 48: kLanesMaxTokens*)
     (13, 5, 23), (13, 5, 24), (13, 5, 47), (13, 5, 48),
 ]

@@ -62,7 +62,10 @@ class IsaTables : public ::testing::TestWithParam<Isa> {
 
 template <class T>
 void check_lsa_tables(Isa isa) {
-  for (auto [B, d, N] : {std::array<index_t, 3>{3, 1, 1}, {5, 4, 9}, {4, 20, 100}, {2, 7, 33}}) {
+  // d = 2, 5 at N = 20 with B = 13: the prompts-in-lanes kernels (Gram-first backward) over whole
+  // groups and a tail; d = 7 (above): the token pass.
+  for (auto [B, d, N] : {std::array<index_t, 3>{3, 1, 1}, {5, 4, 9}, {4, 20, 100}, {2, 7, 33},
+                         {13, 2, 20}, {13, 5, 20}}) {
     const auto p = lsa_native::testing::random_lsa_problem<T>(B, d, N, unsigned(B * 100 + d + N));
     const index_t rc = (d + 1) * (N + 1);
     using Vjp = cpu::LsaPredictVjpKernels<T>;
@@ -79,6 +82,13 @@ void check_lsa_tables(Isa isa) {
     for (T x : d_E[0]) ASSERT_TRUE(std::isfinite(double(x)));
     EXPECT_LT(relative_gap(d_E[0], d_E[1]), tolerance<T>()) << "d_E, d = " << d << ", N = " << N;
     EXPECT_LT(relative_gap(partial[0], partial[1]), tolerance<T>()) << "d = " << d << ", N = " << N;
+    for (const auto& k : tables) {  // without dE (the parameter gradients only)
+      partial.emplace_back(static_cast<size_t>(cpu::predict_vjp_partial_size(d)), NAN);
+      k.range(p.shape, p.E.data(), p.W_pv.data(), p.W_kq.data(), p.y_q.data(), nullptr, 0, B,
+              partial.back().data());
+    }
+    EXPECT_LT(relative_gap(partial[2], partial[3]), tolerance<T>()) << "no dE, d = " << d;
+    EXPECT_LT(relative_gap(partial[0], partial[2]), tolerance<T>()) << "no dE vs dE, d = " << d;
 
     using Lsa = cpu::LsaKernels<T>;
     const Lsa lsa[] = {LSA_NATIVE_KERNELS_FOR(Isa::baseline, Lsa, lsa_kernels<T>()),

@@ -293,6 +293,8 @@ struct AheadPrompts {
 // recipe's per-prompt order (common/lsa_recipe.hpp: sums over r, then sequentially over j):
 //   q_r = Σ_c W^KQ[r, c] e_q[c],  t_j = Σ_r p_r X[r, j],  s_j = Σ_r q_r X[r, j],  Σ_j t_j s_j,
 //   g_k[r] = Σ_j t_j X[r, j],  g_p[r] = Σ_j s_j X[r, j]   [ZFB (3.6), SPEC 3.2]
+// (at d + 1 ≤ kGramMaxRows the backward passes instead form G = Σ_j X[:, j] X[:, j]ᵀ and take
+// g_k = G p, g_p = G q, Σ_j t_j s_j = pᵀ G q: fewer products there, LanePrompts::gram_pass)
 // and the batch sums of the gradients in double per lane (LaneGradSums), the lanes added in order
 // at the range's end. A group's lanes past the range repeat its last prompt and weigh 0.
 
@@ -307,9 +309,26 @@ constexpr index_t kLanesMaxRows = 9;
 constexpr index_t kLanesMaxTokensBackward = 48, kLanesMaxTokensInputGrad = 24;
 template <class T>
 constexpr index_t kLanesMaxTokensPredict = sizeof(T) == 4 ? 24 : 0;
+// Up to which d + 1 the backward passes run Gram-first (LanePrompts::gram_pass): its
+// (d+1)(d+2)/2 products per token against the token pass's 4(d+1) + 1, in blocks of 7 register
+// sums (measured best of 5..14 at d = 5). Measured (same-run min of 301-801 calls, N = 20, B =
+// 4096, one thread, Zen 3 AVX2): the loss gradient's time 0.80x-0.94x in float32 and 0.83x-0.99x in
+// float64 for d = 1..5 (d = 5: 0.94x, 0.96x; N = 40: 0.90x, 0.94x), 1.01x-1.20x from d = 6 on.
+constexpr index_t kGramMaxRows = 6;
 inline bool prompts_in_lanes(index_t d, index_t N, index_t max_tokens) {
   return d + 1 <= kLanesMaxRows && N + 1 <= max_tokens;
 }
+
+// The upper-triangle entries (a[e], b[e]), a ≤ b, of an R x R matrix in row-major order.
+template <int R>
+struct GramPairs {
+  int a[R * (R + 1) / 2] = {}, b[R * (R + 1) / 2] = {};
+  constexpr GramPairs() {
+    int e = 0;
+    for (int i = 0; i < R; ++i)
+      for (int j = i; j < R; ++j, ++e) a[e] = i, b[e] = j;
+  }
+};
 
 template <class T>
 struct LanePrompts {
@@ -431,6 +450,68 @@ struct LanePrompts {
         g_p[r] = gp;
       }
   }
+  // ŷ, g_k and g_p (t and s not kept): Gram-first up to kGramMaxRows rows, where it is the
+  // faster (measured: kGramMaxRows), else pass<true>.
+  Vec<T> backward_pass() { return rows <= kGramMaxRows ? gram_pass() : pass<true>(); }
+  // ŷ, g_k and g_p Gram-first (the backward without t and s): G = Σ_j X[:, j] X[:, j]ᵀ (sequentially
+  // over j), then g_k = G p, g_p = G q and Σ_j t_j s_j = pᵀ G q = p · g_p. Per token that is
+  // (d+1)(d+2)/2 products instead of the 4(d+1) + 1 of pass<true>, and the backward does not wait
+  // for the forward: the Gram sums are independent chains over the tokens, in registers. Its
+  // roundings are those of the Gram-first form, not the recipe's token order (within the same
+  // bound: tests/test_lsa_lanes.py, the ISA tables' agreement in cpp/tests/test_isa.cpp).
+  Vec<T> gram_pass() {
+    for (index_t r = 0; r < rows; ++r) {  // q_r = (W^KQ e_q)_r   [ZFB (3.6)]
+      Vec<T> acc = simd::zero<T>();
+      for (index_t c = 0; c < rows; ++c) acc += simd::broadcast(W[r * rows + c]) * e_q(c);
+      q[r] = acc;
+    }
+    static_assert(kGramMaxRows == 6, "gram_pass's cases are d + 1 = 1 .. 6");
+    Vec<T> G[kGramMaxRows * kGramMaxRows];
+    switch (rows) {
+      case 2: gram<2>(G); break;
+      case 3: gram<3>(G); break;
+      case 4: gram<4>(G); break;
+      case 5: gram<5>(G); break;
+      case 6: gram<6>(G); break;
+      default: gram<1>(G);
+    }
+    ahead.step(1 << 20);
+    Vec<T> dot = simd::zero<T>();
+    for (index_t r = 0; r < rows; ++r) {
+      Vec<T> gk = simd::zero<T>(), gp = simd::zero<T>();
+      for (index_t c = 0; c < rows; ++c) {
+        gk += G[r * rows + c] * p[c];
+        gp += G[r * rows + c] * q[c];
+      }
+      g_k[r] = gk;
+      g_p[r] = gp;
+      dot += p[r] * gp;
+    }
+    return e_q(rows - 1) + dot * simd::broadcast(T(1) / T(N));  // recipe::prediction per lane
+  }
+  // G [R, R] (both triangles) = Σ_j X[:, j] X[:, j]ᵀ for R = rows: the R(R+1)/2 upper entries in
+  // blocks of up to kGramBlock register accumulators, each block one pass over the tokens.
+  static constexpr int kGramBlock = 7;
+  template <int R, int E0 = 0>
+  void gram(Vec<T>* G) {
+    constexpr int n = R * (R + 1) / 2, K = n - E0 < kGramBlock ? n - E0 : kGramBlock;
+    gram_entries<R, E0, K>(G);
+    if constexpr (E0 + K < n) gram<R, E0 + K>(G);
+  }
+  // Upper entries E0 .. E0 + K − 1 (row-major over a ≤ b) of G.
+  template <int R, int E0, int K>
+  void gram_entries(Vec<T>* G) {
+    constexpr GramPairs<R> pairs{};
+    Vec<T> acc[K];
+    for (int k = 0; k < K; ++k) acc[k] = simd::zero<T>();
+    for (index_t j = 0; j < cols; ++j) {
+      if (j % 4 == 0) ahead.step(1);
+      for (int k = 0; k < K; ++k)
+        acc[k] += X[pairs.a[E0 + k] * cols + j] * X[pairs.b[E0 + k] * cols + j];
+    }
+    for (int k = 0; k < K; ++k)
+      G[pairs.a[E0 + k] * R + pairs.b[E0 + k]] = G[pairs.b[E0 + k] * R + pairs.a[E0 + k]] = acc[k];
+  }
   // The L values at v[b], lanes past count repeating v[b + count − 1].
   Vec<T> gather(const T* v, index_t b, index_t count) const {
     Vec<T> out;
@@ -535,7 +616,7 @@ void loss_grad_lanes(const LsaShape& sh, const T* E, const T* y_q, const T* W_pv
   LaneGradSums<T> sums(w.rows);
   const double scale = recipe::residual_scale<T>(1.0, sh.context);
   for_each_lane_group(w, E, b0, b1, [&](index_t b, index_t count) {
-    const Vec<T> pred = w.template pass<true>();
+    const Vec<T> pred = w.backward_pass();
     if (y_hat) store_lanes<T>(y_hat + b, pred, count);
     Vec<double> res[kDoubleVecs<T>], y[kDoubleVecs<T>];
     lanes_to_double<T>(pred, count, res);

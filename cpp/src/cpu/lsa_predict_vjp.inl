@@ -68,7 +68,8 @@ bool predict_vjp_lanes(const LsaShape& sh, const T* E, const T* W_pv, const T* W
   Vec<T> poison = simd::zero<T>();
   simd::VecBuffer<T> Gp(rows);
   for_each_lane_group(w, E, b0, b1, [&](index_t b, index_t count) {
-    w.template pass<true>();
+    if (d_E) w.template pass<true>();  // t and s for dE
+    else w.backward_pass();
     const Vec<T> g = w.gather(d_y, b, count);
     Vec<double> gd[kDoubleVecs<T>];
     lanes_to_double<T>(g, count, gd);
