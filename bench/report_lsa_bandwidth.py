@@ -7,10 +7,9 @@ forward alone), and the read probes: the native streaming sum over E (`stream_su
 `np.add.reduce` over E. "GB/s" is E's bytes over the median time: each kernel must read E once, so
 GB/s over a read probe's GB/s is the fraction of the read bandwidth the kernel reaches. Two are
 printed: of `stream_sum` (the column earlier tables quote) and of the faster of the two probes
-("% read bw", the honest one). `stream_sum` is compiled for the baseline table only, where its
-32-byte accumulators live on the stack (a store-to-load chain per vector: about 22 GB/s at d = 5,
-N = 20, B = 4096 on a Zen 3 core, where numpy reads the same E at 30-44 GB/s and an AVX2 loop at
-~75 GB/s), so the fraction of it overstates the kernels' share of the bandwidth.
+("% read bw"). `stream_sum` reads at numpy's rate or above since its accumulators stay in
+registers (before 2026-11-27 an array of 32-byte vectors lived on the stack in its baseline unit
+and it read at about half: fractions of it in older tables overstate the kernels' share).
 
 At d = 5 the prediction fwd+bwd is not bound by the read: per prompt it is about 525 lane FMAs (t,
 s, Σ t s, G p, G q over 21 tokens and 6 rows; 441 + 78 Gram-first) on 504 bytes (float32): about 2
