@@ -271,14 +271,17 @@ void forward_prompt(Workspace<T>& w, const T* Z0, const T* V, const T* Bq, const
 }
 
 // Layer ℓ backward in full: from ∂ℓ/∂Z_{ℓ+1} in w.dZ to ∂ℓ/∂Z_ℓ (left in w.dZ); parameter
-// gradients accumulate into gV, gB, gC.
+// gradients accumulate into gV, gB, gC. Without input_grad (layer 0 when no ∂ℓ/∂Z_0 is asked for)
+// the terms of ∂ℓ/∂Z_ℓ are skipped (dY Hᵀ, Bᵀ dU + Cᵀ dW: an eleventh of a layer's FMAs at the CCS
+// size) and w.dZ is left as it was; the parameter gradients are the same, bit for bit.
 template <class T>
 void backward_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T* Ck,
-                    const Activation* acts, double* gV, double* gB, double* gC) {
+                    const Activation* acts, double* gV, double* gB, double* gC,
+                    bool input_grad = true) {
   const index_t d = w.d, n = w.n, D = w.D, Tt = w.Tt;
   const T* Z = w.z(l);
   const T* dO = w.dZ.data();  // ∂ℓ/∂Z_{ℓ+1}: every head's output receives it
-  std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
+  if (input_grad) std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
   T* dZp = w.dZprev.data();
   for (index_t s = 0; s < w.H; ++s) {
     const index_t p = l * w.H + s;
@@ -293,9 +296,11 @@ void backward_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T
     for (index_t k = 0; k < D * D; ++k) gV[p * D * D + k] += double(prod[k]);
     combine_rows(dY, false, Vm, 1, D, dO, D, D, Tt);
     // Y = Z M H:  dZ[:, i<n] += dY H^T;  dH = (Z M)^T dY
-    products_bt(dY, D, Hs, n, Tt, prod);
-    for (index_t r = 0; r < D; ++r)
-      for (index_t i = 0; i < n; ++i) dZp[r * Tt + i] += prod[r * n + i];
+    if (input_grad) {
+      products_bt(dY, D, Hs, n, Tt, prod);
+      for (index_t r = 0; r < D; ++r)
+        for (index_t i = 0; i < n; ++i) dZp[r * Tt + i] += prod[r * n + i];
+    }
     combine_rows(dH, false, Z, 1, Tt, dY, n, D, Tt);
     activation_backward(acts[s], Hs, dH, n, Tt, w.col.data());  // dH becomes dS
     // S = U^T W:  dU[:, i] = W dS[i, :]^T for i < n (0 for the query), dW = U[:, :n] dS
@@ -308,10 +313,11 @@ void backward_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T
     for (index_t k = 0; k < d * d; ++k) gB[p * d * d + k] += double(prod[k]);
     products_bt(dW, d, Z, d, Tt, prod);
     for (index_t k = 0; k < d * d; ++k) gC[p * d * d + k] += double(prod[k]);
+    if (!input_grad) continue;
     combine_rows(dZp, true, Bm, 1, d, dU, d, d, Tt);
     combine_rows(dZp, true, Cm, 1, d, dW, d, d, Tt);
   }
-  w.dZ.swap(w.dZprev);
+  if (input_grad) w.dZ.swap(w.dZprev);
 }
 
 // The backward of forward_query_layer: ∂ℓ/∂Z_{ℓ+1} is g at [d, n] alone (the loss seed), so per head
@@ -363,14 +369,15 @@ void backward_query_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, c
   w.dZ.swap(w.dZprev);
 }
 
-// From ∂ℓ/∂Z_L in w.dZ to ∂ℓ/∂Z_0 (left in w.dZ); parameter gradients accumulate into gV, gB, gC.
-// query_only: the forward ran forward_query_layer last and w.dZ is nonzero at [d, n] alone.
+// From ∂ℓ/∂Z_L in w.dZ to ∂ℓ/∂Z_0 (left in w.dZ with input_grad; else w.dZ holds ∂ℓ/∂Z_1 when
+// L > 1); parameter gradients accumulate into gV, gB, gC. query_only: the forward ran
+// forward_query_layer last and w.dZ is nonzero at [d, n] alone.
 template <class T>
 void backward_prompt(Workspace<T>& w, const T* V, const T* Bq, const T* Ck, const Activation* acts,
-                     double* gV, double* gB, double* gC, bool query_only = false) {
+                     double* gV, double* gB, double* gC, bool query_only, bool input_grad) {
   index_t l = w.L - 1;
   if (query_only) backward_query_layer(w, l--, V, Bq, Ck, acts, gV, gB, gC);
-  for (; l >= 0; --l) backward_layer(w, l, V, Bq, Ck, acts, gV, gB, gC);
+  for (; l >= 0; --l) backward_layer(w, l, V, Bq, Ck, acts, gV, gB, gC, input_grad || l > 0);
 }
 
 // TF_0..TF_L (or ŷ_ℓ = −TF_ℓ, recipe::prediction; or ŷ_L alone, recipe::prediction_column) of
@@ -607,15 +614,17 @@ void lane_forward_query_layer(LaneWorkspace<T>& w, index_t l, const T* V, const 
   gstore(w.z(l + 1) + d * ld + n * P, tf);
 }
 
-// backward_layer on a group: ∂ℓ/∂Z_{ℓ+1} in w.dZ to ∂ℓ/∂Z_ℓ (left in w.dZ).
+// backward_layer on a group: ∂ℓ/∂Z_{ℓ+1} in w.dZ to ∂ℓ/∂Z_ℓ (left in w.dZ); without input_grad
+// the terms of ∂ℓ/∂Z_ℓ are skipped as there.
 template <class T>
 void lane_backward_layer(LaneWorkspace<T>& w, index_t l, const T* V, const T* Bq, const T* Ck,
-                         const Activation* acts, index_t sV, index_t sB, index_t sC) {
+                         const Activation* acts, index_t sV, index_t sB, index_t sC,
+                         bool input_grad) {
   constexpr index_t P = LaneWorkspace<T>::P;
   const index_t d = w.d, n = w.n, D = w.D, cols = w.cols, ld = w.ld;
   const T* Z = w.z(l);
   const T* dO = w.dZ.data();
-  std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
+  if (input_grad) std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
   T *dZp = w.dZprev.data(), *dY = w.dY.data(), *dH = w.dH.data(), *dU = w.dU.data(),
     *dW = w.dW.data(), *prod = w.prod.data();
   for (index_t s = 0; s < w.H; ++s) {
@@ -627,7 +636,7 @@ void lane_backward_layer(LaneWorkspace<T>& w, index_t l, const T* V, const T* Bq
     w.add_gradient(sV + p * D * D, prod, D * D);
     combine_rows(dY, false, Vm, 1, D, dO, D, D, ld);
     // dZ[:, i<n] += dY Hᵀ;  dH = (Z M)ᵀ dY, then dS
-    lane_products(dZp, ld, P, true, dY, ld, P, Hs, P, ld, D, n, cols);
+    if (input_grad) lane_products(dZp, ld, P, true, dY, ld, P, Hs, P, ld, D, n, cols);
     lane_products(dH, ld, P, false, Z, P, ld, dY, ld, P, n, cols, D);
     activation_backward(acts[s], Hs, dH, n, ld, w.col.data());
     // dU[:, i] = W dS[i, :]ᵀ (i < n, the query column 0);  dW = U[:, :n] dS
@@ -639,10 +648,11 @@ void lane_backward_layer(LaneWorkspace<T>& w, index_t l, const T* V, const T* Bq
     w.add_gradient(sB + p * d * d, prod, d * d);
     lane_products(prod, d * P, P, false, dW, ld, P, Z, P, ld, d, d, cols);
     w.add_gradient(sC + p * d * d, prod, d * d);
+    if (!input_grad) continue;
     combine_rows(dZp, true, Bm, 1, d, dU, d, d, ld);
     combine_rows(dZp, true, Cm, 1, d, dW, d, d, ld);
   }
-  w.dZ.swap(w.dZprev);
+  if (input_grad) w.dZ.swap(w.dZprev);
 }
 
 // backward_query_layer on a group: w.dZ holds the seed at [d, n] alone.
@@ -711,7 +721,8 @@ T lane_loss_grad_group(LaneWorkspace<T>& w, const KernelAttentionShape& sh, cons
     w.dZ[d * ld + n * P + p] = T(recipe::loss_seed(residual, sh.batch));
   }
   lane_backward_query_layer(w, L - 1, V, Bq, Ck, acts, sV, sB, sC);
-  for (index_t l = L - 2; l >= 0; --l) lane_backward_layer(w, l, V, Bq, Ck, acts, sV, sB, sC);
+  for (index_t l = L - 2; l >= 0; --l)
+    lane_backward_layer(w, l, V, Bq, Ck, acts, sV, sB, sC, /*input_grad=*/l > 0 || d_Z0);
   if (d_Z0) poison += w.deinterleave(w.dZ.data(), d_Z0, b);
   return poison;
 }
@@ -763,7 +774,7 @@ bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, 
     if (predictions) poison += store_predictions(w, predictions, b, PredictionOutput::tf);
     std::fill(w.dZ.begin(), w.dZ.end(), T(0));
     w.dZ[d * w.Tt + sh.context] = T(recipe::loss_seed(residual, sh.batch));
-    backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC, /*query_only=*/true);
+    backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC, /*query_only=*/true, d_Z0 != nullptr);
     if (d_Z0) poison += w.unstage(w.dZ.data(), d_Z0 + b * per);
   }
   return detail::poison_clear(poison);
@@ -789,7 +800,7 @@ bool vjp_range(const KernelAttentionShape& sh, const T* Z0, const T* V, const T*
       forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
     }
     w.stage(d_Z_out + b * per, w.dZ.data());
-    backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC);
+    backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC, /*query_only=*/false, d_Z0 != nullptr);
     if (d_Z0) poison += w.unstage(w.dZ.data(), d_Z0 + b * per);
   }
   return detail::poison_clear(poison);
