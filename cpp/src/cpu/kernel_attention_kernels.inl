@@ -43,26 +43,56 @@ void products_bt(const T* A, index_t ra, const T* B, index_t rb, index_t ld, T* 
   small::token_products(A, ld, ra, B, ld, rb, ld, T(1), C, rb);
 }
 
-// The elementwise part of h̃ on `count` values: the recipe's value function of the table entry
+// The elementwise part of h̃ on one vector: the recipe's value function of the table entry
 // (recipe::activation::<name>_value, which the compiler specializes per entry); exp and softmax go
-// through the vectorized exp instead. A column-wise entry receives S minus its column max (the
-// recipe's shift, hence shift 0 here) and is normalized per column by activation_rows. A new
-// activation needs no code in this file.
+// through the vectorized exp (simd::exp) instead. A column-wise entry receives S minus its column
+// max (the recipe's shift, hence shift 0 here) and is normalized per column by activation_rows. A
+// new activation needs no code in this file.
+template <class T, Activation kActivation>
+inline Vec<T> activation_vector(Vec<T> x) {
+  if constexpr (kActivation == Activation::exp || kActivation == Activation::softmax) {
+    return simd::exp(x);  // e^s, and e^(s − shift) with the shift already subtracted
+  } else {
+    for (index_t k = 0; k < simd::kLanes<T>; ++k) x[k] = recipe::activation_value(kActivation, x[k], T(0));
+    return x;
+  }
+}
+
+// Rows of vectors in flight at once in the exp loops below: four independent exp polynomials
+// (a Horner chain of ~15 dependent operations each) overlap in the FMA pipes.
+constexpr index_t kExpRows = 4;
+
+// activation_vector on `count` values in place (the tail through a zero-padded vector); the exp
+// entries kExpRows vectors at a time, the others as the scalar recipe loop (which vectorizes).
 template <class T, Activation kActivation>
 void activation_values(T* x, index_t count) {
+  constexpr index_t L = simd::kLanes<T>;
   if constexpr (kActivation == Activation::exp || kActivation == Activation::softmax) {
-    simd::exp_inplace(x, count);  // e^s, and e^(s − shift) with the shift already subtracted
+    index_t i = 0;
+    for (; i + kExpRows * L <= count; i += kExpRows * L) {
+      Vec<T> v[kExpRows];
+      for (index_t k = 0; k < kExpRows; ++k) v[k] = load(x + i + k * L);
+      for (index_t k = 0; k < kExpRows; ++k) store(x + i + k * L, activation_vector<T, kActivation>(v[k]));
+    }
+    for (; i + L <= count; i += L) store(x + i, activation_vector<T, kActivation>(load(x + i)));
+    if (i < count) {
+      T buf[L] = {};
+      std::copy(x + i, x + count, buf);
+      store(buf, activation_vector<T, kActivation>(load(buf)));
+      std::copy(buf, buf + (count - i), x + i);
+    }
   } else {
     for (index_t k = 0; k < count; ++k) x[k] = recipe::activation_value(kActivation, x[k], T(0));
   }
 }
 
 // A column-wise activation on S [n, Tt] with Tt a whole number of vectors, one block of kLanes
-// columns at a time, fused: the column max, then per row the shifted values and the column sum in
-// the same pass, then the scale. The same operations in the same order as activation_rows' passes
-// (hence the same results); the block's n rows stay in L1 between the passes.
-template <class T, class Values>
-void columnwise_blocks(T* S, index_t n, index_t Tt, Values values) {
+// columns at a time, fused: the column max, then the shifted values of kExpRows rows at a time in
+// registers and the column sum (in row order) in the same pass, then the scale. The same operations
+// in the same order per value as activation_rows' passes (hence the same results); the block's n
+// rows stay in L1 between the passes.
+template <class T, Activation kActivation>
+void columnwise_blocks(T* S, index_t n, index_t Tt) {
   constexpr index_t L = simd::kLanes<T>;
   for (index_t c0 = 0; c0 < Tt; c0 += L) {
     Vec<T> shift = load(S + c0);
@@ -71,31 +101,39 @@ void columnwise_blocks(T* S, index_t n, index_t Tt, Values values) {
       shift = shift < x ? x : shift;  // std::max per lane
     }
     Vec<T> sum = simd::zero<T>();
-    for (index_t i = 0; i < n; ++i) {
-      T* row = S + i * Tt + c0;
-      store(row, load(row) - shift);
-      values(row, L);
-      sum += load(row);
+    index_t i = 0;
+    for (; i + kExpRows <= n; i += kExpRows) {
+      Vec<T> v[kExpRows];
+      for (index_t k = 0; k < kExpRows; ++k) v[k] = activation_vector<T, kActivation>(load(S + (i + k) * Tt + c0) - shift);
+      for (index_t k = 0; k < kExpRows; ++k) {
+        store(S + (i + k) * Tt + c0, v[k]);
+        sum += v[k];
+      }
+    }
+    for (; i < n; ++i) {
+      const Vec<T> v = activation_vector<T, kActivation>(load(S + i * Tt + c0) - shift);
+      store(S + i * Tt + c0, v);
+      sum += v;
     }
     const Vec<T> scale = T(1) / sum;
-    for (index_t i = 0; i < n; ++i) store(S + i * Tt + c0, load(S + i * Tt + c0) * scale);
+    for (index_t r = 0; r < n; ++r) store(S + r * Tt + c0, load(S + r * Tt + c0) * scale);
   }
 }
 
 // H = h̃(S) in place on S [n, T] (sources i < n as rows, targets j as columns)   [CCS (12)];
 // T = 1 gives one target column stored contiguously. A column-wise activation is shifted by the
 // column max (large logits stay finite) before its values and divided by the column sum after.
-template <class T, bool kColumnWise, class Values>
-void activation_rows(T* S, index_t n, index_t Tt, T* col, Values values) {
+template <class T, Activation kActivation, bool kColumnWise>
+void activation_rows(T* S, index_t n, index_t Tt, T* col) {
   if constexpr (kColumnWise) {
-    if (Tt % simd::kLanes<T> == 0) return columnwise_blocks(S, n, Tt, values);
+    if (Tt % simd::kLanes<T> == 0) return columnwise_blocks<T, kActivation>(S, n, Tt);
     std::copy(S, S + Tt, col);
     for (index_t i = 1; i < n; ++i)
       for (index_t j = 0; j < Tt; ++j) col[j] = std::max(col[j], S[i * Tt + j]);
     for (index_t i = 0; i < n; ++i)
       for (index_t j = 0; j < Tt; ++j) S[i * Tt + j] -= col[j];
   }
-  values(S, n * Tt);
+  activation_values<T, kActivation>(S, n * Tt);
   if constexpr (kColumnWise) {
     std::fill(col, col + Tt, T(0));
     for (index_t i = 0; i < n; ++i) axpy(col, T(1), S + i * Tt, Tt);
@@ -109,11 +147,9 @@ void activation_rows(T* S, index_t n, index_t Tt, T* col, Values values) {
 template <class T>
 void activation_forward(Activation a, T* S, index_t n, index_t Tt, T* col) {
   switch (a) {
-#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise)                    \
-  case Activation::name:                                                 \
-    activation_rows<T, column_wise>(S, n, Tt, col, [](T* x, index_t c) { \
-      activation_values<T, Activation::name>(x, c);                      \
-    });                                                                  \
+#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise)                         \
+  case Activation::name:                                                      \
+    activation_rows<T, Activation::name, column_wise>(S, n, Tt, col);         \
     break;
     LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_CASE)
 #undef LSA_NATIVE_ACTIVATION_CASE
