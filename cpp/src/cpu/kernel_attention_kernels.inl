@@ -158,22 +158,36 @@ void activation_forward(Activation a, T* S, index_t n, index_t Tt, T* col) {
 
 // dS from dH in place, given H = h̃(S): the recipe's gradient of each activation (ka_recipe.hpp),
 // with Σ_i H_ij dH_ij per column first for the column-wise ones (softmax). One loop per entry of
-// the activation table, so that each loop is specialized and vectorizes.
+// the activation table, so that each loop is specialized and vectorizes. A column-wise entry on
+// rows of whole vectors runs one block of kLanes columns at a time (the column sum in a register,
+// the block's rows still in L1 for the second pass): the same operations in the same order per
+// value as the scalar loops.
 template <class T>
 void activation_backward(Activation a, const T* H, T* dH, index_t n, index_t Tt, T* col) {
-  if (recipe::column_wise(a)) {
-    std::fill(col, col + Tt, T(0));
-    for (index_t i = 0; i < n; ++i)
-      for (index_t j = 0; j < Tt; ++j) col[j] += H[i * Tt + j] * dH[i * Tt + j];
-  }
-  auto apply = [&](auto gradient) {
+  auto apply = [&](auto column_wise_tag, auto gradient) {
+    constexpr bool kColumnWise = decltype(column_wise_tag)::value;
+    if constexpr (kColumnWise) {
+      if (Tt % simd::kLanes<T> == 0) {
+        for (index_t c0 = 0; c0 < Tt; c0 += simd::kLanes<T>) {
+          Vec<T> dot = simd::zero<T>();
+          for (index_t i = 0; i < n; ++i) dot += load(H + i * Tt + c0) * load(dH + i * Tt + c0);
+          for (index_t i = 0; i < n; ++i)
+            store(dH + i * Tt + c0, gradient(load(H + i * Tt + c0), load(dH + i * Tt + c0), dot));
+        }
+        return;
+      }
+      std::fill(col, col + Tt, T(0));
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < Tt; ++j) col[j] += H[i * Tt + j] * dH[i * Tt + j];
+    }
     for (index_t i = 0; i < n; ++i)
       for (index_t j = 0; j < Tt; ++j) dH[i * Tt + j] = gradient(H[i * Tt + j], dH[i * Tt + j], col[j]);
   };
   switch (a) {
-#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise)                                 \
-  case Activation::name:                                                              \
-    apply([](T h, T dh, T dot) { return recipe::activation::name##_gradient(h, dh, dot); }); \
+#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise)                                          \
+  case Activation::name:                                                                       \
+    apply(std::bool_constant<column_wise>{},                                                   \
+          [](auto h, auto dh, auto dot) { return recipe::activation::name##_gradient(h, dh, dot); }); \
     break;
     LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_CASE)
 #undef LSA_NATIVE_ACTIVATION_CASE
