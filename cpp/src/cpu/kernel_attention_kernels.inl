@@ -592,12 +592,23 @@ struct LaneWorkspace {
   T* h(index_t l, index_t s) { return hs.data() + (l * H + s) * n * ld; }
   T* y(index_t l, index_t s) { return ys.data() + (l * H + s) * D * ld; }
   // The P prompts from b into lane matrix Z_0 (prompt b + p in lane p).
+  // Where P is the vector width (every table but AVX-512's 16 / 8 lanes), kLanes values of the P
+  // prompts at a time as a block transposed by simd::transpose; the rest value by value.
   void interleave(const T* Z0, index_t b) {
     const index_t per = D * cols;
     T* z0 = z(0);
+    index_t e0 = 0;
+    if constexpr (P == simd::kLanes<T>) {
+      for (; e0 + P <= per; e0 += P) {
+        Vec<T> block[P];
+        for (index_t p = 0; p < P; ++p) block[p] = load(Z0 + (b + p) * per + e0);
+        simd::transpose(block);  // block[k] lane p = prompt p's value e0 + k
+        for (index_t k = 0; k < P; ++k) store(z0 + (e0 + k) * P, block[k]);
+      }
+    }
     for (index_t p = 0; p < P; ++p) {
       const T* src = Z0 + (b + p) * per;
-      for (index_t e = 0; e < per; ++e) z0[e * P + p] = src[e];
+      for (index_t e = e0; e < per; ++e) z0[e * P + p] = src[e];
     }
   }
   // Lane matrix [D, n+1] back to P prompts from b; returns the poison (NaN iff one was non-finite).
