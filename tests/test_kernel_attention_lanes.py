@@ -53,3 +53,25 @@ def test_lane_groups_report_non_finite_outputs(rng, dtype):
     Z0[5, :3] *= 1e3
     with pytest.raises(Exception, match="non-finite|NaN|inf"):
         ka.loss_and_grad(Z0, y, V, B, C, "exp", input_grad=True)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}_d{}_n{}_L{}_H{}".format(*s))
+def test_parameter_gradients_do_not_depend_on_input_grad(rng, shape, dtype):
+    """Without input_grad, layer 0's backward skips the terms of dZ_0 (loss_and_grad and vjp, lanes
+    and per-prompt paths): the loss and parameter gradients stay bitwise those with it."""
+    Bsz, d, n, L, H = shape
+    Z0, y, V, B, C = random_problem(rng, Bsz, d, n, L, H, dtype)
+    dZ = rng.standard_normal(Z0.shape).astype(dtype)
+    for act in ACTS:
+        acts = [act] * H
+        with_dz = ka.loss_and_grad(Z0, y, V, B, C, acts, input_grad=True)
+        without = ka.loss_and_grad(Z0, y, V, B, C, acts)
+        assert len(without) == 4 and len(with_dz) == 5
+        for name, g, w in zip(("loss", "dV", "dB", "dC"), without, with_dz):
+            np.testing.assert_array_equal(g, w, err_msg=f"{act} loss_and_grad {name}")
+        vjp_with = ka.vjp(Z0, V, B, C, acts, dZ, input_grad=True)
+        vjp_without = ka.vjp(Z0, V, B, C, acts, dZ, input_grad=False)
+        assert vjp_without[3] is None
+        for name, g, w in zip(("dV", "dB", "dC"), vjp_without[:3], vjp_with[:3]):
+            np.testing.assert_array_equal(g, w, err_msg=f"{act} vjp {name}")

@@ -43,26 +43,56 @@ void products_bt(const T* A, index_t ra, const T* B, index_t rb, index_t ld, T* 
   small::token_products(A, ld, ra, B, ld, rb, ld, T(1), C, rb);
 }
 
-// The elementwise part of h̃ on `count` values: the recipe's value function of the table entry
+// The elementwise part of h̃ on one vector: the recipe's value function of the table entry
 // (recipe::activation::<name>_value, which the compiler specializes per entry); exp and softmax go
-// through the vectorized exp instead. A column-wise entry receives S minus its column max (the
-// recipe's shift, hence shift 0 here) and is normalized per column by activation_rows. A new
-// activation needs no code in this file.
+// through the vectorized exp (simd::exp) instead. A column-wise entry receives S minus its column
+// max (the recipe's shift, hence shift 0 here) and is normalized per column by activation_rows. A
+// new activation needs no code in this file.
+template <class T, Activation kActivation>
+inline Vec<T> activation_vector(Vec<T> x) {
+  if constexpr (kActivation == Activation::exp || kActivation == Activation::softmax) {
+    return simd::exp(x);  // e^s, and e^(s − shift) with the shift already subtracted
+  } else {
+    for (index_t k = 0; k < simd::kLanes<T>; ++k) x[k] = recipe::activation_value(kActivation, x[k], T(0));
+    return x;
+  }
+}
+
+// Rows of vectors in flight at once in the exp loops below: four independent exp polynomials
+// (a Horner chain of ~15 dependent operations each) overlap in the FMA pipes.
+constexpr index_t kExpRows = 4;
+
+// activation_vector on `count` values in place (the tail through a zero-padded vector); the exp
+// entries kExpRows vectors at a time, the others as the scalar recipe loop (which vectorizes).
 template <class T, Activation kActivation>
 void activation_values(T* x, index_t count) {
+  constexpr index_t L = simd::kLanes<T>;
   if constexpr (kActivation == Activation::exp || kActivation == Activation::softmax) {
-    simd::exp_inplace(x, count);  // e^s, and e^(s − shift) with the shift already subtracted
+    index_t i = 0;
+    for (; i + kExpRows * L <= count; i += kExpRows * L) {
+      Vec<T> v[kExpRows];
+      for (index_t k = 0; k < kExpRows; ++k) v[k] = load(x + i + k * L);
+      for (index_t k = 0; k < kExpRows; ++k) store(x + i + k * L, activation_vector<T, kActivation>(v[k]));
+    }
+    for (; i + L <= count; i += L) store(x + i, activation_vector<T, kActivation>(load(x + i)));
+    if (i < count) {
+      T buf[L] = {};
+      std::copy(x + i, x + count, buf);
+      store(buf, activation_vector<T, kActivation>(load(buf)));
+      std::copy(buf, buf + (count - i), x + i);
+    }
   } else {
     for (index_t k = 0; k < count; ++k) x[k] = recipe::activation_value(kActivation, x[k], T(0));
   }
 }
 
 // A column-wise activation on S [n, Tt] with Tt a whole number of vectors, one block of kLanes
-// columns at a time, fused: the column max, then per row the shifted values and the column sum in
-// the same pass, then the scale. The same operations in the same order as activation_rows' passes
-// (hence the same results); the block's n rows stay in L1 between the passes.
-template <class T, class Values>
-void columnwise_blocks(T* S, index_t n, index_t Tt, Values values) {
+// columns at a time, fused: the column max, then the shifted values of kExpRows rows at a time in
+// registers and the column sum (in row order) in the same pass, then the scale. The same operations
+// in the same order per value as activation_rows' passes (hence the same results); the block's n
+// rows stay in L1 between the passes.
+template <class T, Activation kActivation>
+void columnwise_blocks(T* S, index_t n, index_t Tt) {
   constexpr index_t L = simd::kLanes<T>;
   for (index_t c0 = 0; c0 < Tt; c0 += L) {
     Vec<T> shift = load(S + c0);
@@ -71,31 +101,39 @@ void columnwise_blocks(T* S, index_t n, index_t Tt, Values values) {
       shift = shift < x ? x : shift;  // std::max per lane
     }
     Vec<T> sum = simd::zero<T>();
-    for (index_t i = 0; i < n; ++i) {
-      T* row = S + i * Tt + c0;
-      store(row, load(row) - shift);
-      values(row, L);
-      sum += load(row);
+    index_t i = 0;
+    for (; i + kExpRows <= n; i += kExpRows) {
+      Vec<T> v[kExpRows];
+      for (index_t k = 0; k < kExpRows; ++k) v[k] = activation_vector<T, kActivation>(load(S + (i + k) * Tt + c0) - shift);
+      for (index_t k = 0; k < kExpRows; ++k) {
+        store(S + (i + k) * Tt + c0, v[k]);
+        sum += v[k];
+      }
+    }
+    for (; i < n; ++i) {
+      const Vec<T> v = activation_vector<T, kActivation>(load(S + i * Tt + c0) - shift);
+      store(S + i * Tt + c0, v);
+      sum += v;
     }
     const Vec<T> scale = T(1) / sum;
-    for (index_t i = 0; i < n; ++i) store(S + i * Tt + c0, load(S + i * Tt + c0) * scale);
+    for (index_t r = 0; r < n; ++r) store(S + r * Tt + c0, load(S + r * Tt + c0) * scale);
   }
 }
 
 // H = h̃(S) in place on S [n, T] (sources i < n as rows, targets j as columns)   [CCS (12)];
 // T = 1 gives one target column stored contiguously. A column-wise activation is shifted by the
 // column max (large logits stay finite) before its values and divided by the column sum after.
-template <class T, bool kColumnWise, class Values>
-void activation_rows(T* S, index_t n, index_t Tt, T* col, Values values) {
+template <class T, Activation kActivation, bool kColumnWise>
+void activation_rows(T* S, index_t n, index_t Tt, T* col) {
   if constexpr (kColumnWise) {
-    if (Tt % simd::kLanes<T> == 0) return columnwise_blocks(S, n, Tt, values);
+    if (Tt % simd::kLanes<T> == 0) return columnwise_blocks<T, kActivation>(S, n, Tt);
     std::copy(S, S + Tt, col);
     for (index_t i = 1; i < n; ++i)
       for (index_t j = 0; j < Tt; ++j) col[j] = std::max(col[j], S[i * Tt + j]);
     for (index_t i = 0; i < n; ++i)
       for (index_t j = 0; j < Tt; ++j) S[i * Tt + j] -= col[j];
   }
-  values(S, n * Tt);
+  activation_values<T, kActivation>(S, n * Tt);
   if constexpr (kColumnWise) {
     std::fill(col, col + Tt, T(0));
     for (index_t i = 0; i < n; ++i) axpy(col, T(1), S + i * Tt, Tt);
@@ -109,11 +147,9 @@ void activation_rows(T* S, index_t n, index_t Tt, T* col, Values values) {
 template <class T>
 void activation_forward(Activation a, T* S, index_t n, index_t Tt, T* col) {
   switch (a) {
-#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise)                    \
-  case Activation::name:                                                 \
-    activation_rows<T, column_wise>(S, n, Tt, col, [](T* x, index_t c) { \
-      activation_values<T, Activation::name>(x, c);                      \
-    });                                                                  \
+#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise)                         \
+  case Activation::name:                                                      \
+    activation_rows<T, Activation::name, column_wise>(S, n, Tt, col);         \
     break;
     LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_CASE)
 #undef LSA_NATIVE_ACTIVATION_CASE
@@ -122,22 +158,36 @@ void activation_forward(Activation a, T* S, index_t n, index_t Tt, T* col) {
 
 // dS from dH in place, given H = h̃(S): the recipe's gradient of each activation (ka_recipe.hpp),
 // with Σ_i H_ij dH_ij per column first for the column-wise ones (softmax). One loop per entry of
-// the activation table, so that each loop is specialized and vectorizes.
+// the activation table, so that each loop is specialized and vectorizes. A column-wise entry on
+// rows of whole vectors runs one block of kLanes columns at a time (the column sum in a register,
+// the block's rows still in L1 for the second pass): the same operations in the same order per
+// value as the scalar loops.
 template <class T>
 void activation_backward(Activation a, const T* H, T* dH, index_t n, index_t Tt, T* col) {
-  if (recipe::column_wise(a)) {
-    std::fill(col, col + Tt, T(0));
-    for (index_t i = 0; i < n; ++i)
-      for (index_t j = 0; j < Tt; ++j) col[j] += H[i * Tt + j] * dH[i * Tt + j];
-  }
-  auto apply = [&](auto gradient) {
+  auto apply = [&](auto column_wise_tag, auto gradient) {
+    constexpr bool kColumnWise = decltype(column_wise_tag)::value;
+    if constexpr (kColumnWise) {
+      if (Tt % simd::kLanes<T> == 0) {
+        for (index_t c0 = 0; c0 < Tt; c0 += simd::kLanes<T>) {
+          Vec<T> dot = simd::zero<T>();
+          for (index_t i = 0; i < n; ++i) dot += load(H + i * Tt + c0) * load(dH + i * Tt + c0);
+          for (index_t i = 0; i < n; ++i)
+            store(dH + i * Tt + c0, gradient(load(H + i * Tt + c0), load(dH + i * Tt + c0), dot));
+        }
+        return;
+      }
+      std::fill(col, col + Tt, T(0));
+      for (index_t i = 0; i < n; ++i)
+        for (index_t j = 0; j < Tt; ++j) col[j] += H[i * Tt + j] * dH[i * Tt + j];
+    }
     for (index_t i = 0; i < n; ++i)
       for (index_t j = 0; j < Tt; ++j) dH[i * Tt + j] = gradient(H[i * Tt + j], dH[i * Tt + j], col[j]);
   };
   switch (a) {
-#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise)                                 \
-  case Activation::name:                                                              \
-    apply([](T h, T dh, T dot) { return recipe::activation::name##_gradient(h, dh, dot); }); \
+#define LSA_NATIVE_ACTIVATION_CASE(name, column_wise)                                          \
+  case Activation::name:                                                                       \
+    apply(std::bool_constant<column_wise>{},                                                   \
+          [](auto h, auto dh, auto dot) { return recipe::activation::name##_gradient(h, dh, dot); }); \
     break;
     LSA_NATIVE_ACTIVATIONS(LSA_NATIVE_ACTIVATION_CASE)
 #undef LSA_NATIVE_ACTIVATION_CASE
@@ -271,14 +321,17 @@ void forward_prompt(Workspace<T>& w, const T* Z0, const T* V, const T* Bq, const
 }
 
 // Layer ℓ backward in full: from ∂ℓ/∂Z_{ℓ+1} in w.dZ to ∂ℓ/∂Z_ℓ (left in w.dZ); parameter
-// gradients accumulate into gV, gB, gC.
+// gradients accumulate into gV, gB, gC. Without input_grad (layer 0 when no ∂ℓ/∂Z_0 is asked for)
+// the terms of ∂ℓ/∂Z_ℓ are skipped (dY Hᵀ, Bᵀ dU + Cᵀ dW: 28% of the layer's backward FMAs at the
+// CCS size, 9% of loss_and_grad's) and w.dZ is left as it was; the parameter gradients are the same,
+// bit for bit.
 template <class T>
 void backward_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T* Ck,
-                    const Activation* acts, double* gV, double* gB, double* gC) {
+                    const Activation* acts, double* gV, double* gB, double* gC, bool input_grad) {
   const index_t d = w.d, n = w.n, D = w.D, Tt = w.Tt;
   const T* Z = w.z(l);
   const T* dO = w.dZ.data();  // ∂ℓ/∂Z_{ℓ+1}: every head's output receives it
-  std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
+  if (input_grad) std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
   T* dZp = w.dZprev.data();
   for (index_t s = 0; s < w.H; ++s) {
     const index_t p = l * w.H + s;
@@ -293,9 +346,11 @@ void backward_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T
     for (index_t k = 0; k < D * D; ++k) gV[p * D * D + k] += double(prod[k]);
     combine_rows(dY, false, Vm, 1, D, dO, D, D, Tt);
     // Y = Z M H:  dZ[:, i<n] += dY H^T;  dH = (Z M)^T dY
-    products_bt(dY, D, Hs, n, Tt, prod);
-    for (index_t r = 0; r < D; ++r)
-      for (index_t i = 0; i < n; ++i) dZp[r * Tt + i] += prod[r * n + i];
+    if (input_grad) {
+      products_bt(dY, D, Hs, n, Tt, prod);
+      for (index_t r = 0; r < D; ++r)
+        for (index_t i = 0; i < n; ++i) dZp[r * Tt + i] += prod[r * n + i];
+    }
     combine_rows(dH, false, Z, 1, Tt, dY, n, D, Tt);
     activation_backward(acts[s], Hs, dH, n, Tt, w.col.data());  // dH becomes dS
     // S = U^T W:  dU[:, i] = W dS[i, :]^T for i < n (0 for the query), dW = U[:, :n] dS
@@ -308,10 +363,11 @@ void backward_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, const T
     for (index_t k = 0; k < d * d; ++k) gB[p * d * d + k] += double(prod[k]);
     products_bt(dW, d, Z, d, Tt, prod);
     for (index_t k = 0; k < d * d; ++k) gC[p * d * d + k] += double(prod[k]);
+    if (!input_grad) continue;
     combine_rows(dZp, true, Bm, 1, d, dU, d, d, Tt);
     combine_rows(dZp, true, Cm, 1, d, dW, d, d, Tt);
   }
-  w.dZ.swap(w.dZprev);
+  if (input_grad) w.dZ.swap(w.dZprev);
 }
 
 // The backward of forward_query_layer: ∂ℓ/∂Z_{ℓ+1} is g at [d, n] alone (the loss seed), so per head
@@ -363,14 +419,15 @@ void backward_query_layer(Workspace<T>& w, index_t l, const T* V, const T* Bq, c
   w.dZ.swap(w.dZprev);
 }
 
-// From ∂ℓ/∂Z_L in w.dZ to ∂ℓ/∂Z_0 (left in w.dZ); parameter gradients accumulate into gV, gB, gC.
-// query_only: the forward ran forward_query_layer last and w.dZ is nonzero at [d, n] alone.
+// From ∂ℓ/∂Z_L in w.dZ to ∂ℓ/∂Z_0 (left in w.dZ with input_grad; else w.dZ holds ∂ℓ/∂Z_1 when
+// L > 1); parameter gradients accumulate into gV, gB, gC. query_only: the forward ran
+// forward_query_layer last and w.dZ is nonzero at [d, n] alone.
 template <class T>
 void backward_prompt(Workspace<T>& w, const T* V, const T* Bq, const T* Ck, const Activation* acts,
-                     double* gV, double* gB, double* gC, bool query_only = false) {
+                     double* gV, double* gB, double* gC, bool query_only, bool input_grad) {
   index_t l = w.L - 1;
   if (query_only) backward_query_layer(w, l--, V, Bq, Ck, acts, gV, gB, gC);
-  for (; l >= 0; --l) backward_layer(w, l, V, Bq, Ck, acts, gV, gB, gC);
+  for (; l >= 0; --l) backward_layer(w, l, V, Bq, Ck, acts, gV, gB, gC, input_grad || l > 0);
 }
 
 // TF_0..TF_L (or ŷ_ℓ = −TF_ℓ, recipe::prediction; or ŷ_L alone, recipe::prediction_column) of
@@ -535,12 +592,23 @@ struct LaneWorkspace {
   T* h(index_t l, index_t s) { return hs.data() + (l * H + s) * n * ld; }
   T* y(index_t l, index_t s) { return ys.data() + (l * H + s) * D * ld; }
   // The P prompts from b into lane matrix Z_0 (prompt b + p in lane p).
+  // Where P is the vector width (every table but AVX-512's 16 / 8 lanes), kLanes values of the P
+  // prompts at a time as a block transposed by simd::transpose; the rest value by value.
   void interleave(const T* Z0, index_t b) {
     const index_t per = D * cols;
     T* z0 = z(0);
+    index_t e0 = 0;
+    if constexpr (P == simd::kLanes<T>) {
+      for (; e0 + P <= per; e0 += P) {
+        Vec<T> block[P];
+        for (index_t p = 0; p < P; ++p) block[p] = load(Z0 + (b + p) * per + e0);
+        simd::transpose(block);  // block[k] lane p = prompt p's value e0 + k
+        for (index_t k = 0; k < P; ++k) store(z0 + (e0 + k) * P, block[k]);
+      }
+    }
     for (index_t p = 0; p < P; ++p) {
       const T* src = Z0 + (b + p) * per;
-      for (index_t e = 0; e < per; ++e) z0[e * P + p] = src[e];
+      for (index_t e = e0; e < per; ++e) z0[e * P + p] = src[e];
     }
   }
   // Lane matrix [D, n+1] back to P prompts from b; returns the poison (NaN iff one was non-finite).
@@ -607,15 +675,17 @@ void lane_forward_query_layer(LaneWorkspace<T>& w, index_t l, const T* V, const 
   gstore(w.z(l + 1) + d * ld + n * P, tf);
 }
 
-// backward_layer on a group: ∂ℓ/∂Z_{ℓ+1} in w.dZ to ∂ℓ/∂Z_ℓ (left in w.dZ).
+// backward_layer on a group: ∂ℓ/∂Z_{ℓ+1} in w.dZ to ∂ℓ/∂Z_ℓ (left in w.dZ); without input_grad
+// the terms of ∂ℓ/∂Z_ℓ are skipped as there.
 template <class T>
 void lane_backward_layer(LaneWorkspace<T>& w, index_t l, const T* V, const T* Bq, const T* Ck,
-                         const Activation* acts, index_t sV, index_t sB, index_t sC) {
+                         const Activation* acts, index_t sV, index_t sB, index_t sC,
+                         bool input_grad) {
   constexpr index_t P = LaneWorkspace<T>::P;
   const index_t d = w.d, n = w.n, D = w.D, cols = w.cols, ld = w.ld;
   const T* Z = w.z(l);
   const T* dO = w.dZ.data();
-  std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
+  if (input_grad) std::copy(w.dZ.begin(), w.dZ.end(), w.dZprev.begin());  // residual
   T *dZp = w.dZprev.data(), *dY = w.dY.data(), *dH = w.dH.data(), *dU = w.dU.data(),
     *dW = w.dW.data(), *prod = w.prod.data();
   for (index_t s = 0; s < w.H; ++s) {
@@ -627,7 +697,7 @@ void lane_backward_layer(LaneWorkspace<T>& w, index_t l, const T* V, const T* Bq
     w.add_gradient(sV + p * D * D, prod, D * D);
     combine_rows(dY, false, Vm, 1, D, dO, D, D, ld);
     // dZ[:, i<n] += dY Hᵀ;  dH = (Z M)ᵀ dY, then dS
-    lane_products(dZp, ld, P, true, dY, ld, P, Hs, P, ld, D, n, cols);
+    if (input_grad) lane_products(dZp, ld, P, true, dY, ld, P, Hs, P, ld, D, n, cols);
     lane_products(dH, ld, P, false, Z, P, ld, dY, ld, P, n, cols, D);
     activation_backward(acts[s], Hs, dH, n, ld, w.col.data());
     // dU[:, i] = W dS[i, :]ᵀ (i < n, the query column 0);  dW = U[:, :n] dS
@@ -639,10 +709,11 @@ void lane_backward_layer(LaneWorkspace<T>& w, index_t l, const T* V, const T* Bq
     w.add_gradient(sB + p * d * d, prod, d * d);
     lane_products(prod, d * P, P, false, dW, ld, P, Z, P, ld, d, d, cols);
     w.add_gradient(sC + p * d * d, prod, d * d);
+    if (!input_grad) continue;
     combine_rows(dZp, true, Bm, 1, d, dU, d, d, ld);
     combine_rows(dZp, true, Cm, 1, d, dW, d, d, ld);
   }
-  w.dZ.swap(w.dZprev);
+  if (input_grad) w.dZ.swap(w.dZprev);
 }
 
 // backward_query_layer on a group: w.dZ holds the seed at [d, n] alone.
@@ -711,7 +782,8 @@ T lane_loss_grad_group(LaneWorkspace<T>& w, const KernelAttentionShape& sh, cons
     w.dZ[d * ld + n * P + p] = T(recipe::loss_seed(residual, sh.batch));
   }
   lane_backward_query_layer(w, L - 1, V, Bq, Ck, acts, sV, sB, sC);
-  for (index_t l = L - 2; l >= 0; --l) lane_backward_layer(w, l, V, Bq, Ck, acts, sV, sB, sC);
+  for (index_t l = L - 2; l >= 0; --l)
+    lane_backward_layer(w, l, V, Bq, Ck, acts, sV, sB, sC, /*input_grad=*/l > 0 || d_Z0);
   if (d_Z0) poison += w.deinterleave(w.dZ.data(), d_Z0, b);
   return poison;
 }
@@ -763,7 +835,7 @@ bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, 
     if (predictions) poison += store_predictions(w, predictions, b, PredictionOutput::tf);
     std::fill(w.dZ.begin(), w.dZ.end(), T(0));
     w.dZ[d * w.Tt + sh.context] = T(recipe::loss_seed(residual, sh.batch));
-    backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC, /*query_only=*/true);
+    backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC, /*query_only=*/true, d_Z0 != nullptr);
     if (d_Z0) poison += w.unstage(w.dZ.data(), d_Z0 + b * per);
   }
   return detail::poison_clear(poison);
@@ -789,7 +861,7 @@ bool vjp_range(const KernelAttentionShape& sh, const T* Z0, const T* V, const T*
       forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts);
     }
     w.stage(d_Z_out + b * per, w.dZ.data());
-    backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC);
+    backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC, /*query_only=*/false, d_Z0 != nullptr);
     if (d_Z0) poison += w.unstage(w.dZ.data(), d_Z0 + b * per);
   }
   return detail::poison_clear(poison);
