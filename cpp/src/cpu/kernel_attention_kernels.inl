@@ -204,10 +204,10 @@ void activation_backward(Activation a, const T* H, T* dH, index_t n, index_t Tt,
 template <class T>
 struct Workspace {
   index_t d, n, D, cols, Tt, L, H;
-  std::vector<T> own, dZ, dZprev, dY, dH, dU, dW, col, prod;
+  simd::UnitVector<T> own, dZ, dZprev, dY, dH, dU, dW, col, prod;
   // The query-column layer (forward_query_layer), per head s: w_q = C x_q and q = Bᵀ w_q [d],
   // h = h̃(S[:, n]) [Tt, zero from n on], y = Z M h [D]; and its backward's scratch.
-  std::vector<T> q_wq, q_q, q_h, q_y, q_dy, q_dh, q_a, q_dwq;
+  simd::UnitVector<T> q_wq, q_q, q_h, q_y, q_dy, q_dh, q_a, q_dwq;
   T* state;
   explicit Workspace(const KernelAttentionShape& s)
       : d(s.dim), n(s.context), D(s.dim + 1), cols(s.context + 1),
@@ -574,9 +574,9 @@ template <class T>
 struct LaneWorkspace {
   static constexpr index_t P = kGroupLanes<T>;
   index_t d, n, D, cols, ld, L, H, nslots;
-  std::vector<T> zs, us, ws, hs, ys, dZ, dZprev, dY, dH, dU, dW, col, prod;
-  std::vector<T> q_wq, q_q, q_h, q_y, q_dy, q_dh, q_a, q_dwq;
-  std::vector<double> grad;  // [ka_partial_size − 1, P]: per-lane sums of the parameter gradients
+  simd::UnitVector<T> zs, us, ws, hs, ys, dZ, dZprev, dY, dH, dU, dW, col, prod;
+  simd::UnitVector<T> q_wq, q_q, q_h, q_y, q_dy, q_dh, q_a, q_dwq;
+  simd::UnitVector<double> grad;  // [ka_partial_size − 1, P]: per-lane sums of the parameter gradients
   explicit LaneWorkspace(const KernelAttentionShape& s)
       : d(s.dim), n(s.context), D(s.dim + 1), cols(s.context + 1), ld((s.context + 1) * P),
         L(s.layers), H(s.heads), nslots(ka_partial_size(s) - 1),

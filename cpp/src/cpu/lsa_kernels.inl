@@ -43,7 +43,7 @@ inline index_t round_up(index_t n, index_t m) { return (n + m - 1) / m * m; }
 template <class T>
 struct PaddedRows {
   index_t rows, cols, ld;
-  std::vector<T> data;
+  simd::UnitVector<T> data;
   PaddedRows(index_t rows_, index_t cols_)
       : rows(rows_), cols(cols_), ld(round_up(cols_, kLanes<T>)),
         data(static_cast<size_t>(rows_ * ld), T(0)) {}
@@ -191,7 +191,7 @@ struct PredictionScratch {
   index_t rows, cols, ld_rows;
   PaddedRows<T> staged;  // used when cols < lanes only
   PromptChunks<T> view{};
-  std::vector<T> buffer;
+  simd::UnitVector<T> buffer;
   VecBuffer<T> g_vec;
   T *W_kq_t, *q, *t, *s, *g_k_sum, *g_p_sum;
   Prefetcher ahead;
@@ -336,7 +336,7 @@ struct LanePrompts {
   index_t rows, cols, values, N;
   VecBuffer<T> buf;
   Vec<T> *X, *q, *t, *s, *g_k, *g_p, *p;  // p_r broadcast
-  std::vector<T> W;                       // W^KQ [rows, rows]
+  simd::UnitVector<T> W;                       // W^KQ [rows, rows]
   const T* src[kLanes<T>];
   Prefetcher ahead;
   int ahead_lines = 0;  // lines of the next group prefetched per token block
@@ -654,7 +654,7 @@ struct PredictionGradSums {
   static constexpr int kGroup = 8;
   index_t rows, ld;
   int pending = 0;
-  std::vector<double> acc;
+  simd::UnitVector<double> acc;
   double *d_p, *d_K, *e_q, *u;  // e_q [kGroup, ld], u [kGroup, rows]: the pending c_b g_k,b e_q,bᵀ
   explicit PredictionGradSums(index_t rows_)
       : rows(rows_), ld(round_up(rows_, LD)),
@@ -746,7 +746,7 @@ void row_combination(const T* base, const T* coef, const T* src, index_t rows, i
 template <class S>
 struct SmallMatrices {
   index_t n, ld;
-  std::vector<S> storage;
+  simd::UnitVector<S> storage;
   SmallMatrices(index_t n_, int count)
       : n(n_), ld(round_up(n_, kLanes<S>)), storage(static_cast<size_t>(count * n_ * ld), S(0)) {}
   S* operator[](int i) { return storage.data() + i * n * ld; }
@@ -781,7 +781,7 @@ bool forward_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq,
   SmallMatrices<T> m(rows, kCount);
   m.set(m[kWpv], W_pv, false);
   m.set(m[kWkq], W_kq, false);
-  std::vector<T> P(static_cast<size_t>(rows * rows));
+  simd::UnitVector<T> P(static_cast<size_t>(rows * rows));
   PaddedRows<T> e(rows, cols), f(rows, cols);
   Vec<T> poison = simd::zero<T>();
   const AheadPrompts<T> next(E, rows * cols, b1);
@@ -803,10 +803,10 @@ bool vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W_kq, con
   const index_t d = sh.dim, N = sh.context, rows = d + 1, cols = N + 1, n2 = rows * rows;
   enum { kWpvT, kWkqT, kG, kT1, kT2, kPt, kdP, kTmp, kdG, kProduct, kCount };
   SmallMatrices<T> m(rows, kCount);
-  std::vector<double> d_W(static_cast<size_t>(2 * n2), 0.0);  // Σ_b dW^PV, Σ_b dW^KQ in double
+  simd::UnitVector<double> d_W(static_cast<size_t>(2 * n2), 0.0);  // Σ_b dW^PV, Σ_b dW^KQ in double
   m.set(m[kWpvT], W_pv, true);
   m.set(m[kWkqT], W_kq, true);
-  std::vector<T> coef(static_cast<size_t>(n2));
+  simd::UnitVector<T> coef(static_cast<size_t>(n2));
   PaddedRows<T> e(rows, cols), df(rows, cols), tmp(rows, cols), de(rows, cols);
   Vec<T> poison = simd::zero<T>();  // of d_E (the parameter gradients are checked when reduced)
   for (index_t b = b0; b < b1; ++b) {

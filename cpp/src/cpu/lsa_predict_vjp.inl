@@ -106,7 +106,7 @@ bool predict_vjp_range(const LsaShape& sh, const T* E, const T* W_pv, const T* W
   PredictionScratch<T> w(sh.dim, N, W_kq);
   const AheadPrompts<T> next(E, values, b1);
   PredictionGradSums sums(D);  // Σ_b dŷ_b G_b q_b → last row of dW^PV, Σ_b dŷ_b (G_b p) e_q,bᵀ → dW^KQ
-  std::vector<T> Gp(static_cast<size_t>(D));
+  simd::UnitVector<T> Gp(static_cast<size_t>(D));
   for (index_t b = b0; b < b1; ++b) {
     // one read of the prompt: t, s, g_p = N G q, g_k = N G p
     w.template pass<true>(E + b * values, p, next.at(b), next.bytes(b), d_E != nullptr);
