@@ -53,19 +53,26 @@ struct WordOpsU32x8 {
 };
 
 #if defined(__AVX2__)
-// rng::philox4x32_10 on 8 counters, the same words with fewer instructions than WordOpsU32x8's
-// round: the counters live in the low halves of 64-bit lanes (x[0] counters 0, 2, 4, 6 and x[1]
-// counters 1, 3, 5, 7), where vpmuludq reads its operands and leaves lo in the low half and hi in
-// the high half of each product. A round is then 2 products, 2 shifts (hi down) and 4 xors per 4
-// counters, with no blends; the high halves carry junk that no product or final word reads.
-inline void philox_avx2(U32x8 (&w)[4], std::uint32_t k0, std::uint32_t k1) {
-  __m256i x[2][4];
-  for (int j = 0; j < 4; ++j) {
-    x[0][j] = bit_cast<__m256i>(w[j]);
-    x[1][j] = _mm256_srli_epi64(bit_cast<__m256i>(w[j]), 32);
-  }
+// rng::philox4x32_10 on G groups of 8 counters (w[g][j][lane] = word j of counter lane of group g),
+// the same words with fewer instructions than WordOpsU32x8's round: the counters live in the low
+// halves of 64-bit lanes (x[2g] counters 0, 2, 4, 6 and x[2g+1] counters 1, 3, 5, 7 of group g),
+// where vpmuludq reads its operands and leaves lo in the low half and hi in the high half of each
+// product. A round is then 2 products, 2 shifts (hi down) and 4 xors per 4 counters, with no
+// blends; the high halves carry junk that no product or final word reads.
+// G > 1 interleaves independent groups: a round's chain product -> shift -> xor takes 5 cycles
+// while 8 counters give only 4 independent products per round, so one group waits on latency;
+// two fill the multiply and logic pipes (bench/cpp/tokens_step_parts.cpp measures both).
+template <int G>
+inline void philox_avx2(U32x8 (&w)[G][4], std::uint32_t k0, std::uint32_t k1) {
+  __m256i x[2 * G][4];
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < 4; ++j) {
+      x[2 * g][j] = bit_cast<__m256i>(w[g][j]);
+      x[2 * g + 1][j] = _mm256_srli_epi64(bit_cast<__m256i>(w[g][j]), 32);
+    }
   const __m256i m0 = _mm256_set1_epi32(static_cast<int>(rng::kPhiloxM0));
   const __m256i m1 = _mm256_set1_epi32(static_cast<int>(rng::kPhiloxM1));
+#pragma GCC unroll 10
   for (int r = 0; r < rng::kPhiloxRounds; ++r) {
     if (r > 0) {
       k0 += rng::kPhiloxW0;
@@ -83,14 +90,18 @@ inline void philox_avx2(U32x8 (&w)[4], std::uint32_t k0, std::uint32_t k1) {
       c[3] = p0;
     }
   }
-  for (int j = 0; j < 4; ++j)
-    w[j] = bit_cast<U32x8>(_mm256_blend_epi32(x[0][j], _mm256_slli_epi64(x[1][j], 32), 0xAA));
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < 4; ++j)
+      w[g][j] = bit_cast<U32x8>(_mm256_blend_epi32(x[2 * g][j], _mm256_slli_epi64(x[2 * g + 1][j], 32), 0xAA));
+}
+inline void philox_avx2(U32x8 (&w)[4], std::uint32_t k0, std::uint32_t k1) {
+  philox_avx2<1>(reinterpret_cast<U32x8(&)[1][4]>(w), k0, k1);
 }
 #endif
 
 // ---- vectorized math -------------------------------------------------------------------------
 
-inline Vec<float> sqrt(Vec<float> x) {
+__attribute__((always_inline)) inline Vec<float> sqrt(Vec<float> x) {
 #if defined(__AVX__)
   return bit_cast<Vec<float>>(_mm256_sqrt_ps(bit_cast<__m256>(x)));
 #elif defined(__SSE2__)
@@ -105,7 +116,7 @@ inline Vec<float> sqrt(Vec<float> x) {
   return x;
 #endif
 }
-inline Vec<double> sqrt(Vec<double> x) {
+__attribute__((always_inline)) inline Vec<double> sqrt(Vec<double> x) {
 #if defined(__AVX__)
   return bit_cast<Vec<double>>(_mm256_sqrt_pd(bit_cast<__m256d>(x)));
 #elif defined(__SSE2__)
@@ -126,7 +137,7 @@ inline Vec<double> sqrt(Vec<double> x) {
 // s(hfsq + R(s²)) with hfsq = f²/2, and log x = k ln2 + log(1+f) with ln2 split in two parts.
 // double: fdlibm's minimax R (|s| < 0.1716, error < 2^-58.45); float: below, without s's division.
 // Accurate to ~1 ulp; zero, negative, subnormal or non-finite inputs are outside the contract.
-inline Vec<double> log(Vec<double> x) {
+__attribute__((always_inline)) inline Vec<double> log(Vec<double> x) {
   const I64x4 bits = bit_cast<I64x4>(x);
   I64x4 m_bits = (bits & 0x000fffffffffffffll) | 0x3ff0000000000000ll;
   I64x4 e = (bits >> 52) & 0x7ff;
@@ -148,7 +159,7 @@ inline Vec<double> log(Vec<double> x) {
   const Vec<double> hfsq = 0.5 * f * f;
   return k * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + R) + k * 1.90821492927058770002e-10)) - f);
 }
-inline Vec<float> log(Vec<float> x) {
+__attribute__((always_inline)) inline Vec<float> log(Vec<float> x) {
   const I32x8 bits = bit_cast<I32x8>(x);
   const I32x8 m_bits = (bits & 0x007fffff) | 0x3f800000;
   I32x8 e = ((bits >> 23) & 0xff) - 127;
@@ -173,7 +184,7 @@ inline Vec<float> log(Vec<float> x) {
 // s = sin(2πu), c = cos(2πu) for u in [0, 1]: q = round(4u) (the 1.5·2^p rounding trick),
 // r = u − q/4 exactly, a = 2πr in [−π/4, π/4], polynomials of sin a and cos a (double: Taylor to
 // a^15 and a^16, truncation < 5e-17; float: Cephes' minimax, below), then the quarter turn q.
-inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
+__attribute__((always_inline)) inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
   const Vec<double> magic = broadcast(6755399441055744.0);  // 1.5 · 2^52
   const Vec<double> t = u * 4.0 + magic;
   const Vec<double> q = t - magic;
@@ -196,7 +207,7 @@ inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
   s = (qi & 2) != 0 ? -ss : ss;
   c = ((qi + 1) & 2) != 0 ? -cc : cc;
 }
-inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
+__attribute__((always_inline)) inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
   const Vec<float> magic = broadcast(12582912.0f);  // 1.5 · 2^23
   const Vec<float> t = u * 4.0f + magic;
   const Vec<float> q = t - magic;
@@ -256,10 +267,26 @@ inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompt
 inline void philox_blocks(const rng::StreamAddress& a, U32x8 blocks, U32x8 (&w)[4]) {
   philox_lanes(a, blocks, U32x8{} + a.prompt, w);
 }
+// The 8·G consecutive blocks b0 .. b0 + 8G − 1 of a stream: w[g][j][lane] = word j of block
+// b0 + 8g + lane (G > 1: philox_avx2's interleaved groups).
+template <int G>
+inline void philox_consecutive_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[G][4]) {
+  const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
+  for (int g = 0; g < G; ++g) {
+    w[g][0] = lane + (b0 + 8u * std::uint32_t(g));
+    w[g][1] = U32x8{} + a.prompt;
+    w[g][2] = U32x8{} + a.step;
+    w[g][3] = U32x8{} + a.stream;
+  }
+#if defined(__AVX2__)
+  philox_avx2<G>(w, a.key.k0, a.key.k1);
+#else
+  for (auto& wg : w) rng::philox4x32_10<U32x8, WordOpsU32x8>(wg, a.key.k0, a.key.k1);
+#endif
+}
 // The 8 consecutive blocks b0..b0+7.
 inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[4]) {
-  const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  philox_blocks(a, lane + b0, w);
+  philox_consecutive_blocks<1>(a, b0, reinterpret_cast<U32x8(&)[1][4]>(w));
 }
 
 // Block order from lane order with shuffles (no scalar loop in the hot path): z[4·lane + j] =
@@ -332,30 +359,35 @@ inline void lane_uniforms(const U32x8 (&w)[4], double* z) {  // z [16]
   }
 }
 
+// Groups of 8 blocks per Philox call in the range fills (philox_avx2's interleave).
+constexpr int kFillGroups = 2;
+
 // out[i] = the variate at position p0 + i of stream a, i < n, with rng::NormalsPerBlock<T> variates
 // per Philox block (4 float, 2 double: normals and uniforms alike) and `lanes(w, z)` turning the
-// words of 8 consecutive blocks into their variates in block order. Whole 8-block groups are
-// written straight into out; only a group cut by p0 or by the end goes through a buffer.
+// words of 8 consecutive blocks into their variates in block order. Whole 8·kFillGroups-block
+// groups are written straight into out; only a group cut by p0 or by the end goes through a buffer.
 template <class T, class Lanes>
 inline void fill_by_blocks(const rng::StreamAddress& a, std::uint64_t p0, index_t n, T* out,
                            Lanes lanes) {
   constexpr std::uint64_t per = rng::NormalsPerBlock<T>::value;
-  constexpr std::uint64_t group = 8 * per;  // variates per 8-block call
+  constexpr std::uint64_t eight = 8 * per;               // variates per 8 blocks
+  constexpr std::uint64_t group = kFillGroups * eight;  // variates per Philox call
   T z[group];
   std::uint64_t p = p0;
   const std::uint64_t end = p0 + static_cast<std::uint64_t>(n);
   while (p < end) {
     const std::uint64_t g0 = p / group * group;  // first position of this group
-    U32x8 w[4];
-    philox_8_blocks(a, static_cast<std::uint32_t>(g0 / per), w);
+    U32x8 w[kFillGroups][4];
+    philox_consecutive_blocks<kFillGroups>(a, static_cast<std::uint32_t>(g0 / per), w);
     if (g0 == p && p + group <= end) {  // a whole group: straight into out
-      lanes(w, out);
+      for (int g = 0; g < kFillGroups; ++g) lanes(w[g], out + g * eight);
       out += group;
       p += group;
       continue;
     }
-    lanes(w, z);
     const std::uint64_t stop = end < g0 + group ? end : g0 + group;
+    for (int g = 0; g < kFillGroups; ++g)  // only the 8 blocks that hold positions [p, stop)
+      if (g0 + (g + 1) * eight > p && g0 + g * eight < stop) lanes(w[g], z + g * eight);
     for (; p < stop; ++p) *out++ = z[p - g0];
   }
 }
