@@ -110,6 +110,26 @@ inline T dot(const T* a, const T* b, index_t n) {
   return s;
 }
 
+// y_i = Σ_k w_k X[k, i] (k ascending from 0: linear::label's sum per token) for i < N, X's rows
+// at stride `cols`: whole vectors of tokens, the last one overlapping the one before it when N is
+// not a multiple of the lanes (a token's sum is the same operations whichever vector computes it,
+// so the overlap writes the same bits; no scalar tail), scalar below one vector.
+template <class T>
+void context_labels(const T* w, const T* X, index_t d, index_t N, index_t cols, T* y) {
+  constexpr index_t L = simd::kLanes<T>;
+  if (N < L) {
+    for (index_t i = 0; i < N; ++i) y[i] = linear::label(w, X + i, cols, d);
+    return;
+  }
+  for (index_t i0 = 0;; i0 += L) {
+    const index_t i = std::min(i0, N - L);
+    Vec<T> acc{};
+    for (index_t k = 0; k < d; ++k) acc += w[k] * simd::load(X + k * cols + i);
+    simd::store(y + i, acc);
+    if (i == N - L) break;
+  }
+}
+
 template <class T>
 struct PromptDraws {
   std::vector<T> w, lam, lam_sqrt, z, inv_norm, x_q, E;
@@ -140,8 +160,10 @@ T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, Prompt
       for (index_t i = 0; i < N; ++i) inv[i] += Z[k * N + i] * Z[k * N + i];
     for (index_t i = 0; i < N; ++i) inv[i] = T(1) / std::sqrt(inv[i]);
   }
-  // rows k of X: x_i = F z_i (lower triangular F), or diag(√λ) z_i, or z_i
-  for (index_t k = 0; k < d; ++k) {
+  // rows k of X: x_i = F z_i (lower triangular F), or diag(√λ) z_i, or z_i (copied)
+  const bool plain = !F && !ls && !P.sphere;
+  for (index_t k = 0; plain && k < d; ++k) std::memcpy(Eb + k * cols, Z + k * N, sizeof(T) * N);
+  for (index_t k = 0; !plain && k < d; ++k) {
     T* row = Eb + k * cols;
     if (F) {
       for (index_t i = 0; i < N; ++i) row[i] = T(0);
@@ -165,12 +187,7 @@ T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, Prompt
   for (index_t k = 0; k < d; ++k) Eb[k * cols + N] = x_q[k];
   // labels y_i = <w, x_i> + σ ε_i   [ZFB 3.3; task shift: noise, ZFB 4.2]
   T* y = Eb + d * cols;
-  for (index_t i = 0; i < N; ++i) y[i] = T(0);
-  for (index_t k = 0; k < d; ++k) {
-    const T c = s.w[k];
-    const T* row = Eb + k * cols;
-    for (index_t i = 0; i < N; ++i) y[i] += c * row[i];
-  }
+  context_labels(s.w.data(), Eb, d, N, cols, y);
   if (P.sigma > T(0)) {
     T* eps = s.inv_norm.data();  // free now
     simd::fill_normals(P.address(b, rng::kStreamNoise), 0, N, eps);

@@ -292,6 +292,19 @@ inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8
 // Block order from lane order with shuffles (no scalar loop in the hot path): z[4·lane + j] =
 // v[j][lane] for 8 lanes and j < 4 (a 4 x 8 transpose), and z[2·l + j] = (j ? b : a)[l] for 4 lanes.
 inline void store_block_order(const Vec<float> (&v)[4], float* z) {
+#if defined(__AVX__)
+  // 12 shuffles: t = pairs (unpack), s[l] = the 4 words of lanes l and l + 4 (shufps), then halves
+  const __m256 v0 = bit_cast<__m256>(v[0]), v1 = bit_cast<__m256>(v[1]);
+  const __m256 v2 = bit_cast<__m256>(v[2]), v3 = bit_cast<__m256>(v[3]);
+  const __m256 t0 = _mm256_unpacklo_ps(v0, v1), t1 = _mm256_unpackhi_ps(v0, v1);
+  const __m256 t2 = _mm256_unpacklo_ps(v2, v3), t3 = _mm256_unpackhi_ps(v2, v3);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  _mm256_storeu_ps(z, _mm256_permute2f128_ps(s0, s1, 0x20));       // lanes 0, 1
+  _mm256_storeu_ps(z + 8, _mm256_permute2f128_ps(s2, s3, 0x20));   // lanes 2, 3
+  _mm256_storeu_ps(z + 16, _mm256_permute2f128_ps(s0, s1, 0x31));  // lanes 4, 5
+  _mm256_storeu_ps(z + 24, _mm256_permute2f128_ps(s2, s3, 0x31));  // lanes 6, 7
+#else
   const Vec<float> p = __builtin_shufflevector(v[0], v[1], 0, 8, 1, 9, 2, 10, 3, 11);
   const Vec<float> q = __builtin_shufflevector(v[2], v[3], 0, 8, 1, 9, 2, 10, 3, 11);
   const Vec<float> p2 = __builtin_shufflevector(v[0], v[1], 4, 12, 5, 13, 6, 14, 7, 15);
@@ -300,6 +313,7 @@ inline void store_block_order(const Vec<float> (&v)[4], float* z) {
   store(z + 8, __builtin_shufflevector(p, q, 4, 5, 12, 13, 6, 7, 14, 15));  // lanes 2, 3
   store(z + 16, __builtin_shufflevector(p2, q2, 0, 1, 8, 9, 2, 3, 10, 11));
   store(z + 24, __builtin_shufflevector(p2, q2, 4, 5, 12, 13, 6, 7, 14, 15));
+#endif
 }
 inline void store_interleaved(Vec<double> a, Vec<double> b, double* z) {
   store(z, __builtin_shufflevector(a, b, 0, 4, 1, 5));
