@@ -31,6 +31,7 @@ namespace rng = lsa_native::rng;
 using lsa_native::cpu::isa_bench_tokens::PromptDraws;
 using lsa_native::cpu::isa_bench_tokens::TaskPool;
 using lsa_native::cpu::isa_bench_tokens::draw_prompt;
+using lsa_native::cpu::isa_bench_tokens::CovariateNormals;
 
 double cpu_seconds() {
   timespec t;
@@ -120,12 +121,20 @@ void report(index_t d, index_t N, index_t B, double ghz) {
       sink = sink + double(zn[0]);
     }
   }, repeats);
+  std::vector<T> zp(size_t(simd::packed_normals_size<T>(n, 8)));
+  const double t_packed = min_seconds([&] {
+    for (index_t b = 0; b < B; b += 8) {
+      simd::fill_normals_packed(P.address(b, rng::kStreamX), n, 8, zp.data());
+      sink = sink + double(zp[0]);
+    }
+  }, repeats);
   PromptDraws<T> s(d, N);
   const TaskPool<T> pool(P, B);
   std::vector<T> E(size_t(8 * rows * cols)), y_q(8);
   const double t_prompt = min_seconds([&] {
+    CovariateNormals<T> normals(P, 0, B);
     for (index_t b = 0; b < B; ++b) {
-      y_q[size_t(b & 7)] = draw_prompt(P, pool, b, s, E.data() + (b & 7) * rows * cols);
+      y_q[size_t(b & 7)] = draw_prompt(P, pool, b, normals.at(b), s, E.data() + (b & 7) * rows * cols);
       sink = sink + double(y_q[size_t(b & 7)]);
     }
   }, repeats);
@@ -133,7 +142,10 @@ void report(index_t d, index_t N, index_t B, double ghz) {
   const auto& lsa = LSA_NATIVE_SELECT_KERNELS(cpu::LsaKernels<T>, lsa_kernels<T>());
   std::vector<T> W_pv(size_t(rows * rows), T(0.01)), W_kq(size_t(rows * rows), T(0.02));
   std::vector<double> part(size_t(cpu::loss_grad_partial_size(d)));
-  for (index_t b = 0; b < 8; ++b) y_q[size_t(b)] = draw_prompt(P, pool, b, s, E.data() + b * rows * cols);
+  {
+    CovariateNormals<T> normals(P, 0, 8);
+    for (index_t b = 0; b < 8; ++b) y_q[size_t(b)] = draw_prompt(P, pool, b, normals.at(b), s, E.data() + b * rows * cols);
+  }
   const double t_lsa = min_seconds([&] {
     for (index_t b = 0; b < B; b += 8) {
       lsa.loss_grad(lsa_native::LsaShape{8, d, N}, E.data(), y_q.data(), W_pv.data(), W_kq.data(), nullptr,
@@ -149,10 +161,10 @@ void report(index_t d, index_t N, index_t B, double ghz) {
   const double nv = double(variates);
   const auto cyc = [&](double t) { return 1e9 * t * ghz / nv; };
   std::printf("%-7s d=%-3ld N=%-4ld B=%-5ld normals/prompt %ld | cycles per normal (TSC): philox %.2f (2 groups %.2f), "
-              "transform %.2f, fill_normals %.2f, prompt written %.2f, LSA kernel %.2f, fused step %.2f "
+              "transform %.2f, fill_normals %.2f (packed %.2f), prompt written %.2f, LSA kernel %.2f, fused step %.2f "
               "| step %.3f ms = %.0f ns/prompt\n",
               sizeof(T) == 4 ? "float32" : "float64", long(d), long(N), long(B), long(n), cyc(t_philox1), cyc(t_philox2),
-              cyc(t_transform), cyc(t_fill), cyc(t_prompt), cyc(t_lsa), cyc(t_step), 1e3 * t_step,
+              cyc(t_transform), cyc(t_fill), cyc(t_packed), cyc(t_prompt), cyc(t_lsa), cyc(t_step), 1e3 * t_step,
               1e9 * t_step / double(B));
 }
 

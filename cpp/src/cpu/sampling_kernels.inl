@@ -132,9 +132,9 @@ void context_labels(const T* w, const T* X, index_t d, index_t N, index_t cols, 
 
 template <class T>
 struct PromptDraws {
-  std::vector<T> w, lam, lam_sqrt, z, inv_norm, x_q, E;
+  std::vector<T> w, lam, lam_sqrt, inv_norm, x_q, E;
   PromptDraws(index_t d, index_t N)
-      : w(d), lam(d), lam_sqrt(d), z(static_cast<size_t>((N + 2) * d)), inv_norm(N), x_q(d),
+      : w(d), lam(d), lam_sqrt(d), inv_norm(N), x_q(d),
         E(static_cast<size_t>((d + 1) * (N + 1))) {}
 };
 
@@ -143,16 +143,17 @@ struct PromptDraws {
 // so every row of E is one contiguous range and one range fill draws them all. The context tokens
 // are this file's row twin of linear::covariate and linear::label (the same terms in the same order,
 // as row operations along the tokens that the compiler vectorizes); the query column calls them.
+// Z: prompt b's covariate normals (kStreamX positions 0 .. covariate_normals() − 1; see
+// CovariateNormals).
 template <class T>
-T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, PromptDraws<T>& s, T* Eb) {
+T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, const T* Z, PromptDraws<T>& s,
+              T* Eb) {
   const index_t d = P.d, N = P.N, cols = N + 1;
-  simd::fill_normals(P.address(b, kX), 0, P.covariate_normals(), s.z.data());
   if (P.tasks) pool.draw(b, s.w.data());
-  else std::memcpy(s.w.data(), s.z.data() + (N + 1) * d, sizeof(T) * d);
+  else std::memcpy(s.w.data(), Z + (N + 1) * d, sizeof(T) * d);
   if (P.random_cov()) draw_lambda(P, b, s.lam.data(), s.lam_sqrt.data());
   const T* F = P.L;
   const T* ls = P.random_cov() ? s.lam_sqrt.data() : nullptr;
-  const T* Z = s.z.data();
   T* inv = s.inv_norm.data();
   if (P.sphere) {  // ξ_i = z_i / |z_i|   [CCS H.1]
     for (index_t i = 0; i < N; ++i) inv[i] = T(0);
@@ -203,16 +204,49 @@ T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, Prompt
   return y_q;
 }
 
+// The covariate normals of a range's prompts (kStreamX, covariate_normals() per prompt): short
+// ranges (at most kPackedMax normals) drawn kPackedPrompts prompts at a time by
+// simd::fill_normals_packed (no range rounded up to a whole Philox call), longer ones per prompt
+// by simd::fill_normals.
+template <class T>
+class CovariateNormals {
+ public:
+  static constexpr index_t kPackedMax = 512, kPackedPrompts = 8;
+  CovariateNormals(const LinearPlan<T>& P, index_t b0, index_t b1)
+      : P_(P), b0_(b0), b1_(b1), n_(P.covariate_normals()),
+        stride_((n_ + rng::NormalsPerBlock<T>::value - 1) / rng::NormalsPerBlock<T>::value *
+                rng::NormalsPerBlock<T>::value),
+        packed_(n_ <= kPackedMax),
+        z_(static_cast<size_t>(packed_ ? simd::packed_normals_size<T>(n_, kPackedPrompts) : n_)) {}
+  // Prompt b's normals (b ascending from b0: a group is drawn at its first prompt).
+  const T* at(index_t b) {
+    if (!packed_) {
+      simd::fill_normals(P_.address(b, kX), 0, n_, z_.data());
+      return z_.data();
+    }
+    const index_t g = (b - b0_) % kPackedPrompts;
+    if (g == 0) simd::fill_normals_packed(P_.address(b, kX), n_, std::min(kPackedPrompts, b1_ - b), z_.data());
+    return z_.data() + g * stride_;
+  }
+
+ private:
+  const LinearPlan<T>& P_;
+  index_t b0_, b1_, n_, stride_;
+  bool packed_;
+  std::vector<T> z_;
+};
+
 template <class T>
 void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
                            const LinearPromptOutputs<T>& out) {
   const index_t d = P.d, N = P.N, rows = d + 1, cols = N + 1;
   PromptDraws<T> s(d, N);
   const TaskPool<T> pool(P, b1 - b0);
+  CovariateNormals<T> normals(P, b0, b1);
   for (index_t b = b0; b < b1; ++b) {
     const index_t o = b - b0;
     T* Eb = out.E ? out.E + o * rows * cols : s.E.data();
-    const T y_q = draw_prompt(P, pool, b, s, Eb);
+    const T y_q = draw_prompt(P, pool, b, normals.at(b), s, Eb);
     if (out.y_q) out.y_q[o] = y_q;
     if (out.X)
       for (index_t i = 0; i < N; ++i)

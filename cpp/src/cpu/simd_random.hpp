@@ -267,6 +267,15 @@ inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompt
 inline void philox_blocks(const rng::StreamAddress& a, U32x8 blocks, U32x8 (&w)[4]) {
   philox_lanes(a, blocks, U32x8{} + a.prompt, w);
 }
+// rng::philox4x32_10 in place on G groups of 8 counters (w[g][j][lane]: word j of a counter).
+template <int G>
+inline void philox_groups(U32x8 (&w)[G][4], rng::PhiloxKey key) {
+#if defined(__AVX2__)
+  philox_avx2<G>(w, key.k0, key.k1);
+#else
+  for (auto& wg : w) rng::philox4x32_10<U32x8, WordOpsU32x8>(wg, key.k0, key.k1);
+#endif
+}
 // The 8·G consecutive blocks b0 .. b0 + 8G − 1 of a stream: w[g][j][lane] = word j of block
 // b0 + 8g + lane (G > 1: philox_avx2's interleaved groups).
 template <int G>
@@ -278,11 +287,7 @@ inline void philox_consecutive_blocks(const rng::StreamAddress& a, std::uint32_t
     w[g][2] = U32x8{} + a.step;
     w[g][3] = U32x8{} + a.stream;
   }
-#if defined(__AVX2__)
-  philox_avx2<G>(w, a.key.k0, a.key.k1);
-#else
-  for (auto& wg : w) rng::philox4x32_10<U32x8, WordOpsU32x8>(wg, a.key.k0, a.key.k1);
-#endif
+  philox_groups(w, a.key);
 }
 // The 8 consecutive blocks b0..b0+7.
 inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[4]) {
@@ -417,6 +422,54 @@ inline void fill_normals(const rng::StreamAddress& a, std::uint64_t p0, index_t 
 template <class T>
 inline void fill_uniforms(const rng::StreamAddress& a, std::uint64_t p0, index_t n, T* out) {
   fill_by_blocks(a, p0, n, out, [](const U32x8 (&w)[4], T* z) { lane_uniforms(w, z); });
+}
+
+// The short ranges of several prompts, packed: out[k·stride + p] = the normal at position p < n of
+// prompt a.prompt + k's stream, k < prompts, with stride = n rounded up to whole blocks
+// (rng::NormalsPerBlock<T>); positions n .. stride − 1 of each prompt get its next normals. The
+// blocks of all prompts are taken back to back, 8·kFillGroups per Philox call, the lanes crossing
+// from one prompt to the next, so a prompt costs its own blocks (fill_normals per prompt rounds each
+// range up to 8·kFillGroups blocks: at d = 5, N = 20, 128 normals for 110). out holds
+// round_up(prompts·stride / per, 8·kFillGroups)·per values (the last group's extra lanes run on
+// into prompts past the last; their values are written and meaningless).
+template <class T>
+inline index_t packed_normals_size(index_t n, index_t prompts) {
+  constexpr index_t per = rng::NormalsPerBlock<T>::value, group = 8 * kFillGroups;
+  const index_t blocks = prompts * ((n + per - 1) / per);
+  return (blocks + group - 1) / group * group * per;
+}
+template <class T>
+inline void fill_normals_packed(const rng::StreamAddress& a, index_t n, index_t prompts, T* out) {
+  constexpr index_t per = rng::NormalsPerBlock<T>::value;
+  const auto nb = static_cast<std::int32_t>((n + per - 1) / per);  // blocks per prompt
+  const index_t total = prompts * nb;
+  // lane l of the first 8 blocks: block l % nb of prompt l / nb
+  I32x8 blk, pid;
+  for (int l = 0; l < 8; ++l) {
+    blk[l] = l % nb;
+    pid[l] = l / nb;
+  }
+  // the next 8 blocks of every lane: + 8, carried into the next prompts
+  const auto advance = [nb](I32x8& b, I32x8& p) {
+    b += 8;
+    for (std::int32_t carry = 0; carry < 8; carry += nb) {  // nb >= 8: once
+      const I32x8 over = b >= nb;  // all ones where the block is past the prompt's range
+      b -= over & nb;
+      p -= over;
+    }
+  };
+  for (index_t f = 0; f < total; f += 8 * kFillGroups) {
+    U32x8 w[kFillGroups][4];
+    for (int g = 0; g < kFillGroups; ++g) {
+      w[g][0] = bit_cast<U32x8>(blk);
+      w[g][1] = bit_cast<U32x8>(pid) + a.prompt;
+      w[g][2] = U32x8{} + a.step;
+      w[g][3] = U32x8{} + a.stream;
+      advance(blk, pid);
+    }
+    philox_groups(w, a.key);
+    for (int g = 0; g < kFillGroups; ++g) lane_normals(w[g], out + (f + 8 * g) * per);
+  }
 }
 
 // out[k·n + p] = the normal at position p < n of prompt a.prompt + k's stream, k < prompts: the
