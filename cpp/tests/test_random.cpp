@@ -144,7 +144,8 @@ TEST(Random, PackedFillEqualsPerPromptFill) {
       for (int n : {1, 3, 4, 5, 7, 8, 29, 110, 513}) {
         for (int prompts : {1, 2, 3, 8}) {
           const int stride = (n + per - 1) / per * per;
-          std::vector<T> packed(size_t(simd::packed_normals_size<T>(n, prompts)), T(NAN)), one(size_t(stride));
+          std::vector<T> packed(size_t(simd::packed_normals_size<T>(n, prompts)), T(NAN));
+          std::vector<T> one(static_cast<size_t>(stride));
           simd::fill_normals_packed(a, n, prompts, packed.data());
           for (int k = 0; k < prompts; ++k) {
             rng::StreamAddress ak = a;

@@ -138,13 +138,12 @@ __attribute__((always_inline)) inline Vec<double> sqrt(Vec<double> x) {
 // double: fdlibm's minimax R (|s| < 0.1716, error < 2^-58.45); float: below, without s's division.
 // Accurate to ~1 ulp; zero, negative, subnormal or non-finite inputs are outside the contract.
 __attribute__((always_inline)) inline Vec<double> log(Vec<double> x) {
-  const I64x4 bits = bit_cast<I64x4>(x);
-  I64x4 m_bits = (bits & 0x000fffffffffffffll) | 0x3ff0000000000000ll;
-  I64x4 e = (bits >> 52) & 0x7ff;
-  Vec<double> m = bit_cast<Vec<double>>(m_bits);
-  const I64x4 big = m > 1.4142135623730951;  // m in [√2, 2): halve it
-  m = big ? m * 0.5 : m;
-  e = e - big;  // big is −1 where true: k + 1
+  // m in [√½, √2) and k + 1023 in one add: the offset carries into the exponent exactly when the
+  // mantissa exceeds that of √2 (double(√2) = 0x3ff6a09e667f3bcd), and the low bits plus
+  // 0x3fe6a09e667f3bce give 1.mantissa, or half of it after a carry (positive x: no sign bit)
+  const I64x4 t = bit_cast<I64x4>(x) + 0x00095f619980c432ll;
+  const I64x4 e = t >> 52;
+  const Vec<double> m = bit_cast<Vec<double>>((t & 0x000fffffffffffffll) + 0x3fe6a09e667f3bcell);
   // k as double: 2^52 + e (exact, built in the bits) minus 2^52 + 1023.
   const Vec<double> k = bit_cast<Vec<double>>(e | 0x4330000000000000ll) - (4503599627370496.0 + 1023.0);
   const Vec<double> f = m - 1.0;
@@ -160,14 +159,10 @@ __attribute__((always_inline)) inline Vec<double> log(Vec<double> x) {
   return k * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + R) + k * 1.90821492927058770002e-10)) - f);
 }
 __attribute__((always_inline)) inline Vec<float> log(Vec<float> x) {
-  const I32x8 bits = bit_cast<I32x8>(x);
-  const I32x8 m_bits = (bits & 0x007fffff) | 0x3f800000;
-  I32x8 e = ((bits >> 23) & 0xff) - 127;
-  Vec<float> m = bit_cast<Vec<float>>(m_bits);
-  const I32x8 big = m > 1.41421356f;
-  m = big ? m * 0.5f : m;
-  e = e - big;  // big is −1 where true
-  const Vec<float> k = __builtin_convertvector(e, Vec<float>);
+  // as for double: float(√2) = 0x3fb504f3
+  const I32x8 t = bit_cast<I32x8>(x) + 0x004afb0c;
+  const Vec<float> m = bit_cast<Vec<float>>((t & 0x007fffff) + 0x3f3504f4);
+  const Vec<float> k = __builtin_convertvector((t >> 23) - 127, Vec<float>);
   const Vec<float> f = m - 1.0f;
   // log(1+f) = f − f²/2 + f³·P(f), P Cephes logf's minimax polynomial of degree 8 on
   // [√½ − 1, √2 − 1] (relative error < 7.6e-8), no division; P by Estrin's scheme (short chains).
@@ -221,13 +216,13 @@ __attribute__((always_inline)) inline void sincos_2pi(Vec<float> u, Vec<float>& 
   const Vec<float> sa = (a * x2) * sp + a;
   const Vec<float> cp = (x2 * -1.388731625493765e-3f + 4.166664568298827e-2f) + x4 * 2.443315711809948e-5f;
   const Vec<float> ca = x4 * cp + (1.0f - 0.5f * x2);
-  // quarter turn q: swap for odd q, signs by xor of the sign bit
+  // quarter turn q: swap for odd q (one blend each), signs by xor of the sign bit
   const I32x8 swap = (qi << 31) >> 31;  // all ones where q is odd
-  const I32x8 sa_b = bit_cast<I32x8>(sa), ca_b = bit_cast<I32x8>(ca);
-  const I32x8 ss = (sa_b & ~swap) | (ca_b & swap);
-  const I32x8 cc = (ca_b & ~swap) | (sa_b & swap);
-  s = bit_cast<Vec<float>>(ss ^ ((qi & 2) << 30));
-  c = bit_cast<Vec<float>>(cc ^ (((qi + 1) & 2) << 30));
+  const I32x8 ss = bit_cast<I32x8>(swap ? ca : sa);
+  const I32x8 cc = bit_cast<I32x8>(swap ? sa : ca);
+  const I32x8 sign = I32x8{} + std::int32_t(0x80000000u);
+  s = bit_cast<Vec<float>>(ss ^ ((qi << 30) & sign));
+  c = bit_cast<Vec<float>>(cc ^ (((qi + 1) << 30) & sign));
 }
 
 // Math policy of random.hpp's recipes on vectors.
