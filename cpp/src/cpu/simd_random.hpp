@@ -386,24 +386,29 @@ inline void fill_by_blocks(const rng::StreamAddress& a, std::uint64_t p0, index_
   constexpr std::uint64_t per = rng::NormalsPerBlock<T>::value;
   constexpr std::uint64_t eight = 8 * per;               // variates per 8 blocks
   constexpr std::uint64_t group = kFillGroups * eight;  // variates per Philox call
-  T z[group];
-  std::uint64_t p = p0;
   const std::uint64_t end = p0 + static_cast<std::uint64_t>(n);
-  while (p < end) {
-    const std::uint64_t g0 = p / group * group;  // first position of this group
-    U32x8 w[kFillGroups][4];
+  U32x8 w[kFillGroups][4];
+  // the group holding positions [p, stop) of it, through a buffer
+  const auto part = [&](std::uint64_t p, std::uint64_t stop) {
+    T z[group];
+    const std::uint64_t g0 = p / group * group;
     philox_consecutive_blocks<kFillGroups>(a, static_cast<std::uint32_t>(g0 / per), w);
-    if (g0 == p && p + group <= end) {  // a whole group: straight into out
-      for (int g = 0; g < kFillGroups; ++g) lanes(w[g], out + g * eight);
-      out += group;
-      p += group;
-      continue;
-    }
-    const std::uint64_t stop = end < g0 + group ? end : g0 + group;
     for (int g = 0; g < kFillGroups; ++g)  // only the 8 blocks that hold positions [p, stop)
       if (g0 + (g + 1) * eight > p && g0 + g * eight < stop) lanes(w[g], z + g * eight);
-    for (; p < stop; ++p) *out++ = z[p - g0];
+    for (std::uint64_t q = p - g0; q < stop - g0 && q < group; ++q) *out++ = z[q];
+  };
+  std::uint64_t p = p0;
+  if (p % group != 0) {  // the head of a group
+    const std::uint64_t next = (p / group + 1) * group;
+    part(p, end);
+    p = next;
   }
+  for (; p + group <= end; p += group) {  // whole groups, straight into out
+    philox_consecutive_blocks<kFillGroups>(a, static_cast<std::uint32_t>(p / per), w);
+    for (int g = 0; g < kFillGroups; ++g) lanes(w[g], out + g * eight);
+    out += group;
+  }
+  if (p < end) part(p, end);  // the tail
 }
 
 // out[i] = normal at position p0 + i of stream a, i < n (the values random.hpp's normal_at defines,
