@@ -110,6 +110,19 @@ inline T dot(const T* a, const T* b, index_t n) {
   return s;
 }
 
+// out[i] = x[i], i < n: whole vectors, the last one overlapping (no call into memcpy for a short
+// row, no scalar tail), scalar below one vector.
+template <class T>
+void copy_tokens(const T* x, index_t n, T* out) {
+  constexpr index_t L = simd::kLanes<T>;
+  if (n < L) {
+    for (index_t i = 0; i < n; ++i) out[i] = x[i];
+    return;
+  }
+  for (index_t i = 0; i < n - L; i += L) simd::store(out + i, simd::load(x + i));
+  simd::store(out + n - L, simd::load(x + n - L));
+}
+
 // y_i = Σ_k w_k X[k, i] (k ascending from 0: linear::label's sum per token) for i < N, X's rows
 // at stride `cols`: whole vectors of tokens, the last one overlapping the one before it when N is
 // not a multiple of the lanes (a token's sum is the same operations whichever vector computes it,
@@ -163,7 +176,7 @@ T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, const 
   }
   // rows k of X: x_i = F z_i (lower triangular F), or diag(√λ) z_i, or z_i (copied)
   const bool plain = !F && !ls && !P.sphere;
-  for (index_t k = 0; plain && k < d; ++k) std::memcpy(Eb + k * cols, Z + k * N, sizeof(T) * N);
+  for (index_t k = 0; plain && k < d; ++k) copy_tokens(Z + k * N, N, Eb + k * cols);
   for (index_t k = 0; !plain && k < d; ++k) {
     T* row = Eb + k * cols;
     if (F) {
