@@ -1,8 +1,9 @@
 // Where the CPU tokens step's time goes (issue 22): the fused step over B prompts (the library's
 // linear_prompts_lsa_loss_and_grad, method tokens, on 1 thread) next to its parts run alone on the
-// same sizes: Philox words (8 counters per call), the uniform -> normal transform (Box–Muller on
-// fixed words), one prompt's normals (fill_normals of its covariate range), the prompt written
-// into E (draw_prompt: normals and the writes), and the library's LSA loss_grad on 8 written
+// same sizes: Philox words (8 counters per call, and 2 groups of 8 interleaved), the uniform ->
+// normal transform (Box–Muller on words varied per call), one prompt's normals (fill_normals of its
+// covariate range, and fill_normals_packed over 8 prompts), the prompt written into E (draw_prompt
+// on CovariateNormals: normals and the writes), and the library's LSA loss_grad on 8 written
 // prompts. Minima of CPU-seconds of this process on 1 thread (a loaded machine disturbs it
 // little), as ns and as cycles at the TSC rate (the core clock may differ under boost).
 // The sampling parts are compiled here from cpu/sampling_kernels.inl in a namespace of its own with
@@ -103,7 +104,7 @@ void report(index_t d, index_t N, index_t B, double ghz) {
   std::vector<T> z(size_t(8 * per));
   const double t_transform = min_seconds([&] {
     simd::U32x8 w[4];
-    simd::philox_8_blocks(P.address(0, rng::kStreamX), 0, w);
+    simd::philox_consecutive_blocks<1>(P.address(0, rng::kStreamX), 0, reinterpret_cast<simd::U32x8(&)[1][4]>(w));
     simd::Vec<T> acc{};
     for (index_t b = 0; b < B; ++b) {
       for (index_t k = 0; k < blocks; k += 8) {

@@ -94,9 +94,6 @@ inline void philox_avx2(U32x8 (&w)[G][4], std::uint32_t k0, std::uint32_t k1) {
     for (int j = 0; j < 4; ++j)
       w[g][j] = bit_cast<U32x8>(_mm256_blend_epi32(x[2 * g][j], _mm256_slli_epi64(x[2 * g + 1][j], 32), 0xAA));
 }
-inline void philox_avx2(U32x8 (&w)[4], std::uint32_t k0, std::uint32_t k1) {
-  philox_avx2<1>(reinterpret_cast<U32x8(&)[1][4]>(w), k0, k1);
-}
 #endif
 
 // ---- vectorized math -------------------------------------------------------------------------
@@ -245,23 +242,6 @@ struct SimdMath {
 
 // ---- range fills ---------------------------------------------------------------------------
 
-// Philox on 8 blocks: w[j][lane] = word j of block blocks[lane] of prompt prompts[lane] (the
-// stream's step and tag).
-inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompts, U32x8 (&w)[4]) {
-  w[0] = blocks;
-  w[1] = prompts;
-  w[2] = U32x8{} + a.step;
-  w[3] = U32x8{} + a.stream;
-#if defined(__AVX2__)
-  philox_avx2(w, a.key.k0, a.key.k1);
-#else
-  rng::philox4x32_10<U32x8, WordOpsU32x8>(w, a.key.k0, a.key.k1);
-#endif
-}
-// Philox on 8 blocks of a stream: w[j][lane] = word j of block blocks[lane].
-inline void philox_blocks(const rng::StreamAddress& a, U32x8 blocks, U32x8 (&w)[4]) {
-  philox_lanes(a, blocks, U32x8{} + a.prompt, w);
-}
 // rng::philox4x32_10 in place on G groups of 8 counters (w[g][j][lane]: word j of a counter).
 template <int G>
 inline void philox_groups(U32x8 (&w)[G][4], rng::PhiloxKey key) {
@@ -270,6 +250,15 @@ inline void philox_groups(U32x8 (&w)[G][4], rng::PhiloxKey key) {
 #else
   for (auto& wg : w) rng::philox4x32_10<U32x8, WordOpsU32x8>(wg, key.k0, key.k1);
 #endif
+}
+// Philox on 8 blocks: w[j][lane] = word j of block blocks[lane] of prompt prompts[lane] (the
+// stream's step and tag).
+inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompts, U32x8 (&w)[4]) {
+  w[0] = blocks;
+  w[1] = prompts;
+  w[2] = U32x8{} + a.step;
+  w[3] = U32x8{} + a.stream;
+  philox_groups(reinterpret_cast<U32x8(&)[1][4]>(w), a.key);
 }
 // The 8·G consecutive blocks b0 .. b0 + 8G − 1 of a stream: w[g][j][lane] = word j of block
 // b0 + 8g + lane (G > 1: philox_avx2's interleaved groups).
@@ -283,10 +272,6 @@ inline void philox_consecutive_blocks(const rng::StreamAddress& a, std::uint32_t
     w[g][3] = U32x8{} + a.stream;
   }
   philox_groups(w, a.key);
-}
-// The 8 consecutive blocks b0..b0+7.
-inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[4]) {
-  philox_consecutive_blocks<1>(a, b0, reinterpret_cast<U32x8(&)[1][4]>(w));
 }
 
 // Block order from lane order with shuffles (no scalar loop in the hot path): z[4·lane + j] =
