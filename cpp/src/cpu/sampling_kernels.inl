@@ -218,19 +218,20 @@ T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, const 
 }
 
 // The covariate normals of a range's prompts (kStreamX, covariate_normals() per prompt): ranges of
-// at most kPackedMax normals drawn kPackedPrompts prompts at a time by simd::fill_normals_packed
-// (no range rounded up to a whole Philox call, no partial call through a buffer: on Zen 3 at d = 5,
-// N = 20, 3.8 instead of 4.6 cycles per normal, and still faster at d = 20, N = 100), longer ones
-// per prompt by simd::fill_normals (a buffer of 8 such prompts would leave L2).
+// at most kPackedBytes drawn kPackedPrompts prompts at a time by simd::fill_normals_packed (no
+// range rounded up to a whole Philox call, no partial call through a buffer: on Zen 3 at d = 5,
+// N = 20, 3.8 instead of 4.6 cycles per normal, and still faster at d = 20, N = 100 in float32),
+// longer ones per prompt by simd::fill_normals (the fused step's 8 written prompts and a buffer of
+// 8 such ranges would crowd L2: float64 at d = 20, N = 100 gained nothing packed).
 template <class T>
 class CovariateNormals {
  public:
-  static constexpr index_t kPackedMax = 4096, kPackedPrompts = 8;
+  static constexpr index_t kPackedBytes = 8192, kPackedPrompts = 8;
   CovariateNormals(const LinearPlan<T>& P, index_t b0, index_t b1)
       : P_(P), b0_(b0), b1_(b1), n_(P.covariate_normals()),
         stride_((n_ + rng::NormalsPerBlock<T>::value - 1) / rng::NormalsPerBlock<T>::value *
                 rng::NormalsPerBlock<T>::value),
-        packed_(n_ <= kPackedMax),
+        packed_(n_ * index_t(sizeof(T)) <= kPackedBytes),
         z_(static_cast<size_t>(packed_ ? simd::packed_normals_size<T>(n_, kPackedPrompts) : n_)) {}
   // Prompt b's normals (b ascending from b0: a group is drawn at its first prompt).
   const T* at(index_t b) {
