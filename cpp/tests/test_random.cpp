@@ -128,3 +128,36 @@ TEST(Random, MultiPromptFillsEqualPerPromptFills) {
   check(float{}, 1e-5);
   check(double{}, 1e-13);
 }
+
+// The tokens step's packed fill (the blocks of several prompts back to back, Philox lanes crossing
+// from one prompt to the next) gives each prompt exactly its one-prompt fill, for ranges shorter
+// and longer than a Philox call, block counts below 8 (several carries per advance) included, and
+// a start prompt near 2^32 (the prompt word wraps as the scalar counter does).
+TEST(Random, PackedFillEqualsPerPromptFill) {
+  namespace simd = lsa_native::cpu::simd;
+  namespace rng = lsa_native::rng;
+  auto check = [](auto zero) {
+    using T = decltype(zero);
+    constexpr int per = rng::NormalsPerBlock<T>::value;
+    for (std::uint32_t first : {5u, 0xfffffffdu}) {
+      const rng::StreamAddress a{rng::philox_key(0x1234567890abcdefull), first, 7, rng::kStreamX};
+      for (int n : {1, 3, 4, 5, 7, 8, 29, 110, 513}) {
+        for (int prompts : {1, 2, 3, 8}) {
+          const int stride = (n + per - 1) / per * per;
+          std::vector<T> packed(size_t(simd::packed_normals_size<T>(n, prompts)), T(NAN));
+          std::vector<T> one(static_cast<size_t>(stride));
+          simd::fill_normals_packed(a, n, prompts, packed.data());
+          for (int k = 0; k < prompts; ++k) {
+            rng::StreamAddress ak = a;
+            ak.prompt += std::uint32_t(k);
+            simd::fill_normals(ak, 0, stride, one.data());
+            for (int p = 0; p < stride; ++p)
+              ASSERT_EQ(packed[size_t(k) * stride + p], one[size_t(p)]) << n << " " << prompts << " " << k << " " << p;
+          }
+        }
+      }
+    }
+  };
+  check(float{});
+  check(double{});
+}

@@ -53,19 +53,26 @@ struct WordOpsU32x8 {
 };
 
 #if defined(__AVX2__)
-// rng::philox4x32_10 on 8 counters, the same words with fewer instructions than WordOpsU32x8's
-// round: the counters live in the low halves of 64-bit lanes (x[0] counters 0, 2, 4, 6 and x[1]
-// counters 1, 3, 5, 7), where vpmuludq reads its operands and leaves lo in the low half and hi in
-// the high half of each product. A round is then 2 products, 2 shifts (hi down) and 4 xors per 4
-// counters, with no blends; the high halves carry junk that no product or final word reads.
-inline void philox_avx2(U32x8 (&w)[4], std::uint32_t k0, std::uint32_t k1) {
-  __m256i x[2][4];
-  for (int j = 0; j < 4; ++j) {
-    x[0][j] = bit_cast<__m256i>(w[j]);
-    x[1][j] = _mm256_srli_epi64(bit_cast<__m256i>(w[j]), 32);
-  }
+// rng::philox4x32_10 on G groups of 8 counters (w[g][j][lane] = word j of counter lane of group g),
+// the same words with fewer instructions than WordOpsU32x8's round: the counters live in the low
+// halves of 64-bit lanes (x[2g] counters 0, 2, 4, 6 and x[2g+1] counters 1, 3, 5, 7 of group g),
+// where vpmuludq reads its operands and leaves lo in the low half and hi in the high half of each
+// product. A round is then 2 products, 2 shifts (hi down) and 4 xors per 4 counters, with no
+// blends; the high halves carry junk that no product or final word reads.
+// G > 1 interleaves independent groups: a round's chain product -> shift -> xor takes 5 cycles
+// while 8 counters give only 4 independent products per round, so one group waits on latency;
+// two fill the multiply and logic pipes (bench/cpp/tokens_step_parts.cpp measures both).
+template <int G>
+inline void philox_avx2(U32x8 (&w)[G][4], std::uint32_t k0, std::uint32_t k1) {
+  __m256i x[2 * G][4];
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < 4; ++j) {
+      x[2 * g][j] = bit_cast<__m256i>(w[g][j]);
+      x[2 * g + 1][j] = _mm256_srli_epi64(bit_cast<__m256i>(w[g][j]), 32);
+    }
   const __m256i m0 = _mm256_set1_epi32(static_cast<int>(rng::kPhiloxM0));
   const __m256i m1 = _mm256_set1_epi32(static_cast<int>(rng::kPhiloxM1));
+#pragma GCC unroll 10
   for (int r = 0; r < rng::kPhiloxRounds; ++r) {
     if (r > 0) {
       k0 += rng::kPhiloxW0;
@@ -83,14 +90,15 @@ inline void philox_avx2(U32x8 (&w)[4], std::uint32_t k0, std::uint32_t k1) {
       c[3] = p0;
     }
   }
-  for (int j = 0; j < 4; ++j)
-    w[j] = bit_cast<U32x8>(_mm256_blend_epi32(x[0][j], _mm256_slli_epi64(x[1][j], 32), 0xAA));
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < 4; ++j)
+      w[g][j] = bit_cast<U32x8>(_mm256_blend_epi32(x[2 * g][j], _mm256_slli_epi64(x[2 * g + 1][j], 32), 0xAA));
 }
 #endif
 
 // ---- vectorized math -------------------------------------------------------------------------
 
-inline Vec<float> sqrt(Vec<float> x) {
+__attribute__((always_inline)) inline Vec<float> sqrt(Vec<float> x) {
 #if defined(__AVX__)
   return bit_cast<Vec<float>>(_mm256_sqrt_ps(bit_cast<__m256>(x)));
 #elif defined(__SSE2__)
@@ -105,7 +113,7 @@ inline Vec<float> sqrt(Vec<float> x) {
   return x;
 #endif
 }
-inline Vec<double> sqrt(Vec<double> x) {
+__attribute__((always_inline)) inline Vec<double> sqrt(Vec<double> x) {
 #if defined(__AVX__)
   return bit_cast<Vec<double>>(_mm256_sqrt_pd(bit_cast<__m256d>(x)));
 #elif defined(__SSE2__)
@@ -126,14 +134,13 @@ inline Vec<double> sqrt(Vec<double> x) {
 // s(hfsq + R(s²)) with hfsq = f²/2, and log x = k ln2 + log(1+f) with ln2 split in two parts.
 // double: fdlibm's minimax R (|s| < 0.1716, error < 2^-58.45); float: below, without s's division.
 // Accurate to ~1 ulp; zero, negative, subnormal or non-finite inputs are outside the contract.
-inline Vec<double> log(Vec<double> x) {
-  const I64x4 bits = bit_cast<I64x4>(x);
-  I64x4 m_bits = (bits & 0x000fffffffffffffll) | 0x3ff0000000000000ll;
-  I64x4 e = (bits >> 52) & 0x7ff;
-  Vec<double> m = bit_cast<Vec<double>>(m_bits);
-  const I64x4 big = m > 1.4142135623730951;  // m in [√2, 2): halve it
-  m = big ? m * 0.5 : m;
-  e = e - big;  // big is −1 where true: k + 1
+__attribute__((always_inline)) inline Vec<double> log(Vec<double> x) {
+  // m in [√½, √2) and k + 1023 in one add: the offset carries into the exponent exactly when the
+  // mantissa exceeds that of √2 (double(√2) = 0x3ff6a09e667f3bcd), and the low bits plus
+  // 0x3fe6a09e667f3bce give 1.mantissa, or half of it after a carry (positive x: no sign bit)
+  const I64x4 t = bit_cast<I64x4>(x) + 0x00095f619980c432ll;
+  const I64x4 e = t >> 52;
+  const Vec<double> m = bit_cast<Vec<double>>((t & 0x000fffffffffffffll) + 0x3fe6a09e667f3bcell);
   // k as double: 2^52 + e (exact, built in the bits) minus 2^52 + 1023.
   const Vec<double> k = bit_cast<Vec<double>>(e | 0x4330000000000000ll) - (4503599627370496.0 + 1023.0);
   const Vec<double> f = m - 1.0;
@@ -148,15 +155,11 @@ inline Vec<double> log(Vec<double> x) {
   const Vec<double> hfsq = 0.5 * f * f;
   return k * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + R) + k * 1.90821492927058770002e-10)) - f);
 }
-inline Vec<float> log(Vec<float> x) {
-  const I32x8 bits = bit_cast<I32x8>(x);
-  const I32x8 m_bits = (bits & 0x007fffff) | 0x3f800000;
-  I32x8 e = ((bits >> 23) & 0xff) - 127;
-  Vec<float> m = bit_cast<Vec<float>>(m_bits);
-  const I32x8 big = m > 1.41421356f;
-  m = big ? m * 0.5f : m;
-  e = e - big;  // big is −1 where true
-  const Vec<float> k = __builtin_convertvector(e, Vec<float>);
+__attribute__((always_inline)) inline Vec<float> log(Vec<float> x) {
+  // as for double: float(√2) = 0x3fb504f3
+  const I32x8 t = bit_cast<I32x8>(x) + 0x004afb0c;
+  const Vec<float> m = bit_cast<Vec<float>>((t & 0x007fffff) + 0x3f3504f4);
+  const Vec<float> k = __builtin_convertvector((t >> 23) - 127, Vec<float>);
   const Vec<float> f = m - 1.0f;
   // log(1+f) = f − f²/2 + f³·P(f), P Cephes logf's minimax polynomial of degree 8 on
   // [√½ − 1, √2 − 1] (relative error < 7.6e-8), no division; P by Estrin's scheme (short chains).
@@ -173,7 +176,7 @@ inline Vec<float> log(Vec<float> x) {
 // s = sin(2πu), c = cos(2πu) for u in [0, 1]: q = round(4u) (the 1.5·2^p rounding trick),
 // r = u − q/4 exactly, a = 2πr in [−π/4, π/4], polynomials of sin a and cos a (double: Taylor to
 // a^15 and a^16, truncation < 5e-17; float: Cephes' minimax, below), then the quarter turn q.
-inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
+__attribute__((always_inline)) inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
   const Vec<double> magic = broadcast(6755399441055744.0);  // 1.5 · 2^52
   const Vec<double> t = u * 4.0 + magic;
   const Vec<double> q = t - magic;
@@ -196,7 +199,7 @@ inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
   s = (qi & 2) != 0 ? -ss : ss;
   c = ((qi + 1) & 2) != 0 ? -cc : cc;
 }
-inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
+__attribute__((always_inline)) inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
   const Vec<float> magic = broadcast(12582912.0f);  // 1.5 · 2^23
   const Vec<float> t = u * 4.0f + magic;
   const Vec<float> q = t - magic;
@@ -210,13 +213,13 @@ inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
   const Vec<float> sa = (a * x2) * sp + a;
   const Vec<float> cp = (x2 * -1.388731625493765e-3f + 4.166664568298827e-2f) + x4 * 2.443315711809948e-5f;
   const Vec<float> ca = x4 * cp + (1.0f - 0.5f * x2);
-  // quarter turn q: swap for odd q, signs by xor of the sign bit
+  // quarter turn q: swap for odd q (one blend each), signs by xor of the sign bit
   const I32x8 swap = (qi << 31) >> 31;  // all ones where q is odd
-  const I32x8 sa_b = bit_cast<I32x8>(sa), ca_b = bit_cast<I32x8>(ca);
-  const I32x8 ss = (sa_b & ~swap) | (ca_b & swap);
-  const I32x8 cc = (ca_b & ~swap) | (sa_b & swap);
-  s = bit_cast<Vec<float>>(ss ^ ((qi & 2) << 30));
-  c = bit_cast<Vec<float>>(cc ^ (((qi + 1) & 2) << 30));
+  const I32x8 ss = bit_cast<I32x8>(swap ? ca : sa);
+  const I32x8 cc = bit_cast<I32x8>(swap ? sa : ca);
+  const I32x8 sign = I32x8{} + std::int32_t(0x80000000u);
+  s = bit_cast<Vec<float>>(ss ^ ((qi << 30) & sign));
+  c = bit_cast<Vec<float>>(cc ^ (((qi + 1) << 30) & sign));
 }
 
 // Math policy of random.hpp's recipes on vectors.
@@ -239,6 +242,15 @@ struct SimdMath {
 
 // ---- range fills ---------------------------------------------------------------------------
 
+// rng::philox4x32_10 in place on G groups of 8 counters (w[g][j][lane]: word j of a counter).
+template <int G>
+inline void philox_groups(U32x8 (&w)[G][4], rng::PhiloxKey key) {
+#if defined(__AVX2__)
+  philox_avx2<G>(w, key.k0, key.k1);
+#else
+  for (auto& wg : w) rng::philox4x32_10<U32x8, WordOpsU32x8>(wg, key.k0, key.k1);
+#endif
+}
 // Philox on 8 blocks: w[j][lane] = word j of block blocks[lane] of prompt prompts[lane] (the
 // stream's step and tag).
 inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompts, U32x8 (&w)[4]) {
@@ -246,25 +258,38 @@ inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompt
   w[1] = prompts;
   w[2] = U32x8{} + a.step;
   w[3] = U32x8{} + a.stream;
-#if defined(__AVX2__)
-  philox_avx2(w, a.key.k0, a.key.k1);
-#else
-  rng::philox4x32_10<U32x8, WordOpsU32x8>(w, a.key.k0, a.key.k1);
-#endif
+  philox_groups(reinterpret_cast<U32x8(&)[1][4]>(w), a.key);
 }
-// Philox on 8 blocks of a stream: w[j][lane] = word j of block blocks[lane].
-inline void philox_blocks(const rng::StreamAddress& a, U32x8 blocks, U32x8 (&w)[4]) {
-  philox_lanes(a, blocks, U32x8{} + a.prompt, w);
-}
-// The 8 consecutive blocks b0..b0+7.
-inline void philox_8_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[4]) {
+// The 8·G consecutive blocks b0 .. b0 + 8G − 1 of a stream: w[g][j][lane] = word j of block
+// b0 + 8g + lane (G > 1: philox_avx2's interleaved groups).
+template <int G>
+inline void philox_consecutive_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[G][4]) {
   const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  philox_blocks(a, lane + b0, w);
+  for (int g = 0; g < G; ++g) {
+    w[g][0] = lane + (b0 + 8u * std::uint32_t(g));
+    w[g][1] = U32x8{} + a.prompt;
+    w[g][2] = U32x8{} + a.step;
+    w[g][3] = U32x8{} + a.stream;
+  }
+  philox_groups(w, a.key);
 }
 
 // Block order from lane order with shuffles (no scalar loop in the hot path): z[4·lane + j] =
 // v[j][lane] for 8 lanes and j < 4 (a 4 x 8 transpose), and z[2·l + j] = (j ? b : a)[l] for 4 lanes.
 inline void store_block_order(const Vec<float> (&v)[4], float* z) {
+#if defined(__AVX__)
+  // 12 shuffles: t = pairs (unpack), s[l] = the 4 words of lanes l and l + 4 (shufps), then halves
+  const __m256 v0 = bit_cast<__m256>(v[0]), v1 = bit_cast<__m256>(v[1]);
+  const __m256 v2 = bit_cast<__m256>(v[2]), v3 = bit_cast<__m256>(v[3]);
+  const __m256 t0 = _mm256_unpacklo_ps(v0, v1), t1 = _mm256_unpackhi_ps(v0, v1);
+  const __m256 t2 = _mm256_unpacklo_ps(v2, v3), t3 = _mm256_unpackhi_ps(v2, v3);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+  _mm256_storeu_ps(z, _mm256_permute2f128_ps(s0, s1, 0x20));       // lanes 0, 1
+  _mm256_storeu_ps(z + 8, _mm256_permute2f128_ps(s2, s3, 0x20));   // lanes 2, 3
+  _mm256_storeu_ps(z + 16, _mm256_permute2f128_ps(s0, s1, 0x31));  // lanes 4, 5
+  _mm256_storeu_ps(z + 24, _mm256_permute2f128_ps(s2, s3, 0x31));  // lanes 6, 7
+#else
   const Vec<float> p = __builtin_shufflevector(v[0], v[1], 0, 8, 1, 9, 2, 10, 3, 11);
   const Vec<float> q = __builtin_shufflevector(v[2], v[3], 0, 8, 1, 9, 2, 10, 3, 11);
   const Vec<float> p2 = __builtin_shufflevector(v[0], v[1], 4, 12, 5, 13, 6, 14, 7, 15);
@@ -273,6 +298,7 @@ inline void store_block_order(const Vec<float> (&v)[4], float* z) {
   store(z + 8, __builtin_shufflevector(p, q, 4, 5, 12, 13, 6, 7, 14, 15));  // lanes 2, 3
   store(z + 16, __builtin_shufflevector(p2, q2, 0, 1, 8, 9, 2, 3, 10, 11));
   store(z + 24, __builtin_shufflevector(p2, q2, 4, 5, 12, 13, 6, 7, 14, 15));
+#endif
 }
 inline void store_interleaved(Vec<double> a, Vec<double> b, double* z) {
   store(z, __builtin_shufflevector(a, b, 0, 4, 1, 5));
@@ -332,32 +358,42 @@ inline void lane_uniforms(const U32x8 (&w)[4], double* z) {  // z [16]
   }
 }
 
+// Groups of 8 blocks per Philox call in the range fills (philox_avx2's interleave).
+constexpr int kFillGroups = 2;
+
 // out[i] = the variate at position p0 + i of stream a, i < n, with rng::NormalsPerBlock<T> variates
 // per Philox block (4 float, 2 double: normals and uniforms alike) and `lanes(w, z)` turning the
-// words of 8 consecutive blocks into their variates in block order. Whole 8-block groups are
-// written straight into out; only a group cut by p0 or by the end goes through a buffer.
+// words of 8 consecutive blocks into their variates in block order. Whole 8·kFillGroups-block
+// groups are written straight into out; only a group cut by p0 or by the end goes through a buffer.
 template <class T, class Lanes>
 inline void fill_by_blocks(const rng::StreamAddress& a, std::uint64_t p0, index_t n, T* out,
                            Lanes lanes) {
   constexpr std::uint64_t per = rng::NormalsPerBlock<T>::value;
-  constexpr std::uint64_t group = 8 * per;  // variates per 8-block call
-  T z[group];
-  std::uint64_t p = p0;
+  constexpr std::uint64_t eight = 8 * per;               // variates per 8 blocks
+  constexpr std::uint64_t group = kFillGroups * eight;  // variates per Philox call
   const std::uint64_t end = p0 + static_cast<std::uint64_t>(n);
-  while (p < end) {
-    const std::uint64_t g0 = p / group * group;  // first position of this group
-    U32x8 w[4];
-    philox_8_blocks(a, static_cast<std::uint32_t>(g0 / per), w);
-    if (g0 == p && p + group <= end) {  // a whole group: straight into out
-      lanes(w, out);
-      out += group;
-      p += group;
-      continue;
-    }
-    lanes(w, z);
-    const std::uint64_t stop = end < g0 + group ? end : g0 + group;
-    for (; p < stop; ++p) *out++ = z[p - g0];
+  U32x8 w[kFillGroups][4];
+  // the group holding positions [p, stop) of it, through a buffer
+  const auto part = [&](std::uint64_t p, std::uint64_t stop) {
+    T z[group];
+    const std::uint64_t g0 = p / group * group;
+    philox_consecutive_blocks<kFillGroups>(a, static_cast<std::uint32_t>(g0 / per), w);
+    for (int g = 0; g < kFillGroups; ++g)  // only the 8 blocks that hold positions [p, stop)
+      if (g0 + (g + 1) * eight > p && g0 + g * eight < stop) lanes(w[g], z + g * eight);
+    for (std::uint64_t q = p - g0; q < stop - g0 && q < group; ++q) *out++ = z[q];
+  };
+  std::uint64_t p = p0;
+  if (p % group != 0) {  // the head of a group
+    const std::uint64_t next = (p / group + 1) * group;
+    part(p, end);
+    p = next;
   }
+  for (; p + group <= end; p += group) {  // whole groups, straight into out
+    philox_consecutive_blocks<kFillGroups>(a, static_cast<std::uint32_t>(p / per), w);
+    for (int g = 0; g < kFillGroups; ++g) lanes(w[g], out + g * eight);
+    out += group;
+  }
+  if (p < end) part(p, end);  // the tail
 }
 
 // out[i] = normal at position p0 + i of stream a, i < n (the values random.hpp's normal_at defines,
@@ -371,6 +407,54 @@ inline void fill_normals(const rng::StreamAddress& a, std::uint64_t p0, index_t 
 template <class T>
 inline void fill_uniforms(const rng::StreamAddress& a, std::uint64_t p0, index_t n, T* out) {
   fill_by_blocks(a, p0, n, out, [](const U32x8 (&w)[4], T* z) { lane_uniforms(w, z); });
+}
+
+// The short ranges of several prompts, packed: out[k·stride + p] = the normal at position p < n of
+// prompt a.prompt + k's stream, k < prompts, with stride = n rounded up to whole blocks
+// (rng::NormalsPerBlock<T>); positions n .. stride − 1 of each prompt get its next normals. The
+// blocks of all prompts are taken back to back, 8·kFillGroups per Philox call, the lanes crossing
+// from one prompt to the next, so a prompt costs its own blocks (fill_normals per prompt rounds each
+// range up to 8·kFillGroups blocks: at d = 5, N = 20, 128 normals for 110). out holds
+// round_up(prompts·stride / per, 8·kFillGroups)·per values (the last group's extra lanes run on
+// into prompts past the last; their values are written and meaningless).
+template <class T>
+inline index_t packed_normals_size(index_t n, index_t prompts) {
+  constexpr index_t per = rng::NormalsPerBlock<T>::value, group = 8 * kFillGroups;
+  const index_t blocks = prompts * ((n + per - 1) / per);
+  return (blocks + group - 1) / group * group * per;
+}
+template <class T>
+inline void fill_normals_packed(const rng::StreamAddress& a, index_t n, index_t prompts, T* out) {
+  constexpr index_t per = rng::NormalsPerBlock<T>::value;
+  const auto nb = static_cast<std::int32_t>((n + per - 1) / per);  // blocks per prompt
+  const index_t total = prompts * nb;
+  // lane l of the first 8 blocks: block l % nb of prompt l / nb
+  I32x8 blk, pid;
+  for (int l = 0; l < 8; ++l) {
+    blk[l] = l % nb;
+    pid[l] = l / nb;
+  }
+  // the next 8 blocks of every lane: + 8, carried into the next prompts
+  const auto advance = [nb](I32x8& b, I32x8& p) {
+    b += 8;
+    for (std::int32_t carry = 0; carry < 8; carry += nb) {  // nb >= 8: once
+      const I32x8 over = b >= nb;  // all ones where the block is past the prompt's range
+      b -= over & nb;
+      p -= over;
+    }
+  };
+  for (index_t f = 0; f < total; f += 8 * kFillGroups) {
+    U32x8 w[kFillGroups][4];
+    for (int g = 0; g < kFillGroups; ++g) {
+      w[g][0] = bit_cast<U32x8>(blk);
+      w[g][1] = bit_cast<U32x8>(pid) + a.prompt;
+      w[g][2] = U32x8{} + a.step;
+      w[g][3] = U32x8{} + a.stream;
+      advance(blk, pid);
+    }
+    philox_groups(w, a.key);
+    for (int g = 0; g < kFillGroups; ++g) lane_normals(w[g], out + (f + 8 * g) * per);
+  }
 }
 
 // out[k·n + p] = the normal at position p < n of prompt a.prompt + k's stream, k < prompts: the
