@@ -36,6 +36,10 @@ foreach(line IN LISTS lines)
   endif()
 endforeach()
 
+# A listing this script cannot read (another nm's format) must fail, not pass with nothing seen.
+if(NOT listing MATCHES "_(avx2|avx512)\\.cpp\\.o(bj)? ")
+  message(FATAL_ERROR "CheckIsaSymbols: no AVX2/AVX-512 unit found in ${NM}'s listing of ${LIBRARY}")
+endif()
 set(shared "")
 foreach(entry IN LISTS isa_weak)
   string(REPLACE " " ";" parts "${entry}")

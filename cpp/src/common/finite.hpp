@@ -14,11 +14,11 @@ namespace lsa_native::detail {
 // x − x is 0 for finite x and NaN for ±inf or NaN: summing it over stored values leaves a NaN
 // exactly when one of them was non-finite (no branch, vectorizes; needs IEEE, no -ffast-math).
 template <class T>
-LSA_HD T poison(T x) {
+LSA_HD_LOCAL T poison(T x) {
   return x - x;
 }
 template <class T>
-LSA_HD bool poison_clear(T sum) {
+LSA_HD_LOCAL bool poison_clear(T sum) {
   return sum == T(0);
 }
 

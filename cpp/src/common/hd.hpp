@@ -9,8 +9,11 @@
 #define LSA_HD inline
 #endif
 
-// LSA_HD with internal linkage, for the recipes the CPU also instantiates on its SIMD lane types
-// (a builtin vector type, so the instantiation's name is the same in every ISA unit): without it
-// the linker keeps one unit's copy for all, e.g. the baseline's, whose vector arguments and results
-// travel in memory where an AVX caller passes registers.
+// LSA_HD with internal linkage: every namespace-scope recipe in common/ (LSA_HD itself is for
+// member functions; an explicit specialization takes its primary template's linkage). The CPU
+// compiles these headers once per ISA (the kernel tables) and instantiates some on its SIMD lane
+// types: an inline function with external linkage that two units emit out of line is one weak
+// symbol, and the linker keeps one unit's copy for all — AVX-512 code for the baseline callers,
+// or a copy passing vector arguments in memory where an AVX caller passes registers. Internal
+// linkage gives each unit its own (cmake/CheckIsaSymbols.cmake, a ctest, checks the result).
 #define LSA_HD_LOCAL static LSA_HD

@@ -69,7 +69,7 @@ KaContext context_layout(const KernelAttentionShape& s) {
 //   linear dh, relu [h > 0] dh, exp h dh, softmax h (dh − Σ_i h_ij dh_ij).
 namespace activation {
 template <class T>
-LSA_HD T exp_of(T x) {
+LSA_HD_LOCAL T exp_of(T x) {
   using std::exp;
   return exp(x);
 }
@@ -85,7 +85,7 @@ template <class T> LSA_HD T softmax_gradient(T h, T dh, T column_dot) { return h
 
 // Dispatch generated from the activation table (kernel_attention.hpp): one case per entry.
 template <class T>
-LSA_HD T activation_value(Activation a, T s, T shift) {
+LSA_HD_LOCAL T activation_value(Activation a, T s, T shift) {
   switch (a) {
 #define LSA_NATIVE_ACTIVATION_CASE(name, column_wise) \
   case Activation::name:                              \
@@ -97,7 +97,7 @@ LSA_HD T activation_value(Activation a, T s, T shift) {
 }
 
 template <class T>
-LSA_HD T activation_gradient(Activation a, T h, T dh, T column_dot) {
+LSA_HD_LOCAL T activation_gradient(Activation a, T h, T dh, T column_dot) {
   switch (a) {
 #define LSA_NATIVE_ACTIVATION_CASE(name, column_wise) \
   case Activation::name:                              \
@@ -109,7 +109,7 @@ LSA_HD T activation_gradient(Activation a, T h, T dh, T column_dot) {
 }
 
 // Whether h̃ normalizes each target column over the sources (the table's column_wise flag).
-LSA_HD bool column_wise(Activation a) {
+LSA_HD_LOCAL bool column_wise(Activation a) {
   switch (a) {
 #define LSA_NATIVE_ACTIVATION_CASE(name, is_column_wise) \
   case Activation::name:                                 \
@@ -124,25 +124,25 @@ LSA_HD bool column_wise(Activation a) {
 
 // U[a, j] = Σ_c B[a, c] Z[c, j] over the d input rows (W = C X likewise).
 template <class T>
-LSA_HD T u_entry(Mat<T> Bm, Mat<T> Z, int d, int a, int j) {
+LSA_HD_LOCAL T u_entry(Mat<T> Bm, Mat<T> Z, int d, int a, int j) {
   return product_entry(Bm, Z, d, a, j);
 }
 
 // S[i, j] = Σ_a U[a, i] W[a, j]: source token i < n, target token j.
 template <class T>
-LSA_HD T logit_entry(Mat<T> U, Mat<T> W, int d, int i, int j) {
+LSA_HD_LOCAL T logit_entry(Mat<T> U, Mat<T> W, int d, int i, int j) {
   return product_entry(U.transposed(), W, d, i, j);
 }
 
 // One step of a running maximum (column_max; a backend streaming the column calls it directly).
 template <class T>
-LSA_HD T max_step(T m, T s) {
+LSA_HD_LOCAL T max_step(T m, T s) {
   return s > m ? s : m;
 }
 
 // max_{i<n} S[i, j]: the shift of a softmax column (S's first n rows).
 template <class T>
-LSA_HD T column_max(Mat<T> S, int n, int j) {
+LSA_HD_LOCAL T column_max(Mat<T> S, int n, int j) {
   T m = S(0, j);
   for (int i = 1; i < n; ++i) m = max_step(m, S(i, j));
   return m;
@@ -150,7 +150,7 @@ LSA_HD T column_max(Mat<T> S, int n, int j) {
 
 // Σ_{i<n} A[i, j] (the softmax normalizer of the shifted exponentials A = e^(S − max)).
 template <class T>
-LSA_HD T column_sum(Mat<T> A, int n, int j) {
+LSA_HD_LOCAL T column_sum(Mat<T> A, int n, int j) {
   T acc = T(0);
   for (int i = 0; i < n; ++i) acc += A(i, j);
   return acc;
@@ -158,7 +158,7 @@ LSA_HD T column_sum(Mat<T> A, int n, int j) {
 
 // Σ_{i<n} H[i, j] dH[i, j] (softmax backward).
 template <class T>
-LSA_HD T column_dot(Mat<T> H, Mat<T> dH, int n, int j) {
+LSA_HD_LOCAL T column_dot(Mat<T> H, Mat<T> dH, int n, int j) {
   T acc = T(0);
   for (int i = 0; i < n; ++i) acc += H(i, j) * dH(i, j);
   return acc;
@@ -166,20 +166,20 @@ LSA_HD T column_dot(Mat<T> H, Mat<T> dH, int n, int j) {
 
 // 1 / Σ: softmax's column scale; h̃_ij = e^(S_ij − max) · scale.
 template <class T>
-LSA_HD T inverse(T sum) {
+LSA_HD_LOCAL T inverse(T sum) {
   return T(1) / sum;
 }
 
 // Y[r, j] = Σ_{i<n} Z[r, i] h̃[i, j]  (M drops the query as a source).
 template <class T>
-LSA_HD T y_entry(Mat<T> Z, Mat<T> H, int n, int r, int j) {
+LSA_HD_LOCAL T y_entry(Mat<T> Z, Mat<T> H, int n, int r, int j) {
   return product_entry(Z, H, n, r, j);
 }
 
 // Z_{ℓ+1}[r, j] after head s: base[r, j] + Σ_q V[r, q] Y[q, j]; base = Z_ℓ for the first head,
 // the previous head's result after it   [CCS (3)].
 template <class T>
-LSA_HD T residual_entry(T base, Mat<T> V, Mat<T> Y, int D, int r, int j) {
+LSA_HD_LOCAL T residual_entry(T base, Mat<T> V, Mat<T> Y, int D, int r, int j) {
   return row_combination_entry(base, V, Y, D, r, j);
 }
 
@@ -188,31 +188,31 @@ LSA_HD T residual_entry(T base, Mat<T> V, Mat<T> Y, int D, int r, int j) {
 // Σ_j A[r, j] B[c, j] over the n+1 tokens: dV = dO Yᵀ, the dY h̃ᵀ term of dZ, dU = W dSᵀ,
 // dB = dU Xᵀ, dC = dW Xᵀ.
 template <class T>
-LSA_HD T token_product_entry(Mat<T> A, Mat<T> B, int cols, int r, int c) {
+LSA_HD_LOCAL T token_product_entry(Mat<T> A, Mat<T> B, int cols, int r, int c) {
   return token_product(A, B, cols, r, c);
 }
 
 // dY[q, j] = Σ_r V[r, q] dO[r, j]  (Vᵀ dO).
 template <class T>
-LSA_HD T dy_entry(Mat<T> V, Mat<T> dO, int D, int q, int j) {
+LSA_HD_LOCAL T dy_entry(Mat<T> V, Mat<T> dO, int D, int q, int j) {
   return product_entry(V.transposed(), dO, D, q, j);
 }
 
 // dh̃[i, j] = Σ_r Z[r, i] dY[r, j]  ((Z M)ᵀ dY, sources i < n).
 template <class T>
-LSA_HD T dh_entry(Mat<T> Z, Mat<T> dY, int D, int i, int j) {
+LSA_HD_LOCAL T dh_entry(Mat<T> Z, Mat<T> dY, int D, int i, int j) {
   return product_entry(Z.transposed(), dY, D, i, j);
 }
 
 // dW[a, j] = Σ_{i<n} U[a, i] dS[i, j].
 template <class T>
-LSA_HD T dw_entry(Mat<T> U, Mat<T> dS, int n, int a, int j) {
+LSA_HD_LOCAL T dw_entry(Mat<T> U, Mat<T> dS, int n, int a, int j) {
   return product_entry(U, dS, n, a, j);
 }
 
 // dX[b, j] += Σ_a B[a, b] dU[a, j] (then the same with C, dW): base + (Bᵀ dU)[b, j].
 template <class T>
-LSA_HD T input_gradient_entry(T base, Mat<T> Bm, Mat<T> dU, int d, int b, int j) {
+LSA_HD_LOCAL T input_gradient_entry(T base, Mat<T> Bm, Mat<T> dU, int d, int b, int j) {
   return row_combination_entry(base, Bm.transposed(), dU, d, b, j);
 }
 
@@ -230,39 +230,39 @@ LSA_HD T input_gradient_entry(T base, Mat<T> Bm, Mat<T> dU, int d, int b, int j)
 
 // A vector v [rows] as a one-column matrix: v(r, ·) = p[r · stride].
 template <class T>
-LSA_HD Mat<T> column(const T* p, int stride = 1) {
+LSA_HD_LOCAL Mat<T> column(const T* p, int stride = 1) {
   return {p, stride, 0};
 }
 
 // (A v)[r] = Σ_m A[r, m] v[m]: w_q = C x_q, q = Bᵀ w_q, dw_q = B a (A transposed where needed).
 template <class T>
-LSA_HD T matvec_entry(Mat<T> A, Mat<T> v, int inner, int r) {
+LSA_HD_LOCAL T matvec_entry(Mat<T> A, Mat<T> v, int inner, int r) {
   return product_entry(A, v, inner, r, 0);
 }
 
 // s_i = Σ_c q[c] Z[c, i] (the logit of source i against the query), and dh_i = Σ_r Z[r, i] dy[r]
 // (rows = D) likewise: (Zᵀ v)[i] over the first `rows` rows.
 template <class T>
-LSA_HD T column_dot_entry(Mat<T> Z, Mat<T> v, int rows, int i) {
+LSA_HD_LOCAL T column_dot_entry(Mat<T> Z, Mat<T> v, int rows, int i) {
   return product_entry(Z.transposed(), v, rows, i, 0);
 }
 
 // y[r] = Σ_{i<n} Z[r, i] h[i] (Y's query column, M drops the query as a source), and a[c] = Σ_{i<n}
 // Z[c, i] ds[i] likewise.
 template <class T>
-LSA_HD T source_sum_entry(Mat<T> Z, Mat<T> v, int n, int r) {
+LSA_HD_LOCAL T source_sum_entry(Mat<T> Z, Mat<T> v, int n, int r) {
   return product_entry(Z, v, n, r, 0);
 }
 
 // TF after head s: tf + Σ_r V[d, r] y[r] (the first head starts from Z_ℓ[d, n])   [CCS (3)]
 template <class T>
-LSA_HD T query_label_step(T tf, Mat<T> V, Mat<T> y, int D, int d) {
+LSA_HD_LOCAL T query_label_step(T tf, Mat<T> V, Mat<T> y, int D, int d) {
   return row_combination_entry(tf, V, y, D, d, 0);
 }
 
 // dy[r] = g V[d, r]: the only nonzero row of Vᵀ dO, dO = g at [d, n].
 template <class T>
-LSA_HD T query_dy(T g, Mat<T> V, int d, int r) {
+LSA_HD_LOCAL T query_dy(T g, Mat<T> V, int d, int r) {
   return g * V(d, r);
 }
 
@@ -270,25 +270,25 @@ LSA_HD T query_dy(T g, Mat<T> V, int d, int r) {
 
 // The loss ½·MSE of the prediction ŷ = −TF of y_q: f = (1/(2B)) Σ_b r_b², r = TF + y_q = y_q − ŷ
 // (half of CCS (5), whose loss has no ½; ZFB (3.7)'s convention).
-LSA_HD double loss_residual(double tf, double y_q) { return tf + y_q; }
+LSA_HD_LOCAL double loss_residual(double tf, double y_q) { return tf + y_q; }
 // f from Σ_b r_b² (any summation order a backend picks).
-LSA_HD double loss_value(double sum_of_squares, long long batch) { return 0.5 * sum_of_squares / double(batch); }
+LSA_HD_LOCAL double loss_value(double sum_of_squares, long long batch) { return 0.5 * sum_of_squares / double(batch); }
 // Seed of the loss's backward: ∂f/∂TF_b = r_b / B.
-LSA_HD double loss_seed(double residual, long long batch) { return residual * (1.0 / double(batch)); }
+LSA_HD_LOCAL double loss_seed(double residual, long long batch) { return residual * (1.0 / double(batch)); }
 
 // One value of the `predictions` output: TF_ℓ, or ŷ_ℓ = −TF_ℓ (kernel_attention.hpp).
 template <class T>
-LSA_HD T prediction(T tf, PredictionOutput what) {
+LSA_HD_LOCAL T prediction(T tf, PredictionOutput what) {
   return what == PredictionOutput::tf ? tf : -tf;
 }
 
 // Where prompt b's values start in the `predictions` output ([B, L+1], or [B] for
 // PredictionOutput::y_hat_final, which keeps ℓ = L alone), and where layer ℓ's goes from there
 // (-1: not written).
-LSA_HD long long prediction_row(PredictionOutput what, long long b, int L) {
+LSA_HD_LOCAL long long prediction_row(PredictionOutput what, long long b, int L) {
   return what == PredictionOutput::y_hat_final ? b : b * (L + 1);
 }
-LSA_HD int prediction_column(PredictionOutput what, int l, int L) {
+LSA_HD_LOCAL int prediction_column(PredictionOutput what, int l, int L) {
   if (what == PredictionOutput::y_hat_final) return l == L ? 0 : -1;
   return l;
 }

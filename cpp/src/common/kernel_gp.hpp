@@ -37,7 +37,7 @@ struct Kernel {
   const double* composite = nullptr;  // kComposite: composite_size(d) doubles
 };
 
-LSA_HD constexpr int composite_size(int d) { return 1 + 2 * d; }
+LSA_HD_LOCAL constexpr int composite_size(int d) { return 1 + 2 * d; }
 
 // How a prompt's labels were drawn (the values recorded in the `method` output).
 constexpr int kMethodGram = 0;       // linear: Y = Ξ θ, θ ~ N(0, I_d) (R = Ξ, K = ΞΞᵀ is PSD)
@@ -49,14 +49,14 @@ constexpr int kMethodEigenUnconverged = 3;  // QL hit its iteration limit (never
 // G = I; K♦ with α = 1, G = G₁: rank <= d, no factorization); kMethodCholesky where K is positive
 // definite (exp; K♦ with α < 1, whose exp part is), the eigen route its fallback; kMethodEigen for
 // relu (K indefinite).
-LSA_HD int label_route(const Kernel& kernel) {
+LSA_HD_LOCAL int label_route(const Kernel& kernel) {
   if (kernel.code == kLinear || (kernel.code == kComposite && kernel.composite[0] == 1.0))
     return kMethodGram;
   return kernel.code == kRelu ? kMethodEigen : kMethodCholesky;
 }
 
 // The normals at positions [0, count) of a stream, two per Philox block (double Box–Muller).
-LSA_HD void stream_normals(const rng::StreamAddress& a, int count, double* z) {
+LSA_HD_LOCAL void stream_normals(const rng::StreamAddress& a, int count, double* z) {
   for (int b = 0; 2 * b < count; ++b) {
     std::uint32_t w[4];
     rng::stream_block(a, static_cast<std::uint32_t>(b), w);
@@ -69,7 +69,7 @@ LSA_HD void stream_normals(const rng::StreamAddress& a, int count, double* z) {
 
 // K(u, w) from t = <u, w>: linear t, relu max(t, 0), exp exp(t/σ²) with inv_bw2 = 1/σ²
 // [CCS (12), (14)].
-LSA_HD double kernel_value(int kernel, double t, double inv_bw2) {
+LSA_HD_LOCAL double kernel_value(int kernel, double t, double inv_bw2) {
   if (kernel == kLinear) return t;
   if (kernel == kRelu) return t > 0 ? t : 0.0;
   return std::exp(t * inv_bw2);
@@ -77,7 +77,7 @@ LSA_HD double kernel_value(int kernel, double t, double inv_bw2) {
 
 // K♦(u, v) = α<G₁u, G₁v> + (1 − α)exp<G₂u, G₂v> with p = [α, g₁ [d], g₂ [d]]  [CCS Appendix D]
 // (α = 0, g₂ = 1/σ: exp's value up to the rounding of the weights; α = 1: <G₁u, G₁v>).
-LSA_HD double composite_value(const double* p, const double* u, const double* v, int d) {
+LSA_HD_LOCAL double composite_value(const double* p, const double* u, const double* v, int d) {
   const double* g1 = p + 1;
   const double* g2 = g1 + d;
   double t1 = 0, t2 = 0;
@@ -89,7 +89,7 @@ LSA_HD double composite_value(const double* p, const double* u, const double* v,
 }
 
 // K [n1 x n1], K_ij = K(ξ_i, ξ_j) (exactly symmetric: each entry computed once).
-LSA_HD void kernel_matrix(const Kernel& kernel, const double* xi, int n1, int d, double* K) {
+LSA_HD_LOCAL void kernel_matrix(const Kernel& kernel, const double* xi, int n1, int d, double* K) {
   for (int i = 0; i < n1; ++i)
     for (int j = 0; j <= i; ++j) {
       double v;
@@ -119,7 +119,7 @@ struct ScalarOps {
 // ξ [n1 x d]: n1 points uniform on the unit sphere S^{d−1} (normalized Gaussians)  [CCS H.1].
 // Ops: the draws and kernel values (ScalarOps above, or a CPU table's SIMD twin).
 template <class Ops = ScalarOps>
-LSA_HD void sphere_points(const rng::StreamAddress& points, int n1, int d, double* xi, Ops = {}) {
+LSA_HD_LOCAL void sphere_points(const rng::StreamAddress& points, int n1, int d, double* xi, Ops = {}) {
   Ops::normals(points, n1 * d, xi);
   for (int i = 0; i < n1; ++i) {
     double s = 0;
@@ -131,7 +131,7 @@ LSA_HD void sphere_points(const rng::StreamAddress& points, int n1, int d, doubl
 
 // Workspace doubles gp_labels needs for n1 points in dimension d (the Gram route keeps θ [d]
 // there, which can exceed the factorizations' room when d is large and n1 small).
-LSA_HD int gp_workspace(int n1, int d) {
+LSA_HD_LOCAL int gp_workspace(int n1, int d) {
   const int factorization = 2 * n1 * n1 + 5 * n1;
   return d > factorization ? d : factorization;
 }
@@ -142,7 +142,7 @@ LSA_HD int gp_workspace(int n1, int d) {
 // e^{1/σ²}), so that no square overflows. work [n² + 4n]: Sᵀ [n x n], D [n], T's off-diagonal
 // [n], 2n scratch. Returns the QL iterations, or −1 (not converged, or K not finite).
 template <class Poll>
-LSA_HD int abs_root_times(double* a, int n, const double* z, double* work, double* y, Poll poll) {
+LSA_HD_LOCAL int abs_root_times(double* a, int n, const double* z, double* work, double* y, Poll poll) {
   double* St = work;           // [n x n] Sᵀ (rows: eigenvectors of T)
   double* diag = St + n * n;   // [n] T_ii, then D
   double* off = diag + n;      // [n] T_{i,i+1}
@@ -182,7 +182,7 @@ LSA_HD int abs_root_times(double* a, int n, const double* z, double* work, doubl
 // work: gp_workspace(n1, d) doubles. poll() runs every O(n1²) flops (see small_matrix.hpp).
 // Returns the method used (kMethod*).
 template <class Poll = NoPoll, class Ops = ScalarOps>
-LSA_HD int gp_labels(const Kernel& kernel, const double* xi, int n1, int d,
+LSA_HD_LOCAL int gp_labels(const Kernel& kernel, const double* xi, int n1, int d,
                      const rng::StreamAddress& labels, double* work, double* y, Poll poll = {},
                      Ops = {}) {
   const int route = label_route(kernel);
@@ -213,13 +213,13 @@ LSA_HD int gp_labels(const Kernel& kernel, const double* xi, int n1, int d,
 }
 
 // Doubles of per-prompt scratch sample_prompt needs: ξ [n1 x d], Y [n1], gp_labels' workspace.
-LSA_HD index_t prompt_workspace(int n1, int d) {
+LSA_HD_LOCAL index_t prompt_workspace(int n1, int d) {
   return index_t(n1) * d + n1 + gp_workspace(n1, d);
 }
 
 // The prompt's outputs from ξ [n1 x d] and Y [n1] (sample_prompt's arguments R, z, y_q, xi_out).
 template <class T>
-LSA_HD void write_prompt(const double* xi, const double* y, const double* R, int n1, int d, T* z,
+LSA_HD_LOCAL void write_prompt(const double* xi, const double* y, const double* R, int n1, int d, T* z,
                          T* y_q, T* xi_out) {
   for (int j = 0; j < n1; ++j) {
     const double* x = xi + j * d;
@@ -245,7 +245,7 @@ LSA_HD void write_prompt(const double* xi, const double* y, const double* R, int
 // returns the method (kMethod*). ops: the draws and kernel matrices (ScalarOps, or the CPU
 // tables' SIMD twin).
 template <class T, class Poll = NoPoll, class Ops = ScalarOps>
-LSA_HD int sample_prompt(const rng::PhiloxKey& key, std::uint32_t prompt, std::uint32_t step,
+LSA_HD_LOCAL int sample_prompt(const rng::PhiloxKey& key, std::uint32_t prompt, std::uint32_t step,
                          const Kernel& kernel, const double* R, int n1, int d, double* work,
                          T* z, T* y_q, T* xi_out, Poll poll = {}, Ops ops = {}) {
   double* xi = work;

@@ -56,7 +56,7 @@ struct Law {
 // Where normal number p of kStreamX goes: E [d+1, N+1] row-major (row stride cols) or w [d].
 // (32-bit division: the callers' prompts have fewer than 2^30 entries.)
 template <class T>
-LSA_HD T* covariate_slot(const Law<T>& P, index_t p, T* E, T* w) {
+LSA_HD_LOCAL T* covariate_slot(const Law<T>& P, index_t p, T* E, T* w) {
   const index_t nd = P.N * P.d, cols = P.N + 1;
   if (p < nd) {  // x_i[k], k = p / N, i = p % N
     const auto k = static_cast<std::uint32_t>(p) / static_cast<std::uint32_t>(P.N);
@@ -68,7 +68,7 @@ LSA_HD T* covariate_slot(const Law<T>& P, index_t p, T* E, T* w) {
 
 // Index j of prompt b's task in the pool of κ = P.tasks > 0 tasks (multiply-shift, random.hpp).
 template <class T>
-LSA_HD std::uint32_t task_index(const Law<T>& P, index_t b) {
+LSA_HD_LOCAL std::uint32_t task_index(const Law<T>& P, index_t b) {
   std::uint32_t words[4];
   rng::stream_block(P.address(b, rng::kStreamTaskChoice), 0, words);
   return rng::index_from_word(words[0], P.tasks);
@@ -76,7 +76,7 @@ LSA_HD std::uint32_t task_index(const Law<T>& P, index_t b) {
 
 // The stream whose normals 0..d−1 are task j of the pool.
 template <class T>
-LSA_HD rng::StreamAddress task_address(const Law<T>& P, std::uint32_t j) {
+LSA_HD_LOCAL rng::StreamAddress task_address(const Law<T>& P, std::uint32_t j) {
   return {P.key, j, 0, rng::kStreamTaskPool};
 }
 
@@ -85,7 +85,7 @@ LSA_HD rng::StreamAddress task_address(const Law<T>& P, std::uint32_t j) {
 // One case per row of LSA_NATIVE_COVARIANCE_LAWS (sampling.hpp); no default, so that -Wswitch
 // names a law of the table without its draw.
 template <class T, class Math = rng::ScalarMath>
-LSA_HD T lambda_entry(const Law<T>& P, index_t b, index_t k) {
+LSA_HD_LOCAL T lambda_entry(const Law<T>& P, index_t b, index_t k) {
   const rng::StreamAddress a = P.address(b, rng::kStreamCovariance);
   const auto pos = static_cast<std::uint64_t>(k);
   switch (P.law) {
@@ -106,7 +106,7 @@ LSA_HD T lambda_entry(const Law<T>& P, index_t b, index_t k) {
 // Entry k of the diagonal of prompt b's covariance (sample_linear_prompts' `lambda` output): λ_k of
 // Λ_τ for a random law, else Λ_kk = Σ_{m<=k} L_km² (m ascending) of the fixed Λ = L Lᵀ, or 1.
 template <class T>
-LSA_HD T lambda_diagonal(const Law<T>& P, index_t b, index_t k) {
+LSA_HD_LOCAL T lambda_diagonal(const Law<T>& P, index_t b, index_t k) {
   if (P.random_cov()) return lambda_entry<T>(P, b, k);
   if (!P.L) return T(1);
   T s = T(0);
@@ -120,7 +120,7 @@ LSA_HD T lambda_diagonal(const Law<T>& P, index_t b, index_t k) {
 // Sums run m ascending from 0 (the CPU row twin adds the same terms in the same order).
 // V: T, or a SIMD vector of T with one prompt per lane (F shared; Math's sqrt takes V).
 template <class T, class V = T, class Math = rng::ScalarMath>
-LSA_HD void covariate(const Law<T>& P, const T* F, const V* lam_sqrt, V* v, index_t stride) {
+LSA_HD_LOCAL void covariate(const Law<T>& P, const T* F, const V* lam_sqrt, V* v, index_t stride) {
   const index_t d = P.d;
   V inv = V{} + T(1);
   if (P.sphere) {
@@ -150,7 +150,7 @@ LSA_HD_LOCAL T label(const T* w, const T* x, index_t stride, index_t d) {
 
 // y_i = <w, x_i> + σ ε_i [ZFB 3.3]; *eps is read only when the law has label noise (σ > 0).
 template <class T>
-LSA_HD T noisy_label(const Law<T>& P, const T* w, const T* x, index_t stride, const T* eps) {
+LSA_HD_LOCAL T noisy_label(const Law<T>& P, const T* w, const T* x, index_t stride, const T* eps) {
   const T y = label(w, x, stride, P.d);
   return P.sigma > T(0) ? y + P.sigma * *eps : y;
 }
@@ -158,7 +158,7 @@ LSA_HD T noisy_label(const Law<T>& P, const T* w, const T* x, index_t stride, co
 // The query target y_q = <w, x_q> (+ σ ε_q with query noise; ε_q passed by the caller, who draws it
 // only when query_has_noise()).
 template <class T>
-LSA_HD bool query_has_noise(const Law<T>& P) {
+LSA_HD_LOCAL bool query_has_noise(const Law<T>& P) {
   return P.query_noise && P.sigma > T(0);
 }
 

@@ -27,13 +27,13 @@ struct Mat {
 
 // Row-major [rows, ld] view.
 template <class T>
-LSA_HD Mat<T> rows_of(const T* p, int ld) {
+LSA_HD_LOCAL Mat<T> rows_of(const T* p, int ld) {
   return {p, ld, 1};
 }
 
 // 1/N in the prompt's dtype: ρ = N   [ZFB (3.3)]
 template <class T>
-LSA_HD T inv_context(long long N) {
+LSA_HD_LOCAL T inv_context(long long N) {
   return T(1) / T(N);
 }
 
@@ -42,7 +42,7 @@ LSA_HD T inv_context(long long N) {
 
 // q_r = (W^KQ e_q)_r = Σ_c W^KQ[r, c] E[c, N]  [ZFB (3.6)] (exact for any label slot E[d, N]).
 template <class T>
-LSA_HD T query_entry(Mat<T> W_kq, Mat<T> E, int rows, int N, int r) {
+LSA_HD_LOCAL T query_entry(Mat<T> W_kq, Mat<T> E, int rows, int N, int r) {
   T q = T(0);
   for (int c = 0; c < rows; ++c) q += W_kq(r, c) * E(c, N);
   return q;
@@ -50,7 +50,7 @@ LSA_HD T query_entry(Mat<T> W_kq, Mat<T> E, int rows, int N, int r) {
 
 // Token scalars t_j = p·e_j and s_j = e_j·q, p = last row of W^PV (SPEC 3.2).
 template <class T>
-LSA_HD void token_scalars(Mat<T> E, int rows, const T* p, const T* q, int j, T& t, T& s) {
+LSA_HD_LOCAL void token_scalars(Mat<T> E, int rows, const T* p, const T* q, int j, T& t, T& s) {
   T tt = T(0), ss = T(0);
   for (int r = 0; r < rows; ++r) {
     const T e = E(r, j);
@@ -63,14 +63,14 @@ LSA_HD void token_scalars(Mat<T> E, int rows, const T* p, const T* q, int j, T& 
 
 // ŷ = E[d, N] + (1/N) Σ_j t_j s_j: the label slot of the query plus p^T G q  [ZFB (3.6)].
 template <class T>
-LSA_HD T prediction(T label_slot, T sum_ts, long long N) {
+LSA_HD_LOCAL T prediction(T label_slot, T sum_ts, long long N) {
   return label_slot + sum_ts * inv_context<T>(N);
 }
 
 // Unscaled backward row sums: g_p[r] = Σ_j s_j E[r, j] and g_k[r] = Σ_j t_j E[r, j], so that
 // ∂ŷ/∂p = g_p / N = G q and ∂ŷ/∂K = (g_k / N) x_q^T = (G p) x_q^T (SPEC 3.2).
 template <class T>
-LSA_HD void weighted_row_sums(Mat<T> E, int cols, const T* t, const T* s, int r, T& g_p, T& g_k) {
+LSA_HD_LOCAL void weighted_row_sums(Mat<T> E, int cols, const T* t, const T* s, int r, T& g_p, T& g_k) {
   T a = T(0), b = T(0);
   for (int j = 0; j < cols; ++j) {
     const T e = E(r, j);
@@ -85,7 +85,7 @@ LSA_HD void weighted_row_sums(Mat<T> E, int cols, const T* t, const T* s, int r,
 // L_b = res², ∂L_b/∂p = res · g_p / N, ∂L_b/∂W^KQ[r, c] = res · (g_k[r] / N) · e_q[c]  [ZFB (3.7)]
 // (the factor ½ and 1/B of (3.7) are applied once to the batch sums).
 template <class T>
-LSA_HD double residual_scale(double res, long long N) {
+LSA_HD_LOCAL double residual_scale(double res, long long N) {
   return res * double(inv_context<T>(N));
 }
 
@@ -95,7 +95,7 @@ LSA_HD double residual_scale(double res, long long N) {
 
 // (W^KQᵀ G p)_r = Σ_k W^KQ[k, r] (G p)_k: the query column's gradient through q = W^KQ e_q.
 template <class T>
-LSA_HD T through_query_entry(Mat<T> W_kq, const T* Gp, int rows, int r) {
+LSA_HD_LOCAL T through_query_entry(Mat<T> W_kq, const T* Gp, int rows, int r) {
   T acc = T(0);
   for (int k = 0; k < rows; ++k) acc += W_kq(k, r) * Gp[k];
   return acc;
@@ -104,7 +104,7 @@ LSA_HD T through_query_entry(Mat<T> W_kq, const T* Gp, int rows, int r) {
 // dŷ · ∂ŷ/∂E[r, j] = (dŷ/N)(s_j p_r + t_j q_r), + dŷ (W^KQᵀ G p)_r on the query column j = N,
 // + dŷ on the query-label slot [d, N]  (through_q_r = through_query_entry(.., r)).
 template <class T>
-LSA_HD T prediction_input_grad_entry(T dy, T inv_n, const T* p, const T* q, const T* t, const T* s,
+LSA_HD_LOCAL T prediction_input_grad_entry(T dy, T inv_n, const T* p, const T* q, const T* t, const T* s,
                                      T through_q_r, int rows, int N, int r, int j) {
   const T dyn = dy * inv_n;
   T v = (dyn * p[r]) * s[j] + (dyn * q[r]) * t[j];
@@ -119,7 +119,7 @@ LSA_HD T prediction_input_grad_entry(T dy, T inv_n, const T* p, const T* q, cons
 
 // Σ_j A[r, j] B[c, j] over the cols tokens: G = E E^T / N (scale after), dP = d_F E^T.
 template <class T>
-LSA_HD T token_product(Mat<T> A, Mat<T> B, int cols, int r, int c) {
+LSA_HD_LOCAL T token_product(Mat<T> A, Mat<T> B, int cols, int r, int c) {
   T acc = T(0);
   for (int j = 0; j < cols; ++j) acc += A(r, j) * B(c, j);
   return acc;
@@ -127,7 +127,7 @@ LSA_HD T token_product(Mat<T> A, Mat<T> B, int cols, int r, int c) {
 
 // (A B)[r, c] = Σ_m A[r, m] B[m, c] for [n, n] matrices.
 template <class T>
-LSA_HD T product_entry(Mat<T> A, Mat<T> B, int n, int r, int c) {
+LSA_HD_LOCAL T product_entry(Mat<T> A, Mat<T> B, int n, int r, int c) {
   T acc = T(0);
   for (int m = 0; m < n; ++m) acc += A(r, m) * B(m, c);
   return acc;
@@ -135,7 +135,7 @@ LSA_HD T product_entry(Mat<T> A, Mat<T> B, int n, int r, int c) {
 
 // base[r, j] + Σ_s C[r, s] src[s, j]: F = E + P E, and the two terms of dE.
 template <class T>
-LSA_HD T row_combination_entry(T base, Mat<T> C, Mat<T> src, int rows, int r, int j) {
+LSA_HD_LOCAL T row_combination_entry(T base, Mat<T> C, Mat<T> src, int rows, int r, int j) {
   T acc = base;
   for (int s = 0; s < rows; ++s) acc += C(r, s) * src(s, j);
   return acc;
@@ -163,7 +163,7 @@ struct ColsOf {
 // RowsOf, ColsOf). Each entry sums in k order: with acc = 0 over [0, K) an entry equals
 // product_entry (K = n) or token_product (B = the second factor transposed).
 template <class T, int TR, int TC, class MA, class MB>
-LSA_HD void accumulate_tile(T (&acc)[TR][TC], MA A, MB B, int r0, int r_max, int c0, int c_max,
+LSA_HD_LOCAL void accumulate_tile(T (&acc)[TR][TC], MA A, MB B, int r0, int r_max, int c0, int c_max,
                             int k0, int k1) {
   int ri[TR], cj[TC];
   for (int i = 0; i < TR; ++i) ri[i] = r0 + i < r_max ? r0 + i : r_max;
@@ -182,7 +182,7 @@ LSA_HD void accumulate_tile(T (&acc)[TR][TC], MA A, MB B, int r0, int r_max, int
 
 // (dG + dG^T)[r, c] / N, the coefficient of E in dE = d_F + P^T d_F + (dG + dG^T) E / N.
 template <class T>
-LSA_HD T symmetric_part_entry(Mat<T> dG, int N, int r, int c) {
+LSA_HD_LOCAL T symmetric_part_entry(Mat<T> dG, int N, int r, int c) {
   return (dG(r, c) + dG(c, r)) / T(N);
 }
 

@@ -20,7 +20,7 @@ namespace lsa_native::multihead {
 
 // Width of one prompt's (and a batch's) gradient sums [Σ w², Σ w G q_h, Σ w (G p_h) e_qᵀ]:
 // 1 + H rows + H rows², in that order (the d_W_kq part [H, rows, rows] row-major).
-LSA_HD index_t loss_grad_width(index_t heads, index_t rows) { return 1 + heads * rows + heads * rows * rows; }
+LSA_HD_LOCAL index_t loss_grad_width(index_t heads, index_t rows) { return 1 + heads * rows + heads * rows * rows; }
 
 // ---- the Gram route on a formed G (the CUDA prediction kernels) --------------------------------
 // (q_h = W^KQ_h e_q, G q_h and G p_h are plain ordered dot products there: dot_quads.)
@@ -29,7 +29,7 @@ LSA_HD index_t loss_grad_width(index_t heads, index_t rows) { return 1 + heads *
 // every token, + dŷ (Σ_h W^KQ_hᵀ G p_h) on the query column and + dŷ on the query-label slot.
 // p, q [H, ld].
 template <class T>
-LSA_HD T input_grad_coefficient(T dy_over_n, const T* p, const T* q, int heads, int ld, int r,
+LSA_HD_LOCAL T input_grad_coefficient(T dy_over_n, const T* p, const T* q, int heads, int ld, int r,
                                 int c) {
   T acc = T(0);
   for (int h = 0; h < heads; ++h)
@@ -40,7 +40,7 @@ LSA_HD T input_grad_coefficient(T dy_over_n, const T* p, const T* q, int heads, 
 // (Σ_h W^KQ_hᵀ G p_h)_r = Σ_h Σ_k W^KQ_h[k, r] (G p_h)_k: the query column's gradient through q_h.
 // W_kq [H, rows, ld] (row stride ld), Gp [H rows].
 template <class T>
-LSA_HD T through_queries_entry(const T* W_kq, const T* Gp, int heads, int rows, int ld, int r) {
+LSA_HD_LOCAL T through_queries_entry(const T* W_kq, const T* Gp, int heads, int rows, int ld, int r) {
   T acc = T(0);
   for (int h = 0; h < heads; ++h)
     for (int k = 0; k < rows; ++k) acc += W_kq[(h * rows + k) * ld + r] * Gp[h * rows + k];
@@ -49,7 +49,7 @@ LSA_HD T through_queries_entry(const T* W_kq, const T* Gp, int heads, int rows, 
 
 // dŷ ∂ŷ/∂E[r, j] = (S E)[r, j] (+ dŷ through_r on the query column, + dŷ on the label slot).
 template <class T>
-LSA_HD T input_grad_entry(T dy, recipe::Mat<T> S, recipe::Mat<T> E, T through_r, int rows, int N,
+LSA_HD_LOCAL T input_grad_entry(T dy, recipe::Mat<T> S, recipe::Mat<T> E, T through_r, int rows, int N,
                           int r, int j) {
   T v = recipe::row_combination_entry(T(0), S, E, rows, r, j);
   if (j == N) {
@@ -63,11 +63,11 @@ LSA_HD T input_grad_entry(T dy, recipe::Mat<T> S, recipe::Mat<T> E, T through_r,
 // triangle only (G is symmetric): kGramTile, the tile count, and tile t's first row and column
 // (row-major over the tiles (bi, bj), bi <= bj, of the ceil(rows/4)² grid).
 constexpr int kGramTile = 4;
-LSA_HD int gram_tiles(int rows) {
+LSA_HD_LOCAL int gram_tiles(int rows) {
   const int nb = (rows + kGramTile - 1) / kGramTile;
   return nb * (nb + 1) / 2;
 }
-LSA_HD void gram_tile_origin(int t, int rows, int& r0, int& c0) {
+LSA_HD_LOCAL void gram_tile_origin(int t, int rows, int& r0, int& c0) {
   const int nb = (rows + kGramTile - 1) / kGramTile;
   int bi = 0;
   while (t >= nb - bi) t -= nb - bi++;
@@ -79,7 +79,7 @@ LSA_HD void gram_tile_origin(int t, int rows, int& r0, int& c0) {
 //   [0] += w², [1 + h rows + r] += (w G q_h)[r], [1 + H rows + (h rows + r) rows + c] += (w G p_h)[r] e_q[c],
 // with wGq = w G q_h, wGp = w G p_h [H rows] and e_q [rows] already in double (the CUDA kernels
 // add a block's prompts in slot order with d_K_quad over kGramTile columns c0.. of one row).
-LSA_HD void d_K_quad(double (&v)[kGramTile], double wGp_hr, const double* e_q, int c0,
+LSA_HD_LOCAL void d_K_quad(double (&v)[kGramTile], double wGp_hr, const double* e_q, int c0,
                             int rows) {
   for (int k = 0; k < kGramTile; ++k)
     if (c0 + k < rows) v[k] += wGp_hr * e_q[c0 + k];
@@ -111,7 +111,7 @@ struct HeadsWork {
 // M = Ã L̃ T / √N [rows, dp] of wishart.hpp, formed: B = T/√N, L̃ B (L lower, or diag(√λ), or I;
 // the noise row of L̃ is 1), then the rows of Ã: x rows as they are, the label row wᵀ(L B) + σ B_d.
 template <class T>
-LSA_HD void form_m(const wishart::Prompt<T>& pr, T* M) {
+LSA_HD_LOCAL void form_m(const wishart::Prompt<T>& pr, T* M) {
   const index_t d = pr.d, dp = pr.dp;
   for (index_t k = 0; k < d; ++k) {
     for (index_t m = 0; m < dp; ++m) M[k * dp + m] = T(0);
@@ -138,9 +138,9 @@ LSA_HD void form_m(const wishart::Prompt<T>& pr, T* M) {
 // (p_t[k H + j] = W^PV_j[d, k]) and W_kq_t [rows, rows, H] (W_kq_t[(k rows + c) H + j] = W^KQ_j[k, c]).
 // Entry i of [p_t | W_kq_t] (heads_inner_size entries; the CUDA kernels fill a block's copy with
 // threads over i): a permutation of W_pv's last rows and W_kq.
-LSA_HD index_t heads_inner_size(index_t heads, index_t rows) { return heads * rows * (rows + 1); }
+LSA_HD_LOCAL index_t heads_inner_size(index_t heads, index_t rows) { return heads * rows * (rows + 1); }
 template <class T>
-LSA_HD T heads_inner_entry(index_t heads, index_t rows, const T* W_pv, const T* W_kq, index_t i) {
+LSA_HD_LOCAL T heads_inner_entry(index_t heads, index_t rows, const T* W_pv, const T* W_kq, index_t i) {
   const index_t n2 = rows * rows;
   if (i < rows * heads) {  // p_t[k H + j] = W^PV_j[d, k]
     const index_t k = i / heads, j = i % heads;
@@ -151,7 +151,7 @@ LSA_HD T heads_inner_entry(index_t heads, index_t rows, const T* W_pv, const T* 
   return W_kq[j * n2 + kc];
 }
 template <class T>
-LSA_HD void heads_inner(index_t heads, index_t rows, const T* W_pv, const T* W_kq, T* p_t,
+LSA_HD_LOCAL void heads_inner(index_t heads, index_t rows, const T* W_pv, const T* W_kq, T* p_t,
                         T* W_kq_t) {
   const index_t np = rows * heads;
   for (index_t i = 0; i < np; ++i) p_t[i] = heads_inner_entry(heads, rows, W_pv, W_kq, i);
@@ -160,7 +160,7 @@ LSA_HD void heads_inner(index_t heads, index_t rows, const T* W_pv, const T* W_k
 }
 
 template <class T>
-LSA_HD double heads_residual(const linear::Law<T>& P, index_t heads, const T* p_t, const T* W_kq_t,
+LSA_HD_LOCAL double heads_residual(const linear::Law<T>& P, index_t heads, const T* p_t, const T* W_kq_t,
                              const T* z, const T* chi2, const T* w, const T* lam_sqrt,
                              const wishart::Work<T>& s, const HeadsWork<T>& h) {
   const index_t d = P.d, rows = d + 1, H = heads, W = 2 * heads;
@@ -201,7 +201,7 @@ LSA_HD double heads_residual(const linear::Law<T>& P, index_t heads, const T* p_
 // acc [loss_grad_width] += the prompt's terms for the weight r: Σ r², Σ r G q_h, Σ r (G p_h) e_qᵀ
 // (loss_grad_width's layout; the last column of each d_K block is skipped: e_q[d] = 0 adds nothing).
 template <class T>
-LSA_HD void accumulate(double r, const T* e_q, const HeadsWork<T>& h, index_t heads, index_t rows,
+LSA_HD_LOCAL void accumulate(double r, const T* e_q, const HeadsWork<T>& h, index_t heads, index_t rows,
                        double* acc) {
   const index_t W = 2 * heads;
   acc[0] += r * r;
@@ -219,7 +219,7 @@ LSA_HD void accumulate(double r, const T* e_q, const HeadsWork<T>& h, index_t he
 // form of accumulate with its products (the CUDA kernel's threads take entries); the skipped last
 // column of each d_K block is 0.
 template <class T>
-LSA_HD double accumulate_term(index_t i, double r, const T* e_q, const HeadsWork<T>& h,
+LSA_HD_LOCAL double accumulate_term(index_t i, double r, const T* e_q, const HeadsWork<T>& h,
                               index_t heads, index_t rows) {
   if (i == 0) return r * r;
   const index_t W = 2 * heads;
@@ -242,7 +242,7 @@ LSA_HD double accumulate_term(index_t i, double r, const T* e_q, const HeadsWork
 
 // W^KQ_h[a, b] = Σ_i W^K_h[i, a] W^Q_h[i, b], entry e = (h rows + a) rows + b.
 template <class T>
-LSA_HD T merged_kq_entry(const T* W_k, const T* W_q, index_t rank, index_t rows, index_t e) {
+LSA_HD_LOCAL T merged_kq_entry(const T* W_k, const T* W_q, index_t rank, index_t rows, index_t e) {
   const index_t b = e % rows, ha = e / rows, a = ha % rows, h = ha / rows;
   const T* k = W_k + h * rank * rows;
   const T* q = W_q + h * rank * rows;
@@ -253,7 +253,7 @@ LSA_HD T merged_kq_entry(const T* W_k, const T* W_q, index_t rank, index_t rows,
 
 // ∂ℓ/∂W^K_h = W^Q_h dW^KQ_hᵀ: [i, a] = Σ_b W^Q_h[i, b] dW^KQ_h[a, b], entry e = (h r + i) rows + a.
 template <class T>
-LSA_HD T key_grad_entry(const T* W_q, const T* d_W_kq, index_t rank, index_t rows, index_t e) {
+LSA_HD_LOCAL T key_grad_entry(const T* W_q, const T* d_W_kq, index_t rank, index_t rows, index_t e) {
   const index_t a = e % rows, hi = e / rows, h = hi / rank;
   const T* q = W_q + hi * rows;
   const T* g = d_W_kq + (h * rows + a) * rows;
@@ -264,7 +264,7 @@ LSA_HD T key_grad_entry(const T* W_q, const T* d_W_kq, index_t rank, index_t row
 
 // ∂ℓ/∂W^Q_h = W^K_h dW^KQ_h: [i, b] = Σ_a W^K_h[i, a] dW^KQ_h[a, b], entry e = (h r + i) rows + b.
 template <class T>
-LSA_HD T query_grad_entry(const T* W_k, const T* d_W_kq, index_t rank, index_t rows, index_t e) {
+LSA_HD_LOCAL T query_grad_entry(const T* W_k, const T* d_W_kq, index_t rank, index_t rows, index_t e) {
   const index_t b = e % rows, hi = e / rows, h = hi / rank;
   const T* k = W_k + hi * rows;
   const T* g = d_W_kq + h * rows * rows + b;

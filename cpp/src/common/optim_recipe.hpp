@@ -41,32 +41,32 @@ using State = OptimizerState;
 // device buffer that are not parameters (a sparse V's fixed zeros) take no part in the norm, and
 // step_element leaves them as they are.
 template <class T>
-LSA_HD T grad_at(const State& st, const T* grad, index_t i) {
+LSA_HD_LOCAL T grad_at(const State& st, const T* grad, index_t i) {
   return st.mask == nullptr || st.mask[i] != 0 ? grad[i] : T(0);
 }
 
 template <class T>
-LSA_HD double square_of(T g) {
+LSA_HD_LOCAL double square_of(T g) {
   const double x = static_cast<double>(g);
   return x * x;
 }
 
 // Partial sum of lane `lane` (strided, in index order).
 template <class T>
-LSA_HD double norm_partial(const State& st, const T* grad, index_t n, int lane) {
+LSA_HD_LOCAL double norm_partial(const State& st, const T* grad, index_t n, int lane) {
   double s = 0;
   for (index_t i = lane; i < n; i += kNormLanes) s += square_of(grad_at(st, grad, i));
   return s;
 }
 
 // np.maximum: NaN when either is NaN.
-LSA_HD double max_propagating_nan(double a, double b) {
+LSA_HD_LOCAL double max_propagating_nan(double a, double b) {
   if (a != a || b != b) return a + b;
   return a > b ? a : b;
 }
 
 // The factor g is multiplied by (1: none).
-LSA_HD double clip_coefficient(const Step& s, double norm) {
+LSA_HD_LOCAL double clip_coefficient(const Step& s, double norm) {
   if (s.clip_norm <= 0) return 1.0;
   const double c = s.clip_norm / (norm + kClipEps);
   return c < 1.0 ? c : 1.0;
@@ -74,7 +74,7 @@ LSA_HD double clip_coefficient(const Step& s, double norm) {
 
 // θ_{t+1}[i] from θ_t[i] and g[i]; advances the state at i.
 template <class T>
-LSA_HD double update_element(const Step& s, const State& st, index_t i, double theta, T grad,
+LSA_HD_LOCAL double update_element(const Step& s, const State& st, index_t i, double theta, T grad,
                              double coef) {
   double g = static_cast<double>(grad);
   if (coef < 1.0) g = g * coef;
@@ -107,16 +107,16 @@ LSA_HD double update_element(const Step& s, const State& st, index_t i, double t
 // θ_{t+1}[i]: update_element for a parameter; an entry the mask leaves out keeps its value (and
 // its state).
 template <class T>
-LSA_HD double step_element(const Step& s, const State& st, index_t i, double theta, const T* grad,
+LSA_HD_LOCAL double step_element(const Step& s, const State& st, index_t i, double theta, const T* grad,
                            double coef) {
   if (st.mask != nullptr && st.mask[i] == 0) return theta;
   return update_element(s, st, i, theta, grad[i], coef);
 }
 
-LSA_HD bool finite(double x) { return x - x == 0; }  // false for NaN and ±inf
+LSA_HD_LOCAL bool finite(double x) { return x - x == 0; }  // false for NaN and ±inf
 
 // The step's loss (OptimizerState::loss) is given and not finite: the step records kBadLoss.
-LSA_HD bool loss_fails(const State& st) { return st.loss != nullptr && !finite(*st.loss); }
+LSA_HD_LOCAL bool loss_fails(const State& st) { return st.loss != nullptr && !finite(*st.loss); }
 
 }  // namespace lsa_native::optim
 
@@ -124,14 +124,14 @@ namespace lsa_native::optim {
 
 // The halving sum of the kNormLanes partials, in place (p[0] holds the total): the order the CUDA
 // block's tree takes, one level at a time.
-LSA_HD void halving_sum(double* p) {
+LSA_HD_LOCAL void halving_sum(double* p) {
   for (int s = kNormLanes / 2; s > 0; s /= 2)
     for (int j = 0; j < s; ++j) p[j] += p[j + s];
 }
 
 // Lane partial of the rescaled sum Σ (g_i/big)² (the fallback when Σ g_i² overflows).
 template <class T>
-LSA_HD double scaled_partial(const State& st, const T* grad, index_t n, int lane, double big) {
+LSA_HD_LOCAL double scaled_partial(const State& st, const T* grad, index_t n, int lane, double big) {
   double s = 0;
   for (index_t i = lane; i < n; i += kNormLanes) {
     const double x = static_cast<double>(grad_at(st, grad, i)) / big;
@@ -142,14 +142,14 @@ LSA_HD double scaled_partial(const State& st, const T* grad, index_t n, int lane
 
 // Lane partial of max |g_i| (NaN propagates).
 template <class T>
-LSA_HD double abs_max_partial(const State& st, const T* grad, index_t n, int lane) {
+LSA_HD_LOCAL double abs_max_partial(const State& st, const T* grad, index_t n, int lane) {
   double m = 0;
   for (index_t i = lane; i < n; i += kNormLanes)
     m = max_propagating_nan(m, std::fabs(static_cast<double>(grad_at(st, grad, i))));
   return m;
 }
 
-LSA_HD void halving_max(double* p) {
+LSA_HD_LOCAL void halving_max(double* p) {
   for (int s = kNormLanes / 2; s > 0; s /= 2)
     for (int j = 0; j < s; ++j) p[j] = max_propagating_nan(p[j], p[j + s]);
 }

@@ -51,7 +51,7 @@ struct ScalarWordOps {
 // One Philox4x32 round on counter words c[0..3] (W: uint32 or a vector of uint32, lanes being
 // independent counters) with the round key (k0, k1), the same for all lanes.
 template <class W, class Ops>
-LSA_HD void philox4x32_round(W (&c)[4], std::uint32_t k0, std::uint32_t k1) {
+LSA_HD_LOCAL void philox4x32_round(W (&c)[4], std::uint32_t k0, std::uint32_t k1) {
   W hi0, lo0, hi1, lo1;
   Ops::mulhilo(kPhiloxM0, c[0], hi0, lo0);
   Ops::mulhilo(kPhiloxM1, c[2], hi1, lo1);
@@ -65,7 +65,7 @@ LSA_HD void philox4x32_round(W (&c)[4], std::uint32_t k0, std::uint32_t k1) {
 
 // Philox4x32-10: c <- the 4 random words of counter c under key (k0, k1), in place.
 template <class W, class Ops = ScalarWordOps>
-LSA_HD void philox4x32_10(W (&c)[4], std::uint32_t k0, std::uint32_t k1) {
+LSA_HD_LOCAL void philox4x32_10(W (&c)[4], std::uint32_t k0, std::uint32_t k1) {
   for (int r = 0; r < kPhiloxRounds; ++r) {
     if (r > 0) {  // the key schedule bumps the key before every round but the first
       k0 += kPhiloxW0;
@@ -79,12 +79,12 @@ LSA_HD void philox4x32_10(W (&c)[4], std::uint32_t k0, std::uint32_t k1) {
 struct PhiloxKey {
   std::uint32_t k0, k1;
 };
-LSA_HD PhiloxKey philox_key(std::uint64_t seed) {
+LSA_HD_LOCAL PhiloxKey philox_key(std::uint64_t seed) {
   return {static_cast<std::uint32_t>(seed), static_cast<std::uint32_t>(seed >> 32)};
 }
 
 // The 4 words at (block, prompt, step, stream) under `key`: the scalar entry point of the layout.
-LSA_HD void philox_block(PhiloxKey key, std::uint32_t block, std::uint32_t prompt, std::uint32_t step,
+LSA_HD_LOCAL void philox_block(PhiloxKey key, std::uint32_t block, std::uint32_t prompt, std::uint32_t step,
                          std::uint32_t stream, std::uint32_t (&out)[4]) {
   out[0] = block;
   out[1] = prompt;

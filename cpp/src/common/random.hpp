@@ -89,13 +89,13 @@ struct ScalarMath {
 // u in (0, 1) from one word: the top 23 bits, centred in their cell (24 significant bits: exact in
 // float, the largest value is 1 − 2^-24 < 1).
 template <class V, class W, class Math = ScalarMath>
-LSA_HD V uniform_float(W w) {
+LSA_HD_LOCAL V uniform_float(W w) {
   return Math::template to_real<V>(w >> 9) * 1.1920928955078125e-07f + 5.9604644775390625e-08f;
 }
 // u in (0, 1) from two words: 52 bits (20 of w_a, 32 of w_b), centred in their cell; both terms
 // and the sum are exact in double, and the largest value is 1 − 2^-53 < 1.
 template <class V, class W, class Math = ScalarMath>
-LSA_HD V uniform_double(W w_a, W w_b) {
+LSA_HD_LOCAL V uniform_double(W w_a, W w_b) {
   return Math::template to_real<V>(w_a >> 12) * 9.5367431640625e-07 +
          (Math::template to_real<V>(w_b) + 0.5) * 2.220446049250313080847e-16;
 }
@@ -103,7 +103,7 @@ LSA_HD V uniform_double(W w_a, W w_b) {
 // Box–Muller: z0 = r cos(2π u2), z1 = r sin(2π u2), r = sqrt(−2 log u1); iid N(0, 1) for iid
 // uniforms [Box & Muller 1958]. S is the element type of V.
 template <class S, class V = S, class Math = ScalarMath>
-LSA_HD void box_muller(V u1, V u2, V& z0, V& z1) {
+LSA_HD_LOCAL void box_muller(V u1, V u2, V& z0, V& z1) {
   const V r = Math::sqrt(Math::log(u1) * S(-2));
   V s, c;
   Math::sincos_2pi(u2, s, c);
@@ -124,14 +124,14 @@ struct NormalsPerBlock<double> {
 };
 
 template <class Math = ScalarMath>
-LSA_HD void normals_from_block(const std::uint32_t (&w)[4], float (&z)[4]) {
+LSA_HD_LOCAL void normals_from_block(const std::uint32_t (&w)[4], float (&z)[4]) {
   box_muller<float, float, Math>(uniform_float<float, std::uint32_t, Math>(w[0]),
                           uniform_float<float, std::uint32_t, Math>(w[1]), z[0], z[1]);
   box_muller<float, float, Math>(uniform_float<float, std::uint32_t, Math>(w[2]),
                           uniform_float<float, std::uint32_t, Math>(w[3]), z[2], z[3]);
 }
 template <class Math = ScalarMath>
-LSA_HD void normals_from_block(const std::uint32_t (&w)[4], double (&z)[2]) {
+LSA_HD_LOCAL void normals_from_block(const std::uint32_t (&w)[4], double (&z)[2]) {
   box_muller<double, double, Math>(uniform_double<double, std::uint32_t, Math>(w[0], w[1]),
                            uniform_double<double, std::uint32_t, Math>(w[2], w[3]), z[0], z[1]);
 }
@@ -142,14 +142,14 @@ struct StreamAddress {
   std::uint32_t prompt, step, stream;
 };
 
-LSA_HD void stream_block(const StreamAddress& a, std::uint32_t block, std::uint32_t (&w)[4]) {
+LSA_HD_LOCAL void stream_block(const StreamAddress& a, std::uint32_t block, std::uint32_t (&w)[4]) {
   philox_block(a.key, block, a.prompt, a.step, a.stream, w);
 }
 
 // The normal at `position` of a stream (scalar; the CPU fills ranges with cpu/simd_random.hpp,
 // which gives the same values up to the rounding of its log/sin/cos).
 template <class T, class Math = ScalarMath>
-LSA_HD T normal_at(const StreamAddress& a, std::uint64_t position) {
+LSA_HD_LOCAL T normal_at(const StreamAddress& a, std::uint64_t position) {
   constexpr int per = NormalsPerBlock<T>::value;
   std::uint32_t w[4];
   stream_block(a, static_cast<std::uint32_t>(position / per), w);
@@ -161,7 +161,7 @@ LSA_HD T normal_at(const StreamAddress& a, std::uint64_t position) {
 // out[i] = the normal at position p0 + i of a stream, i < n, each block's normals computed once: the
 // scalar range fill (CUDA threads; the CPU's SIMD twin is cpu/simd_random.hpp's fill_normals).
 template <class T, class Math = ScalarMath>
-LSA_HD void normals_range(const StreamAddress& a, std::uint64_t p0, std::int64_t n, T* out) {
+LSA_HD_LOCAL void normals_range(const StreamAddress& a, std::uint64_t p0, std::int64_t n, T* out) {
   constexpr int per = NormalsPerBlock<T>::value;
   const std::uint64_t end = p0 + static_cast<std::uint64_t>(n);
   for (std::uint64_t blk = p0 / per; blk * per < end; ++blk) {
@@ -178,7 +178,7 @@ LSA_HD void normals_range(const StreamAddress& a, std::uint64_t p0, std::int64_t
 
 // The uniform at `position` of a stream.
 template <class T>
-LSA_HD T uniform_at(const StreamAddress& a, std::uint64_t position);
+LSA_HD_LOCAL T uniform_at(const StreamAddress& a, std::uint64_t position);
 template <>
 LSA_HD float uniform_at<float>(const StreamAddress& a, std::uint64_t position) {
   std::uint32_t w[4];
@@ -195,7 +195,7 @@ LSA_HD double uniform_at<double>(const StreamAddress& a, std::uint64_t position)
 
 // Integer uniform on {0, ..., n−1} from a word by multiply-shift: bias below n·2^-32 (no rejection,
 // so the position of every later variate stays fixed).
-LSA_HD std::uint32_t index_from_word(std::uint32_t w, std::uint32_t n) {
+LSA_HD_LOCAL std::uint32_t index_from_word(std::uint32_t w, std::uint32_t n) {
   return static_cast<std::uint32_t>((static_cast<std::uint64_t>(w) * n) >> 32);
 }
 

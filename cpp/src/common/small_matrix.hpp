@@ -38,7 +38,7 @@ struct SmallEps<double> {
 
 // Σ_i x[i] y[i] over n entries (also the Frobenius product Σ A∘B of two matrices, n = rows·cols).
 template <class T>
-LSA_HD T dot(const T* x, const T* y, int n) {
+LSA_HD_LOCAL T dot(const T* x, const T* y, int n) {
   T s = T(0);
   for (int i = 0; i < n; ++i) s += x[i] * y[i];
   return s;
@@ -46,13 +46,13 @@ LSA_HD T dot(const T* x, const T* y, int n) {
 
 // y += c x over n entries.
 template <class T>
-LSA_HD void axpy(T c, const T* x, int n, T* y) {
+LSA_HD_LOCAL void axpy(T c, const T* x, int n, T* y) {
   for (int i = 0; i < n; ++i) y[i] += c * x[i];
 }
 
 // tr A.
 template <class T>
-LSA_HD T trace(const T* a, int n) {
+LSA_HD_LOCAL T trace(const T* a, int n) {
   T s = T(0);
   for (int i = 0; i < n; ++i) s += a[i * n + i];
   return s;
@@ -60,7 +60,7 @@ LSA_HD T trace(const T* a, int n) {
 
 // tr(A B) = Σ_ij A_ij B_ji.
 template <class T>
-LSA_HD T trace_product(const T* a, const T* b, int n) {
+LSA_HD_LOCAL T trace_product(const T* a, const T* b, int n) {
   T s = T(0);
   for (int i = 0; i < n; ++i)
     for (int j = 0; j < n; ++j) s += a[i * n + j] * b[j * n + i];
@@ -69,7 +69,7 @@ LSA_HD T trace_product(const T* a, const T* b, int n) {
 
 // M += c x yᵀ.
 template <class T>
-LSA_HD void add_outer(T* m, int n, T c, const T* x, const T* y) {
+LSA_HD_LOCAL void add_outer(T* m, int n, T c, const T* x, const T* y) {
   for (int i = 0; i < n; ++i) axpy(c * x[i], y, n, m + i * n);
 }
 
@@ -81,7 +81,7 @@ LSA_HD void add_outer(T* m, int n, T c, const T* x, const T* y) {
 // computed column by column, so that the entries of one column are independent sums (they overlap
 // in the pipeline), O(n³/3). poll() runs before each column.
 template <class T, class Poll = NoPoll>
-LSA_HD bool cholesky_in_place(T* a, int n, Poll poll = {}) {
+LSA_HD_LOCAL bool cholesky_in_place(T* a, int n, Poll poll = {}) {
   for (int j = 0; j < n; ++j) {
     poll();
     T s = a[j * n + j];
@@ -113,7 +113,7 @@ LSA_HD bool cholesky_in_place(T* a, int n, Poll poll = {}) {
 // (2n cache lines), which doubles the time per sweep once a and v outgrow the L2 cache (n ≳ 250).
 // Together ~n^3.4 in practice: for large n use householder_tridiagonal + tridiagonal_ql.
 template <class T>
-LSA_HD int jacobi_eigen(T* a, int n, T* w, T* v, int max_sweeps = 30) {
+LSA_HD_LOCAL int jacobi_eigen(T* a, int n, T* w, T* v, int max_sweeps = 30) {
   // The rotations accumulate into vᵀ (rows = eigenvectors) held in v, so that both A's and V's
   // updates run along contiguous rows; v is transposed in place at the end.
   for (int i = 0; i < n; ++i)
@@ -190,7 +190,7 @@ LSA_HD int jacobi_eigen(T* a, int n, T* w, T* v, int max_sweeps = 30) {
 
 // √(x² + y²) without overflow or destructive underflow [LAPACK dlapy2].
 template <class T>
-LSA_HD T scaled_hypot(T x, T y) {
+LSA_HD_LOCAL T scaled_hypot(T x, T y) {
   const T ax = std::fabs(x), ay = std::fabs(y);
   const T big = ax > ay ? ax : ay, small = ax > ay ? ay : ax;
   if (big == T(0)) return T(0);
@@ -207,7 +207,7 @@ LSA_HD T scaled_hypot(T x, T y) {
 // access along rows (the symmetric mat-vec and rank-2 update read the upper triangle row by row).
 // Entries are assumed to be at most ~1/n of the overflow threshold (scale A first otherwise).
 template <class T, class Poll = NoPoll>
-LSA_HD void householder_tridiagonal(T* a, int n, T* diag, T* off, T* work, Poll poll = {}) {
+LSA_HD_LOCAL void householder_tridiagonal(T* a, int n, T* diag, T* off, T* work, Poll poll = {}) {
   T* v = work;      // v_k on indices k+1..n−1
   T* p = work + n;  // τ A₂₂ v, then w = p − (τ/2)(pᵀv) v
   for (int k = 0; k + 2 < n; ++k) {
@@ -266,7 +266,7 @@ LSA_HD void householder_tridiagonal(T* a, int n, T* diag, T* off, T* work, Poll 
 // x <- Q x for the Q = H_0 H_1 ⋯ H_{n−3} that householder_tridiagonal left in a [n x n], x [n].
 // 2n² flops.
 template <class T>
-LSA_HD void householder_apply(const T* a, int n, T* x) {
+LSA_HD_LOCAL void householder_apply(const T* a, int n, T* x) {
   for (int k = n - 3; k >= 0; --k) {
     const T* row = a + k * n;
     const T tau = row[k + 1];
@@ -287,7 +287,7 @@ LSA_HD void householder_apply(const T* a, int n, T* x) {
 // Deflation: |off_i| <= eps·max_{j<=l}(|T_jj| + |T_j,j+1|). Returns the number of QL iterations
 // (~1.5n typical), or −1 when they exceed 30n (LAPACK dsteqr's limit; never observed).
 template <class T, class Poll = NoPoll>
-LSA_HD int tridiagonal_ql(T* diag, T* off, int n, T* vt, Poll poll = {}) {
+LSA_HD_LOCAL int tridiagonal_ql(T* diag, T* off, int n, T* vt, Poll poll = {}) {
   const T eps = SmallEps<T>::value;
   off[n - 1] = T(0);
   T shift_sum = T(0), tst1 = T(0);
@@ -349,7 +349,7 @@ LSA_HD int tridiagonal_ql(T* diag, T* off, int n, T* vt, Poll poll = {}) {
 
 // y = L x for lower-triangular L [n x n] (strict upper triangle ignored), x [n], y [n] (y != x).
 template <class T>
-LSA_HD void lower_matvec(const T* l, int n, const T* x, T* y) {
+LSA_HD_LOCAL void lower_matvec(const T* l, int n, const T* x, T* y) {
   for (int i = 0; i < n; ++i) {
     T s = T(0);
     for (int k = 0; k <= i; ++k) s += l[i * n + k] * x[k];
@@ -359,7 +359,7 @@ LSA_HD void lower_matvec(const T* l, int n, const T* x, T* y) {
 
 // y = Lᵀ x for lower-triangular L [n x n], x [n], y [n] (y != x).
 template <class T>
-LSA_HD void lower_t_matvec(const T* l, int n, const T* x, T* y) {
+LSA_HD_LOCAL void lower_t_matvec(const T* l, int n, const T* x, T* y) {
   for (int i = 0; i < n; ++i) {
     T s = T(0);
     for (int k = i; k < n; ++k) s += l[k * n + i] * x[k];
@@ -369,7 +369,7 @@ LSA_HD void lower_t_matvec(const T* l, int n, const T* x, T* y) {
 
 // x <- L⁻¹ x (forward substitution) for lower-triangular L [n x n] with non-zero diagonal, x [n].
 template <class T>
-LSA_HD void lower_solve(const T* l, int n, T* x) {
+LSA_HD_LOCAL void lower_solve(const T* l, int n, T* x) {
   for (int i = 0; i < n; ++i) {
     T s = x[i];
     for (int k = 0; k < i; ++k) s -= l[i * n + k] * x[k];
@@ -379,7 +379,7 @@ LSA_HD void lower_solve(const T* l, int n, T* x) {
 
 // x <- L⁻ᵀ x (back substitution) for lower-triangular L [n x n] with non-zero diagonal, x [n].
 template <class T>
-LSA_HD void lower_t_solve(const T* l, int n, T* x) {
+LSA_HD_LOCAL void lower_t_solve(const T* l, int n, T* x) {
   for (int i = n - 1; i >= 0; --i) {
     T s = x[i];
     for (int k = i + 1; k < n; ++k) s -= l[k * n + i] * x[k];

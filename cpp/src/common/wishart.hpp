@@ -128,11 +128,11 @@ LSA_HD_LOCAL V predict_and_grads(const Prompt<T, V>& P, const V* p, const V* q, 
 
 // d' of the law: d, or d + 1 with label noise (the noise coordinate of z_i).
 template <class T>
-LSA_HD index_t noise_dim(const linear::Law<T>& P) {
+LSA_HD_LOCAL index_t noise_dim(const linear::Law<T>& P) {
   return P.sigma > T(0) ? P.d + 1 : P.d;
 }
-LSA_HD index_t off_diagonal(index_t dp) { return dp * (dp - 1) / 2; }
-LSA_HD index_t bartlett_normals(index_t d, index_t dp) { return 2 * d + off_diagonal(dp) + 1; }
+LSA_HD_LOCAL index_t off_diagonal(index_t dp) { return dp * (dp - 1) / 2; }
+LSA_HD_LOCAL index_t bartlett_normals(index_t d, index_t dp) { return 2 * d + off_diagonal(dp) + 1; }
 // The normals of z a prompt reads (a prefix of bartlett_normals: positions are fixed, so drawing
 // fewer changes none of them): ε_q only with query noise, the fresh w only without a task pool.
 template <class T>
@@ -142,7 +142,7 @@ LSA_HD_LOCAL index_t bartlett_normals_used(const linear::Law<T>& P) {
   return P.tasks ? d + off_diagonal(dp) : 2 * d + off_diagonal(dp);
 }
 // Offset of a fresh task's w in z.
-LSA_HD index_t fresh_task_offset(index_t d, index_t dp) { return d + off_diagonal(dp); }
+LSA_HD_LOCAL index_t fresh_task_offset(index_t d, index_t dp) { return d + off_diagonal(dp); }
 
 // Per-prompt work arrays, carved from one T buffer of size(d, dp) entries.
 template <class T>
@@ -165,7 +165,7 @@ struct Work {
 // below the diagonal in row-major order, T_ii = sqrt(χ²_{N−i})); returns the factors of M.
 // Math: sqrt on V (rng::ScalarMath for scalars).
 template <class T, class V = T, class Math = rng::ScalarMath>
-LSA_HD Prompt<T, V> prompt_factors(const linear::Law<T>& P, const V* z, const V* chi2, const V* w,
+LSA_HD_LOCAL Prompt<T, V> prompt_factors(const linear::Law<T>& P, const V* z, const V* chi2, const V* w,
                                    const V* lam_sqrt, const Work<V>& s) {
   const index_t d = P.d, dp = noise_dim(P);
   const V* ls = P.random_cov() ? lam_sqrt : nullptr;
@@ -194,7 +194,7 @@ LSA_HD_LOCAL V query_target(const linear::Law<T>& P, const V* w, const V* e_q, c
 // (x_q; 0) for the gradient terms (acc_term). p = last row of W^PV [d+1] (V: broadcast over the
 // lanes), W_kq [d+1, d+1].
 template <class T, class V = T, class Math = rng::ScalarMath>
-LSA_HD void prompt_prediction(const linear::Law<T>& P, const T* W_kq, const V* p, const V* z,
+LSA_HD_LOCAL void prompt_prediction(const linear::Law<T>& P, const T* W_kq, const V* p, const V* z,
                               const V* chi2, const V* w, const V* lam_sqrt, const Work<V>& s,
                               V& y_hat, V& y_q) {
   const index_t rows = P.d + 1;
@@ -210,7 +210,7 @@ LSA_HD void prompt_prediction(const linear::Law<T>& P, const T* W_kq, const V* p
 
 // The residual r = ŷ − y_q of one prompt (in double); s as prompt_prediction leaves it.
 template <class T>
-LSA_HD double prompt_residual(const linear::Law<T>& P, const T* W_kq, const T* p, const T* z,
+LSA_HD_LOCAL double prompt_residual(const linear::Law<T>& P, const T* W_kq, const T* p, const T* z,
                               const T* chi2, const T* w, const T* lam_sqrt, const Work<T>& s) {
   T y_hat, y_q;
   prompt_prediction(P, W_kq, p, z, chi2, w, lam_sqrt, s, y_hat, y_q);
@@ -221,7 +221,7 @@ LSA_HD double prompt_residual(const linear::Law<T>& P, const T* W_kq, const T* p
 // Σ r (G p) e_qᵀ] (SPEC 3.2): the per-entry form (CUDA lanes take entries); accumulate() adds all
 // of them with the same products, in loops without index arithmetic (the CPU).
 template <class T>
-LSA_HD double acc_term(index_t i, double r, const Work<T>& s, index_t rows) {
+LSA_HD_LOCAL double acc_term(index_t i, double r, const Work<T>& s, index_t rows) {
   if (i == 0) return r * r;
   if (i <= rows) return r * double(s.g_p[i - 1]);
   const int j = int(i - 1 - rows), n = int(rows);  // 32-bit division: rows² < 2^31
@@ -243,7 +243,7 @@ LSA_HD_LOCAL void accumulate(A r, const T* g_p, const T* g_k, const T* e_q, inde
   }
 }
 template <class T>
-LSA_HD void accumulate(double r, const Work<T>& s, index_t rows, double* acc) {
+LSA_HD_LOCAL void accumulate(double r, const Work<T>& s, index_t rows, double* acc) {
   accumulate(r, s.g_p, s.g_k, s.e_q, rows, acc);
 }
 

@@ -10,7 +10,9 @@
 // double (PredictionGradSums, the loss gradient's), reduced in chunk order by the driver
 // (lsa_cpu.cpp). The per-entry formulas are those of common/lsa_recipe.hpp (the CUDA kernel's):
 // the query column's W^KQᵀ G p by the recipe itself, the dE columns by `combine_tokens`, the
-// vector form of prediction_input_grad_entry [SPEC 3.2].
+// vector form of prediction_input_grad_entry [SPEC 3.2]. Without dE at small d the prompts-in-lanes
+// path (lsa_kernels.inl's backward_pass) forms G in registers first (Gram-first at d + 1 <=
+// kGramMaxRows) and rounds in that order instead, within the same tested bounds.
 #include <algorithm>
 #include <vector>
 
