@@ -5,7 +5,8 @@
 // float32 2e-4 relative to the largest entry (tolerance<T>(): the draws differ by the rounding of
 // the CPU's SIMD log/sin/cos, the sums by their order) — for H = 1 and H > 1, odd batch tails,
 // several rounds per block, grids of 1-3 blocks, per-thread work in shared and in global memory;
-// the merge and chain-rule kernels equal the CPU backend bit for bit.
+// the merge and chain-rule kernels equal the CPU backend bit for bit in emulation (one host
+// compiler; on a GPU nvcc contracts their multiply-adds to FMA, so there they equal it to rounding).
 #include "cuda_emulation.hpp"  // first: defines the CUDA keywords the kernels use
 
 #include <gtest/gtest.h>

@@ -238,7 +238,8 @@ LSA_HD double accumulate_term(index_t i, double r, const T* e_q, const HeadsWork
 // ---- the separate parametrization: W^KQ_h = W^K_hᵀ W^Q_h and the chain rule ---------------------
 // W_k, W_q [H, r, rows], W_kq and its gradient [H, rows, rows], all row-major; each entry a sum over
 // the rank (merge) or the rows (chain) in index order, in T. The CPU backend loops over the
-// entries, the CUDA kernel takes one per thread: the same sums.
+// entries, the CUDA kernel takes one per thread: the same sums, equal to rounding (the GPU
+// contracts the multiply-adds to FMA).
 
 // W^KQ_h[a, b] = Σ_i W^K_h[i, a] W^Q_h[i, b], entry e = (h rows + a) rows + b.
 template <class T>
