@@ -242,17 +242,20 @@ def test_merge_and_chain_bad_arguments(rng):
 @pytest.mark.cuda
 @pytest.mark.skipif(not __import__("lsa_native").cuda.available(), reason="needs a GPU")
 @pytest.mark.parametrize("method", ["wishart", "tokens"])
-@pytest.mark.parametrize("H", [1, 4])
+@pytest.mark.parametrize("d,N,H,noise", [(5, 20, 1, 0.1), (5, 20, 4, 0.1), (2, 9, 2, 0.0),
+                                         (1, 5, 2, 0.0)])
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-11), (np.float32, 2e-4)])
-def test_gpu_fused_step_equals_the_cpu_step(rng, method, H, dtype, tol):
+def test_gpu_fused_step_equals_the_cpu_step(rng, method, d, N, H, noise, dtype, tol):
     """On a GPU: the H-head Wishart step (one thread per prompt, the CPU's Philox streams) and the
     tokens step (the GPU sampler's prompts, then the H-head kernel) equal the CPU step to rounding
     (relative to the largest entry), with host or CUDA arrays, and two runs give the same bits
-    (fixed-order sums); B = 3000 spans several blocks and a partial one."""
+    (fixed-order sums); B = 3000 spans several blocks and a partial one. The Wishart work is in
+    global memory at d = 5 and in shared memory for the tiny shapes (launch_heads_wishart's 48 KiB:
+    d = 1, H = 2 in both dtypes, d = 2, H = 2 without label noise in float32)."""
     import torch
 
-    spec = LinearPrompts(5, 20, noise_std=0.1, tasks=9, seed=int(rng.integers(2**31)))
-    W_pv, W_kq = (a.astype(dtype) for a in _weights(rng, H, 5))
+    spec = LinearPrompts(d, N, noise_std=noise, tasks=9, seed=int(rng.integers(2**31)))
+    W_pv, W_kq = (a.astype(dtype) for a in _weights(rng, H, d))
     want = _step(spec, method, W_pv, W_kq, 7, 3000, dtype)
     step = spec.multihead_fused_step(batch=3000, method=method, dtype=dtype, device="cuda")
     host = (np.empty_like(W_pv), np.empty_like(W_kq))
