@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from lsa_native import multihead as mh
+from lsa_native.reference import multihead as ref
 from lsa_native.sampling import LinearPrompts
 
 
@@ -191,7 +192,7 @@ def test_fused_step_on_the_device_route(rng, method, H):
 @pytest.mark.parametrize("H,r,n", [(1, 1, 2), (4, 2, 6), (3, 5, 5)])
 def test_merge_and_chain_are_the_definitions(rng, dtype, H, r, n):
     """The native merge_kq / chain_kq: W^KQ_h = W^K_hᵀ W^Q_h, dW^K_h = W^Q_h dW^KQ_hᵀ,
-    dW^Q_h = W^K_h dW^KQ_h (numpy einsum, float64, to rounding), into out= in place, and the
+    dW^Q_h = W^K_h dW^KQ_h (the reference's in float64, to rounding), into out= in place, and the
     emulated-GPU route (CUDA arrays) gives the same bits."""
     from conftest import HostBackedCudaArray as g
     from lsa_native import _core
@@ -201,13 +202,11 @@ def test_merge_and_chain_are_the_definitions(rng, dtype, H, r, n):
     tol = 1e-5 if dtype == np.float32 else 1e-14
     W_kq = mh.merge_kq(W_k, W_q)
     assert W_kq.dtype == dtype
-    np.testing.assert_allclose(W_kq, np.einsum("hri,hrj->hij", W_k.astype(float), W_q), rtol=tol,
-                               atol=tol)
+    f64 = [a.astype(np.float64) for a in (W_k, W_q, d_kq)]
+    np.testing.assert_allclose(W_kq, ref.merge_kq(*f64[:2]), rtol=tol, atol=tol)
     d_k, d_q = mh.chain_kq(W_k, W_q, d_kq)
-    np.testing.assert_allclose(d_k, np.einsum("hrj,hij->hri", W_q.astype(float), d_kq), rtol=tol,
-                               atol=tol * n)
-    np.testing.assert_allclose(d_q, np.einsum("hri,hij->hrj", W_k.astype(float), d_kq), rtol=tol,
-                               atol=tol * n)
+    for got, want in zip((d_k, d_q), ref.chain_kq(*f64)):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * n)
     out = np.full((H, n, n), np.nan, dtype)
     assert mh.merge_kq(W_k, W_q, out=out) is out
     np.testing.assert_array_equal(out, W_kq)
@@ -225,7 +224,25 @@ def test_merge_and_chain_are_the_definitions(rng, dtype, H, r, n):
 
 
 def test_merge_and_chain_bad_arguments(rng):
+    from conftest import HostBackedCudaArray as g
+
     W_k = rng.standard_normal((2, 1, 4))
+    with pytest.raises(ValueError, match="all operands on one device.*W_k host, W_q CUDA"):
+        mh.merge_kq(W_k, g(W_k))
+    with pytest.raises(ValueError, match="all operands on one device.*out CUDA"):
+        mh.merge_kq(W_k, W_k, out=g(np.empty((2, 4, 4))))
+    with pytest.raises(ValueError, match="all operands on one device.*d_W_kq CUDA"):
+        mh.chain_kq(W_k, W_k, g(np.zeros((2, 4, 4))))
+    square = rng.standard_normal((2, 4, 4))  # rank r = d+1: W_k has W_kq's shape
+    with pytest.raises(ValueError, match="out: must not share memory"):
+        mh.merge_kq(square, square.copy(), out=square)
+    d_kq, d_k = np.zeros((2, 4, 4)), np.empty_like(W_k)
+    for out in ((W_k, None), (None, W_k[:]), (d_k, d_k)):
+        with pytest.raises(ValueError, match="out: must not share memory"):
+            mh.chain_kq(W_k, W_k.copy(), d_kq, out=out)
+    d_square = square.copy()  # the output is d_W_kq
+    with pytest.raises(ValueError, match="out: must not share memory"):
+        mh.chain_kq(square, square.copy(), d_square, out=(None, d_square))
     with pytest.raises(ValueError, match=r"W_kq: expected a C-contiguous array of shape \(2, 4, 4\)"):
         mh.merge_kq(W_k, W_k, out=np.empty((2, 3, 3)))
     with pytest.raises(ValueError, match=r"W_q: expected a C-contiguous array of shape \(2, 1, 4\)"):
@@ -242,17 +259,20 @@ def test_merge_and_chain_bad_arguments(rng):
 @pytest.mark.cuda
 @pytest.mark.skipif(not __import__("lsa_native").cuda.available(), reason="needs a GPU")
 @pytest.mark.parametrize("method", ["wishart", "tokens"])
-@pytest.mark.parametrize("H", [1, 4])
+@pytest.mark.parametrize("d,N,H,noise", [(5, 20, 1, 0.1), (5, 20, 4, 0.1), (2, 9, 2, 0.0),
+                                         (1, 5, 2, 0.0)])
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-11), (np.float32, 2e-4)])
-def test_gpu_fused_step_equals_the_cpu_step(rng, method, H, dtype, tol):
+def test_gpu_fused_step_equals_the_cpu_step(rng, method, d, N, H, noise, dtype, tol):
     """On a GPU: the H-head Wishart step (one thread per prompt, the CPU's Philox streams) and the
     tokens step (the GPU sampler's prompts, then the H-head kernel) equal the CPU step to rounding
     (relative to the largest entry), with host or CUDA arrays, and two runs give the same bits
-    (fixed-order sums); B = 3000 spans several blocks and a partial one."""
+    (fixed-order sums); B = 3000 spans several blocks and a partial one. The Wishart work is in
+    global memory at d = 5 and in shared memory for the tiny shapes (launch_heads_wishart's 48 KiB:
+    d = 1, H = 2 in both dtypes, d = 2, H = 2 without label noise in float32)."""
     import torch
 
-    spec = LinearPrompts(5, 20, noise_std=0.1, tasks=9, seed=int(rng.integers(2**31)))
-    W_pv, W_kq = (a.astype(dtype) for a in _weights(rng, H, 5))
+    spec = LinearPrompts(d, N, noise_std=noise, tasks=9, seed=int(rng.integers(2**31)))
+    W_pv, W_kq = (a.astype(dtype) for a in _weights(rng, H, d))
     want = _step(spec, method, W_pv, W_kq, 7, 3000, dtype)
     step = spec.multihead_fused_step(batch=3000, method=method, dtype=dtype, device="cuda")
     host = (np.empty_like(W_pv), np.empty_like(W_kq))

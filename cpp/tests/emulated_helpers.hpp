@@ -1,13 +1,16 @@
 // Helpers of the emulated-CUDA tests (include after cuda_emulation.hpp and cuda/lsa_kernels.cuh):
 // per-dtype tolerances, a closeness check that also catches unwritten (NaN-poisoned) outputs, and
-// reduce_partials_kernel's fixed order on the host.
+// reduce_partials_kernel's fixed order on the host; the sampled steps' law cases and their specs.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <vector>
+
+#include "lsa_native/sampling.hpp"
 
 namespace lsa_native::testing {
 
@@ -48,5 +51,54 @@ inline std::vector<double> reduce(const std::vector<double>& partial, int count,
   }
   return total;
 }
+
+// A law of the test matrix: name, d, N and the spec's options.
+struct Case {
+  const char* name;
+  index_t d, N;
+  double noise = 0;
+  bool query_noise = false;
+  index_t tasks = 0;
+  CovarianceLaw law = CovarianceLaw::fixed;
+  double a = 0, b = 0, p = 0;
+  bool sphere = false;
+  bool chol = false, query_chol = false;
+};
+
+// Cholesky factors of a random SPD matrix (d x d, row-major lower), fixed by d and salt.
+inline std::vector<double> factor(index_t d, unsigned salt) {
+  std::vector<double> L(d * d, 0.0);
+  for (index_t k2 = 0; k2 < d; ++k2)
+    for (index_t m = 0; m <= k2; ++m)
+      L[k2 * d + m] = m == k2 ? 0.5 + 0.1 * double((k2 + salt) % 7) : 0.3 * std::sin(double(salt + 3 * k2 + m));
+  return L;
+}
+
+// The LinearPromptSpec of a case (seed given), holding the factors it points to.
+struct SpecHolder {
+  LinearPromptSpec spec;
+  std::vector<double> L, Lq;
+  explicit SpecHolder(const Case& c, std::uint64_t seed) {
+    spec.dim = c.d;
+    spec.context = c.N;
+    spec.seed = seed;
+    spec.noise_std = c.noise;
+    spec.query_noise = c.query_noise;
+    spec.tasks = c.tasks;
+    spec.law = c.law;
+    spec.law_a = c.a;
+    spec.law_b = c.b;
+    spec.law_p = c.p;
+    spec.covariates = c.sphere ? lsa_native::Covariates::sphere : lsa_native::Covariates::gaussian;
+    if (c.chol) {
+      L = factor(c.d, 1);
+      spec.chol = L.data();
+    }
+    if (c.query_chol) {
+      Lq = factor(c.d, 4);
+      spec.query_chol = Lq.data();
+    }
+  }
+};
 
 }  // namespace lsa_native::testing

@@ -114,8 +114,9 @@ double linear_prompts_multihead_loss_and_grad(const LinearPromptSpec& spec, inde
 // (the pointers host or, with Device::cuda, device memory of one device; device outputs only queued):
 //   multihead_merge_kq: W_kq [H, rows, rows] = W^K_hᵀ W^Q_h from W_k, W_q [H, rank, rows];
 //   multihead_chain_kq: d_W_k = W^Q_h dW^KQ_hᵀ, d_W_q = W^K_h dW^KQ_h [H, rank, rows] from d_W_kq.
-// 1 <= rank <= rows, rows >= 2, H >= 1 (Error otherwise). Sums in T in index order (the same on
-// both devices: multihead_recipe.hpp).
+// 1 <= rank <= rows, rows >= 2, H >= 1 (Error otherwise). Sums in T in index order (the same
+// recipe on both devices: multihead_recipe.hpp); the two devices are equal to rounding, not bitwise
+// (nvcc contracts the sums' multiply-adds to FMA).
 template <class T>
 void multihead_merge_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
                         T* W_kq, Device device = Device::cpu);

@@ -198,26 +198,9 @@ LSA_HD_LOCAL double heads_residual(const linear::Law<T>& P, index_t heads, const
   return double(y_hat) - double(wishart::query_target(P, w, s.e_q, z));
 }
 
-// acc [loss_grad_width] += the prompt's terms for the weight r: Σ r², Σ r G q_h, Σ r (G p_h) e_qᵀ
-// (loss_grad_width's layout; the last column of each d_K block is skipped: e_q[d] = 0 adds nothing).
-template <class T>
-LSA_HD_LOCAL void accumulate(double r, const T* e_q, const HeadsWork<T>& h, index_t heads, index_t rows,
-                       double* acc) {
-  const index_t W = 2 * heads;
-  acc[0] += r * r;
-  double* d_p = acc + 1;
-  double* d_K = d_p + heads * rows;
-  for (index_t j = 0; j < heads; ++j)
-    for (index_t k = 0; k < rows; ++k) {
-      d_p[j * rows + k] += r * double(h.GX[k * W + heads + j]);
-      const double rk = r * double(h.GX[k * W + j]);
-      for (index_t c = 0; c + 1 < rows; ++c) d_K[(j * rows + k) * rows + c] += rk * double(e_q[c]);
-    }
-}
-
-// Term i of one prompt's contribution to the batch sums (loss_grad_width's layout), the per-entry
-// form of accumulate with its products (the CUDA kernel's threads take entries); the skipped last
-// column of each d_K block is 0.
+// Term i of one prompt's contribution to the batch sums (loss_grad_width's layout): r², r (G q_h)[k]
+// or r (G p_h)[k] e_q[c] (the CUDA kernel's threads take entries); the last column of each d_K
+// block is 0 (e_q[d] = 0).
 template <class T>
 LSA_HD_LOCAL double accumulate_term(index_t i, double r, const T* e_q, const HeadsWork<T>& h,
                               index_t heads, index_t rows) {
@@ -235,10 +218,21 @@ LSA_HD_LOCAL double accumulate_term(index_t i, double r, const T* e_q, const Hea
   return rk * double(e_q[c]);
 }
 
+// acc [loss_grad_width] += the prompt's terms for the weight r: Σ r², Σ r G q_h, Σ r (G p_h) e_qᵀ
+// (loss_grad_width's layout), entry by entry from accumulate_term (the CUDA kernel's terms): the
+// tests' per-prompt form, which the CPU lanes of multihead_kernels.inl equal.
+template <class T>
+LSA_HD_LOCAL void accumulate(double r, const T* e_q, const HeadsWork<T>& h, index_t heads, index_t rows,
+                       double* acc) {
+  const index_t width = loss_grad_width(heads, rows);
+  for (index_t i = 0; i < width; ++i) acc[i] += accumulate_term(i, r, e_q, h, heads, rows);
+}
+
 // ---- the separate parametrization: W^KQ_h = W^K_hᵀ W^Q_h and the chain rule ---------------------
 // W_k, W_q [H, r, rows], W_kq and its gradient [H, rows, rows], all row-major; each entry a sum over
 // the rank (merge) or the rows (chain) in index order, in T. The CPU backend loops over the
-// entries, the CUDA kernel takes one per thread: the same sums.
+// entries, the CUDA kernel takes one per thread: the same sums, equal to rounding (the GPU
+// contracts the multiply-adds to FMA).
 
 // W^KQ_h[a, b] = Σ_i W^K_h[i, a] W^Q_h[i, b], entry e = (h rows + a) rows + b.
 template <class T>
