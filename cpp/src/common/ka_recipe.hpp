@@ -288,6 +288,11 @@ LSA_HD_LOCAL T prediction(T tf, PredictionOutput what) {
 LSA_HD_LOCAL long long prediction_row(PredictionOutput what, long long b, int L) {
   return what == PredictionOutput::y_hat_final ? b : b * (L + 1);
 }
+// Values of the whole `predictions` output of B prompts (one past the last prompt's row): what a
+// host output staged through the device holds and is copied back.
+LSA_HD_LOCAL long long prediction_count(PredictionOutput what, long long B, int L) {
+  return prediction_row(what, B, L);
+}
 LSA_HD_LOCAL int prediction_column(PredictionOutput what, int l, int L) {
   if (what == PredictionOutput::y_hat_final) return l == L ? 0 : -1;
   return l;

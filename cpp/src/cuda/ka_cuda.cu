@@ -29,10 +29,10 @@ using kernels::KaWarpLayout;
 // Sizes every kernel-attention call on the GPU shares.
 template <class T>
 struct KaSizes {
-  index_t per, ctx, preds, nV, nB;
+  index_t per, ctx, nV, nB;
   explicit KaSizes(const KernelAttentionShape& s)
       : per((s.dim + 1) * (s.context + 1)), ctx(recipe::context_layout<T>(s).size()),
-        preds(s.batch * (s.layers + 1)), nV(s.layers * s.heads * (s.dim + 1) * (s.dim + 1)),
+        nV(s.layers * s.heads * (s.dim + 1) * (s.dim + 1)),
         nB(s.layers * s.heads * s.dim * s.dim) {
     // Indices inside one prompt's workspace and the parameter arrays are int in the kernels.
     detail::require(ctx < (index_t(1) << 30) && nV + 2 * nB < (index_t(1) << 30),
@@ -158,7 +158,9 @@ void kernel_attention_forward(const KernelAttentionShape& sh, const T* Z0, const
   DeviceInput<T> z0(scope, Z0, sh.batch * n.per), v(scope, V, n.nV), b(scope, Bq, n.nB),
       c(scope, Ck, n.nB);
   DeviceInput<Activation> a(scope, acts, sh.heads);
-  DeviceOutput<T> zo(scope, Z_out, sh.batch * n.per), pr(scope, predictions, n.preds),
+  // [B, L+1], or [B] for y_hat_final: a host output is copied back at this size.
+  const index_t n_preds = recipe::prediction_count(prediction_output, sh.batch, int(sh.layers));
+  DeviceOutput<T> zo(scope, Z_out, sh.batch * n.per), pr(scope, predictions, n_preds),
       cx(scope, context, sh.batch * n.ctx);
   KaArgs<T> args{z0.get(), nullptr, v.get(), b.get(), c.get(), a.get(), nullptr, cx.get(),
                  zo.get(), pr.get(), nullptr, nullptr, nullptr, prediction_output};
@@ -198,7 +200,8 @@ void kernel_attention_loss_and_grad_into(const KernelAttentionShape& sh, const T
       b(scope, Bq, n.nB), c(scope, Ck, n.nB);
   DeviceInput<Activation> a(scope, acts, sh.heads);
   DeviceOutput<T> dv(scope, d_V, n.nV), db(scope, d_B, n.nB), dc(scope, d_C, n.nB),
-      dz0(scope, d_Z0, sh.batch * n.per), pr(scope, predictions, n.preds);
+      dz0(scope, d_Z0, sh.batch * n.per),
+      pr(scope, predictions, recipe::prediction_count(PredictionOutput::tf, sh.batch, int(sh.layers)));
   DeviceOutput<double> l(scope, loss, 1);
   KaArgs<T> args{z0.get(), y.get(), v.get(), b.get(), c.get(), a.get(), nullptr, nullptr,
                  nullptr, pr.get(), dz0.get(), nullptr, nullptr};
