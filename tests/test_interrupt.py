@@ -181,6 +181,24 @@ def test_set_num_threads_names_its_argument(value, error):
         ln.set_num_threads(value)
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs sched_setaffinity")
+def test_default_thread_count_is_the_cpus_this_process_may_use():
+    """A process restricted to one CPU (taskset, a cpuset) gets a pool of 1 thread by default, not
+    one per CPU of the machine; set_num_threads(0) restores that default after a change."""
+    cpu = min(os.sched_getaffinity(0))
+    code = textwrap.dedent(f"""
+        import os
+        os.sched_setaffinity(0, {{{cpu}}})
+        import lsa_native as ln
+        first = ln.num_threads()
+        ln.set_num_threads(3)
+        print(first, ln.num_threads(), ln.set_num_threads(0))
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.split() == ["1", "3", "1"]
+
+
 def test_huge_integer_sizes_name_the_argument():
     W_pv, W_kq = ln.theory.assumption33_init(2, 0.1, rng=np.random.default_rng(0))
     with pytest.raises(ValueError, match="N: expected an integer <="):

@@ -12,6 +12,9 @@
 #include <thread>
 #include <vector>
 
+#if defined(__linux__)
+#include <sched.h>  // sched_getaffinity, CPU_COUNT (glibc; g++ defines _GNU_SOURCE)
+#endif
 #if defined(__unix__) || defined(__APPLE__)
 #include <pthread.h>
 #define LSA_HAVE_PTHREAD_ATFORK 1
@@ -30,7 +33,14 @@ std::atomic<int> g_num_threads{0};  // 0: hardware default
 std::atomic<int> g_thread_cap{0};
 std::atomic<InterruptCheck> g_interrupt_check{nullptr};
 
+// The CPUs this process may run on (taskset, a container's cpuset), not every CPU of the machine:
+// a pool sized to the machine oversubscribes a process restricted to a few of its cores.
 int default_threads() {
+#if defined(__linux__)
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof(allowed), &allowed) == 0 && CPU_COUNT(&allowed) > 0)
+    return CPU_COUNT(&allowed);
+#endif
   const unsigned hw = std::thread::hardware_concurrency();
   return hw == 0 ? 1 : static_cast<int>(hw);
 }

@@ -17,7 +17,8 @@ num_threads = _core.num_threads
 
 
 def set_num_threads(n: int) -> int:
-    """Use ``n`` CPU threads in the batched kernels (0 restores the default: all cores) and return
+    """Use ``n`` CPU threads in the batched kernels (0 restores the default: the CPUs this process may
+    run on, e.g. those ``taskset`` or a container allows) and return
     the count in use. When the system refuses to start that many (a process or address-space
     limit), the pool keeps the threads it could start, with a RuntimeWarning saying so.
     Results never depend on it: batch reductions run over fixed chunks in a fixed order."""

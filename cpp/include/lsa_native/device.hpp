@@ -34,7 +34,8 @@ void cuda_synchronize();  // waits for all work on the current device
 // waits for the devices first. Without CUDA kernels: a no-op.
 void cuda_release_memory();
 
-// Number of CPU threads the batched kernels use (default: std::thread::hardware_concurrency()).
+// Number of CPU threads the batched kernels use (default: the CPUs this process may run on —
+// sched_getaffinity on Linux, so taskset and cpusets count — else hardware_concurrency()).
 // Results never depend on it: batch reductions run over fixed-size chunks combined in a fixed order.
 int num_threads();
 // Sets the thread count; n < 1 restores the default. Thread-safe; affects later calls only.
