@@ -25,6 +25,10 @@ SHAPES = [(1, 1, 1, 1, 1), (3, 1, 9, 3, 1), (5, 3, 1, 2, 1), (37, 2, 7, 2, 2), (
 # The warp-per-prompt kernel (default) and the block kernel (its fallback for large prompts, forced
 # for every shape by LSA_NATIVE_CUDA_OLD_KERNELS=1).
 KERNELS = ["warp", "block"]
+# The backward passes also run the warp kernel's recomputing workspace (LSA_NATIVE_KA_RECOMPUTE=1:
+# no stored per-layer intermediates beyond Z_ℓ; measured 1.2-1.4x faster on an H200, off by
+# default until these tests have passed on a GPU).
+KERNELS_BACKWARD = KERNELS + ["recompute"]
 
 
 @pytest.fixture
@@ -33,6 +37,10 @@ def kernel_choice(request, monkeypatch):
         monkeypatch.setenv("LSA_NATIVE_CUDA_OLD_KERNELS", "1")
     else:
         monkeypatch.delenv("LSA_NATIVE_CUDA_OLD_KERNELS", raising=False)
+    if request.param == "recompute":
+        monkeypatch.setenv("LSA_NATIVE_KA_RECOMPUTE", "1")
+    else:
+        monkeypatch.delenv("LSA_NATIVE_KA_RECOMPUTE", raising=False)
     return request.param
 
 
@@ -228,7 +236,7 @@ def test_cuda_predict_query_layer_switch(rng, dtype, monkeypatch):
 
 @needs_gpu
 @pytest.mark.cuda
-@pytest.mark.parametrize("kernel_choice", KERNELS, indirect=True)
+@pytest.mark.parametrize("kernel_choice", KERNELS_BACKWARD, indirect=True)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("act", ACTS)
 @pytest.mark.parametrize("shape", SHAPES)
@@ -247,12 +255,16 @@ def test_cuda_matches_the_cpu_kernels(rng, shape, act, dtype, kernel_choice):
     assert_close(Z, Z_c, dtype, "Z_L")
     assert_close(p, p_c, dtype, "predictions")
     assert_close(ctx.data, ctx_c.data, dtype, "context")
-    # VJP: recomputing and with the context are bitwise equal; both match the CPU.
+    # VJP: recomputing and with the context are bitwise equal (the recomputing workspace: to
+    # rounding); both match the CPU.
     expected = ka.vjp(Z0, V, B, C, acts, dZ, device="cpu")
     recomputed = ka.vjp(Zd, Vd, Bd, Cd, acts, dev[5])
     saved = ka.vjp(Zd, Vd, Bd, Cd, acts, dev[5], context=ctx)
     for a, b, e, what in zip(recomputed, saved, expected, ("dV", "dB", "dC", "dZ0")):
-        np.testing.assert_array_equal(cuda.to_host(a), cuda.to_host(b))
+        if kernel_choice == "recompute":
+            assert_close(a, b, dtype, "vjp recomputed vs saved " + what)
+        else:
+            np.testing.assert_array_equal(cuda.to_host(a), cuda.to_host(b))
         assert_close(a, e, dtype, "vjp " + what)
     # loss_and_grad
     out = ka.loss_and_grad(Zd, dev[1], Vd, Bd, Cd, acts, input_grad=True, return_predictions=True)
@@ -270,7 +282,7 @@ def test_cuda_matches_the_cpu_kernels(rng, shape, act, dtype, kernel_choice):
 
 @needs_gpu
 @pytest.mark.cuda
-@pytest.mark.parametrize("kernel_choice", KERNELS, indirect=True)
+@pytest.mark.parametrize("kernel_choice", KERNELS_BACKWARD, indirect=True)
 def test_cuda_batch_sums_are_deterministic(rng, kernel_choice):
     Z0, y, V, B, C, dZ = problem(rng, 20000, 5, 30, 3, 1, np.float32)
     runs = [ka.loss_and_grad(Z0, y, V, B, C, "softmax", device="cuda") for _ in range(2)]

@@ -115,6 +115,14 @@ def bench_size(dtype, Bsz: int, act: str, warmup: int, repeat: int, with_torch: 
             rows.append({"op": "check", "impl": "native vs torch", "dtype": name, "size": size,
                          "max_rel_diff": rel})
             print(f"[{name} {size}] native vs torch: max relative difference {rel:.2e}", flush=True)
+            with recompute_workspace(True):  # the recomputing workspace's rows, checked too
+                loss_r, dV_r, dB_r, dC_r = ka.loss_and_grad(Z0, y, V, B, C, act)
+            rel = max([abs(2 * loss_r - loss_t) / abs(loss_t)] +
+                      [float((2 * a - b).abs().max() / b.abs().max())
+                       for a, b in ((dV_r, dV_t), (dB_r, dB_t), (dC_r, dC_t))])
+            rows.append({"op": "check", "impl": "recompute vs torch", "dtype": name, "size": size,
+                         "max_rel_diff": rel})
+            print(f"[{name} {size}] recompute vs torch: max relative difference {rel:.2e}", flush=True)
         except Exception as exc:  # noqa: BLE001
             print(f"[{name} {size}] correctness check FAILED: {type(exc).__name__}: {exc}", flush=True)
             torch.cuda.empty_cache()
@@ -161,7 +169,7 @@ def table(rows) -> str:
                      f"{r['median_ms']:>10.3f} {r['prompts_per_s'] / 1e6:>10.2f} {speedup:>9}")
     lines += [f"{r['op']:<10} {r['dtype']:<8} {r['size']:<18} {r['impl']:<9} FAILED: {r['error'][:60]}"
               for r in rows if "error" in r]
-    lines += [f"check: {r['dtype']} {r['size']} native vs torch loss/gradients, max relative "
+    lines += [f"check: {r['dtype']} {r['size']} {r['impl']} loss/gradients, max relative "
               f"difference {r['max_rel_diff']:.1e}" for r in rows if r["op"] == "check"]
     return "\n".join(lines)
 
