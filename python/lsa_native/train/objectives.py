@@ -61,6 +61,14 @@ def _float_dtype(dtype):
     return dt
 
 
+def _check_fused_route(method: str, device: str) -> None:
+    """The fused step's ``method`` and ``device`` of the LSA objectives (ValueError naming them)."""
+    if method not in ("tokens", "wishart", "auto"):
+        raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+
+
 class _CastBatch:
     """(E, y_q) of the step's batch in ``dtype`` (None: as they are), cast once per batch: a data
     source hands the same batch object while it is reused, so the cast is kept for it."""
@@ -246,10 +254,7 @@ class LSAObjective(_WeightPair, Objective):
                  device: str = "auto"):
         self._init_pair(W_pv, W_kq)
         self.dtype = _float_dtype(dtype)
-        if method not in ("tokens", "wishart", "auto"):
-            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
-        if device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+        _check_fused_route(method, device)
         self.method, self.fused, self.device = method, bool(fused), device
         self._cast = _CastBatch()
 
@@ -365,10 +370,7 @@ class MultiHeadLSAObjective(Objective):
     def __init__(self, W_pv, W_kq=None, *, W_k=None, W_q=None, dtype=None, method: str = "tokens",
                  fused: bool = True, device: str = "auto"):
         self.dtype = _float_dtype(dtype)
-        if method not in ("tokens", "wishart", "auto"):
-            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
-        if device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+        _check_fused_route(method, device)
         self.device = device
         W_pv, W_kq_m, sep = multihead.parameters(W_pv, W_kq, W_k=W_k, W_q=W_q)
         self.parts = {"W_pv": W_pv.shape, **({"W_kq": W_kq_m.shape} if sep is None else
@@ -403,19 +405,24 @@ class MultiHeadLSAObjective(Objective):
         return has and (self.method == "wishart"
                         or (self.method == "auto" and bool(getattr(data.spec, "wishart_applies", False))))
 
+    @property
+    def _on_gpu(self) -> dict:
+        """The spec calls' ``device=`` argument: {"device": "cuda"} on the GPU, else none (specs
+        without ``device=`` keep working on the CPU)."""
+        return {"device": "cuda"} if self.device == "cuda" else {}
+
     def _prompts(self, data, step):
         """(E, y_q) of the step for the tokens route: the native draw (on the GPU with
         device="cuda") into the buffer kept from the last step (drawn again only when the sample
         index changes). The spec itself (not its id, which a new object could reuse) is in the key."""
         dt, index = np.dtype(self.dtype or data.dtype), data.sample_index(step)
-        on_gpu = {"device": "cuda"} if self.device == "cuda" else {}
         key = (data.spec, data.batch, dt, self.device)
         last_key, last, E, y_q = self._draw
         reuse = last_key is not None and last_key[0] is key[0] and last_key[1:] == key[1:]
         if not (reuse and last == index):
             buffers = {"E": E, "y_q": y_q} if reuse else {}
             self._draw = (None, None, None, None)  # free the old buffer before a new one
-            E, y_q = data.spec.sample_embedding(data.batch, index, dt, **buffers, **on_gpu)
+            E, y_q = data.spec.sample_embedding(data.batch, index, dt, **buffers, **self._on_gpu)
             self._draw = (key, index, E, y_q)
         return E, y_q
 
@@ -424,9 +431,8 @@ class MultiHeadLSAObjective(Objective):
         per spec, batch and dtype)."""
         key = (data.spec, data.batch, self.dtype or data.dtype)
         if self._step[:-1] != key:
-            where = {"device": "cuda"} if self.device == "cuda" else {}  # specs without device=
             step_fn = data.spec.multihead_fused_step(batch=data.batch, method="wishart",
-                                                     dtype=key[2], **where)
+                                                     dtype=key[2], **self._on_gpu)
             self._step = (*key, step_fn)
         return self._step[-1]
 
