@@ -7,7 +7,10 @@ checks: one device side, dtypes, contiguity, no aliasing); now the first step do
 ones call the native entry points directly (``objectives._separate_kq``). Timed, interleaved round
 by round (CPU time of the process, 1 native thread, medians over the rounds):
 
-  kq        the merge + chain pair alone: public (checked) vs native calls, on the step's buffers
+  kq        the merge + chain pair alone: public (checked) vs native calls, on the step's host
+            buffers, and on the device loop's operands (``cuda.Piece`` views of flat buffers) of
+            an emulated device (host memory presented as CUDA arrays, the native calls running
+            the CPU kernels: the Python side of the GPU loop's call)
   step      the whole bound step (``objective.bind(data)``), tokens and Wishart routes, with the
             objectives module of ``--before`` (a git ref, default main) vs the working tree's
 
@@ -68,12 +71,35 @@ def paired(times: dict, a: str, b: str) -> float:
     return statistics.median(x - y for x, y in zip(times[a], times[b]))
 
 
-def kq_pair(dtype, rounds, inner):
+class _HostBacked:
+    """Host memory presented as a CUDA array (the emulated device of tests/test_device_loop.py)."""
+
+    def __init__(self, a):
+        self.a = a
+        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str, "version": 3,
+                                         "data": (a.ctypes.data, False), "strides": None}
+
+
+def kq_operands(dtype, device: bool):
+    """(W_k, W_q, W_kq, d_kq, d_k, d_q): host arrays, or Pieces of emulated device buffers."""
     rng = np.random.default_rng(0)
-    W_k, W_q = (0.01 * rng.standard_normal((2, H, R, D + 1))).astype(dtype)
-    W_kq, d_kq = np.empty((2, H, D + 1, D + 1), dtype)
-    d_kq[...] = rng.standard_normal(d_kq.shape)
-    d_k, d_q = np.empty((2, H, R, D + 1), dtype)
+    kq, n2 = H * R * (D + 1), H * (D + 1) ** 2
+    flat = rng.standard_normal(4 * kq + 2 * n2).astype(dtype) * 0.01
+    shapes = [(H, R, D + 1)] * 2 + [(H, D + 1, D + 1)] * 2 + [(H, R, D + 1)] * 2
+    if device:
+        buffer = _HostBacked(flat)
+        piece = lambda k, shape: ln.cuda.Piece(buffer, k, shape)  # noqa: E731
+    else:
+        piece = lambda k, shape: flat[k:k + int(np.prod(shape))].reshape(shape)  # noqa: E731
+    out, k = [], 0
+    for shape in shapes:
+        out.append(piece(k, shape))
+        k += int(np.prod(shape))
+    return out
+
+
+def kq_pair(dtype, rounds, inner, device=False):
+    W_k, W_q, W_kq, d_kq, d_k, d_q = kq_operands(dtype, device)
 
     def public():
         mh.merge_kq(W_k, W_q, out=W_kq)
@@ -117,11 +143,17 @@ def main():
     dtype = np.dtype(args.dtype)
     print(f"d = {D}, N = {N}, H = {H}, r = {R}, B = {B}, {dtype}, 1 native thread, CPU-time "
           f"medians of {args.rounds} interleaved rounds")
-    kq = kq_pair(dtype, args.rounds, args.inner)
-    print("\n| merge + chain pair | µs per step |\n| --- | ---: |")
-    for name, t in kq.items():
-        print(f"| {name} | {statistics.median(t) * 1e6:.1f} |")
-    print(f"| saving (paired median) | {paired(kq, 'public (checked)', 'native') * 1e6:.1f} |")
+    print("\n| merge + chain pair, µs per step | public (checked) | native | saving (paired median) |"
+          "\n| --- | ---: | ---: | ---: |")
+    _core.emulate_cuda_on_cpu_for_tests(True)
+    try:
+        for where, device in (("host arrays", False), ("emulated device Pieces", True)):
+            kq = kq_pair(dtype, args.rounds, args.inner, device)
+            print(f"| {where} | {statistics.median(kq['public (checked)']) * 1e6:.1f} | "
+                  f"{statistics.median(kq['native']) * 1e6:.1f} | "
+                  f"{paired(kq, 'public (checked)', 'native') * 1e6:.1f} |")
+    finally:
+        _core.emulate_cuda_on_cpu_for_tests(False)
     steps = bound_steps(objectives_at(args.before), dtype, args.rounds, args.step_inner)
     print(f"\n| bound step ({args.before} → working tree) | before ms | after ms | saving µs "
           "(paired median) | ratio |\n| --- | ---: | ---: | ---: | ---: |")
