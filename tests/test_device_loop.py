@@ -14,7 +14,7 @@ import numpy as np
 from conftest import HostBackedCudaArray
 import pytest
 
-from lsa_native import _core, cuda, kernel_attention as ka, lsa, sampling, train
+from lsa_native import _core, cuda, kernel_attention as ka, lsa, multihead, sampling, train
 from lsa_native.train import native_optim
 
 fit_module = importlib.import_module("lsa_native.train.fit")
@@ -579,6 +579,76 @@ def test_multihead_device_loop_every_route_and_parametrization(rng, emulated_pro
     monkeypatch.setattr(fit_module, "_native_arrays", lambda plan: None)
     _assert_same_run(device, _fit(*problem, "cpu", train.Adam(lr=0.02), steps=9, record_every=4),
                      norms_exact=False)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("method", ["tokens", "wishart"])
+@pytest.mark.parametrize("separate", [False, True])
+@pytest.mark.parametrize("heads", [1, 3])
+def test_multihead_device_step_equals_the_explicit_sequence(rng, emulated_prompts, heads, separate,
+                                                            method, dtype):
+    """The device step (θ and gradient buffers on the emulated device; separate: merge / chain
+    checked on the first step, the native calls after) and its held-out evaluation give the bits
+    of the explicit public merge → step → chain sequence on the host, at every step of several
+    with θ alternating between two device buffers."""
+    from test_multihead import _objective_problem, explicit_step
+
+    obj, src = _objective_problem(int(rng.integers(2**31)), heads, separate, method, dtype)
+    obj.device = "cuda"
+    step = obj.bind_device(src, emulated_prompts)
+    assert step.dtype == dtype
+    buffers = [emulated_prompts.array(obj.theta0, dtype) for _ in range(2)]
+    grad = emulated_prompts.array(np.zeros(obj.theta0.size), dtype)
+    loss = emulated_prompts.array(np.zeros(1))
+    for t in range(5):
+        theta = buffers[t % 2]
+        theta.a += (0.05 * rng.standard_normal(theta.a.size)).astype(dtype)
+        step(theta, t, grad, loss)
+        want = explicit_step(obj, theta.a.astype(np.float64), t, src, dtype)
+        assert loss.a[0] == want[0], t
+        np.testing.assert_array_equal(grad.a.astype(np.float64), want[1], err_msg=str(t))
+    held = src.at(7)
+    evaluate = obj.device_evaluation(held, emulated_prompts)
+    evaluate(buffers[0], loss)
+    p = {k: np.ascontiguousarray(v) for k, v in obj.unpack(buffers[0].a).items()}
+    W_kq = p["W_kq"] if "W_kq" in p else multihead.merge_kq(p["W_k"], p["W_q"])
+    assert loss.a[0] == multihead.loss_and_grad(held.E.astype(dtype), held.y_q, p["W_pv"], W_kq)[0]
+
+
+def test_kernel_attention_host_theta_cuda_step_reuses_its_buffer(rng, emulated, monkeypatch):
+    """KernelAttentionObjective(device="cuda")'s bound step with host θ (the prompts on the
+    emulated device): θ scattered into one host buffer whose V, B, C views are made once (the same arrays
+    at every step), bitwise the unbound loss_and_grad, full and sparse V, A held at zero or not."""
+    seed = int(rng.integers(2**31))
+    monkeypatch.setattr(cuda, "available", lambda: True)
+    for sparse, hold in ((False, False), (True, False), (True, True)):
+        params = ka.KernelAttentionParams.gaussian(np.random.default_rng(seed), 3, 2, 1, "softmax",
+                                                   sparse=sparse, scale=0.3)
+        objective = train.KernelAttentionObjective(params, device="cuda", hold_A_zero=hold)
+        data = train.Prompts(sampling.KernelGPPrompts(3, 6, kernel="exp", seed=seed), batch=13,
+                             dtype=np.float64)
+        monkeypatch.setattr(objective, "_batch_on_device",
+                            lambda step, data: (HostBackedCudaArray(data.at(step).E),
+                                                HostBackedCudaArray(data.at(step).y_q)))
+        seen = []
+        real = ka.loss_and_grad
+
+        def recording(Z0, y_q, V, B, C, *rest, **kw):
+            seen.append((V, B, C))
+            return real(Z0, y_q, V, B, C, *rest, **kw)
+        step_fn = objective.bind(data)
+        thetas = [objective.theta0.copy(), objective.theta0.copy()]
+        for t in range(4):
+            theta = thetas[t % 2]
+            theta += 0.05 * rng.standard_normal(theta.size)
+            with monkeypatch.context() as m:
+                m.setattr(ka, "loss_and_grad", recording)
+                loss, grad = step_fn(theta, t)
+            want = objective.loss_and_grad(theta, t, data)
+            assert loss == want[0]
+            np.testing.assert_array_equal(grad, want[1])
+        assert all(v is w for views in seen[1:] for v, w in zip(views, seen[0]))
+        assert len(seen) == 4
 
 
 def test_multihead_wishart_device_loop_float32_resumes_bitwise(rng, emulated_prompts, tmp_path):

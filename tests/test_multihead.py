@@ -353,3 +353,92 @@ def test_out_and_devices_on_the_native_route(rng, monkeypatch):
         for a, b in zip(got_vjp, want_vjp):
             assert np.array_equal(a.a, b)
         assert all(isinstance(a, np.ndarray) for a in host[1:])
+
+
+# ---- the objective's steps against the explicit merge → step → chain sequence -------------------
+
+def _objective_problem(seed, heads, separate, method, dtype):
+    """(objective, source) of an H-head model on LinearPrompts (N = 7 >= d + 1: Wishart applies)."""
+    from lsa_native import train
+    from lsa_native.sampling import LinearPrompts
+
+    rng = np.random.default_rng(seed)
+    d, r = 3, int(rng.integers(1, 5))
+    W_pv = 0.3 * rng.standard_normal((heads, d + 1, d + 1))
+    kq = ({"W_k": 0.4 * rng.standard_normal((heads, r, d + 1)),
+           "W_q": 0.4 * rng.standard_normal((heads, r, d + 1))} if separate
+          else {"W_kq": 0.3 * rng.standard_normal((heads, d + 1, d + 1))})
+    obj = train.MultiHeadLSAObjective(W_pv, **kq, method=method, dtype=dtype)
+    src = train.Prompts(LinearPrompts(d, 7, noise_std=0.1, seed=seed), batch=23, resample_every=2,
+                        dtype=np.float64)
+    return obj, src
+
+
+def explicit_step(obj, theta, step, data, dtype):
+    """(L, gradient [P] float64) by the public functions one after the other: W^KQ_h =
+    multihead.merge_kq(W_k, W_q) (separate), the merged step (Wishart: the spec's
+    multihead_fused_step; tokens: multihead.loss_and_grad on the step's sample_embedding), then
+    multihead.chain_kq(W_k, W_q, dW^KQ) — the computation before the steps shared one helper."""
+    p = {k: np.ascontiguousarray(v, dtype) for k, v in obj.unpack(theta).items()}
+    W_kq = p["W_kq"] if "W_kq" in p else mh.merge_kq(p["W_k"], p["W_q"])
+    index = data.sample_index(step)
+    if obj._wishart(data):
+        fn = data.spec.multihead_fused_step(batch=data.batch, method="wishart", dtype=dtype)
+        d_pv, d_kq = np.empty_like(p["W_pv"]), np.empty_like(W_kq)
+        loss = fn(p["W_pv"], W_kq, index, d_pv, d_kq)
+    else:
+        E, y_q = data.spec.sample_embedding(data.batch, index, dtype)
+        loss, d_pv, d_kq = mh.loss_and_grad(E, y_q, p["W_pv"], W_kq)
+    grads = (d_pv, d_kq) if "W_kq" in p else (d_pv, *mh.chain_kq(p["W_k"], p["W_q"], d_kq))
+    return loss, np.concatenate([g.ravel() for g in grads]).astype(np.float64)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("method", ["tokens", "wishart"])
+@pytest.mark.parametrize("separate", [False, True])
+@pytest.mark.parametrize("heads", [1, 3])
+def test_objective_steps_equal_the_explicit_sequence(rng, heads, separate, method, dtype):
+    """The bound CPU step (checked merge / chain on its first step, the native calls after) and the
+    unbound loss_and_grad give the bits of the explicit public merge → step → chain sequence, at
+    every step of several, θ alternating between two buffers as fit's (the unchecked calls on a
+    buffer the first step did not see)."""
+    obj, src = _objective_problem(int(rng.integers(2**31)), heads, separate, method, dtype)
+    step_fn = obj.bind(src)
+    thetas = [obj.theta0.copy(), obj.theta0.copy()]
+    for t in range(5):
+        theta = thetas[t % 2]
+        theta += 0.05 * rng.standard_normal(theta.size)
+        want = explicit_step(obj, theta, t, src, dtype)
+        for got in (step_fn(theta, t), obj.loss_and_grad(theta, t, src)):
+            assert got[0] == want[0], t
+            np.testing.assert_array_equal(got[1], want[1], err_msg=str(t))
+
+
+def test_separate_step_checks_its_operands_on_the_first_call_only(rng, monkeypatch):
+    """The separate parametrization's step runs the public merge_kq / chain_kq (every operand
+    check) on its first call and the native calls after: a bad first call is the public function's
+    error (a mixed host / CUDA operand named), and a 6-step bound loop calls each public function
+    once."""
+    from conftest import HostBackedCudaArray
+    from lsa_native.train import objectives
+
+    obj, src = _objective_problem(int(rng.integers(2**31)), 2, True, "wishart", np.float64)
+    n = obj.parts["W_pv"]
+    call = objectives._separate_kq(np.zeros(n), np.zeros(n))
+    params = [np.zeros(obj.parts[k]) for k in ("W_pv", "W_k", "W_q")]
+    grads = [np.zeros_like(a) for a in params]
+    params[1] = HostBackedCudaArray(params[1])
+    with pytest.raises(ValueError, match="one device.*W_k CUDA, W_q host"):
+        call(lambda *args: 0.0, params, 0, grads)
+    calls = {"merge_kq": 0, "chain_kq": 0}
+    for name in calls:
+        public = getattr(mh, name)
+
+        def counted(*args, _public=public, _name=name, **kw):
+            calls[_name] += 1
+            return _public(*args, **kw)
+        monkeypatch.setattr(mh, name, counted)
+    step_fn, theta = obj.bind(src), obj.theta0.copy()
+    for t in range(6):
+        step_fn(theta, t)
+    assert calls == {"merge_kq": 1, "chain_kq": 1}

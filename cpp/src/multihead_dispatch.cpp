@@ -364,10 +364,7 @@ LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_MULTIHEAD_INSTANTIATE, double)
   template double linear_prompts_multihead_loss_and_grad<T>(const LinearPromptSpec&, index_t,     \
                                                             std::uint32_t, FusedMethod, index_t,  \
                                                             const T*, const T*, T*, T*, Device,   \
-                                                            double*);                             \
-  template void multihead_merge_kq<T>(index_t, index_t, index_t, const T*, const T*, T*, Device); \
-  template void multihead_chain_kq<T>(index_t, index_t, index_t, const T*, const T*, const T*, T*, \
-                                      T*, Device);
+                                                            double*);
 LSA_NATIVE_INSTANTIATE_FUSED(float)
 LSA_NATIVE_INSTANTIATE_FUSED(double)
 #undef LSA_NATIVE_INSTANTIATE_FUSED

@@ -125,6 +125,11 @@ void multihead_chain_kq(index_t heads, index_t rank, index_t rows, const T* W_k,
                         const T* d_W_kq, T* d_W_k, T* d_W_q, Device device = Device::cpu);
 
 // ---- the one list of multi-head entry points (as LSA_NATIVE_LSA_API; the CPU and CUDA backends) ----
+// X(R, name, params) with params the parameter list without the trailing `Device device`: the
+// backend functions cpu::name / cuda::name take exactly params (the model's entries run there for
+// H >= 2, H = 1 going to the LSA backends; merge / chain for every H). The explicit instantiations
+// (here, multihead_dispatch.cpp, cpu/multihead_cpu.cpp, cuda/multihead_cuda.cu) and the backend
+// declarations (cpu/multihead_cpu.hpp, cuda/multihead_cuda.hpp) are generated from it.
 #define LSA_NATIVE_MULTIHEAD_API(X, T)                                                          \
   X(void, multihead_lsa_predict,                                                               \
     (const LsaShape& shape, index_t heads, const T* E, const T* W_pv, const T* W_kq, T* y_hat)) \
@@ -138,7 +143,12 @@ void multihead_chain_kq(index_t heads, index_t rank, index_t rows, const T* W_k,
      const T* d_F, T* d_W_pv, T* d_W_kq, T* d_E))                                              \
   X(void, multihead_lsa_predict_vjp,                                                           \
     (const LsaShape& shape, index_t heads, const T* E, const T* W_pv, const T* W_kq,           \
-     const T* d_y, T* d_W_pv, T* d_W_kq, T* d_E))
+     const T* d_y, T* d_W_pv, T* d_W_kq, T* d_E))                                              \
+  X(void, multihead_merge_kq,                                                                  \
+    (index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q, T* W_kq))           \
+  X(void, multihead_chain_kq,                                                                  \
+    (index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q, const T* d_W_kq,   \
+     T* d_W_k, T* d_W_q))
 
 #define LSA_NATIVE_MULTIHEAD_EXTERN(R, name, params) \
   extern template R name(LSA_NATIVE_UNPAREN params, Device);

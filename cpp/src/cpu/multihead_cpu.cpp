@@ -220,14 +220,6 @@ void multihead_chain_kq(index_t heads, index_t rank, index_t rows, const T* W_k,
   }
 }
 
-#define LSA_NATIVE_INSTANTIATE_KQ(T)                                                              \
-  template void multihead_merge_kq<T>(index_t, index_t, index_t, const T*, const T*, T*);       \
-  template void multihead_chain_kq<T>(index_t, index_t, index_t, const T*, const T*, const T*, \
-                                      T*, T*);
-LSA_NATIVE_INSTANTIATE_KQ(float)
-LSA_NATIVE_INSTANTIATE_KQ(double)
-#undef LSA_NATIVE_INSTANTIATE_KQ
-
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)
 LSA_NATIVE_MULTIHEAD_API(LSA_NATIVE_INSTANTIATE_BACKEND, double)
 template double linear_prompts_multihead_loss_and_grad<float>(const linear::Law<float>&, index_t,

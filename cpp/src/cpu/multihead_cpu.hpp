@@ -1,4 +1,7 @@
-// CPU implementations of the multi-head LSA API (multihead.hpp), H >= 2 (H = 1 runs cpu::lsa_*).
+// CPU implementations of the multi-head LSA API (multihead.hpp): every entry point of
+// LSA_NATIVE_MULTIHEAD_API (the model's for H >= 2, H = 1 running cpu::lsa_*; the separate
+// parametrization's merge / chain, the recipe's entries of multihead_recipe.hpp in index order on one
+// thread, for every H), arguments validated by multihead_dispatch.cpp.
 #pragma once
 
 #include "common/linear_prompts.hpp"
@@ -17,14 +20,5 @@ template <class T>
 double linear_prompts_multihead_loss_and_grad(const linear::Law<T>& P, index_t batch,
                                               FusedMethod method, index_t heads, const T* W_pv,
                                               const T* W_kq, T* d_W_pv, T* d_W_kq);
-
-// The separate parametrization (multihead_merge_kq / multihead_chain_kq of multihead.hpp, arguments
-// validated): the recipe's entries (multihead_recipe.hpp) in index order, one thread.
-template <class T>
-void multihead_merge_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
-                        T* W_kq);
-template <class T>
-void multihead_chain_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
-                        const T* d_W_kq, T* d_W_k, T* d_W_q);
 
 }  // namespace lsa_native::cpu

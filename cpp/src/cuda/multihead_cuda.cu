@@ -318,10 +318,7 @@ template void multihead_lsa_loss_and_grad_into<double>(const LsaShape&, index_t,
 #define LSA_NATIVE_INSTANTIATE_SAMPLED(T)                                                          \
   template double linear_prompts_multihead_loss_and_grad<T>(const linear::Law<T>&, index_t,       \
                                                             FusedMethod, index_t, const T*,       \
-                                                            const T*, T*, T*, double*);           \
-  template void multihead_merge_kq<T>(index_t, index_t, index_t, const T*, const T*, T*);         \
-  template void multihead_chain_kq<T>(index_t, index_t, index_t, const T*, const T*, const T*, T*, \
-                                      T*);
+                                                            const T*, T*, T*, double*);
 LSA_NATIVE_INSTANTIATE_SAMPLED(float)
 LSA_NATIVE_INSTANTIATE_SAMPLED(double)
 #undef LSA_NATIVE_INSTANTIATE_SAMPLED

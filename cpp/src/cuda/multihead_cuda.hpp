@@ -1,7 +1,8 @@
-// CUDA implementations of the multi-head LSA API (multihead.hpp), H >= 2 (H = 1 runs cuda::lsa_*):
-// every entry point of LSA_NATIVE_MULTIHEAD_API. No CUDA header here: multihead_dispatch.cpp
-// includes it. Each pointer may be device memory of the device the call runs on (used in place)
-// or host memory (copied in, and out for outputs, by the call).
+// CUDA implementations of the multi-head LSA API (multihead.hpp): every entry point of
+// LSA_NATIVE_MULTIHEAD_API (the model's for H >= 2, H = 1 running cuda::lsa_*; merge / chain for
+// every H). No CUDA header here: multihead_dispatch.cpp includes it. Each pointer may be device
+// memory of the device the call runs on (used in place; device outputs only queued) or host memory
+// (copied in, and out for outputs, by the call).
 #pragma once
 
 #include "common/linear_prompts.hpp"
@@ -31,14 +32,5 @@ double linear_prompts_multihead_loss_and_grad(const linear::Law<T>& P, index_t b
                                               FusedMethod method, index_t heads, const T* W_pv,
                                               const T* W_kq, T* d_W_pv, T* d_W_kq,
                                               double* loss = nullptr);
-
-// multihead_merge_kq / multihead_chain_kq of multihead.hpp on the GPU (validated; host or device
-// memory: device outputs are only queued).
-template <class T>
-void multihead_merge_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
-                        T* W_kq);
-template <class T>
-void multihead_chain_kq(index_t heads, index_t rank, index_t rows, const T* W_k, const T* W_q,
-                        const T* d_W_kq, T* d_W_k, T* d_W_q);
 
 }  // namespace lsa_native::cuda

@@ -61,6 +61,14 @@ def _float_dtype(dtype):
     return dt
 
 
+def _check_fused_route(method: str, device: str) -> None:
+    """The fused step's ``method`` and ``device`` of the LSA objectives (ValueError naming them)."""
+    if method not in ("tokens", "wishart", "auto"):
+        raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+
+
 class _CastBatch:
     """(E, y_q) of the step's batch in ``dtype`` (None: as they are), cast once per batch: a data
     source hands the same batch object while it is reused, so the cast is kept for it."""
@@ -157,6 +165,36 @@ def _device_evaluation(arrays, batch, dtype, shapes, run):
     return evaluate
 
 
+def _separate_kq(W_kq, d_kq):
+    """The separate parametrization's step around a merged one, on one side (host or device):
+    ``call(model, params, t, grads, *rest)`` with params (W_pv, W_k, W_q) and grads (dW_pv,
+    dW_k, dW_q) merges W^KQ_h = W^K_hᵀ W^Q_h into the buffer ``W_kq``, runs the merged
+    ``model(W_pv, W_kq, t, dW_pv, d_kq, *rest)`` and chains ``d_kq`` = ∂ℓ/∂W^KQ_h into
+    dW^K_h = W^Q_h dW^KQ_hᵀ, dW^Q_h = W^K_h dW^KQ_h; returns the model's result.
+
+    The first call goes through the public :func:`~lsa_native.multihead.merge_kq` /
+    :func:`~lsa_native.multihead.chain_kq` (every operand check: one side, dtypes, no aliasing);
+    once one has passed, the calls (a run's buffers: the same shapes, dtype and side) go to the
+    native entry points directly, whose validate() still checks shapes, dtypes and layouts — as
+    :meth:`LSAObjective.bind`'s step calls the native step its ``fused_step`` checked once."""
+    merge_native, chain_native = _core.multihead_merge_kq, _core.multihead_chain_kq
+    fast = (lambda W_k, W_q: merge_native(W_k, W_q, W_kq),
+            lambda W_k, W_q, d_k, d_q: chain_native(W_k, W_q, d_kq, d_k, d_q))
+    kq = [lambda W_k, W_q: multihead.merge_kq(W_k, W_q, out=W_kq),
+          lambda W_k, W_q, d_k, d_q: multihead.chain_kq(W_k, W_q, d_kq, out=(d_k, d_q))]
+
+    def call(model, params, t, grads, *rest):
+        (W_pv, W_k, W_q), (d_pv, d_k, d_q) = params, grads
+        merge, chain = kq
+        merge(W_k, W_q)
+        result = model(W_pv, W_kq, t, d_pv, d_kq, *rest)
+        chain(W_k, W_q, d_k, d_q)
+        kq[:] = fast  # checked once
+        return result
+
+    return call
+
+
 class Objective:
     """Base of the objectives; see the module docstring for the protocol."""
 
@@ -216,10 +254,7 @@ class LSAObjective(_WeightPair, Objective):
                  device: str = "auto"):
         self._init_pair(W_pv, W_kq)
         self.dtype = _float_dtype(dtype)
-        if method not in ("tokens", "wishart", "auto"):
-            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
-        if device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+        _check_fused_route(method, device)
         self.method, self.fused, self.device = method, bool(fused), device
         self._cast = _CastBatch()
 
@@ -335,10 +370,7 @@ class MultiHeadLSAObjective(Objective):
     def __init__(self, W_pv, W_kq=None, *, W_k=None, W_q=None, dtype=None, method: str = "tokens",
                  fused: bool = True, device: str = "auto"):
         self.dtype = _float_dtype(dtype)
-        if method not in ("tokens", "wishart", "auto"):
-            raise ValueError(f"method: expected 'tokens', 'wishart' or 'auto', got {method!r}")
-        if device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
+        _check_fused_route(method, device)
         self.device = device
         W_pv, W_kq_m, sep = multihead.parameters(W_pv, W_kq, W_k=W_k, W_q=W_q)
         self.parts = {"W_pv": W_pv.shape, **({"W_kq": W_kq_m.shape} if sep is None else
@@ -373,19 +405,24 @@ class MultiHeadLSAObjective(Objective):
         return has and (self.method == "wishart"
                         or (self.method == "auto" and bool(getattr(data.spec, "wishart_applies", False))))
 
+    @property
+    def _on_gpu(self) -> dict:
+        """The spec calls' ``device=`` argument: {"device": "cuda"} on the GPU, else none (specs
+        without ``device=`` keep working on the CPU)."""
+        return {"device": "cuda"} if self.device == "cuda" else {}
+
     def _prompts(self, data, step):
         """(E, y_q) of the step for the tokens route: the native draw (on the GPU with
         device="cuda") into the buffer kept from the last step (drawn again only when the sample
         index changes). The spec itself (not its id, which a new object could reuse) is in the key."""
         dt, index = np.dtype(self.dtype or data.dtype), data.sample_index(step)
-        on_gpu = {"device": "cuda"} if self.device == "cuda" else {}
         key = (data.spec, data.batch, dt, self.device)
         last_key, last, E, y_q = self._draw
         reuse = last_key is not None and last_key[0] is key[0] and last_key[1:] == key[1:]
         if not (reuse and last == index):
             buffers = {"E": E, "y_q": y_q} if reuse else {}
             self._draw = (None, None, None, None)  # free the old buffer before a new one
-            E, y_q = data.spec.sample_embedding(data.batch, index, dt, **buffers, **on_gpu)
+            E, y_q = data.spec.sample_embedding(data.batch, index, dt, **buffers, **self._on_gpu)
             self._draw = (key, index, E, y_q)
         return E, y_q
 
@@ -394,25 +431,25 @@ class MultiHeadLSAObjective(Objective):
         per spec, batch and dtype)."""
         key = (data.spec, data.batch, self.dtype or data.dtype)
         if self._step[:-1] != key:
-            where = {"device": "cuda"} if self.device == "cuda" else {}  # specs without device=
             step_fn = data.spec.multihead_fused_step(batch=data.batch, method="wishart",
-                                                     dtype=key[2], **where)
+                                                     dtype=key[2], **self._on_gpu)
             self._step = (*key, step_fn)
         return self._step[-1]
 
     def _wishart_step(self, theta, step, data):
-        """(L, gradient) of the fused Wishart step: W^KQ merged here for the separate parametrization and
-        the gradients chained (multihead.chain_kq)."""
-        step_fn = self._fused_step(data)
+        """(L, gradient) of the fused Wishart step (the separate parametrization through
+        :meth:`_on_parameters`: W^KQ merged, the gradients chained)."""
+        step_fn, index_of = self._fused_step(data), data.sample_index
         dt = step_fn.dtype
         p = self.unpack(theta)
-        W_pv = as_array(p["W_pv"], p["W_pv"].shape, dt, "W_pv")
-        sep = None if "W_kq" in p else (p["W_k"].astype(dt), p["W_q"].astype(dt))
-        W_kq = (as_array(p["W_kq"], p["W_kq"].shape, dt, "W_kq") if sep is None
-                else np.ascontiguousarray(multihead.merge_kq(*sep), dt))
-        d_pv, d_kq = np.empty_like(W_pv), np.empty_like(W_kq)
-        loss = step_fn(W_pv, W_kq, check_step(data.sample_index(step)), d_pv, d_kq)
-        grads = (d_pv, d_kq) if sep is None else (d_pv, *multihead.chain_kq(*sep, d_kq))
+        params = [as_array(p["W_pv"], p["W_pv"].shape, dt, "W_pv"),
+                  *((as_array(p["W_kq"], p["W_kq"].shape, dt, "W_kq"),) if "W_kq" in p
+                    else (p["W_k"].astype(dt), p["W_q"].astype(dt)))]
+        grads = [np.empty_like(a) for a in params]
+
+        def model(W_pv, W_kq, t, d_pv, d_kq):
+            return step_fn(W_pv, W_kq, check_step(index_of(t)), d_pv, d_kq)
+        loss = self._on_parameters(native_optim.HOST, dt)(model, params, step, grads)
         for name, out in (("loss", loss), *zip(self.parts, grads)):
             check_finite_result(out, {}, name)
         return float(loss), np.concatenate([g.ravel() for g in grads]).astype(np.float64)
@@ -444,8 +481,8 @@ class MultiHeadLSAObjective(Objective):
         (float32: θ cast into one buffer, its range checked in one reduction), the native call
         writing dW_pv, dW_kq into views of one flat gradient buffer — separate: W^KQ_h = W^K_hᵀ
         W^Q_h merged into one buffer and the chain rule written into the gradient's dW_k, dW_q
-        views (:func:`~lsa_native.multihead.merge_kq`, :func:`~lsa_native.multihead.chain_kq`
-        with ``out=``) — so no allocation, conversion, validation or concatenation per step; the
+        views (:meth:`_on_parameters`: the public merge_kq / chain_kq's checks on the first step
+        only) — so no allocation, conversion, Python validation or concatenation per step; the
         tokens route's prompts drawn into the buffer kept from the last draw, once per sample
         index. Bitwise :meth:`loss_and_grad`. Otherwise (``device="cuda"``, a non-fused source)
         the base's step."""
@@ -465,23 +502,11 @@ class MultiHeadLSAObjective(Objective):
             def native(W_pv, W_kq, step, d_pv, d_kq):
                 return kernel(*prompts(step), W_pv, W_kq, False, "cpu", out=(d_pv, d_kq))[0]
         host = _HostParams(self.parts, dtype)
-        if "W_kq" in self.parts:
-            d_pv, d_kq = host.grads
+        call, grads = self._on_parameters(native_optim.HOST, host.dtype), host.grads
 
-            def merged_step(theta, step):
-                W_pv, W_kq = host.params(theta)
-                return native(W_pv, W_kq, step, d_pv, d_kq), host.gradient()
-            return merged_step
-        d_pv, d_k, d_q = host.grads
-        W_kq, d_kq = np.empty((2, *self.parts["W_pv"]), host.dtype)  # merged, and its gradient
-
-        def separate_step(theta, step):
-            W_pv, W_k, W_q = host.params(theta)
-            multihead.merge_kq(W_k, W_q, out=W_kq)
-            loss = native(W_pv, W_kq, step, d_pv, d_kq)
-            multihead.chain_kq(W_k, W_q, d_kq, out=(d_k, d_q))
-            return loss, host.gradient()
-        return separate_step
+        def host_step(theta, step):
+            return call(native, host.params(theta), step, grads), host.gradient()
+        return host_step
 
     def _bound_prompts(self, data, dtype):
         """``prompts(step) -> (E, y_q)`` of the bound tokens step: the prompts of ``step`` drawn by
@@ -538,22 +563,16 @@ class MultiHeadLSAObjective(Objective):
         return step
 
     def _on_parameters(self, arrays, dtype):
-        """``call(model, params, t, grads, loss)`` running ``model(W_pv, W_kq, t, dW_pv, dW_kq,
-        loss)`` on θ's device pieces ``params`` and the gradient's ``grads``: directly for the
-        merged parametrization; for the separate one W^KQ_h = W^K_hᵀ W^Q_h into a device buffer
-        first and dW^K, dW^Q chained from the device dW^KQ after (the native merge_kq / chain_kq
-        kernels: no host copy)."""
+        """``call(model, params, t, grads, *rest)`` running the merged ``model(W_pv, W_kq, t,
+        dW_pv, dW_kq, *rest)`` on the parameter arrays ``params`` and gradient arrays ``grads``
+        (θ's and the gradient's pieces; host or device, ``arrays`` the backend of their side):
+        directly for the merged parametrization; for the separate one through
+        :func:`_separate_kq` (W^KQ_h merged into a buffer of ``arrays`` in ``dtype`` first, dW^K,
+        dW^Q chained from its dW^KQ after: on the device, the native kernels, no host copy)."""
         if "W_kq" in self.parts:
-            return lambda model, params, t, grads, loss: model(*params, t, *grads, loss)
+            return lambda model, params, t, grads, *rest: model(*params, t, *grads, *rest)
         zeros = np.zeros(self.parts["W_pv"])
-        W_kq, d_kq = arrays.array(zeros, dtype), arrays.array(zeros, dtype)
-
-        def separate(model, params, t, grads, loss):
-            (W_pv, W_k, W_q), (d_pv, d_k, d_q) = params, grads
-            multihead.merge_kq(W_k, W_q, out=W_kq)
-            model(W_pv, W_kq, t, d_pv, d_kq, loss)
-            multihead.chain_kq(W_k, W_q, d_kq, out=(d_k, d_q))
-        return separate
+        return _separate_kq(arrays.array(zeros, dtype), arrays.array(zeros, dtype))
 
     def device_evaluation(self, batch, arrays):
         """The held-out loss on the device for a θ buffer laid out as :meth:`bind_device`'s, in
@@ -661,24 +680,27 @@ class KernelAttentionObjective(Objective):
         def split(flat):
             return tuple(a.reshape(s) for a, s in zip(np.split(flat, cuts[:-1]), shapes))
 
+        def at(theta, dt):
+            """θ scattered into the flat buffer of ``dt`` (made once per dtype with its views:
+            sparse V's other entries stay 0); returns its buffers."""
+            if dt not in buffers:
+                flat, g = np.zeros(cuts[-1], dt), np.empty(cuts[-1], dt)
+                buffers[dt] = (flat, split(flat), g, split(g))
+            if whole:
+                np.copyto(buffers[dt][0], theta, casting="unsafe")
+            else:
+                buffers[dt][0][dest] = theta
+            return buffers[dt]
+
         def ka_step(theta, step):
             if self.device == "cuda":
-                return self._host_theta_cuda_step(theta, step, data, dest, shapes, cuts,
-                                                  activations)
+                return self._host_theta_cuda_step(theta, step, data, at, dest, activations)
             given = self._cast(data.at(step), self.dtype)
             if operands[0] is None or any(a is not b for a, b in zip(operands[0], given)):
                 Z0, dt = cuda.native_prompts(given[0], "Z0")
                 operands[:] = [given, (Z0, cuda.native_operand(given[1], dt, "y_q"))]
             Z0, y_q = operands[1]
-            dt = Z0.dtype
-            if dt not in buffers:
-                flat, g = np.zeros(cuts[-1], dt), np.empty(cuts[-1], dt)
-                buffers[dt] = (flat, split(flat), g, split(g))
-            flat, views, g, g_views = buffers[dt]
-            if whole:
-                np.copyto(flat, theta, casting="unsafe")
-            else:
-                flat[dest] = theta
+            _, views, g, g_views = at(theta, Z0.dtype)
             loss = native(Z0, y_q, *views, activations, out=g_views)[0]
             if whole:
                 np.copyto(grad, g)
@@ -688,13 +710,12 @@ class KernelAttentionObjective(Objective):
 
         return ka_step
 
-    def _host_theta_cuda_step(self, theta, step, data, dest, shapes, cuts, activations):
-        """The host-θ step of ``device="cuda"``: the prompts on the GPU, θ scattered and the
-        gradient gathered on the host."""
+    def _host_theta_cuda_step(self, theta, step, data, at, dest, activations):
+        """The host-θ step of ``device="cuda"``: the prompts on the GPU, θ scattered into the
+        bound step's host buffer (``at``: its views made once) and the gradient gathered on the
+        host."""
         Z0, y_q = self._batch_on_device(step, data)
-        flat = np.zeros(cuts[-1], np.dtype(Z0.dtype))
-        flat[dest] = theta
-        views = [a.reshape(s) for a, s in zip(np.split(flat, cuts[:-1]), shapes)]
+        views = at(theta, np.dtype(Z0.dtype))[1]
         loss, *grads = ka.loss_and_grad(Z0, y_q, *views, activations)
         return loss, np.concatenate([cuda.to_host(g).ravel() for g in grads])[dest]
 
