@@ -507,18 +507,31 @@ def _dist_verdict(summary, full: bool) -> bool:
     return ok
 
 
+def _dist_panel_grid(summary) -> tuple[int, int, list[tuple[int, int]]]:
+    """(rows, cols, each panel's (row, col)): one K × h̃ grid per figure (rows: K; Fig. 5's
+    columns, then Fig. 6's), as the paper lays out its 3 × 3 panels."""
+    figures = list(dict.fromkeys(s["figure"] for s in summary))
+    kernels = sorted({s["panel"].split()[-2] for s in summary})
+    acts = sorted({s["panel"].split()[-1] for s in summary})
+    where = [(kernels.index(s["panel"].split()[-2]),
+              figures.index(s["figure"]) * len(acts) + acts.index(s["panel"].split()[-1])) for s in summary]
+    return len(kernels), len(figures) * len(acts), where
+
+
 def _plot_dist_panels(summary):
-    rows = 2 if len(summary) > 1 else 1  # Figures 5 and 6 one above the other
-    cols = max(1, (len(summary) + 1) // 2)
-    fig, axes = _fig.panels(rows, cols, size=(4.6, 4.6))
-    for ax, s in zip(axes.ravel(), summary):
+    rows, cols, where = _dist_panel_grid(summary) if summary else (1, 1, [])
+    fig, axes = _fig.panels(rows, cols, size=(4.0, 4.4))
+    used = set(where)
+    for (i, j), s in zip(where, summary):
+        ax = axes[i, j]
         for name, c in s["_curves"].items():
             ax.semilogy(s["_step"], c, ls="--" if name.startswith("A") else "-", label=name)
         ax.axhline(DIST_LEVEL, color="gray", ls=":", label=f"paper's level {DIST_LEVEL}")
         ax.set(xlabel="training iteration", ylabel="dist(M, I)", title=s["panel"].replace(" (Thm", "\n(Thm"))
         _fig.legend_below(ax, ncol=3)
-    for ax in axes.ravel()[len(summary):]:
-        ax.axis("off")
+    for i, j in np.ndindex(rows, cols):
+        if (i, j) not in used:
+            axes[i, j].axis("off")
     return fig
 
 
