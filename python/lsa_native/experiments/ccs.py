@@ -379,7 +379,8 @@ FINAL_WINDOW = 0.1  # a matrix's final dist(M, I): the mean of its trace over th
 # Reported per panel, not part of the condition (docs/reproductions/findings.md): the trend at the end,
 # d log10 dist / d(1000 steps) of the seed-mean curves over the last SLOPE_WINDOW of the common span
 # (median over the matrices; < 0: still falling, a training horizon; >= 0: flat or rising), and the
-# matrices of single trainings whose dist never fell below UNTRAINED_LEVEL (a matrix that never approached I: e.g. a layer stuck in a symmetry-broken state).
+# matrices of single trainings whose dist never fell below UNTRAINED_LEVEL (a matrix that never
+# approached I, e.g. a layer stuck in a symmetry-broken state).
 SLOPE_WINDOW, UNTRAINED_LEVEL = 0.2, 0.5
 # ``--set init=aligned`` (a diagnostic, not the paper's setup): each training starts on the family
 # of Theorems 4.5/4.6 (dist 0) plus this fraction of the Gaussian draw (ccs_training._aligned_start)
