@@ -180,6 +180,37 @@ def test_dist_panel_averages_seeds_that_stopped_at_different_steps():
     assert len(s["_step"]) == 20 and all(len(c) == 20 for c in s["_curves"].values())
 
 
+def test_dist_panel_reports_the_end_slope_and_matrices_that_never_trained():
+    # seed-mean curves falling 10x per 1000 steps at the end (slope -1 decade/1000 steps); one
+    # matrix of one seed stays at 0.9 from the start (never below 0.5: "untrained")
+    step = np.arange(0, 3000, 50)
+    falling = 10.0 ** (-step / 1000)[:, None] * np.ones((1, 3))
+    stuck = falling.copy()
+    stuck[:, 2] = 0.9
+    rs = [{"diverged": False, "trace_dist_BC": t.tolist(), "trace_step": step.tolist()} for t in (falling, falling)]
+    s = ccs._dist_panel(("A = 0 (Thm 4.5)", "relu", "linear"), rs)
+    assert np.isclose(s["median_slope"], -1.0) and s["untrained"] == 0
+    rs[1]["trace_dist_BC"] = stuck.tolist()
+    s = ccs._dist_panel(("A = 0 (Thm 4.5)", "relu", "linear"), rs)
+    assert s["untrained"] == 1 and np.isclose(s["median_slope"], -1.0)
+
+
+def test_fig3_table_columns_match_their_values(tmp_path):
+    # A-free panels carry ‖A_ℓ‖_F, A = 0 panels do not: each value under its own column, and each
+    # panel's verdict ("passed") in the table
+    tiny = dict(kernels=["relu"], activations=["linear"], seeds=1, steps=20, decay_steps=20, batch=64,
+                eval_batch=64, trace_every=10)
+    r = experiments.ccs_fig3_5_6(tmp_path, **tiny)
+    import csv
+    with open(tmp_path / "ccs-fig3-5-6_table.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [row["figure"] for row in rows] == ["A = 0 (Thm 4.5)", "A free (Thm 4.6)"]
+    for row, panel in zip(rows, r.details["panels"]):
+        assert np.isclose(float(row["median_final"]), panel["median_final"])
+        assert row["passed"] == str(panel["passed"])
+    assert rows[0]["A_norm_final"] == "" and rows[1]["A_norm_final"].startswith("[")
+
+
 def _panel(figure, final, initial=0.9):
     return {"figure": figure, "median_final": final, "median_initial": initial, "median_mid": 0.5}
 

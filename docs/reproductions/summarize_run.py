@@ -53,14 +53,17 @@ def _panels_from_cells(cells) -> tuple[list[dict], bool]:
 
 def _print_panels(panels) -> None:
     """Median dist(M, I) at the start, mid-training and final (the last 10%), the largest final
-    one, the A's median final dist and ‖A_ℓ‖_F (whether A grew toward a·I), against 0.05."""
+    one, the A's median final dist, the verdict against 0.05, the end slope (decades of dist per
+    1000 steps over the last 20%: < 0 still falling), the matrices of single trainings that never
+    fell below 0.5 (untrained) and ‖A_ℓ‖_F (whether A grew toward a·I)."""
     print(f"  {'panel':<34} {'trained':>7} {'conv.':>5} {'initial':>8} {'mid':>6} {'final':>7} {'max':>6} "
-          f"{'A':>6}  < 0.05  ‖A_ℓ‖_F")
+          f"{'A':>6}  < 0.05  {'slope':>6} {'untr.':>5}  ‖A_ℓ‖_F")
     for s in panels:
         norms = " ".join(_fmt(v, ".2f") for v in s.get("A_norm_final", []))
         print(f"  {s['panel']:<34} {s['trained']:>7} {s['converged']:>5} {_fmt(s['median_initial']):>8} "
               f"{_fmt(s['median_mid']):>6} {_fmt(s['median_final']):>7} {_fmt(s['max_final'], '.2f'):>6} "
-              f"{_fmt(s['A_final'], '.2f'):>6}  {'yes' if s.get('passed') else 'NO ':<6}  {norms}")
+              f"{_fmt(s['A_final'], '.2f'):>6}  {'yes' if s.get('passed') else 'NO ':<6}  "
+              f"{_fmt(s.get('median_slope', float('nan')), '+.3f'):>6} {s.get('untrained', ''):>5}  {norms}")
 
 
 def summarize(run_dir: str, ids=None) -> None:

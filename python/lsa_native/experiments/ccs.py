@@ -376,6 +376,12 @@ def _fig2_checks(ctx, p, agg):
 DIST_LEVEL, DIST_EXCEPTION_LEVEL = 0.05, 0.3
 DIST_EXCEPTIONS = {"A = 0 (Thm 4.5)": 2, "A free (Thm 4.6)": 1}
 FINAL_WINDOW = 0.1  # a matrix's final dist(M, I): the mean of its trace over the last 10% of training
+# Reported per panel, not part of the condition (docs/reproductions/findings.md): the trend at the end,
+# d log10 dist / d(1000 steps) of the seed-mean curves over the last SLOPE_WINDOW of the common span
+# (median over the matrices; < 0: still falling, a training horizon; >= 0: flat or rising), and the
+# matrices of single trainings whose dist never fell below UNTRAINED_LEVEL (a matrix that never
+# approached I, e.g. a layer stuck in a symmetry-broken state).
+SLOPE_WINDOW, UNTRAINED_LEVEL = 0.2, 0.5
 # ``--set init=aligned`` (a diagnostic, not the paper's setup): each training starts on the family
 # of Theorems 4.5/4.6 (dist 0) plus this fraction of the Gaussian draw (ccs_training._aligned_start)
 ALIGNED_PERTURBATION = 0.1
@@ -419,11 +425,12 @@ def ccs_fig3_5_6(ctx, p):
                                        "Gaussian draw (a diagnostic)")
     _fig.finish(ctx, _plot_dist_panels(summary), f"CCS Figures 3/5/6: n = {p['context']}, "
                 f"{p['seeds']} seed(s), mean over seeds{start_text}\n{describe_schedule(p)}")
-    table = [{k: v for k, v in s.items() if not k.startswith("_")} for s in summary]
-    if table:
-        ctx.save_csv("table.csv", list(table[0]), [list(s.values()) for s in table])
     # The paper's claim is about CCS's Gaussian start: an aligned start gives no PASS (exit 1).
-    passed = _dist_verdict(summary, ctx.full) and not start
+    passed = _dist_verdict(summary, ctx.full) and not start  # sets each panel's "passed" (the table's)
+    table = [{k: v for k, v in s.items() if not k.startswith("_")} for s in summary]
+    if table:  # the columns by name: A = 0 panels have no A_norm_final (blank there)
+        columns = list(dict.fromkeys(k for row in table for k in row))
+        ctx.save_csv("table.csv", columns, [[row.get(k, "") for k in columns] for row in table])
     measured = ("aligned start (a diagnostic, not the paper's setup: no verdict): " if start else "") + "; ".join(
         f"{s['panel']}: median {s['median_initial']:.2f} → {s['median_final']:.3f}"
         + ("" if s["A_final"] != s["A_final"] else f" (A: {s['A_final']:.2f})") for s in summary)
@@ -446,8 +453,8 @@ def _dist_panel(key, rs) -> dict:
     rs = [r for r in rs if not r["diverged"] and "trace_dist_BC" in r]
     out = {"panel": " ".join(key), "figure": key[0], "trained": len(rs), "converged": sum(bool(r.get("converged")) for r in rs)}
     if not rs:
-        return dict(out, median_initial=np.nan, median_final=np.nan, median_mid=np.nan, max_final=np.nan,
-                    A_final=np.nan, _curves={}, _step=[])
+        return dict(out, median_slope=np.nan, untrained=0, median_initial=np.nan, median_mid=np.nan,
+                    median_final=np.nan, max_final=np.nan, A_final=np.nan, _curves={}, _step=[])
     # Each seed's training stops at its own convergence, so the traces differ in length: a matrix's
     # final value is each seed's mean over its own last FINAL_WINDOW, then averaged over the seeds;
     # the plotted curve is the seed mean over the steps every seed reached.
@@ -463,6 +470,12 @@ def _dist_panel(key, rs) -> dict:
             curves[name.format(j=j)], finals[name.format(j=j)] = mean[:, j], final[j]
     arr = np.array(list(curves.values()))  # [matrices, common span]
     final = np.array(list(finals.values()))
+    step = np.asarray(rs[0]["trace_step"][:arr.shape[1]], dtype=float)
+    out["median_slope"] = float(np.median([_log_slope(step, c) for c in arr]))
+    out["untrained"] = sum(int(np.min(np.asarray(r[f])[:, j]) > UNTRAINED_LEVEL)
+                           for r in rs for f, skip in (("trace_dist_BC", 0), ("trace_dist_A", 1))
+                           if f in r and (f == "trace_dist_BC" or key[0].startswith("A free"))
+                           for j in range(np.shape(r[f])[1] - skip))
     a_final = [f for name, f in zip(curves, final) if name.startswith("A")]
     if key[0].startswith("A free") and "trace_norm_A" in rs[0]:  # ‖A_ℓ‖_F, ℓ = 0..L-2 (reported)
         out["A_norm_final"] = [float(v) for v in np.mean([np.asarray(r["trace_norm_A"])[-1] for r in rs], axis=0)[:-1]]
@@ -470,6 +483,14 @@ def _dist_panel(key, rs) -> dict:
                 median_final=float(np.median(final)), max_final=float(np.max(final)),
                 A_final=float(np.median(a_final)) if a_final else float("nan"),
                 _curves=curves, _step=rs[0]["trace_step"][:arr.shape[1]])
+
+
+def _log_slope(step, curve) -> float:
+    """d log10(curve) / d(1000 steps), least squares over the last SLOPE_WINDOW of the points."""
+    k = max(3, int(round(SLOPE_WINDOW * len(curve))))
+    if len(curve) < 3:
+        return float("nan")
+    return float(np.polyfit(step[-k:] / 1000, np.log10(np.maximum(curve[-k:], 1e-12)), 1)[0])
 
 
 def _dist_verdict(summary, full: bool) -> bool:
@@ -487,18 +508,31 @@ def _dist_verdict(summary, full: bool) -> bool:
     return ok
 
 
+def _dist_panel_grid(summary) -> tuple[int, int, list[tuple[int, int]]]:
+    """(rows, cols, each panel's (row, col)): one K × h̃ grid per figure (rows: K; Fig. 5's
+    columns, then Fig. 6's), as the paper lays out its 3 × 3 panels."""
+    figures = list(dict.fromkeys(s["figure"] for s in summary))
+    kernels = sorted({s["panel"].split()[-2] for s in summary})
+    acts = sorted({s["panel"].split()[-1] for s in summary})
+    where = [(kernels.index(s["panel"].split()[-2]),
+              figures.index(s["figure"]) * len(acts) + acts.index(s["panel"].split()[-1])) for s in summary]
+    return len(kernels), len(figures) * len(acts), where
+
+
 def _plot_dist_panels(summary):
-    rows = 2 if len(summary) > 1 else 1  # Figures 5 and 6 one above the other
-    cols = max(1, (len(summary) + 1) // 2)
-    fig, axes = _fig.panels(rows, cols, size=(4.6, 4.6))
-    for ax, s in zip(axes.ravel(), summary):
+    rows, cols, where = _dist_panel_grid(summary) if summary else (1, 1, [])
+    fig, axes = _fig.panels(rows, cols, size=(4.0, 4.4))
+    used = set(where)
+    for (i, j), s in zip(where, summary):
+        ax = axes[i, j]
         for name, c in s["_curves"].items():
             ax.semilogy(s["_step"], c, ls="--" if name.startswith("A") else "-", label=name)
         ax.axhline(DIST_LEVEL, color="gray", ls=":", label=f"paper's level {DIST_LEVEL}")
         ax.set(xlabel="training iteration", ylabel="dist(M, I)", title=s["panel"].replace(" (Thm", "\n(Thm"))
         _fig.legend_below(ax, ncol=3)
-    for ax in axes.ravel()[len(summary):]:
-        ax.axis("off")
+    for i, j in np.ndindex(rows, cols):
+        if (i, j) not in used:
+            axes[i, j].axis("off")
     return fig
 
 
