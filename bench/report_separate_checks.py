@@ -12,10 +12,11 @@ by round (CPU time of the process, 1 native thread, medians over the rounds):
             an emulated device (host memory presented as CUDA arrays, the native calls running
             the CPU kernels: the Python side of the GPU loop's call)
   step      the whole bound step (``objective.bind(data)``), tokens and Wishart routes, with the
-            objectives module of ``--before`` (a git ref, default main) vs the working tree's
+            objectives module of ``--before`` (a git ref, default 5a8c6a2: main before the
+            refactor) vs the working tree's
 
     python bench/report_separate_checks.py [--rounds 41] [--inner 200] [--step-inner 5]
-                                           [--before main] [--dtype float32]
+                                           [--before 5a8c6a2] [--dtype float32]
 """
 from __future__ import annotations
 
@@ -71,13 +72,13 @@ def paired(times: dict, a: str, b: str) -> float:
     return statistics.median(x - y for x, y in zip(times[a], times[b]))
 
 
-class _HostBacked:
-    """Host memory presented as a CUDA array (the emulated device of tests/test_device_loop.py)."""
+def _host_backed(a):
+    """Host memory presented as a CUDA array: the tests' emulated-device operand
+    (tests/conftest.py's HostBackedCudaArray, imported from there)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from conftest import HostBackedCudaArray
 
-    def __init__(self, a):
-        self.a = a
-        self.__cuda_array_interface__ = {"shape": a.shape, "typestr": a.dtype.str, "version": 3,
-                                         "data": (a.ctypes.data, False), "strides": None}
+    return HostBackedCudaArray(a)
 
 
 def kq_operands(dtype, device: bool):
@@ -87,7 +88,7 @@ def kq_operands(dtype, device: bool):
     flat = rng.standard_normal(4 * kq + 2 * n2).astype(dtype) * 0.01
     shapes = [(H, R, D + 1)] * 2 + [(H, D + 1, D + 1)] * 2 + [(H, R, D + 1)] * 2
     if device:
-        buffer = _HostBacked(flat)
+        buffer = _host_backed(flat)
         piece = lambda k, shape: ln.cuda.Piece(buffer, k, shape)  # noqa: E731
     else:
         piece = lambda k, shape: flat[k:k + int(np.prod(shape))].reshape(shape)  # noqa: E731
@@ -136,7 +137,9 @@ def main():
     ap.add_argument("--rounds", type=int, default=41)
     ap.add_argument("--inner", type=int, default=200)
     ap.add_argument("--step-inner", type=int, default=5)
-    ap.add_argument("--before", default="main")
+    ap.add_argument("--before", default="5a8c6a2",
+                    help="git ref of the objectives module to compare with (default: the last "
+                         "commit before the check-once refactor)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float64"])
     args = ap.parse_args()
     ln.set_num_threads(1)

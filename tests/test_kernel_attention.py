@@ -190,6 +190,27 @@ def test_exp_overflow_is_reported(rng):
         ka.forward(Z0, V, 1e3 * np.ones_like(B), 1e3 * np.ones_like(C), "exp")
 
 
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+@pytest.mark.parametrize("every_layer", [False, True])
+def test_predict_writes_out_and_nothing_beyond_it(rng, every_layer, dtype):
+    """predict(out=...) writes the result's values into ``out`` (returned, the same bits as a fresh
+    result) and no value past it: ``out`` is the head of a NaN-filled buffer; a wrong shape or
+    dtype is refused naming ``out``."""
+    Bsz, d, n, L, H = 7, 3, 9, 3, 2
+    Z0, _, V, B, C = random_problem(rng, Bsz, d, n, L, H, dtype)
+    want = ka.predict(Z0, V, B, C, "softmax", every_layer=every_layer)
+    buffer = np.full((2 * Bsz,) + want.shape[1:], np.nan, dtype)
+    got = ka.predict(Z0, V, B, C, "softmax", every_layer=every_layer, out=buffer[:Bsz])
+    assert got is not None and np.shares_memory(got, buffer)
+    np.testing.assert_array_equal(buffer[:Bsz], want)
+    assert np.isnan(buffer[Bsz:]).all()
+    with pytest.raises(ValueError, match=r"out: expected shape"):
+        ka.predict(Z0, V, B, C, "softmax", every_layer=every_layer, out=buffer[:Bsz + 1])
+    other = np.float32 if dtype == np.float64 else np.float64
+    with pytest.raises(TypeError, match="out: expected dtype"):
+        ka.predict(Z0, V, B, C, "softmax", every_layer=every_layer, out=want.astype(other))
+
+
 def test_results_do_not_depend_on_threads(rng):
     import lsa_native
 

@@ -400,8 +400,8 @@ def explicit_step(obj, theta, step, data, dtype):
 def test_objective_steps_equal_the_explicit_sequence(rng, heads, separate, method, dtype):
     """The bound CPU step (checked merge / chain on its first step, the native calls after) and the
     unbound loss_and_grad give the bits of the explicit public merge → step → chain sequence, at
-    every step of several, θ alternating between two buffers as fit's (the unchecked calls on a
-    buffer the first step did not see)."""
+    every step of several, θ alternating between two buffers as fit's (float64: the unchecked
+    calls on a θ buffer the first step did not see; float32 casts θ into one buffer)."""
     obj, src = _objective_problem(int(rng.integers(2**31)), heads, separate, method, dtype)
     step_fn = obj.bind(src)
     thetas = [obj.theta0.copy(), obj.theta0.copy()]

@@ -21,7 +21,8 @@ the query layer: the before/after of the query layer in one run; fwd and fwd+vjp
 impl "recompute": loss+grad and vjp with LSA_NATIVE_KA_RECOMPUTE=1 (the warp kernel's recomputing
 workspace: Z_0..Z_L and one head slot per warp, the backward recomputing each head's forward;
 20.5 instead of 33.7 KB a warp for the float loss at the CCS size, more warps per SM; the same
-bits as "native"; the other rows never use it).
+per-prompt bits as "native", batch sums to rounding (another launch grid); checked against torch
+like "native"; the other rows never use it).
 """
 from __future__ import annotations
 

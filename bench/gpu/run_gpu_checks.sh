@@ -15,11 +15,14 @@ failures=()
 t_start=$(date +%s)
 deadline=${GPU_DEADLINE_S:-570}
 
-# stage NAME TIMEOUT_S CMD...: runs CMD with its output in $OUT/NAME.log, prints the log's tail.
+# stage NAME TIMEOUT_S CMD...: runs CMD with its output in $OUT/NAME.log, prints the log's tail;
+# its exit status in last_rc (0 when skipped). GPU_STAGES selects stages by name, or by PARENT's
+# name for the stages a selected one spawns (PARENT=test_cuda stage test_cuda_x ...).
 stage() {
   local name=$1 limit=$2
   shift 2
-  if [ -n "${GPU_STAGES:-}" ] && [[ " $GPU_STAGES " != *" $name "* ]]; then return 0; fi
+  last_rc=0
+  if [ -n "${GPU_STAGES:-}" ] && [[ " $GPU_STAGES " != *" ${PARENT:-$name} "* ]]; then return 0; fi
   local left=$(( deadline - ($(date +%s) - t_start) ))
   if [ "$left" -lt 20 ]; then failures+=("$name (skipped: deadline)"); echo "=== $name skipped (deadline)"; return 0; fi
   [ "$limit" -gt "$left" ] && limit=$left
@@ -52,12 +55,14 @@ per_test=$("$PY" -c "import pytest_timeout" 2>/dev/null && echo "--timeout=90")
 # --capture=sys: what native code writes to fd 2 (glibc's heap checks, std::terminate) reaches the
 # log; pytest's default fd capture lost it when a test aborted the interpreter (2026-11-27, H200).
 TAIL=25 stage test_cuda 240 "$PY" -m pytest -p no:cacheprovider -q -rs --capture=sys $per_test -m cuda tests
-# A native crash ends pytest at the crashing test (rc >= 128) and every test after it goes unrun:
-# then each file on its own, verbose (the crashing test is the last one named in its log).
-if [ "${last_rc:-0}" -ge 128 ]; then
+# A native crash (SIGABRT 134, SIGSEGV 139, ...) ends pytest at the crashing test and every test
+# after it goes unrun: then each file on its own, verbose (the crashing test is the last one named
+# in its log). Not after 137: that is the stage's own time limit (timeout --signal=KILL), and
+# reruns would spend the deadline the sanitizers and benchmarks need.
+if [ "$last_rc" -ge 128 ] && [ "$last_rc" -ne 137 ]; then
   for f in $(grep -l "mark.cuda" tests/test_*.py); do
-    TAIL=2 stage "test_cuda_$(basename "$f" .py)" 120 "$PY" -m pytest -p no:cacheprovider -v -rs \
-      --capture=sys $per_test -m cuda "$f"
+    PARENT=test_cuda TAIL=2 stage "test_cuda_$(basename "$f" .py)" 120 "$PY" -m pytest \
+      -p no:cacheprovider -v -rs --capture=sys $per_test -m cuda "$f"
   done
 fi
 

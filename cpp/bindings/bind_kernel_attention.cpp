@@ -112,13 +112,14 @@ void bind_kernel_attention(py::module_& m) {
       "kernel_attention_forward",
       [](const py::object& Z0, const py::object& V, const py::object& Bq, const py::object& Ck,
          const py::object& activation, bool z_out, bool predictions, bool context, bool y_hat,
-         bool every_layer, const py::object& device) {
+         bool every_layer, const py::object& device, const py::object& predictions_out) {
         PyCallSite site;
         const ArrayView z = site.prompts(Z0, "Z0"), v = site.operand(V, "V"),
                         b = site.operand(Bq, "B"), c = site.operand(Ck, "C");
         const ActivationChoice acts = activation_choice(activation, "activation");
         ArrayView zo = site.output(py::none(), "Z_L", z_out),
-                  pr = site.output(py::none(), "predictions", predictions),
+                  pr = site.output(predictions_out,
+                                   predictions_out.is_none() ? "predictions" : "out", predictions),
                   cx = site.output(py::none(), "context", context);
         kernel_attention_forward(z, v, b, c, acts, zo, pr, cx, prediction_output(y_hat, every_layer),
                                  device_choice(device), site);
@@ -128,9 +129,10 @@ void bind_kernel_attention(py::module_& m) {
       py::arg("Z0"), py::arg("V"), py::arg("B"), py::arg("C"), py::arg("activation"),
       py::kw_only(), py::arg("z_out") = true, py::arg("predictions") = false,
       py::arg("context") = false, py::arg("y_hat") = false, py::arg("every_layer") = true,
-      py::arg("device") = "auto",
+      py::arg("device") = "auto", py::arg("predictions_out") = py::none(),
       "(Z_L, predictions, context data, context shape (B, d, n, L, H)), None where not asked; "
-      "predictions [B, L+1] of TF (of ŷ = −TF with y_hat), or [B] of ŷ_L with every_layer=False.");
+      "predictions [B, L+1] of TF (of ŷ = −TF with y_hat), or [B] of ŷ_L with every_layer=False, "
+      "written into predictions_out (named 'out' in errors) when given.");
   m.def(
       "kernel_attention_vjp",
       [](const py::object& Z0, const py::object& V, const py::object& Bq, const py::object& Ck,

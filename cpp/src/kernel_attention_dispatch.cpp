@@ -123,11 +123,13 @@ std::vector<index_t> value_shape(const KernelAttentionShape& s) {
 std::vector<index_t> key_shape(const KernelAttentionShape& s) {
   return {s.layers, s.heads, s.dim, s.dim};
 }
-// [B, L+1], or [B] for ŷ_L alone (kernel_attention.hpp).
+// [B, L+1], or [B] for ŷ_L alone (kernel_attention.hpp): recipe::prediction_count's values per
+// prompt (what the kernels write and a CUDA call stages), the layer axis dropped for ŷ_L alone.
 std::vector<index_t> predictions_shape(const KernelAttentionShape& s,
                                        PredictionOutput what = PredictionOutput::tf) {
+  const index_t per_prompt = recipe::prediction_count(what, 1, static_cast<int>(s.layers));
   if (what == PredictionOutput::y_hat_final) return {s.batch};
-  return {s.batch, s.layers + 1};
+  return {s.batch, per_prompt};
 }
 
 // The operands every entry point reads: Z0, V, B, C and the activations.

@@ -34,7 +34,8 @@ std::atomic<int> g_thread_cap{0};
 std::atomic<InterruptCheck> g_interrupt_check{nullptr};
 
 // The CPUs this process may run on (taskset, a container's cpuset), not every CPU of the machine:
-// a pool sized to the machine oversubscribes a process restricted to a few of its cores.
+// a pool sized to the machine oversubscribes a process restricted to a few of its cores. (The
+// calling thread's mask: the process's, unless that thread narrowed its own.)
 int default_threads() {
 #if defined(__linux__)
   cpu_set_t allowed;

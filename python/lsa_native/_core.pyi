@@ -113,9 +113,9 @@ def kernel_attention_context_size(dim: typing.SupportsInt | typing.SupportsIndex
     """
     Values per prompt of the saved forward context (see kernel_attention.hpp).
     """
-def kernel_attention_forward(Z0: typing.Any, V: typing.Any, B: typing.Any, C: typing.Any, activation: typing.Any, *, z_out: bool = True, predictions: bool = False, context: bool = False, y_hat: bool = False, every_layer: bool = True, device: typing.Any = 'auto') -> tuple[typing.Any, typing.Any, typing.Any, typing.Any]:
+def kernel_attention_forward(Z0: typing.Any, V: typing.Any, B: typing.Any, C: typing.Any, activation: typing.Any, *, z_out: bool = True, predictions: bool = False, context: bool = False, y_hat: bool = False, every_layer: bool = True, device: typing.Any = 'auto', predictions_out: typing.Any = None) -> tuple[typing.Any, typing.Any, typing.Any, typing.Any]:
     """
-    (Z_L, predictions, context data, context shape (B, d, n, L, H)), None where not asked; predictions [B, L+1] of TF (of ŷ = −TF with y_hat), or [B] of ŷ_L with every_layer=False.
+    (Z_L, predictions, context data, context shape (B, d, n, L, H)), None where not asked; predictions [B, L+1] of TF (of ŷ = −TF with y_hat), or [B] of ŷ_L with every_layer=False, written into predictions_out (named 'out' in errors) when given.
     """
 def kernel_attention_loss_and_grad(Z0: typing.Any, y_q: typing.Any, V: typing.Any, B: typing.Any, C: typing.Any, activation: typing.Any, *, input_grad: bool = False, return_predictions: bool = False, device: typing.Any = 'auto', out: typing.Any = None, loss: typing.Any = None) -> tuple:
     """

@@ -123,14 +123,16 @@ def vjp(Z0, V, B, C, activation, d_Z_out, *, context: ForwardContext | None = No
                                       input_grad=bool(input_grad), device=device)
 
 
-def predict(Z0, V, B, C, activation, *, every_layer: bool = False, device="auto"):
+def predict(Z0, V, B, C, activation, *, every_layer: bool = False, device="auto", out=None):
     """Prediction of y_q: ŷ = −TF [B] (or ŷ_ℓ = −TF_ℓ [B, L+1] for every layer)  [CCS (4)], written
     by the native forward (the last layer's query column alone: O(L·H·n²·d) per prompt with the
     last layer O(H·n·d)). ``device`` as in :func:`forward`: on CUDA arrays the result is a CUDA
-    array of Z0's library."""
+    array of Z0's library. ``out``: a C-contiguous array of the result's shape and Z0's dtype (on
+    the side the call runs on, or a host array staged through the GPU) written and returned."""
     _, y_hat, _, _ = _core.kernel_attention_forward(*_inputs(Z0, V, B, C), activation,
                                                     z_out=False, predictions=True, y_hat=True,
-                                                    every_layer=bool(every_layer), device=device)
+                                                    every_layer=bool(every_layer), device=device,
+                                                    predictions_out=out)
     return y_hat
 
 

@@ -6,7 +6,8 @@
 // full); the block kernel always runs it in full. LSA_NATIVE_KA_RECOMPUTE=1 (not the default, for
 // same-build benchmarks): the loss and the VJP without context keep Z_0..Z_L and one head slot per
 // warp, the backward recomputing each head's forward (KaWarpLayout::recompute: less shared memory
-// a warp, more warps per SM; the same bits).
+// a warp, more warps per SM; the same per-prompt bits, batch sums to rounding: the launch grid
+// that groups them changes with occupancy).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
