@@ -108,22 +108,17 @@ def bench_size(dtype, Bsz: int, act: str, warmup: int, repeat: int, with_torch: 
 
     if with_torch:  # correctness at the benchmark size: native vs torch (½ convention of ka)
         try:
-            loss, dV, dB, dC = ka.loss_and_grad(Z0, y, V, B, C, act)
-            loss_t, dV_t, dB_t, dC_t = torch_loss_and_grad(Z0, y, V, B, C, act)
-            rel = max([abs(2 * loss - loss_t) / abs(loss_t)] +
-                      [float((2 * a - b).abs().max() / b.abs().max())
-                       for a, b in ((dV, dV_t), (dB, dB_t), (dC, dC_t))])
-            rows.append({"op": "check", "impl": "native vs torch", "dtype": name, "size": size,
-                         "max_rel_diff": rel})
-            print(f"[{name} {size}] native vs torch: max relative difference {rel:.2e}", flush=True)
-            with recompute_workspace(True):  # the recomputing workspace's rows, checked too
-                loss_r, dV_r, dB_r, dC_r = ka.loss_and_grad(Z0, y, V, B, C, act)
-            rel = max([abs(2 * loss_r - loss_t) / abs(loss_t)] +
-                      [float((2 * a - b).abs().max() / b.abs().max())
-                       for a, b in ((dV_r, dV_t), (dB_r, dB_t), (dC_r, dC_t))])
-            rows.append({"op": "check", "impl": "recompute vs torch", "dtype": name, "size": size,
-                         "max_rel_diff": rel})
-            print(f"[{name} {size}] recompute vs torch: max relative difference {rel:.2e}", flush=True)
+            expected = torch_loss_and_grad(Z0, y, V, B, C, act)
+            for impl in ("native", "recompute"):  # the recomputing workspace's rows checked too
+                with recompute_workspace(impl == "recompute"):
+                    loss, *grads = ka.loss_and_grad(Z0, y, V, B, C, act)
+                rel = max([abs(2 * loss - expected[0]) / abs(expected[0])] +
+                          [float((2 * a - b).abs().max() / b.abs().max())
+                           for a, b in zip(grads, expected[1:])])
+                rows.append({"op": "check", "impl": f"{impl} vs torch", "dtype": name,
+                             "size": size, "max_rel_diff": rel})
+                print(f"[{name} {size}] {impl} vs torch: max relative difference {rel:.2e}",
+                      flush=True)
         except Exception as exc:  # noqa: BLE001
             print(f"[{name} {size}] correctness check FAILED: {type(exc).__name__}: {exc}", flush=True)
             torch.cuda.empty_cache()
