@@ -1,7 +1,8 @@
 """From the best point of the Thm 4.5 family (h̃^linear, A = 0, seed 0: B_ℓ = C_ℓ = Σ^{-1/2}, r_ℓ = γ*:
 from family.py's output for K^exp, or fitted here on 10000 prompts for another kernel), train 2000
 steps at B = 3000 with (a) Adam at the final rate 1e-3, (b) Adam at 1e-4, (c) plain SGD: does training
-stay on the family (a minimum) or leave it (and is the loss lower there)?
+stay on the family (a minimum) or leave it (and is the loss lower there: end − start paired over the
+20000 test prompts, with its SE)?
     python family_stay.py SGD_RATE [KERNEL]"""
 import json, sys
 import numpy as np
@@ -34,6 +35,7 @@ if kernel != "exp":  # the family's best r_ℓ for this kernel's labels (family.
     fam = {"family_r": best.x.tolist()}
 
 out = {"kernel": kernel, "family_r": list(fam["family_r"]), "family_test_loss": 2 * start().loss(test.E, test.y_q)}
+sq0 = (start().predict(test.E) - test.y_q) ** 2  # per-prompt squared error at the start, for paired SEs
 for name, opt in (("adam1e-3", train.Adam(lr=1e-3, clip_norm=1.0)), ("adam1e-4", train.Adam(lr=1e-4, clip_norm=1.0)),
                   ("sgd1e-2", train.SGD(lr=float(sys.argv[1]) if len(sys.argv) > 1 else 0.01, clip_norm=1.0))):
     obj = train.KernelAttentionObjective(start(), hold_A_zero=True, device="cpu")
@@ -42,6 +44,8 @@ for name, opt in (("adam1e-3", train.Adam(lr=1e-3, clip_norm=1.0)), ("adam1e-4",
     tr = ct._trace(res.history)
     out[name] = dict(dist=[[round(v, 3) for v in d] for d in tr["trace_dist_BC"][::4]], steps=tr["trace_step"][::4],
                      test_loss=2 * res.params.loss(test.E, test.y_q))
+    d = (res.params.predict(test.E) - test.y_q) ** 2 - sq0  # end − start, paired over the same test prompts
+    out[name].update(paired_diff=float(d.mean()), paired_se=float(d.std(ddof=1) / np.sqrt(d.size)))
     print(name, out[name], flush=True)
 print(json.dumps(out))
 json.dump(out, open(f"out/diag/family_stay_{kernel}.json", "w"))
