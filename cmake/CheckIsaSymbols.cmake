@@ -8,8 +8,17 @@
 # vector type (seen: std::vector<Vec<T>>). So: no weak symbol defined in an AVX2/AVX-512 unit may
 # be defined in any other unit. Fix a hit by giving the code internal linkage in the ISA units
 # (LSA_HD_LOCAL for shared recipes, simd::UnitVector for std::vector, an anonymous namespace).
+#
+# -DVECTOR_ABI_ONLY=ON (unoptimized and sanitizer builds, which emit the standard library's small
+# helpers out of line in every unit): only the shared symbols that pass or return a SIMD vector by
+# value. Those crash whatever copy the linker keeps: a baseline unit passes a 32-byte vector in
+# memory where an AVX unit passes it in a register (seen in a Debug build: a softmax gradient
+# recipe, the caller's stack overwritten). Needs CXXFILT.
 if(NOT NM OR NOT LIBRARY)
   message(FATAL_ERROR "CheckIsaSymbols: pass -DNM=<nm> and -DLIBRARY=<static library>")
+endif()
+if(VECTOR_ABI_ONLY AND NOT CXXFILT)
+  message(FATAL_ERROR "CheckIsaSymbols: VECTOR_ABI_ONLY needs -DCXXFILT=<c++filt>")
 endif()
 execute_process(COMMAND "${NM}" -A -P --defined-only "${LIBRARY}"
                 OUTPUT_VARIABLE listing ERROR_VARIABLE errors RESULT_VARIABLE rc)
@@ -53,6 +62,11 @@ foreach(entry IN LISTS isa_weak)
       execute_process(COMMAND "${CXXFILT}" "${symbol}" OUTPUT_VARIABLE name
                       OUTPUT_STRIP_TRAILING_WHITESPACE)
     endif()
+    # By value: a vector parameter ("__vector(4)," or "__vector(4))") or return type (leading).
+    if(VECTOR_ABI_ONLY AND NOT name MATCHES "__vector\\([0-9]+\\)[,)]"
+       AND NOT name MATCHES "^[a-z ]+ __vector\\([0-9]+\\) ")
+      continue()
+    endif()
     list(JOIN others ", " others)
     string(APPEND shared "\n  ${name}\n    defined weak in ${member}, also in ${others}")
   endif()
@@ -62,4 +76,9 @@ if(shared)
                       "keeps one copy for all; give them internal linkage):${shared}")
 endif()
 list(LENGTH isa_weak n)
-message(STATUS "CheckIsaSymbols: ${n} weak symbols in the ISA units, none shared with another unit")
+if(VECTOR_ABI_ONLY)
+  message(STATUS "CheckIsaSymbols: ${n} weak symbols in the ISA units, none shared with another "
+                 "unit that passes or returns a vector by value")
+else()
+  message(STATUS "CheckIsaSymbols: ${n} weak symbols in the ISA units, none shared with another unit")
+endif()

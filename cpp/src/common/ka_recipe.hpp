@@ -73,14 +73,14 @@ LSA_HD_LOCAL T exp_of(T x) {
   using std::exp;
   return exp(x);
 }
-template <class T> LSA_HD T linear_value(T s, T) { return s; }
-template <class T> LSA_HD T relu_value(T s, T) { return s < T(0) ? T(0) : s; }  // NaN stays NaN
-template <class T> LSA_HD T exp_value(T s, T) { return exp_of(s); }
-template <class T> LSA_HD T softmax_value(T s, T shift) { return exp_of(s - shift); }
-template <class T> LSA_HD T linear_gradient(T, T dh, T) { return dh; }
-template <class T> LSA_HD T relu_gradient(T h, T dh, T) { return h > T(0) ? dh : T(0); }
-template <class T> LSA_HD T exp_gradient(T h, T dh, T) { return h * dh; }
-template <class T> LSA_HD T softmax_gradient(T h, T dh, T column_dot) { return h * (dh - column_dot); }
+template <class T> LSA_HD_LOCAL T linear_value(T s, T) { return s; }
+template <class T> LSA_HD_LOCAL T relu_value(T s, T) { return s < T(0) ? T(0) : s; }  // NaN stays NaN
+template <class T> LSA_HD_LOCAL T exp_value(T s, T) { return exp_of(s); }
+template <class T> LSA_HD_LOCAL T softmax_value(T s, T shift) { return exp_of(s - shift); }
+template <class T> LSA_HD_LOCAL T linear_gradient(T, T dh, T) { return dh; }
+template <class T> LSA_HD_LOCAL T relu_gradient(T h, T dh, T) { return h > T(0) ? dh : T(0); }
+template <class T> LSA_HD_LOCAL T exp_gradient(T h, T dh, T) { return h * dh; }
+template <class T> LSA_HD_LOCAL T softmax_gradient(T h, T dh, T column_dot) { return h * (dh - column_dot); }
 }  // namespace activation
 
 // Dispatch generated from the activation table (kernel_attention.hpp): one case per entry.

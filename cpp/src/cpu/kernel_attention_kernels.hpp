@@ -10,16 +10,16 @@ namespace lsa_native::cpu {
 
 // Per-chunk partial sums of loss_grad: [1 + L·H·(d+1)² + 2·L·H·d²] = Σ r², Σ dV, Σ dB, Σ dC
 // (r = TF + y_q; the loss is recipe::loss_value of the total Σ r²).
-inline index_t ka_partial_size(const KernelAttentionShape& s) {
+static inline index_t ka_partial_size(const KernelAttentionShape& s) {
   return 1 + s.layers * s.heads * ((s.dim + 1) * (s.dim + 1) + 2 * s.dim * s.dim);
 }
 
 // Tokens per padded row: n+1 rounded up to a whole number of `lanes`-wide vectors.
-inline index_t ka_padded_tokens(const KernelAttentionShape& s, index_t lanes) {
+static inline index_t ka_padded_tokens(const KernelAttentionShape& s, index_t lanes) {
   return recipe::KaContext::make(int(s.dim), int(s.context), int(s.layers), int(s.heads), int(lanes)).Tt;
 }
 // Values of T in one prompt's saved forward context (layout: recipe::KaContext, shared with CUDA).
-inline index_t ka_context_size(const KernelAttentionShape& s, index_t lanes) {
+static inline index_t ka_context_size(const KernelAttentionShape& s, index_t lanes) {
   return recipe::KaContext::make(int(s.dim), int(s.context), int(s.layers), int(s.heads), int(lanes)).size();
 }
 

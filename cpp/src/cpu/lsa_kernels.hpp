@@ -7,8 +7,8 @@
 namespace lsa_native::cpu {
 
 // Sizes of the per-chunk partial sums the range kernels write (double, reduced in chunk order).
-inline index_t loss_grad_partial_size(index_t d) { return 1 + (d + 1) + (d + 1) * (d + 1); }  // L, d_p, d_W_kq
-inline index_t vjp_partial_size(index_t d) { return 2 * (d + 1) * (d + 1); }          // dW_pv, dW_kq
+static inline index_t loss_grad_partial_size(index_t d) { return 1 + (d + 1) + (d + 1) * (d + 1); }  // L, d_p, d_W_kq
+static inline index_t vjp_partial_size(index_t d) { return 2 * (d + 1) * (d + 1); }          // dW_pv, dW_kq
 
 // Gradients of the prediction's parameters from batch sums d_p [d+1] (∂/∂p) and d_K [(d+1)²]
 // (∂/∂W^KQ), times `scale`: d_W_pv is zero but its last row (p is the last row of W^PV).

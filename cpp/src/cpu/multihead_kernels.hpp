@@ -12,15 +12,15 @@ namespace lsa_native::cpu {
 
 // Widths of the per-chunk double partial sums (reduced in chunk order by the driver).
 // loss_grad: L, then d_p [H, d+1] (∂/∂ last rows of W^PV_h), then d_K [H, d+1, d+1] (∂/∂W^KQ_h).
-inline index_t multihead_loss_grad_partial_size(index_t d, index_t heads) {
+static inline index_t multihead_loss_grad_partial_size(index_t d, index_t heads) {
   return multihead::loss_grad_width(heads, d + 1);
 }
 // predict_vjp: d_p [H, d+1], d_K [H, d+1, d+1].
-inline index_t multihead_predict_vjp_partial_size(index_t d, index_t heads) {
+static inline index_t multihead_predict_vjp_partial_size(index_t d, index_t heads) {
   return heads * (d + 1) + heads * (d + 1) * (d + 1);
 }
 // vjp: dW_pv [H, d+1, d+1], dW_kq [H, d+1, d+1].
-inline index_t multihead_vjp_partial_size(index_t d, index_t heads) {
+static inline index_t multihead_vjp_partial_size(index_t d, index_t heads) {
   return 2 * heads * (d + 1) * (d + 1);
 }
 
