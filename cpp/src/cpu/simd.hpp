@@ -169,6 +169,10 @@ inline void to_double(Vec<float> x, Vec<double>* out) {
 
 typedef std::int64_t I64x4 __attribute__((vector_size(32)));
 typedef std::int32_t I32x8 __attribute__((vector_size(32)));
+// Unsigned lanes for exponent-bit arithmetic that may wrap in lanes masked out afterwards (out of
+// range or NaN inputs): wrapping is defined for unsigned, undefined behaviour for signed lanes.
+typedef std::uint64_t U64x4 __attribute__((vector_size(32)));
+typedef std::uint32_t U32x8 __attribute__((vector_size(32)));
 
 // exp on a whole vector: Cody–Waite reduction x = k ln2 + r (|r| <= ln2/2, k by the 1.5·2^52
 // rounding trick), Taylor polynomial of r (degree 12: relative truncation < 2e-16), and 2^k built
@@ -185,10 +189,10 @@ inline Vec<double> exp(Vec<double> x) {
                                1.0 / 5040,     1.0 / 720,     1.0 / 120,    1.0 / 24,
                                1.0 / 6,        0.5,           1.0,          1.0};
   for (double c : inv_fact) p = p * r + c;
-  I64x4 tb, mb;
+  U64x4 tb, mb;
   std::memcpy(&tb, &t, sizeof tb);
   std::memcpy(&mb, &magic, sizeof mb);
-  const I64x4 bits = (tb - mb + 1023) << 52;
+  const U64x4 bits = (tb - mb + 1023) << 52;  // k + bias in the exponent field (mod 2^64)
   Vec<double> scale;
   std::memcpy(&scale, &bits, sizeof scale);
   Vec<double> out = p * scale;
@@ -207,10 +211,10 @@ inline Vec<float> exp(Vec<float> x) {
   Vec<float> p = broadcast(1.0f / 5040);
   const float inv_fact[7] = {1.0f / 720, 1.0f / 120, 1.0f / 24, 1.0f / 6, 0.5f, 1.0f, 1.0f};
   for (float c : inv_fact) p = p * r + c;
-  I32x8 tb, mb;
+  U32x8 tb, mb;
   std::memcpy(&tb, &t, sizeof tb);
   std::memcpy(&mb, &magic, sizeof mb);
-  const I32x8 bits = (tb - mb + 127) << 23;
+  const U32x8 bits = (tb - mb + 127) << 23;  // k + bias in the exponent field (mod 2^32)
   Vec<float> scale;
   std::memcpy(&scale, &bits, sizeof scale);
   Vec<float> out = p * scale;
