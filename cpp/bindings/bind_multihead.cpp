@@ -16,16 +16,42 @@ struct SeparateCall {
   bool single = false;
 };
 
-SeparateCall separate_call(const py::object& W_k, std::initializer_list<py::handle> all) {
+// `named`: every operand with its Python name; all host arrays or all CUDA arrays (the side the
+// call runs on), else a ValueError naming each one's side.
+SeparateCall separate_call(const py::object& W_k,
+                           std::initializer_list<std::pair<const char*, py::handle>> named) {
   py::list keep;
   const ArrayView k = array_view(W_k, "W_k", keep);
   if (!k.present || k.shape.size() != 3)
     throw Error("W_k: expected shape (H, r, d+1), got " +
                 (k.present ? shape_string(k.shape) : std::string("None")));
   SeparateCall c{k.shape[0], k.shape[1], k.shape[2], Device::cpu, k.dtype == DType::float32};
-  for (const py::handle& obj : all)
-    if (array_view(obj, "operand", keep).on_cuda()) c.device = Device::cuda;
+  std::string sides;
+  bool host = false, cuda = false;
+  for (const auto& [name, obj] : named) {
+    const ArrayView v = array_view(obj, name, keep);
+    if (!v.present) continue;
+    (v.on_cuda() ? cuda : host) = true;
+    sides += std::string(sides.empty() ? "" : ", ") + name + (v.on_cuda() ? " CUDA" : " host");
+  }
+  if (host && cuda)
+    throw Error("expected all operands on one device (all host or all CUDA arrays), got " + sides);
+  if (cuda) c.device = Device::cuda;
   return c;
+}
+
+// The outputs share no memory with the inputs or an earlier output: the sums read the inputs
+// while writing the outputs.
+void require_separate(std::initializer_list<const ArrayView*> outputs,
+                      std::initializer_list<const ArrayView*> inputs) {
+  std::vector<const ArrayView*> seen(inputs);
+  for (const ArrayView* out : outputs) {
+    for (const ArrayView* other : seen)
+      if (overlaps(*out, *other))
+        throw Error("out: must not share memory with an operand or another output (" +
+                    std::string(out->name) + " overlaps " + other->name + ")");
+    seen.push_back(out);
+  }
 }
 
 template <class T>
@@ -36,6 +62,7 @@ void merge_kq(const SeparateCall& c, const py::object& W_k, const py::object& W_
   const ArrayView k = fused_operand<T>(W_k, "W_k", sk, c.device, false, keep),
                   q = fused_operand<T>(W_q, "W_q", sk, c.device, false, keep),
                   out = fused_operand<T>(W_kq, "W_kq", sw, c.device, true, keep);
+  require_separate({&out}, {&k, &q});
   py::gil_scoped_release release;
   multihead_merge_kq(c.heads, c.rank, c.rows, k.as<const T>(), q.as<const T>(), out.as<T>(), c.device);
 }
@@ -50,6 +77,7 @@ void chain_kq(const SeparateCall& c, const py::object& W_k, const py::object& W_
                   g = fused_operand<T>(d_W_kq, "d_W_kq", sw, c.device, false, keep),
                   dk = fused_operand<T>(d_W_k, "d_W_k", sk, c.device, true, keep),
                   dq = fused_operand<T>(d_W_q, "d_W_q", sk, c.device, true, keep);
+  require_separate({&dk, &dq}, {&k, &q, &g});
   py::gil_scoped_release release;
   multihead_chain_kq(c.heads, c.rank, c.rows, k.as<const T>(), q.as<const T>(), g.as<const T>(),
                      dk.as<T>(), dq.as<T>(), c.device);
@@ -61,7 +89,7 @@ void bind_multihead(py::module_& m) {
   m.def(
       "multihead_merge_kq",
       [](const py::object& W_k, const py::object& W_q, const py::object& W_kq) {
-        const SeparateCall c = separate_call(W_k, {W_k, W_q, W_kq});
+        const SeparateCall c = separate_call(W_k, {{"W_k", W_k}, {"W_q", W_q}, {"out", W_kq}});
         c.single ? merge_kq<float>(c, W_k, W_q, W_kq) : merge_kq<double>(c, W_k, W_q, W_kq);
       },
       py::arg("W_k"), py::arg("W_q"), py::arg("W_kq"),
@@ -72,7 +100,8 @@ void bind_multihead(py::module_& m) {
       "multihead_chain_kq",
       [](const py::object& W_k, const py::object& W_q, const py::object& d_W_kq,
          const py::object& d_W_k, const py::object& d_W_q) {
-        const SeparateCall c = separate_call(W_k, {W_k, W_q, d_W_kq, d_W_k, d_W_q});
+        const SeparateCall c = separate_call(
+            W_k, {{"W_k", W_k}, {"W_q", W_q}, {"d_W_kq", d_W_kq}, {"out[0]", d_W_k}, {"out[1]", d_W_q}});
         c.single ? chain_kq<float>(c, W_k, W_q, d_W_kq, d_W_k, d_W_q)
                  : chain_kq<double>(c, W_k, W_q, d_W_kq, d_W_k, d_W_q);
       },

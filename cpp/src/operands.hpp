@@ -92,14 +92,6 @@ inline void require_input(const ArrayView& a, const std::vector<index_t>& shape,
   require(ok, std::string(a.name) + ": contains non-finite values (NaN or inf)");
 }
 
-// The bytes [begin, end) a C-contiguous view covers.
-inline bool overlaps(const ArrayView& a, const ArrayView& b) {
-  if (!a.present || !b.present || a.size() == 0 || b.size() == 0) return false;
-  const char* a0 = static_cast<const char*>(a.data);
-  const char* b0 = static_cast<const char*>(b.data);
-  return a0 < b0 + b.size() * b.itemsize && b0 < a0 + a.size() * a.itemsize;
-}
-
 // An output passed by the caller (absent ones are made later, like the prompts): on the prompts'
 // side, their dtype, `shape`, C-contiguous, writeable, and sharing no memory with `inputs`.
 inline void require_output(const ArrayView& out, const std::vector<index_t>& shape,

@@ -44,26 +44,6 @@ __all__ = ["predict", "loss_and_grad", "forward", "vjp", "predict_vjp", "merge_k
            "parameters"]
 
 
-def _kq_one_side(named: dict):
-    """ValueError unless the merge / chain rule's arrays (None: an output made here) are all host
-    arrays or all CUDA arrays: the side of the call, and of the outputs made here."""
-    side = {name: is_cuda_array(a) for name, a in named.items() if a is not None}
-    if len(set(side.values())) > 1:
-        where = ", ".join(f"{name} {'CUDA' if cuda else 'host'}" for name, cuda in side.items())
-        raise ValueError(f"expected all operands on one device (all host or all CUDA arrays), got "
-                         f"{where}")
-
-
-def _kq_not_aliased(outs, inputs):
-    """ValueError naming ``out`` when a host output shares memory with an input or another output
-    (the native sums read the inputs while writing the outputs)."""
-    outs = [o for o in outs if isinstance(o, np.ndarray)]
-    for i, o in enumerate(outs):
-        for a in [*inputs, *outs[:i]]:
-            if isinstance(a, np.ndarray) and np.shares_memory(o, a):
-                raise ValueError("out: must not share memory with an operand or another output")
-
-
 def _kq_operands(dtype, *arrays):
     """The separate parametrization's operands for the native merge / chain rule: CUDA arrays as
     they are (the native call checks their dtype and layout), host arrays C-contiguous in
@@ -101,13 +81,11 @@ def merge_kq(W_k, W_q, *, out=None):
     operands are cast to ``out``'s dtype, else float32 when both are float32, float64 otherwise) or
     all CUDA arrays (merged on their GPU, the result a CUDA array; dtypes as given); mixed host and
     CUDA arrays are a ValueError."""
-    _kq_one_side({"W_k": W_k, "W_q": W_q, "out": out})
     dt = _kq_dtype(W_k, W_q) if out is None or is_cuda_array(out) else np.asarray(out).dtype
     W_k, W_q = _kq_operands(dt, W_k, W_q)
     if out is None:
         H, _, n = _kq_shape(W_k)
         out = _kq_result(W_k, (H, n, n), dt)
-    _kq_not_aliased([out], [W_k, W_q])
     _core.multihead_merge_kq(W_k, W_q, out)
     return out
 
@@ -119,11 +97,9 @@ def chain_kq(W_k, W_q, d_W_kq, *, out=(None, None)):
     W_k, W_q are cast to it (float64 keys/queries with a float32 d_W_kq are rounded to float32).
     Native, as :func:`merge_kq`; W_k, W_q, d_W_kq and ``out`` all host or all CUDA arrays (then on
     their GPU), else a ValueError."""
-    _kq_one_side({"W_k": W_k, "W_q": W_q, "d_W_kq": d_W_kq, "out[0]": out[0], "out[1]": out[1]})
     dt = (np.asarray(d_W_kq).dtype if not is_cuda_array(d_W_kq) else view(d_W_kq, "d_W_kq").dtype)
     W_k, W_q, d_W_kq = _kq_operands(dt, W_k, W_q, d_W_kq)
     d_W_k, d_W_q = (o if o is not None else _kq_result(W_k, _kq_shape(W_k), dt) for o in out)
-    _kq_not_aliased([d_W_k, d_W_q], [W_k, W_q, d_W_kq])
     _core.multihead_chain_kq(W_k, W_q, d_W_kq, d_W_k, d_W_q)
     return d_W_k, d_W_q
 

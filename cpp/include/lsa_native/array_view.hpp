@@ -44,6 +44,15 @@ struct ArrayView {
   }
 };
 
+// Whether the bytes [data, data + size·itemsize) of two C-contiguous views intersect (absent or
+// empty views overlap nothing).
+inline bool overlaps(const ArrayView& a, const ArrayView& b) {
+  if (!a.present || !b.present || a.size() == 0 || b.size() == 0) return false;
+  const char* a0 = static_cast<const char*>(a.data);
+  const char* b0 = static_cast<const char*>(b.data);
+  return a0 < b0 + b.size() * b.itemsize && b0 < a0 + a.size() * a.itemsize;
+}
+
 // Where a call may run: "auto" follows the arrays (any CUDA array → CUDA), "cpu" refuses CUDA
 // arrays, "cuda" runs on the GPU (host arrays are copied in and out by the call).
 enum class DeviceChoice { automatic, cpu, cuda };
