@@ -472,10 +472,7 @@ def _dist_panel(key, rs) -> dict:
     final = np.array(list(finals.values()))
     step = np.asarray(rs[0]["trace_step"][:arr.shape[1]], dtype=float)
     out["median_slope"] = float(np.median([_log_slope(step, c) for c in arr]))
-    out["untrained"] = sum(int(np.min(np.asarray(r[f])[:, j]) > UNTRAINED_LEVEL)
-                           for r in rs for f, skip in (("trace_dist_BC", 0), ("trace_dist_A", 1))
-                           if f in r and (f == "trace_dist_BC" or key[0].startswith("A free"))
-                           for j in range(np.shape(r[f])[1] - skip))
+    out["untrained"] = _untrained(rs, key[0].startswith("A free"))
     a_final = [f for name, f in zip(curves, final) if name.startswith("A")]
     if key[0].startswith("A free") and "trace_norm_A" in rs[0]:  # ‖A_ℓ‖_F, ℓ = 0..L-2 (reported)
         out["A_norm_final"] = [float(v) for v in np.mean([np.asarray(r["trace_norm_A"])[-1] for r in rs], axis=0)[:-1]]
@@ -483,6 +480,16 @@ def _dist_panel(key, rs) -> dict:
                 median_final=float(np.median(final)), max_final=float(np.max(final)),
                 A_final=float(np.median(a_final)) if a_final else float("nan"),
                 _curves=curves, _step=rs[0]["trace_step"][:arr.shape[1]])
+
+
+def _untrained(rs, a_free: bool) -> int:
+    """Matrices of single trainings whose dist(M, I) never fell below UNTRAINED_LEVEL: Σ½B_ℓᵀC_ℓΣ½
+    of every layer and, with A free, A_ℓ of the first L−1 layers (trace_dist_A's last column is
+    the last layer's, which is not trained)."""
+    traces = [np.asarray(r["trace_dist_BC"]) for r in rs]
+    if a_free:
+        traces += [np.asarray(r["trace_dist_A"])[:, :-1] for r in rs if "trace_dist_A" in r]
+    return sum(int(np.sum(t.min(axis=0) > UNTRAINED_LEVEL)) for t in traces)
 
 
 def _log_slope(step, curve) -> float:
