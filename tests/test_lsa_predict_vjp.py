@@ -11,27 +11,35 @@ from lsa_native import lsa
 from lsa_native.lsa import predict_vjp
 from lsa_native.reference import lsa as ref
 
+from conftest import assert_within_rounding
 
-@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-12), (np.float32, 1e-5)])
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
 # N + 1 tokens: fewer than a vector (staged), whole vectors only (7, 15: no partial last chunk in
 # float32 or float64), and a partial last chunk (the rest).
 @pytest.mark.parametrize("B,d,N", [(1, 1, 1), (5, 1, 9), (4, 6, 13), (3, 20, 40), (3, 2, 7), (2, 3, 15)])
 @pytest.mark.parametrize("label_slot", [False, True])
-def test_predict_vjp_matches_reference(rng, B, d, N, dtype, tol, label_slot):
-    """Tolerance relative to the largest entry: float64 rounding of N-term sums ~1e-15, float32
-    ~1e-6."""
+def test_predict_vjp_matches_reference(rng, B, d, N, dtype, label_slot):
+    """Entrywise within the forward-error bound of the sums of products: the reference runs in
+    float64 on the same (dtype-rounded) inputs, and the bound scales with the VJP evaluated on
+    absolute values, so cancellation in an entry cannot fail it (a bound relative to the largest
+    entry did, once in CI, at B = d = N = 1 in float32)."""
     E = rng.standard_normal((B, d + 1, N + 1))
     if not label_slot:
         E[:, d, N] = 0  # prompts of ZFB (3.4)
     W_pv, W_kq = rng.standard_normal((2, d + 1, d + 1))
     g = rng.standard_normal(B)
+    E, W_pv, W_kq, g = (a.astype(dtype).astype(np.float64) for a in (E, W_pv, W_kq, g))
     d_F = np.zeros_like(E)
     d_F[:, d, N] = g
     want = ref.vjp_naive(E, W_pv, W_kq, d_F)
+    magnitude = ref.vjp_naive(np.abs(E), np.abs(W_pv), np.abs(W_kq), np.abs(d_F))
     got = predict_vjp(*(a.astype(dtype) for a in (E, W_pv, W_kq, g)))
-    for name, a, w in zip(("dW_pv", "dW_kq", "dE"), got, want):
+    # Longest chain: dW^KQ sums B prompts of products through N + 1 tokens and two (d + 1)-sums.
+    n_ops = B + N + 2 * d + 6
+    for name, a, w, m in zip(("dW_pv", "dW_kq", "dE"), got, want, magnitude):
         assert a.dtype == dtype and a.shape == w.shape
-        assert np.abs(a - w).max() <= tol * np.abs(w).max(), name
+        assert_within_rounding(a, w, m, n_ops, dtype, name)
     for name, a, w in zip(("dW_pv", "dW_kq", "dE"), ref.predict_vjp_tokens(E, W_pv, W_kq, g), want):
         assert np.abs(a - w).max() <= 1e-12 * np.abs(w).max(), ("token reference", name)
     assert predict_vjp(E, W_pv, W_kq, g, with_input_grad=False)[2] is None
