@@ -114,7 +114,7 @@ class _HostParams:
 
     float64: the parameters are views of θ itself (made once per θ buffer: ``fit`` double-buffers
     θ) and the native call writes its gradient in place into :attr:`grad`'s views; float32: θ is
-    cast into one buffer (its range checked in one reduction, the error of the unbound step —
+    cast into one buffer (its range checked in one dot product, the error of the unbound step —
     "W_pv: values overflow float32" — only when that fails), the gradient written into one
     float32 buffer and copied into :attr:`grad`. No allocation per step."""
 
@@ -136,9 +136,10 @@ class _HostParams:
         if W is None:
             return self._pieces(theta)
         np.copyto(W, theta, casting="unsafe")
-        # θ is finite (fit checks it), so W is unless θ is past float32's range; a finite sum
-        # says so in one pass (a non-finite one: an entry, or the sum, overflowed).
-        if not math.isfinite(np.add.reduce(W)) and not np.isfinite(W).all():
+        # θ is finite (fit checks it), so W is unless θ is past float32's range; a finite ‖W‖²
+        # says so in one pass (a non-finite one: an entry, or the square, overflowed). W·W is
+        # a BLAS dot, about half the cost of np.add.reduce's ufunc machinery at this size.
+        if not math.isfinite(W.dot(W)) and not np.isfinite(W).all():
             for name, piece in zip(self.names, self._pieces(theta)):
                 as_array(piece, piece.shape, self.dtype, name)
         return self._cast_views
@@ -478,7 +479,7 @@ class MultiHeadLSAObjective(Objective):
     def bind(self, data):
         """The fused CPU step (tokens or Wishart) with everything that repeats prepared once
         (:class:`_HostParams`, as :meth:`LSAObjective.bind`): θ's views made once per θ buffer
-        (float32: θ cast into one buffer, its range checked in one reduction), the native call
+        (float32: θ cast into one buffer, its range checked in one dot product), the native call
         writing dW_pv, dW_kq into views of one flat gradient buffer — separate: W^KQ_h = W^K_hᵀ
         W^Q_h merged into one buffer and the chain rule written into the gradient's dW_k, dW_q
         views (:meth:`_on_parameters`: the public merge_kq / chain_kq's checks on the first step
