@@ -493,8 +493,8 @@ class MultiHeadLSAObjective(Objective):
             fused = self._fused_step(data)
             index = data.sample_index
 
-            def native(W_pv, W_kq, step, d_pv, d_kq):
-                return fused(W_pv, W_kq, check_step(index(step)), d_pv, d_kq)
+            def native(W_pv, W_kq, step, d_pv, d_kq):  # fit checks the step range once
+                return fused(W_pv, W_kq, index(step), d_pv, d_kq)
             dtype = fused.dtype
         else:
             kernel, dtype = _core.multihead_lsa_loss_and_grad, self.dtype or data.dtype
@@ -547,8 +547,8 @@ class MultiHeadLSAObjective(Objective):
         if self._wishart(data):
             fused, index_of = self._fused_step(data), data.sample_index
 
-            def model(W_pv, W_kq, t, d_pv, d_kq, loss):
-                fused(W_pv, W_kq, check_step(index_of(t)), d_pv, d_kq, loss)
+            def model(W_pv, W_kq, t, d_pv, d_kq, loss):  # fit checks the step range once
+                fused(W_pv, W_kq, index_of(t), d_pv, d_kq, loss)
             dtype = fused.dtype
         else:
             def model(W_pv, W_kq, t, d_pv, d_kq, loss):
@@ -676,7 +676,7 @@ class KernelAttentionObjective(Objective):
         native = _core.kernel_attention_loss_and_grad
         grad = np.empty(self.theta0.size)
         buffers = {}  # dtype -> (flat θ, its (V, B, C) views, flat gradient, its views)
-        operands = [None, None]  # [the batch's (E, y_q) as given, as the native call reads them]
+        given = converted = None  # the batch's (E, y_q) as given; as the native call reads them
 
         def split(flat):
             return tuple(a.reshape(s) for a, s in zip(np.split(flat, cuts[:-1]), shapes))
@@ -693,14 +693,21 @@ class KernelAttentionObjective(Objective):
                 buffers[dt][0][dest] = theta
             return buffers[dt]
 
+        def prompts(step):
+            """(Z0, y_q) of the step as the native call reads them: converted and checked once
+            per batch (the same arrays while the source reuses its batch)."""
+            nonlocal given, converted
+            E, y_q = self._cast(data.at(step), self.dtype)
+            if given is None or E is not given[0] or y_q is not given[1]:
+                Z0, dt = cuda.native_prompts(E, "Z0")
+                converted = (Z0, cuda.native_operand(y_q, dt, "y_q"))
+                given = (E, y_q)
+            return converted
+
         def ka_step(theta, step):
             if self.device == "cuda":
                 return self._host_theta_cuda_step(theta, step, data, at, dest, activations)
-            given = self._cast(data.at(step), self.dtype)
-            if operands[0] is None or any(a is not b for a, b in zip(operands[0], given)):
-                Z0, dt = cuda.native_prompts(given[0], "Z0")
-                operands[:] = [given, (Z0, cuda.native_operand(given[1], dt, "y_q"))]
-            Z0, y_q = operands[1]
+            Z0, y_q = prompts(step)
             _, views, g, g_views = at(theta, Z0.dtype)
             loss = native(Z0, y_q, *views, activations, out=g_views)[0]
             if whole:
