@@ -496,9 +496,9 @@ def test_records_every_k_steps_are_the_every_step_records(rng, optimizer, kind):
 
 
 def test_fit_checks_the_sample_index_range_once_at_the_start():
-    """The bound fused steps pass each step's sample index to the sampler unchecked: fit refuses
-    a run whose last index would not fit the samplers' 32-bit step counter before any step (a
-    run that long could not otherwise be tested), and accepts the largest that fits."""
+    """The bound fused steps pass each step's sample index to the native sampler unchecked: fit
+    refuses a run whose last index would not fit its 32-bit step counter before any step (a run
+    that long could not otherwise be tested), and accepts the largest that fits."""
     fit_module = importlib.import_module("lsa_native.train.fit")  # train.fit is the function
     spec = sampling.LinearPrompts(2, 3, seed=0)
     objective = train.LSAObjective(np.eye(3), np.eye(3))
@@ -508,3 +508,6 @@ def test_fit_checks_the_sample_index_range_once_at_the_start():
         with pytest.raises(ValueError, match=r"steps: the last step's sample index .* 2\*\*32"):
             train.fit(objective, "sgd", data=source, steps=too_many, progress=False)
         fit_module._check_sample_indices(source, too_many - 1)  # last index 2**32 − 1: fits
+    # numpy's fall-back spec (default_rng([seed, step])) takes any step: not refused
+    numpy_spec = train.Prompts(train.LinearPromptsNumpy(2, 3), batch=2)
+    fit_module._check_sample_indices(numpy_spec, 2**33)

@@ -24,6 +24,7 @@ from .. import cuda as _cuda
 from .._validation import nonnegative_float, positive_int, real_array
 from ..data import PromptBatch
 from ..history import History
+from ..sampling import LinearPrompts
 from ._checks import flag, real_array_output, real_output
 from .data import FixedPrompts, Prompts, as_data
 from .metrics import relative_distance
@@ -248,13 +249,14 @@ def _setup(objective, optimizer, optimizer_kwargs, *, steps, data, theta0, eval_
 
 
 def _check_sample_indices(data, steps: int) -> None:
-    """The samplers count sample indices in 32 bits (the Philox counter's step word): the last
-    step's must fit, checked here once so that the bound steps pass indices unchecked."""
-    if isinstance(data, Prompts):
+    """The native ``LinearPrompts`` counts sample indices in 32 bits (the Philox counter's step
+    word): the last step's must fit, checked here once, so that the objectives' bound fused steps
+    pass each step's index to it unchecked."""
+    if isinstance(data, Prompts) and isinstance(data.spec, LinearPrompts):
         last = data.sample_index(steps - 1)
         if last >= 2**32:
             raise ValueError(f"steps: the last step's sample index (steps − 1) // resample_every = "
-                             f"{last} must be below 2**32 (the samplers' step counter)")
+                             f"{last} must be below 2**32 (the sampler's step counter)")
 
 
 def _every(value, name):
