@@ -21,6 +21,13 @@ preallocated arrays and takes the optimizer step (SGD: θ ← θ − η g in num
   difference: noisy on a loaded machine, where both swing with the load);
 - the overhead alone: both loops again with the native calls replaced by a no-op (the difference
   is then fit's Python work per step, almost load-free), as a share of the bare loop's real step.
+  The stand-ins write zero gradients: a buffer left uninitialized would grow θ to 1e30 and time
+  the loop's overflow fall-backs instead of its step.
+
+``--parts``: where that Python work goes — each part of fit's host-loop step (the bound objective
+step with the no-op kernel, the result checks and gradient norm, the optimizer step, the record,
+the loop's own checks) timed alone, CPU time, built from fit's internals as fit builds them.
+``--record-every k``: fit's ``record_every`` for both reports (default 1, fit's default).
 
 Without ``--loop``: one Adam step of a 3-layer softmax kernel-attention model at CCS's size
 (d = 5, n = 30, B = 30000, float32, sparse V, prompts resampled every 10 steps: CCS H.1) through
@@ -34,16 +41,19 @@ sample. "Python overhead" = step − native − optimizer − sampling in that s
 unpacking, dtype casts, the ½ scaling, gradient concatenation, records, the loop).
 
     python bench/report_fit.py --loop [--steps 200] [--repeats 7] [--only all|lsa|multihead|kernel]
-                                      [--threads 1]
+                                      [--threads 1] [--record-every 1]
+    python bench/report_fit.py --parts [--only ...] [--record-every 1]
     python bench/report_fit.py [--steps 20] [--batch 30000] [--resample-every 10] [--sampler numpy|native]
 """
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import statistics
 import sys
 import time
+import timeit
 
 # numpy's batched eigh (the numpy K-GP sampler) runs ~30x slower when OpenBLAS threads each tiny
 # 31x31 problem on a busy machine; the native core has its own thread pool.
@@ -115,11 +125,10 @@ def _lsa_case(method, d=5, N=20, B=4096):
             if t < steps:
                 update(t, g)
 
-    def fitted(steps, optimizer):
-        train.fit(train.LSAObjective(W_pv, W_kq, method=method), optimizer, lr=LR, steps=steps,
-                  data=train.Prompts(spec, batch=B), progress=False)
+    def problem():
+        return train.LSAObjective(W_pv, W_kq, method=method), train.Prompts(spec, batch=B)
 
-    return bare, fitted, "linear_prompts_lsa_loss_and_grad"
+    return bare, problem, {"linear_prompts_lsa_loss_and_grad": _noop_fused}
 
 
 def _ka_case(d=5, n=20, L=3, B=4096, sparse=False):
@@ -147,11 +156,10 @@ def _ka_case(d=5, n=20, L=3, B=4096, sparse=False):
             if t < steps:
                 update(t, g[positions])
 
-    def fitted(steps, optimizer):
-        train.fit(train.KernelAttentionObjective(params, dtype=np.float32), optimizer, lr=LR,
-                  steps=steps, data=batch, progress=False)
+    def problem():
+        return train.KernelAttentionObjective(params, dtype=np.float32), batch
 
-    return bare, fitted, "kernel_attention_loss_and_grad"
+    return bare, problem, {"kernel_attention_loss_and_grad": _noop_ka}
 
 
 def _multihead_case(method, separate, d=5, N=20, H=5, B=4096, r=1):
@@ -197,13 +205,14 @@ def _multihead_case(method, separate, d=5, N=20, H=5, B=4096, r=1):
             if t < steps:
                 update(t, g)
 
-    def fitted(steps, optimizer):
-        train.fit(train.MultiHeadLSAObjective(W_pv, **kq, method=method), optimizer, lr=LR,
-                  steps=steps, data=train.Prompts(spec, batch=B), progress=False)
+    def problem():
+        return (train.MultiHeadLSAObjective(W_pv, **kq, method=method),
+                train.Prompts(spec, batch=B))
 
     if method == "tokens":
-        return bare, fitted, {"sample_linear_prompts": _noop, "multihead_lsa_loss_and_grad": _noop_mh}
-    return bare, fitted, {"linear_prompts_multihead_loss_and_grad": _noop_mh_fused}
+        return bare, problem, {"sample_linear_prompts": _noop_sample,
+                               "multihead_lsa_loss_and_grad": _noop_mh}
+    return bare, problem, {"linear_prompts_multihead_loss_and_grad": _noop_fused}
 
 
 def _timed(fn, steps, optimizer):
@@ -217,12 +226,16 @@ def _clock():
     return time.perf_counter(), time.process_time()
 
 
-def _noop(*args, out=None, **kwargs):
-    """A stand-in for the native call: the arguments unread, a loss of 0 (and, for kernel
-    attention, the gradients: the given outputs, else the parameters)."""
-    if len(args) == 6:  # kernel_attention_loss_and_grad(Z0, y_q, V, B, C, activation)
-        return (0.0, *(out if out is not None else args[2:5]))
-    return 0.0
+def _noop_ka(Z0, y_q, V, B, C, activations, out=None):
+    """kernel_attention_loss_and_grad's stand-in: a loss of 0 and zero gradients, written into the
+    given outputs (else allocated, as the native call would). Zeros, not the outputs left as they
+    were: an uninitialized gradient buffer would send θ to 1e30 and the loop into its overflow
+    fall-backs (the norm rescaled, the float32 range checked entry by entry), timing those."""
+    if out is None:
+        return 0.0, np.zeros_like(V), np.zeros_like(B), np.zeros_like(C)
+    for g in out:
+        g.fill(0)
+    return (0.0, *out)
 
 
 def _noop_mh(E, y_q, W_pv, W_kq, predictions, device, out=None, loss=None):
@@ -235,33 +248,57 @@ def _noop_mh(E, y_q, W_pv, W_kq, predictions, device, out=None, loss=None):
     return (0.0, *out)
 
 
-def _noop_mh_fused(spec, batch, step, method, W_pv, W_kq, d_W_pv, d_W_kq):
-    """The fused H-head step's stand-in: a loss of 0, zero gradients written in place."""
+def _noop_fused(spec, batch, step, method, W_pv, W_kq, d_W_pv, d_W_kq, device="cpu", loss=None):
+    """The fused step's stand-in (one head or H heads): a loss of 0, zero gradients written in
+    place (see :func:`_noop_ka`)."""
     d_W_pv.fill(0)
     d_W_kq.fill(0)
     return 0.0
 
 
-def _measure(case, optimizer, steps, repeats):
-    bare, fitted, noops = case
-    if isinstance(noops, str):
-        noops = {noops: _noop}
+def _noop_sample(spec, batch, step, **buffers):
+    """sample_linear_prompts' stand-in: the prompt buffers left as they are."""
+
+
+def _fitted(problem, record_every):
+    """``fitted(steps, optimizer)``: train.fit on a fresh ``problem()`` (objective, data)."""
+    def fitted(steps, optimizer):
+        objective, data = problem()
+        train.fit(objective, optimizer, lr=LR, steps=steps, data=data, record_every=record_every,
+                  progress=False)
+    return fitted
+
+
+class _NoOps:
+    """The native calls ``noops`` names replaced by their stand-ins while in the ``with`` block
+    (``swap`` False: left as they are)."""
+
+    def __init__(self, noops: dict, swap: bool = True):
+        self.noops, self.swap = noops, swap
+
+    def __enter__(self):
+        self.orig = {name: getattr(_core, name) for name in self.noops}
+        if self.swap:
+            for name, noop in self.noops.items():
+                setattr(_core, name, noop)
+
+    def __exit__(self, *exc):
+        for name, fn in self.orig.items():
+            setattr(_core, name, fn)
+
+
+def _measure(case, optimizer, steps, repeats, record_every=1):
+    bare, problem, noops = case
+    fitted = _fitted(problem, record_every)
     out = {}
     for label, swap in (("real", False), ("noop", True)):
-        orig = {name: getattr(_core, name) for name in noops}
-        if swap:
-            for name, noop in noops.items():
-                setattr(_core, name, noop)
-        try:
+        with _NoOps(noops, swap):
             bare(2, optimizer), fitted(2, optimizer)  # warm-up
             runs = {"bare": [], "fit": []}
             n = steps if not swap else 10 * steps  # the no-op loops are fast: more steps
             for _ in range(repeats):
                 runs["bare"].append(_timed(bare, n, optimizer))
                 runs["fit"].append(_timed(fitted, n, optimizer))
-        finally:
-            for name, fn in orig.items():
-                setattr(_core, name, fn)
         for k, v in runs.items():
             out[label, k] = (statistics.median(x[0] for x in v), statistics.median(x[1] for x in v))
     return out
@@ -286,30 +323,84 @@ def _cases(only: str):
     return cases
 
 
-def loop_report(steps: int, repeats: int, only: str = "all", threads: int = 1) -> None:
+def loop_report(steps: int, repeats: int, only: str = "all", threads: int = 1,
+                record_every: int = 1) -> None:
     ln.set_num_threads(threads)
     cases = {name: make() for name, make in _cases(only).items()}
-    print(f"lsa_native {ln.__version__}, {ln.num_threads()} native thread(s), CPU kernels "
-          f"{ln.cpu_kernel_isa()}, load average {os.getloadavg()[0]:.1f}; records every step "
-          f"(fit's default); median of {repeats} alternating runs of {steps} steps (no-op: "
-          f"{10 * steps})")
+    print(f"lsa_native {ln.__version__} ({os.path.dirname(ln.__file__)}), {ln.num_threads()} "
+          f"native thread(s), CPU kernels {ln.cpu_kernel_isa()}, load average "
+          f"{os.getloadavg()[0]:.1f}; records every {record_every} step(s) (fit's default: 1); "
+          f"median of {repeats} alternating runs of {steps} steps (no-op: {10 * steps})")
     print("| case | optimizer | bare step wall / CPU (µs) | fit step wall / CPU (µs) "
-          "| fit − bare wall / CPU | fit overhead, no-op kernel: wall / CPU (µs) "
-          "| no-op CPU overhead / bare CPU step |")
-    print("|---|---|---|---|---|---|---|")
+          "| fit − bare wall / CPU | no-op kernel: fit step, bare step CPU (µs) "
+          "| fit overhead, no-op kernel: wall / CPU (µs) | no-op CPU overhead / bare CPU step |")
+    print("|---|---|---|---|---|---|---|---|")
     for name, case in cases.items():
         for optimizer in OPTIMIZERS:
-            m = _measure(case, optimizer, steps, repeats)
+            m = _measure(case, optimizer, steps, repeats, record_every)
             (bw, bc), (fw, fc) = m["real", "bare"], m["real", "fit"]
             (nbw, nbc), (nfw, nfc) = m["noop", "bare"], m["noop", "fit"]
             print(f"| {name} | {optimizer} | {bw * 1e6:.0f} / {bc * 1e6:.0f} "
                   f"| {fw * 1e6:.0f} / {fc * 1e6:.0f} "
                   f"| {100 * (fw - bw) / bw:+.1f}% / {100 * (fc - bc) / bc:+.1f}% "
+                  f"| {nfc * 1e6:.1f}, {nbc * 1e6:.1f} "
                   f"| {(nfw - nbw) * 1e6:.1f} / {(nfc - nbc) * 1e6:.1f} "
                   f"| {100 * (nfc - nbc) / bc:.2f}% |", flush=True)
     print("(last column: fit's Python work per step — both loops with the native call replaced by "
           "a no-op, CPU time — over the CPU time of the bare loop's real step: the overhead with "
           "the machine's load taken out)")
+
+
+def parts_report(only: str = "all", record_every: int = 1, number: int = 20000) -> None:
+    """Where fit's per-step Python time goes (``--parts``): each part of the host loop's step,
+    the native calls replaced by the no-op stand-ins, timed alone (CPU time, the minimum of 9
+    timeit repeats of ``number`` calls). The parts are fit's own objects, built as ``fit`` builds
+    them (its private ``_setup``, ``_Divergence``, ``_Recorder``, ``_HostOptimizer``): this
+    report reads fit's internals by design, to attribute its step."""
+    fit_module = importlib.import_module("lsa_native.train.fit")  # train.fit is the function
+    print(f"lsa_native {ln.__version__} ({os.path.dirname(ln.__file__)}), load average "
+          f"{os.getloadavg()[0]:.1f}; µs a call, CPU time, min of 9 x {number} calls")
+    print("| case | optimizer | bound step (no-op kernel) | guarded step (bound step, result "
+          "checks, ‖g‖) | of which ‖g‖ | optimizer step (copy g, native step) "
+          "| record (row, History, time) | loop: due? failed? next θ |")
+    print("|---|---|---|---|---|---|---|---|")
+    for name, make in _cases(only).items():
+        _, problem, noops = make()
+        for optimizer in OPTIMIZERS:
+            with _NoOps(noops):
+                times = _parts(fit_module, problem, optimizer, record_every, number)
+            print(f"| {name} | {optimizer} | " + " | ".join(f"{v * 1e6:.2f}" for v in times) + " |",
+                  flush=True)
+
+
+def _parts(fit_module, problem, optimizer, record_every, number):
+    """CPU seconds a call of each part of the host loop's step (see :func:`parts_report`)."""
+    F = fit_module
+    objective, data = problem()
+    plan = F._setup(objective, optimizer, {"lr": LR}, steps=10**9, data=data, theta0=None,
+                    eval_data=None, eval_every=None, record_every=record_every, metrics=None,
+                    target=None, bayes_loss=None, callbacks=(), run_dir=None,
+                    checkpoint_every=None, keep_checkpoints=3, resume=False, progress=False,
+                    desc="fit")
+    state = F._start(plan)
+    history = F.History()
+    guard = F._Divergence(plan, state, history)
+    rec = F._Recorder(plan, state, history, guard, None)
+    host = F._HostOptimizer.of(plan, state)
+    theta = host.theta
+    loss, grad, norm = guard.loss_and_grad(0, theta, 0)
+    grad = grad.copy()  # the next bound step overwrites its buffer
+
+    def loop():
+        rec.due(5)
+        host.failed()
+        return host.theta
+
+    calls = [lambda: plan.step_fn(theta, 5), lambda: guard.loss_and_grad(5, theta, 5),
+             lambda: F.unchecked_grad_norm(grad), lambda: host.step(5, grad, norm),
+             lambda: rec.write(5, theta, loss, norm, LR), loop]
+    return [min(timeit.repeat(call, number=number, repeat=9, timer=time.process_time)) / number
+            for call in calls]
 
 
 def main(argv=None) -> int:
@@ -325,10 +416,18 @@ def main(argv=None) -> int:
                    help="--loop: the models measured (lsa: LSAObjective, multihead: "
                         "MultiHeadLSAObjective, kernel: KernelAttentionObjective)")
     p.add_argument("--threads", type=int, default=1, help="--loop: native threads (1: per-core)")
+    p.add_argument("--record-every", type=int, default=1,
+                   help="--loop, --parts: fit's record_every (default 1, fit's default)")
+    p.add_argument("--parts", action="store_true",
+                   help="where fit's Python time per step goes, part by part (no-op kernels)")
     args = p.parse_args(argv)
+    only = "lsa" if args.lsa_only else args.only
+    if args.parts:
+        parts_report(only, args.record_every)
+        return 0
     if args.loop:
-        loop_report(args.steps if args.steps != 20 else 200, args.repeats,
-                    "lsa" if args.lsa_only else args.only, args.threads)
+        loop_report(args.steps if args.steps != 20 else 200, args.repeats, only, args.threads,
+                    args.record_every)
         return 0
     d, n, L = 5, 30, 3
     rng = np.random.default_rng(0)

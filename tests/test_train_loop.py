@@ -3,6 +3,7 @@ the steps of ``loss_and_grad``; ``LinearPrompts.fused_step`` checks its argument
 once per batch; ``History.append_row`` keeps ``record``'s columns; the one-pass gradient norm."""
 from __future__ import annotations
 
+import importlib
 import math
 import re
 
@@ -466,3 +467,47 @@ def test_bound_kernel_attention_step_converts_a_batch_once(rng, monkeypatch):
         assert seen[first][0] is seen[later][0] and seen[first][1] is seen[later][1]
     assert seen[0][0] is not seen[3][0]
     np.testing.assert_array_equal(seen[3][1], source.at(3).y_q.astype(np.float32))
+
+
+# ---- records every k steps, and the checks made once at the start --------------------------------
+
+_RECORD_COLUMNS = ("step", "loss", "grad_norm", "lr")  # "time" differs between two runs
+
+
+@pytest.mark.parametrize("optimizer", [0, 2])
+@pytest.mark.parametrize("kind", ["tokens", "wishart", "kernel attention", "H-head separate wishart"])
+def test_records_every_k_steps_are_the_every_step_records(rng, optimizer, kind):
+    """record_every = k (steps not recorded skip the row work) changes nothing but which rows
+    are kept: the same final θ bit for bit, and each row of the k run is the every-step run's
+    row of that step (the final row included)."""
+    make_objective, source = _problem(rng, kind, (np.float32, np.float64)[rng.integers(2)])
+    steps, k = int(rng.integers(4, 12)), int(rng.integers(2, 5))
+    every = train.fit(make_objective(), _OPTIMIZERS[optimizer](), data=source, steps=steps,
+                      progress=False)
+    sparse = train.fit(make_objective(), _OPTIMIZERS[optimizer](), data=source, steps=steps,
+                       record_every=k, progress=False)
+    np.testing.assert_array_equal(sparse.theta, every.theta)
+    kept = [*range(0, steps, k), steps]
+    assert list(sparse.history["step"]) == kept
+    rows = {row["step"]: row for row in every.history.rows()}
+    for row in sparse.history.rows():  # (the final row's lr is NaN: assert_equal matches NaNs)
+        np.testing.assert_equal([row[c] for c in _RECORD_COLUMNS],
+                                [rows[row["step"]][c] for c in _RECORD_COLUMNS])
+
+
+def test_fit_checks_the_sample_index_range_once_at_the_start():
+    """The bound fused steps pass each step's sample index to the native sampler unchecked: fit
+    refuses a run whose last index would not fit its 32-bit step counter before any step (a run
+    that long could not otherwise be tested), and accepts the largest that fits."""
+    fit_module = importlib.import_module("lsa_native.train.fit")  # train.fit is the function
+    spec = sampling.LinearPrompts(2, 3, seed=0)
+    objective = train.LSAObjective(np.eye(3), np.eye(3))
+    for resample_every in (1, 3):
+        source = train.Prompts(spec, batch=2, resample_every=resample_every)
+        too_many = 2**32 * resample_every + 1  # last index (too_many − 1) // k = 2**32
+        with pytest.raises(ValueError, match=r"steps: the last step's sample index .* 2\*\*32"):
+            train.fit(objective, "sgd", data=source, steps=too_many, progress=False)
+        fit_module._check_sample_indices(source, too_many - 1)  # last index 2**32 − 1: fits
+    # numpy's fall-back spec (default_rng([seed, step])) takes any step: not refused
+    numpy_spec = train.Prompts(train.LinearPromptsNumpy(2, 3), batch=2)
+    fit_module._check_sample_indices(numpy_spec, 2**33)

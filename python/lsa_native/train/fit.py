@@ -24,6 +24,7 @@ from .. import cuda as _cuda
 from .._validation import nonnegative_float, positive_int, real_array
 from ..data import PromptBatch
 from ..history import History
+from ..sampling import LinearPrompts
 from ._checks import flag, real_array_output, real_output
 from .data import FixedPrompts, Prompts, as_data
 from .metrics import relative_distance
@@ -217,6 +218,7 @@ def _setup(objective, optimizer, optimizer_kwargs, *, steps, data, theta0, eval_
     if data is None and getattr(objective, "needs_data", False):
         raise ValueError(f"data: {type(objective).__name__} trains on prompts; pass data= "
                          "(Prompts(spec, batch=...), FixedPrompts or a PromptBatch)")
+    _check_sample_indices(data, steps)
     theta = _initial_theta(objective, theta0)
     eval_batch = _eval_batch(eval_data, objective)
     if eval_batch is not None and eval_every is None:
@@ -244,6 +246,17 @@ def _setup(objective, optimizer, optimizer_kwargs, *, steps, data, theta0, eval_
     return _Plan(objective, optimizer, steps, data, step_fn, theta, eval_batch, eval_every, eval_config,
                  record_every, _metrics(metrics), target, bayes_loss, _callbacks(callbacks),
                  run_dir, checkpoint_every, keep_checkpoints, resume, progress, desc)
+
+
+def _check_sample_indices(data, steps: int) -> None:
+    """The native ``LinearPrompts`` counts sample indices in 32 bits (the Philox counter's step
+    word): the last step's must fit, checked here once, so that the objectives' bound fused steps
+    pass each step's index to it unchecked."""
+    if isinstance(data, Prompts) and isinstance(data.spec, LinearPrompts):
+        last = data.sample_index(steps - 1)
+        if last >= 2**32:
+            raise ValueError(f"steps: the last step's sample index (steps − 1) // resample_every = "
+                             f"{last} must be below 2**32 (the sampler's step counter)")
 
 
 def _every(value, name):
@@ -434,12 +447,17 @@ class _Divergence:
 
     def __init__(self, plan: _Plan, state: _State, history: History):
         self.plan, self.state, self.history = plan, state, history
+        self._step_fn = plan.step_fn
         self._before = None  # θ_t during the update of step t
 
     def loss_and_grad(self, t: int, theta, data_step: int):
         """(loss, grad, ‖grad‖₂) at θ_t on the prompts of ``data_step`` (grad: a buffer the next
         call may overwrite)."""
-        loss, grad = self.call(t, theta, self.plan.step_fn, theta, data_step)
+        try:  # :meth:`call` written out: this runs every step
+            loss, grad = self._step_fn(theta, data_step)
+        except (FloatingPointError, ValueError) as e:
+            self._raise_if_diverged(t, theta, e)
+            raise
         if type(loss) is not float:
             loss = real_output(loss, f"objective: the loss of {type(self.plan.objective).__name__}")
         if not math.isfinite(loss):
@@ -481,15 +499,20 @@ class _Divergence:
         grown past the float32 range a float32 model computes in) is divergence at step t."""
         try:
             return fn(*args)
-        except TrainingDiverged:
+        except (FloatingPointError, ValueError) as e:
+            self._raise_if_diverged(t, theta, e)
             raise
-        except FloatingPointError as e:
+
+    def _raise_if_diverged(self, t: int, theta, e: Exception) -> None:
+        """TrainingDiverged at step t from ``e`` raised by a call at θ_t when it means divergence
+        (see :meth:`call`); otherwise returns, and the caller re-raises ``e`` as it is."""
+        if isinstance(e, TrainingDiverged):
+            return
+        if isinstance(e, FloatingPointError):
             raise self.error(t, str(e), theta, self._lr_into(t)) from e
-        except ValueError as e:
-            if t > 0 and not np.all(np.abs(theta) <= _F32_MAX):  # θ_0 that large is bad input
-                raise self.error(t, f"parameters beyond the float32 range ({e})", theta,
-                                 self._lr_into(t)) from e
-            raise
+        if t > 0 and not np.all(np.abs(theta) <= _F32_MAX):  # θ_0 that large is bad input
+            raise self.error(t, f"parameters beyond the float32 range ({e})", theta,
+                             self._lr_into(t)) from e
 
     def _lr_into(self, t: int) -> float | None:
         """The learning rate of the update that gave θ_t (None for θ_0: none has been made)."""

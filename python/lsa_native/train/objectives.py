@@ -114,7 +114,7 @@ class _HostParams:
 
     float64: the parameters are views of θ itself (made once per θ buffer: ``fit`` double-buffers
     θ) and the native call writes its gradient in place into :attr:`grad`'s views; float32: θ is
-    cast into one buffer (its range checked in one reduction, the error of the unbound step —
+    cast into one buffer (its range checked in one dot product, the error of the unbound step —
     "W_pv: values overflow float32" — only when that fails), the gradient written into one
     float32 buffer and copied into :attr:`grad`. No allocation per step."""
 
@@ -136,9 +136,10 @@ class _HostParams:
         if W is None:
             return self._pieces(theta)
         np.copyto(W, theta, casting="unsafe")
-        # θ is finite (fit checks it), so W is unless θ is past float32's range; a finite sum
-        # says so in one pass (a non-finite one: an entry, or the sum, overflowed).
-        if not math.isfinite(np.add.reduce(W)) and not np.isfinite(W).all():
+        # θ is finite (fit checks it), so W is unless θ is past float32's range; a finite ‖W‖²
+        # says so in one pass (a non-finite one: an entry, or the square, overflowed). W·W is
+        # a BLAS dot, about half the cost of np.add.reduce's ufunc machinery at this size.
+        if not math.isfinite(W.dot(W)) and not np.isfinite(W).all():
             for name, piece in zip(self.names, self._pieces(theta)):
                 as_array(piece, piece.shape, self.dtype, name)
         return self._cast_views
@@ -478,7 +479,7 @@ class MultiHeadLSAObjective(Objective):
     def bind(self, data):
         """The fused CPU step (tokens or Wishart) with everything that repeats prepared once
         (:class:`_HostParams`, as :meth:`LSAObjective.bind`): θ's views made once per θ buffer
-        (float32: θ cast into one buffer, its range checked in one reduction), the native call
+        (float32: θ cast into one buffer, its range checked in one dot product), the native call
         writing dW_pv, dW_kq into views of one flat gradient buffer — separate: W^KQ_h = W^K_hᵀ
         W^Q_h merged into one buffer and the chain rule written into the gradient's dW_k, dW_q
         views (:meth:`_on_parameters`: the public merge_kq / chain_kq's checks on the first step
@@ -492,8 +493,8 @@ class MultiHeadLSAObjective(Objective):
             fused = self._fused_step(data)
             index = data.sample_index
 
-            def native(W_pv, W_kq, step, d_pv, d_kq):
-                return fused(W_pv, W_kq, check_step(index(step)), d_pv, d_kq)
+            def native(W_pv, W_kq, step, d_pv, d_kq):  # fit checks the step range once
+                return fused(W_pv, W_kq, index(step), d_pv, d_kq)
             dtype = fused.dtype
         else:
             kernel, dtype = _core.multihead_lsa_loss_and_grad, self.dtype or data.dtype
@@ -546,8 +547,8 @@ class MultiHeadLSAObjective(Objective):
         if self._wishart(data):
             fused, index_of = self._fused_step(data), data.sample_index
 
-            def model(W_pv, W_kq, t, d_pv, d_kq, loss):
-                fused(W_pv, W_kq, check_step(index_of(t)), d_pv, d_kq, loss)
+            def model(W_pv, W_kq, t, d_pv, d_kq, loss):  # fit checks the step range once
+                fused(W_pv, W_kq, index_of(t), d_pv, d_kq, loss)
             dtype = fused.dtype
         else:
             def model(W_pv, W_kq, t, d_pv, d_kq, loss):
@@ -675,7 +676,7 @@ class KernelAttentionObjective(Objective):
         native = _core.kernel_attention_loss_and_grad
         grad = np.empty(self.theta0.size)
         buffers = {}  # dtype -> (flat θ, its (V, B, C) views, flat gradient, its views)
-        operands = [None, None]  # [the batch's (E, y_q) as given, as the native call reads them]
+        given = converted = None  # the batch's (E, y_q) as given; as the native call reads them
 
         def split(flat):
             return tuple(a.reshape(s) for a, s in zip(np.split(flat, cuts[:-1]), shapes))
@@ -692,14 +693,21 @@ class KernelAttentionObjective(Objective):
                 buffers[dt][0][dest] = theta
             return buffers[dt]
 
+        def prompts(step):
+            """(Z0, y_q) of the step as the native call reads them: converted and checked once
+            per batch (the same arrays while the source reuses its batch)."""
+            nonlocal given, converted
+            E, y_q = self._cast(data.at(step), self.dtype)
+            if given is None or E is not given[0] or y_q is not given[1]:
+                Z0, dt = cuda.native_prompts(E, "Z0")
+                converted = (Z0, cuda.native_operand(y_q, dt, "y_q"))
+                given = (E, y_q)
+            return converted
+
         def ka_step(theta, step):
             if self.device == "cuda":
                 return self._host_theta_cuda_step(theta, step, data, at, dest, activations)
-            given = self._cast(data.at(step), self.dtype)
-            if operands[0] is None or any(a is not b for a, b in zip(operands[0], given)):
-                Z0, dt = cuda.native_prompts(given[0], "Z0")
-                operands[:] = [given, (Z0, cuda.native_operand(given[1], dt, "y_q"))]
-            Z0, y_q = operands[1]
+            Z0, y_q = prompts(step)
             _, views, g, g_views = at(theta, Z0.dtype)
             loss = native(Z0, y_q, *views, activations, out=g_views)[0]
             if whole:
