@@ -1,6 +1,7 @@
 """Shared fixtures: a fresh, reported seed per test run; per-dtype rounding units."""
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 
@@ -17,9 +18,11 @@ def pytest_report_header(config):
 
 @pytest.fixture
 def rng(request):
-    """A Generator seeded from the run seed and the test's name (independent streams per test)."""
-    name_hash = int.from_bytes(request.node.nodeid.encode()[:32].ljust(32, b"\0"), "little")
-    return np.random.default_rng([SEED, name_hash % (2**63)])
+    """A Generator seeded from the run seed and the test's full node id (independent streams per
+    test and parametrization; the first 32 bytes of the id, as before, are "tests/test_x.py::" and
+    little more, so every test of a file shared one stream)."""
+    name_hash = int.from_bytes(hashlib.sha256(request.node.nodeid.encode()).digest()[:8], "little")
+    return np.random.default_rng([SEED, name_hash])
 
 
 def unit_roundoff(dtype) -> float:

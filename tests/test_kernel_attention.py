@@ -46,14 +46,20 @@ def relative_conditions(f, inputs, want, rng, eta=1e-7, tries=2):
 @pytest.mark.parametrize("act", ACTS)
 def test_native_matches_reference(rng, act, L, H, d, n, dtype, tol):
     """Relative max-error tolerance: float64 rounding over L layers of n-term sums stays near
-    1e-14 relative; float32 near 1e-6 (1e-4 leaves room for the exp/softmax amplification)."""
+    1e-14 relative; float32 near 1e-6 (1e-4 leaves room for the exp/softmax amplification); the
+    loss gradients' times their estimated condition numbers where above 1 (relative_conditions, as
+    in the VJP test below): at d = 1 a gradient entry can be a small sum of large terms (softmax,
+    L = H = 1, n = 30 in float32: dB = -6.8e-8 off by 7e-4 relative, 1 seed in 60 failed a plain
+    2e-4)."""
     Z0, y, V, B, C = random_problem(rng, 4, d, n, L, H, dtype)
     acts = [act] * H if H == 1 else [act, ACTS[(ACTS.index(act) + 1) % 4]]
     args64 = [a.astype(np.float64) for a in (Z0, y, V, B, C)]
-    want = ref.loss_and_grad(*args64, acts)
+    reference = lambda *a: ref.loss_and_grad(*a, acts)  # noqa: E731
+    want = reference(*args64)
+    kappa = relative_conditions(reference, args64, want, rng)
     got = ka.loss_and_grad(Z0, y, V, B, C, acts, input_grad=True)
-    for name, g, w in zip(("loss", "dV", "dB", "dC", "dZ0"), got, want):
-        assert rel_err(g, w) < tol, (name, rel_err(g, w))
+    for name, g, w, k in zip(("loss", "dV", "dB", "dC", "dZ0"), got, want, kappa):
+        assert rel_err(g, w) < tol * max(1.0, k), (name, rel_err(g, w), k)
     Z_L, preds = ka.forward(Z0, V, B, C, acts, return_predictions=True)
     Z_ref, preds_ref = ref.forward(*[args64[i] for i in (0, 2, 3, 4)], acts)
     assert Z_L.dtype == dtype and preds.shape == (4, L + 1)

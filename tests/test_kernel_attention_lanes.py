@@ -10,7 +10,7 @@ import pytest
 from lsa_native import kernel_attention as ka
 from lsa_native.reference import kernel_attention as ref
 
-from test_kernel_attention import ACTS, random_problem, rel_err
+from test_kernel_attention import ACTS, random_problem, rel_err, relative_conditions
 
 # Batch sizes: fewer prompts than one group (per-prompt path only), whole groups of 4 / 8 / 16,
 # whole groups and a remainder (both paths in one call).
@@ -24,7 +24,8 @@ SHAPES = [  # (B, d, n, L, H)
 # another order (each dot product left to right instead of the token tiles' lane tree), and the
 # parameter gradients in double over prompts, so both stay within a few ulps of T per term of an
 # n-term sum: float64 near 1e-15 relative, float32 near 1e-6; the tolerances leave room for the
-# exp/softmax amplification (as in test_kernel_attention).
+# exp/softmax amplification, times each output's estimated condition number where above 1 (as in
+# test_kernel_attention: a gradient entry at d = 1 can be a small sum of large terms).
 @pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-11), (np.float32, 2e-4)])
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "B{}_d{}_n{}_L{}_H{}".format(*s))
 @pytest.mark.parametrize("act", ACTS)
@@ -33,12 +34,14 @@ def test_lane_groups_match_reference(rng, act, shape, dtype, tol):
     Z0, y, V, B, C = random_problem(rng, Bsz, d, n, L, H, dtype)
     acts = [act] * H if H == 1 else [act, ACTS[(ACTS.index(act) + 1) % len(ACTS)]]
     args64 = [a.astype(np.float64) for a in (Z0, y, V, B, C)]
-    want = ref.loss_and_grad(*args64, acts)
+    reference = lambda *a: ref.loss_and_grad(*a, acts)  # noqa: E731
+    want = reference(*args64)
+    kappa = relative_conditions(reference, args64, want, rng)
     got = ka.loss_and_grad(Z0, y, V, B, C, acts, input_grad=True, return_predictions=True)
-    for name, g, w in zip(("loss", "dV", "dB", "dC", "dZ0"), got, want):
+    for name, g, w, k in zip(("loss", "dV", "dB", "dC", "dZ0"), got, want, kappa):
         if name != "loss":  # the loss is a Python float
             assert g.dtype == dtype, name
-        assert rel_err(g, w) < tol, (name, rel_err(g, w))
+        assert rel_err(g, w) < tol * max(1.0, k), (name, rel_err(g, w), k)
     _, preds_ref = ref.forward(*[args64[i] for i in (0, 2, 3, 4)], acts)
     preds = got[-1]
     assert preds.shape == (Bsz, L + 1)

@@ -111,8 +111,13 @@ def trace_z(b, K):
     return D.mean() / (D.std(ddof=1) / np.sqrt(D.size))
 
 
-# Up to 91 correlated z-scores per test: |z| < 5 keeps the false-alarm rate below 1e-4 per test.
-Z_MAX = 5.0
+# One threshold per z-test, for the agreement checks and for the power checks (the wrong formula
+# must be rejected by the same test). Each z is a studentised mean of >= 2000 (40000 in the default
+# suite) products of Gaussian labels: Gaussian up to an Edgeworth term of relative size
+# γ(2z² + 1)/(6√B) (γ ≈ 3, the skewness of a χ²₁) — at z = 6 and B = 40000 it adds ~25% to
+# P(|z| > 6) = 2.0e-9, so a test's up to 91 + 6 z-scores (a union bound, correlations only help)
+# give a false alarm below 1e-6 per test and seed. (Was 5 with trace checks at 4: ~1e-4 per test.)
+Z_MAX = 6.0
 
 
 # ("exp", 1, 8): K numerically singular, so the Cholesky fails and the eigen path (with its
@@ -127,15 +132,16 @@ def test_label_covariance_is_k_plus(rng, kernel, d, n, bandwidth):
     Kp = kplus(b, kernel, bandwidth)
     z = label_cov_z(b, Kp)
     assert np.abs(z).max() < Z_MAX, z
-    assert abs(trace_z(b, Kp)) < 4
+    assert abs(trace_z(b, Kp)) < Z_MAX
     if kernel == "relu":
-        # Power: K is indefinite for relu (tr K_+ − tr K ≈ 0.8 here); K in place of K_+ must fail.
+        # Power: K is indefinite for relu (tr K_+ − tr K ≈ 0.8 here); K in place of K_+ must fail
+        # (z ≈ 14.6 ± 1: at least 13 over 30 seeds).
         pts = np.concatenate([b.xi, b.xi_q[:, None]], axis=1)
-        assert trace_z(b, baselines.kernel_matrix("relu", pts, pts)) > 2 * Z_MAX  # expected z ≈ 14
+        assert trace_z(b, baselines.kernel_matrix("relu", pts, pts)) > Z_MAX
     if Sigma is not None:
-        # Power: the kernel on raw x instead of ξ = Σ^{-1/2}x must fail.
+        # Power: the kernel on raw x instead of ξ = Σ^{-1/2}x must fail (max |z| >= 24 over 30 seeds).
         pts = np.concatenate([b.X, b.x_q[:, None]], axis=1)
-        assert np.abs(label_cov_z(b, kplus(b, kernel, bandwidth, pts))).max() > 2 * Z_MAX
+        assert np.abs(label_cov_z(b, kplus(b, kernel, bandwidth, pts))).max() > Z_MAX
 
 
 def test_k_plus_is_psd_and_equals_k_for_psd_kernels(rng):
@@ -183,16 +189,17 @@ def test_large_context_label_covariance(rng, kernel, d):
     D = D[:, iu[0], iu[1]]
     z = D.mean(axis=0) / (D.std(axis=0, ddof=1) / np.sqrt(B))
     assert np.abs(z).max() < Z_MAX, z
-    assert abs(trace_z(b, Kp)) < 4
+    assert abs(trace_z(b, Kp)) < Z_MAX
     if kernel == "relu":  # power: K in place of K_+ (expected z ≈ 15 here) must fail
         pts = np.concatenate([b.xi, b.xi_q[:, None]], axis=1)
-        assert trace_z(b, baselines.kernel_matrix("relu", pts, pts)) > 2 * Z_MAX
+        assert trace_z(b, baselines.kernel_matrix("relu", pts, pts)) > Z_MAX
 
 
 # ---------------- two-sample tests against the numpy reference ----------------
 
 def ks_two_sample(a, b) -> float:
-    """Kolmogorov–Smirnov D scaled by sqrt(nm/(n+m)); > 2.23 rejects at level 1e-4 (asymptotic)."""
+    """Kolmogorov–Smirnov D scaled by sqrt(nm/(n+m)): under one law P(> x) ≈ 2e^{−2x²} (the
+    Kolmogorov tail, asymptotic; the finite-sample tail is lighter)."""
     a, b = np.sort(a), np.sort(b)
     allv = np.concatenate([a, b])
     Fa = np.searchsorted(a, allv, side="right") / a.size
@@ -200,7 +207,14 @@ def ks_two_sample(a, b) -> float:
     return np.abs(Fa - Fb).max() * np.sqrt(a.size * b.size / (a.size + b.size))
 
 
-KS_CRIT = 2.23
+# 2e^{−2·2.9²} = 1.0e-7 per statistic: six statistics per test stay below 1e-6 per test and seed
+# (2.23, level 1e-4 per statistic, failed once in 30 seeds: <x_q, x_0> at 2.29). The power checks
+# use the same rule (the wrong law must give some statistic above KS_CRIT).
+KS_CRIT = 2.9
+
+
+def ks_stats(a: dict, b: dict) -> dict:
+    return {name: ks_two_sample(a[name], b[name]) for name in a}
 
 
 @pytest.mark.parametrize("kernel", ["linear", "relu", "exp"])
@@ -209,19 +223,14 @@ def test_native_matches_numpy_reference_in_distribution(rng, kernel):
     Sigma = ccs_h1_sigma(rng)
     nat = KernelGPPrompts(d, n, kernel, bandwidth=1.5, Sigma=Sigma, seed=fresh_seed(rng)).sample(B, 0, np.float64)
     ref = data.kernel_gp_prompts(rng, B, d, n, kernel, bandwidth=1.5, Sigma=Sigma)
-    stats = {
-        "y_q": (nat.y_q, ref.y_q),
-        "y_0": (nat.y[:, 0], ref.y[:, 0]),
-        "y_0 y_1": (nat.y[:, 0] * nat.y[:, 1], ref.y[:, 0] * ref.y[:, 1]),
-        "y_q y_0": (nat.y_q * nat.y[:, 0], ref.y_q * ref.y[:, 0]),
-        "x_0[2]": (nat.X[:, 0, 2], ref.X[:, 0, 2]),
-        "<x_q, x_0>": (np.einsum("bd,bd->b", nat.x_q, nat.X[:, 0]), np.einsum("bd,bd->b", ref.x_q, ref.X[:, 0])),
-    }
-    for name, (a, r) in stats.items():
-        assert ks_two_sample(a, r) < KS_CRIT, name
-    if kernel == "exp":  # power: another bandwidth must be told apart
+    stats = lambda b: {  # noqa: E731
+        "y_q": b.y_q, "y_0": b.y[:, 0], "y_0 y_1": b.y[:, 0] * b.y[:, 1], "y_q y_0": b.y_q * b.y[:, 0],
+        "x_0[2]": b.X[:, 0, 2], "<x_q, x_0>": np.einsum("bd,bd->b", b.x_q, b.X[:, 0])}
+    ks = ks_stats(stats(nat), stats(ref))
+    assert max(ks.values()) < KS_CRIT, ks
+    if kernel == "exp":  # power: another bandwidth must be told apart (y_q alone: 6.6-7.3 in 30 seeds)
         other = data.kernel_gp_prompts(rng, B, d, n, kernel, bandwidth=1.0, Sigma=Sigma)
-        assert ks_two_sample(nat.y_q, other.y_q) > 2 * KS_CRIT
+        assert max(ks_stats(stats(nat), stats(other)).values()) > KS_CRIT
 
 
 # ---------------- sphere covariates ----------------
@@ -236,8 +245,8 @@ def test_sphere_covariates(rng):
     m = np.einsum("si,sj->ij", xi, xi) / xi.shape[0]
     var = np.where(np.eye(d, dtype=bool), 3 / (d * (d + 2)) - 1 / d**2, 1 / (d * (d + 2)))
     z = (m - np.eye(d) / d) / np.sqrt(var / xi.shape[0])  # points of a prompt are independent
-    assert np.abs(z).max() < 4.5, z
-    assert np.abs(xi.mean(axis=0)).max() / np.sqrt(1 / d / xi.shape[0]) < 4.5
+    assert np.abs(z).max() < Z_MAX, z  # means of B·(n + 1) bounded products: Gaussian z
+    assert np.abs(xi.mean(axis=0)).max() / np.sqrt(1 / d / xi.shape[0]) < Z_MAX
     root = data.sqrtm(Sigma)
     np.testing.assert_allclose(b.X, b.xi @ root, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(b.x_q, b.xi_q @ root, rtol=1e-12, atol=1e-14)
@@ -407,7 +416,7 @@ def test_composite_label_covariance_is_k_diamond(rng, alpha, g1, g2, d, n):
     b = spec.sample(40000, step=5, dtype=np.float64)
     K = k_diamond(b, alpha, g1, g2)
     assert np.abs(label_cov_z(b, K)).max() < Z_MAX
-    assert abs(trace_z(b, K)) < 4
+    assert abs(trace_z(b, K)) < Z_MAX
     wrong = {"alpha": k_diamond(b, 0.5 * alpha if alpha > 0.5 else alpha + 0.3, g1, g2)}
     if alpha == 1:
         wrong["G1 x 1.3"] = k_diamond(b, alpha, 1.3 * np.asarray(g1), g2)
@@ -420,7 +429,7 @@ def test_composite_label_covariance_is_k_diamond(rng, alpha, g1, g2, d, n):
         wrong["x"] = k_diamond(b, alpha, g1, g2, points="x")
     for name, K_wrong in wrong.items():
         assert abs(direction_z(b, K, K_wrong)) < Z_MAX, name
-        assert direction_z(b, K_wrong, K) > 2 * Z_MAX, name
+        assert direction_z(b, K_wrong, K) > Z_MAX, name  # >= 26 in 30 seeds
 
 
 def test_composite_native_matches_the_numpy_sampler_in_distribution(rng):
@@ -439,12 +448,12 @@ def test_composite_native_matches_the_numpy_sampler_in_distribution(rng):
     stats = lambda b: {  # noqa: E731
         "y_q": b.y_q, "y_0": b.y[:, 0], "y_0 y_1": b.y[:, 0] * b.y[:, 1], "y_q y_13": b.y_q * b.y[:, 13],
         "x_0[2]": b.X[:, 0, 2], "<x_q, x_0>": np.einsum("bd,bd->b", b.x_q, b.X[:, 0])}
-    s_nat, s_ref = stats(nat), stats(ref)
-    for name in s_nat:
-        assert ks_two_sample(s_nat[name], s_ref[name]) < KS_CRIT, name
+    ks = ks_stats(stats(nat), stats(ref))
+    assert max(ks.values()) < KS_CRIT, ks
     other = CompositeGPPrompts(d, n, 0.0, g1, g2, Sigma=Sigma, seed=fresh_seed(rng)).sample(batch=B, step=0,
                                                                                             dtype=np.float64)
-    assert ks_two_sample(nat.y_q, other.y_q) > 2 * KS_CRIT
+    # y_q alone gave 4.9-5.8 in 30 seeds; the test rejects on any of its statistics
+    assert max(ks_stats(stats(nat), stats(other)).values()) > KS_CRIT
 
 
 def test_composite_reduces_to_the_exp_and_linear_kernels(rng):

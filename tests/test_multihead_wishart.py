@@ -68,7 +68,8 @@ def _max_z(a, b):
 @pytest.mark.parametrize("noise_std", [0.0, 0.5])
 def test_wishart_agrees_in_law_with_tokens(rng, noise_std):
     """Each step's loss and gradient are unbiased estimates of the population ones under both
-    routes (same law, other draws): every entry's mean agrees (max |z| over 37 entries < 5), and
+    routes (same law, other draws): every entry's mean agrees (max |z| over 37 entries < 6: Welch
+    z of 100 + 100 means of 4000 prompts, P(|t_198| > 6) ≈ 1e-8 per entry; at 5, ~5e-5 per test), and
     the Wishart route at the wrong N = 2N is rejected at that same threshold (power). Over 120
     draws of the weights at these 100 steps: the null's max |z| <= 3.7, the power's z >= 11.6
     (at 40 steps the power's z fell to 5.7, and to 7.7 < 8 at LSA_TEST_SEED=188010655)."""
@@ -76,8 +77,8 @@ def test_wishart_agrees_in_law_with_tokens(rng, noise_std):
     W_pv, W_kq = _weights(rng, H, d, scale=1.0)
     spec = LinearPrompts(d, N, noise_std=noise_std, seed=int(rng.integers(1000)))
     tokens = _per_step(spec, "tokens", W_pv, W_kq, 100, 4000)
-    assert _max_z(tokens, _per_step(spec, "wishart", W_pv, W_kq, 100, 4000)) < 5
-    assert _max_z(tokens, _per_step(spec.replace(context=2 * N), "wishart", W_pv, W_kq, 100, 4000)) > 5
+    assert _max_z(tokens, _per_step(spec, "wishart", W_pv, W_kq, 100, 4000)) < 6
+    assert _max_z(tokens, _per_step(spec.replace(context=2 * N), "wishart", W_pv, W_kq, 100, 4000)) > 6
 
 
 def test_wishart_conditions_and_bad_arguments(rng):

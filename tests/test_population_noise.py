@@ -151,11 +151,13 @@ def test_sampled_prompts_carry_the_population_noise(rng, query):
     b = spec.sample(B, step=int(rng.integers(2**31)), dtype=np.float64)
     r = (b.y - np.einsum("bnd,bd->bn", b.X, b.w)).ravel() / sigma
     n = r.size
-    assert abs(r.mean()) / np.sqrt(1 / n) < 5
-    assert abs(np.mean(r**2) - 1) / np.sqrt(2 / n) < 5  # Var(ε²) = 2
-    assert abs(np.mean(r**4) - 3) / np.sqrt(96 / n) < 5  # Var(ε⁴) = 105 − 9
+    # z < 6: a mean of ε⁴ (skewness ~10, excess kurtosis ~300) over 12000 draws has Edgeworth
+    # terms of the size of the Gaussian tail at z = 5 (P ≈ 1e-6 per check), ~5e-9 at 6.
+    assert abs(r.mean()) / np.sqrt(1 / n) < 6
+    assert abs(np.mean(r**2) - 1) / np.sqrt(2 / n) < 6  # Var(ε²) = 2
+    assert abs(np.mean(r**4) - 3) / np.sqrt(96 / n) < 6  # Var(ε⁴) = 105 − 9
     r_q = b.y_q - np.einsum("bd,bd->b", b.x_q, b.w)
     if query:
-        assert abs(np.mean(r_q**2) / sigma**2 - 1) / np.sqrt(2 / B) < 5
+        assert abs(np.mean(r_q**2) / sigma**2 - 1) / np.sqrt(2 / B) < 6
     else:
         np.testing.assert_allclose(r_q, 0, atol=1e-12 * np.abs(b.y_q).max())
