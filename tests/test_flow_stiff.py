@@ -39,9 +39,15 @@ def _scipy_flow(Lam, N, W_pv, W_kq, times, method):
         return -np.concatenate([g_pv.ravel(), g_kq.ravel()])
 
     y0 = np.concatenate([W_pv.ravel(), W_kq.ravel()])
-    sol = solve_ivp(rhs, (0.0, times[-1]), y0, method=method, t_eval=times, rtol=RTOL / 10,
-                    atol=ATOL / 10)
+    # scipy's own floating-point warnings are not ours to fail on: once in ~30 full-suite runs
+    # BDF warned "invalid value encountered in subtract" in its difference table (not reproduced
+    # with the same seed; the native gradient is single-threaded and bitwise reproducible). The
+    # solution is still held to success, finiteness and agreement with both native methods.
+    with np.errstate(all="ignore"):
+        sol = solve_ivp(rhs, (0.0, times[-1]), y0, method=method, t_eval=times, rtol=RTOL / 10,
+                        atol=ATOL / 10)
     assert sol.success, sol.message
+    assert np.isfinite(sol.y).all(), f"{method}: non-finite reference solution"
     return sol.y.T
 
 
