@@ -351,6 +351,57 @@ def loop_report(steps: int, repeats: int, only: str = "all", threads: int = 1,
           "the machine's load taken out)")
 
 
+def noop_min_report(only: str, steps: int, repeats: int, record_every: int = 1) -> None:
+    """``--noop-min``: fit's and the bare loop's CPU time per step with the no-op kernels, each
+    the minimum of ``repeats`` alternating runs of ``steps`` steps, one line per case and
+    optimizer (``noop|case|optimizer|record_every|fit µs|bare µs``) for :func:`summary_report`."""
+    ln.set_num_threads(1)
+    for name, make in _cases(only).items():
+        bare, problem, noops = make()
+        fitted = _fitted(problem, record_every)
+        for optimizer in OPTIMIZERS:
+            with _NoOps(noops):
+                fitted(2, optimizer), bare(2, optimizer)  # warm-up
+                runs = {"fit": [], "bare": []}
+                for _ in range(repeats):
+                    runs["fit"].append(_timed(fitted, steps, optimizer)[1])
+                    runs["bare"].append(_timed(bare, steps, optimizer)[1])
+            print(f"noop|{name}|{optimizer}|{record_every}|{min(runs['fit']) * 1e6:.2f}|"
+                  f"{min(runs['bare']) * 1e6:.2f}", flush=True)
+
+
+def summary_report(paths) -> None:
+    """``--summarize``: the table of rounds of ``--noop-min`` lines, each prefixed ``before|`` or
+    ``after|`` (``bench/fit_noop_rounds.sh``): per case, optimizer and record_every, the median
+    over rounds of fit's and the bare loop's minima, the median over rounds of the per-round
+    difference fit − bare (not the difference of the two medians), and the range of the bare
+    loop's minima over rounds (identical code both sides: the noise)."""
+    rounds = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                side, tag, case, optimizer, every, fit_us, bare_us = line.strip().split("|")
+                if tag == "noop":
+                    rounds.setdefault((case, optimizer, every), {}).setdefault(side, []).append(
+                        (float(fit_us), float(bare_us)))
+    print("| case | optimizer | record_every | rounds | fit, no-op (µs) | bare, no-op (µs) "
+          "| bare's range over rounds (µs) | median of per-round fit − bare (µs) |")
+    print("|---|---|---|---|---|---|---|---|")
+    def cell(sides, of):
+        return " → ".join(of(sides[side]) if sides.get(side) else "-" for side in ("before", "after"))
+
+    def median(values):
+        return f"{statistics.median(values):.1f}"
+
+    for (case, optimizer, every), sides in rounds.items():
+        n = "/".join(str(len(sides.get(side, []))) for side in ("before", "after"))
+        print(f"| {case} | {optimizer} | {every} | {n} "
+              f"| {cell(sides, lambda runs: median(f for f, _ in runs))} "
+              f"| {cell(sides, lambda runs: median(b for _, b in runs))} "
+              f"| {cell(sides, lambda runs: f'{min(b for _, b in runs):.1f}-{max(b for _, b in runs):.1f}')} "
+              f"| {cell(sides, lambda runs: median(f - b for f, b in runs))} |")
+
+
 def parts_report(only: str = "all", record_every: int = 1, number: int = 20000) -> None:
     """Where fit's per-step Python time goes (``--parts``): each part of the host loop's step,
     the native calls replaced by the no-op stand-ins, timed alone (CPU time, the minimum of 9
@@ -420,8 +471,19 @@ def main(argv=None) -> int:
                    help="--loop, --parts: fit's record_every (default 1, fit's default)")
     p.add_argument("--parts", action="store_true",
                    help="where fit's Python time per step goes, part by part (no-op kernels)")
+    p.add_argument("--noop-min", action="store_true",
+                   help="fit's and the bare loop's no-op CPU step, minimum of --repeats runs of "
+                        "--steps steps, as lines for --summarize (bench/fit_noop_rounds.sh)")
+    p.add_argument("--summarize", nargs="+", metavar="FILE",
+                   help="the before/after table of rounds of --noop-min lines")
     args = p.parse_args(argv)
     only = "lsa" if args.lsa_only else args.only
+    if args.summarize:
+        summary_report(args.summarize)
+        return 0
+    if args.noop_min:
+        noop_min_report(only, args.steps, args.repeats, args.record_every)
+        return 0
     if args.parts:
         parts_report(only, args.record_every)
         return 0
