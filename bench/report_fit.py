@@ -21,13 +21,19 @@ preallocated arrays and takes the optimizer step (SGD: θ ← θ − η g in num
   difference: noisy on a loaded machine, where both swing with the load);
 - the overhead alone: both loops again with the native calls replaced by a no-op (the difference
   is then fit's Python work per step, almost load-free), as a share of the bare loop's real step.
-  The stand-ins write zero gradients: a buffer left uninitialized would grow θ to 1e30 and time
-  the loop's overflow fall-backs instead of its step.
+  The stand-ins write zero gradients: a buffer left uninitialized holds arbitrary values, which
+  sent θ past 1e30 in the runs seen and timed the loop's overflow fall-backs instead of its step.
 
 ``--parts``: where that Python work goes — each part of fit's host-loop step (the bound objective
 step with the no-op kernel, the result checks and gradient norm, the optimizer step, the record,
 the loop's own checks) timed alone, CPU time, built from fit's internals as fit builds them.
 ``--record-every k``: fit's ``record_every`` for both reports (default 1, fit's default).
+
+``--noop-min``: the no-op measure alone, as lines for a before/after comparison — fit's and the
+bare loop's CPU time per step with the no-op kernels, each the minimum of ``--repeats`` alternating
+runs of ``--steps`` steps; ``bench/fit_noop_rounds.sh`` runs it in rounds, alternating two
+``python/`` trees in separate processes, and ``--summarize`` makes the table of bench/README.md
+from its output (medians over rounds; the overhead is the median of the per-round differences).
 
 Without ``--loop``: one Adam step of a 3-layer softmax kernel-attention model at CCS's size
 (d = 5, n = 30, B = 30000, float32, sparse V, prompts resampled every 10 steps: CCS H.1) through
@@ -43,6 +49,8 @@ unpacking, dtype casts, the ½ scaling, gradient concatenation, records, the loo
     python bench/report_fit.py --loop [--steps 200] [--repeats 7] [--only all|lsa|multihead|kernel]
                                       [--threads 1] [--record-every 1]
     python bench/report_fit.py --parts [--only ...] [--record-every 1]
+    python bench/report_fit.py --noop-min [--only ...] [--steps 2000] [--repeats 15] [--record-every 1]
+    python bench/report_fit.py --summarize ROUNDS_FILE...
     python bench/report_fit.py [--steps 20] [--batch 30000] [--resample-every 10] [--sampler numpy|native]
 """
 from __future__ import annotations
@@ -229,8 +237,9 @@ def _clock():
 def _noop_ka(Z0, y_q, V, B, C, activations, out=None):
     """kernel_attention_loss_and_grad's stand-in: a loss of 0 and zero gradients, written into the
     given outputs (else allocated, as the native call would). Zeros, not the outputs left as they
-    were: an uninitialized gradient buffer would send θ to 1e30 and the loop into its overflow
-    fall-backs (the norm rescaled, the float32 range checked entry by entry), timing those."""
+    were: an uninitialized gradient buffer holds arbitrary values, which sent θ past 1e30 in the
+    runs seen and the loop into its overflow fall-backs (the norm rescaled, the float32 range
+    checked entry by entry), timing those."""
     if out is None:
         return 0.0, np.zeros_like(V), np.zeros_like(B), np.zeros_like(C)
     for g in out:
