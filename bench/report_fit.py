@@ -21,13 +21,19 @@ preallocated arrays and takes the optimizer step (SGD: θ ← θ − η g in num
   difference: noisy on a loaded machine, where both swing with the load);
 - the overhead alone: both loops again with the native calls replaced by a no-op (the difference
   is then fit's Python work per step, almost load-free), as a share of the bare loop's real step.
-  The stand-ins write zero gradients: a buffer left uninitialized would grow θ to 1e30 and time
-  the loop's overflow fall-backs instead of its step.
+  The stand-ins write zero gradients: a buffer left uninitialized holds arbitrary values, which
+  sent θ past 1e30 in the runs seen and timed the loop's overflow fall-backs instead of its step.
 
 ``--parts``: where that Python work goes — each part of fit's host-loop step (the bound objective
 step with the no-op kernel, the result checks and gradient norm, the optimizer step, the record,
 the loop's own checks) timed alone, CPU time, built from fit's internals as fit builds them.
 ``--record-every k``: fit's ``record_every`` for both reports (default 1, fit's default).
+
+``--noop-min``: the no-op measure alone, as lines for a before/after comparison — fit's and the
+bare loop's CPU time per step with the no-op kernels, each the minimum of ``--repeats`` alternating
+runs of ``--steps`` steps; ``bench/fit_noop_rounds.sh`` runs it in rounds, alternating two
+``python/`` trees in separate processes, and ``--summarize`` makes the table of bench/README.md
+from its output (medians over rounds; the overhead is the median of the per-round differences).
 
 Without ``--loop``: one Adam step of a 3-layer softmax kernel-attention model at CCS's size
 (d = 5, n = 30, B = 30000, float32, sparse V, prompts resampled every 10 steps: CCS H.1) through
@@ -43,6 +49,8 @@ unpacking, dtype casts, the ½ scaling, gradient concatenation, records, the loo
     python bench/report_fit.py --loop [--steps 200] [--repeats 7] [--only all|lsa|multihead|kernel]
                                       [--threads 1] [--record-every 1]
     python bench/report_fit.py --parts [--only ...] [--record-every 1]
+    python bench/report_fit.py --noop-min [--only ...] [--steps 2000] [--repeats 15] [--record-every 1]
+    python bench/report_fit.py --summarize ROUNDS_FILE...
     python bench/report_fit.py [--steps 20] [--batch 30000] [--resample-every 10] [--sampler numpy|native]
 """
 from __future__ import annotations
@@ -229,8 +237,9 @@ def _clock():
 def _noop_ka(Z0, y_q, V, B, C, activations, out=None):
     """kernel_attention_loss_and_grad's stand-in: a loss of 0 and zero gradients, written into the
     given outputs (else allocated, as the native call would). Zeros, not the outputs left as they
-    were: an uninitialized gradient buffer would send θ to 1e30 and the loop into its overflow
-    fall-backs (the norm rescaled, the float32 range checked entry by entry), timing those."""
+    were: an uninitialized gradient buffer holds arbitrary values, which sent θ past 1e30 in the
+    runs seen and the loop into its overflow fall-backs (the norm rescaled, the float32 range
+    checked entry by entry), timing those."""
     if out is None:
         return 0.0, np.zeros_like(V), np.zeros_like(B), np.zeros_like(C)
     for g in out:
@@ -351,6 +360,57 @@ def loop_report(steps: int, repeats: int, only: str = "all", threads: int = 1,
           "the machine's load taken out)")
 
 
+def noop_min_report(only: str, steps: int, repeats: int, record_every: int = 1) -> None:
+    """``--noop-min``: fit's and the bare loop's CPU time per step with the no-op kernels, each
+    the minimum of ``repeats`` alternating runs of ``steps`` steps, one line per case and
+    optimizer (``noop|case|optimizer|record_every|fit µs|bare µs``) for :func:`summary_report`."""
+    ln.set_num_threads(1)
+    for name, make in _cases(only).items():
+        bare, problem, noops = make()
+        fitted = _fitted(problem, record_every)
+        for optimizer in OPTIMIZERS:
+            with _NoOps(noops):
+                fitted(2, optimizer), bare(2, optimizer)  # warm-up
+                runs = {"fit": [], "bare": []}
+                for _ in range(repeats):
+                    runs["fit"].append(_timed(fitted, steps, optimizer)[1])
+                    runs["bare"].append(_timed(bare, steps, optimizer)[1])
+            print(f"noop|{name}|{optimizer}|{record_every}|{min(runs['fit']) * 1e6:.2f}|"
+                  f"{min(runs['bare']) * 1e6:.2f}", flush=True)
+
+
+def summary_report(paths) -> None:
+    """``--summarize``: the table of rounds of ``--noop-min`` lines, each prefixed ``before|`` or
+    ``after|`` (``bench/fit_noop_rounds.sh``): per case, optimizer and record_every, the median
+    over rounds of fit's and the bare loop's minima, the median over rounds of the per-round
+    difference fit − bare (not the difference of the two medians), and the range of the bare
+    loop's minima over rounds (identical code both sides: the noise)."""
+    rounds = {}
+    for path in paths:
+        with open(path) as f:
+            for line in f:
+                side, tag, case, optimizer, every, fit_us, bare_us = line.strip().split("|")
+                if tag == "noop":
+                    rounds.setdefault((case, optimizer, every), {}).setdefault(side, []).append(
+                        (float(fit_us), float(bare_us)))
+    print("| case | optimizer | record_every | rounds | fit, no-op (µs) | bare, no-op (µs) "
+          "| bare's range over rounds (µs) | median of per-round fit − bare (µs) |")
+    print("|---|---|---|---|---|---|---|---|")
+    def cell(sides, of):
+        return " → ".join(of(sides[side]) if sides.get(side) else "-" for side in ("before", "after"))
+
+    def median(values):
+        return f"{statistics.median(values):.1f}"
+
+    for (case, optimizer, every), sides in rounds.items():
+        n = "/".join(str(len(sides.get(side, []))) for side in ("before", "after"))
+        print(f"| {case} | {optimizer} | {every} | {n} "
+              f"| {cell(sides, lambda runs: median(f for f, _ in runs))} "
+              f"| {cell(sides, lambda runs: median(b for _, b in runs))} "
+              f"| {cell(sides, lambda runs: f'{min(b for _, b in runs):.1f}-{max(b for _, b in runs):.1f}')} "
+              f"| {cell(sides, lambda runs: median(f - b for f, b in runs))} |")
+
+
 def parts_report(only: str = "all", record_every: int = 1, number: int = 20000) -> None:
     """Where fit's per-step Python time goes (``--parts``): each part of the host loop's step,
     the native calls replaced by the no-op stand-ins, timed alone (CPU time, the minimum of 9
@@ -420,8 +480,19 @@ def main(argv=None) -> int:
                    help="--loop, --parts: fit's record_every (default 1, fit's default)")
     p.add_argument("--parts", action="store_true",
                    help="where fit's Python time per step goes, part by part (no-op kernels)")
+    p.add_argument("--noop-min", action="store_true",
+                   help="fit's and the bare loop's no-op CPU step, minimum of --repeats runs of "
+                        "--steps steps, as lines for --summarize (bench/fit_noop_rounds.sh)")
+    p.add_argument("--summarize", nargs="+", metavar="FILE",
+                   help="the before/after table of rounds of --noop-min lines")
     args = p.parse_args(argv)
     only = "lsa" if args.lsa_only else args.only
+    if args.summarize:
+        summary_report(args.summarize)
+        return 0
+    if args.noop_min:
+        noop_min_report(only, args.steps, args.repeats, args.record_every)
+        return 0
     if args.parts:
         parts_report(only, args.record_every)
         return 0

@@ -478,14 +478,29 @@ _RECORD_COLUMNS = ("step", "loss", "grad_norm", "lr")  # "time" differs between 
 @pytest.mark.parametrize("kind", ["tokens", "wishart", "kernel attention", "H-head separate wishart"])
 def test_records_every_k_steps_are_the_every_step_records(rng, optimizer, kind):
     """record_every = k (steps not recorded skip the row work) changes nothing but which rows
-    are kept: the same final θ bit for bit, and each row of the k run is the every-step run's
-    row of that step (the final row included)."""
+    are kept: the same final θ bit for bit, and each row of the k run has the every-step run's
+    step, loss, grad_norm and lr at that step (the final row included; "time" differs). A draw
+    that overflows float32 (heavy-tailed prompts, as in the trajectory test) must diverge in
+    both runs the same way: the same error, at the same step, with the same last θ."""
     make_objective, source = _problem(rng, kind, (np.float32, np.float64)[rng.integers(2)])
     steps, k = int(rng.integers(4, 12)), int(rng.integers(2, 5))
-    every = train.fit(make_objective(), _OPTIMIZERS[optimizer](), data=source, steps=steps,
-                      progress=False)
-    sparse = train.fit(make_objective(), _OPTIMIZERS[optimizer](), data=source, steps=steps,
-                       record_every=k, progress=False)
+
+    def run(**kwargs):
+        try:
+            return train.fit(make_objective(), _OPTIMIZERS[optimizer](), data=source, steps=steps,
+                             progress=False, **kwargs), None
+        except (FloatingPointError, ValueError) as error:
+            if not isinstance(error, train.TrainingDiverged) and "overflow" not in str(error):
+                raise
+            return None, error
+
+    (every, diverged), (sparse, sparse_diverged) = run(), run(record_every=k)
+    if diverged is not None or sparse_diverged is not None:
+        assert type(sparse_diverged) is type(diverged) and str(sparse_diverged) == str(diverged)
+        if isinstance(diverged, train.TrainingDiverged):
+            assert sparse_diverged.step == diverged.step
+            np.testing.assert_array_equal(sparse_diverged.theta, diverged.theta)
+        return
     np.testing.assert_array_equal(sparse.theta, every.theta)
     kept = [*range(0, steps, k), steps]
     assert list(sparse.history["step"]) == kept
@@ -498,7 +513,13 @@ def test_records_every_k_steps_are_the_every_step_records(rng, optimizer, kind):
 def test_fit_checks_the_sample_index_range_once_at_the_start():
     """The bound fused steps pass each step's sample index to the native sampler unchecked: fit
     refuses a run whose last index would not fit its 32-bit step counter before any step (a run
-    that long could not otherwise be tested), and accepts the largest that fits."""
+    that long could not otherwise be tested: a callback fails the test at the first step taken,
+    so a broken check fails fast instead of running 2**32 steps), and accepts the largest that
+    fits."""
+
+    def no_step(info):
+        pytest.fail(f"step {info.step} ran before the sample-index check")
+
     fit_module = importlib.import_module("lsa_native.train.fit")  # train.fit is the function
     spec = sampling.LinearPrompts(2, 3, seed=0)
     objective = train.LSAObjective(np.eye(3), np.eye(3))
@@ -506,8 +527,38 @@ def test_fit_checks_the_sample_index_range_once_at_the_start():
         source = train.Prompts(spec, batch=2, resample_every=resample_every)
         too_many = 2**32 * resample_every + 1  # last index (too_many − 1) // k = 2**32
         with pytest.raises(ValueError, match=r"steps: the last step's sample index .* 2\*\*32"):
-            train.fit(objective, "sgd", data=source, steps=too_many, progress=False)
+            train.fit(objective, "sgd", data=source, steps=too_many, callbacks=no_step,
+                      progress=False)
         fit_module._check_sample_indices(source, too_many - 1)  # last index 2**32 − 1: fits
     # numpy's fall-back spec (default_rng([seed, step])) takes any step: not refused
     numpy_spec = train.Prompts(train.LinearPromptsNumpy(2, 3), batch=2)
     fit_module._check_sample_indices(numpy_spec, 2**33)
+
+
+@pytest.mark.parametrize("kind", ["tokens", "wishart", "H-head merged wishart", "H-head merged tokens"])
+@pytest.mark.parametrize("scale", [1e20, 3e38])  # finite in float32; ‖θ‖² and Σθ in float32 are not
+def test_bound_float32_step_takes_large_finite_parameters_without_a_warning(rng, kind, scale):
+    """The bound float32 steps check θ's float32 range in one reduction, which must not itself
+    overflow for parameters that are finite in float32: no FloatingPointError from numpy under
+    np.errstate(over="raise") (a bound step called outside fit) and no warning (pytest turns
+    warnings into errors). The model itself may overflow: the LSA fused step returns its
+    non-finite loss (the caller checks it), the H-head kernels raise their own overflow error."""
+    d = int(rng.integers(1, 4))
+    spec = sampling.LinearPrompts(d, d + 2, seed=int(rng.integers(2**31)))
+    source = train.Prompts(spec, batch=int(rng.integers(1, 9)), dtype=np.float32)
+    method = kind.split()[-1]
+    if kind.startswith("H-head"):
+        W_pv, kq = _multihead(rng, d, separate=False)
+        objective = train.MultiHeadLSAObjective(W_pv, **kq, method=method)
+    else:
+        objective = train.LSAObjective(*_lsa(rng, d), method=method)
+    theta = np.full(objective.theta0.size, scale)
+    step_fn = objective.bind(source)
+    with np.errstate(over="raise"):
+        try:
+            loss, grad = step_fn(theta, int(rng.integers(3)))
+        except FloatingPointError as error:  # the native kernel's, naming the overflowed output
+            assert kind.startswith("H-head")
+            assert re.match(r"loss: overflowed to non-finite values from finite inputs", str(error))
+            return
+    assert isinstance(loss, float) and grad.shape == theta.shape

@@ -16,6 +16,13 @@ A *data source* tells :func:`~lsa_native.train.fit` which prompts step t uses:
 - :class:`FixedPrompts`: one :class:`~lsa_native.data.PromptBatch` for every step.
 - :class:`GeneratorPrompts`: ``sample(rng)`` with a ``numpy.random.Generator`` advanced in place
   (the legacy ``sgd_lsa`` interface); its generator state is checkpointed.
+
+The contract of ``at(step)`` (any data source, these and yours): a new PromptBatch object whenever
+the prompts change, the same object only while its data are unchanged — never one refilled in
+place. The objectives keep what they derive from a batch (E cast to their dtype, the operands of
+the native call: ``KernelAttentionObjective.bind``, the ``_CastBatch`` of every objective) for as
+long as ``at`` returns the same object, so a batch overwritten in place would be trained on as it
+was when first seen.
 """
 from __future__ import annotations
 

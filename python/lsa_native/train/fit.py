@@ -24,11 +24,11 @@ from .. import cuda as _cuda
 from .._validation import nonnegative_float, positive_int, real_array
 from ..data import PromptBatch
 from ..history import History
-from ..sampling import LinearPrompts
+from .._streams import check_step
 from ._checks import flag, real_array_output, real_output
 from .data import FixedPrompts, Prompts, as_data
 from .metrics import relative_distance
-from .objectives import CallableObjective, Objective, as_objective
+from .objectives import CallableObjective, Objective, as_objective, fused_steps_take_unchecked_indices
 from . import native_optim
 from .optim import SGD, Adam, AdamW, make_optimizer, unchecked_grad_norm
 from .rundir import RunDir
@@ -249,14 +249,17 @@ def _setup(objective, optimizer, optimizer_kwargs, *, steps, data, theta0, eval_
 
 
 def _check_sample_indices(data, steps: int) -> None:
-    """The native ``LinearPrompts`` counts sample indices in 32 bits (the Philox counter's step
-    word): the last step's must fit, checked here once, so that the objectives' bound fused steps
-    pass each step's index to it unchecked."""
-    if isinstance(data, Prompts) and isinstance(data.spec, LinearPrompts):
+    """The objectives' bound fused steps pass each step's sample index to the spec's native step
+    unchecked (:func:`~.objectives.fused_steps_take_unchecked_indices`, the objectives' own test):
+    the last step's index is checked here once, against :func:`~lsa_native._streams.check_step`'s
+    range (the Philox counter's 32-bit step word)."""
+    if fused_steps_take_unchecked_indices(data):
         last = data.sample_index(steps - 1)
-        if last >= 2**32:
-            raise ValueError(f"steps: the last step's sample index (steps − 1) // resample_every = "
-                             f"{last} must be below 2**32 (the sampler's step counter)")
+        try:
+            check_step(last)
+        except ValueError as e:
+            raise ValueError(f"steps: the last step's sample index (steps − 1) // resample_every "
+                             f"is out of the sampler's range ({e})") from e
 
 
 def _every(value, name):
@@ -456,7 +459,9 @@ class _Divergence:
         try:  # :meth:`call` written out: this runs every step
             loss, grad = self._step_fn(theta, data_step)
         except (FloatingPointError, ValueError) as e:
-            self._raise_if_diverged(t, theta, e)
+            err = self._diverged(t, theta, e)
+            if err is not None:
+                raise err from e
             raise
         if type(loss) is not float:
             loss = real_output(loss, f"objective: the loss of {type(self.plan.objective).__name__}")
@@ -500,19 +505,23 @@ class _Divergence:
         try:
             return fn(*args)
         except (FloatingPointError, ValueError) as e:
-            self._raise_if_diverged(t, theta, e)
+            err = self._diverged(t, theta, e)
+            if err is not None:
+                raise err from e
             raise
 
-    def _raise_if_diverged(self, t: int, theta, e: Exception) -> None:
-        """TrainingDiverged at step t from ``e`` raised by a call at θ_t when it means divergence
-        (see :meth:`call`); otherwise returns, and the caller re-raises ``e`` as it is."""
+    def _diverged(self, t: int, theta, e: Exception) -> TrainingDiverged | None:
+        """The TrainingDiverged at step t that ``e``, raised by a call at θ_t, means (see
+        :meth:`call`; the caller raises it from ``e``), or None when ``e`` is to be re-raised as
+        it is (already a TrainingDiverged, or a ValueError that is not θ past float32)."""
         if isinstance(e, TrainingDiverged):
-            return
+            return None
         if isinstance(e, FloatingPointError):
-            raise self.error(t, str(e), theta, self._lr_into(t)) from e
+            return self.error(t, str(e), theta, self._lr_into(t))
         if t > 0 and not np.all(np.abs(theta) <= _F32_MAX):  # θ_0 that large is bad input
-            raise self.error(t, f"parameters beyond the float32 range ({e})", theta,
-                             self._lr_into(t)) from e
+            return self.error(t, f"parameters beyond the float32 range ({e})", theta,
+                              self._lr_into(t))
+        return None
 
     def _lr_into(self, t: int) -> float | None:
         """The learning rate of the update that gave θ_t (None for θ_0: none has been made)."""

@@ -69,9 +69,31 @@ def _check_fused_route(method: str, device: str) -> None:
         raise ValueError(f"device: expected 'auto', 'cpu' or 'cuda', got {device!r}")
 
 
+# The spec methods making a native fused step: their steps take the sample index unchecked (the
+# caller checks its range; fit: once, at the start, by fused_steps_take_unchecked_indices).
+_FUSED_STEP_MAKERS = ("fused_step", "multihead_fused_step")
+
+
+def spec_fused_step(data, name: str):
+    """The spec's maker of a native fused step, ``name`` one of ``_FUSED_STEP_MAKERS``, when
+    ``data`` is a :class:`~lsa_native.train.data.Prompts` whose spec has it (duck typing: the
+    native ``sampling.LinearPrompts``, or any spec with that method), else None — the objectives'
+    test of whether this data source's steps can go to the native fused step."""
+    make = getattr(data.spec, name, None) if isinstance(data, Prompts) else None
+    return make if callable(make) else None
+
+
+def fused_steps_take_unchecked_indices(data) -> bool:
+    """Whether an objective's bound step on ``data`` may pass each step's sample index to a native
+    fused step unchecked (:func:`spec_fused_step` for any maker): ``fit`` then checks the last
+    step's index once, at the start."""
+    return any(spec_fused_step(data, name) is not None for name in _FUSED_STEP_MAKERS)
+
+
 class _CastBatch:
     """(E, y_q) of the step's batch in ``dtype`` (None: as they are), cast once per batch: a data
-    source hands the same batch object while it is reused, so the cast is kept for it."""
+    source hands the same batch object while it is reused, so the cast is kept for it (keyed on
+    the object: a source must not refill a batch in place, see :mod:`.data`)."""
 
     def __init__(self):
         self._last = (None, None, None)
@@ -114,7 +136,7 @@ class _HostParams:
 
     float64: the parameters are views of θ itself (made once per θ buffer: ``fit`` double-buffers
     θ) and the native call writes its gradient in place into :attr:`grad`'s views; float32: θ is
-    cast into one buffer (its range checked in one dot product, the error of the unbound step —
+    cast into one buffer (its range checked in one reduction, the error of the unbound step —
     "W_pv: values overflow float32" — only when that fails), the gradient written into one
     float32 buffer and copied into :attr:`grad`. No allocation per step."""
 
@@ -136,10 +158,11 @@ class _HostParams:
         if W is None:
             return self._pieces(theta)
         np.copyto(W, theta, casting="unsafe")
-        # θ is finite (fit checks it), so W is unless θ is past float32's range; a finite ‖W‖²
-        # says so in one pass (a non-finite one: an entry, or the square, overflowed). W·W is
-        # a BLAS dot, about half the cost of np.add.reduce's ufunc machinery at this size.
-        if not math.isfinite(W.dot(W)) and not np.isfinite(W).all():
+        # θ is finite (fit checks it), so W is unless θ is past float32's range; a finite sum
+        # says so in one pass (a non-finite one: an entry overflowed). Summed in float64, so that
+        # no finite float32 W overflows it (a float32 sum, or W·W, would: a spurious warning, or a
+        # FloatingPointError under np.errstate(over="raise"), on valid parameters).
+        if not math.isfinite(np.add.reduce(W, dtype=np.float64)) and not np.isfinite(W).all():
             for name, piece in zip(self.names, self._pieces(theta)):
                 as_array(piece, piece.shape, self.dtype, name)
         return self._cast_views
@@ -279,8 +302,10 @@ class LSAObjective(_WeightPair, Objective):
         """The fused step with its arguments checked once (``spec.fused_step``, e.g.
         :meth:`~lsa_native.sampling.LinearPrompts.fused_step`): per step only θ's cast into a
         preallocated buffer and the native call (float64: none, it reads θ and writes the gradient
-        buffer in place; :class:`_HostParams`); otherwise the base's step."""
-        if not (self._fused(data) and callable(getattr(data.spec, "fused_step", None))):
+        buffer in place; :class:`_HostParams`); otherwise the base's step. The fused step takes
+        each step's sample index unchecked: its range ([0, 2^32), see ``fused_step``) is the
+        caller's to check (``fit`` checks the last step's once, at the start)."""
+        if not (self._fused(data) and spec_fused_step(data, "fused_step")):
             return super().bind(data)
         device = "cpu" if self.device == "auto" else self.device
         step_fn = data.spec.fused_step(batch=data.batch, method=self.method,
@@ -304,9 +329,9 @@ class LSAObjective(_WeightPair, Objective):
         backend of :mod:`.native_optim`): ``step(model, step, grad, loss)`` queues the loss and
         gradient at the flat θ buffer ``model`` (in ``step.dtype``) into the flat buffer ``grad``
         and the float64 [1] ``loss``, all device memory (nothing waits). None when the step is not
-        the fused one (``fit`` then runs the objective on host θ)."""
-        if self.device != "cuda" or not (self._fused(data)
-                                          and callable(getattr(data.spec, "fused_step", None))):
+        the fused one (``fit`` then runs the objective on host θ). The sample index goes to the
+        fused step unchecked, as in :meth:`bind` (the caller checks its range)."""
+        if self.device != "cuda" or not (self._fused(data) and spec_fused_step(data, "fused_step")):
             return None
         step_fn = data.spec.fused_step(batch=data.batch, method=self.method,
                                        dtype=self.dtype or data.dtype, device="cuda")
@@ -399,7 +424,7 @@ class MultiHeadLSAObjective(Objective):
     def _wishart(self, data) -> bool:
         """Whether the fused step takes the Wishart route: method "wishart" (ValueError for a spec
         without ``multihead_fused_step``), or "auto" where it applies."""
-        has = callable(getattr(data.spec, "multihead_fused_step", None))
+        has = spec_fused_step(data, "multihead_fused_step") is not None
         if self.method == "wishart" and not has:
             raise ValueError(f"method: 'wishart' needs a spec with multihead_fused_step (the native "
                              f"sampling.LinearPrompts), got {type(data.spec).__name__}")
@@ -479,14 +504,16 @@ class MultiHeadLSAObjective(Objective):
     def bind(self, data):
         """The fused CPU step (tokens or Wishart) with everything that repeats prepared once
         (:class:`_HostParams`, as :meth:`LSAObjective.bind`): θ's views made once per θ buffer
-        (float32: θ cast into one buffer, its range checked in one dot product), the native call
+        (float32: θ cast into one buffer, its range checked in one reduction), the native call
         writing dW_pv, dW_kq into views of one flat gradient buffer — separate: W^KQ_h = W^K_hᵀ
         W^Q_h merged into one buffer and the chain rule written into the gradient's dW_k, dW_q
         views (:meth:`_on_parameters`: the public merge_kq / chain_kq's checks on the first step
         only) — so no allocation, conversion, Python validation or concatenation per step; the
         tokens route's prompts drawn into the buffer kept from the last draw, once per sample
         index. Bitwise :meth:`loss_and_grad`. Otherwise (``device="cuda"``, a non-fused source)
-        the base's step."""
+        the base's step. The Wishart route passes each step's sample index to the native step
+        unchecked (unlike :meth:`loss_and_grad`): its range ([0, 2^32), as for ``fused_step``) is
+        the caller's to check (``fit`` checks the last step's once, at the start)."""
         if self.device == "cuda" or not self._fused(data):
             return super().bind(data)
         if self._wishart(data):
@@ -541,7 +568,9 @@ class MultiHeadLSAObjective(Objective):
         (:meth:`_prompts`) and ``multihead.loss_and_grad(..., out=, loss=)``. The separate
         parametrization merges W^KQ_h into a device buffer and chains dW^KQ_h into dW^K, dW^Q
         there (:meth:`_on_parameters`). None — ``fit`` then runs the model on host θ —
-        unless ``device="cuda"`` and a fused source."""
+        unless ``device="cuda"`` and a fused source. As in :meth:`bind`, the Wishart route passes
+        each step's sample index unchecked: its range is the caller's to check (``fit``: once, at
+        the start)."""
         if self.device != "cuda" or not self._fused(data):
             return None
         if self._wishart(data):
@@ -667,7 +696,9 @@ class KernelAttentionObjective(Objective):
         per step). The batch's operands are converted and checked once per batch (E cast to
         ``dtype``, y_q to E's dtype: no per-step copy of either), then each step is the native call
         alone (whose validate() checks the operands' shapes and finiteness). Bitwise
-        :meth:`loss_and_grad`."""
+        :meth:`loss_and_grad`. "Once per batch" is once per batch object ``data.at`` returns: a
+        source must return a new object when its prompts change, never refill one in place (the
+        contract of :mod:`.data`; a batch refilled in place would be trained on as first seen)."""
         p, dest = self.template, self._positions()
         shapes = self._shapes()
         cuts = np.cumsum([int(np.prod(s)) for s in shapes])
