@@ -14,6 +14,7 @@ import pytest
 import lsa_native
 from lsa_native import cuda
 from lsa_native import kernel_attention as ka
+from conftest import conditioned_tolerance
 from test_kernel_attention import relative_conditions
 from test_cuda import FakeCudaArray, HostBackedCudaArray, _import_or_skip, emulated_gpu, interop, needs_gpu  # noqa: F401
 
@@ -61,13 +62,13 @@ def acts_for(act, H):
 
 
 def assert_close(a, b, dtype, what, condition=1.0):
-    """max |a − b| ≤ tol · max(1, κ) · max |b|: float64 1e-12, float32 2e-4, κ the output's
-    estimated relative condition number (tests/test_kernel_attention.py relative_conditions: a
+    """max |a − b| ≤ max(tol, 100·κ·u) · max |b| (conftest.conditioned_tolerance): tol float64
+    1e-12, float32 2e-4, κ the output's estimated relative condition number (tests/test_kernel_attention.py relative_conditions: a
     gradient entry can be a small sum of large terms, where two backward-stable evaluations differ
     by about κ·u); and every entry finite."""
     a, b = cuda.to_host(a), cuda.to_host(b)
     assert np.all(np.isfinite(a)), f"{what}: non-finite entries (unwritten?)"
-    tol = (1e-12 if dtype == np.float64 else 2e-4) * max(1.0, condition)
+    tol = conditioned_tolerance(1e-12 if dtype == np.float64 else 2e-4, condition, dtype)
     assert np.max(np.abs(a - b)) <= tol * np.max(np.abs(b)), (what, condition)
 
 

@@ -9,6 +9,8 @@ from lsa_native import baselines, data
 from lsa_native import kernel_attention as ka
 from lsa_native.reference import kernel_attention as ref
 
+from conftest import conditioned_tolerance
+
 ACTS = list(ka.ACTIVATIONS)
 
 
@@ -32,7 +34,12 @@ def relative_conditions(f, inputs, want, rng, eta=1e-7, tries=2):
     largest rel_err of f at inputs perturbed entrywise by relative eta, divided by eta. A gradient
     entry that is a small sum of large terms of both signs (e.g. dC at d = 1 for some draws: terms
     O(10) summing to 1e-5) is ill-conditioned, and any backward-stable evaluation of it in precision
-    u errs by about κ·u relative; a tolerance for it is tol·max(1, κ)."""
+    u errs by about κ·u relative; a tolerance for it is max(tol, 100·κ·u)
+    (conftest.conditioned_tolerance). Measured worst error/(κ·u) over the outputs with κ >= 1 of
+    test_native_matches_reference's cases: 4.8 in float32 (12 seeds, 2880 outputs, κ up to 146),
+    7.2 in float64 (4 seeds, 960 outputs); in the recorded failure case (softmax, d = 1, n = 30,
+    L = H = 1, float32) over 4000 seeds: dB errs up to 1.2e-3 at κ = 9.1e3 (error/(κ·u) <= 3.1), a
+    tolerance of 5.4e-2 where tol·κ allowed 1.8, i.e. any error."""
     worst = [0.0] * len(want)
     for _ in range(tries):
         moved = f(*[a * (1 + eta * rng.standard_normal(np.shape(a))) for a in inputs])
@@ -47,7 +54,7 @@ def relative_conditions(f, inputs, want, rng, eta=1e-7, tries=2):
 def test_native_matches_reference(rng, act, L, H, d, n, dtype, tol):
     """Relative max-error tolerance: float64 rounding over L layers of n-term sums stays near
     1e-14 relative; float32 near 1e-6 (1e-4 leaves room for the exp/softmax amplification); the
-    loss gradients' times their estimated condition numbers where above 1 (relative_conditions, as
+    loss gradients' raised to 100·κ·u for an estimated condition number κ (relative_conditions, as
     in the VJP test below): at d = 1 a gradient entry can be a small sum of large terms (softmax,
     L = H = 1, n = 30 in float32: dB = -6.8e-8 off by 7e-4 relative, 1 seed in 60 failed a plain
     2e-4)."""
@@ -59,7 +66,7 @@ def test_native_matches_reference(rng, act, L, H, d, n, dtype, tol):
     kappa = relative_conditions(reference, args64, want, rng)
     got = ka.loss_and_grad(Z0, y, V, B, C, acts, input_grad=True)
     for name, g, w, k in zip(("loss", "dV", "dB", "dC", "dZ0"), got, want, kappa):
-        assert rel_err(g, w) < tol * max(1.0, k), (name, rel_err(g, w), k)
+        assert rel_err(g, w) < conditioned_tolerance(tol, k, dtype), (name, rel_err(g, w), k)
     Z_L, preds = ka.forward(Z0, V, B, C, acts, return_predictions=True)
     Z_ref, preds_ref = ref.forward(*[args64[i] for i in (0, 2, 3, 4)], acts)
     assert Z_L.dtype == dtype and preds.shape == (4, L + 1)
@@ -270,8 +277,8 @@ def test_bad_input_raises_clear_errors(rng, make, exc, match):
 @pytest.mark.parametrize("L,H", [(1, 1), (2, 2)])
 @pytest.mark.parametrize("act", ACTS)
 def test_vjp_matches_reference_and_context_is_bitwise(rng, act, L, H, d, n, dtype, tol):
-    """Native VJP vs the reference VJP (the relative tolerances of the loss gradients above, times
-    each output's estimated condition number where it exceeds 1: see relative_conditions);
+    """Native VJP vs the reference VJP (the relative tolerances of the loss gradients above, raised
+    to 100·κ·u for each output's estimated condition number κ: see relative_conditions);
     the VJP from a saved context equals the recomputing VJP bitwise, and the saving forward
     returns the same Z_L bitwise as the plain one."""
     Z0, _, V, B, C = random_problem(rng, 5, d, n, L, H, dtype)
@@ -293,7 +300,7 @@ def test_vjp_matches_reference_and_context_is_bitwise(rng, act, L, H, d, n, dtyp
         if np.abs(w).max() == 0:  # softmax over one source (n = 1) is constant: dB = dC = 0
             assert np.abs(g).max() == 0, name
             continue
-        assert rel_err(g, w) < tol * max(1.0, k), (name, rel_err(g, w), k)
+        assert rel_err(g, w) < conditioned_tolerance(tol, k, dtype), (name, rel_err(g, w), k)
 
 
 def test_loss_and_grad_is_forward_then_vjp(rng):
