@@ -15,7 +15,7 @@ import lsa_native
 from lsa_native import cuda
 from lsa_native import kernel_attention as ka
 from conftest import conditioned_tolerance
-from test_kernel_attention import relative_conditions
+from test_kernel_attention import forward_conditions, relative_conditions
 from test_cuda import FakeCudaArray, HostBackedCudaArray, _import_or_skip, emulated_gpu, interop, needs_gpu  # noqa: F401
 
 DTYPES = [np.float32, np.float64]
@@ -217,7 +217,7 @@ def test_device_path_glue_on_an_emulated_gpu(rng, emulated_gpu, dtype):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_cuda_predict_matches_the_cpu(rng, shape, act, dtype, kernel_choice):
     """predict on the device (the query-layer forward writing ŷ_L [B] or ŷ_ℓ [B, L+1]) vs the CPU:
-    max |Δ| ≤ tol · max |ŷ_cpu| (float64 1e-12, float32 2e-4: assert_close); the query layer
+    max |Δ| ≤ max(tol, 100·κ·u) · max |ŷ_cpu| (float64 1e-12, float32 2e-4: assert_close); the query layer
     against the full last layer (LSA_NATIVE_KA_QUERY=0) is the next test."""
     B_, d, n, L, H = shape
     Z0, y, V, B, C, _ = problem(rng, B_, d, n, L, H, dtype)
@@ -227,8 +227,9 @@ def test_cuda_predict_matches_the_cpu(rng, shape, act, dtype, kernel_choice):
     final = ka.predict(Zd, Vd, Bd, Cd, acts)
     every = ka.predict(Zd, Vd, Bd, Cd, acts, every_layer=True)
     assert tuple(final.shape) == (B_,) and tuple(every.shape) == (B_, L + 1)
-    assert_close(final, every_c[:, -1], dtype, "predict")
-    assert_close(every, every_c, dtype, "predict every_layer")
+    _, (k_final, k_every) = forward_conditions(rng, Z0, V, B, C, acts)
+    assert_close(final, every_c[:, -1], dtype, "predict", k_final)
+    assert_close(every, every_c, dtype, "predict every_layer", k_every)
     np.testing.assert_array_equal(cuda.to_host(final), cuda.to_host(every)[:, -1])
     # numpy in, device="cuda": numpy out, the device arrays' bits.
     host = ka.predict(Z0, V, B, C, acts, device="cuda")
@@ -289,9 +290,10 @@ def test_cuda_matches_the_cpu_kernels(rng, shape, act, dtype, kernel_choice):
     Z, p, ctx = ka.forward(Zd, Vd, Bd, Cd, acts, return_predictions=True, return_context=True)
     Z_c, p_c, ctx_c = ka.forward(Z0, V, B, C, acts, return_predictions=True, return_context=True,
                                  device="cpu")
-    assert_close(Z, Z_c, dtype, "Z_L")
-    assert_close(p, p_c, dtype, "predictions")
-    assert_close(ctx.data, ctx_c.data, dtype, "context")
+    (k_Z, k_p, k_ctx), _ = forward_conditions(rng, Z0, V, B, C, acts)
+    assert_close(Z, Z_c, dtype, "Z_L", k_Z)
+    assert_close(p, p_c, dtype, "predictions", k_p)
+    assert_close(ctx.data, ctx_c.data, dtype, "context", k_ctx)
     # VJP: recomputing and with the context are bitwise equal; both match the CPU. The recomputing
     # workspace runs another launch grid than the context's VJP, so its batch sums (dV, dB, dC) may
     # group the prompts differently (equal to rounding); per-prompt dZ0 stays bitwise.
