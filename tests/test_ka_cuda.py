@@ -63,9 +63,10 @@ def acts_for(act, H):
 
 def assert_close(a, b, dtype, what, condition=1.0):
     """max |a − b| ≤ max(tol, 100·κ·u) · max |b| (conftest.conditioned_tolerance): tol float64
-    1e-12, float32 2e-4, κ the output's estimated relative condition number (tests/test_kernel_attention.py relative_conditions: a
-    gradient entry can be a small sum of large terms, where two backward-stable evaluations differ
-    by about κ·u); and every entry finite."""
+    1e-12, float32 2e-4, κ the output's estimated relative condition number
+    (tests/test_kernel_attention.py relative_conditions: a gradient entry can be a small sum of
+    large terms, where two backward-stable evaluations differ by about κ·u); and every entry
+    finite."""
     a, b = cuda.to_host(a), cuda.to_host(b)
     assert np.all(np.isfinite(a)), f"{what}: non-finite entries (unwritten?)"
     tol = conditioned_tolerance(1e-12 if dtype == np.float64 else 2e-4, condition, dtype)

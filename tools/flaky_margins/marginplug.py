@@ -137,7 +137,8 @@ def pytest_sessionfinish(session):
 # is NOT replayed by LSA_TEST_SEED=<seed + K> alone; rerun it with the same --seeds and node id. ----
 
 def pytest_addoption(parser):
-    parser.addoption("--seeds", type=int, default=0, help="repeat each test with this many seeds (changes the node ids: not replayable with LSA_TEST_SEED alone)")
+    parser.addoption("--seeds", type=int, default=0, help="repeat each test with this many seeds (changes the node ids: "
+                     "not replayable with LSA_TEST_SEED alone)")
 
 
 @__import__("pytest").fixture
