@@ -57,6 +57,22 @@ def problem(rng, B, d, n, L, H, dtype, scale=0.5):
     return tuple(a.astype(dtype) for a in (Z0, y, V, Bq, Ck, dZ))
 
 
+def bounded_problem(rng, shape, dtype, acts, limit=1e6):
+    """problem() redrawn until the float64 forward stays below `limit` (far inside float32's range):
+    the unnormalized exp over 3 layers overflowed at (3, 1, 9, 3, 1) for 77 of 1500 draws
+    (FloatingPointError on the CPU side, i.e. a test error on a correct library); redraws are rare
+    (<= 5% per draw) and only drop the draws whose Z_L leaves the representable range."""
+    for _ in range(1000):
+        drawn = problem(rng, *shape, dtype)
+        Z0, _, V, B, C, _ = (a.astype(np.float64) for a in drawn)
+        try:
+            if np.abs(ka.forward(Z0, V, B, C, acts, device="cpu")).max() < limit:
+                return drawn
+        except FloatingPointError:
+            pass
+    raise AssertionError(f"no bounded problem at {shape} {acts}")
+
+
 def acts_for(act, H):
     return [act] + ["softmax"] * (H - 1)
 
@@ -221,7 +237,7 @@ def test_cuda_predict_matches_the_cpu(rng, shape, act, dtype, kernel_choice):
     max |Δ| ≤ max(tol, 100·κ·u) · max |ŷ_cpu| (float64 1e-12, float32 2e-4: assert_close); the query layer
     against the full last layer (LSA_NATIVE_KA_QUERY=0) is the next test."""
     B_, d, n, L, H = shape
-    Z0, y, V, B, C, _ = problem(rng, B_, d, n, L, H, dtype)
+    Z0, y, V, B, C, _ = bounded_problem(rng, shape, dtype, acts_for(act, H))
     acts = acts_for(act, H)
     Zd, Vd, Bd, Cd = (cuda.to_device(a) for a in (Z0, V, B, C))
     every_c = ka.predict(Z0, V, B, C, acts, every_layer=True, device="cpu")
@@ -281,7 +297,7 @@ def test_cuda_predict_query_layer_switch(rng, dtype, monkeypatch):
 @pytest.mark.parametrize("shape", SHAPES)
 def test_cuda_matches_the_cpu_kernels(rng, shape, act, dtype, kernel_choice):
     B_, d, n, L, H = shape
-    Z0, y, V, B, C, dZ = problem(rng, B_, d, n, L, H, dtype)
+    Z0, y, V, B, C, dZ = bounded_problem(rng, shape, dtype, acts_for(act, H))
     acts = acts_for(act, H)
     dev = [cuda.to_device(a) for a in (Z0, y, V, B, C, dZ)]
     Zd, Vd, Bd, Cd = dev[0], dev[2], dev[3], dev[4]
