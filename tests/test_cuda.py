@@ -16,7 +16,7 @@ import pytest
 import lsa_native
 from lsa_native import cuda, lsa
 from lsa_native.reference import lsa as ref
-from conftest import assert_within_rounding
+from conftest import assert_within_probable_rounding
 from test_lsa import n_ops, random_problem
 
 DTYPES = [np.float32, np.float64]
@@ -276,7 +276,7 @@ def _host(a):
 
 
 def _check_predict(y, E64, P64, K64, dtype, d, N, what):
-    assert_within_rounding(_host(y), ref.predict_naive(E64, P64, K64),
+    assert_within_probable_rounding(_host(y), ref.predict_naive(E64, P64, K64),
                            ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64)),
                            n_ops(d, N), dtype, what)
 
@@ -296,7 +296,7 @@ def test_cuda_predict_and_forward_match_reference(rng, B, d, N, dtype):
     F_dev = cuda.to_device(np.full(E.shape, np.nan, dtype))
     lsa.forward(E_dev, W_pv, W_kq, out=F_dev)  # host parameters with device prompts
     F = F_dev.copy_to_host()
-    assert_within_rounding(F, ref.forward_naive(E64, P64, K64),
+    assert_within_probable_rounding(F, ref.forward_naive(E64, P64, K64),
                            ref.forward_gram(np.abs(E64), np.abs(P64), np.abs(K64)),
                            n_ops(d, N) + 2 * d, dtype, "cuda forward")
     # numpy in, numpy out through device="cuda"; equal to the device-array path bit for bit.
@@ -321,9 +321,9 @@ def test_cuda_loss_and_grad_matches_reference(rng, B, d, N, dtype):
     loss_abs, g_pv_abs, g_kq_abs = ref.loss_and_grad_tokens(
         np.abs(E64), -np.abs(y64), np.abs(P64), np.abs(K64))
     ops = n_ops(d, N)
-    assert_within_rounding(loss, loss_ref, loss_abs, ops, dtype, "cuda loss")
-    assert_within_rounding(g_pv, g_pv_ref, g_pv_abs, ops, dtype, "cuda dW_pv")
-    assert_within_rounding(g_kq, g_kq_ref, g_kq_abs, ops, dtype, "cuda dW_kq")
+    assert_within_probable_rounding(loss, loss_ref, loss_abs, ops, dtype, "cuda loss")
+    assert_within_probable_rounding(g_pv, g_pv_ref, g_pv_abs, ops, dtype, "cuda dW_pv")
+    assert_within_probable_rounding(g_kq, g_kq_ref, g_kq_abs, ops, dtype, "cuda dW_kq")
     _check_predict(y_hat, E64, P64, K64, dtype, d, N, "cuda y_hat")
     assert np.all(g_pv[:d] == 0) and np.all(g_kq[:, d] == 0)
     # vs the CPU kernels: float64 to 1e-12 relative to the magnitudes (both are within rounding
@@ -353,7 +353,7 @@ def test_cuda_vjp_matches_reference(rng, B, d, N, dtype):
     magnitude = ref.vjp_gram(np.abs(E64), np.abs(P64), np.abs(K64), np.abs(d_F.astype(np.float64)))
     for name, a, e, m in zip(("dW_pv", "dW_kq", "dE"), got, expected, magnitude):
         assert a.dtype == dtype
-        assert_within_rounding(a, e, m, n_ops(d, N) + 4 * d + 10, dtype, "cuda vjp " + name)
+        assert_within_probable_rounding(a, e, m, n_ops(d, N) + 4 * d + 10, dtype, "cuda vjp " + name)
         if dtype == np.float64:
             cpu = lsa.vjp(E, W_pv, W_kq, d_F, device="cpu")[("dW_pv", "dW_kq", "dE").index(name)]
             assert np.all(np.abs(a - cpu) <= 1e-12 * m), name
@@ -405,7 +405,7 @@ def test_cuda_full_kernels_old_and_tiled_match_the_cpu(rng, monkeypatch, B, d, N
     ops = n_ops(d, N) + 4 * d + 10 + B  # + B: the batch sums of dW
     for name, a, b, m in zip(("F", "dW_pv", "dW_kq", "dE", "dW_kq without dE"), got, want, magnitude):
         assert a.dtype == dtype and a.shape == b.shape
-        assert_within_rounding(a, b, m, ops, dtype, name)
+        assert_within_probable_rounding(a, b, m, ops, dtype, name)
 
 
 @needs_gpu
@@ -423,7 +423,7 @@ def test_cuda_predict_vjp_matches_the_cpu(rng, B, d, N, dtype):
     magnitude = ref.vjp_gram(*(np.abs(a.astype(np.float64)) for a in (E, W_pv, W_kq)), d_F)
     for name, a, b, m in zip(("dW_pv", "dW_kq", "dE"), got, want, magnitude):
         assert a.dtype == dtype and a.shape == b.shape
-        assert_within_rounding(a, b, m, n_ops(d, N) + 4 * d + 10 + B, dtype, name)
+        assert_within_probable_rounding(a, b, m, n_ops(d, N) + 4 * d + 10 + B, dtype, name)
 
 
 @needs_gpu
@@ -464,7 +464,7 @@ def test_cuda_more_than_2_to_the_31_elements():
     P, K = W_pv.cpu().numpy(), W_kq.cpu().numpy()
     for sl in (slice(0, 512), slice(B - 2048, B)):
         E64, P64, K64 = (a.astype(np.float64) for a in (E[sl].cpu().numpy(), P, K))
-        assert_within_rounding(y[sl].cpu().numpy(), ref.predict_naive(E64, P64, K64),
+        assert_within_probable_rounding(y[sl].cpu().numpy(), ref.predict_naive(E64, P64, K64),
                                ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64)),
                                n_ops(d, N), np.float32, f"predict {sl}")
     assert bool(torch.isfinite(y).all())
@@ -487,7 +487,7 @@ def test_cuda_torch_tensors(rng, dtype):
     assert isinstance(g_kq, torch.Tensor) and g_kq.is_cuda
     loss_ref, _, g_kq_ref = ref.loss_and_grad_tokens(E64, y64, P64, K64)
     _, _, g_kq_abs = ref.loss_and_grad_tokens(np.abs(E64), -np.abs(y64), np.abs(P64), np.abs(K64))
-    assert_within_rounding(g_kq.cpu().numpy(), g_kq_ref, g_kq_abs, n_ops(6, 19), dtype, "torch dW_kq")
+    assert_within_probable_rounding(g_kq.cpu().numpy(), g_kq_ref, g_kq_abs, n_ops(6, 19), dtype, "torch dW_kq")
     F = lsa.forward(t(E), t(W_pv), t(W_kq))
     assert isinstance(F, torch.Tensor) and tuple(F.shape) == E.shape
     np.testing.assert_array_equal(F.cpu().numpy(), lsa.forward(E, W_pv, W_kq, device="cuda"))

@@ -40,6 +40,8 @@ def test_quadratic_task_moments_by_monte_carlo(rng):
     # v leans on Λ's top eigenvector (a generic direction still, Λv ∦ v) so that the missing term
     # 8sΛvvᵀΛ is never small: with v uniform on the sphere the power's max |z| fell to 8.1 in 300
     # seeds (extrapolated P(< zk) ~ 1e-3); so it is >= 17 in 300 seeds (z at n = 40000 times √10).
+    # The null check so covers v within ~27° of Λ's top eigenvector (tilt 0.5 in a uniform direction
+    # g), not v uniform on the sphere; the formula does not single out that direction.
     w, g = rng.standard_normal(d), rng.standard_normal(d)
     v = np.linalg.eigh(L)[1][:, -1] + 0.5 * g / np.linalg.norm(g)
     v /= np.linalg.norm(v)
@@ -66,22 +68,33 @@ def test_random_diagonal_error_exact_average(rng):
     """Exact average over a random diagonal Λ_new = average of the fixed-Λ formula over samples."""
     d, M = 4, int(rng.integers(1, 30))
     a = rng.uniform(0.2, 1.5, d)
-    scale = float(rng.uniform(0.5, 3))
-    mom = population.exponential_moments(d, scale)
     # Degenerate law (constant λ = c): the fixed formula.
     c = np.full(d, 1.7)
     assert theory.random_diagonal_error(a, M, np.stack([c, c**2, c**3])) == pytest.approx(
         theory.limit_predictor_error(np.diag(a), M, np.diag(c)), rel=1e-12)
-    lam = scale * rng.exponential(size=(20000, d))
-    vals = np.array([theory.limit_predictor_error(np.diag(a), M, np.diag(l)) for l in lam])
-    se = vals.std() / np.sqrt(vals.size)
-    z = lambda moments: (vals.mean() - theory.random_diagonal_error(a, M, moments)) / se  # noqa: E731
-    # One z of a mean of 20000 cubics in exponentials: level 1e-7 (5.3; it was z_threshold(1) = 3,
-    # a 0.27% false alarm per run).
-    zk = z_threshold(1, alpha=1e-7)
-    assert abs(z(mom)) < zk
-    # Power: the fixed-Λ formula at E Λ (the moments of λ ≡ E λ) is rejected.
-    assert abs(z(np.stack([mom[0], mom[0] ** 2, mom[0] ** 3]))) > zk
+
+    def z(scale, samples, moments):
+        """z of the Monte Carlo mean over λ ~ scale·Exp(1)^d against the formula with `moments`."""
+        lam = scale * rng.exponential(size=(samples, d))
+        vals = np.array([theory.limit_predictor_error(np.diag(a), M, np.diag(l)) for l in lam])
+        return (vals.mean() - theory.random_diagonal_error(a, M, moments)) / (vals.std() / np.sqrt(samples))
+
+    def fixed_at_mean(moments):  # the fixed-Λ formula at E Λ: the moments of λ ≡ E λ
+        return np.stack([moments[0], moments[0] ** 2, moments[0] ** 3])
+
+    # One z of a mean of cubics in exponentials: the terms' skewness reaches ~60, so the mean's z
+    # has a heavy lower tail (20000 draws of this test: P(z < -3.5) = 8.5e-4, 3.7x the normal's;
+    # at 5000 samples a null |z| reached 5.34). Threshold 6.8 (normal level 1e-11; first-order
+    # Edgeworth with skewness 60 at 20000 samples: ~1e-10); the null's max |z| in 1000 draws was 4.4.
+    zk = z_threshold(1, alpha=1e-11)
+    scale = float(rng.uniform(0.5, 3))
+    assert abs(z(scale, 20000, population.exponential_moments(d, scale))) < zk
+    # Power: the fixed-Λ formula at E Λ is rejected. On a separate draw with scale >= 1.5: the
+    # difference of the two formulas changes sign across (a, M, scale) near scale 0.55-0.65 (seeds
+    # 173, 262 had |z| 0.8 there); with scale ~ U(1.5, 3) and 10000 samples the smallest |z| in
+    # 1500 draws was 14.1 (tools: in-process loop over (a, M, scale), vectorized formula).
+    scale = float(rng.uniform(1.5, 3))
+    assert abs(z(scale, 10000, fixed_at_mean(population.exponential_moments(d, scale)))) > zk
 
 
 def test_random_cov_slopes_paper_values():

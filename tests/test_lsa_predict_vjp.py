@@ -11,7 +11,7 @@ from lsa_native import lsa
 from lsa_native.lsa import predict_vjp
 from lsa_native.reference import lsa as ref
 
-from conftest import assert_within_rounding
+from conftest import assert_within_probable_rounding
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
@@ -39,7 +39,7 @@ def test_predict_vjp_matches_reference(rng, B, d, N, dtype, label_slot):
     n_ops = B + N + 2 * d + 6
     for name, a, w, m in zip(("dW_pv", "dW_kq", "dE"), got, want, magnitude):
         assert a.dtype == dtype and a.shape == w.shape
-        assert_within_rounding(a, w, m, n_ops, dtype, name)
+        assert_within_probable_rounding(a, w, m, n_ops, dtype, name)
     for name, a, w in zip(("dW_pv", "dW_kq", "dE"), ref.predict_vjp_tokens(E, W_pv, W_kq, g), want):
         assert np.abs(a - w).max() <= 1e-12 * np.abs(w).max(), ("token reference", name)
     assert predict_vjp(E, W_pv, W_kq, g, with_input_grad=False)[2] is None

@@ -12,7 +12,7 @@ from lsa_native import lsa
 from lsa_native import multihead as mh
 from lsa_native.reference import multihead as ref
 
-from conftest import assert_within_rounding
+from conftest import ROUNDING_FACTOR, assert_within_probable_rounding, unit_roundoff
 
 SIZES = [(1, 1, 1, 2), (5, 1, 9, 3), (4, 6, 13, 2), (7, 5, 20, 5), (3, 20, 40, 4), (2, 3, 2, 7)]
 
@@ -31,6 +31,16 @@ def _n_ops(B, d, N, H):
     return B + N + H + 3 * (d + 1) + 8
 
 
+def loss_magnitude(r, r_abs, n_ops, dtype):
+    """The magnitude for conftest's rounding bounds (bound γ·m, γ <= ROUNDING_FACTOR·n_ops·u) of the loss
+    L = ½ mean r², r = ŷ − y, given r_abs = ŷ on absolute values + |y|: |Δr| <= γ·r_abs, so
+    |ΔL| <= γ·mean(|r|·r_abs + γ·r_abs²/2). (The loss on absolute values, ½ mean r_abs², bounds by
+    r_abs² instead: float32 then let a relative loss error up to ~1.5 pass at d = 20.)"""
+    gamma = ROUNDING_FACTOR * n_ops * unit_roundoff(dtype)
+    r, r_abs = np.asarray(r, np.float64), np.asarray(r_abs, np.float64)
+    return float(np.mean(np.abs(r) * r_abs + gamma * r_abs**2 / 2))
+
+
 def _rounded(dtype, *arrays):
     """The arrays rounded to dtype (the native inputs) and the same values in float64 (the
     reference's inputs, so that input rounding is not counted as error)."""
@@ -42,8 +52,9 @@ def _rounded(dtype, *arrays):
 @pytest.mark.parametrize("B,d,N,H", SIZES)
 def test_matches_reference(rng, B, d, N, H, dtype):
     """Entrywise within the forward-error bound of the sums of products (conftest's
-    assert_within_rounding): the reference runs in float64 on the same dtype-rounded inputs, the
-    magnitude is the same expression on absolute values (the residual ŷ − y as |ŷ| + |y|: y → −|y|).
+    assert_within_probable_rounding): the reference runs in float64 on the same dtype-rounded inputs, the
+    magnitude is the same expression on absolute values (the residual ŷ − y as |ŷ| + |y|: y → −|y|;
+    the loss's from loss_magnitude).
     A tolerance relative to the largest entry (2e-4 in float32, on the unrounded inputs) failed
     for ~1 seed in 10⁴ at B = 1, where a cancelling ŷ is the largest entry."""
     E, W_pv, W_kq = _draw(rng, B, d, N, H, label_slot=bool(rng.integers(2)))
@@ -57,15 +68,17 @@ def test_matches_reference(rng, B, d, N, H, dtype):
     def close(got, want, magnitude, what):
         got = np.asarray(got)
         assert got.dtype == dtype and got.shape == np.shape(want), what
-        assert_within_rounding(got, want, magnitude, ops, dtype, what)
+        assert_within_probable_rounding(got, want, magnitude, ops, dtype, what)
 
     close(mh.predict(c[0], c[1], c[2]), ref.predict(E, W_pv, W_kq), ref.predict(aE, aP, aK), "predict")
     close(mh.forward(c[0], c[1], c[2]), ref.forward(E, W_pv, W_kq), ref.forward(aE, aP, aK), "forward")
     L, *grads, y_hat = mh.loss_and_grad(c[0], c[3], c[1], c[2], return_predictions=True)
     want = ref.loss_and_grad(E, y_q, W_pv, W_kq)
-    magnitude = ref.loss_and_grad(aE, -ay, aP, aK)
+    magnitude = ref.loss_and_grad(aE, -ay, aP, aK)[1:]
+    magnitude = [loss_magnitude(ref.predict(E, W_pv, W_kq) - y_q, ref.predict(aE, aP, aK) + ay, ops,
+                                dtype), *magnitude]
     for name, g, w, m in zip(("loss", "dW_pv", "dW_kq"), [L, *grads], want, magnitude):
-        assert_within_rounding(g, w, m, ops, dtype, "loss_and_grad " + name)
+        assert_within_probable_rounding(g, w, m, ops, dtype, "loss_and_grad " + name)
     close(y_hat, ref.predict(E, W_pv, W_kq), ref.predict(aE, aP, aK), "y_hat")
     for name, g, w, m in zip(("dW_pv", "dW_kq", "dE"), mh.vjp(c[0], c[1], c[2], c[4]),
                              ref.vjp(E, W_pv, W_kq, d_F), ref.vjp(aE, aP, aK, aF)):
@@ -93,17 +106,18 @@ def test_separate_matches_reference(rng, r, dtype):
     aE, aP, aK, aQ, ay = (np.abs(a) for a in (E, W_pv, W_k, W_q, y_q))
     aKQ = ref.merge_kq(aK, aQ)
     ops = _n_ops(B, d, N, H) + 2 * r
-    assert_within_rounding(mh.predict(c[0], c[1], W_k=c[2], W_q=c[3]), ref.predict(E, W_pv, W_kq),
+    assert_within_probable_rounding(mh.predict(c[0], c[1], W_k=c[2], W_q=c[3]), ref.predict(E, W_pv, W_kq),
                            ref.predict(aE, aP, aKQ), ops, dtype, "predict")
     L, d_pv, d_k, d_q = mh.loss_and_grad(c[0], c[4], c[1], W_k=c[2], W_q=c[3])
     L_ref, d_pv_ref, d_kq_ref = ref.loss_and_grad(E, y_q, W_pv, W_kq)
     d_k_ref, d_q_ref = ref.chain_kq(W_k, W_q, d_kq_ref)
-    L_abs, d_pv_abs, d_kq_abs = ref.loss_and_grad(aE, -ay, aP, aKQ)
+    _, d_pv_abs, d_kq_abs = ref.loss_and_grad(aE, -ay, aP, aKQ)
+    L_abs = loss_magnitude(ref.predict(E, W_pv, W_kq) - y_q, ref.predict(aE, aP, aKQ) + ay, ops, dtype)
     d_k_abs, d_q_abs = ref.chain_kq(aK, aQ, d_kq_abs)
     for name, g, w, m in (("loss", L, L_ref, L_abs), ("dW_pv", d_pv, d_pv_ref, d_pv_abs),
                           ("dW_k", d_k, d_k_ref, d_k_abs), ("dW_q", d_q, d_q_ref, d_q_abs)):
         assert np.shape(g) == np.shape(w) and (name == "loss" or g.dtype == dtype), name
-        assert_within_rounding(g, w, m, ops, dtype, name)
+        assert_within_probable_rounding(g, w, m, ops, dtype, name)
 
 
 def test_one_head_is_lsa_bitwise(rng):

@@ -11,9 +11,9 @@ import pytest
 
 from lsa_native import cuda
 from lsa_native import multihead as mh
-from conftest import assert_within_rounding
+from conftest import assert_within_probable_rounding
 from test_cuda import needs_gpu
-from test_multihead import _n_ops
+from test_multihead import _n_ops, loss_magnitude
 
 pytestmark = [pytest.mark.cuda, needs_gpu]
 
@@ -28,10 +28,10 @@ SHAPES = [(1, 1, 1, 2), (7, 3, 7, 3), (37, 5, 20, 5), (11, 4, 40, 2), (5, 6, 9, 
 
 def _close(a, b, magnitude, n_ops, dtype, what):
     """GPU vs CPU entrywise within the rounding bound: `magnitude` is the entry point on absolute
-    values (float64), both sides' rounding counted (conftest's factor 4 covers 2 n u); a bound
+    values (float64), both sides' rounding counted (conftest.assert_within_probable_rounding); a bound
     relative to the largest entry can fail where that entry cancels (B = d = N = 1)."""
     a = a if isinstance(a, (np.ndarray, float)) else cuda.to_host(a)
-    assert_within_rounding(a, b, magnitude, n_ops, dtype, what)
+    assert_within_probable_rounding(a, b, magnitude, n_ops, dtype, what)
 
 
 def _problem(rng, B, d, N, H, dtype):
@@ -54,7 +54,8 @@ def test_every_entry_point_matches_the_cpu(rng, dtype, shape):
            dtype, "forward")
     got = mh.loss_and_grad(dev["E"], dev["y"], W_pv, W_kq, return_predictions=True)
     want_lg = mh.loss_and_grad(E, y, W_pv, W_kq, return_predictions=True)
-    mag_lg = mh.loss_and_grad(aE, -ay, aP, aK, return_predictions=True)  # residual as |ŷ| + |y|
+    mag_lg = list(mh.loss_and_grad(aE, -ay, aP, aK, return_predictions=True))  # residual |ŷ| + |y|
+    mag_lg[0] = loss_magnitude(want_lg[3] - y, mag_lg[3] + ay, ops, dtype)
     for a, b, m, name in zip(got, want_lg, mag_lg, ("loss", "dW_pv", "dW_kq", "y_hat")):
         _close(a, b, m, ops, dtype, name)
     for fn, up in ((mh.vjp, "dF"), (mh.predict_vjp, "y")):

@@ -72,7 +72,7 @@ def test_wishart_agrees_in_law_with_tokens(rng, noise_std):
     z of 100 + 100 means of 4000 prompts, P(|t_198| > 6) ≈ 1e-8 per entry; at 5, ~5e-5 per test), and
     the Wishart route at the wrong N = 2N is rejected at that same threshold (power). Over 120
     draws of the weights at these 100 steps: the null's max |z| <= 3.7, the power's z >= 11.6
-    (at 40 steps the power's z fell to 5.7, and to 7.7 < 8 at LSA_TEST_SEED=188010655)."""
+    (at 40 steps the power's z fell to 5.7)."""
     d, N, H = 2, 4, 2
     W_pv, W_kq = _weights(rng, H, d, scale=1.0)
     spec = LinearPrompts(d, N, noise_std=noise_std, seed=int(rng.integers(1000)))

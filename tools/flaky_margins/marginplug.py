@@ -12,7 +12,6 @@ Use with a fresh PYTHONPYCACHEPREFIX so that pytest re-rewrites the test modules
 from __future__ import annotations
 
 import ast
-import re
 import builtins
 import json
 import os
@@ -133,10 +132,13 @@ def pytest_sessionfinish(session):
 
 
 # ---- repetitions: --seeds=K runs every selected test K times, the rng fixture's run seed being
-# LSA_TEST_SEED + step (conftest.SEED is read when the fixture is built) ----
+# LSA_TEST_SEED + step (conftest.SEED is read when the fixture is built). The repetition adds a
+# [sK] parameter to every node id, and the rng stream hashes the node id: a failure found this way
+# is NOT replayed by LSA_TEST_SEED=<seed + K> alone; rerun it with the same --seeds and node id. ----
 
 def pytest_addoption(parser):
-    parser.addoption("--seeds", type=int, default=0, help="repeat each test with this many seeds")
+    parser.addoption("--seeds", type=int, default=0, help="repeat each test with this many seeds (changes the node ids: "
+                     "not replayable with LSA_TEST_SEED alone)")
 
 
 @__import__("pytest").fixture
