@@ -450,19 +450,12 @@ class _Divergence:
 
     def __init__(self, plan: _Plan, state: _State, history: History):
         self.plan, self.state, self.history = plan, state, history
-        self._step_fn = plan.step_fn
         self._before = None  # θ_t during the update of step t
 
     def loss_and_grad(self, t: int, theta, data_step: int):
         """(loss, grad, ‖grad‖₂) at θ_t on the prompts of ``data_step`` (grad: a buffer the next
         call may overwrite)."""
-        try:  # :meth:`call` written out: this runs every step
-            loss, grad = self._step_fn(theta, data_step)
-        except (FloatingPointError, ValueError) as e:
-            err = self._diverged(t, theta, e)
-            if err is not None:
-                raise err from e
-            raise
+        loss, grad = self.call(t, theta, self.plan.step_fn, theta, data_step)
         if type(loss) is not float:
             loss = real_output(loss, f"objective: the loss of {type(self.plan.objective).__name__}")
         if not math.isfinite(loss):
