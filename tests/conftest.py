@@ -36,6 +36,13 @@ def unit_roundoff(dtype) -> float:
 CONDITION_FACTOR = 100.0
 
 
+def rounded(dtype, *arrays):
+    """The arrays rounded to dtype (the native inputs) and the same values in float64 (the
+    reference's inputs, so that input rounding is not counted as error)."""
+    low = [np.asarray(a).astype(dtype) for a in arrays]
+    return low, [a.astype(np.float64) for a in low]
+
+
 def conditioned_tolerance(base: float, kappa: float, dtype) -> float:
     """Relative tolerance max(base, c·κ·u) (c = CONDITION_FACTOR, u of `dtype`) of an output whose
     estimated relative condition number is κ: `base` covers the well-conditioned outputs, c·κ·u

@@ -277,8 +277,8 @@ def _host(a):
 
 def _check_predict(y, E64, P64, K64, dtype, d, N, what):
     assert_within_probable_rounding(_host(y), ref.predict_naive(E64, P64, K64),
-                           ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64)),
-                           n_ops(d, N), dtype, what)
+                                    ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64)),
+                                    n_ops(d, N), dtype, what)
 
 
 @needs_gpu
@@ -297,8 +297,8 @@ def test_cuda_predict_and_forward_match_reference(rng, B, d, N, dtype):
     lsa.forward(E_dev, W_pv, W_kq, out=F_dev)  # host parameters with device prompts
     F = F_dev.copy_to_host()
     assert_within_probable_rounding(F, ref.forward_naive(E64, P64, K64),
-                           ref.forward_gram(np.abs(E64), np.abs(P64), np.abs(K64)),
-                           n_ops(d, N) + 2 * d, dtype, "cuda forward")
+                                    ref.forward_gram(np.abs(E64), np.abs(P64), np.abs(K64)),
+                                    n_ops(d, N) + 2 * d, dtype, "cuda forward")
     # numpy in, numpy out through device="cuda"; equal to the device-array path bit for bit.
     y_np = lsa.predict(E, W_pv, W_kq, device="cuda")
     assert isinstance(y_np, np.ndarray) and y_np.dtype == dtype
@@ -465,8 +465,8 @@ def test_cuda_more_than_2_to_the_31_elements():
     for sl in (slice(0, 512), slice(B - 2048, B)):
         E64, P64, K64 = (a.astype(np.float64) for a in (E[sl].cpu().numpy(), P, K))
         assert_within_probable_rounding(y[sl].cpu().numpy(), ref.predict_naive(E64, P64, K64),
-                               ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64)),
-                               n_ops(d, N), np.float32, f"predict {sl}")
+                                        ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64)),
+                                        n_ops(d, N), np.float32, f"predict {sl}")
     assert bool(torch.isfinite(y).all())
     del E
     torch.cuda.empty_cache()

@@ -60,7 +60,7 @@ def test_predict_any_query_slot(rng, B, d, N, dtype):
     (E, W_pv, W_kq, _), (E64, P64, K64, _) = random_problem(rng, B, d, N, dtype, False)
     magnitude = ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64))
     assert_within_probable_rounding(lsa.predict(E, W_pv, W_kq), ref.predict_naive(E64, P64, K64),
-                           magnitude, n_ops(d, N), dtype, "predict")
+                                    magnitude, n_ops(d, N), dtype, "predict")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -77,8 +77,8 @@ def test_loss_and_grad_matches_reference(rng, B, d, N, dtype):
     assert_within_probable_rounding(g_pv, g_pv_ref, g_pv_abs, ops, dtype, "dW_pv")
     assert_within_probable_rounding(g_kq, g_kq_ref, g_kq_abs, ops, dtype, "dW_kq")
     assert_within_probable_rounding(y_hat, ref.predict_naive(E64, P64, K64),
-                           ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64)), ops, dtype,
-                           "y_hat")
+                                    ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64)), ops, dtype,
+                                    "y_hat")
     # Exact zeros where parameters do not affect ŷ (SPEC 3.2).
     assert np.all(g_pv[:d] == 0)
     assert np.all(g_kq[:, d] == 0)
@@ -92,7 +92,7 @@ def test_forward_matches_naive_reference(rng, B, d, N, dtype):
     assert F.dtype == dtype and F.shape == E.shape
     magnitude = ref.forward_gram(np.abs(E64), np.abs(P64), np.abs(K64))
     assert_within_probable_rounding(F, ref.forward_naive(E64, P64, K64), magnitude, n_ops(d, N) + 2 * d,
-                           dtype, "forward")
+                                    dtype, "forward")
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -159,7 +159,7 @@ def test_quadratic_form_identity(rng, B, d, N):
     y_hat = lsa.predict(batch.E, W_pv, W_kq)
     magnitude = ref.predict_tokens(np.abs(batch.E), np.abs(W_pv), np.abs(W_kq))
     assert_within_probable_rounding(ref.quadratic_form(batch.E, W_pv, W_kq), y_hat, magnitude,
-                           4 * (d + 1) ** 2 + N, np.float64, "u^T H u")
+                                    4 * (d + 1) ** 2 + N, np.float64, "u^T H u")
 
 
 def test_layouts_and_dtypes_are_converted(rng):

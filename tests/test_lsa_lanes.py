@@ -39,7 +39,7 @@ def test_lane_kernels_match_reference(rng, B, d, N, dtype):
     ops = n_ops(d, N)
     y_abs = ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64))
     assert_within_probable_rounding(lsa.predict(E, W_pv, W_kq), ref.predict_naive(E64, P64, K64), y_abs,
-                           ops, dtype, "predict")
+                                    ops, dtype, "predict")
     loss, g_pv, g_kq, y_hat = lsa.loss_and_grad(E, y_q, W_pv, W_kq, return_predictions=True)
     want = ref.loss_and_grad_tokens(E64, y64, P64, K64)
     for name, got, w, m in zip(("loss", "dW_pv", "dW_kq"), (loss, g_pv, g_kq), want,

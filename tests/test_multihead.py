@@ -12,7 +12,7 @@ from lsa_native import lsa
 from lsa_native import multihead as mh
 from lsa_native.reference import multihead as ref
 
-from conftest import ROUNDING_FACTOR, assert_within_probable_rounding, unit_roundoff
+from conftest import ROUNDING_FACTOR, assert_within_probable_rounding, rounded, unit_roundoff
 
 SIZES = [(1, 1, 1, 2), (5, 1, 9, 3), (4, 6, 13, 2), (7, 5, 20, 5), (3, 20, 40, 4), (2, 3, 2, 7)]
 
@@ -41,13 +41,6 @@ def loss_magnitude(r, r_abs, n_ops, dtype):
     return float(np.mean(np.abs(r) * r_abs + gamma * r_abs**2 / 2))
 
 
-def _rounded(dtype, *arrays):
-    """The arrays rounded to dtype (the native inputs) and the same values in float64 (the
-    reference's inputs, so that input rounding is not counted as error)."""
-    low = [np.asarray(a).astype(dtype) for a in arrays]
-    return low, [a.astype(np.float64) for a in low]
-
-
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
 @pytest.mark.parametrize("B,d,N,H", SIZES)
 def test_matches_reference(rng, B, d, N, H, dtype):
@@ -61,7 +54,7 @@ def test_matches_reference(rng, B, d, N, H, dtype):
     y_q = rng.standard_normal(B)
     d_F = rng.standard_normal(E.shape)
     d_y = rng.standard_normal(B)
-    c, (E, W_pv, W_kq, y_q, d_F, d_y) = _rounded(dtype, E, W_pv, W_kq, y_q, d_F, d_y)
+    c, (E, W_pv, W_kq, y_q, d_F, d_y) = rounded(dtype, E, W_pv, W_kq, y_q, d_F, d_y)
     aE, aP, aK, ay, aF, ady = (np.abs(a) for a in (E, W_pv, W_kq, y_q, d_F, d_y))
     ops = _n_ops(B, d, N, H)
 
@@ -100,14 +93,14 @@ def test_separate_matches_reference(rng, r, dtype):
     W_pv = rng.standard_normal((H, d + 1, d + 1))
     W_k, W_q = rng.standard_normal((2, H, r, d + 1))
     y_q = rng.standard_normal(B)
-    c, (E, W_pv, W_k, W_q, y_q) = _rounded(dtype, E, W_pv, W_k, W_q, y_q)
+    c, (E, W_pv, W_k, W_q, y_q) = rounded(dtype, E, W_pv, W_k, W_q, y_q)
     W_kq = ref.merge_kq(W_k, W_q)
     assert np.linalg.matrix_rank(W_kq[0]) == r
     aE, aP, aK, aQ, ay = (np.abs(a) for a in (E, W_pv, W_k, W_q, y_q))
     aKQ = ref.merge_kq(aK, aQ)
     ops = _n_ops(B, d, N, H) + 2 * r
     assert_within_probable_rounding(mh.predict(c[0], c[1], W_k=c[2], W_q=c[3]), ref.predict(E, W_pv, W_kq),
-                           ref.predict(aE, aP, aKQ), ops, dtype, "predict")
+                                    ref.predict(aE, aP, aKQ), ops, dtype, "predict")
     L, d_pv, d_k, d_q = mh.loss_and_grad(c[0], c[4], c[1], W_k=c[2], W_q=c[3])
     L_ref, d_pv_ref, d_kq_ref = ref.loss_and_grad(E, y_q, W_pv, W_kq)
     d_k_ref, d_q_ref = ref.chain_kq(W_k, W_q, d_kq_ref)
