@@ -120,8 +120,11 @@ def test_external_cluster_survives_a_killed_worker(tmp_path):
     port = _free_port()
     address = f"tcp://127.0.0.1:{port}"
     log, cache, gate = tmp_path / "log.txt", tmp_path / "cache", tmp_path / "gate"
+    # They run in tmp_path, so a relative PYTHONPATH (e.g. `PYTHONPATH=python pytest`) is made
+    # absolute: the workers and the driver must import the same lsa_native as this process.
+    pythonpath = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     quiet = dict(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                 cwd=tmp_path)
+                 cwd=tmp_path, env={**os.environ, "PYTHONPATH": os.pathsep.join(pythonpath)})
     procs = [subprocess.Popen([dask, "scheduler", "--host", "127.0.0.1", "--port", str(port),
                                "--dashboard-address", ":0", "--no-show"], **quiet)]
     try:
