@@ -8,7 +8,8 @@ exp head, against float32's overflow threshold log(FLT_MAX) ≈ 88.7.
 e.g. composite exp 6 30000 0.005 0.05 (the cached cell: diverged at step 88); DTYPE float64 trains
 in float64 (the cells train in float32), STEPS (default 200) the steps replayed; TARGET fig2-exp (or
 fig2-relu, fig2-linear) trains on ccs-fig2's K-GP labels instead, at context N (argument 9, default 14).
-HOLD_A_ZERO=1 in the environment holds A_ℓ = 0 (a diagnostic: CCS trains Fig. 4 with A free)."""
+HOLD_A_ZERO=1 in the environment holds A_ℓ = 0 (a diagnostic: CCS trains Fig. 4 with A free); A_SCALE=s
+multiplies the initial A_ℓ by s (A_SCALE=0: A starts at 0 and is trained)."""
 import os
 import sys
 
@@ -37,7 +38,9 @@ if t.startswith("fig2-"):  # ccs-fig2's cell: K-GP labels, no composite kernel
 Sigma = ccs_sigma(0, 5)
 spec = spec_of(cfg, Sigma, 0)
 probe = spec.sample(batch=300, step=0, dtype=np.float64)
-objective = train.KernelAttentionObjective(ct._initial_params(dict(cfg, hold_A_zero=hold), scale, Sigma), hold_A_zero=hold, dtype=dtype)
+p0 = ct._initial_params(dict(cfg, hold_A_zero=hold), scale, Sigma)
+p0.A[...] *= float(os.environ.get("A_SCALE", "1"))
+objective = train.KernelAttentionObjective(p0, hold_A_zero=hold, dtype=dtype)
 lr_final = 0.001 * lr / 0.02
 opt = train.Adam(lr=lr, clip_norm=1.0, schedule=ct.schedule(lr, lr_final, 3000))
 exp_heads = [h for h, a in enumerate(acts) if a == "exp"]
