@@ -558,7 +558,11 @@ def test_bound_float32_step_takes_large_finite_parameters_without_a_warning(rng,
         try:
             loss, grad = step_fn(theta, int(rng.integers(3)))
         except FloatingPointError as error:  # the native kernel's, naming the overflowed output
+            # Usually the loss; when ŷ cancels below √FLT_MAX (d = 1, one prompt: ~0.4% of draws
+            # at 1e20) the loss stays finite and a gradient overflows first. numpy's range-check
+            # overflow would read "overflow encountered in …" instead.
             assert kind.startswith("H-head")
-            assert re.match(r"loss: overflowed to non-finite values from finite inputs", str(error))
+            assert re.match(r"(loss|dW_pv|dW_kq): overflowed to non-finite values from finite inputs",
+                            str(error)), str(error)
             return
     assert isinstance(loss, float) and grad.shape == theta.shape
