@@ -77,8 +77,8 @@ def test_loss_and_grad_matches_reference(rng, B, d, N, dtype):
     assert_within_probable_rounding(g_pv, g_pv_ref, g_pv_abs, ops, dtype, "dW_pv")
     assert_within_probable_rounding(g_kq, g_kq_ref, g_kq_abs, ops, dtype, "dW_kq")
     assert_within_probable_rounding(y_hat, ref.predict_naive(E64, P64, K64),
-                                    ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64)), ops, dtype,
-                                    "y_hat")
+                                    ref.predict_tokens(np.abs(E64), np.abs(P64), np.abs(K64)),
+                                    ops, dtype, "y_hat")
     # Exact zeros where parameters do not affect ŷ (SPEC 3.2).
     assert np.all(g_pv[:d] == 0)
     assert np.all(g_kq[:, d] == 0)
