@@ -88,9 +88,15 @@ def _assert_same_run(a, b, norms_exact=True, eval_exact=True):
                                                             err_msg=column)
 
 
+# SGD's rate: at 0.05 with momentum 0.9 the 11 steps diverged for 3 of 2000 one-head draws (a CI
+# failure, LSA_TEST_SEED=833789227) and 32 of 2000 three-head ones; at 0.01, 0 of 35000 draws
+# (one head, three heads), θ still moving by 33% (median) of its norm.
+SGD_RATE = 0.01
+
+
 @pytest.mark.parametrize("optimizer", [train.AdamW(lr=0.02, weight_decay=0.1),
                                        train.Adam(lr=0.02, clip_norm=0.05),
-                                       train.SGD(lr=0.05, momentum=0.9)])
+                                       train.SGD(lr=SGD_RATE, momentum=0.9)])
 def test_device_loop_equals_the_host_theta_loop_bitwise(rng, emulated, monkeypatch, optimizer):
     """float64, same seed: the device loop (model calls on device θ, loss= and out= outputs)
     gives the bits of the loop that keeps θ on the host for the model (the same native optimizer
@@ -509,7 +515,7 @@ def emulated_prompts(emulated, monkeypatch):
 
 @pytest.mark.parametrize("heads", [1, 3])
 @pytest.mark.parametrize("optimizer", [train.Adam(lr=0.02), train.Adam(lr=0.02, clip_norm=0.05),
-                                       train.SGD(lr=0.05, momentum=0.9)])
+                                       train.SGD(lr=SGD_RATE, momentum=0.9)])
 def test_multihead_device_loop_equals_the_host_theta_loop_bitwise(rng, emulated_prompts,
                                                                  monkeypatch, optimizer, heads):
     """float64: the H-head model on device θ (W_pv, W_kq pieces of the θ buffer, out= and loss=)
@@ -686,7 +692,7 @@ def test_multihead_loss_and_gradient_outputs_on_the_device_side(rng, emulated, d
 
 @pytest.mark.cuda
 @gpu
-@pytest.mark.parametrize("optimizer", [train.Adam(lr=0.02), train.SGD(lr=0.05, momentum=0.9)])
+@pytest.mark.parametrize("optimizer", [train.Adam(lr=0.02), train.SGD(lr=SGD_RATE, momentum=0.9)])
 def test_gpu_multihead_device_loop_equals_the_host_theta_loop_bitwise(rng, monkeypatch, optimizer):
     """float64 on a GPU: the H-head device loop (prompts drawn on the GPU, θ there too) gives the
     bits of the host-θ loop (the same kernels and fixed-order reductions; the held-out loss: the

@@ -212,8 +212,10 @@ def _fit(seed, optimizer, **kw):
     return train.fit(objective, optimizer, data=source, progress=False, **kw)
 
 
+# SGD at 0.05 with momentum 0.9 diverged within the 13 steps for 9 of 4000 draws of this problem;
+# at 0.01 for 0 of 10000.
 @pytest.mark.parametrize("optimizer, exact", [
-    (train.SGD(lr=0.05, momentum=0.9), True),
+    (train.SGD(lr=0.01, momentum=0.9), True),
     (train.AdamW(lr=0.01, weight_decay=0.1), True),
     (train.Adam(lr=0.01, clip_norm=0.05), False),  # the native norm: another summation order
 ])
