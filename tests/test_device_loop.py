@@ -167,13 +167,14 @@ def _ka_problem(seed, dtype=np.float64):
 
 
 def _ka_device_run(rng, monkeypatch, emulated_reads, params, hold_A_zero=False, optimizer=None,
-                   **kw):
+                   A_rate=1.0, **kw):
     """fit of kernel attention on the emulated device (prompts of the CPU sampler presented as
     device arrays), and the same fit with host θ for the model calls."""
     seed = int(rng.integers(2**31))
     spec = sampling.KernelGPPrompts(3, 6, kernel="exp", seed=seed)
     monkeypatch.setattr(cuda, "available", lambda: True)
-    objective = train.KernelAttentionObjective(params, device="cuda", hold_A_zero=hold_A_zero)
+    objective = train.KernelAttentionObjective(params, device="cuda", hold_A_zero=hold_A_zero,
+                                               A_rate=A_rate)
 
     def batch_on_device(step, data):
         b = data.at(step)
@@ -203,20 +204,22 @@ def test_kernel_attention_device_step_equals_the_host_step(rng, emulated, monkey
     _assert_same_run(device, host_theta, eval_exact=False)
 
 
-@pytest.mark.parametrize("hold_A_zero", [False, True])
-def test_sparse_kernel_attention_trains_through_the_mask(rng, emulated, monkeypatch, hold_A_zero):
-    """Sparse V = [[A, 0], [0, r]] (A free or held at 0): the device buffer is [V | B | C] with θ's
-    entries at their positions; the optimizer's mask keeps the other entries at 0. Without
-    clipping the update is per element, so θ and the losses are the host-θ loop's bits (the norm,
-    over the full buffer, is summed in another order: equal to rounding), and so are checkpoints."""
+@pytest.mark.parametrize("hold_A_zero, A_rate", [(False, 1.0), (True, 1.0), (False, 0.1)])
+def test_sparse_kernel_attention_trains_through_the_rate_factors(rng, emulated, monkeypatch,
+                                                                 hold_A_zero, A_rate):
+    """Sparse V = [[A, 0], [0, r]] (A free or held at 0; A free at a tenth of the rate): the
+    device buffer is [V | B | C] with θ's entries at their positions; the optimizer's rate factors
+    keep the other entries at 0 (factor 0) and step A at A_rate. Without clipping the update is
+    per element, so θ and the losses are the host-θ loop's bits (the norm, over the full buffer,
+    is summed in another order: equal to rounding), and so are checkpoints."""
     params, _ = _ka_problem(int(rng.integers(2**31)))
     sparse = ka.KernelAttentionParams(B=params.B, C=params.C, activations=["softmax"],
                                       A=0.1 * rng.standard_normal((2, 1, 3, 3)),
                                       r=rng.uniform(0.5, 1.0, (2, 1)))
     device, host_theta, _ = _ka_device_run(rng, monkeypatch, lambda: emulated.reads, sparse,
-                                           hold_A_zero=hold_A_zero,
-                                        optimizer=train.AdamW(lr=0.01, weight_decay=0.1),
-                                        steps=6, record_every=3)
+                                           hold_A_zero=hold_A_zero, A_rate=A_rate,
+                                           optimizer=train.AdamW(lr=0.01, weight_decay=0.1),
+                                           steps=6, record_every=3)
     _assert_same_run(device, host_theta, norms_exact=False, eval_exact=False)
     assert device.theta.size == (2 + 18 + 18 if hold_A_zero else 18 + 2 + 18 + 18)
     assert train.LSAObjective(np.eye(4), np.eye(4), device="cpu").bind_device(None, emulated) is None

@@ -33,6 +33,11 @@ def _optimizer(name, kwargs, clip, schedule=None):
     return train.make_optimizer(name, lr=0.05, clip_norm=clip, schedule=schedule, **kwargs)
 
 
+def _rates(rng, P, rated):
+    """Per-entry rate factors (parameter groups at 1, a tenth and 2.5 times the rate) or None."""
+    return rng.choice([1.0, 0.1, 2.5], size=P) if rated else None
+
+
 def _gradients(rng, P, steps, theta_dtype=np.float64):
     scales = rng.uniform(0.1, 3.0, size=steps)
     return [(s * rng.standard_normal(P)).astype(theta_dtype) for s in scales]
@@ -40,17 +45,18 @@ def _gradients(rng, P, steps, theta_dtype=np.float64):
 
 @pytest.mark.parametrize("name, kwargs", CONFIGS)
 @pytest.mark.parametrize("clip", CLIPS)
-def test_native_step_equals_the_python_optimizer(rng, name, kwargs, clip):
+@pytest.mark.parametrize("rated", [False, True])
+def test_native_step_equals_the_python_optimizer(rng, name, kwargs, clip, rated):
     """Same gradients, same norm: θ and the state bitwise equal after every step; with the native
-    norm (another summation order), equal to a few ulps."""
+    norm (another summation order), equal to a few ulps. ``rated``: per-entry rate factors."""
     P, steps = int(rng.integers(1, 600)), 7
     opt = _optimizer(name, kwargs, clip, schedule="cosine" if clip else None)
-    theta0 = rng.standard_normal(P)
+    theta0, rates = rng.standard_normal(P), _rates(rng, P, rated)
     ref_theta, ref_state = theta0.copy(), opt.init(theta0)
-    given = NativeOptimizer(opt, theta0)
-    own = NativeOptimizer(opt, theta0)
+    given = NativeOptimizer(opt, theta0, rates=rates)
+    own = NativeOptimizer(opt, theta0, rates=rates)
     for k, g in enumerate(_gradients(rng, P, steps)):
-        info = opt.step(ref_theta, g, ref_state)
+        info = opt.step(ref_theta, g, ref_state, rates=rates)
         for native, norm in ((given, grad_norm(g)), (own, None)):
             native.grad[...] = g
             lr = native.step(k, norm=norm)
@@ -67,23 +73,31 @@ def test_native_step_equals_the_python_optimizer(rng, name, kwargs, clip):
 
 @pytest.mark.parametrize("name, kwargs", CONFIGS)
 @pytest.mark.parametrize("clip", CLIPS)
-def test_native_step_equals_torch_optim(rng, name, kwargs, clip):
+@pytest.mark.parametrize("groups", [1, 2])
+def test_native_step_equals_torch_optim(rng, name, kwargs, clip, groups):
+    """groups = 2: the first ``cut`` entries a torch parameter group at a tenth of the rate, the
+    native step's rate factors 0.1 there (one clipping norm over both, as clip_grad_norm_)."""
     torch = pytest.importorskip("torch")
-    P, steps = int(rng.integers(1, 300)), 6
+    P, steps = int(rng.integers(2, 300)), 6
+    cut = int(rng.integers(1, P)) if groups == 2 else 0
     opt = _optimizer(name, kwargs, clip)
     theta0 = rng.standard_normal(P)
-    native = NativeOptimizer(opt, theta0)
-    p = torch.nn.Parameter(torch.tensor(theta0, dtype=torch.float64))
+    native = NativeOptimizer(opt, theta0, rates=np.r_[np.full(cut, 0.1), np.ones(P - cut)])
+    parts = [torch.nn.Parameter(torch.tensor(x, dtype=torch.float64))
+             for x in np.split(theta0, [cut]) if x.size]
+    rates = [0.1, 1.0][2 - len(parts):]
     cls = {"sgd": torch.optim.SGD, "adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[name]
-    torch_opt = cls([p], lr=0.05, **kwargs)
+    torch_opt = cls([{"params": [p], "lr": 0.05 * r} for p, r in zip(parts, rates)], lr=0.05, **kwargs)
     for k, g in enumerate(_gradients(rng, P, steps)):
-        p.grad = torch.tensor(g)
+        for p, piece in zip(parts, np.split(g, [cut]) if cut else [g]):
+            p.grad = torch.tensor(piece)
         if clip is not None:
-            torch.nn.utils.clip_grad_norm_([p], clip)
+            torch.nn.utils.clip_grad_norm_(parts, clip)
         torch_opt.step()
         native.grad[...] = g
         native.step(k)
-        np.testing.assert_allclose(native.current, p.detach().numpy(), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(native.current, np.concatenate([p.detach().numpy() for p in parts]),
+                                   rtol=1e-12, atol=1e-14)
 
 
 def test_float32_gradient_and_model_copy(rng):
@@ -162,6 +176,12 @@ def test_bad_arguments():
         NativeOptimizer(train.Adam(), np.zeros(3), opt_state={"t": 0})
     with pytest.raises(TypeError, match="grad_dtype"):
         NativeOptimizer(train.SGD(), np.zeros(3), grad_dtype=np.int32)
+    with pytest.raises(ValueError, match=r"rates: expected shape \(3,\)"):
+        NativeOptimizer(train.SGD(), np.zeros(3), rates=np.ones(4))
+    with pytest.raises(ValueError, match="rates: expected finite factors >= 0"):
+        NativeOptimizer(train.SGD(), np.zeros(3), rates=[1.0, -0.1, 1.0])
+    with pytest.raises(ValueError, match="rates: expected finite factors > 0"):  # θ's own order
+        train.SGD().step(np.zeros(3), np.ones(3), train.SGD().init(np.zeros(3)), rates=[1.0, 0.0, 1.0])
     if not cuda.available():
         with pytest.raises(ValueError, match="cuda"):
             native_optim.backend("cuda")
@@ -173,8 +193,10 @@ def test_bad_arguments():
 def test_gpu_step_equals_the_cpu_step_bitwise(rng, name, kwargs):
     """No FMA contraction in the kernel and the CPU's summation order: the same bits."""
     opt = _optimizer(name, kwargs, 0.5)
-    theta0 = rng.standard_normal(700)
-    host, gpu = NativeOptimizer(opt, theta0), NativeOptimizer(opt, theta0, native_optim.CUDA)
+    theta0, rates = rng.standard_normal(700), _rates(rng, 700, True)
+    rates[::7] = 0  # entries that are not parameters
+    host = NativeOptimizer(opt, theta0, rates=rates)
+    gpu = NativeOptimizer(opt, theta0, native_optim.CUDA, rates=rates)
     for k, g in enumerate(_gradients(rng, 700, 5)):
         host.grad[...] = g
         host.step(k)

@@ -191,6 +191,34 @@ def test_kernel_attention_adam_lowers_heldout_loss(rng, sparse, hold_A_zero):
         np.testing.assert_array_equal(res.params.A, 0)
 
 
+def test_A_rate_is_adams_reparameterization_of_A(rng):
+    """A_rate = s moves A_ℓ at s × the others' rate: with ε → 0 Adam's step is invariant to a
+    gradient's scale, so it equals Adam (one rate) on Ã = A/s with A = s·Ã (the gradient in Ã is
+    s·dA) — to rounding, float64, a 2-layer sparse exp model with A trained (ε = 1e-30, not 0:
+    the last layer's A has a zero gradient, CCS's prediction reads the label row only); and it is
+    a different run from A_rate = 1. fit's history and the objective's identity name the rate."""
+    d, n, s = 3, 7, 0.1
+    from lsa_native import sampling
+
+    spec = sampling.KernelGPPrompts(d, n, "exp", seed=int(rng.integers(2**31)))
+    p0 = ka.KernelAttentionParams.gaussian(rng, d, 2, activations="exp", sparse=True, scale=0.3)
+    data_ = train.Prompts(spec, batch=50, resample_every=5, dtype=np.float64)
+    adam = train.Adam(lr=0.02, eps=1e-30)
+    slow = train.KernelAttentionObjective(p0, A_rate=s)
+    res = train.fit(slow, adam, steps=25, data=data_, progress=False)
+    plain = train.KernelAttentionObjective(p0)
+    D = np.ones(plain.theta0.size)
+    D[:p0.A.size] = s  # θ = (A, r, B, C)
+    step = plain.bind(data_)
+    tilde = train.fit(train.CallableObjective(lambda th, k: (lambda l, g: (l, D * g))(*step(D * th, k)),
+                                              plain.theta0 / D), adam, steps=25, progress=False)
+    np.testing.assert_allclose(res.theta, D * tilde.theta, rtol=1e-9, atol=1e-12)
+    one = train.fit(plain, adam, steps=25, data=data_, progress=False)
+    moved = lambda r: np.abs(r.theta - plain.theta0)  # noqa: E731
+    assert moved(res)[:p0.A.size].max() < 0.2 * moved(one)[:p0.A.size].max()
+    assert slow.config()["A_rate"] == s and "A_rate" not in plain.config()
+
+
 # ---- other objectives ---------------------------------------------------------------------------
 
 def test_population_objectives_decrease_the_loss(rng):
@@ -457,6 +485,10 @@ def test_resume_of_a_finished_run_and_longer_runs(tmp_path):
         (lambda q: train.LSAObjective(np.eye(3), np.eye(3), method="gram"), "method"),
         (lambda q: train.KernelAttentionObjective(ka.KernelAttentionParams.gaussian(
             np.random.default_rng(0), 2, 1, sparse=False), hold_A_zero=True), "hold_A_zero"),
+        (lambda q: train.KernelAttentionObjective(ka.KernelAttentionParams.gaussian(
+            np.random.default_rng(0), 2, 1, sparse=True), hold_A_zero=True, A_rate=0.1), "A_rate: needs"),
+        (lambda q: train.KernelAttentionObjective(ka.KernelAttentionParams.gaussian(
+            np.random.default_rng(0), 2, 1, sparse=True), A_rate=0.0), "A_rate"),
         (lambda q: train.PopulationObjective(np.eye(3), np.eye(3), 4), "exactly one"),
         (lambda q: train.dist_to_identity(np.ones((2, 3))), "M: expected square"),
         (lambda q: train.relative_distance(np.ones(3), np.ones(2)), "target"),

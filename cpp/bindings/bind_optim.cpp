@@ -74,7 +74,7 @@ void bind_optim(py::module_& m) {
          std::uintptr_t grad, std::uintptr_t exp_avg, std::uintptr_t exp_avg_sq,
          std::uintptr_t max_exp_avg_sq, std::uintptr_t momentum_buffer, double norm,
          std::uintptr_t status, std::uintptr_t model_copy, const std::string& grad_dtype,
-         const std::string& device, std::uintptr_t loss, std::uintptr_t mask) {
+         const std::string& device, std::uintptr_t loss, std::uintptr_t rates) {
         detail::require(scalars != 0, "scalars: null pointer");
         detail::require(device == "cpu" || device == "cuda", "device: expected 'cpu' or 'cuda'");
         const Device dev = device == "cuda" ? Device::cuda : Device::cpu;
@@ -84,7 +84,7 @@ void bind_optim(py::module_& m) {
         st.max_exp_avg_sq = at<double>(max_exp_avg_sq);
         st.momentum_buffer = at<double>(momentum_buffer);
         st.loss = at<const double>(loss);
-        st.mask = at<const double>(mask);
+        st.rates = at<const double>(rates);
         py::gil_scoped_release release;
         if (grad_dtype == "float32")
           step<float>(scalars, n, theta_in, theta_out, grad, st, norm, status, model_copy, dev);
@@ -96,12 +96,13 @@ void bind_optim(py::module_& m) {
       py::arg("scalars"), py::arg("n"), py::arg("theta_in"), py::arg("theta_out"), py::arg("grad"),
       py::arg("exp_avg"), py::arg("exp_avg_sq"), py::arg("max_exp_avg_sq"),
       py::arg("momentum_buffer"), py::arg("norm"), py::arg("status"), py::arg("model_copy"),
-      py::arg("grad_dtype"), py::arg("device"), py::arg("loss") = 0, py::arg("mask") = 0,
+      py::arg("grad_dtype"), py::arg("device"), py::arg("loss") = 0, py::arg("rates") = 0,
       "One optimizer step on buffers given by address (private: lsa_native.train.native_optim "
       "owns and checks them). scalars: host float64 [len(optimizer_step_fields)]; status: 3 "
       "doubles (norm, code, step of the first failure) in the memory of `device`; loss: the step's "
-      "loss (one double there; a non-finite one records code 3 and leaves θ alone); mask: n doubles "
-      "there, 0 where an entry is not a parameter (its gradient read as 0); 0 = null.");
+      "loss (one double there; a non-finite one records code 3 and leaves θ alone); rates: n doubles "
+      "there, each entry's rate factor (η·rates[i]; 0 where an entry is not a parameter, its "
+      "gradient read as 0); 0 = null.");
 }
 
 }  // namespace lsa_native::bindings

@@ -22,7 +22,7 @@ using lsa_native::OptimizerStep;
 namespace optim = lsa_native::optim;
 
 struct Buffers {
-  std::vector<double> theta, out, m, v, vmax, buf, status, mask;
+  std::vector<double> theta, out, m, v, vmax, buf, status, rates;
   double loss = 0.5;
   bool with_loss = false;
   explicit Buffers(const std::vector<double>& theta0)
@@ -34,16 +34,17 @@ struct Buffers {
     s.exp_avg_sq = v.data();
     s.max_exp_avg_sq = vmax.data();
     s.momentum_buffer = buf.data();
-    s.mask = mask.empty() ? nullptr : mask.data();
+    s.rates = rates.empty() ? nullptr : rates.data();
     s.loss = with_loss ? &loss : nullptr;
     return s;
   }
 };
 
-// What a case adds: a mask (every third entry not a parameter, held at 0) and/or the step's loss
-// (non-finite at step 3).
+// What a case adds: rate factors (every third entry not a parameter, held at 0; the others at
+// factors 1 and 0.1, a parameter group at a tenth of the rate) and/or the step's loss (non-finite
+// at step 3).
 struct Extras {
-  bool masked = false, bad_loss = false;
+  bool rated = false, bad_loss = false;
 };
 
 OptimizerStep make_step(int rule, double clip, int t) {
@@ -74,13 +75,16 @@ void expect_kernel_matches_cpu(int rule, double clip, index_t n, double scale, b
                                Extras extras = {}) {
   std::mt19937_64 gen(1234 + n);
   std::normal_distribution<double> normal;
-  std::vector<double> theta0(n), mask(n, 1.0);
+  std::vector<double> theta0(n), rates(n, 1.0);
   for (auto& x : theta0) x = normal(gen);
-  if (extras.masked)
-    for (index_t i = 0; i < n; i += 3) mask[i] = theta0[i] = 0.0;
+  if (extras.rated)
+    for (index_t i = 0; i < n; ++i) {
+      if (i % 3 == 0) rates[i] = theta0[i] = 0.0;
+      if (i % 3 == 2) rates[i] = 0.1;
+    }
   Buffers cpu(theta0), emu(theta0);
   for (Buffers* b : {&cpu, &emu}) {
-    if (extras.masked) b->mask = mask;
+    if (extras.rated) b->rates = rates;
     b->with_loss = extras.bad_loss;
   }
   std::vector<T> model_cpu(n), model_emu(n);
@@ -107,8 +111,8 @@ void expect_kernel_matches_cpu(int rule, double clip, index_t n, double scale, b
     for (int i = 0; i < 3; ++i)  // NaN norms compare equal here
       EXPECT_TRUE(emu.status[i] == cpu.status[i] ||
                   (std::isnan(emu.status[i]) && std::isnan(cpu.status[i])));
-    if (extras.masked) {
-      for (index_t i = 0; i < n; i += 3) EXPECT_EQ(cpu.out[i], 0.0) << "masked entry " << i;
+    if (extras.rated) {
+      for (index_t i = 0; i < n; i += 3) EXPECT_EQ(cpu.out[i], 0.0) << "fixed entry " << i;
     }
     cpu.theta.swap(cpu.out);
     emu.theta.swap(emu.out);
@@ -144,7 +148,7 @@ TEST(OptimEmulated, HugeFiniteGradientGetsTheRescaledNorm) {
 
 }  // namespace
 
-TEST(OptimEmulated, MaskedEntriesStayAndTheRestMatchesCpu) {
+TEST(OptimEmulated, RatedEntriesMatchCpuAndZeroRatesStay) {
   for (int rule : {optim::kSgd, optim::kAdam, optim::kAdamW})
     for (double clip : {0.0, 0.7}) {
       expect_kernel_matches_cpu<double>(rule, clip, 300, 1.0, false, {true, false});

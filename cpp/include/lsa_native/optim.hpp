@@ -46,10 +46,12 @@ struct OptimizerState {
   // The loss of the step (one double where the step runs; may be null): when it is not finite the
   // step leaves θ alone and records kBadLoss (a training loop whose losses stay on the device).
   const double* loss = nullptr;
-  // Which entries are parameters (n doubles, 0 or 1; null: all): a 0 entry's gradient is read as
-  // 0 (left out of the norm and the update), so a flat buffer may hold fixed entries among the
-  // parameters (a sparse V's zeros in the [V | B | C] buffer the model reads).
-  const double* mask = nullptr;
+  // Each entry's rate factor (n doubles >= 0; null: all 1): entry i steps at η·rates[i] (a
+  // parameter group's rate, as torch.optim's per-group lr: AdamW's decay 1 − η·rates[i]·λ too).
+  // A 0 entry is not a parameter: its gradient is read as 0 (left out of the norm and the
+  // update), so a flat buffer may hold fixed entries among the parameters (a sparse V's zeros in
+  // the [V | B | C] buffer the model reads).
+  const double* rates = nullptr;
 };
 
 // θ_out = step(θ_in, grad) for n parameters, the state advanced in place. `norm` >= 0: the

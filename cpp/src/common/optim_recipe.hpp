@@ -12,6 +12,8 @@
 //   Adam: g ← g + λθ; m ← β₁m + (1 − β₁)g; v ← β₂v + (1 − β₂)g·g; (AMSGrad: v̂max ← max(v̂max, v),
 //        v ← v̂max); θ ← θ − η (m/(1 − β₁ᵗ)) / (√(v/(1 − β₂ᵗ)) + ε);
 //   AdamW: θ ← θ(1 − ηλ), then Adam without λθ.
+// With per-entry rate factors (OptimizerState::rates) η is η·rates[i] for entry i, formed first
+// (as the Python step's η vector): a factor of 1 gives the plain step bit for bit.
 // ‖g‖₂ is summed in a fixed order both backends share: kNormLanes strided partial sums of g_i²
 // (lane j adds i = j, j + kNormLanes, … in order), then halving pairwise (p_j += p_{j+s}).
 //
@@ -37,12 +39,12 @@ constexpr double kClipEps = 1e-6;  // torch.nn.utils.clip_grad_norm_ adds it to 
 using Step = OptimizerStep;
 using State = OptimizerState;
 
-// g[i] as the norm reads it: 0 where the mask (OptimizerState::mask) holds 0 — entries of the
-// device buffer that are not parameters (a sparse V's fixed zeros) take no part in the norm, and
-// step_element leaves them as they are.
+// g[i] as the norm reads it: 0 where the rate factor (OptimizerState::rates) is 0 — entries of
+// the device buffer that are not parameters (a sparse V's fixed zeros) take no part in the norm,
+// and step_element leaves them as they are.
 template <class T>
 LSA_HD_LOCAL T grad_at(const State& st, const T* grad, index_t i) {
-  return st.mask == nullptr || st.mask[i] != 0 ? grad[i] : T(0);
+  return st.rates == nullptr || st.rates[i] != 0 ? grad[i] : T(0);
 }
 
 template <class T>
@@ -72,10 +74,11 @@ LSA_HD_LOCAL double clip_coefficient(const Step& s, double norm) {
   return c < 1.0 ? c : 1.0;
 }
 
-// θ_{t+1}[i] from θ_t[i] and g[i]; advances the state at i.
+// θ_{t+1}[i] from θ_t[i] and g[i] at the rate η = s.lr·rate; advances the state at i.
 template <class T>
 LSA_HD_LOCAL double update_element(const Step& s, const State& st, index_t i, double theta, T grad,
-                             double coef) {
+                             double coef, double rate) {
+  const double lr = rate == 1.0 ? s.lr : s.lr * rate;
   double g = static_cast<double>(grad);
   if (coef < 1.0) g = g * coef;
   if (s.rule == kSgd) {
@@ -85,10 +88,11 @@ LSA_HD_LOCAL double update_element(const Step& s, const State& st, index_t i, do
       st.momentum_buffer[i] = b;
       g = s.nesterov ? g + s.momentum * b : b;
     }
-    return theta - s.lr * g;
+    return theta - lr * g;
   }
   if (s.rule == kAdamW) {
-    if (s.weight_decay != 0) theta = theta * s.decoupled_decay;
+    if (s.weight_decay != 0)
+      theta = theta * (rate == 1.0 ? s.decoupled_decay : 1 - lr * s.weight_decay);
   } else if (s.weight_decay != 0) {
     g = g + s.weight_decay * theta;
   }
@@ -101,16 +105,17 @@ LSA_HD_LOCAL double update_element(const Step& s, const State& st, index_t i, do
     st.max_exp_avg_sq[i] = v;
   }
   const double m_hat = m / s.bias1, v_hat = v / s.bias2;
-  return theta - s.lr * m_hat / (std::sqrt(v_hat) + s.eps);
+  return theta - lr * m_hat / (std::sqrt(v_hat) + s.eps);
 }
 
-// θ_{t+1}[i]: update_element for a parameter; an entry the mask leaves out keeps its value (and
-// its state).
+// θ_{t+1}[i]: update_element at the entry's rate factor; an entry of factor 0 (not a parameter)
+// keeps its value (and its state).
 template <class T>
 LSA_HD_LOCAL double step_element(const Step& s, const State& st, index_t i, double theta, const T* grad,
                            double coef) {
-  if (st.mask != nullptr && st.mask[i] == 0) return theta;
-  return update_element(s, st, i, theta, grad[i], coef);
+  const double rate = st.rates == nullptr ? 1.0 : st.rates[i];
+  if (rate == 0) return theta;
+  return update_element(s, st, i, theta, grad[i], coef, rate);
 }
 
 LSA_HD_LOCAL bool finite(double x) { return x - x == 0; }  // false for NaN and ±inf

@@ -30,7 +30,7 @@ from .data import FixedPrompts, Prompts, as_data
 from .metrics import relative_distance
 from .objectives import CallableObjective, Objective, as_objective, fused_steps_take_unchecked_indices
 from . import native_optim
-from .optim import SGD, Adam, AdamW, make_optimizer, unchecked_grad_norm
+from .optim import SGD, Adam, AdamW, make_optimizer, rate_factors, unchecked_grad_norm
 from .rundir import RunDir
 
 __all__ = ["fit", "FitResult", "TrainingDiverged", "StepInfo"]
@@ -184,6 +184,7 @@ class _Plan:
     data: object
     step_fn: object  # objective.bind(data): (θ, step) -> (loss, grad), prepared once
     theta: np.ndarray
+    rates: np.ndarray | None  # objective.rate_factors: entry i steps at η_t·rates[i]
     eval_batch: object
     eval_every: int | None
     eval_config: object
@@ -220,6 +221,9 @@ def _setup(objective, optimizer, optimizer_kwargs, *, steps, data, theta0, eval_
                          "(Prompts(spec, batch=...), FixedPrompts or a PromptBatch)")
     _check_sample_indices(data, steps)
     theta = _initial_theta(objective, theta0)
+    rates = getattr(objective, "rate_factors", None)
+    if rates is not None:
+        rates = rate_factors(rates, theta.size, "objective.rate_factors")
     eval_batch = _eval_batch(eval_data, objective)
     if eval_batch is not None and eval_every is None:
         eval_every = record_every
@@ -243,7 +247,7 @@ def _setup(objective, optimizer, optimizer_kwargs, *, steps, data, theta0, eval_
     eval_config = None if run_dir is None or eval_every is None else _eval_config(eval_data, eval_batch)
     step_fn = objective.bind(data) if callable(getattr(objective, "bind", None)) else (
         lambda theta, step: objective.loss_and_grad(theta, step, data))
-    return _Plan(objective, optimizer, steps, data, step_fn, theta, eval_batch, eval_every, eval_config,
+    return _Plan(objective, optimizer, steps, data, step_fn, theta, rates, eval_batch, eval_every, eval_config,
                  record_every, _metrics(metrics), target, bayes_loss, _callbacks(callbacks),
                  run_dir, checkpoint_every, keep_checkpoints, resume, progress, desc)
 
@@ -487,7 +491,7 @@ class _Divergence:
         if before is None or before.shape != theta.shape:
             before = self._before = np.empty_like(theta)
         np.copyto(before, theta)
-        info = self.plan.optimizer.step(theta, grad, opt_state, norm=norm)
+        info = self.plan.optimizer.step(theta, grad, opt_state, norm=norm, rates=self.plan.rates)
         if not np.isfinite(theta).all():
             raise self.error(t, "the update gave non-finite parameters", before, info["lr"])
         return info
@@ -685,7 +689,7 @@ class _HostOptimizer:
 
     def __init__(self, plan: _Plan, state: _State):
         self.native = native_optim.NativeOptimizer(plan.optimizer, state.theta,
-                                                   opt_state=state.opt_state)
+                                                   opt_state=state.opt_state, rates=plan.rates)
         self.grad, self.status = self.native.grad, self.native.status_buffer
 
     @classmethod
@@ -746,7 +750,7 @@ def _run_native_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
     down and the gradient goes up each step: those two small copies are all that is left to
     remove once the model calls take device parameters."""
     native = native_optim.NativeOptimizer(plan.optimizer, state.theta, arrays,
-                                          opt_state=state.opt_state)
+                                          opt_state=state.opt_state, rates=plan.rates)
     first, t = state.step, state.step
     on_host = arrays is native_optim.HOST
 
@@ -831,7 +835,7 @@ def _run_device_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
     step reads the step's loss too: a non-finite loss, gradient or update stops the optimizer
     there (θ of that step kept), and the readback raises it as :class:`TrainingDiverged` at its
     step, the same error as the host loop's."""
-    dtype, layout = device_step.dtype, _Layout(device_step, state.theta.size)
+    dtype, layout = device_step.dtype, _Layout(device_step, state.theta.size, plan.rates)
     first, t = state.step, state.step
     span = max(1, min(_SPAN, plan.steps - first))
     readout = arrays.array(np.concatenate([[math.nan, native_optim.OK, -1.0, math.nan],
@@ -839,7 +843,7 @@ def _run_device_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
     native = native_optim.NativeOptimizer(plan.optimizer, layout.scatter(state.theta), arrays,
                                           grad_dtype=dtype, model=dtype != _F64,
                                           opt_state=layout.scatter_state(state.opt_state),
-                                          status=arrays.piece(readout, 0, (3,)), mask=layout.mask)
+                                          status=arrays.piece(readout, 0, (3,)), rates=layout.rates)
     theta_of = lambda buffer: layout.gather(arrays.to_host(buffer))  # noqa: E731
     slots = [arrays.piece(readout, _READOUT_HEAD + i, (1,)) for i in range(span)]
     eval_slot = arrays.piece(readout, 3, (1,))
@@ -904,15 +908,15 @@ def _run_device_steps(plan: _Plan, state: _State, rec: _Recorder, guard: _Diverg
 class _Layout:
     """Where θ's entries sit in the flat buffer the device step reads (``device_step.positions``
     into a buffer of ``device_step.size``; absent: θ itself): the other entries are fixed zeros
-    (a sparse V's), masked out of the optimizer. Checkpoints and records keep θ's own order."""
+    (a sparse V's), rate factor 0 for the optimizer. ``rates``: θ's rate factors (None: all 1),
+    scattered into the buffer's. Checkpoints and records keep θ's own order."""
 
-    def __init__(self, device_step, size: int):
+    def __init__(self, device_step, size: int, rates=None):
         self.positions = getattr(device_step, "positions", None)
         self.size = getattr(device_step, "size", size)
-        self.mask = None
+        self.rates = rates
         if self.positions is not None:
-            self.mask = np.zeros(self.size)
-            self.mask[self.positions] = 1.0
+            self.rates = self.scatter(np.ones(size) if rates is None else rates)
 
     def scatter(self, values):
         if self.positions is None:

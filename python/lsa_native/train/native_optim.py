@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import _core
 from .. import cuda as _cuda
-from .optim import SGD, Adam, AdamW, Optimizer
+from .optim import SGD, Adam, AdamW, Optimizer, rate_factors as _rate_factors
 
 __all__ = ["NativeOptimizer", "HOST", "CUDA", "BAD_GRADIENT", "BAD_PARAMETERS", "BAD_LOSS"]
 
@@ -104,15 +104,16 @@ def backend(device: str):
 class NativeOptimizer:
     """``optimizer``'s steps on θ (host float64 [P], copied in) with buffers of ``arrays``
     (:data:`HOST` or :data:`CUDA`). ``status``: 3 float64 values in the backend's memory for the
-    status record, holding (NaN, OK, −1) (default: a buffer of its own). ``mask``: host [P],
-    0 where an entry of θ is not a parameter (its gradient is read as 0, so it keeps its value: a
-    fixed zero among the parameters) — None: all are. ``grad_dtype``: the dtype of :attr:`grad`, the buffer the
+    status record, holding (NaN, OK, −1) (default: a buffer of its own). ``rates``: host [P],
+    each entry's rate factor ≥ 0 (entry i steps at η_t·rates[i], as ``Optimizer.step``'s
+    ``rates``); 0 where an entry of θ is not a parameter (its gradient is read as 0, so it keeps
+    its value: a fixed zero among the parameters) — None: all 1. ``grad_dtype``: the dtype of :attr:`grad`, the buffer the
     objective writes each step's gradient into (the model's dtype: read as double). ``model``:
     also keep θ in ``grad_dtype`` (:attr:`model`, written by each step) for a model computing in
     float32. ``opt_state``: a host state dict of ``optimizer.init``'s form to resume from."""
 
     def __init__(self, optimizer: Optimizer, theta, arrays=HOST, *, grad_dtype=np.float64,
-                 model: bool = False, opt_state: dict | None = None, status=None, mask=None):
+                 model: bool = False, opt_state: dict | None = None, status=None, rates=None):
         if not isinstance(optimizer, (SGD, Adam)):
             raise TypeError(f"optimizer: the native step runs SGD, Adam and AdamW, got "
                             f"{type(optimizer).__name__}")
@@ -149,8 +150,8 @@ class NativeOptimizer:
         )
         self._status_ptr = address(self.status_buffer)
         self._model_ptr = address(self.model) if model else 0
-        self.mask = None if mask is None else arrays.array(np.asarray(mask, dtype=np.float64))
-        self._mask_ptr = 0 if mask is None else address(self.mask)
+        self.rates = None if rates is None else arrays.array(_rate_factors(rates, theta.size, zero=True))
+        self._rates_ptr = 0 if rates is None else address(self.rates)
         self._n = theta.size
 
     def _constant_scalars(self) -> np.ndarray:
@@ -195,7 +196,7 @@ class NativeOptimizer:
         _core.optimizer_step(self._scalars_ptr, self._n, self._theta_ptr[k], self._theta_ptr[1 - k],
                              *self._args, -1.0 if norm is None else float(norm), self._status_ptr,
                              self._model_ptr, self._grad_dtype_name, self._device,
-                             0 if loss is None else self.arrays.address(loss), self._mask_ptr)
+                             0 if loss is None else self.arrays.address(loss), self._rates_ptr)
         self.t, self.steps_taken = t, self.steps_taken + 1
         return lr
 

@@ -11,6 +11,8 @@ The protocol (duck-typed; :class:`Objective` is the base):
 - ``unpack(theta)``: the model's parameters (what metrics and callbacks receive);
 - ``config() -> dict``: JSON-able identity (run directories refuse a checkpoint of another one);
 - ``needs_data``: whether ``fit`` must be given ``data=``;
+- ``rate_factors`` (optional; None: all 1): per-entry rate factors [P] > 0 — ``fit``'s optimizer
+  steps entry i at η_t·rate_factors[i] (a parameter group with its own learning rate);
 - ``bind(data) -> step_fn`` (optional; the base gives one): ``step_fn(theta, step) -> (loss,
   grad)`` for a training loop on ``data``, with everything that does not change between steps
   checked and prepared once (``fit`` calls it once per run). ``grad`` may be a buffer the next
@@ -33,7 +35,7 @@ import numpy as np
 from .. import kernel_attention as ka
 from .. import _core, cuda, lsa, multihead, population
 from ..data import check_covariance
-from .._validation import as_array, check_finite_result, positive_int, real_array
+from .._validation import as_array, check_finite_result, positive_float, positive_int, real_array
 from ..sampling.random import check_step
 from ._checks import real_array_output, real_output
 from . import native_optim
@@ -224,6 +226,7 @@ class Objective:
 
     needs_data = True
     theta0: np.ndarray
+    rate_factors: np.ndarray | None = None
 
     def loss_and_grad(self, theta, step: int, data):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -633,6 +636,11 @@ class KernelAttentionObjective(Objective):
     CCS Theorem 4.5 / H.2): A is fixed at 0 and left out of θ, so θ = (r, B, C); otherwise θ is
     ``params.to_vector()``. E is cast to ``dtype`` (None: the batch's dtype).
 
+    ``A_rate`` (sparse V, A trained): the rate factor of A's entries (:attr:`rate_factors`):
+    ``fit``'s optimizer moves A_ℓ at ``A_rate`` × the learning rate of r, B, C (1: one rate).
+    Deep CCS models with A free need a slow A: the residual stream X_{ℓ+1} = X_ℓ + A_ℓ-mixing grows
+    with depth and an exp head overflows (docs/reproductions/findings.md, ccs-fig4).
+
     ``device="cuda"``: the training prompts are drawn on the GPU (``spec.sample(..., device=
     "cuda")`` of a :class:`~lsa_native.train.data.Prompts` source, e.g.
     ``sampling.KernelGPPrompts``: the CPU's prompts up to rounding), directly in ``dtype`` (the
@@ -643,7 +651,7 @@ class KernelAttentionObjective(Objective):
     """
 
     def __init__(self, params: ka.KernelAttentionParams, *, hold_A_zero: bool = False, dtype=None,
-                 device: str = "cpu"):
+                 device: str = "cpu", A_rate: float = 1.0):
         if not isinstance(params, ka.KernelAttentionParams):
             raise TypeError(f"params: expected KernelAttentionParams, got {type(params).__name__}")
         self.device = cuda.check_device(device)
@@ -658,6 +666,13 @@ class KernelAttentionObjective(Objective):
         full = params.to_vector()
         self._nA = params.A.size if self.hold_A_zero else 0
         self.theta0 = full[self._nA:].copy()
+        self.A_rate = positive_float(A_rate, "A_rate")
+        if self.A_rate != 1.0:
+            if not params.sparse or self.hold_A_zero:
+                raise ValueError("A_rate: needs sparse parameters (A, r) with A trained "
+                                 "(not hold_A_zero)")
+            self.rate_factors = np.ones(self.theta0.size)
+            self.rate_factors[:params.A.size] = self.A_rate  # θ = (A, r, B, C): to_vector's order
         self._device_batch = (None, None)  # ((spec, B, dtype, sample index), (Z0, y_q) on the GPU)
         self._cast = _CastBatch()
 
@@ -793,8 +808,8 @@ class KernelAttentionObjective(Objective):
         :meth:`LSAObjective.bind_device`): the prompts sampled on the GPU, V, B, C read as pieces
         of the flat θ buffer and dV, dB, dC written as pieces of the gradient buffer. With the
         sparse V = [[A, 0], [0, r]] (A held at 0 or not) the device buffer is [V | B | C] and θ's
-        entries sit at ``step.positions`` in it (``step.size`` entries): the optimizer masks the
-        rest (fixed zeros)."""
+        entries sit at ``step.positions`` in it (``step.size`` entries): the rest are fixed zeros
+        (rate factor 0 for the optimizer)."""
         if self.device != "cuda":
             return None
         shapes = self._shapes()
@@ -823,7 +838,9 @@ class KernelAttentionObjective(Objective):
         p = self.template
         return {"type": "KernelAttentionObjective", "layers": p.layers, "heads": p.heads,
                 "dim": p.B.shape[-1], "activations": list(p.activations), "sparse": p.sparse,
-                "hold_A_zero": self.hold_A_zero, "dtype": getattr(self.dtype, "name", None)}
+                "hold_A_zero": self.hold_A_zero, "dtype": getattr(self.dtype, "name", None),
+                # only when set: the identity of a one-rate run stays what it was
+                **({"A_rate": self.A_rate} if self.A_rate != 1.0 else {})}
 
 
 class PopulationObjective(_WeightPair, Objective):

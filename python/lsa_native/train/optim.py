@@ -17,6 +17,10 @@ Per step t = 1, 2, … (``state["t"]`` counts the steps taken), with g the gradi
   m̂ = m/(1 − β₁ᵗ); v̂ = v/(1 − β₂ᵗ) (AMSGrad: v̂ = max over time of v, then corrected);
   θ ← θ − η_t m̂/(√v̂ + ε).
 - :class:`AdamW` (``torch.optim.AdamW``): θ ← θ(1 − η_t λ), then Adam without the λθ term.
+
+Per-entry rate factors (``step``'s ``rates``, an objective's ``rate_factors``): entry i steps at
+η_t·rates[i] everywhere η_t appears — torch.optim's parameter groups with their own ``lr`` (the
+clipping norm is still the whole gradient's, as ``clip_grad_norm_`` over all groups).
 """
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from ._checks import flag
 from .schedules import Schedule, make_schedule
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "make_optimizer", "clip_grad_norm", "grad_norm",
-           "unchecked_grad_norm", "OPTIMIZERS"]
+           "unchecked_grad_norm", "rate_factors", "OPTIMIZERS"]
 
 _CLIP_EPS = 1e-6  # torch.nn.utils.clip_grad_norm_ adds it to the norm
 
@@ -70,6 +74,17 @@ def _clipped(grad: np.ndarray, norm: float, max_norm: float) -> np.ndarray:
     return grad * coef if coef < 1.0 else grad
 
 
+def rate_factors(rates, size: int, name: str = "rates", *, zero: bool = False) -> np.ndarray:
+    """``rates`` checked as per-entry rate factors of a θ of ``size`` entries: a finite float64
+    [size] vector, each > 0 (``zero``: ≥ 0, a 0 marking a fixed entry of a native buffer)."""
+    r = real_array(rates, name).astype(np.float64, copy=False)
+    if r.shape != (size,):
+        raise ValueError(f"{name}: expected shape ({size},) (one factor per entry of θ), got {r.shape}")
+    if not np.all(np.isfinite(r)) or np.any(r < 0) or (not zero and np.any(r == 0)):
+        raise ValueError(f"{name}: expected finite factors {'>= 0' if zero else '> 0'}")
+    return np.ascontiguousarray(r)
+
+
 def _unit_interval(value, name: str) -> float:
     v = nonnegative_float(value, name)
     if v >= 1:
@@ -102,10 +117,11 @@ class Optimizer:
         return self.lr * self.schedule(t)
 
     def step(self, theta: np.ndarray, grad: np.ndarray, state: dict, *,
-             norm: float | None = None) -> dict:
+             norm: float | None = None, rates=None) -> dict:
         """θ ← update(θ, g) in place (θ float64 [P]); advances ``state``; returns the step's
-        records: ``lr`` and ``grad_norm`` (before clipping). ``norm``: ``grad_norm(grad)`` when
-        the caller has it already (``fit`` does)."""
+        records: ``lr`` (η_t) and ``grad_norm`` (before clipping). ``norm``: ``grad_norm(grad)``
+        when the caller has it already (``fit`` does). ``rates``: per-entry rate factors > 0
+        ([P]; entry i steps at η_t·rates[i]; None: all 1)."""
         grad = np.asarray(grad, dtype=np.float64)
         if norm is None:
             norm = grad_norm(grad)
@@ -113,7 +129,7 @@ class Optimizer:
             grad = _clipped(grad, norm, self.clip_norm)
         lr = self.learning_rate(state["t"])
         state["t"] += 1
-        self._update(theta, grad, state, lr)
+        self._update(theta, grad, state, lr if rates is None else lr * rate_factors(rates, theta.size))
         return {"lr": lr, "grad_norm": norm}
 
     def _update(self, theta, grad, state, lr):  # pragma: no cover - abstract
