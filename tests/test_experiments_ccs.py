@@ -331,3 +331,26 @@ def test_unknown_start_is_a_clear_error():
     cfg = dict(seed=0, dim=5, layers=3, activations=["softmax"], init="identity", hold_A_zero=False)
     with pytest.raises(ValueError, match="init: expected 'gaussian' or 'aligned', got 'identity'"):
         ccs_training._initial_params(cfg, 0.1, ccs.ccs_sigma(0, 5))
+
+
+def test_A_factors_are_cell_fields_only_when_set():
+    """``A_init`` / ``A_rate`` (A_ℓ's start and rate factors) enter a cell only when not 1 (the
+    cells cached before keep their keys) and only for A trained; the cell starts A at A_init ×
+    the Gaussian draw and trains it through train.KernelAttentionObjective's A_rate: a cell
+    with A_init = 0 and A_rate = 0.1 ends with ‖A‖ well below the one-rate cell's."""
+    sizes = dict(steps=30, batch=64, eval_batch=64, **ccs.TRAINING)
+    plain = ccs._base(sizes, kernel="exp", activations=["exp"], layers=3, context=6, seed=1)
+    assert not set(ccs.A_FACTORS) & set(plain)
+    sizes.update(A_init=0.0, A_rate=0.1)
+    slow = ccs._base(sizes, kernel="exp", activations=["exp"], layers=3, context=6, seed=1,
+                     trace_every=30)
+    assert slow["A_init"] == 0.0 and slow["A_rate"] == 0.1
+    held = ccs._base(sizes, kernel="exp", activations=["exp"], layers=3, context=6, seed=1,
+                     hold_A_zero=True)
+    assert not set(ccs.A_FACTORS) & set(held)
+    p0 = ccs_training._initial_params(slow, 0.1, ccs.ccs_sigma(1, 5))
+    np.testing.assert_array_equal(p0.A, 0)
+    norms = [np.asarray(ccs.train_cell(dict(c, trace_every=30))["trace_norm_A"])[-1]
+             for c in (plain, slow)]
+    assert np.all(norms[1] < 0.5 * norms[0])
+    assert "A_ℓ (trained) from 0× the draw at 0.1× the rate" in ccs_training.describe_schedule(sizes)

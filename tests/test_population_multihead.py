@@ -498,8 +498,14 @@ def test_sgd_on_samples_tracks_exact_gradient_descent_and_the_flow(rng, rank):
     drop = gd[0, 0] - gd[-1, 0]
     # Euler's global error after t = 5 at rate 0.05: a few per cent of the loss change
     assert np.abs(gd[:, 0] - flow.losses).max() < 0.05 * abs(drop) + 1e-12
-    # the records hold the exact loss of the SGD iterates: their mean is near exact GD's
-    assert np.abs(observed[..., 0].mean(0) - gd[:, 0]).max() < 0.05 * abs(drop) + 1e-3
+    # the records hold the exact loss of the SGD iterates: their replicate mean is near exact GD's
+    # (Student t as sgd_agreement's, plus 5% of the drop: a replicate that leaves a plateau earlier
+    # or later than the others spreads the mean — 2 of 190 rank 1 runs had |t| ≈ 1.1–1.5 beyond a
+    # plain 5% allowance, SE up to 0.036)
+    losses = observed[..., 0]
+    se = losses.std(axis=0, ddof=1) / np.sqrt(losses.shape[0])
+    t_k = la.t_threshold(len(recorded) - 1, losses.shape[0] - 1, 0.01)
+    assert np.all(np.abs(losses.mean(0) - gd[:, 0]) < t_k * se + 0.05 * abs(drop) + 1e-3)
 
 
 def test_merged_analytic_time_course_is_the_exact_flow(rng):

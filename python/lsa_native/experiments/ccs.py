@@ -49,6 +49,10 @@ def _base(p, **kw):
     cfg["decay_steps"] = p.get("decay_steps", p["steps"])  # a fixed horizon unless given
     cfg.update(hold_A_zero=False, trace_every=0)
     cfg.update(kw)
+    # A_ℓ's start and rate factors (ccs_training), for A trained: in a cell only when not 1, so
+    # that the cells cached before they existed keep their keys
+    if not cfg["hold_A_zero"]:
+        cfg.update({k: p[k] for k in A_FACTORS if p.get(k, 1.0) != 1.0})
     return cfg
 
 
@@ -56,7 +60,8 @@ def _base(p, **kw):
 # the rate decaying over all of them (decay_steps = steps), full sizes decay over decay_steps and
 # then run until the training loss has converged (or ``steps``).
 TRAINING = dict(dim=5, lr=0.02, lr_final=0.001, clip=1.0, init_scale=0.1, retries=2,
-                converge_tol=CONVERGENCE_TOL)
+                converge_tol=CONVERGENCE_TOL, A_init=1.0, A_rate=1.0)
+A_FACTORS = ("A_init", "A_rate")
 FULL_TRAINING = dict(steps=20000, decay_steps=3000, batch=30000, seeds=3)
 
 

@@ -11,6 +11,12 @@ parameters already overflow (deep exp models with A free: X grows by about 1 + �
 the logits by its square) is rerun from the same draw scaled by ½ instead (a smaller rate cannot
 help there; at most ``INIT_HALVINGS`` times, not counted in ``retries``). The rate and the
 initialization scale used are reported.
+
+A_ℓ (A trained) may start from ``A_init`` × the Gaussian draw and move at ``A_rate`` × the rate
+of r, B, C (``train.KernelAttentionObjective``'s ``A_rate``; both 1 by default: CCS H.1's one
+initialization and one optimizer). Deep A-free models need both below 1 — with one rate the
+residual stream grows with depth and the exp heads overflow at L >= 6 (ccs-fig4, ccs-fig2; neither
+factor alone keeps them finite: docs/reproductions/findings.md).
 """
 from __future__ import annotations
 
@@ -60,7 +66,9 @@ def describe_schedule(p: dict) -> str:
     decay = min(p.get("decay_steps", p["steps"]), p["steps"])
     stop = (f"then until the training loss changes < {p['converge_tol']:g} over the last 10% of steps "
             f"by {CONVERGENCE_Z:g} SE (at most {p['steps']} steps)" if decay < p["steps"] else f"{p['steps']} steps in all")
-    return (f"Adam, lr {p['lr']}→{p['lr_final']} over {decay} steps, clip {p['clip']}, {stop}, "
+    slow_A = (f", A_ℓ (trained) from {p.get('A_init', 1.0):g}× the draw at {p.get('A_rate', 1.0):g}× the rate"
+              if (p.get("A_init", 1.0), p.get("A_rate", 1.0)) != (1.0, 1.0) else "")
+    return (f"Adam, lr {p['lr']}→{p['lr_final']} over {decay} steps, clip {p['clip']}{slow_A}, {stop}, "
             f"batch {p['batch']} resampled every 10 steps")
 
 
@@ -124,6 +132,7 @@ def train_cell(cfg: dict) -> dict:
     head), layers, context n, dim, seed, steps (the most), decay_steps (the rate's decay; the
     convergence test stops the run after it when decay_steps < steps), converge_tol, retries,
     batch, lr, lr_final, clip, init_scale, hold_A_zero, eval_batch, trace_every (0: no trace),
+    optionally A_init and A_rate (A_ℓ's start and rate factors, default 1),
     optionally init ("aligned": :func:`_aligned_start`, with init_perturbation; absent: Gaussian);
     ``_device`` ("cpu" or "cuda", not part of the cell's identity) where it trains. Returns the
     test in-context loss E(TF + y_q)² (CCS (5)) at every depth ℓ = 0..L on fresh prompts with
@@ -158,6 +167,7 @@ def _initial_params(cfg, scale, Sigma):
         params0 = _aligned_start(params0, Sigma, scale, cfg["init_perturbation"])
     if cfg["hold_A_zero"]:
         params0.A[...] = 0
+    params0.A[...] *= cfg.get("A_init", 1.0)
     return params0
 
 
@@ -198,7 +208,7 @@ def _train_with_retries(cfg, spec, Sigma):
         monitor = ConvergenceMonitor(cfg.get("converge_tol", CONVERGENCE_TOL), start=decay,
                                      stop=decay < cfg["steps"])
         objective = train.KernelAttentionObjective(_initial_params(cfg, scale, Sigma), hold_A_zero=cfg["hold_A_zero"],
-                                                   device=device)
+                                                   device=device, A_rate=cfg.get("A_rate", 1.0))
         opt = train.Adam(lr=lr, clip_norm=cfg["clip"], schedule=schedule(lr, lr_final, decay))
         try:
             res = train.fit(objective, opt, steps=cfg["steps"],
