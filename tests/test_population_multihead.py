@@ -461,7 +461,7 @@ def test_sgd_on_samples_tracks_exact_gradient_descent_and_the_flow(rng, rank):
     (Student t, Bonferroni 1%, plus 4% of the largest u for SGD's O(rate/batch) drift: tol = 0
     failed once in 80 runs, a 1.0% deviation at t = 11.7 > 10.6, and tol = 2% once in a few hundred;
     measured deviations 0.6–1.3%), the same runs are rejected against exact GD at twice the rate
-    (power: deviations 30–76%, ratios 4–26 at 2%), and
+    (power: on a start where the two exact trajectories differ by > 20% of the components' size), and
     exact GD stays within its O(rate) discretisation error of the exact flow at t = rate × step."""
     from lsa_native.experiments import la
     from lsa_native.experiments._common import Context
@@ -501,7 +501,8 @@ def test_sgd_on_samples_tracks_exact_gradient_descent_and_the_flow(rng, rank):
     # the records hold the exact loss of the SGD iterates: their replicate mean is near exact GD's
     # (Student t as sgd_agreement's, plus 5% of the drop: a replicate that leaves a plateau earlier
     # or later than the others spreads the mean — 2 of 190 rank 1 runs had |t| ≈ 1.1–1.5 beyond a
-    # plain 5% allowance, SE up to 0.036)
+    # plain 5% allowance, SE up to 0.036). A consistency check, not a power check: GD at twice the
+    # rate can fall inside this allowance too; the power rests on sgd_agreement above
     losses = observed[..., 0]
     se = losses.std(axis=0, ddof=1) / np.sqrt(losses.shape[0])
     t_k = la.t_threshold(len(recorded) - 1, losses.shape[0] - 1, 0.01)

@@ -196,7 +196,7 @@ def test_A_rate_is_adams_reparameterization_of_A(rng):
     gradient's scale, so it equals Adam (one rate) on Ã = A/s with A = s·Ã (the gradient in Ã is
     s·dA) — to rounding, float64, a 2-layer sparse exp model with A trained (ε = 1e-30, not 0:
     the last layer's A has a zero gradient, CCS's prediction reads the label row only); and it is
-    a different run from A_rate = 1. fit's history and the objective's identity name the rate."""
+    a different run from A_rate = 1. The objective's identity (config) names the rate."""
     d, n, s = 3, 7, 0.1
     from lsa_native import sampling
 

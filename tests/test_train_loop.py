@@ -430,6 +430,36 @@ def test_fit_on_any_theta_shape_and_a_subclassed_optimizer_is_the_python_step(rn
     assert len(calls) == steps
 
 
+@pytest.mark.parametrize("shape", [(7,), (3, 4)])
+def test_rate_factors_take_every_route(rng, shape):
+    """An objective's ``rate_factors`` (one per entry of θ, θ's order): the native host step (flat
+    θ), the Python step (a θ of another shape, a subclassed optimizer) and a hand loop of
+    ``Optimizer.step(rates=)`` give the same trajectory, another than without the factors."""
+
+    class Rated(_Quadratic):
+        def __init__(self, theta0, c, rates):
+            super().__init__(theta0, c)
+            self.rate_factors = rates
+
+    class PlainAdam(train.Adam):  # a subclass: the Python step
+        pass
+
+    theta0, c = rng.standard_normal(shape), rng.standard_normal(shape)
+    rates = rng.choice([1.0, 0.1, 3.0], size=theta0.size)
+    steps = int(rng.integers(2, 7))
+    opt = train.Adam(lr=0.1)
+    state, theta = opt.init(theta0), theta0.copy()
+    for _ in range(steps):
+        opt.step(theta, theta - c, state, rates=rates)
+    for optimizer in (train.Adam(lr=0.1), PlainAdam(lr=0.1)):
+        got = train.fit(Rated(theta0, c, rates), optimizer, steps=steps, progress=False)
+        np.testing.assert_array_equal(got.theta, theta)
+    plain = train.fit(_Quadratic(theta0, c), train.Adam(lr=0.1), steps=steps, progress=False)
+    assert np.abs(plain.theta - theta).max() > 1e-3
+    with pytest.raises(ValueError, match="objective.rate_factors: expected factors > 0"):
+        train.fit(Rated(theta0, c, np.zeros(theta0.size)), opt, steps=1, progress=False)
+
+
 def test_progress_bar_ends_on_the_last_loss(capsys, rng):
     """The bar's loss is set at most once per redraw interval, and to the final record's loss at
     the end."""

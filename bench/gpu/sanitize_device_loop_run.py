@@ -1,8 +1,8 @@
 """The device-loop paths of issue 18 under compute-sanitizer (memcheck): loss= and out= outputs of
 lsa / kernel-attention loss_and_grad and of the fused step on device arrays (pieces of one flat
-buffer, as fit uses them), the optimizer step reading the loss slot and the mask of a sparse V,
-and short device fits (LSA fused float32/float64, kernel attention sparse with A held at 0, with
-held-out evaluation and a non-finite loss)."""
+buffer, as fit uses them), the optimizer step reading the loss slot and the rate factors of a
+sparse V, and short device fits (LSA fused float32/float64, kernel attention sparse with A held at
+0 and with A trained at a tenth of the rate, with held-out evaluation and a non-finite loss)."""
 from __future__ import annotations
 
 import numpy as np
@@ -50,6 +50,11 @@ res = train.fit(obj, train.Adam(lr=0.02, clip_norm=1.0), data=train.Prompts(spec
                 eval_data=train.heldout(sampling.KernelGPPrompts(5, 10, "exp", seed=3), batch=200),
                 steps=12, record_every=4, progress=False)
 print("KA sparse device fit:", res.history["loss"], res.history["eval_loss"])
+p0.A[...] = 0.01 * rng.standard_normal(p0.A.shape)
+res = train.fit(train.KernelAttentionObjective(p0, device="cuda", dtype=np.float32, A_rate=0.1),
+                train.Adam(lr=0.02, clip_norm=1.0), data=train.Prompts(spec, batch=500), steps=12,
+                record_every=4, progress=False)
+print("KA sparse device fit, A at a tenth of the rate:", res.history["loss"])
 try:
     train.fit(train.LSAObjective(W[0], W[1], device="cuda"), train.SGD(lr=1e8),
               data=train.Prompts(sampling.LinearPrompts(3, 9, seed=0), batch=256), steps=30,

@@ -5,7 +5,8 @@
 // files compiling this recipe turn it off).
 //
 // Per step, with g the gradient (of the model's dtype, read as double) and t the step count after
-// this step (the host computes every scalar that depends on t: lr, 1 − β₁ᵗ, 1 − β₂ᵗ, 1 − ηλ):
+// this step (the host computes every scalar that depends on t: lr, 1 − β₁ᵗ, 1 − β₂ᵗ, 1 − ηλ; with a
+// rate factor ≠ 1, 1 − η·rate·λ is formed here per entry):
 //   clipping (clip_grad_norm_): g ← g · c/(‖g‖₂ + 1e-6) when that factor is < 1;
 //   SGD: g ← g + λθ; momentum: b ← g (t = 1), b ← μb + (1 − τ)g; g ← g + μb (Nesterov) or b;
 //        θ ← θ − η g;

@@ -20,7 +20,7 @@ from . import _figures as _fig
 from ._stats import z_threshold
 from .ccs_prompts import (FIG4_KERNELS, CompositeGPPrompts, _composite_kernel, bayes_prediction,  # noqa: F401
                           ccs_sigma, composite_gp_prompts, spec_of)
-from .ccs_training import CONVERGENCE_TOL, describe_schedule, train_cell
+from .ccs_training import A_FACTORS, CONVERGENCE_TOL, describe_schedule, train_cell
 from .sweep import run_cells
 
 __all__ = ["ccs_sigma", "train_cell", "ccs_prop31", "ccs_fig1", "ccs_fig2", "ccs_fig3_5_6",
@@ -52,7 +52,7 @@ def _base(p, **kw):
     # A_ℓ's start and rate factors (ccs_training), for A trained: in a cell only when not 1, so
     # that the cells cached before they existed keep their keys
     if not cfg["hold_A_zero"]:
-        cfg.update({k: p[k] for k in A_FACTORS if p.get(k, 1.0) != 1.0})
+        cfg.update({k: p[k] for k, default in A_FACTORS.items() if p.get(k, default) != default})
     return cfg
 
 
@@ -60,8 +60,7 @@ def _base(p, **kw):
 # the rate decaying over all of them (decay_steps = steps), full sizes decay over decay_steps and
 # then run until the training loss has converged (or ``steps``).
 TRAINING = dict(dim=5, lr=0.02, lr_final=0.001, clip=1.0, init_scale=0.1, retries=2,
-                converge_tol=CONVERGENCE_TOL, A_init=1.0, A_rate=1.0)
-A_FACTORS = ("A_init", "A_rate")
+                converge_tol=CONVERGENCE_TOL, **A_FACTORS)
 FULL_TRAINING = dict(steps=20000, decay_steps=3000, batch=30000, seeds=3)
 
 

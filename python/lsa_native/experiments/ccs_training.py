@@ -12,9 +12,9 @@ the logits by its square) is rerun from the same draw scaled by ½ instead (a sm
 help there; at most ``INIT_HALVINGS`` times, not counted in ``retries``). The rate and the
 initialization scale used are reported.
 
-A_ℓ (A trained) may start from ``A_init`` × the Gaussian draw and move at ``A_rate`` × the rate
-of r, B, C (``train.KernelAttentionObjective``'s ``A_rate``; both 1 by default: CCS H.1's one
-initialization and one optimizer). Deep A-free models need both below 1 — with one rate the
+A_ℓ (A trained) may start from ``A_init`` × its initial value (the Gaussian draw, or the aligned
+start's) and move at ``A_rate`` × the rate of r, B, C (``train.KernelAttentionObjective``'s
+``A_rate``; both 1 by default, :data:`A_FACTORS`: CCS H.1's one initialization and one optimizer). Deep A-free models need both below 1 — with one rate the
 residual stream grows with depth and the exp heads overflow at L >= 6 (ccs-fig4, ccs-fig2; neither
 factor alone keeps them finite: docs/reproductions/findings.md).
 """
@@ -26,10 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import kernel_attention as ka, sampling, train
+from .._validation import nonnegative_float
 from ..train.schedules import Schedule
 from .ccs_prompts import bayes_prediction, ccs_sigma, spec_of
 
-__all__ = ["train_cell", "ConvergenceMonitor", "FlooredExponential", "CONVERGENCE_TOL", "describe_schedule"]
+__all__ = ["train_cell", "ConvergenceMonitor", "FlooredExponential", "CONVERGENCE_TOL", "describe_schedule",
+           "A_FACTORS"]
 
 # The default convergence tolerance: the mean training loss of the last 5% of the steps taken is
 # within 1% of that of the 5% before (both halves of the last 10%), by CONVERGENCE_Z standard
@@ -43,6 +45,8 @@ CONVERGENCE_Z = 2.0
 # draw overflows for h̃^exp at n = 14, L >= 5 (ccs-fig2) and the Figure 4 models at L >= 4-5; at
 # most 2 halvings were needed over seeds 0-2 and L <= 8 (docs/reproductions/findings.md).
 INIT_HALVINGS = 4
+# A_ℓ's start and rate factors and their defaults (a cell holds them only when not the default).
+A_FACTORS = {"A_init": 1.0, "A_rate": 1.0}
 
 
 @dataclass(frozen=True)
@@ -66,8 +70,9 @@ def describe_schedule(p: dict) -> str:
     decay = min(p.get("decay_steps", p["steps"]), p["steps"])
     stop = (f"then until the training loss changes < {p['converge_tol']:g} over the last 10% of steps "
             f"by {CONVERGENCE_Z:g} SE (at most {p['steps']} steps)" if decay < p["steps"] else f"{p['steps']} steps in all")
-    slow_A = (f", A_ℓ (trained) from {p.get('A_init', 1.0):g}× the draw at {p.get('A_rate', 1.0):g}× the rate"
-              if (p.get("A_init", 1.0), p.get("A_rate", 1.0)) != (1.0, 1.0) else "")
+    a = {k: p.get(k, v) for k, v in A_FACTORS.items()}
+    slow_A = (f", A_ℓ (trained) from {a['A_init']:g}× its start at {a['A_rate']:g}× the rate"
+              if a != A_FACTORS else "")
     return (f"Adam, lr {p['lr']}→{p['lr_final']} over {decay} steps, clip {p['clip']}{slow_A}, {stop}, "
             f"batch {p['batch']} resampled every 10 steps")
 
@@ -167,7 +172,7 @@ def _initial_params(cfg, scale, Sigma):
         params0 = _aligned_start(params0, Sigma, scale, cfg["init_perturbation"])
     if cfg["hold_A_zero"]:
         params0.A[...] = 0
-    params0.A[...] *= cfg.get("A_init", 1.0)
+    params0.A[...] *= nonnegative_float(cfg.get("A_init", A_FACTORS["A_init"]), "A_init")
     return params0
 
 
@@ -208,7 +213,8 @@ def _train_with_retries(cfg, spec, Sigma):
         monitor = ConvergenceMonitor(cfg.get("converge_tol", CONVERGENCE_TOL), start=decay,
                                      stop=decay < cfg["steps"])
         objective = train.KernelAttentionObjective(_initial_params(cfg, scale, Sigma), hold_A_zero=cfg["hold_A_zero"],
-                                                   device=device, A_rate=cfg.get("A_rate", 1.0))
+                                                   device=device,
+                                                   A_rate=cfg.get("A_rate", A_FACTORS["A_rate"]))
         opt = train.Adam(lr=lr, clip_norm=cfg["clip"], schedule=schedule(lr, lr_final, decay))
         try:
             res = train.fit(objective, opt, steps=cfg["steps"],

@@ -491,7 +491,9 @@ class _Divergence:
         if before is None or before.shape != theta.shape:
             before = self._before = np.empty_like(theta)
         np.copyto(before, theta)
-        info = self.plan.optimizer.step(theta, grad, opt_state, norm=norm, rates=self.plan.rates)
+        # rates only when set: an Optimizer subclass may override step without them
+        rates = {} if self.plan.rates is None else {"rates": self.plan.rates}
+        info = self.plan.optimizer.step(theta, grad, opt_state, norm=norm, **rates)
         if not np.isfinite(theta).all():
             raise self.error(t, "the update gave non-finite parameters", before, info["lr"])
         return info

@@ -9,7 +9,8 @@ The protocol (duck-typed; :class:`Objective` is the base):
 - ``evaluate(theta, batch) -> float``: the loss on a held-out :class:`~lsa_native.data.PromptBatch`
   (exact objectives ignore ``batch``);
 - ``unpack(theta)``: the model's parameters (what metrics and callbacks receive);
-- ``config() -> dict``: JSON-able identity (run directories refuse a checkpoint of another one);
+- ``config() -> dict``: JSON-able identity (run directories refuse a checkpoint of another one;
+  it includes whatever sets ``rate_factors``);
 - ``needs_data``: whether ``fit`` must be given ``data=``;
 - ``rate_factors`` (optional; None: all 1): per-entry rate factors [P] > 0 — ``fit``'s optimizer
   steps entry i at η_t·rate_factors[i] (a parameter group with its own learning rate);
@@ -637,9 +638,8 @@ class KernelAttentionObjective(Objective):
     ``params.to_vector()``. E is cast to ``dtype`` (None: the batch's dtype).
 
     ``A_rate`` (sparse V, A trained): the rate factor of A's entries (:attr:`rate_factors`):
-    ``fit``'s optimizer moves A_ℓ at ``A_rate`` × the learning rate of r, B, C (1: one rate).
-    Deep CCS models with A free need a slow A: the residual stream X_{ℓ+1} = X_ℓ + A_ℓ-mixing grows
-    with depth and an exp head overflows (docs/reproductions/findings.md, ccs-fig4).
+    ``fit``'s optimizer moves A_ℓ at ``A_rate`` × the learning rate of r, B, C (1: one rate; the
+    CCS cells' use: :mod:`lsa_native.experiments.ccs_training`).
 
     ``device="cuda"``: the training prompts are drawn on the GPU (``spec.sample(..., device=
     "cuda")`` of a :class:`~lsa_native.train.data.Prompts` source, e.g.

@@ -75,14 +75,15 @@ def _clipped(grad: np.ndarray, norm: float, max_norm: float) -> np.ndarray:
 
 
 def rate_factors(rates, size: int, name: str = "rates", *, zero: bool = False) -> np.ndarray:
-    """``rates`` checked as per-entry rate factors of a θ of ``size`` entries: a finite float64
-    [size] vector, each > 0 (``zero``: ≥ 0, a 0 marking a fixed entry of a native buffer)."""
+    """``rates`` checked as per-entry rate factors of a θ of ``size`` entries (real_array: finite),
+    returned as a float64 [size] vector: one factor per entry in θ's order (any shape with
+    ``size`` entries), each > 0 (``zero``: ≥ 0, a 0 marking a fixed entry of a native buffer)."""
     r = real_array(rates, name).astype(np.float64, copy=False)
-    if r.shape != (size,):
-        raise ValueError(f"{name}: expected shape ({size},) (one factor per entry of θ), got {r.shape}")
-    if not np.all(np.isfinite(r)) or np.any(r < 0) or (not zero and np.any(r == 0)):
-        raise ValueError(f"{name}: expected finite factors {'>= 0' if zero else '> 0'}")
-    return np.ascontiguousarray(r)
+    if r.size != size:
+        raise ValueError(f"{name}: expected {size} factors (one per entry of θ), got shape {r.shape}")
+    if np.any(r < 0) or (not zero and np.any(r == 0)):
+        raise ValueError(f"{name}: expected factors {'>= 0' if zero else '> 0'}")
+    return np.ascontiguousarray(r.ravel())
 
 
 def _unit_interval(value, name: str) -> float:
@@ -121,7 +122,7 @@ class Optimizer:
         """θ ← update(θ, g) in place (θ float64 [P]); advances ``state``; returns the step's
         records: ``lr`` (η_t) and ``grad_norm`` (before clipping). ``norm``: ``grad_norm(grad)``
         when the caller has it already (``fit`` does). ``rates``: per-entry rate factors > 0
-        ([P]; entry i steps at η_t·rates[i]; None: all 1)."""
+        (θ's size, in θ's order; entry i steps at η_t·rates[i]; None: all 1)."""
         grad = np.asarray(grad, dtype=np.float64)
         if norm is None:
             norm = grad_norm(grad)
@@ -129,7 +130,9 @@ class Optimizer:
             grad = _clipped(grad, norm, self.clip_norm)
         lr = self.learning_rate(state["t"])
         state["t"] += 1
-        self._update(theta, grad, state, lr if rates is None else lr * rate_factors(rates, theta.size))
+        # η per entry with rates (the native step forms η·rates[i] first, too)
+        rate = lr if rates is None else lr * rate_factors(rates, theta.size).reshape(theta.shape)
+        self._update(theta, grad, state, rate)
         return {"lr": lr, "grad_norm": norm}
 
     def _update(self, theta, grad, state, lr):  # pragma: no cover - abstract
