@@ -462,7 +462,7 @@ def test_sgd_on_samples_tracks_exact_gradient_descent_and_the_flow(rng, rank):
     failed once in 80 runs, a 1.0% deviation at t = 11.7 > 10.6, and tol = 2% once in a few hundred;
     measured deviations 0.6–1.3%), the same runs are rejected against exact GD at twice the rate
     (power: on a start where the two exact trajectories differ by > 20% of the components' size), and
-    exact GD stays within its O(rate) discretisation error of the exact flow at t = rate × step."""
+    exact GD converges to the exact flow at t = rate × step at first order in the rate."""
     from lsa_native.experiments import la
     from lsa_native.experiments._common import Context
 
@@ -496,8 +496,12 @@ def test_sgd_on_samples_tracks_exact_gradient_descent_and_the_flow(rng, rank):
     flow = pm.multihead_gradient_flow(W_pv, keys, N, Lambda=Lambda, times=lr * recorded,
                                       method="dopri5", rtol=1e-10, atol=1e-12)
     drop = gd[0, 0] - gd[-1, 0]
-    # Euler's global error after t = 5 at rate 0.05: a few per cent of the loss change
-    assert np.abs(gd[:, 0] - flow.losses).max() < 0.05 * abs(drop) + 1e-12
+    # exact GD converges to the exact flow at first order in the rate: halving it about halves
+    # the largest loss gap (ratio 0.30-0.64 over 300 starts; a flow of another model or time scale
+    # keeps the gap). A fixed "5% of the drop" failed for a start passing near a saddle (5.04%).
+    half = la.exact_gradient_descent(W_pv, keys, Lambda, N, lr=lr / 2, recorded_steps=2 * recorded)
+    gap = np.abs(gd[:, 0] - flow.losses).max()
+    assert np.abs(half[:, 0] - flow.losses).max() < 0.8 * gap
     # the records hold the exact loss of the SGD iterates: their replicate mean is near exact GD's
     # (Student t as sgd_agreement's, plus 5% of the drop: a replicate that leaves a plateau earlier
     # or later than the others spreads the mean — 2 of 190 rank 1 runs had |t| ≈ 1.1–1.5 beyond a
