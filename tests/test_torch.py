@@ -17,6 +17,9 @@ from lsa_native import kernel_attention as ka  # noqa: E402
 from lsa_native.reference import kernel_attention as ka_ref  # noqa: E402
 from lsa_native.reference import lsa as lsa_ref  # noqa: E402
 
+from conftest import conditioned_tolerance  # noqa: E402
+from test_kernel_attention import relative_conditions  # noqa: E402
+
 ACTS = list(ka.ACTIVATIONS)
 TOL = {torch.float64: 1e-11, torch.float32: 2e-4}  # relative to the largest entry
 
@@ -162,12 +165,20 @@ def test_kernel_attention_matches_references(rng, act, shape, dtype):
     dV, dB, dC, dZ0 = ka_ref.vjp(*arrays, acts, G)
     args64 = [t(a) for a in arrays]
     grads_pt = torch.autograd.grad(torch_kernel_attention(*args64, acts), args64, torch.tensor(G))
-    for name, g, w, w_pt in zip("Z0 V B C".split(), grads, (dZ0, dV, dB, dC), grads_pt):
+    # A gradient can be a small sum of large terms (relative condition κ): max(TOL, 100·κ·u), as in
+    # test_ka_cuda (conftest.conditioned_tolerance). The fixed TOL failed 1 of 5000 seeds (linear,
+    # shape (3, 1, 1, 1, 1), float32: dB at 2.07e-4; 1.8e-4 against the rounded inputs too).
+    kappa_V, kappa_B, kappa_C, kappa_Z0 = relative_conditions(
+        lambda *a: ka_ref.vjp(*a, acts, G), arrays, (dV, dB, dC, dZ0), rng)
+    np_dtype = np.float32 if dtype == torch.float32 else np.float64
+    for name, g, w, w_pt, kappa in zip("Z0 V B C".split(), grads, (dZ0, dV, dB, dC), grads_pt,
+                                       (kappa_Z0, kappa_V, kappa_B, kappa_C)):
         assert g.dtype == dtype
         if np.abs(w).max() == 0:  # softmax over one source is constant
             assert g.abs().max() == 0 and w_pt.abs().max() == 0, name
             continue
-        assert rel_err(g, w) < TOL[dtype], (name, rel_err(g, w))
+        tol = conditioned_tolerance(TOL[dtype], kappa, np_dtype)
+        assert rel_err(g, w) < tol, (name, rel_err(g, w), kappa)
         assert rel_err(w_pt.numpy(), w) < 1e-11, name  # the two references agree
 
 

@@ -213,9 +213,19 @@ def test_A_rate_is_adams_reparameterization_of_A(rng):
     tilde = train.fit(train.CallableObjective(lambda th, k: (lambda l, g: (l, D * g))(*step(D * th, k)),
                                               plain.theta0 / D), adam, steps=25, progress=False)
     np.testing.assert_allclose(res.theta, D * tilde.theta, rtol=1e-9, atol=1e-12)
-    one = train.fit(plain, adam, steps=25, data=data_, progress=False)
-    moved = lambda r: np.abs(r.theta - plain.theta0)  # noqa: E731
-    assert moved(res)[:p0.A.size].max() < 0.2 * moved(one)[:p0.A.size].max()
+    # A different run from A_rate = 1: Adam's first step (m̂ = g, v̂ = g², ε ≈ 0) moves every
+    # entry with a nonzero gradient by exactly the rate, so A_ℓ's live entries by s·lr against lr.
+    # (It compared the largest moves of A after 25 steps, slow < 0.2 × plain: 28 of 3000 seeds
+    # failed, at ratios up to 0.25, where plain's A moved back and forth and its net move stayed
+    # small; tools: an in-process loop over seeds.)
+    first = lambda obj: np.abs(train.fit(obj, adam, steps=1, data=data_, progress=False).theta  # noqa: E731
+                               - plain.theta0)[:p0.A.size]
+    slow_step, one_step = first(slow), first(plain)
+    live = one_step > 0
+    assert live.any()
+    np.testing.assert_allclose(one_step[live], adam.lr, rtol=1e-9)
+    np.testing.assert_allclose(slow_step[live], s * adam.lr, rtol=1e-9)
+    np.testing.assert_array_equal(slow_step[~live], 0)
     assert slow.config()["A_rate"] == s and "A_rate" not in plain.config()
 
 

@@ -446,6 +446,9 @@ def test_rate_factors_take_every_route(rng, shape):
 
     theta0, c = rng.standard_normal(shape), rng.standard_normal(shape)
     rates = rng.choice([1.0, 0.1, 3.0], size=theta0.size)
+    # One factor other than 1 at least, or "another than without the factors" cannot hold: all 7
+    # factors of shape (7,) drew 1 with probability 3⁻⁷ = 4.6e-4 (then plain = theta, bitwise).
+    rates[rng.integers(rates.size)] = rng.choice([0.1, 3.0])
     steps = int(rng.integers(2, 7))
     opt = train.Adam(lr=0.1)
     state, theta = opt.init(theta0), theta0.copy()
