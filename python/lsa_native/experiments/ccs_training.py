@@ -14,9 +14,8 @@ initialization scale used are reported.
 
 A_ℓ (A trained) may start from ``A_init`` × its initial value (the Gaussian draw, or the aligned
 start's) and move at ``A_rate`` × the rate of r, B, C (``train.KernelAttentionObjective``'s
-``A_rate``; both 1 by default, :data:`A_FACTORS`: CCS H.1's one initialization and one optimizer). Deep A-free models need both below 1 — with one rate the
-residual stream grows with depth and the exp heads overflow at L >= 6 (ccs-fig4, ccs-fig2; neither
-factor alone keeps them finite: docs/reproductions/findings.md).
+``A_rate``; both 1 by default, :data:`A_FACTORS`: CCS H.1's one initialization and one
+optimizer). Figure 4 trains with both at 0.1 (``ccs.FIG4_SLOW_A``, where the reason is).
 """
 from __future__ import annotations
 
