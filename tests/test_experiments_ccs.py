@@ -356,3 +356,10 @@ def test_A_factors_are_cell_fields_only_when_set():
     assert "A_ℓ (trained) from 0× its start at 0.1× the rate" in ccs_training.describe_schedule(sizes)
     with pytest.raises(ValueError, match="A_init"):
         ccs_training._initial_params(dict(slow, A_init=-1.0), 0.1, ccs.ccs_sigma(1, 5))
+    from lsa_native.experiments._common import _check_value
+
+    assert _check_value("A_init", 0, 1.0) == 0.0  # A_ℓ started at 0: a value, not a bad size
+    with pytest.raises(ValueError, match="A_rate: expected a finite number > 0"):
+        _check_value("A_rate", 0.0, 1.0)
+    with pytest.raises(ValueError, match="A_init: expected a finite number >= 0"):
+        _check_value("A_init", -0.5, 1.0)

@@ -206,6 +206,8 @@ def _config_difference(old, new) -> str:
 CHOICES = {"kernels": KERNELS, "activations": tuple(ACTIVATIONS),
            "targets": ("linear", "exp", "composite"), "a_modes": ("zero", "free"),
            "init": ("gaussian", "aligned")}
+# Number sizes for which 0 is a value, not a degenerate size (A_ℓ started at 0).
+ZERO_ALLOWED = frozenset({"A_init"})
 
 
 def check_sizes(defaults: dict, overrides: dict) -> dict:
@@ -247,8 +249,9 @@ def _check_value(key, value, ref):
             v = float(value)
         except (TypeError, ValueError):
             raise TypeError(f"{key}: expected a number, got {value!r}") from None
-        if not np.isfinite(v) or v <= 0:
-            raise ValueError(f"{key}: expected a finite number > 0, got {value}")
+        zero = key in ZERO_ALLOWED
+        if not np.isfinite(v) or v < 0 or (v == 0 and not zero):
+            raise ValueError(f"{key}: expected a finite number {'>= 0' if zero else '> 0'}, got {value}")
         return v
     return value
 
