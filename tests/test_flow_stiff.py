@@ -12,10 +12,15 @@ from lsa_native import population as pop, theory
 from test_population import random_spd
 
 RTOL, ATOL = 1e-10, 1e-12
-# Error-per-step control gives a global error of a small multiple of the tolerance; on these flows
-# (|θ| ~ 1, horizons of a few slow time constants) the native and scipy solutions agreed within
-# 7e-10 over 9 seeds. A lower-order or wrong stage shows as 1e-6 or worse at these tolerances.
-AGREE = 100 * RTOL
+# Error-per-step control gives a global error of a small multiple of the tolerance (|θ| ~ 1 here).
+# The Rosenbrock error is heavy-tailed at d = 3. max |Δθ| / 1e-8 over fresh seeds (2026-11-28,
+# rng [s, 777]): median ~0.015, max 0.130 (t = 1000 vs DOPRI5 at rtol 1e-13, 430 seeds), 0.106
+# (short horizons, 367), 0.090 (vs BDF, 109), 0.058 (noise_std = 0.3, 130). An exponential fit to
+# the top 20% of log(error) put P(error > 1e-8) at ~2e-4 per d = 3 test, ~8e-4 per run in all.
+# At 1e-7 the fit gives ~2e-5 per run. Power: a flow run at rtol 1e-7 (1000x looser) errs by
+# > 1e-7 in 51/52 seeds at d = 3. A lower-order or wrong stage shows as 1e-6 or worse (not
+# re-measured).
+AGREE = 1000 * RTOL
 
 
 def _problem(rng, d):
