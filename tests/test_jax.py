@@ -57,12 +57,16 @@ def test_kernel_attention_grad_matches_reference(rng, act, shape, dtype):
     Bsz, d, n, L, H = shape
     acts = [act] if H == 1 else [act, ACTS[(ACTS.index(act) + 2) % 4]]
     # Redraw while the float64 output is large: two exp layers occasionally reach 1e100+ (about 1
-    # draw in 200 overflowed float32 and raised), where a float32 comparison says nothing.
+    # draw in 200 overflowed float32 and raised), where a float32 comparison says nothing; rarer
+    # draws overflow float64 itself (a CI-type failure at LSA_TEST_SEED=828501689: the check's own
+    # overflow warning raised), so the check reads an overflow as "large".
     for _ in range(100):
         Z0 = rng.standard_normal((Bsz, d + 1, n + 1))
         V = 0.3 / n * rng.standard_normal((L, H, d + 1, d + 1))
         B, C = 0.3 * rng.standard_normal((2, L, H, d, d))
-        if np.abs(ka_ref.forward(Z0, V, B, C, acts)[0]).max() < 1e2:
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = ka_ref.forward(Z0, V, B, C, acts)[0]
+        if np.all(np.isfinite(out)) and np.abs(out).max() < 1e2:
             break
     G = rng.standard_normal(Z0.shape)
     args = [jnp.asarray(a, dtype) for a in (Z0, V, B, C)]
