@@ -18,11 +18,12 @@ impl "old": the native rows again with LSA_NATIVE_CUDA_OLD_KERNELS=1 (the block-
 kernel, kept until both have been measured; --no-old skips them).
 impl "full": loss+grad and predict with LSA_NATIVE_KA_QUERY=0 (the last layer in full, as before
 the query layer: the before/after of the query layer in one run; fwd and fwd+vjp never use it).
-impl "recompute": loss+grad and vjp with LSA_NATIVE_KA_RECOMPUTE=1 (the warp kernel's recomputing
-workspace: Z_0..Z_L and one head slot per warp, the backward recomputing each head's forward;
-20.5 instead of 33.7 KB a warp for the float loss at the CCS size, more warps per SM; the same
-per-prompt bits as "native", batch sums to rounding (another launch grid); checked against torch
-like "native"; the other rows never use it).
+impl "stored": loss+grad and vjp with LSA_NATIVE_KA_RECOMPUTE=0 (every head's U, W, h̃, Y stored
+in the warp's workspace, as before 2026-11-28; "native" runs the default recomputing workspace:
+Z_0..Z_L and one head slot per warp, the backward recomputing each head's forward, 20.5 instead of
+33.7 KB a warp for the float loss at the CCS size, more warps per SM; the same per-prompt bits,
+batch sums to rounding (another launch grid); checked against torch like "native"; the other rows
+have no recomputing workspace).
 """
 from __future__ import annotations
 
@@ -47,10 +48,10 @@ def full_last_layer(on: bool):
     return environment("LSA_NATIVE_KA_QUERY", "0", on)
 
 
-def recompute_workspace(on: bool):
-    """LSA_NATIVE_KA_RECOMPUTE=1 inside when `on`: the warp kernel's recomputing workspace for the
-    loss and the context-free VJP."""
-    return environment("LSA_NATIVE_KA_RECOMPUTE", "1", on)
+def stored_workspace(on: bool):
+    """LSA_NATIVE_KA_RECOMPUTE=0 inside when `on`: the warp kernel stores every head's forward for
+    the loss and the context-free VJP instead of recomputing it (the default)."""
+    return environment("LSA_NATIVE_KA_RECOMPUTE", "0", on)
 
 
 def torch_forward(Z0, V, B, C, act):
@@ -109,8 +110,8 @@ def bench_size(dtype, Bsz: int, act: str, warmup: int, repeat: int, with_torch: 
     if with_torch:  # correctness at the benchmark size: native vs torch (½ convention of ka)
         try:
             expected = torch_loss_and_grad(Z0, y, V, B, C, act)
-            for impl in ("native", "recompute"):  # the recomputing workspace's rows checked too
-                with recompute_workspace(impl == "recompute"):
+            for impl in ("native", "stored"):  # the stored workspace's rows checked too
+                with stored_workspace(impl == "stored"):
                     loss, *grads = ka.loss_and_grad(Z0, y, V, B, C, act)
                 rel = max([abs(2 * loss - expected[0]) / abs(expected[0])] +
                           [float((2 * a - b).abs().max() / b.abs().max())
@@ -130,13 +131,13 @@ def bench_size(dtype, Bsz: int, act: str, warmup: int, repeat: int, with_torch: 
         _, ctx = ka.forward(Z0, V, B, C, act, return_context=True)
         return ka.vjp(Z0, V, B, C, act, dZ, context=ctx)
 
-    for impl in ("native", "full", "recompute") + (("old",) if with_old else ()):
+    for impl in ("native", "full", "stored") + (("old",) if with_old else ()):
         with old_kernels(impl == "old"), full_last_layer(impl == "full"), \
-                recompute_workspace(impl == "recompute"):  # read at every call
+                stored_workspace(impl == "stored"):  # read at every call
             row("loss+grad", impl, lambda: ka.loss_and_grad(Z0, y, V, B, C, act))
             if impl != "full":
                 row("vjp", impl, lambda: ka.vjp(Z0, V, B, C, act, dZ))
-            if impl == "recompute":  # the other rows have no recomputing workspace
+            if impl == "stored":  # the other rows have no recomputing workspace
                 continue
             row("predict", impl, native_predict)
             if impl != "full":  # Z_L and the VJP need the full last layer anyway

@@ -1,8 +1,9 @@
 """A small run of every CUDA kernel-attention kernel (both dtypes, every activation, device arrays
 and host copies, shared-memory and global workspaces) for compute-sanitizer (memcheck, racecheck,
 synccheck). No torch/cupy import: fast under the tool. Exits 1 when a result differs from the CPU
-kernels beyond rounding (float32 2e-4, float64 1e-12 relative). Runs the warp-per-prompt kernel,
-then the block kernel (LSA_NATIVE_CUDA_OLD_KERNELS=1; n = 600 takes it in both passes)."""
+kernels beyond rounding (float32 2e-4, float64 1e-12 relative). Runs the warp-per-prompt kernel
+with its recomputing workspace (the default) and with the stored one (LSA_NATIVE_KA_RECOMPUTE=0),
+then the block kernel (LSA_NATIVE_CUDA_OLD_KERNELS=1; n = 600 takes it in every pass)."""
 import os
 import sys
 
@@ -13,8 +14,9 @@ from lsa_native import kernel_attention as ka
 
 rng = np.random.default_rng(11)
 bad = []
-for old in ("0", "1"):
-    os.environ["LSA_NATIVE_CUDA_OLD_KERNELS"] = old  # read by the launch code at every call
+for old, recompute in (("0", "1"), ("0", "0"), ("1", "1")):
+    os.environ["LSA_NATIVE_CUDA_OLD_KERNELS"] = old  # both read by the launch code at every call
+    os.environ["LSA_NATIVE_KA_RECOMPUTE"] = recompute
     for dtype, tol in ((np.float32, 2e-4), (np.float64, 1e-12)):
         for (B, d, n, L, H) in ((1, 1, 1, 1, 1), (5, 3, 7, 2, 2), (3, 5, 30, 3, 1), (2, 4, 600, 1, 1)):
             for act in ka.ACTIVATIONS:
@@ -46,7 +48,7 @@ for old in ("0", "1"):
                     for a, b in zip(got[op], want[op]):
                         err = float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-30))
                         if not err <= tol:
-                            bad.append(f"old={old} {op} {np.dtype(dtype).name} {act} B={B} d={d} n={n} L={L} "
+                            bad.append(f"old={old} recompute={recompute} {op} {np.dtype(dtype).name} {act} B={B} d={d} n={n} L={L} "
                                        f"H={H}: relative error {err:.2e}")
 print("\n".join(bad) if bad else "kernel attention: all CUDA results match the CPU")
 sys.exit(1 if bad else 0)

@@ -471,8 +471,8 @@ TEST(CudaKernelsEmulated, KernelAttentionWarpLargeLogits) {
   check_kernel_attention<double>(c, {Activation::softmax}, KaKernel::warp, 12.0);
 }
 
-// The recomputing workspace (KaWarpLayout::recompute, ka_warp_kernel<T, kMode, true>; chosen by
-// LSA_NATIVE_KA_RECOMPUTE=1): the loss (query layer on and off) and the VJP without a context give
+// The recomputing workspace (KaWarpLayout::recompute, ka_warp_kernel<T, kMode, true>; the default,
+// LSA_NATIVE_KA_RECOMPUTE=0 turns it off): the loss (query layer on and off) and the VJP without a context give
 // the default workspace's results bit for bit (the backward recomputes U, W, h̃, Y with the
 // forward's code), in a smaller workspace.
 template <class T>

@@ -3,11 +3,12 @@
 // (a warp per prompt) and ka_kernels.cuh (a block per prompt: shapes whose per-warp workspace does
 // not fit shared memory, or every shape under LSA_NATIVE_CUDA_OLD_KERNELS=1). The warp kernel runs
 // the last layer as the query layer for the loss and the predictions (LSA_NATIVE_KA_QUERY=0: in
-// full); the block kernel always runs it in full. LSA_NATIVE_KA_RECOMPUTE=1 (not the default, for
-// same-build benchmarks): the loss and the VJP without context keep Z_0..Z_L and one head slot per
-// warp, the backward recomputing each head's forward (KaWarpLayout::recompute: less shared memory
-// a warp, more warps per SM; the same per-prompt bits, batch sums to rounding: the launch grid
-// that groups them changes with occupancy).
+// full); the block kernel always runs it in full. The loss and the VJP without context keep
+// Z_0..Z_L and one head slot per warp, the backward recomputing each head's forward
+// (KaWarpLayout::recompute: less shared memory a warp, more warps per SM; 1.2-1.4x faster on an
+// H200, 2026-11-27/28); LSA_NATIVE_KA_RECOMPUTE=0 stores every head's U, W, h̃, Y instead, for
+// same-build comparisons (the same per-prompt bits, batch sums to rounding: the launch grid that
+// groups them changes with occupancy).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -93,11 +94,11 @@ bool query_layer_requested() {
   return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
-// LSA_NATIVE_KA_RECOMPUTE=1 (read at every launch): the recomputing workspace of the warp kernel
-// (KaWarpLayout::recompute) where it applies, for same-build comparisons; off by default.
+// The recomputing workspace of the warp kernel (KaWarpLayout::recompute) where it applies, unless
+// LSA_NATIVE_KA_RECOMPUTE=0 (read at every launch; for same-build comparisons).
 bool recompute_requested() {
   const char* v = std::getenv("LSA_NATIVE_KA_RECOMPUTE");
-  return v != nullptr && std::strcmp(v, "1") == 0;
+  return v == nullptr || std::strcmp(v, "0") != 0;
 }
 
 // Runs the kernel-attention kernel of mode kMode over the batch: ka_warp_kernel when a warp's
