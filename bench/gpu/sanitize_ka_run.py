@@ -48,7 +48,7 @@ for old, recompute in (("0", "1"), ("0", "0"), ("1", "1")):
                     for a, b in zip(got[op], want[op]):
                         err = float(np.max(np.abs(a - b)) / (np.max(np.abs(b)) + 1e-30))
                         if not err <= tol:
-                            bad.append(f"old={old} recompute={recompute} {op} {np.dtype(dtype).name} {act} B={B} d={d} n={n} L={L} "
-                                       f"H={H}: relative error {err:.2e}")
+                            bad.append(f"old={old} recompute={recompute} {op} {np.dtype(dtype).name} {act} "
+                                       f"B={B} d={d} n={n} L={L} H={H}: relative error {err:.2e}")
 print("\n".join(bad) if bad else "kernel attention: all CUDA results match the CPU")
 sys.exit(1 if bad else 0)
