@@ -353,7 +353,7 @@ def test_A_factors_are_cell_fields_only_when_set():
     norms = [np.asarray(ccs.train_cell(dict(c, trace_every=30))["trace_norm_A"])[-1]
              for c in (plain, slow)]
     assert np.all(norms[1] < 0.5 * norms[0])
-    assert "A_ℓ (trained) from 0× its start at 0.1× the rate" in ccs_training.describe_schedule(sizes)
+    assert "A_ℓ (trained) from 0 at 0.1× the rate" in ccs_training.describe_schedule(sizes)
     with pytest.raises(ValueError, match="A_init"):
         ccs_training._initial_params(dict(slow, A_init=-1.0), 0.1, ccs.ccs_sigma(1, 5))
     from lsa_native.experiments._common import _check_value

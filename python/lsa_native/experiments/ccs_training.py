@@ -15,7 +15,8 @@ initialization scale used are reported.
 A_ℓ (A trained) may start from ``A_init`` × its initial value (the Gaussian draw, or the aligned
 start's) and move at ``A_rate`` × the rate of r, B, C (``train.KernelAttentionObjective``'s
 ``A_rate``; both 1 by default, :data:`A_FACTORS`: CCS H.1's one initialization and one
-optimizer). Figure 4 trains with both at 0.1 (``ccs.FIG4_SLOW_A``, where the reason is).
+optimizer). Figure 4 trains with both at 0.1 (``ccs.FIG4_SLOW_A``, where the reason is), Figure 2
+with A_ℓ from 0 at 0.01 (``ccs.FIG2_SLOW_A``).
 """
 from __future__ import annotations
 
@@ -70,8 +71,8 @@ def describe_schedule(p: dict) -> str:
     stop = (f"then until the training loss changes < {p['converge_tol']:g} over the last 10% of steps "
             f"by {CONVERGENCE_Z:g} SE (at most {p['steps']} steps)" if decay < p["steps"] else f"{p['steps']} steps in all")
     a = {k: p.get(k, v) for k, v in A_FACTORS.items()}
-    slow_A = (f", A_ℓ (trained) from {a['A_init']:g}× its start at {a['A_rate']:g}× the rate"
-              if a != A_FACTORS else "")
+    start = "0" if a["A_init"] == 0 else f"{a['A_init']:g}× its start"
+    slow_A = f", A_ℓ (trained) from {start} at {a['A_rate']:g}× the rate" if a != A_FACTORS else ""
     return (f"Adam, lr {p['lr']}→{p['lr_final']} over {decay} steps, clip {p['clip']}{slow_A}, {stop}, "
             f"batch {p['batch']} resampled every 10 steps")
 
