@@ -9,9 +9,15 @@ Race-free by construction, whatever the machine's load and however the suite was
   event arms a watcher thread, which can take the GIL only when the core releases it (the switch
   interval is set far beyond the test, so the interpreter never hands the GIL over on its own, and
   the hook does no I/O); the watcher then prints READY and the parent sends one SIGINT per READY;
-- should a signal still land before the core was entered, the traceback shows it and the child
-  enters the call again. No sleeps, no latency thresholds: a call that ignores the signal (or holds
-  the GIL) runs to its end and the test fails on FINISHED.
+- the same profile hook sees how the native function ended: KeyboardInterrupt raised from inside it
+  (``c_exception``) is the pass; a call that ran to its end (``c_return``) and left the signal to
+  the interpreter fails (IGNORED) — without this check a core that never polls passed, the pending
+  signal raising KeyboardInterrupt just after the call returned (measured: a zlib.compress of tens
+  of seconds as the "native call" passed the former test; it fails now);
+- should a signal still land before the core was entered (no event past ``c_call``; a signal
+  handled on the hook's own entry is read from its frame), the child enters the call again. No sleeps, no latency thresholds: the child's pool has 2
+  threads, so each long call lasts seconds even on a many-core machine (a signal delayed beyond the
+  call's end would read as IGNORED).
 """
 import os
 import signal
@@ -59,10 +65,11 @@ LONG_CALLS = {
 }
 
 CHILD_PROLOGUE = """
-    import signal, sys, traceback
+    import signal, sys
     signal.signal(signal.SIGINT, signal.default_int_handler)
     import numpy as np
     import lsa_native as ln
+    ln.set_num_threads(2)
 """
 
 CHILD_EPILOGUE = """
@@ -78,11 +85,17 @@ CHILD_EPILOGUE = """
 
     threading.Thread(target=watcher, daemon=True).start()
 
+    last = []  # the native function's last profile event: c_call, then c_exception or c_return
+
     def arm_on_entry():
+        last.clear()
         def hook(frame, event, arg):
-            if event == "c_call" and getattr(arg, "__name__", "") == NATIVE:
-                sys.setprofile(None)
-                armed.set()
+            if getattr(arg, "__name__", "") == NATIVE:
+                last[:] = [event]
+                if event == "c_call":
+                    armed.set()
+                else:
+                    sys.setprofile(None)
         sys.setprofile(hook)
 
     for attempt in range(50):
@@ -90,10 +103,17 @@ CHILD_EPILOGUE = """
         try:
             call(*long_args)
         except KeyboardInterrupt as e:
-            if traceback.extract_tb(e.__traceback__)[-1].name == "hook":
+            sys.setprofile(None)
+            tb = e.__traceback__
+            while tb.tb_next is not None:
+                tb = tb.tb_next
+            f = tb.tb_frame
+            if f.f_code.co_name == "hook" and getattr(f.f_locals["arg"], "__name__", "") == NATIVE:
+                last[:] = [f.f_locals["event"]]  # it ran on the hook's entry, at this event
+            if last in ([], ["c_call"]):
                 print("EARLY", flush=True)  # landed before the core was entered: again
                 continue
-            print("INTERRUPTED", flush=True)
+            print("INTERRUPTED" if last == ["c_exception"] else "IGNORED", flush=True)
         else:
             print("FINISHED", flush=True)
         break

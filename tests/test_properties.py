@@ -20,10 +20,11 @@ import numpy as np
 import pytest
 
 hypothesis = pytest.importorskip("hypothesis")
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 import lsa_native as ln  # noqa: E402
+from conftest import SEED  # noqa: E402
 from lsa_native import (baselines, data as lndata, kernel_attention as ka, lsa, population,  # noqa: E402
                         sampling, theory, train)
 
@@ -300,11 +301,15 @@ def case_sampling_and_train(dr):
 
 CASES = [case_lsa, case_kernel_attention, case_population, case_data_and_baselines, case_theory,
          case_sampling_and_train]
+# No deadline and no speed health checks: a loaded machine must not fail a property. Examples come
+# from the run's seed (@seed(SEED)): fresh each run, replayed by LSA_TEST_SEED like every other test
+# (Hypothesis' own random seed was not: a CI failure could be replayed only from its printout).
 _SETTINGS = dict(deadline=None, derandomize=False,
                  suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__)
+@seed(SEED)
 @settings(max_examples=60, **_SETTINGS)
 @given(data=st.data())
 def test_property_finite_or_named_error(case, data):
@@ -314,6 +319,7 @@ def test_property_finite_or_named_error(case, data):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.__name__)
+@seed(SEED)
 @settings(max_examples=1500, **_SETTINGS)
 @given(data=st.data())
 def test_property_finite_or_named_error_large(case, data):
