@@ -28,8 +28,8 @@ SHAPES = [(1, 1, 1, 1, 1), (3, 1, 9, 3, 1), (5, 3, 1, 2, 1), (37, 2, 7, 2, 2), (
 # for every shape by LSA_NATIVE_CUDA_OLD_KERNELS=1).
 KERNELS = ["warp", "block"]
 # The backward passes run the warp kernel both ways: its recomputing workspace (the default: no
-# stored per-layer intermediates beyond Z_ℓ; on an H200 loss+grad 1.2-1.4x and the VJP 1.15-1.3x
-# faster) and, as "stored", every head's U, W, h̃, Y kept (LSA_NATIVE_KA_RECOMPUTE=0).
+# stored per-layer intermediates beyond Z_ℓ; timings in docs/gpu.md) and, as "stored", every head's
+# U, W, h̃, Y kept (LSA_NATIVE_KA_RECOMPUTE=0).
 KERNELS_BACKWARD = KERNELS + ["stored"]
 
 

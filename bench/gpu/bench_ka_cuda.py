@@ -22,8 +22,9 @@ impl "stored": loss+grad and vjp with LSA_NATIVE_KA_RECOMPUTE=0 (every head's U,
 in the warp's workspace, as before 2026-11-28; "native" runs the default recomputing workspace:
 Z_0..Z_L and one head slot per warp, the backward recomputing each head's forward, 20.5 instead of
 33.7 KB a warp for the float loss at the CCS size, more warps per SM; the same per-prompt bits,
-batch sums to rounding (another launch grid); checked against torch like "native"; the other rows
-have no recomputing workspace).
+batch sums to rounding (another launch grid); checked against torch like "native"). predict, fwd
+and fwd+vjp have no workspace choice; "full" runs the default (recomputing) workspace, so its
+loss+grad rows are not comparable with those of runs before 2026-11-28 (stored then).
 """
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def bench_size(dtype, Bsz: int, act: str, warmup: int, repeat: int, with_torch: 
             row("loss+grad", impl, lambda: ka.loss_and_grad(Z0, y, V, B, C, act))
             if impl != "full":
                 row("vjp", impl, lambda: ka.vjp(Z0, V, B, C, act, dZ))
-            if impl == "stored":  # the other rows have no recomputing workspace
+            if impl == "stored":  # predict, fwd, fwd+vjp have no workspace choice
                 continue
             row("predict", impl, native_predict)
             if impl != "full":  # Z_L and the VJP need the full last layer anyway

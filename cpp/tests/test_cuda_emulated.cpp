@@ -472,9 +472,9 @@ TEST(CudaKernelsEmulated, KernelAttentionWarpLargeLogits) {
 }
 
 // The recomputing workspace (KaWarpLayout::recompute, ka_warp_kernel<T, kMode, true>; the default,
-// LSA_NATIVE_KA_RECOMPUTE=0 turns it off): the loss (query layer on and off) and the VJP without a context give
-// the default workspace's results bit for bit (the backward recomputes U, W, h̃, Y with the
-// forward's code), in a smaller workspace.
+// LSA_NATIVE_KA_RECOMPUTE=0 turns it off): the loss (query layer on and off) and the VJP without a
+// context give the stored workspace's results bit for bit (the backward recomputes U, W, h̃, Y with
+// the forward's code), in a smaller workspace.
 template <class T>
 void check_recompute_workspace(const KaConfig& c, const std::vector<Activation>& acts) {
   const KernelAttentionShape& s = c.shape;

@@ -5,10 +5,10 @@
 // the last layer as the query layer for the loss and the predictions (LSA_NATIVE_KA_QUERY=0: in
 // full); the block kernel always runs it in full. The loss and the VJP without context keep
 // Z_0..Z_L and one head slot per warp, the backward recomputing each head's forward
-// (KaWarpLayout::recompute: less shared memory a warp, more warps per SM; 1.2-1.4x faster on an
-// H200, 2026-11-27/28); LSA_NATIVE_KA_RECOMPUTE=0 stores every head's U, W, h̃, Y instead, for
-// same-build comparisons (the same per-prompt bits, batch sums to rounding: the launch grid that
-// groups them changes with occupancy).
+// (KaWarpLayout::recompute: less shared memory a warp, more warps per SM; faster, docs/gpu.md);
+// LSA_NATIVE_KA_RECOMPUTE=0 stores every head's U, W, h̃, Y instead, for same-build comparisons
+// (the same per-prompt bits, batch sums to rounding: the launch grid that groups them changes with
+// occupancy).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>

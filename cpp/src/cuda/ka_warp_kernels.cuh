@@ -58,10 +58,11 @@ inline constexpr int kVec = int(16 / sizeof(T));  // values per 16-byte shared-m
 // no context keeps only Z_ℓ, Z_{ℓ+1} and one head's U, W, h̃, Y (`compact`: Z_ℓ in slot ℓ mod 2,
 // one head slot): 58 instead of 162 rows at the CCS size.
 // The recomputing workspace (`recompute`; ka_cuda.cu's default, LSA_NATIVE_KA_RECOMPUTE=0 turns it
-// off; the loss and the VJP without a saved context): Z_0..Z_L and one head slot, the backward recomputing each
-// head's U, W, h̃, Y from Z_ℓ (ka_warp_head_forward, the forward's code: the same bits) before its
-// reverse step; 128 instead of 220 rows at the CCS size (the loss: 20.5 instead of 33.7 KB a warp
-// in float), for more warps per SM at the price of the forward's full layers run twice.
+// off; the loss and the VJP without a saved context): Z_0..Z_L and one head slot, the backward
+// recomputing each head's U, W, h̃, Y from Z_ℓ (ka_warp_head_forward, the forward's code: the
+// same bits) before its reverse step; 128 instead of 220 rows at the CCS size (the loss: 20.5
+// instead of 33.7 KB a warp in float), for more warps per SM at the price of the forward's full
+// layers run twice.
 struct KaWarpLayout : KaDims {
   int Sw;  // the workspace's row stride
   bool compact;    // Z_ℓ in slot ℓ mod 2 (the forward without a context), one head slot
