@@ -333,11 +333,11 @@ def test_unknown_start_is_a_clear_error():
         ccs_training._initial_params(cfg, 0.1, ccs.ccs_sigma(0, 5))
 
 
-@pytest.mark.parametrize("id_, factors", [("ccs-fig2", ccs.FIG2_SLOW_A), ("ccs-fig4", ccs.FIG4_SLOW_A),
+@pytest.mark.parametrize("id_, factors", [("ccs-fig2", ccs.SLOW_A), ("ccs-fig4", ccs.SLOW_A),
                                           ("ccs-fig1", ccs.A_FACTORS), ("ccs-fig3-5-6", ccs.A_FACTORS)])
 def test_each_figure_trains_A_with_its_own_factors_at_both_sizes(id_, factors):
     """Figures 2 and 4 move A_ℓ slowly (their deep exp models diverge with one rate), the others
-    keep one rate: quick and full sizes alike (a lost ``**FIG2_SLOW_A`` would change every cell)."""
+    keep one rate: quick and full sizes alike (a lost ``**SLOW_A`` would change every cell)."""
     from lsa_native.experiments._common import REGISTRY
 
     for full in (False, True):
@@ -367,7 +367,7 @@ def test_A_factors_are_cell_fields_only_when_set():
     assert np.all(norms[1] < 0.5 * norms[0])
     assert "A_ℓ (trained) from 0 at 0.1× the rate" in ccs_training.describe_schedule(sizes)
     assert "A_ℓ (trained) from 0.1× its start at 0.1× the rate" in ccs_training.describe_schedule(
-        dict(sizes, **ccs.FIG4_SLOW_A))
+        dict(sizes, A_init=0.1, A_rate=0.1))
     with pytest.raises(ValueError, match="A_init"):
         ccs_training._initial_params(dict(slow, A_init=-1.0), 0.1, ccs.ccs_sigma(1, 5))
     from lsa_native.experiments._common import _check_value

@@ -478,6 +478,19 @@ def test_flow_of_aligned_rank_one_heads_follows_the_scalar_odes(rng):
 
 # ---- exact dynamics vs SGD on samples (the issue's "exact flow vs SGD with a small step") ----
 
+def _perturbation_growth(rng, W_pv, keys, gd_components, run, eps=0.01, draws=4):
+    """The largest change of exact GD's components (``run(W_pv, keys)``) over ``draws`` random
+    perturbations of θ0 by ``eps`` × each matrix's largest entry, relative to the components' size:
+    ≈ 2–6 eps on ordinary starts, ≫ eps on a start whose trajectory passes near a saddle."""
+    size, worst = np.abs(gd_components).max(), 0.0
+    for _ in range(draws):
+        P = W_pv + eps * np.abs(W_pv).max() * rng.standard_normal(W_pv.shape)
+        K = tuple(k + eps * np.abs(k).max() * rng.standard_normal(k.shape) for k in keys) \
+            if isinstance(keys, tuple) else keys + eps * np.abs(keys).max() * rng.standard_normal(keys.shape)
+        worst = max(worst, np.abs(run(P, K) - gd_components).max() / size)
+    return worst
+
+
 @pytest.mark.parametrize("rank", [0, 1])
 def test_sgd_on_samples_tracks_exact_gradient_descent_and_the_flow(rng, rank):
     """The native H-head model trained by SGD (train.fit, MultiHeadLSAObjective, fresh prompts
@@ -498,14 +511,22 @@ def test_sgd_on_samples_tracks_exact_gradient_descent_and_the_flow(rng, rank):
     # at 2t) differs from exact GD by > 20% of the components' size somewhere on the record (a
     # start that barely moves, or settles before t = 2.5, makes the two the same; over 300 seeds
     # the separation was < 0.2 for 2% of rank 1 starts, 1% of rank 0; 0.04 and 0.10 were not
-    # rejected by the SGD runs, whose Bonferroni t margin alone is ~5% of the size).
+    # rejected by the SGD runs, whose Bonferroni t margin alone is ~5% of the size). Nor a start
+    # whose trajectory passes near a saddle: there SGD's noise decides when the replicates leave
+    # it, and their mean is not exact GD's (a 41% deviation, t = 41, in 1 of 670 rank 1 runs; its
+    # 1% perturbations of θ0 moved exact GD by 79% of the size, another start's by 23% with a 32%
+    # deviation and no power; 2–15% for 117 of 120 other starts: > 15% redraws ~3%).
+    def components(W, K):
+        return la._components(la.exact_gradient_descent(W, K, Lambda, N, lr=lr, recorded_steps=recorded))
+
     for _ in range(50):
         W_pv, keys = (merged_heads(rng, H, d, 0.3) if rank == 0
                       else separate_heads(rng, H, d, rank, 0.5))
         gd = la.exact_gradient_descent(W_pv, keys, Lambda, N, lr=lr, recorded_steps=recorded)
         wrong = la.exact_gradient_descent(W_pv, keys, Lambda, N, lr=2 * lr, recorded_steps=recorded)
         u, u_wrong = la._components(gd), la._components(wrong)
-        if np.abs(u_wrong - u).max() > 0.2 * np.abs(u).max():
+        if (np.abs(u_wrong - u).max() > 0.2 * np.abs(u).max()
+                and _perturbation_growth(rng, W_pv, keys, u, components) < 0.15):
             break
     else:
         pytest.fail("no start in 50 draws separates the rates")
@@ -521,12 +542,15 @@ def test_sgd_on_samples_tracks_exact_gradient_descent_and_the_flow(rng, rank):
     flow = pm.multihead_gradient_flow(W_pv, keys, N, Lambda=Lambda, times=lr * recorded,
                                       method="dopri5", rtol=1e-10, atol=1e-12)
     drop = gd[0, 0] - gd[-1, 0]
-    # exact GD converges to the exact flow at first order in the rate: halving it about halves
-    # the largest loss gap (ratio 0.30-0.64 over 300 starts; a flow of another model or time scale
-    # keeps the gap). A fixed "5% of the drop" failed for a start passing near a saddle (5.04%).
-    half = la.exact_gradient_descent(W_pv, keys, Lambda, N, lr=lr / 2, recorded_steps=2 * recorded)
+    # exact GD converges to the exact flow at first order in the rate: a quarter of the rate about
+    # quarters the largest loss gap (a flow of another model or time scale keeps the gap). One
+    # halving alone is not monotone on every start: lr -> lr/2 gave 0.30-0.64 over 300 starts but
+    # 0.94 for one of 670 (then 0.57 from lr/2 to lr/4), another 0.09 then 1.07; lr -> lr/4 gave
+    # 0.53 and 0.09 there, ≈ 0.25 on ordinary starts. A fixed "5% of the drop" failed for a start
+    # passing near a saddle (5.04%).
+    quarter = la.exact_gradient_descent(W_pv, keys, Lambda, N, lr=lr / 4, recorded_steps=4 * recorded)
     gap = np.abs(gd[:, 0] - flow.losses).max()
-    assert np.abs(half[:, 0] - flow.losses).max() < 0.8 * gap
+    assert np.abs(quarter[:, 0] - flow.losses).max() < 0.75 * gap
     # the records hold the exact loss of the SGD iterates: their replicate mean is near exact GD's
     # (Student t as sgd_agreement's, plus 5% of the drop: a replicate that leaves a plateau earlier
     # or later than the others spreads the mean — 2 of 190 rank 1 runs had |t| ≈ 1.1–1.5 beyond a

@@ -15,8 +15,8 @@ initialization scale used are reported.
 A_ℓ (A trained) may start from ``A_init`` × its initial value (the Gaussian draw, or the aligned
 start's) and move at ``A_rate`` × the rate of r, B, C (``train.KernelAttentionObjective``'s
 ``A_rate``; both 1 by default, :data:`A_FACTORS`: CCS H.1's one initialization and one
-optimizer). Figure 4 trains with both at 0.1 (``ccs.FIG4_SLOW_A``, where the reason is), Figure 2
-with A_ℓ from 0 at 0.01 (``ccs.FIG2_SLOW_A``).
+optimizer). Figures 2 and 4 train A_ℓ from 0 at 0.01 × the rate (``ccs.SLOW_A``, where the reason
+is).
 """
 from __future__ import annotations
 
