@@ -63,6 +63,14 @@ TRAINING = dict(dim=5, lr=0.02, lr_final=0.001, clip=1.0, init_scale=0.1, retrie
                 converge_tol=CONVERGENCE_TOL, **A_FACTORS)
 FULL_TRAINING = dict(steps=20000, decay_steps=3000, batch=30000, seeds=3)
 
+# Figures 2 and 4 start A_ℓ at 0 and move it at a hundredth of the rate (ccs_training): their
+# deep A-free exp models diverge with one rate (L >= 6: the residual stream grows with depth and
+# the exp head overflows, float32 and float64, every retry), and on K^exp labels also with A_ℓ
+# from a tenth of its draw at a tenth of the rate (L = 7, 8); with this rule every probed cell
+# trains and converges (docs/reproductions/findings.md, 2026-11-28). The paper gives no scale or
+# rate for A_ℓ; Figures 1, 3, 5 and 6 keep CCS H.1's one rate.
+SLOW_A = dict(A_init=0.0, A_rate=0.01)
+
 
 def _mean_over_seeds(results, cells, key_fields) -> dict:
     """{key: {"mean", "se" (per layer, [L+1]), "bayes", "trained", "converged"}} over the seeds
@@ -305,15 +313,6 @@ def _training_report(results) -> dict:
 
 # ------------------------------------------------------------------------------------------------
 # ccs-fig2
-
-# Figures 2 and 4 start A_ℓ at 0 and move it at a hundredth of the rate (ccs_training): their
-# deep A-free exp models diverge with one rate (L >= 6: the residual stream grows with depth and
-# the exp head overflows, float32 and float64, every retry), and on K^exp labels also with A_ℓ
-# from a tenth of its draw at a tenth of the rate (L = 7, 8); with this rule every probed cell
-# trains and converges (docs/reproductions/findings.md, 2026-11-28). The paper gives no scale or
-# rate for A_ℓ; Figures 1, 3, 5 and 6 keep CCS H.1's one rate.
-SLOW_A = dict(A_init=0.0, A_rate=0.01)
-
 
 @reproduction(
     "ccs-fig2",
