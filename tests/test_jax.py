@@ -50,24 +50,22 @@ def test_lsa_grad_matches_reference(rng, dtype, B, d, N):
         assert got.dtype == dtype
         assert_within_probable_rounding(got, want, magnitude, ops, dtype, what)
 
+    def check_vjp(grads, upstream, what):  # jax's (dE, dW_pv, dW_kq) against vjp_naive's order
+        want = lsa_ref.vjp_naive(E, W_pv, W_kq, upstream)
+        magnitude = lsa_ref.vjp_naive(*absolute, np.abs(upstream))
+        for g, k, name in zip(grads, (2, 0, 1), ("dE", "dW_pv", "dW_kq")):
+            check(g, want[k], magnitude[k], what + name)
+
     F = jax.jit(lj.lsa_forward)(*args)
     check(F, lsa_ref.forward_naive(E, W_pv, W_kq), lsa_ref.forward_naive(*absolute), "F")
     f = jax.jit(jax.grad(lambda *a: jnp.sum(jnp.asarray(low[3]) * lj.lsa_forward(*a)),
                          argnums=(0, 1, 2)))
-    want = lsa_ref.vjp_naive(E, W_pv, W_kq, G)
-    magnitude = lsa_ref.vjp_naive(*absolute, np.abs(G))
-    for g, w, m, name in zip(f(*args), (want[2], want[0], want[1]),
-                             (magnitude[2], magnitude[0], magnitude[1]), ("dE", "dW_pv", "dW_kq")):
-        check(g, w, m, name)
+    check_vjp(f(*args), G, "")
     p = jax.jit(jax.grad(lambda *a: jnp.sum(jnp.asarray(low[4]) * lj.lsa_predict(*a)),
                          argnums=(0, 1, 2)))
     d_F = np.zeros_like(E)
     d_F[:, d, N] = g_y
-    want = lsa_ref.vjp_naive(E, W_pv, W_kq, d_F)
-    magnitude = lsa_ref.vjp_naive(*absolute, np.abs(d_F))
-    for g, w, m, name in zip(p(*args), (want[2], want[0], want[1]),
-                             (magnitude[2], magnitude[0], magnitude[1]), ("dE", "dW_pv", "dW_kq")):
-        check(g, w, m, "predict " + name)
+    check_vjp(p(*args), d_F, "predict ")
     check(lj.lsa_predict(*args), lsa_ref.predict_naive(E, W_pv, W_kq),
           lsa_ref.predict_naive(*absolute), "predict")
 

@@ -482,12 +482,13 @@ def _perturbation_growth(rng, W_pv, keys, gd_components, run, eps=0.01, draws=4)
     """The largest change of exact GD's components (``run(W_pv, keys)``) over ``draws`` random
     perturbations of θ0 by ``eps`` × each matrix's largest entry, relative to the components' size:
     ≈ 2–6 eps on ordinary starts, ≫ eps on a start whose trajectory passes near a saddle."""
+    def jitter(M):
+        return M + eps * np.abs(M).max() * rng.standard_normal(M.shape)
+
     size, worst = np.abs(gd_components).max(), 0.0
     for _ in range(draws):
-        P = W_pv + eps * np.abs(W_pv).max() * rng.standard_normal(W_pv.shape)
-        K = tuple(k + eps * np.abs(k).max() * rng.standard_normal(k.shape) for k in keys) \
-            if isinstance(keys, tuple) else keys + eps * np.abs(keys).max() * rng.standard_normal(keys.shape)
-        worst = max(worst, np.abs(run(P, K) - gd_components).max() / size)
+        K = tuple(map(jitter, keys)) if isinstance(keys, tuple) else jitter(keys)  # separate / merged
+        worst = max(worst, np.abs(run(jitter(W_pv), K) - gd_components).max() / size)
     return worst
 
 

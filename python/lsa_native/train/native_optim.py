@@ -110,7 +110,8 @@ class NativeOptimizer:
     its value: a fixed zero among the parameters) — None: all 1. ``grad_dtype``: the dtype of
     :attr:`grad`, the buffer the objective writes each step's gradient into (the model's dtype:
     read as double). ``model``: also keep θ in ``grad_dtype`` (:attr:`model`, written by each
-    step) for a model computing in float32. ``opt_state``: a host state dict of ``optimizer.init``'s form to resume from."""
+    step) for a model computing in float32. ``opt_state``: a host state dict of
+    ``optimizer.init``'s form to resume from."""
 
     def __init__(self, optimizer: Optimizer, theta, arrays=HOST, *, grad_dtype=np.float64,
                  model: bool = False, opt_state: dict | None = None, status=None, rates=None):
