@@ -404,32 +404,37 @@ def test_linear_self_attention_trains_with_adam(rng):
 
 
 def test_kernel_attention_trains_with_adam_next_to_an_mlp(rng):
-    """A mixed model: a trainable linear embedding of the inputs in front of the native block.
-    With the unnormalised exp activation, Adam's loss spikes now and then (and after a few hundred
-    steps can run exp(S) into overflow: a property of the model, not of the wrapper; the CCS
-    trainings show the same, docs/reproductions/findings.md). So: 60 steps, and the median of the
-    last 10 losses (over 150 seeds: at most 0.20 of the first losses, a threshold of 0.6; the mean
-    failed 2 of them, by a spike)."""
+    """A mixed model: a trainable linear embedding of the inputs in front of a 2-layer softmax block,
+    60 Adam steps on fresh batches; judged on one held-out batch of 4096 prompts, before and after.
+    Over 2000 seeds the held-out ratio had median 0.48, 99th percentile 0.76 and maximum 0.80.
+    (Not exp: its unbounded exp(S) starts some draws at losses of 1e5 or overflows at step 0, a
+    property of the model, docs/reproductions/findings.md, that made the old check fail ≈ 1 % of runs.)"""
     d, n = 3, 12
 
     class Model(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.embed = torch.nn.Linear(d, d)
-            self.attn = lt.KernelAttention(d, 2, activations="exp", scale=0.3, seed=0)
+            self.attn = lt.KernelAttention(d, 2, activations="softmax", seed=0)
 
         def forward(self, E):
             X = self.embed(E[:, :d].transpose(1, 2)).transpose(1, 2)
             return self.attn(torch.cat([X, E[:, d:]], dim=1))
 
-    def batches(k):
-        b = data.linear_regression_prompts(rng, 256, d, n, dtype=np.float32)
+    def batch(size):
+        b = data.linear_regression_prompts(rng, size, d, n, dtype=np.float32)
         return torch.from_numpy(b.E), torch.from_numpy(b.y_q)
+
+    def heldout_loss():
+        with torch.no_grad():
+            return float(0.5 * (model(E_test) - y_test).square().mean())
 
     torch.manual_seed(int(rng.integers(2**31)))  # nn.Linear's initialization
     model = Model()
-    losses = _adam(model, batches, steps=60, lr=0.005)
-    assert np.median(losses[-10:]) < 0.6 * np.mean(losses[:5]), losses[::10]
+    E_test, y_test = batch(4096)
+    before = heldout_loss()
+    _adam(model, lambda k: batch(256), steps=60, lr=0.03)
+    assert heldout_loss() < 0.9 * before
     assert model.embed.weight.grad is not None and model.attn.A.grad is not None
 
 
