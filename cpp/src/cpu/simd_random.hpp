@@ -1,6 +1,7 @@
 // SIMD policies for the RNG recipes of common/philox.hpp and common/random.hpp: Philox on 8 lanes
-// of uint32 (8 counters at once), vectorized log and sin/cos(2πu) next to simd.hpp's exp, and
-// range fills of normals in the stream order random.hpp fixes.
+// of uint32 (8 counters at once; groups of 8 interleaved: philox_avx2, and philox_wide on the
+// AVX-512 table's 16-lane registers), vectorized log and sin/cos(2πu) next to simd.hpp's exp, and
+// range fills of normals in the stream order random.hpp fixes (the same words on every table).
 // Internal linkage throughout (see simd.hpp): each ISA's translation unit keeps its own copy.
 #pragma once
 
@@ -93,6 +94,57 @@ inline void philox_avx2(U32x8 (&w)[G][4], std::uint32_t k0, std::uint32_t k1) {
   for (int g = 0; g < G; ++g)
     for (int j = 0; j < 4; ++j)
       w[g][j] = bit_cast<U32x8>(_mm256_blend_epi32(x[2 * g][j], _mm256_slli_epi64(x[2 * g + 1][j], 32), 0xAA));
+}
+#endif
+
+#if defined(__AVX512F__) || defined(LSA_NATIVE_WIDE_PHILOX_PORTABLE)
+// The AVX-512 table's Philox (LSA_NATIVE_WIDE_PHILOX_PORTABLE: the same code on 64-byte vector
+// extensions without AVX-512, for tests of it on any CPU).
+#define LSA_NATIVE_WIDE_PHILOX 1
+typedef std::uint64_t U64x8 __attribute__((vector_size(64)));
+
+// lo | hi << 32 of the products (low half of a's lanes) × m: vpmuludq zmm, which ignores the high
+// halves (the portable form masks them; GCC makes vpmullq of it, hence the intrinsic). The
+// zero-masking form with every lane on is plain vpmuludq; GCC 12's _mm512_mul_epu32 warns
+// (-Wuninitialized, on its _mm512_undefined_epi32).
+__attribute__((always_inline)) inline U64x8 mul_low_halves(U64x8 a, std::uint64_t m) {
+#if defined(__AVX512F__)
+  return bit_cast<U64x8>(
+      _mm512_maskz_mul_epu32(0xff, bit_cast<__m512i>(a), _mm512_set1_epi64(static_cast<long long>(m))));
+#else
+  return (a & 0xffffffffull) * m;
+#endif
+}
+
+// rng::philox4x32_10 on G groups of 8 counters (w[g][j][lane] as in philox_avx2), philox_avx2's
+// trick on 16-lane registers: the 8 counters of a group sit in the low halves of one register's
+// eight 64-bit lanes (a zero extension in, a truncation out: no even/odd split and no blend), so a
+// round is 2 products, 2 shifts and 2 three-way xors (vpternlogq) per 8 counters instead of
+// philox_avx2's 4, 4 and 8. The chain product -> shift -> xor (7 cycles) against 3 cycles of port
+// time per group and round: G = 4 groups (16 registers of state of the 32) keep the pipes busy.
+template <int G>
+inline void philox_wide(U32x8 (&w)[G][4], std::uint32_t k0, std::uint32_t k1) {
+  U64x8 x[G][4];
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < 4; ++j) x[g][j] = __builtin_convertvector(w[g][j], U64x8);
+#pragma GCC unroll 10
+  for (int r = 0; r < rng::kPhiloxRounds; ++r) {
+    if (r > 0) {
+      k0 += rng::kPhiloxW0;
+      k1 += rng::kPhiloxW1;
+    }
+    const U64x8 vk0 = U64x8{} + k0, vk1 = U64x8{} + k1;
+    for (auto& c : x) {
+      const U64x8 p0 = mul_low_halves(c[0], rng::kPhiloxM0);  // hi0:lo0
+      const U64x8 p1 = mul_low_halves(c[2], rng::kPhiloxM1);  // hi1:lo1
+      c[0] = (p1 >> 32) ^ (c[1] ^ vk0);
+      c[2] = (p0 >> 32) ^ (c[3] ^ vk1);
+      c[1] = p1;  // the high halves carry junk that no product or final word reads
+      c[3] = p0;
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < 4; ++j) w[g][j] = __builtin_convertvector(x[g][j], U32x8);
 }
 #endif
 
@@ -245,11 +297,21 @@ struct SimdMath {
 // rng::philox4x32_10 in place on G groups of 8 counters (w[g][j][lane]: word j of a counter).
 template <int G>
 inline void philox_groups(U32x8 (&w)[G][4], rng::PhiloxKey key) {
-#if defined(__AVX2__)
+#if defined(LSA_NATIVE_WIDE_PHILOX)
+  philox_wide<G>(w, key.k0, key.k1);
+#elif defined(__AVX2__)
   philox_avx2<G>(w, key.k0, key.k1);
 #else
   for (auto& wg : w) rng::philox4x32_10<U32x8, WordOpsU32x8>(wg, key.k0, key.k1);
 #endif
+}
+// philox_groups on the first `groups` (1 .. G) groups of w only (a range's head or tail).
+template <int G>
+inline void philox_first_groups(U32x8 (&w)[G][4], int groups, rng::PhiloxKey key) {
+  if constexpr (G > 1) {
+    if (groups < G) return philox_first_groups<G - 1>(reinterpret_cast<U32x8(&)[G - 1][4]>(w), groups, key);
+  }
+  philox_groups<G>(w, key);
 }
 // Philox on 8 blocks: w[j][lane] = word j of block blocks[lane] of prompt prompts[lane] (the
 // stream's step and tag).
@@ -260,18 +322,19 @@ inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompt
   w[3] = U32x8{} + a.stream;
   philox_groups(reinterpret_cast<U32x8(&)[1][4]>(w), a.key);
 }
-// The 8·G consecutive blocks b0 .. b0 + 8G − 1 of a stream: w[g][j][lane] = word j of block
-// b0 + 8g + lane (G > 1: philox_avx2's interleaved groups).
+// The 8·groups consecutive blocks b0 .. b0 + 8·groups − 1 of a stream, groups <= G: w[g][j][lane]
+// = word j of block b0 + 8g + lane (groups > 1: philox_avx2's or philox_wide's interleaved groups).
 template <int G>
-inline void philox_consecutive_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[G][4]) {
+inline void philox_consecutive_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[G][4],
+                                      int groups = G) {
   const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < G; ++g) {  // every group's counters (a few adds), so that none is unset
     w[g][0] = lane + (b0 + 8u * std::uint32_t(g));
     w[g][1] = U32x8{} + a.prompt;
     w[g][2] = U32x8{} + a.step;
     w[g][3] = U32x8{} + a.stream;
   }
-  philox_groups(w, a.key);
+  philox_first_groups(w, groups, a.key);
 }
 
 // Block order from lane order with shuffles (no scalar loop in the hot path): z[4·lane + j] =
@@ -358,29 +421,38 @@ inline void lane_uniforms(const U32x8 (&w)[4], double* z) {  // z [16]
   }
 }
 
-// Groups of 8 blocks per Philox call in the range fills (philox_avx2's interleave).
+// Groups of 8 blocks per Philox call in the range fills (philox_avx2's or philox_wide's interleave).
+#if defined(LSA_NATIVE_WIDE_PHILOX)
+constexpr int kFillGroups = 4;
+#else
 constexpr int kFillGroups = 2;
+#endif
 
 // out[i] = the variate at position p0 + i of stream a, i < n, with rng::NormalsPerBlock<T> variates
 // per Philox block (4 float, 2 double: normals and uniforms alike) and `lanes(w, z)` turning the
 // words of 8 consecutive blocks into their variates in block order. Whole 8·kFillGroups-block
-// groups are written straight into out; only a group cut by p0 or by the end goes through a buffer.
+// groups are written straight into out; only a group cut by p0 or by the end goes through a buffer,
+// with Philox on those of its 8-block parts that hold the range (a short range costs its blocks
+// rounded up to 8, not to 8·kFillGroups).
 template <class T, class Lanes>
 inline void fill_by_blocks(const rng::StreamAddress& a, std::uint64_t p0, index_t n, T* out,
                            Lanes lanes) {
   constexpr std::uint64_t per = rng::NormalsPerBlock<T>::value;
   constexpr std::uint64_t eight = 8 * per;               // variates per 8 blocks
   constexpr std::uint64_t group = kFillGroups * eight;  // variates per Philox call
+  if (n <= 0) return;
   const std::uint64_t end = p0 + static_cast<std::uint64_t>(n);
   U32x8 w[kFillGroups][4];
-  // the group holding positions [p, stop) of it, through a buffer
+  // positions [p, stop) of the group holding p, through a buffer: Philox on only the 8-block
+  // groups lo .. hi − 1 of it that hold them
   const auto part = [&](std::uint64_t p, std::uint64_t stop) {
     T z[group];
     const std::uint64_t g0 = p / group * group;
-    philox_consecutive_blocks<kFillGroups>(a, static_cast<std::uint32_t>(g0 / per), w);
-    for (int g = 0; g < kFillGroups; ++g)  // only the 8 blocks that hold positions [p, stop)
-      if (g0 + (g + 1) * eight > p && g0 + g * eight < stop) lanes(w[g], z + g * eight);
-    for (std::uint64_t q = p - g0; q < stop - g0 && q < group; ++q) *out++ = z[q];
+    const std::uint64_t last = stop < g0 + group ? stop : g0 + group;
+    const int lo = static_cast<int>((p - g0) / eight), hi = static_cast<int>((last - g0 + eight - 1) / eight);
+    philox_consecutive_blocks<kFillGroups>(a, static_cast<std::uint32_t>((g0 + lo * eight) / per), w, hi - lo);
+    for (int g = lo; g < hi; ++g) lanes(w[g - lo], z + g * eight);
+    for (std::uint64_t q = p - g0; q < last - g0; ++q) *out++ = z[q];
   };
   std::uint64_t p = p0;
   if (p % group != 0) {  // the head of a group
@@ -414,14 +486,14 @@ inline void fill_uniforms(const rng::StreamAddress& a, std::uint64_t p0, index_t
 // (rng::NormalsPerBlock<T>); positions n .. stride − 1 of each prompt get its next normals. The
 // blocks of all prompts are taken back to back, 8·kFillGroups per Philox call, the lanes crossing
 // from one prompt to the next, so a prompt costs its own blocks (fill_normals per prompt rounds each
-// range up to 8·kFillGroups blocks: at d = 5, N = 20, 128 normals for 110). out holds
-// round_up(prompts·stride / per, 8·kFillGroups)·per values (the last group's extra lanes run on
-// into prompts past the last; their values are written and meaningless).
+// range up to 8 blocks: at d = 5, N = 20, 128 normals for 110). out holds
+// round_up(prompts·stride / per, 8)·per values (the last 8 blocks' extra lanes run on into prompts
+// past the last; their values are written and meaningless).
 template <class T>
 inline index_t packed_normals_size(index_t n, index_t prompts) {
-  constexpr index_t per = rng::NormalsPerBlock<T>::value, group = 8 * kFillGroups;
+  constexpr index_t per = rng::NormalsPerBlock<T>::value;
   const index_t blocks = prompts * ((n + per - 1) / per);
-  return (blocks + group - 1) / group * group * per;
+  return (blocks + 7) / 8 * 8 * per;
 }
 template <class T>
 inline void fill_normals_packed(const rng::StreamAddress& a, index_t n, index_t prompts, T* out) {
@@ -444,16 +516,17 @@ inline void fill_normals_packed(const rng::StreamAddress& a, index_t n, index_t 
     }
   };
   for (index_t f = 0; f < total; f += 8 * kFillGroups) {
-    U32x8 w[kFillGroups][4];
-    for (int g = 0; g < kFillGroups; ++g) {
+    U32x8 w[kFillGroups][4] = {};
+    const int groups = total - f < 8 * kFillGroups ? static_cast<int>((total - f + 7) / 8) : kFillGroups;
+    for (int g = 0; g < groups; ++g) {
       w[g][0] = bit_cast<U32x8>(blk);
       w[g][1] = bit_cast<U32x8>(pid) + a.prompt;
       w[g][2] = U32x8{} + a.step;
       w[g][3] = U32x8{} + a.stream;
       advance(blk, pid);
     }
-    philox_groups(w, a.key);
-    for (int g = 0; g < kFillGroups; ++g) lane_normals(w[g], out + (f + 8 * g) * per);
+    philox_first_groups(w, groups, a.key);
+    for (int g = 0; g < groups; ++g) lane_normals(w[g], out + (f + 8 * g) * per);
   }
 }
 
