@@ -515,10 +515,11 @@ inline void fill_normals_packed(const rng::StreamAddress& a, index_t n, index_t 
       p -= over;
     }
   };
-  for (index_t f = 0; f < total; f += 8 * kFillGroups) {
-    U32x8 w[kFillGroups][4] = {};
-    const int groups = total - f < 8 * kFillGroups ? static_cast<int>((total - f + 7) / 8) : kFillGroups;
-    for (int g = 0; g < groups; ++g) {
+  // `groups` groups of 8 blocks from block f on: the counters of all kFillGroups (none unset),
+  // Philox and normals on the first `groups`
+  const auto call = [&](index_t f, int groups) {
+    U32x8 w[kFillGroups][4];
+    for (int g = 0; g < kFillGroups; ++g) {
       w[g][0] = bit_cast<U32x8>(blk);
       w[g][1] = bit_cast<U32x8>(pid) + a.prompt;
       w[g][2] = U32x8{} + a.step;
@@ -527,7 +528,10 @@ inline void fill_normals_packed(const rng::StreamAddress& a, index_t n, index_t 
     }
     philox_first_groups(w, groups, a.key);
     for (int g = 0; g < groups; ++g) lane_normals(w[g], out + (f + 8 * g) * per);
-  }
+  };
+  index_t f = 0;
+  for (; f + 8 * kFillGroups <= total; f += 8 * kFillGroups) call(f, kFillGroups);  // whole calls
+  if (f < total) call(f, static_cast<int>((total - f + 7) / 8));                     // the last blocks
 }
 
 // out[k·n + p] = the normal at position p < n of prompt a.prompt + k's stream, k < prompts: the
