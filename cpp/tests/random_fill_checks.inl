@@ -4,6 +4,8 @@
 // CPU runs them). LSA_FILL_SUITE names the test suite.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -73,6 +75,12 @@ void check_ranges() {
     std::vector<T> zb((1025 + 2 * 512) / per * per + 2 * per);  // the blocks that cover the longest range
     const std::uint64_t b_first = p0 / per;
     for (std::uint64_t b = 0; b * per < zb.size(); ++b) block_normals(a, std::uint32_t(b_first + b), zb.data() + b * per);
+    // the transform itself: the scalar recipe (libm) within test_isa.cpp's kNormalBound
+    const double bound = sizeof(T) == 4 ? 4e-6 : 1e-14;
+    for (std::uint64_t q = 0; q < zb.size(); ++q) {
+      const double exact = double(rng::normal_at<T>(a, b_first * per + q));
+      ASSERT_NEAR(double(zb[size_t(q)]), exact, bound * std::max(1.0, std::fabs(exact))) << "normal at " << b_first * per + q;
+    }
     for (int n : lengths) {
       std::vector<T> u(size_t(n) + 1, sentinel), z(size_t(n) + 1, sentinel);
       simd::fill_uniforms(a, p0, n, u.data());

@@ -24,6 +24,15 @@ typedef std::uint32_t U32x4 __attribute__((vector_size(16)));
 typedef std::uint64_t U64x4 __attribute__((vector_size(32)));
 typedef std::int32_t I32x4 __attribute__((vector_size(16)));
 
+// The AVX-512 table's 16-lane paths (philox_wide, the float64 normals' 8-lane transform), on
+// 64-byte vectors; LSA_NATIVE_SIMD_WIDE_PORTABLE compiles the same code without AVX-512 (lowered to
+// narrower registers, slowly) so that tests run it on any CPU (cpp/tests/test_random_wide.cpp).
+#if defined(__AVX512F__) || defined(LSA_NATIVE_SIMD_WIDE_PORTABLE)
+#define LSA_NATIVE_SIMD_WIDE 1
+typedef double Vec8d __attribute__((vector_size(64)));
+typedef std::uint64_t U64x8 __attribute__((vector_size(64)));
+#endif
+
 template <class To, class From>
 inline To bit_cast(const From& f) {
   static_assert(sizeof(To) == sizeof(From), "bit_cast: sizes differ");
@@ -97,16 +106,12 @@ inline void philox_avx2(U32x8 (&w)[G][4], std::uint32_t k0, std::uint32_t k1) {
 }
 #endif
 
-#if defined(__AVX512F__) || defined(LSA_NATIVE_WIDE_PHILOX_PORTABLE)
-// The AVX-512 table's Philox (LSA_NATIVE_WIDE_PHILOX_PORTABLE: the same code on 64-byte vector
-// extensions without AVX-512, for tests of it on any CPU).
-#define LSA_NATIVE_WIDE_PHILOX 1
-typedef std::uint64_t U64x8 __attribute__((vector_size(64)));
+#if defined(LSA_NATIVE_SIMD_WIDE)
 
 // lo | hi << 32 of the products (low half of a's lanes) × m: vpmuludq zmm, which ignores the high
 // halves (the portable form masks them; GCC makes vpmullq of it, hence the intrinsic). The
-// zero-masking form with every lane on is plain vpmuludq; GCC 12's _mm512_mul_epu32 warns
-// (-Wuninitialized, on its _mm512_undefined_epi32).
+// zero-masking form with every lane on is plain vpmuludq; GCC 12's _mm512_mul_epu32 (and
+// _mm512_sqrt_pd) warn -Wuninitialized on their _mm512_undefined_*.
 __attribute__((always_inline)) inline U64x8 mul_low_halves(U64x8 a, std::uint64_t m) {
 #if defined(__AVX512F__)
   return bit_cast<U64x8>(
@@ -181,32 +186,50 @@ __attribute__((always_inline)) inline Vec<double> sqrt(Vec<double> x) {
 #endif
 }
 
+#if defined(LSA_NATIVE_SIMD_WIDE)
+__attribute__((always_inline)) inline Vec<double> low_half(Vec8d x) { return __builtin_shufflevector(x, x, 0, 1, 2, 3); }
+__attribute__((always_inline)) inline Vec<double> high_half(Vec8d x) { return __builtin_shufflevector(x, x, 4, 5, 6, 7); }
+__attribute__((always_inline)) inline Vec8d sqrt(Vec8d x) {
+#if defined(__AVX512F__)
+  return bit_cast<Vec8d>(_mm512_maskz_sqrt_pd(0xff, bit_cast<__m512d>(x)));  // as mul_low_halves
+#else
+  return __builtin_shufflevector(sqrt(low_half(x)), sqrt(high_half(x)), 0, 1, 2, 3, 4, 5, 6, 7);
+#endif
+}
+#endif
+
 // Natural log of positive normal finite numbers (the uniforms of random.hpp are), fdlibm's method:
 // x = 2^k·m with m in [√½, √2), f = m − 1, s = f/(2 + f), log(1+f) = 2 atanh(s) = f − hfsq +
 // s(hfsq + R(s²)) with hfsq = f²/2, and log x = k ln2 + log(1+f) with ln2 split in two parts.
 // double: fdlibm's minimax R (|s| < 0.1716, error < 2^-58.45); float: below, without s's division.
 // Accurate to ~1 ulp; zero, negative, subnormal or non-finite inputs are outside the contract.
-__attribute__((always_inline)) inline Vec<double> log(Vec<double> x) {
+template <class V>  // V: a vector of doubles, 4 or 8 lanes
+__attribute__((always_inline)) inline V log_double(V x) {
+  typedef std::int64_t I __attribute__((vector_size(sizeof(V))));
   // m in [√½, √2) and k + 1023 in one add: the offset carries into the exponent exactly when the
   // mantissa exceeds that of √2 (double(√2) = 0x3ff6a09e667f3bcd), and the low bits plus
   // 0x3fe6a09e667f3bce give 1.mantissa, or half of it after a carry (positive x: no sign bit)
-  const I64x4 t = bit_cast<I64x4>(x) + 0x00095f619980c432ll;
-  const I64x4 e = t >> 52;
-  const Vec<double> m = bit_cast<Vec<double>>((t & 0x000fffffffffffffll) + 0x3fe6a09e667f3bcell);
+  const I t = bit_cast<I>(x) + 0x00095f619980c432ll;
+  const I e = t >> 52;
+  const V m = bit_cast<V>((t & 0x000fffffffffffffll) + 0x3fe6a09e667f3bcell);
   // k as double: 2^52 + e (exact, built in the bits) minus 2^52 + 1023.
-  const Vec<double> k = bit_cast<Vec<double>>(e | 0x4330000000000000ll) - (4503599627370496.0 + 1023.0);
-  const Vec<double> f = m - 1.0;
-  const Vec<double> s = f / (f + 2.0);
-  const Vec<double> z = s * s;
-  const Vec<double> w = z * z;
-  const Vec<double> t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
-  const Vec<double> t2 =
+  const V k = bit_cast<V>(e | 0x4330000000000000ll) - (4503599627370496.0 + 1023.0);
+  const V f = m - 1.0;
+  const V s = f / (f + 2.0);
+  const V z = s * s;
+  const V w = z * z;
+  const V t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
+  const V t2 =
       z * (6.666666666666735130e-01 +
            w * (2.857142874366239149e-01 + w * (1.818357216161805012e-01 + w * 1.479819860511658591e-01)));
-  const Vec<double> R = t1 + t2;
-  const Vec<double> hfsq = 0.5 * f * f;
+  const V R = t1 + t2;
+  const V hfsq = 0.5 * f * f;
   return k * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + R) + k * 1.90821492927058770002e-10)) - f);
 }
+__attribute__((always_inline)) inline Vec<double> log(Vec<double> x) { return log_double(x); }
+#if defined(LSA_NATIVE_SIMD_WIDE)
+__attribute__((always_inline)) inline Vec8d log(Vec8d x) { return log_double(x); }
+#endif
 __attribute__((always_inline)) inline Vec<float> log(Vec<float> x) {
   // as for double: float(√2) = 0x3fb504f3
   const I32x8 t = bit_cast<I32x8>(x) + 0x004afb0c;
@@ -228,29 +251,37 @@ __attribute__((always_inline)) inline Vec<float> log(Vec<float> x) {
 // s = sin(2πu), c = cos(2πu) for u in [0, 1]: q = round(4u) (the 1.5·2^p rounding trick),
 // r = u − q/4 exactly, a = 2πr in [−π/4, π/4], polynomials of sin a and cos a (double: Taylor to
 // a^15 and a^16, truncation < 5e-17; float: Cephes' minimax, below), then the quarter turn q.
-__attribute__((always_inline)) inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
-  const Vec<double> magic = broadcast(6755399441055744.0);  // 1.5 · 2^52
-  const Vec<double> t = u * 4.0 + magic;
-  const Vec<double> q = t - magic;
-  const I64x4 qi = bit_cast<I64x4>(t) & 3;
-  const Vec<double> a = (u - q * 0.25) * 6.283185307179586476925;
-  const Vec<double> x2 = a * a;
-  Vec<double> sp = broadcast(-1.0 / 1307674368000.0);  // −1/15!
+template <class V>  // V: a vector of doubles, 4 or 8 lanes
+__attribute__((always_inline)) inline void sincos_2pi_double(V u, V& s, V& c) {
+  typedef std::int64_t I __attribute__((vector_size(sizeof(V))));
+  const V magic = V{} + 6755399441055744.0;  // 1.5 · 2^52
+  const V t = u * 4.0 + magic;
+  const V q = t - magic;
+  const I qi = bit_cast<I>(t) & 3;
+  const V a = (u - q * 0.25) * 6.283185307179586476925;
+  const V x2 = a * a;
+  V sp = V{} + -1.0 / 1307674368000.0;  // −1/15!
   const double sin_c[7] = {1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0, -1.0 / 5040.0,
                            1.0 / 120.0,        -1.0 / 6.0,         1.0};
   for (double k : sin_c) sp = sp * x2 + k;
-  const Vec<double> sa = sp * a;
-  Vec<double> cp = broadcast(1.0 / 20922789888000.0);  // 1/16!
+  const V sa = sp * a;
+  V cp = V{} + 1.0 / 20922789888000.0;  // 1/16!
   const double cos_c[8] = {-1.0 / 87178291200.0, 1.0 / 479001600.0, -1.0 / 3628800.0, 1.0 / 40320.0,
                            -1.0 / 720.0,         1.0 / 24.0,        -0.5,              1.0};
   for (double k : cos_c) cp = cp * x2 + k;
-  const Vec<double> ca = cp;
-  const I64x4 swap = (qi & 1) != 0;
-  Vec<double> ss = swap ? ca : sa;
-  Vec<double> cc = swap ? sa : ca;
+  const V ca = cp;
+  const I swap = (qi & 1) != 0;
+  V ss = swap ? ca : sa;
+  V cc = swap ? sa : ca;
   s = (qi & 2) != 0 ? -ss : ss;
   c = ((qi + 1) & 2) != 0 ? -cc : cc;
 }
+__attribute__((always_inline)) inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
+  sincos_2pi_double(u, s, c);
+}
+#if defined(LSA_NATIVE_SIMD_WIDE)
+__attribute__((always_inline)) inline void sincos_2pi(Vec8d u, Vec8d& s, Vec8d& c) { sincos_2pi_double(u, s, c); }
+#endif
 __attribute__((always_inline)) inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
   const Vec<float> magic = broadcast(12582912.0f);  // 1.5 · 2^23
   const Vec<float> t = u * 4.0f + magic;
@@ -292,12 +323,23 @@ struct SimdMath {
   }
 };
 
+#if defined(LSA_NATIVE_SIMD_WIDE)
+// rng::uniform_double(a[l], b[l]) on 8 lanes, bit for bit, from the bits instead of two
+// conversions each: with m = (a >> 12)·2^32 + b (52 bits), the double 1 + m·2^-52 has m as its
+// mantissa, and subtracting 1 − 2^-53 leaves (2m + 1)·2^-53 exactly (a multiple of 2^-53 below 1),
+// the recipe's (a >> 12)·2^-20 + (b + ½)·2^-52.
+__attribute__((always_inline)) inline Vec8d uniform_double_bits(U32x8 a, U32x8 b) {
+  const U64x8 m = (__builtin_convertvector(a >> 12, U64x8) << 32) | __builtin_convertvector(b, U64x8);
+  return bit_cast<Vec8d>(m | 0x3ff0000000000000ull) - (1.0 - 0x1p-53);
+}
+#endif
+
 // ---- range fills ---------------------------------------------------------------------------
 
 // rng::philox4x32_10 in place on G groups of 8 counters (w[g][j][lane]: word j of a counter).
 template <int G>
 inline void philox_groups(U32x8 (&w)[G][4], rng::PhiloxKey key) {
-#if defined(LSA_NATIVE_WIDE_PHILOX)
+#if defined(LSA_NATIVE_SIMD_WIDE)
   philox_wide<G>(w, key.k0, key.k1);
 #elif defined(__AVX2__)
   philox_avx2<G>(w, key.k0, key.k1);
@@ -378,7 +420,17 @@ inline void normal_vectors(const U32x8 (&w)[4], Vec<float> (&v)[4]) {
     rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, v[2 * h], v[2 * h + 1]);
   }
 }
+// double: AVX-512: the 8 blocks in one 8-lane transform (one register; on AVX2, 64-byte vectors
+// were 45% slower: GCC scalarizes their selects); else two 4-lane ones.
 inline void normal_vectors(const U32x8 (&w)[4], Vec<double> (&v)[4]) {
+#if defined(LSA_NATIVE_SIMD_WIDE)
+  Vec8d z0, z1;
+  rng::box_muller<double, Vec8d, SimdMath>(uniform_double_bits(w[0], w[1]), uniform_double_bits(w[2], w[3]), z0, z1);
+  v[0] = low_half(z0);
+  v[1] = low_half(z1);
+  v[2] = high_half(z0);
+  v[3] = high_half(z1);
+#else
   for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
     U32x4 q[4];
     for (int j = 0; j < 4; ++j)
@@ -387,6 +439,7 @@ inline void normal_vectors(const U32x8 (&w)[4], Vec<double> (&v)[4]) {
     const Vec<double> u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[2], q[3]);
     rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, v[2 * h], v[2 * h + 1]);
   }
+#endif
 }
 
 // The same normals in block order: z[4·lane + j] (float: 4 per block) or z[2·lane + j] (double:
@@ -411,6 +464,11 @@ inline void lane_uniforms(const U32x8 (&w)[4], float* z) {  // z [32]
   store_block_order(u, z);
 }
 inline void lane_uniforms(const U32x8 (&w)[4], double* z) {  // z [16]
+#if defined(LSA_NATIVE_SIMD_WIDE)
+  const Vec8d u0 = uniform_double_bits(w[0], w[1]), u1 = uniform_double_bits(w[2], w[3]);
+  store_interleaved(low_half(u0), low_half(u1), z);
+  store_interleaved(high_half(u0), high_half(u1), z + 8);
+#else
   for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
     U32x4 q[4];
     for (int j = 0; j < 4; ++j)
@@ -419,10 +477,11 @@ inline void lane_uniforms(const U32x8 (&w)[4], double* z) {  // z [16]
     const Vec<double> u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[2], q[3]);
     store_interleaved(u0, u1, z + 8 * h);
   }
+#endif
 }
 
 // Groups of 8 blocks per Philox call in the range fills (philox_avx2's or philox_wide's interleave).
-#if defined(LSA_NATIVE_WIDE_PHILOX)
+#if defined(LSA_NATIVE_SIMD_WIDE)
 constexpr int kFillGroups = 4;
 #else
 constexpr int kFillGroups = 2;
