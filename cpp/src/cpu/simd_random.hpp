@@ -30,7 +30,33 @@ typedef std::int32_t I32x4 __attribute__((vector_size(16)));
 #if defined(__AVX512F__) || defined(LSA_NATIVE_SIMD_WIDE_PORTABLE)
 #define LSA_NATIVE_SIMD_WIDE 1
 typedef double Vec8d __attribute__((vector_size(64)));
+typedef float Vec16f __attribute__((vector_size(64)));
 typedef std::uint64_t U64x8 __attribute__((vector_size(64)));
+typedef std::uint32_t U32x16 __attribute__((vector_size(64)));
+typedef std::int32_t I32x16 __attribute__((vector_size(64)));
+typedef std::int64_t I64x8 __attribute__((vector_size(64)));
+#endif
+
+// The signed integer vector with V's lanes (bit patterns, masks of comparisons and selects).
+template <class V>
+struct IntLanes;
+template <>
+struct IntLanes<Vec<float>> {
+  using type = I32x8;
+};
+template <>
+struct IntLanes<Vec<double>> {
+  using type = I64x4;
+};
+#if defined(LSA_NATIVE_SIMD_WIDE)
+template <>
+struct IntLanes<Vec16f> {
+  using type = I32x16;
+};
+template <>
+struct IntLanes<Vec8d> {
+  using type = I64x8;
+};
 #endif
 
 template <class To, class From>
@@ -189,6 +215,20 @@ __attribute__((always_inline)) inline Vec<double> sqrt(Vec<double> x) {
 #if defined(LSA_NATIVE_SIMD_WIDE)
 __attribute__((always_inline)) inline Vec<double> low_half(Vec8d x) { return __builtin_shufflevector(x, x, 0, 1, 2, 3); }
 __attribute__((always_inline)) inline Vec<double> high_half(Vec8d x) { return __builtin_shufflevector(x, x, 4, 5, 6, 7); }
+__attribute__((always_inline)) inline Vec<float> low_half(Vec16f x) {
+  return __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+__attribute__((always_inline)) inline Vec<float> high_half(Vec16f x) {
+  return __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+__attribute__((always_inline)) inline Vec16f sqrt(Vec16f x) {
+#if defined(__AVX512F__)
+  return bit_cast<Vec16f>(_mm512_maskz_sqrt_ps(0xffff, bit_cast<__m512>(x)));  // as mul_low_halves
+#else
+  return __builtin_shufflevector(sqrt(low_half(x)), sqrt(high_half(x)), 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                 14, 15);
+#endif
+}
 __attribute__((always_inline)) inline Vec8d sqrt(Vec8d x) {
 #if defined(__AVX512F__)
   return bit_cast<Vec8d>(_mm512_maskz_sqrt_pd(0xff, bit_cast<__m512d>(x)));  // as mul_low_halves
@@ -205,7 +245,7 @@ __attribute__((always_inline)) inline Vec8d sqrt(Vec8d x) {
 // Accurate to ~1 ulp; zero, negative, subnormal or non-finite inputs are outside the contract.
 template <class V>  // V: a vector of doubles, 4 or 8 lanes
 __attribute__((always_inline)) inline V log_double(V x) {
-  typedef std::int64_t I __attribute__((vector_size(sizeof(V))));
+  using I = typename IntLanes<V>::type;
   // m in [√½, √2) and k + 1023 in one add: the offset carries into the exponent exactly when the
   // mantissa exceeds that of √2 (double(√2) = 0x3ff6a09e667f3bcd), and the low bits plus
   // 0x3fe6a09e667f3bce give 1.mantissa, or half of it after a carry (positive x: no sign bit)
@@ -230,30 +270,36 @@ __attribute__((always_inline)) inline Vec<double> log(Vec<double> x) { return lo
 #if defined(LSA_NATIVE_SIMD_WIDE)
 __attribute__((always_inline)) inline Vec8d log(Vec8d x) { return log_double(x); }
 #endif
-__attribute__((always_inline)) inline Vec<float> log(Vec<float> x) {
+template <class V>  // V: a vector of floats, 8 or 16 lanes
+__attribute__((always_inline)) inline V log_float(V x) {
+  using I = typename IntLanes<V>::type;
   // as for double: float(√2) = 0x3fb504f3
-  const I32x8 t = bit_cast<I32x8>(x) + 0x004afb0c;
-  const Vec<float> m = bit_cast<Vec<float>>((t & 0x007fffff) + 0x3f3504f4);
-  const Vec<float> k = __builtin_convertvector((t >> 23) - 127, Vec<float>);
-  const Vec<float> f = m - 1.0f;
+  const I t = bit_cast<I>(x) + 0x004afb0c;
+  const V m = bit_cast<V>((t & 0x007fffff) + 0x3f3504f4);
+  const V k = __builtin_convertvector((t >> 23) - 127, V);
+  const V f = m - 1.0f;
   // log(1+f) = f − f²/2 + f³·P(f), P Cephes logf's minimax polynomial of degree 8 on
   // [√½ − 1, √2 − 1] (relative error < 7.6e-8), no division; P by Estrin's scheme (short chains).
-  const Vec<float> f2 = f * f, f4 = f2 * f2;
-  const Vec<float> q0 = f * -2.4999993993e-1f + 3.3333331174e-1f;
-  const Vec<float> q1 = f * -1.6668057665e-1f + 2.0000714765e-1f;
-  const Vec<float> q2 = f * -1.2420140846e-1f + 1.4249322787e-1f;
-  const Vec<float> q3 = f * -1.1514610310e-1f + 1.1676998740e-1f;
-  const Vec<float> P = (f4 * 7.0376836292e-2f + (q3 * f2 + q2)) * f4 + (q1 * f2 + q0);
-  const Vec<float> y = (f * f2) * P + k * -2.12194440e-4f - 0.5f * f2;
+  const V f2 = f * f, f4 = f2 * f2;
+  const V q0 = f * -2.4999993993e-1f + 3.3333331174e-1f;
+  const V q1 = f * -1.6668057665e-1f + 2.0000714765e-1f;
+  const V q2 = f * -1.2420140846e-1f + 1.4249322787e-1f;
+  const V q3 = f * -1.1514610310e-1f + 1.1676998740e-1f;
+  const V P = (f4 * 7.0376836292e-2f + (q3 * f2 + q2)) * f4 + (q1 * f2 + q0);
+  const V y = (f * f2) * P + k * -2.12194440e-4f - 0.5f * f2;
   return (f + y) + k * 0.693359375f;
 }
+__attribute__((always_inline)) inline Vec<float> log(Vec<float> x) { return log_float(x); }
+#if defined(LSA_NATIVE_SIMD_WIDE)
+__attribute__((always_inline)) inline Vec16f log(Vec16f x) { return log_float(x); }
+#endif
 
 // s = sin(2πu), c = cos(2πu) for u in [0, 1]: q = round(4u) (the 1.5·2^p rounding trick),
 // r = u − q/4 exactly, a = 2πr in [−π/4, π/4], polynomials of sin a and cos a (double: Taylor to
 // a^15 and a^16, truncation < 5e-17; float: Cephes' minimax, below), then the quarter turn q.
 template <class V>  // V: a vector of doubles, 4 or 8 lanes
 __attribute__((always_inline)) inline void sincos_2pi_double(V u, V& s, V& c) {
-  typedef std::int64_t I __attribute__((vector_size(sizeof(V))));
+  using I = typename IntLanes<V>::type;
   const V magic = V{} + 6755399441055744.0;  // 1.5 · 2^52
   const V t = u * 4.0 + magic;
   const V q = t - magic;
@@ -282,28 +328,36 @@ __attribute__((always_inline)) inline void sincos_2pi(Vec<double> u, Vec<double>
 #if defined(LSA_NATIVE_SIMD_WIDE)
 __attribute__((always_inline)) inline void sincos_2pi(Vec8d u, Vec8d& s, Vec8d& c) { sincos_2pi_double(u, s, c); }
 #endif
-__attribute__((always_inline)) inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
-  const Vec<float> magic = broadcast(12582912.0f);  // 1.5 · 2^23
-  const Vec<float> t = u * 4.0f + magic;
-  const Vec<float> q = t - magic;
-  const I32x8 qi = bit_cast<I32x8>(t);
-  const Vec<float> a = (u - q * 0.25f) * 6.28318530717958647f;
-  const Vec<float> x2 = a * a;
+template <class V>  // V: a vector of floats, 8 or 16 lanes
+__attribute__((always_inline)) inline void sincos_2pi_float(V u, V& s, V& c) {
+  using I = typename IntLanes<V>::type;
+  const V magic = V{} + 12582912.0f;  // 1.5 · 2^23
+  const V t = u * 4.0f + magic;
+  const V q = t - magic;
+  const I qi = bit_cast<I>(t);
+  const V a = (u - q * 0.25f) * 6.28318530717958647f;
+  const V x2 = a * a;
   // Cephes sinf/cosf minimax polynomials on [−π/4, π/4] (error below float's half ulp):
   // sin a = a + a³(s1 + s2 a² + s3 a⁴), cos a = 1 − a²/2 + a⁴(c1 + c2 a² + c3 a⁴).
-  const Vec<float> x4 = x2 * x2;
-  const Vec<float> sp = (x2 * 8.3321608736e-3f - 1.6666654611e-1f) + x4 * -1.9515295891e-4f;
-  const Vec<float> sa = (a * x2) * sp + a;
-  const Vec<float> cp = (x2 * -1.388731625493765e-3f + 4.166664568298827e-2f) + x4 * 2.443315711809948e-5f;
-  const Vec<float> ca = x4 * cp + (1.0f - 0.5f * x2);
+  const V x4 = x2 * x2;
+  const V sp = (x2 * 8.3321608736e-3f - 1.6666654611e-1f) + x4 * -1.9515295891e-4f;
+  const V sa = (a * x2) * sp + a;
+  const V cp = (x2 * -1.388731625493765e-3f + 4.166664568298827e-2f) + x4 * 2.443315711809948e-5f;
+  const V ca = x4 * cp + (1.0f - 0.5f * x2);
   // quarter turn q: swap for odd q (one blend each), signs by xor of the sign bit
-  const I32x8 swap = (qi << 31) >> 31;  // all ones where q is odd
-  const I32x8 ss = bit_cast<I32x8>(swap ? ca : sa);
-  const I32x8 cc = bit_cast<I32x8>(swap ? sa : ca);
-  const I32x8 sign = I32x8{} + std::int32_t(0x80000000u);
-  s = bit_cast<Vec<float>>(ss ^ ((qi << 30) & sign));
-  c = bit_cast<Vec<float>>(cc ^ (((qi + 1) << 30) & sign));
+  const I swap = (qi << 31) >> 31;  // all ones where q is odd
+  const I ss = bit_cast<I>(swap ? ca : sa);
+  const I cc = bit_cast<I>(swap ? sa : ca);
+  const I sign = I{} + std::int32_t(0x80000000u);
+  s = bit_cast<V>(ss ^ ((qi << 30) & sign));
+  c = bit_cast<V>(cc ^ (((qi + 1) << 30) & sign));
 }
+__attribute__((always_inline)) inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
+  sincos_2pi_float(u, s, c);
+}
+#if defined(LSA_NATIVE_SIMD_WIDE)
+__attribute__((always_inline)) inline void sincos_2pi(Vec16f u, Vec16f& s, Vec16f& c) { sincos_2pi_float(u, s, c); }
+#endif
 
 // Math policy of random.hpp's recipes on vectors.
 struct SimdMath {
@@ -321,6 +375,10 @@ struct SimdMath {
   static V to_real(U32x4 w) {
     return __builtin_convertvector(bit_cast<I32x4>(w ^ 0x80000000u), V) + 2147483648.0;
   }
+#if defined(LSA_NATIVE_SIMD_WIDE)
+  template <class V>
+  static V to_real(U32x16 w) { return __builtin_convertvector(bit_cast<I32x16>(w), V); }  // as U32x8
+#endif
 };
 
 #if defined(LSA_NATIVE_SIMD_WIDE)
@@ -414,11 +472,23 @@ inline void store_interleaved(Vec<double> a, Vec<double> b, double* z) {
 // blocks: float: v[j] lane l = normal j of block l (j < 4); double: v[2h + j] lane l = normal j of
 // block 4h + l (j < 2, h < 2).
 inline void normal_vectors(const U32x8 (&w)[4], Vec<float> (&v)[4]) {
+#if defined(LSA_NATIVE_SIMD_WIDE)  // AVX-512: both pairs of words in one 16-lane transform
+  const U32x16 w1 = __builtin_shufflevector(w[0], w[2], 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const U32x16 w2 = __builtin_shufflevector(w[1], w[3], 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  Vec16f z0, z1;
+  rng::box_muller<float, Vec16f, SimdMath>(rng::uniform_float<Vec16f, U32x16, SimdMath>(w1),
+                                           rng::uniform_float<Vec16f, U32x16, SimdMath>(w2), z0, z1);
+  v[0] = low_half(z0);
+  v[1] = low_half(z1);
+  v[2] = high_half(z0);
+  v[3] = high_half(z1);
+#else
   for (int h = 0; h < 2; ++h) {
     const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h]);
     const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h + 1]);
     rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, v[2 * h], v[2 * h + 1]);
   }
+#endif
 }
 // double: AVX-512: the 8 blocks in one 8-lane transform (one register; on AVX2, 64-byte vectors
 // were 45% slower: GCC scalarizes their selects); else two 4-lane ones.
