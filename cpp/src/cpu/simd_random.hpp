@@ -24,9 +24,12 @@ typedef std::uint32_t U32x4 __attribute__((vector_size(16)));
 typedef std::uint64_t U64x4 __attribute__((vector_size(32)));
 typedef std::int32_t I32x4 __attribute__((vector_size(16)));
 
-// The AVX-512 table's 16-lane paths (philox_wide, the float64 normals' 8-lane transform), on
-// 64-byte vectors; LSA_NATIVE_SIMD_WIDE_PORTABLE compiles the same code without AVX-512 (lowered to
-// narrower registers, slowly) so that tests run it on any CPU (cpp/tests/test_random_wide.cpp).
+// The AVX-512 table's 64-byte paths (philox_wide; the normals' transform on 16 floats or 8 doubles,
+// the float64 uniforms on 8): LSA_NATIVE_SIMD_WIDE_PORTABLE compiles the same code without AVX-512
+// (lowered to narrower registers, slowly) so that tests run it on any CPU
+// (cpp/tests/test_random_wide.cpp). Every path gives the same words, and the same bits where both
+// widths compile to the same operations (checked without AVX-512; AVX-512's FMA contraction may
+// round differently, within the bound tests/test_isa_tables.py states).
 #if defined(__AVX512F__) || defined(LSA_NATIVE_SIMD_WIDE_PORTABLE)
 #define LSA_NATIVE_SIMD_WIDE 1
 typedef double Vec8d __attribute__((vector_size(64)));
@@ -213,8 +216,12 @@ __attribute__((always_inline)) inline Vec<double> sqrt(Vec<double> x) {
 }
 
 #if defined(LSA_NATIVE_SIMD_WIDE)
-__attribute__((always_inline)) inline Vec<double> low_half(Vec8d x) { return __builtin_shufflevector(x, x, 0, 1, 2, 3); }
-__attribute__((always_inline)) inline Vec<double> high_half(Vec8d x) { return __builtin_shufflevector(x, x, 4, 5, 6, 7); }
+__attribute__((always_inline)) inline Vec<double> low_half(Vec8d x) {
+  return __builtin_shufflevector(x, x, 0, 1, 2, 3);
+}
+__attribute__((always_inline)) inline Vec<double> high_half(Vec8d x) {
+  return __builtin_shufflevector(x, x, 4, 5, 6, 7);
+}
 __attribute__((always_inline)) inline Vec<float> low_half(Vec16f x) {
   return __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7);
 }
