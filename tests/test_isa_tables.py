@@ -37,6 +37,8 @@ from lsa_native.sampling import random as rnd
 from lsa_native.sampling import LinearPrompts
 
 seed, out = int(sys.argv[1]), sys.argv[2]
+RANGE_STARTS, RANGE_MAX = (1, 2, 3, 5, 17, 31, 63, 65, 127, 129, 257), 100
+RANGE_END = max(RANGE_STARTS) + RANGE_MAX
 res = {"isa": np.array(ln.cpu_kernel_isa())}
 for threads in (1, 2):
     ln.set_num_threads(threads)
@@ -44,6 +46,12 @@ for threads in (1, 2):
         tag = f"{np.dtype(dt).name}_t{threads}"
         res[f"uniforms_{tag}"] = rnd.uniforms(9001, seed=seed, start=7, dtype=dt)
         res[f"normals_{tag}"] = rnd.normals(9001, seed=seed, start=3, dtype=dt)
+        # Ranges of every length 0 .. RANGE_MAX at starts inside a block, a group of 8 blocks, a
+        # Philox call (heads and tails of the fills), concatenated; the parent slices them.
+        for kind, fill in (("uniforms", rnd.uniforms), ("normals", rnd.normals)):
+            res[f"{kind}_long_{tag}"] = fill(RANGE_END, seed=seed, step=5, dtype=dt)
+            res[f"{kind}_ranges_{tag}"] = np.concatenate(
+                [fill(n, seed=seed, step=5, start=s, dtype=dt) for s in RANGE_STARTS for n in range(RANGE_MAX + 1)])
         for law, kw in (("fixed", {}), ("exp", {"covariance_law": ("exponential", 1.0), "noise_std": 0.3})):
             lp = LinearPrompts(5, 21, seed=seed, **kw)
             b = lp.sample(37, step=2, dtype=dt)
@@ -102,6 +110,21 @@ np.savez(out, **res)
 '''
 
 
+RANGE_STARTS, RANGE_MAX = (1, 2, 3, 5, 17, 31, 63, 65, 127, 129, 257), 100  # as in CHILD
+
+
+def _check_ranges(res: dict) -> None:
+    """Each range fill of a table gives, bit for bit, the same table's long fill's slice."""
+    for key in [k for k in res if "_ranges_" in k]:
+        ranges, long = res[key], res[key.replace("_ranges_", "_long_")]
+        i = 0
+        for s in RANGE_STARTS:
+            for n in range(RANGE_MAX + 1):
+                np.testing.assert_array_equal(ranges[i:i + n], long[s:s + n], err_msg=f"{key} start {s} n {n}")
+                i += n
+        assert i == ranges.size, key
+
+
 def _run(label: str, tmp: Path) -> dict:
     out = tmp / f"{label}.npz"
     env = dict(os.environ, LSA_NATIVE_CPU_ISA=label)
@@ -126,6 +149,8 @@ def test_table_matches_baseline(label, baseline, tmp_path):
     if str(got["isa"]) != label:
         pytest.skip(f"this CPU cannot run the {label} tables (fell back to {got['isa']})")
     assert str(baseline["isa"]) == "baseline"
+    _check_ranges(baseline)
+    _check_ranges(got)
     for key, ref in baseline.items():
         if key == "isa":
             continue

@@ -1,11 +1,12 @@
 // Where the CPU tokens step's time goes (issue 22): the fused step over B prompts (the library's
 // linear_prompts_lsa_loss_and_grad, method tokens, on 1 thread) next to its parts run alone on the
-// same sizes: Philox words (8 counters per call, and 2 groups of 8 interleaved), the uniform ->
-// normal transform (Box–Muller on words varied per call), one prompt's normals (fill_normals of its
-// covariate range, and fill_normals_packed over 8 prompts), the prompt written into E (draw_prompt
-// on CovariateNormals: normals and the writes), and the library's LSA loss_grad on 8 written
-// prompts. Minima of CPU-seconds of this process on 1 thread (a loaded machine disturbs it
-// little), as ns and as cycles at the TSC rate (the core clock may differ under boost).
+// same sizes: Philox words (8 counters per call, and the fills' kFillGroups groups of 8 interleaved:
+// 2, or 4 with AVX-512's philox_wide), the uniform -> normal transform (Box–Muller on words varied
+// per call), one prompt's normals (fill_normals of its covariate range, and fill_normals_packed over
+// 8 prompts), the prompt written into E (draw_prompt on CovariateNormals: normals and the writes),
+// and the library's LSA loss_grad on 8 written prompts. Minima of CPU-seconds of this process on 1
+// thread (a loaded machine disturbs it little), as ns and as cycles at the TSC rate (the core clock
+// may differ under boost).
 // The sampling parts are compiled here from cpu/sampling_kernels.inl in a namespace of its own with
 // the flags given, e.g. the AVX2 table's; the step and the LSA kernel come from liblsa_native.a
 // (the table this CPU selects, or LSA_NATIVE_CPU_ISA's). BUILD: a configured build directory:
@@ -98,7 +99,7 @@ void report(index_t d, index_t N, index_t B, double ghz) {
     }, repeats);
   };
   const double t_philox1 = philox(std::integral_constant<int, 1>{});
-  const double t_philox2 = philox(std::integral_constant<int, 2>{});
+  const double t_philox2 = philox(std::integral_constant<int, simd::kFillGroups>{});
   // the transform alone: lane_normals on words varied per call (every word, so nothing is hoisted),
   // every output summed
   std::vector<T> z(size_t(8 * per));
@@ -161,10 +162,11 @@ void report(index_t d, index_t N, index_t B, double ghz) {
   }, repeats);
   const double nv = double(variates);
   const auto cyc = [&](double t) { return 1e9 * t * ghz / nv; };
-  std::printf("%-7s d=%-3ld N=%-4ld B=%-5ld normals/prompt %ld | cycles per normal (TSC): philox %.2f (2 groups %.2f), "
+  std::printf("%-7s d=%-3ld N=%-4ld B=%-5ld normals/prompt %ld | cycles per normal (TSC): philox %.2f (%d groups %.2f), "
               "transform %.2f, fill_normals %.2f (packed %.2f), prompt written %.2f, LSA kernel %.2f, fused step %.2f "
               "| step %.3f ms = %.0f ns/prompt\n",
-              sizeof(T) == 4 ? "float32" : "float64", long(d), long(N), long(B), long(n), cyc(t_philox1), cyc(t_philox2),
+              sizeof(T) == 4 ? "float32" : "float64", long(d), long(N), long(B), long(n), cyc(t_philox1),
+              simd::kFillGroups, cyc(t_philox2),
               cyc(t_transform), cyc(t_fill), cyc(t_packed), cyc(t_prompt), cyc(t_lsa), cyc(t_step), 1e3 * t_step,
               1e9 * t_step / double(B));
 }

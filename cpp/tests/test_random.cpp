@@ -161,3 +161,7 @@ TEST(Random, PackedFillEqualsPerPromptFill) {
   check(float{});
   check(double{});
 }
+
+// The SIMD range fills with this unit's Philox (random_fill_checks.inl; the AVX-512 one: test_random_wide.cpp).
+#define LSA_FILL_SUITE Fills
+#include "random_fill_checks.inl"

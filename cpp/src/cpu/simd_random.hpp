@@ -1,6 +1,7 @@
 // SIMD policies for the RNG recipes of common/philox.hpp and common/random.hpp: Philox on 8 lanes
-// of uint32 (8 counters at once), vectorized log and sin/cos(2πu) next to simd.hpp's exp, and
-// range fills of normals in the stream order random.hpp fixes.
+// of uint32 (8 counters at once; groups of 8 interleaved: philox_avx2, and philox_wide on the
+// AVX-512 table's 16-lane registers), vectorized log and sin/cos(2πu) next to simd.hpp's exp, and
+// range fills of normals in the stream order random.hpp fixes (the same words on every table).
 // Internal linkage throughout (see simd.hpp): each ISA's translation unit keeps its own copy.
 #pragma once
 
@@ -22,6 +23,44 @@ typedef std::uint32_t U32x8 __attribute__((vector_size(32)));
 typedef std::uint32_t U32x4 __attribute__((vector_size(16)));
 typedef std::uint64_t U64x4 __attribute__((vector_size(32)));
 typedef std::int32_t I32x4 __attribute__((vector_size(16)));
+
+// The AVX-512 table's 64-byte paths (philox_wide; the normals' transform on 16 floats or 8 doubles,
+// the float64 uniforms on 8): LSA_NATIVE_SIMD_WIDE_PORTABLE compiles the same code without AVX-512
+// (lowered to narrower registers, slowly) so that tests run it on any CPU
+// (cpp/tests/test_random_wide.cpp). Every path gives the same words, and the same bits where both
+// widths compile to the same operations (checked without AVX-512; AVX-512's FMA contraction may
+// round differently, within the bound tests/test_isa_tables.py states).
+#if defined(__AVX512F__) || defined(LSA_NATIVE_SIMD_WIDE_PORTABLE)
+#define LSA_NATIVE_SIMD_WIDE 1
+typedef double Vec8d __attribute__((vector_size(64)));
+typedef float Vec16f __attribute__((vector_size(64)));
+typedef std::uint64_t U64x8 __attribute__((vector_size(64)));
+typedef std::uint32_t U32x16 __attribute__((vector_size(64)));
+typedef std::int32_t I32x16 __attribute__((vector_size(64)));
+typedef std::int64_t I64x8 __attribute__((vector_size(64)));
+#endif
+
+// The signed integer vector with V's lanes (bit patterns, masks of comparisons and selects).
+template <class V>
+struct IntLanes;
+template <>
+struct IntLanes<Vec<float>> {
+  using type = I32x8;
+};
+template <>
+struct IntLanes<Vec<double>> {
+  using type = I64x4;
+};
+#if defined(LSA_NATIVE_SIMD_WIDE)
+template <>
+struct IntLanes<Vec16f> {
+  using type = I32x16;
+};
+template <>
+struct IntLanes<Vec8d> {
+  using type = I64x8;
+};
+#endif
 
 template <class To, class From>
 inline To bit_cast(const From& f) {
@@ -96,6 +135,53 @@ inline void philox_avx2(U32x8 (&w)[G][4], std::uint32_t k0, std::uint32_t k1) {
 }
 #endif
 
+#if defined(LSA_NATIVE_SIMD_WIDE)
+
+// lo | hi << 32 of the products (low half of a's lanes) × m: vpmuludq zmm, which ignores the high
+// halves (the portable form masks them; GCC makes vpmullq of it, hence the intrinsic). The
+// zero-masking form with every lane on is plain vpmuludq; GCC 12's _mm512_mul_epu32 (and
+// _mm512_sqrt_pd) warn -Wuninitialized on their _mm512_undefined_*.
+__attribute__((always_inline)) inline U64x8 mul_low_halves(U64x8 a, std::uint64_t m) {
+#if defined(__AVX512F__)
+  return bit_cast<U64x8>(
+      _mm512_maskz_mul_epu32(0xff, bit_cast<__m512i>(a), _mm512_set1_epi64(static_cast<long long>(m))));
+#else
+  return (a & 0xffffffffull) * m;
+#endif
+}
+
+// rng::philox4x32_10 on G groups of 8 counters (w[g][j][lane] as in philox_avx2), philox_avx2's
+// trick on 16-lane registers: the 8 counters of a group sit in the low halves of one register's
+// eight 64-bit lanes (a zero extension in, a truncation out: no even/odd split and no blend), so a
+// round is 2 products, 2 shifts and 2 three-way xors (vpternlogq) per 8 counters instead of
+// philox_avx2's 4, 4 and 8. The chain product -> shift -> xor (7 cycles) against 3 cycles of port
+// time per group and round: G = 4 groups (16 registers of state of the 32) keep the pipes busy.
+template <int G>
+inline void philox_wide(U32x8 (&w)[G][4], std::uint32_t k0, std::uint32_t k1) {
+  U64x8 x[G][4];
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < 4; ++j) x[g][j] = __builtin_convertvector(w[g][j], U64x8);
+#pragma GCC unroll 10
+  for (int r = 0; r < rng::kPhiloxRounds; ++r) {
+    if (r > 0) {
+      k0 += rng::kPhiloxW0;
+      k1 += rng::kPhiloxW1;
+    }
+    const U64x8 vk0 = U64x8{} + k0, vk1 = U64x8{} + k1;
+    for (auto& c : x) {
+      const U64x8 p0 = mul_low_halves(c[0], rng::kPhiloxM0);  // hi0:lo0
+      const U64x8 p1 = mul_low_halves(c[2], rng::kPhiloxM1);  // hi1:lo1
+      c[0] = (p1 >> 32) ^ (c[1] ^ vk0);
+      c[2] = (p0 >> 32) ^ (c[3] ^ vk1);
+      c[1] = p1;  // the high halves carry junk that no product or final word reads
+      c[3] = p0;
+    }
+  }
+  for (int g = 0; g < G; ++g)
+    for (int j = 0; j < 4; ++j) w[g][j] = __builtin_convertvector(x[g][j], U32x8);
+}
+#endif
+
 // ---- vectorized math -------------------------------------------------------------------------
 
 __attribute__((always_inline)) inline Vec<float> sqrt(Vec<float> x) {
@@ -129,98 +215,156 @@ __attribute__((always_inline)) inline Vec<double> sqrt(Vec<double> x) {
 #endif
 }
 
+#if defined(LSA_NATIVE_SIMD_WIDE)
+__attribute__((always_inline)) inline Vec<double> low_half(Vec8d x) {
+  return __builtin_shufflevector(x, x, 0, 1, 2, 3);
+}
+__attribute__((always_inline)) inline Vec<double> high_half(Vec8d x) {
+  return __builtin_shufflevector(x, x, 4, 5, 6, 7);
+}
+__attribute__((always_inline)) inline Vec<float> low_half(Vec16f x) {
+  return __builtin_shufflevector(x, x, 0, 1, 2, 3, 4, 5, 6, 7);
+}
+__attribute__((always_inline)) inline Vec<float> high_half(Vec16f x) {
+  return __builtin_shufflevector(x, x, 8, 9, 10, 11, 12, 13, 14, 15);
+}
+__attribute__((always_inline)) inline Vec16f sqrt(Vec16f x) {
+#if defined(__AVX512F__)
+  return bit_cast<Vec16f>(_mm512_maskz_sqrt_ps(0xffff, bit_cast<__m512>(x)));  // as mul_low_halves
+#else
+  return __builtin_shufflevector(sqrt(low_half(x)), sqrt(high_half(x)), 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                 14, 15);
+#endif
+}
+__attribute__((always_inline)) inline Vec8d sqrt(Vec8d x) {
+#if defined(__AVX512F__)
+  return bit_cast<Vec8d>(_mm512_maskz_sqrt_pd(0xff, bit_cast<__m512d>(x)));  // as mul_low_halves
+#else
+  return __builtin_shufflevector(sqrt(low_half(x)), sqrt(high_half(x)), 0, 1, 2, 3, 4, 5, 6, 7);
+#endif
+}
+#endif
+
 // Natural log of positive normal finite numbers (the uniforms of random.hpp are), fdlibm's method:
 // x = 2^k·m with m in [√½, √2), f = m − 1, s = f/(2 + f), log(1+f) = 2 atanh(s) = f − hfsq +
 // s(hfsq + R(s²)) with hfsq = f²/2, and log x = k ln2 + log(1+f) with ln2 split in two parts.
 // double: fdlibm's minimax R (|s| < 0.1716, error < 2^-58.45); float: below, without s's division.
 // Accurate to ~1 ulp; zero, negative, subnormal or non-finite inputs are outside the contract.
-__attribute__((always_inline)) inline Vec<double> log(Vec<double> x) {
+template <class V>  // V: a vector of doubles, 4 or 8 lanes
+__attribute__((always_inline)) inline V log_double(V x) {
+  using I = typename IntLanes<V>::type;
   // m in [√½, √2) and k + 1023 in one add: the offset carries into the exponent exactly when the
   // mantissa exceeds that of √2 (double(√2) = 0x3ff6a09e667f3bcd), and the low bits plus
   // 0x3fe6a09e667f3bce give 1.mantissa, or half of it after a carry (positive x: no sign bit)
-  const I64x4 t = bit_cast<I64x4>(x) + 0x00095f619980c432ll;
-  const I64x4 e = t >> 52;
-  const Vec<double> m = bit_cast<Vec<double>>((t & 0x000fffffffffffffll) + 0x3fe6a09e667f3bcell);
+  const I t = bit_cast<I>(x) + 0x00095f619980c432ll;
+  const I e = t >> 52;
+  const V m = bit_cast<V>((t & 0x000fffffffffffffll) + 0x3fe6a09e667f3bcell);
   // k as double: 2^52 + e (exact, built in the bits) minus 2^52 + 1023.
-  const Vec<double> k = bit_cast<Vec<double>>(e | 0x4330000000000000ll) - (4503599627370496.0 + 1023.0);
-  const Vec<double> f = m - 1.0;
-  const Vec<double> s = f / (f + 2.0);
-  const Vec<double> z = s * s;
-  const Vec<double> w = z * z;
-  const Vec<double> t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
-  const Vec<double> t2 =
+  const V k = bit_cast<V>(e | 0x4330000000000000ll) - (4503599627370496.0 + 1023.0);
+  const V f = m - 1.0;
+  const V s = f / (f + 2.0);
+  const V z = s * s;
+  const V w = z * z;
+  const V t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
+  const V t2 =
       z * (6.666666666666735130e-01 +
            w * (2.857142874366239149e-01 + w * (1.818357216161805012e-01 + w * 1.479819860511658591e-01)));
-  const Vec<double> R = t1 + t2;
-  const Vec<double> hfsq = 0.5 * f * f;
+  const V R = t1 + t2;
+  const V hfsq = 0.5 * f * f;
   return k * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + R) + k * 1.90821492927058770002e-10)) - f);
 }
-__attribute__((always_inline)) inline Vec<float> log(Vec<float> x) {
+__attribute__((always_inline)) inline Vec<double> log(Vec<double> x) { return log_double(x); }
+#if defined(LSA_NATIVE_SIMD_WIDE)
+__attribute__((always_inline)) inline Vec8d log(Vec8d x) { return log_double(x); }
+#endif
+template <class V>  // V: a vector of floats, 8 or 16 lanes
+__attribute__((always_inline)) inline V log_float(V x) {
+  using I = typename IntLanes<V>::type;
   // as for double: float(√2) = 0x3fb504f3
-  const I32x8 t = bit_cast<I32x8>(x) + 0x004afb0c;
-  const Vec<float> m = bit_cast<Vec<float>>((t & 0x007fffff) + 0x3f3504f4);
-  const Vec<float> k = __builtin_convertvector((t >> 23) - 127, Vec<float>);
-  const Vec<float> f = m - 1.0f;
+  const I t = bit_cast<I>(x) + 0x004afb0c;
+  const V m = bit_cast<V>((t & 0x007fffff) + 0x3f3504f4);
+  const V k = __builtin_convertvector((t >> 23) - 127, V);
+  const V f = m - 1.0f;
   // log(1+f) = f − f²/2 + f³·P(f), P Cephes logf's minimax polynomial of degree 8 on
   // [√½ − 1, √2 − 1] (relative error < 7.6e-8), no division; P by Estrin's scheme (short chains).
-  const Vec<float> f2 = f * f, f4 = f2 * f2;
-  const Vec<float> q0 = f * -2.4999993993e-1f + 3.3333331174e-1f;
-  const Vec<float> q1 = f * -1.6668057665e-1f + 2.0000714765e-1f;
-  const Vec<float> q2 = f * -1.2420140846e-1f + 1.4249322787e-1f;
-  const Vec<float> q3 = f * -1.1514610310e-1f + 1.1676998740e-1f;
-  const Vec<float> P = (f4 * 7.0376836292e-2f + (q3 * f2 + q2)) * f4 + (q1 * f2 + q0);
-  const Vec<float> y = (f * f2) * P + k * -2.12194440e-4f - 0.5f * f2;
+  const V f2 = f * f, f4 = f2 * f2;
+  const V q0 = f * -2.4999993993e-1f + 3.3333331174e-1f;
+  const V q1 = f * -1.6668057665e-1f + 2.0000714765e-1f;
+  const V q2 = f * -1.2420140846e-1f + 1.4249322787e-1f;
+  const V q3 = f * -1.1514610310e-1f + 1.1676998740e-1f;
+  const V P = (f4 * 7.0376836292e-2f + (q3 * f2 + q2)) * f4 + (q1 * f2 + q0);
+  const V y = (f * f2) * P + k * -2.12194440e-4f - 0.5f * f2;
   return (f + y) + k * 0.693359375f;
 }
+__attribute__((always_inline)) inline Vec<float> log(Vec<float> x) { return log_float(x); }
+#if defined(LSA_NATIVE_SIMD_WIDE)
+__attribute__((always_inline)) inline Vec16f log(Vec16f x) { return log_float(x); }
+#endif
 
 // s = sin(2πu), c = cos(2πu) for u in [0, 1]: q = round(4u) (the 1.5·2^p rounding trick),
 // r = u − q/4 exactly, a = 2πr in [−π/4, π/4], polynomials of sin a and cos a (double: Taylor to
 // a^15 and a^16, truncation < 5e-17; float: Cephes' minimax, below), then the quarter turn q.
-__attribute__((always_inline)) inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
-  const Vec<double> magic = broadcast(6755399441055744.0);  // 1.5 · 2^52
-  const Vec<double> t = u * 4.0 + magic;
-  const Vec<double> q = t - magic;
-  const I64x4 qi = bit_cast<I64x4>(t) & 3;
-  const Vec<double> a = (u - q * 0.25) * 6.283185307179586476925;
-  const Vec<double> x2 = a * a;
-  Vec<double> sp = broadcast(-1.0 / 1307674368000.0);  // −1/15!
+template <class V>  // V: a vector of doubles, 4 or 8 lanes
+__attribute__((always_inline)) inline void sincos_2pi_double(V u, V& s, V& c) {
+  using I = typename IntLanes<V>::type;
+  const V magic = V{} + 6755399441055744.0;  // 1.5 · 2^52
+  const V t = u * 4.0 + magic;
+  const V q = t - magic;
+  const I qi = bit_cast<I>(t) & 3;
+  const V a = (u - q * 0.25) * 6.283185307179586476925;
+  const V x2 = a * a;
+  V sp = V{} + -1.0 / 1307674368000.0;  // −1/15!
   const double sin_c[7] = {1.0 / 6227020800.0, -1.0 / 39916800.0, 1.0 / 362880.0, -1.0 / 5040.0,
                            1.0 / 120.0,        -1.0 / 6.0,         1.0};
   for (double k : sin_c) sp = sp * x2 + k;
-  const Vec<double> sa = sp * a;
-  Vec<double> cp = broadcast(1.0 / 20922789888000.0);  // 1/16!
+  const V sa = sp * a;
+  V cp = V{} + 1.0 / 20922789888000.0;  // 1/16!
   const double cos_c[8] = {-1.0 / 87178291200.0, 1.0 / 479001600.0, -1.0 / 3628800.0, 1.0 / 40320.0,
                            -1.0 / 720.0,         1.0 / 24.0,        -0.5,              1.0};
   for (double k : cos_c) cp = cp * x2 + k;
-  const Vec<double> ca = cp;
-  const I64x4 swap = (qi & 1) != 0;
-  Vec<double> ss = swap ? ca : sa;
-  Vec<double> cc = swap ? sa : ca;
+  const V ca = cp;
+  const I swap = (qi & 1) != 0;
+  V ss = swap ? ca : sa;
+  V cc = swap ? sa : ca;
   s = (qi & 2) != 0 ? -ss : ss;
   c = ((qi + 1) & 2) != 0 ? -cc : cc;
 }
-__attribute__((always_inline)) inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
-  const Vec<float> magic = broadcast(12582912.0f);  // 1.5 · 2^23
-  const Vec<float> t = u * 4.0f + magic;
-  const Vec<float> q = t - magic;
-  const I32x8 qi = bit_cast<I32x8>(t);
-  const Vec<float> a = (u - q * 0.25f) * 6.28318530717958647f;
-  const Vec<float> x2 = a * a;
+__attribute__((always_inline)) inline void sincos_2pi(Vec<double> u, Vec<double>& s, Vec<double>& c) {
+  sincos_2pi_double(u, s, c);
+}
+#if defined(LSA_NATIVE_SIMD_WIDE)
+__attribute__((always_inline)) inline void sincos_2pi(Vec8d u, Vec8d& s, Vec8d& c) { sincos_2pi_double(u, s, c); }
+#endif
+template <class V>  // V: a vector of floats, 8 or 16 lanes
+__attribute__((always_inline)) inline void sincos_2pi_float(V u, V& s, V& c) {
+  using I = typename IntLanes<V>::type;
+  const V magic = V{} + 12582912.0f;  // 1.5 · 2^23
+  const V t = u * 4.0f + magic;
+  const V q = t - magic;
+  const I qi = bit_cast<I>(t);
+  const V a = (u - q * 0.25f) * 6.28318530717958647f;
+  const V x2 = a * a;
   // Cephes sinf/cosf minimax polynomials on [−π/4, π/4] (error below float's half ulp):
   // sin a = a + a³(s1 + s2 a² + s3 a⁴), cos a = 1 − a²/2 + a⁴(c1 + c2 a² + c3 a⁴).
-  const Vec<float> x4 = x2 * x2;
-  const Vec<float> sp = (x2 * 8.3321608736e-3f - 1.6666654611e-1f) + x4 * -1.9515295891e-4f;
-  const Vec<float> sa = (a * x2) * sp + a;
-  const Vec<float> cp = (x2 * -1.388731625493765e-3f + 4.166664568298827e-2f) + x4 * 2.443315711809948e-5f;
-  const Vec<float> ca = x4 * cp + (1.0f - 0.5f * x2);
+  const V x4 = x2 * x2;
+  const V sp = (x2 * 8.3321608736e-3f - 1.6666654611e-1f) + x4 * -1.9515295891e-4f;
+  const V sa = (a * x2) * sp + a;
+  const V cp = (x2 * -1.388731625493765e-3f + 4.166664568298827e-2f) + x4 * 2.443315711809948e-5f;
+  const V ca = x4 * cp + (1.0f - 0.5f * x2);
   // quarter turn q: swap for odd q (one blend each), signs by xor of the sign bit
-  const I32x8 swap = (qi << 31) >> 31;  // all ones where q is odd
-  const I32x8 ss = bit_cast<I32x8>(swap ? ca : sa);
-  const I32x8 cc = bit_cast<I32x8>(swap ? sa : ca);
-  const I32x8 sign = I32x8{} + std::int32_t(0x80000000u);
-  s = bit_cast<Vec<float>>(ss ^ ((qi << 30) & sign));
-  c = bit_cast<Vec<float>>(cc ^ (((qi + 1) << 30) & sign));
+  const I swap = (qi << 31) >> 31;  // all ones where q is odd
+  const I ss = bit_cast<I>(swap ? ca : sa);
+  const I cc = bit_cast<I>(swap ? sa : ca);
+  const I sign = I{} + std::int32_t(0x80000000u);
+  s = bit_cast<V>(ss ^ ((qi << 30) & sign));
+  c = bit_cast<V>(cc ^ (((qi + 1) << 30) & sign));
 }
+__attribute__((always_inline)) inline void sincos_2pi(Vec<float> u, Vec<float>& s, Vec<float>& c) {
+  sincos_2pi_float(u, s, c);
+}
+#if defined(LSA_NATIVE_SIMD_WIDE)
+__attribute__((always_inline)) inline void sincos_2pi(Vec16f u, Vec16f& s, Vec16f& c) { sincos_2pi_float(u, s, c); }
+#endif
 
 // Math policy of random.hpp's recipes on vectors.
 struct SimdMath {
@@ -238,18 +382,43 @@ struct SimdMath {
   static V to_real(U32x4 w) {
     return __builtin_convertvector(bit_cast<I32x4>(w ^ 0x80000000u), V) + 2147483648.0;
   }
+#if defined(LSA_NATIVE_SIMD_WIDE)
+  template <class V>
+  static V to_real(U32x16 w) { return __builtin_convertvector(bit_cast<I32x16>(w), V); }  // as U32x8
+#endif
 };
+
+#if defined(LSA_NATIVE_SIMD_WIDE)
+// rng::uniform_double(a[l], b[l]) on 8 lanes, bit for bit, from the bits instead of two
+// conversions each: with m = (a >> 12)·2^32 + b (52 bits), the double 1 + m·2^-52 has m as its
+// mantissa, and subtracting 1 − 2^-53 leaves (2m + 1)·2^-53 exactly (a multiple of 2^-53 below 1),
+// the recipe's (a >> 12)·2^-20 + (b + ½)·2^-52.
+__attribute__((always_inline)) inline Vec8d uniform_double_bits(U32x8 a, U32x8 b) {
+  const U64x8 m = (__builtin_convertvector(a >> 12, U64x8) << 32) | __builtin_convertvector(b, U64x8);
+  return bit_cast<Vec8d>(m | 0x3ff0000000000000ull) - (1.0 - 0x1p-53);
+}
+#endif
 
 // ---- range fills ---------------------------------------------------------------------------
 
 // rng::philox4x32_10 in place on G groups of 8 counters (w[g][j][lane]: word j of a counter).
 template <int G>
 inline void philox_groups(U32x8 (&w)[G][4], rng::PhiloxKey key) {
-#if defined(__AVX2__)
+#if defined(LSA_NATIVE_SIMD_WIDE)
+  philox_wide<G>(w, key.k0, key.k1);
+#elif defined(__AVX2__)
   philox_avx2<G>(w, key.k0, key.k1);
 #else
   for (auto& wg : w) rng::philox4x32_10<U32x8, WordOpsU32x8>(wg, key.k0, key.k1);
 #endif
+}
+// philox_groups on the first `groups` (1 .. G) groups of w only (a range's head or tail).
+template <int G>
+inline void philox_first_groups(U32x8 (&w)[G][4], int groups, rng::PhiloxKey key) {
+  if constexpr (G > 1) {
+    if (groups < G) return philox_first_groups<G - 1>(reinterpret_cast<U32x8(&)[G - 1][4]>(w), groups, key);
+  }
+  philox_groups<G>(w, key);
 }
 // Philox on 8 blocks: w[j][lane] = word j of block blocks[lane] of prompt prompts[lane] (the
 // stream's step and tag).
@@ -260,18 +429,19 @@ inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompt
   w[3] = U32x8{} + a.stream;
   philox_groups(reinterpret_cast<U32x8(&)[1][4]>(w), a.key);
 }
-// The 8·G consecutive blocks b0 .. b0 + 8G − 1 of a stream: w[g][j][lane] = word j of block
-// b0 + 8g + lane (G > 1: philox_avx2's interleaved groups).
+// The 8·groups consecutive blocks b0 .. b0 + 8·groups − 1 of a stream, groups <= G: w[g][j][lane]
+// = word j of block b0 + 8g + lane (groups > 1: philox_avx2's or philox_wide's interleaved groups).
 template <int G>
-inline void philox_consecutive_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[G][4]) {
+inline void philox_consecutive_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[G][4],
+                                      int groups = G) {
   const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  for (int g = 0; g < G; ++g) {
+  for (int g = 0; g < G; ++g) {  // every group's counters (a few adds), so that none is unset
     w[g][0] = lane + (b0 + 8u * std::uint32_t(g));
     w[g][1] = U32x8{} + a.prompt;
     w[g][2] = U32x8{} + a.step;
     w[g][3] = U32x8{} + a.stream;
   }
-  philox_groups(w, a.key);
+  philox_first_groups(w, groups, a.key);
 }
 
 // Block order from lane order with shuffles (no scalar loop in the hot path): z[4·lane + j] =
@@ -309,13 +479,35 @@ inline void store_interleaved(Vec<double> a, Vec<double> b, double* z) {
 // blocks: float: v[j] lane l = normal j of block l (j < 4); double: v[2h + j] lane l = normal j of
 // block 4h + l (j < 2, h < 2).
 inline void normal_vectors(const U32x8 (&w)[4], Vec<float> (&v)[4]) {
+#if defined(LSA_NATIVE_SIMD_WIDE)  // AVX-512: both pairs of words in one 16-lane transform
+  const U32x16 w1 = __builtin_shufflevector(w[0], w[2], 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const U32x16 w2 = __builtin_shufflevector(w[1], w[3], 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  Vec16f z0, z1;
+  rng::box_muller<float, Vec16f, SimdMath>(rng::uniform_float<Vec16f, U32x16, SimdMath>(w1),
+                                           rng::uniform_float<Vec16f, U32x16, SimdMath>(w2), z0, z1);
+  v[0] = low_half(z0);
+  v[1] = low_half(z1);
+  v[2] = high_half(z0);
+  v[3] = high_half(z1);
+#else
   for (int h = 0; h < 2; ++h) {
     const Vec<float> u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h]);
     const Vec<float> u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2 * h + 1]);
     rng::box_muller<float, Vec<float>, SimdMath>(u1, u2, v[2 * h], v[2 * h + 1]);
   }
+#endif
 }
+// double: AVX-512: the 8 blocks in one 8-lane transform (one register; on AVX2, 64-byte vectors
+// were 45% slower: GCC scalarizes their selects); else two 4-lane ones.
 inline void normal_vectors(const U32x8 (&w)[4], Vec<double> (&v)[4]) {
+#if defined(LSA_NATIVE_SIMD_WIDE)
+  Vec8d z0, z1;
+  rng::box_muller<double, Vec8d, SimdMath>(uniform_double_bits(w[0], w[1]), uniform_double_bits(w[2], w[3]), z0, z1);
+  v[0] = low_half(z0);
+  v[1] = low_half(z1);
+  v[2] = high_half(z0);
+  v[3] = high_half(z1);
+#else
   for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
     U32x4 q[4];
     for (int j = 0; j < 4; ++j)
@@ -324,6 +516,7 @@ inline void normal_vectors(const U32x8 (&w)[4], Vec<double> (&v)[4]) {
     const Vec<double> u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[2], q[3]);
     rng::box_muller<double, Vec<double>, SimdMath>(u1, u2, v[2 * h], v[2 * h + 1]);
   }
+#endif
 }
 
 // The same normals in block order: z[4·lane + j] (float: 4 per block) or z[2·lane + j] (double:
@@ -348,6 +541,11 @@ inline void lane_uniforms(const U32x8 (&w)[4], float* z) {  // z [32]
   store_block_order(u, z);
 }
 inline void lane_uniforms(const U32x8 (&w)[4], double* z) {  // z [16]
+#if defined(LSA_NATIVE_SIMD_WIDE)
+  const Vec8d u0 = uniform_double_bits(w[0], w[1]), u1 = uniform_double_bits(w[2], w[3]);
+  store_interleaved(low_half(u0), low_half(u1), z);
+  store_interleaved(high_half(u0), high_half(u1), z + 8);
+#else
   for (int h = 0; h < 2; ++h) {  // lanes 4h..4h+3
     U32x4 q[4];
     for (int j = 0; j < 4; ++j)
@@ -356,31 +554,41 @@ inline void lane_uniforms(const U32x8 (&w)[4], double* z) {  // z [16]
     const Vec<double> u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(q[2], q[3]);
     store_interleaved(u0, u1, z + 8 * h);
   }
+#endif
 }
 
-// Groups of 8 blocks per Philox call in the range fills (philox_avx2's interleave).
+// Groups of 8 blocks per Philox call in the range fills (philox_avx2's or philox_wide's interleave).
+#if defined(LSA_NATIVE_SIMD_WIDE)
+constexpr int kFillGroups = 4;
+#else
 constexpr int kFillGroups = 2;
+#endif
 
 // out[i] = the variate at position p0 + i of stream a, i < n, with rng::NormalsPerBlock<T> variates
 // per Philox block (4 float, 2 double: normals and uniforms alike) and `lanes(w, z)` turning the
 // words of 8 consecutive blocks into their variates in block order. Whole 8·kFillGroups-block
-// groups are written straight into out; only a group cut by p0 or by the end goes through a buffer.
+// groups are written straight into out; only a group cut by p0 or by the end goes through a buffer,
+// with Philox on those of its 8-block parts that hold the range (a short range costs its blocks
+// rounded up to 8, not to 8·kFillGroups).
 template <class T, class Lanes>
 inline void fill_by_blocks(const rng::StreamAddress& a, std::uint64_t p0, index_t n, T* out,
                            Lanes lanes) {
   constexpr std::uint64_t per = rng::NormalsPerBlock<T>::value;
   constexpr std::uint64_t eight = 8 * per;               // variates per 8 blocks
   constexpr std::uint64_t group = kFillGroups * eight;  // variates per Philox call
+  if (n <= 0) return;
   const std::uint64_t end = p0 + static_cast<std::uint64_t>(n);
   U32x8 w[kFillGroups][4];
-  // the group holding positions [p, stop) of it, through a buffer
+  // positions [p, stop) of the group holding p, through a buffer: Philox on only the 8-block
+  // groups lo .. hi − 1 of it that hold them
   const auto part = [&](std::uint64_t p, std::uint64_t stop) {
     T z[group];
     const std::uint64_t g0 = p / group * group;
-    philox_consecutive_blocks<kFillGroups>(a, static_cast<std::uint32_t>(g0 / per), w);
-    for (int g = 0; g < kFillGroups; ++g)  // only the 8 blocks that hold positions [p, stop)
-      if (g0 + (g + 1) * eight > p && g0 + g * eight < stop) lanes(w[g], z + g * eight);
-    for (std::uint64_t q = p - g0; q < stop - g0 && q < group; ++q) *out++ = z[q];
+    const std::uint64_t last = stop < g0 + group ? stop : g0 + group;
+    const int lo = static_cast<int>((p - g0) / eight), hi = static_cast<int>((last - g0 + eight - 1) / eight);
+    philox_consecutive_blocks<kFillGroups>(a, static_cast<std::uint32_t>((g0 + lo * eight) / per), w, hi - lo);
+    for (int g = lo; g < hi; ++g) lanes(w[g - lo], z + g * eight);
+    for (std::uint64_t q = p - g0; q < last - g0; ++q) *out++ = z[q];
   };
   std::uint64_t p = p0;
   if (p % group != 0) {  // the head of a group
@@ -414,14 +622,14 @@ inline void fill_uniforms(const rng::StreamAddress& a, std::uint64_t p0, index_t
 // (rng::NormalsPerBlock<T>); positions n .. stride − 1 of each prompt get its next normals. The
 // blocks of all prompts are taken back to back, 8·kFillGroups per Philox call, the lanes crossing
 // from one prompt to the next, so a prompt costs its own blocks (fill_normals per prompt rounds each
-// range up to 8·kFillGroups blocks: at d = 5, N = 20, 128 normals for 110). out holds
-// round_up(prompts·stride / per, 8·kFillGroups)·per values (the last group's extra lanes run on
-// into prompts past the last; their values are written and meaningless).
+// range up to 8 blocks: at d = 5, N = 20, 128 normals for 110). out holds
+// round_up(prompts·stride / per, 8)·per values (the last 8 blocks' extra lanes run on into prompts
+// past the last; their values are written and meaningless).
 template <class T>
 inline index_t packed_normals_size(index_t n, index_t prompts) {
-  constexpr index_t per = rng::NormalsPerBlock<T>::value, group = 8 * kFillGroups;
+  constexpr index_t per = rng::NormalsPerBlock<T>::value;
   const index_t blocks = prompts * ((n + per - 1) / per);
-  return (blocks + group - 1) / group * group * per;
+  return (blocks + 7) / 8 * 8 * per;
 }
 template <class T>
 inline void fill_normals_packed(const rng::StreamAddress& a, index_t n, index_t prompts, T* out) {
@@ -443,7 +651,9 @@ inline void fill_normals_packed(const rng::StreamAddress& a, index_t n, index_t 
       p -= over;
     }
   };
-  for (index_t f = 0; f < total; f += 8 * kFillGroups) {
+  // `groups` groups of 8 blocks from block f on: the counters of all kFillGroups (none unset),
+  // Philox and normals on the first `groups`
+  const auto call = [&](index_t f, int groups) {
     U32x8 w[kFillGroups][4];
     for (int g = 0; g < kFillGroups; ++g) {
       w[g][0] = bit_cast<U32x8>(blk);
@@ -452,9 +662,12 @@ inline void fill_normals_packed(const rng::StreamAddress& a, index_t n, index_t 
       w[g][3] = U32x8{} + a.stream;
       advance(blk, pid);
     }
-    philox_groups(w, a.key);
-    for (int g = 0; g < kFillGroups; ++g) lane_normals(w[g], out + (f + 8 * g) * per);
-  }
+    philox_first_groups(w, groups, a.key);
+    for (int g = 0; g < groups; ++g) lane_normals(w[g], out + (f + 8 * g) * per);
+  };
+  index_t f = 0;
+  for (; f + 8 * kFillGroups <= total; f += 8 * kFillGroups) call(f, kFillGroups);  // whole calls
+  if (f < total) call(f, static_cast<int>((total - f + 7) / 8));                     // the last blocks
 }
 
 // out[k·n + p] = the normal at position p < n of prompt a.prompt + k's stream, k < prompts: the

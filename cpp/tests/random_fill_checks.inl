@@ -1,0 +1,143 @@
+// The SIMD range fills of cpu/simd_random.hpp against the scalar recipe, included by
+// test_random.cpp (this build's Philox: philox_avx2 or the portable one) and test_random_wide.cpp
+// (the AVX-512 table's philox_wide and its 4-group fills, on portable 64-byte vectors, so that any
+// CPU runs them). LSA_FILL_SUITE names the test suite.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "common/philox.hpp"
+#include "common/random.hpp"
+#include "cpu/simd_random.hpp"
+
+#ifndef LSA_FILL_SUITE
+#error "define LSA_FILL_SUITE before including random_fill_checks.inl"
+#endif
+
+namespace {
+namespace fill_checks {
+
+namespace simd = lsa_native::cpu::simd;
+namespace rng = lsa_native::rng;
+
+// Every group count the fills use: the words of G·8 counters (random counters and keys, a word near
+// 2^32 included) are rng::philox4x32_10's.
+template <int G>
+void check_philox_groups(std::mt19937& gen) {
+  for (int t = 0; t < 50; ++t) {
+    simd::U32x8 w[G][4];
+    std::uint32_t c[G][8][4];
+    for (int g = 0; g < G; ++g)
+      for (int l = 0; l < 8; ++l)
+        for (int j = 0; j < 4; ++j) w[g][j][l] = c[g][l][j] = t == 0 ? 0xffffffffu - std::uint32_t(l + j) : std::uint32_t(gen());
+    const rng::PhiloxKey key{std::uint32_t(gen()), std::uint32_t(gen())};
+    simd::philox_groups<G>(w, key);
+    for (int g = 0; g < G; ++g)
+      for (int l = 0; l < 8; ++l) {
+        rng::philox4x32_10(c[g][l], key.k0, key.k1);
+        for (int j = 0; j < 4; ++j) ASSERT_EQ(w[g][j][l], c[g][l][j]) << "G " << G << " group " << g << " lane " << l;
+      }
+  }
+}
+
+// The normals of block `block` of stream a through this unit's SIMD transform (every lane the same
+// block): the values fill_normals must give bit for bit.
+template <class T>
+void block_normals(const rng::StreamAddress& a, std::uint32_t block, T* z) {
+  std::uint32_t c[4];
+  rng::stream_block(a, block, c);
+  simd::U32x8 w[4];
+  for (int j = 0; j < 4; ++j) w[j] = simd::U32x8{} + c[j];
+  T all[8 * rng::NormalsPerBlock<T>::value];
+  simd::lane_normals(w, all);
+  std::memcpy(z, all, sizeof(T) * rng::NormalsPerBlock<T>::value);
+}
+
+// Ranges of every length 0 .. 100 and longer ones (whole Philox calls between a head and a tail),
+// at starts that are and are not multiples of a block, of 8 blocks, and of a Philox call: uniforms
+// equal rng::uniform_at bit for bit, normals the one-block transform bit for bit, and nothing is
+// written past the range.
+template <class T>
+void check_ranges() {
+  constexpr std::uint64_t per = rng::NormalsPerBlock<T>::value;
+  const rng::StreamAddress a{rng::philox_key(0x0123456789abcdefull), 11, 3, rng::kStreamUserFirst};
+  std::vector<int> lengths;
+  for (int n = 0; n <= 100; ++n) lengths.push_back(n);
+  for (int n : {127, 128, 129, 255, 256, 257, 300, 511, 1000, 1025}) lengths.push_back(n);
+  const T sentinel = T(-12345);
+  for (std::uint64_t p0 : {0ull, 1ull, 2ull, 3ull, 5ull, 7ull, 17ull, 31ull, 33ull, 63ull, 64ull, 65ull, 127ull, 129ull,
+                           255ull, 257ull, 1001ull, 4097ull}) {
+    std::vector<T> zb((1025 + 2 * 512) / per * per + 2 * per);  // the blocks that cover the longest range
+    const std::uint64_t b_first = p0 / per;
+    for (std::uint64_t b = 0; b * per < zb.size(); ++b) block_normals(a, std::uint32_t(b_first + b), zb.data() + b * per);
+    // the transform itself: the scalar recipe (libm) within test_isa.cpp's kNormalBound
+    const double bound = sizeof(T) == 4 ? 4e-6 : 1e-14;
+    for (std::uint64_t q = 0; q < zb.size(); ++q) {
+      const double exact = double(rng::normal_at<T>(a, b_first * per + q));
+      ASSERT_NEAR(double(zb[size_t(q)]), exact, bound * std::max(1.0, std::fabs(exact))) << "normal at " << b_first * per + q;
+    }
+    for (int n : lengths) {
+      std::vector<T> u(size_t(n) + 1, sentinel), z(size_t(n) + 1, sentinel);
+      simd::fill_uniforms(a, p0, n, u.data());
+      simd::fill_normals(a, p0, n, z.data());
+      for (int i = 0; i < n; ++i) {
+        const T want = rng::uniform_at<T>(a, p0 + std::uint64_t(i));
+        ASSERT_EQ(std::memcmp(&u[size_t(i)], &want, sizeof(T)), 0) << "uniform p0 " << p0 << " n " << n << " i " << i;
+        const T zn = zb[size_t(p0 % per) + size_t(i)];
+        ASSERT_EQ(std::memcmp(&z[size_t(i)], &zn, sizeof(T)), 0) << "normal p0 " << p0 << " n " << n << " i " << i;
+      }
+      ASSERT_EQ(u[size_t(n)], sentinel) << "uniforms written past the range: p0 " << p0 << " n " << n;
+      ASSERT_EQ(z[size_t(n)], sentinel) << "normals written past the range: p0 " << p0 << " n " << n;
+    }
+  }
+}
+
+// The packed fill (lanes crossing prompts, a last call of fewer groups) and the per-prompt fills
+// give each prompt its fill_normals values.
+template <class T>
+void check_packed_and_prompts() {
+  constexpr int per = rng::NormalsPerBlock<T>::value;
+  const rng::StreamAddress a{rng::philox_key(0xfeedull), 0xfffffffau, 9, rng::kStreamX};
+  for (int n = 1; n <= 70; n += (n < 12 ? 1 : 7)) {
+    const int stride = (n + per - 1) / per * per;
+    for (int prompts = 1; prompts <= 11; ++prompts) {
+      std::vector<T> packed(size_t(simd::packed_normals_size<T>(n, prompts)));
+      std::vector<T> many(size_t(n) * size_t(prompts)), one(static_cast<size_t>(stride));
+      simd::fill_normals_packed(a, n, prompts, packed.data());
+      simd::fill_normals_prompts(a, n, prompts, many.data());
+      for (int k = 0; k < prompts; ++k) {
+        rng::StreamAddress ak = a;
+        ak.prompt += std::uint32_t(k);
+        simd::fill_normals(ak, 0, stride, one.data());
+        for (int p = 0; p < stride; ++p)
+          ASSERT_EQ(packed[size_t(k) * stride + p], one[size_t(p)]) << "packed n " << n << " prompts " << prompts << " k " << k;
+        for (int p = 0; p < n; ++p)
+          ASSERT_EQ(many[size_t(k) * n + p], one[size_t(p)]) << "prompts n " << n << " prompts " << prompts << " k " << k;
+      }
+    }
+  }
+}
+
+TEST(LSA_FILL_SUITE, PhiloxGroupsMatchScalar) {
+  std::mt19937 gen(7);
+  check_philox_groups<1>(gen);
+  check_philox_groups<2>(gen);
+  check_philox_groups<3>(gen);
+  check_philox_groups<4>(gen);
+}
+TEST(LSA_FILL_SUITE, RangesOfEveryLengthAndOffset) {
+  check_ranges<float>();
+  check_ranges<double>();
+}
+TEST(LSA_FILL_SUITE, PackedAndPromptFills) {
+  check_packed_and_prompts<float>();
+  check_packed_and_prompts<double>();
+}
+
+}  // namespace fill_checks
+}  // namespace
