@@ -10,7 +10,9 @@ set -u
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build/pydev}
 PY=${PYTHON:-python3}
-export PYTHONPATH=${PYTHONPATH:-python} OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+# the source tree's module where it is built there, else the installed package (pip install .)
+compgen -G "python/lsa_native/_core*.so" >/dev/null && export PYTHONPATH=${PYTHONPATH:-python}
 lscpu | grep -E 'Model name|^CPU\(s\)'
 echo "avx512: $(grep -o 'avx512[a-z_0-9]*' /proc/cpuinfo | sort -u | tr '\n' ' ')"
 uptime
@@ -29,6 +31,7 @@ done
 # The sampling parts compiled here with each table's flags (the step itself: the library's table).
 flags_avx2="-mavx2 -mfma"
 flags_avx512="-mavx512f -mavx512vl -mavx512bw -mavx512dq -mfma -mprefer-vector-width=512"
+[ -f "$BUILD"/liblsa_native.a ] || { echo "no $BUILD/liblsa_native.a: tokens_step_parts not built"; exit 0; }
 isas="avx2 avx512"
 grep -qw avx512f /proc/cpuinfo || { isas=avx2; echo "no AVX-512 on this CPU: the AVX-512 tables fall back to AVX2"; }
 for isa in $isas; do
