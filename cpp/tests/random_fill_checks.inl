@@ -1,7 +1,9 @@
 // The SIMD range fills of cpu/simd_random.hpp against the scalar recipe, included by
-// test_random.cpp (this build's Philox: philox_avx2 or the portable one) and test_random_wide.cpp
-// (the AVX-512 table's philox_wide and its 4-group fills, on portable 64-byte vectors, so that any
-// CPU runs them). LSA_FILL_SUITE names the test suite.
+// test_random.cpp (the portable per-group Philox: the test units get no ISA flags, so philox_avx2's
+// fills are checked only through the library's tables, by test_isa.cpp and tests/test_isa_tables.py)
+// and test_random_wide.cpp (the AVX-512 table's philox_wide and its 4-group fills, on portable
+// 64-byte vectors, so that any CPU runs them; there also bit for bit against test_random.cpp's
+// 8-lane code). LSA_FILL_SUITE names the test suite.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +16,15 @@
 #include "common/philox.hpp"
 #include "common/random.hpp"
 #include "cpu/simd_random.hpp"
+#include "random_bounds.hpp"
+
+// test_random.cpp's 8-lane fills (defined there, outside its anonymous namespace).
+namespace lsa_native::test {
+template <class T>
+void eight_lane_fills(const rng::StreamAddress& a, std::uint64_t p0, int n, T* normals, T* uniforms);
+template <class T>
+void eight_lane_packed_fill(const rng::StreamAddress& a, int n, int prompts, T* out);
+}  // namespace lsa_native::test
 
 #ifndef LSA_FILL_SUITE
 #error "define LSA_FILL_SUITE before including random_fill_checks.inl"
@@ -75,8 +86,8 @@ void check_ranges() {
     std::vector<T> zb((1025 + 2 * 512) / per * per + 2 * per);  // the blocks that cover the longest range
     const std::uint64_t b_first = p0 / per;
     for (std::uint64_t b = 0; b * per < zb.size(); ++b) block_normals(a, std::uint32_t(b_first + b), zb.data() + b * per);
-    // the transform itself: the scalar recipe (libm) within test_isa.cpp's kNormalBound
-    const double bound = sizeof(T) == 4 ? 4e-6 : 1e-14;
+    // the transform itself: the scalar recipe (libm) within kNormalBound
+    const double bound = lsa_native::test::kNormalBound<T>;
     for (std::uint64_t q = 0; q < zb.size(); ++q) {
       const double exact = double(rng::normal_at<T>(a, b_first * per + q));
       ASSERT_NEAR(double(zb[size_t(q)]), exact, bound * std::max(1.0, std::fabs(exact))) << "normal at " << b_first * per + q;
@@ -97,28 +108,48 @@ void check_ranges() {
   }
 }
 
-// The packed fill (lanes crossing prompts, a last call of fewer groups) and the per-prompt fills
-// give each prompt its fill_normals values.
+// The packed fill (lanes crossing prompts, a last call of fewer groups; block counts below 8: several
+// carries per advance; a first prompt near 2^32: the prompt word wraps as the scalar counter does)
+// gives each prompt its fill_normals values and writes exactly packed_normals_size values, all
+// finite; the per-prompt fill and the Wishart step's lanes over 8 prompts give the same bits.
 template <class T>
 void check_packed_and_prompts() {
-  constexpr int per = rng::NormalsPerBlock<T>::value;
-  const rng::StreamAddress a{rng::philox_key(0xfeedull), 0xfffffffau, 9, rng::kStreamX};
-  for (int n = 1; n <= 70; n += (n < 12 ? 1 : 7)) {
-    const int stride = (n + per - 1) / per * per;
-    for (int prompts = 1; prompts <= 11; ++prompts) {
-      std::vector<T> packed(size_t(simd::packed_normals_size<T>(n, prompts)));
-      std::vector<T> many(size_t(n) * size_t(prompts)), one(static_cast<size_t>(stride));
-      simd::fill_normals_packed(a, n, prompts, packed.data());
-      simd::fill_normals_prompts(a, n, prompts, many.data());
-      for (int k = 0; k < prompts; ++k) {
-        rng::StreamAddress ak = a;
-        ak.prompt += std::uint32_t(k);
-        simd::fill_normals(ak, 0, stride, one.data());
-        for (int p = 0; p < stride; ++p)
-          ASSERT_EQ(packed[size_t(k) * stride + p], one[size_t(p)]) << "packed n " << n << " prompts " << prompts << " k " << k;
-        for (int p = 0; p < n; ++p)
-          ASSERT_EQ(many[size_t(k) * n + p], one[size_t(p)]) << "prompts n " << n << " prompts " << prompts << " k " << k;
+  constexpr int per = rng::NormalsPerBlock<T>::value, L = int(simd::kLanes<T>), H = 8 / L;
+  const T sentinel = T(-12345);
+  std::vector<int> lengths;
+  for (int n = 1; n <= 70; n += (n < 12 ? 1 : 7)) lengths.push_back(n);
+  for (int n : {110, 513}) lengths.push_back(n);
+  for (std::uint32_t first : {5u, 0xfffffffau, 0xfffffffdu}) {
+    const rng::StreamAddress a{rng::philox_key(0xfeedull), first, 9, rng::kStreamX};
+    for (int n : lengths) {
+      const int stride = (n + per - 1) / per * per;
+      for (int prompts = 1; prompts <= 11; ++prompts) {
+        const size_t size = size_t(simd::packed_normals_size<T>(n, prompts));
+        std::vector<T> packed(size + 8 * per, sentinel);
+        std::vector<T> many(size_t(n) * size_t(prompts)), one(static_cast<size_t>(stride));
+        simd::fill_normals_packed(a, n, prompts, packed.data());
+        simd::fill_normals_prompts(a, n, prompts, many.data());
+        for (size_t i = 0; i < packed.size(); ++i)
+          ASSERT_EQ(i < size, packed[i] != sentinel && std::isfinite(packed[i]))
+              << "packed n " << n << " prompts " << prompts << ": value " << i << " of " << size;
+        for (int k = 0; k < prompts; ++k) {
+          rng::StreamAddress ak = a;
+          ak.prompt += std::uint32_t(k);
+          simd::fill_normals(ak, 0, stride, one.data());
+          for (int p = 0; p < stride; ++p)
+            ASSERT_EQ(packed[size_t(k) * stride + p], one[size_t(p)]) << "packed n " << n << " prompts " << prompts << " k " << k;
+          for (int p = 0; p < n; ++p)
+            ASSERT_EQ(many[size_t(k) * n + p], one[size_t(p)]) << "prompts n " << n << " prompts " << prompts << " k " << k;
+        }
       }
+      std::vector<T> many(size_t(n) * 8);  // the same normals as vectors over 8 prompts
+      simd::fill_normals_prompts(a, n, 8, many.data());
+      simd::VecBuffer<T> buffer(n * H);
+      simd::Vec<T>* lanes = buffer.data();
+      simd::fill_normals_lanes<T>(a, n, lanes);
+      for (int k = 0; k < 8; ++k)
+        for (int p = 0; p < n; ++p)
+          ASSERT_EQ(lanes[(k / L) * n + p][k % L], many[size_t(k) * n + p]) << "lanes n " << n << " k " << k;
     }
   }
 }
@@ -138,6 +169,36 @@ TEST(LSA_FILL_SUITE, PackedAndPromptFills) {
   check_packed_and_prompts<float>();
   check_packed_and_prompts<double>();
 }
+
+
+#if defined(LSA_NATIVE_SIMD_WIDE_PORTABLE)
+// The wide paths give the 8-lane code's bits (both units: baseline flags, no FMA): ranges, the
+// packed fill and the Wishart lanes' source.
+template <class T>
+void check_same_bits_as_eight_lanes() {
+  const rng::StreamAddress a{rng::philox_key(0x5eedull), 3, 4, rng::kStreamUserFirst};
+  for (std::uint64_t p0 : {0ull, 3ull, 129ull, 1000001ull})
+    for (int n : {1, 77, 4097}) {
+      std::vector<T> z(n), u(n), z8(n), u8(n);
+      simd::fill_normals(a, p0, n, z.data());
+      simd::fill_uniforms(a, p0, n, u.data());
+      lsa_native::test::eight_lane_fills(a, p0, n, z8.data(), u8.data());
+      ASSERT_EQ(std::memcmp(z.data(), z8.data(), sizeof(T) * size_t(n)), 0) << "normals p0 " << p0 << " n " << n;
+      ASSERT_EQ(std::memcmp(u.data(), u8.data(), sizeof(T) * size_t(n)), 0) << "uniforms p0 " << p0 << " n " << n;
+    }
+  for (int n : {5, 110}) {
+    const size_t size = size_t(simd::packed_normals_size<T>(n, 9));
+    std::vector<T> packed(size), packed8(size);
+    simd::fill_normals_packed(a, n, 9, packed.data());
+    lsa_native::test::eight_lane_packed_fill(a, n, 9, packed8.data());
+    ASSERT_EQ(std::memcmp(packed.data(), packed8.data(), sizeof(T) * size), 0) << "packed n " << n;
+  }
+}
+TEST(LSA_FILL_SUITE, SameBitsAsTheEightLaneCode) {
+  check_same_bits_as_eight_lanes<float>();
+  check_same_bits_as_eight_lanes<double>();
+}
+#endif
 
 }  // namespace fill_checks
 }  // namespace

@@ -24,6 +24,7 @@
 #include "cpu/small_matrix_cpu.hpp"
 #include "ka_problem.hpp"
 #include "lsa_problem.hpp"
+#include "random_bounds.hpp"
 
 namespace {
 
@@ -173,12 +174,9 @@ TEST_P(IsaTables, KernelAttentionKernelsAgreeWithBaseline) {
   check_ka_tables<double>(GetParam());
 }
 
-// The bound on transformed variates across tables: each table's log, sqrt, sin/cos round
-// differently (a few ulp), so a normal z agrees with the scalar recipe (rng::normal_at, libm) and
-// with the baseline table within kNormalBound · max(1, |z|); the uniforms behind them are the same
-// bits in every table (Philox is integer arithmetic, the word-to-real conversion exact).
-template <class T>
-constexpr double kNormalBound = std::is_same<T, float>::value ? 4e-6 : 1e-14;
+// Normals across tables: within kNormalBound (random_bounds.hpp) of the scalar recipe and the
+// baseline table; the uniforms behind them: the same bits.
+using lsa_native::test::kNormalBound;
 
 template <class T>
 void check_normals(Isa isa) {

@@ -76,39 +76,14 @@ TEST(Random, GammaMeanAndVariance) {
 
 }  // namespace
 
-// The Wishart step's multi-prompt fills (SIMD lanes over (prompt, block) and (prompt, variate)
-// slots) give each prompt exactly its one-prompt fill, and the χ² agree with the scalar recipe.
-TEST(Random, MultiPromptFillsEqualPerPromptFills) {
+// The Wishart step's χ² over (prompt, variate) slots agree with the scalar recipe (its normals:
+// random_fill_checks.inl's PackedAndPromptFills).
+TEST(Random, BartlettChiSquaresMatchTheScalarRecipe) {
   namespace simd = lsa_native::cpu::simd;
   namespace rng = lsa_native::rng;
-  const rng::StreamAddress a{rng::philox_key(77), 5, 3, rng::kStreamBartlettNormal};
   const rng::StreamAddress c{rng::philox_key(77), 5, 3, rng::kStreamBartlettChi2};
   auto check = [&](auto zero, double tol) {
     using T = decltype(zero);
-    for (int n : {1, 3, 21, 34}) {
-      for (int prompts : {1, 3, 8}) {
-        std::vector<T> many(size_t(n) * prompts), one(n);
-        simd::fill_normals_prompts(a, n, prompts, many.data());
-        for (int k = 0; k < prompts; ++k) {
-          rng::StreamAddress ak = a;
-          ak.prompt += std::uint32_t(k);
-          simd::fill_normals(ak, 0, n, one.data());
-          for (int p = 0; p < n; ++p) ASSERT_EQ(many[size_t(k) * n + p], one[p]) << n << " " << k << " " << p;
-        }
-      }
-    }
-    // the same normals as vectors over 8 prompts (the Wishart step's lanes), bit for bit
-    constexpr int L = int(simd::kLanes<T>), H = 8 / L;
-    for (int n : {1, 3, 21, 34}) {
-      std::vector<T> many(size_t(n) * 8);
-      simd::fill_normals_prompts(a, n, 8, many.data());
-      simd::VecBuffer<T> buffer(n * H);
-      simd::Vec<T>* lanes = buffer.data();
-      simd::fill_normals_lanes<T>(a, n, lanes);
-      for (int k = 0; k < 8; ++k)
-        for (int p = 0; p < n; ++p)
-          ASSERT_EQ(lanes[(k / L) * n + p][k % L], many[size_t(k) * n + p]) << n << " " << k << " " << p;
-    }
     const int N = 9;
     for (int dp : {1, 5, 9}) {
       for (int prompts : {1, 2, 7, 11, 17}) {
@@ -129,39 +104,23 @@ TEST(Random, MultiPromptFillsEqualPerPromptFills) {
   check(double{}, 1e-13);
 }
 
-// The tokens step's packed fill (the blocks of several prompts back to back, Philox lanes crossing
-// from one prompt to the next) gives each prompt exactly its one-prompt fill, for ranges shorter
-// and longer than a Philox call, block counts below 8 (several carries per advance) included, and
-// a start prompt near 2^32 (the prompt word wraps as the scalar counter does).
-TEST(Random, PackedFillEqualsPerPromptFill) {
-  namespace simd = lsa_native::cpu::simd;
-  namespace rng = lsa_native::rng;
-  auto check = [](auto zero) {
-    using T = decltype(zero);
-    constexpr int per = rng::NormalsPerBlock<T>::value;
-    for (std::uint32_t first : {5u, 0xfffffffdu}) {
-      const rng::StreamAddress a{rng::philox_key(0x1234567890abcdefull), first, 7, rng::kStreamX};
-      for (int n : {1, 3, 4, 5, 7, 8, 29, 110, 513}) {
-        for (int prompts : {1, 2, 3, 8}) {
-          const int stride = (n + per - 1) / per * per;
-          std::vector<T> packed(size_t(simd::packed_normals_size<T>(n, prompts)), T(NAN));
-          std::vector<T> one(static_cast<size_t>(stride));
-          simd::fill_normals_packed(a, n, prompts, packed.data());
-          for (int k = 0; k < prompts; ++k) {
-            rng::StreamAddress ak = a;
-            ak.prompt += std::uint32_t(k);
-            simd::fill_normals(ak, 0, stride, one.data());
-            for (int p = 0; p < stride; ++p)
-              ASSERT_EQ(packed[size_t(k) * stride + p], one[size_t(p)]) << n << " " << prompts << " " << k << " " << p;
-          }
-        }
-      }
-    }
-  };
-  check(float{});
-  check(double{});
-}
-
 // The SIMD range fills with this unit's Philox (random_fill_checks.inl; the AVX-512 one: test_random_wide.cpp).
 #define LSA_FILL_SUITE Fills
 #include "random_fill_checks.inl"
+
+// This unit's 8-lane fills for test_random_wide.cpp's bitwise comparison (random_fill_checks.inl).
+namespace lsa_native::test {
+template <class T>
+void eight_lane_fills(const rng::StreamAddress& a, std::uint64_t p0, int n, T* normals, T* uniforms) {
+  cpu::simd::fill_normals(a, p0, n, normals);
+  cpu::simd::fill_uniforms(a, p0, n, uniforms);
+}
+template <class T>
+void eight_lane_packed_fill(const rng::StreamAddress& a, int n, int prompts, T* out) {
+  cpu::simd::fill_normals_packed(a, n, prompts, out);
+}
+template void eight_lane_fills<float>(const rng::StreamAddress&, std::uint64_t, int, float*, float*);
+template void eight_lane_fills<double>(const rng::StreamAddress&, std::uint64_t, int, double*, double*);
+template void eight_lane_packed_fill<float>(const rng::StreamAddress&, int, int, float*);
+template void eight_lane_packed_fill<double>(const rng::StreamAddress&, int, int, double*);
+}  // namespace lsa_native::test

@@ -219,8 +219,9 @@ T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, const 
 
 // The covariate normals of a range's prompts (kStreamX, covariate_normals() per prompt): ranges of
 // at most kPackedBytes drawn kPackedPrompts prompts at a time by simd::fill_normals_packed (no
-// range rounded up to a whole Philox call, no partial call through a buffer: on Zen 3 at d = 5,
-// N = 20, 3.8 instead of 4.6 cycles per normal, and still faster at d = 20, N = 100 in float32),
+// per-prompt rounding up to 8 blocks, no partial group through a buffer: on Zen 3 at d = 5, N = 20,
+// 3.8 instead of 4.4-4.5 cycles per normal (bench/cpp/tokens_step_parts.cpp, 2026-11-28), and
+// still faster at d = 20, N = 100 in float32),
 // longer ones per prompt by simd::fill_normals (the fused step's 8 written prompts and a buffer of
 // 8 such ranges would crowd L2: float64 at d = 20, N = 100 gained nothing packed).
 template <class T>
