@@ -711,160 +711,219 @@ inline void fill_normals_lanes(const rng::StreamAddress& a, index_t n, Vec<T>* o
 
 // ---- chi-square variates of the Bartlett factor ---------------------------------------------
 
-// One Marsaglia–Tsang attempt on vectors (an attempt of rng::gamma_variate at alpha >= 1, with
-// d = alpha − 1/3 and c = 1/sqrt(9d)): returns the acceptance mask and writes x = d·v.
-template <class S, class V, class M>
-inline M gamma_attempt(V d, V c, V z, V u, V& x) {
-  const V one_cz = c * z + S(1);
-  const M positive = one_cz > S(0);
-  const V v = positive ? one_cz * one_cz * one_cz : V{} + S(1);
-  x = d * v;
-  const M accept = simd::log(u) < S(0.5) * z * z + d - d * v + d * simd::log(v);
-  return positive & accept;
+// The lanes of a comparison mask as bits (lane l -> bit l): one movemask on AVX, a loop elsewhere.
+inline unsigned lane_bits(I32x8 m) {
+#if defined(__AVX__)
+  return unsigned(_mm256_movemask_ps(bit_cast<__m256>(m)));
+#else
+  unsigned b = 0;
+  for (int l = 0; l < 8; ++l) b |= unsigned(m[l] != 0) << l;
+  return b;
+#endif
 }
-
-template <class M>
-inline bool all_lanes(M m) {
-  for (int l = 0; l < int(sizeof(M) / sizeof(m[0])); ++l)
-    if (!m[l]) return false;
-  return true;
+inline unsigned lane_bits(I64x4 m) {
+#if defined(__AVX__)
+  return unsigned(_mm256_movemask_pd(bit_cast<__m256d>(m)));
+#else
+  unsigned b = 0;
+  for (int l = 0; l < 4; ++l) b |= unsigned(m[l] != 0) << l;
+  return b;
+#endif
 }
 
 template <class T>
 using GammaMask = std::conditional_t<sizeof(T) == 4, I32x8, I64x4>;
 
-// One vector of fill_gamma_slots' recipe: lane l (< 8 float, < 4 double) is variate
-// blocks[l] / (2·kGammaMaxAttempts) of prompt ids[l] at shape[l] (double: lanes 4-7 of blocks and
-// ids name block +1 of lanes 0-3), unscaled. Lanes past `live` are computed but not corrected.
+// rng::gamma_variate's per-shape constants on a vector of shapes: the boost lanes (shape < 1),
+// d = alpha − 1/3 and c = 1/sqrt(9d) with alpha = shape (+1 in the boost lanes).
 template <class T>
-inline Vec<T> gamma_vector(const rng::StreamAddress& a, U32x8 blocks, U32x8 ids, Vec<T> shape,
-                           int live) {
+struct GammaShape {
+  Vec<T> shape, d, c;
+  GammaMask<T> boost;
+  GammaShape() = default;
+  explicit GammaShape(Vec<T> s) : shape(s) {
+    boost = s < T(1);
+    const Vec<T> alpha = boost ? s + T(1) : s;
+    d = alpha - T(1) / T(3);
+    c = T(1) / simd::sqrt(d * T(9));
+  }
+};
+
+// The uniforms of one gamma attempt from its Philox words (rng::gamma_variate's layout): u1, u2 (the
+// Box–Muller pair whose cosine is z), u (the acceptance test) and ub (the boost uniform, used from
+// attempt 0 only). float: 8 lanes, words 0-3 of one block each; double: 4 lanes, lanes 0-3 of w
+// the attempt's block, lanes 4-7 its block +1.
+template <class T>
+inline void gamma_uniforms(const U32x8 (&w)[4], Vec<T>& u1, Vec<T>& u2, Vec<T>& u, Vec<T>& ub) {
+  if constexpr (sizeof(T) == 4) {
+    u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
+    u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
+    u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
+    ub = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[3]);
+  } else {
+    U32x4 lo[4], hi[4];
+    for (int j = 0; j < 4; ++j) {
+      lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
+      hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
+    }
+    u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
+    u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
+    u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
+    ub = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[2], hi[3]);
+  }
+}
+
+// One Marsaglia–Tsang attempt on vectors (an attempt of rng::gamma_variate at alpha >= 1): the
+// attempt's z (Box–Muller's cosine) and u from its words; returns the acceptance mask and writes
+// x = d·v, and ub.
+template <class T>
+inline GammaMask<T> gamma_attempt(const GammaShape<T>& g, const U32x8 (&w)[4], Vec<T>& x, Vec<T>& ub) {
+  Vec<T> u1, u2, u, z, z_unused;
+  gamma_uniforms<T>(w, u1, u2, u, ub);
+  rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
+  const Vec<T> one_cz = g.c * z + T(1);
+  const GammaMask<T> positive = one_cz > T(0);
+  const Vec<T> v = positive ? one_cz * one_cz * one_cz : Vec<T>{} + T(1);
+  x = g.d * v;
+  const GammaMask<T> accept = simd::log(u) < T(0.5) * z * z + g.d - g.d * v + g.d * simd::log(v);
+  return positive & accept;
+}
+
+// Vectors of gamma variates, G at a time (kGammaGroups): vector j's lane l (< 8 float, < 4 double)
+// is variate blocks[j][l] / (2·kGammaMaxAttempts) of prompt ids[j][l] at shape g[j].shape[l]
+// (double: lanes 4-7 of blocks and ids name block +1 of lanes 0-3), unscaled; lanes at or past
+// live[j] are computed but not corrected. Attempt 0 of all G vectors runs unconditionally on one
+// interleaved Philox call (philox_groups<G>) and independent transform chains, which the core
+// overlaps; only a vector with a rejected lane runs attempts 1, 2, ... (one vector, until all its
+// lanes accepted: P(a lane rejects) <= 0.05). Every lane's operations are those of one attempt of
+// rng::gamma_variate in this file's SIMD math, so the values do not depend on G.
+constexpr int kGammaGroups = 2;
+
+template <class T, int G>
+inline void gamma_vectors(const rng::StreamAddress& a, const U32x8 (&blocks)[G], const U32x8 (&ids)[G],
+                          const GammaShape<T> (&g)[G], const int (&live)[G], Vec<T> (&x)[G]) {
   constexpr bool kFloat = sizeof(T) == 4;
+  constexpr unsigned kAll = kFloat ? 0xffu : 0xfu;
   using Mask = GammaMask<T>;
   // log of the smallest normal number: below it the vector exp flushes to 0
   const T log_tiny = kFloat ? T(-87.3365448) : T(-708.3964185322641);
-  const Mask boost = shape < T(1);
-  const Vec<T> alpha = boost ? shape + T(1) : shape;
-  const Vec<T> d = alpha - T(1) / T(3);
-  const Vec<T> c = T(1) / simd::sqrt(d * T(9));
-  Vec<T> boost_u{};
-  // attempt t of every lane: the acceptance mask, x_t; attempt 0 also keeps the boost uniform
-  const auto attempt = [&](std::uint32_t t, Vec<T>& xt) {
-    U32x8 w[4];
-    philox_lanes(a, blocks + 2 * t, ids, w);
-    Vec<T> u1, u2, u;
-    if constexpr (kFloat) {
-      u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
-      u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
-      u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[2]);
-      if (t == 0) boost_u = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[3]);
-    } else {
-      U32x4 lo[4], hi[4];
-      for (int j = 0; j < 4; ++j) {
-        lo[j] = __builtin_shufflevector(w[j], w[j], 0, 1, 2, 3);
-        hi[j] = __builtin_shufflevector(w[j], w[j], 4, 5, 6, 7);
-      }
-      u1 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[0], lo[1]);
-      u2 = rng::uniform_double<Vec<double>, U32x4, SimdMath>(lo[2], lo[3]);
-      u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[0], hi[1]);
-      if (t == 0) boost_u = rng::uniform_double<Vec<double>, U32x4, SimdMath>(hi[2], hi[3]);
-    }
-    Vec<T> z, z_unused;
-    rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
-    return gamma_attempt<T, Vec<T>, Mask>(d, c, z, u, xt);
-  };
-  Vec<T> x;
-  Mask done = attempt(0, x);
-  x = done ? x : d;  // d: the recipe's value when every attempt rejects
-  for (std::uint32_t t = 1; t < rng::kGammaMaxAttempts && !all_lanes(done); ++t) {
-    Vec<T> xt;
-    const Mask ok = attempt(t, xt);
-    x = (ok & ~done) ? xt : x;
-    done |= ok;
+  U32x8 w[G][4];
+  for (int j = 0; j < G; ++j) {
+    w[j][0] = blocks[j];
+    w[j][1] = ids[j];
+    w[j][2] = U32x8{} + a.step;
+    w[j][3] = U32x8{} + a.stream;
   }
-  if (all_lanes(boost == 0)) return x;
-  const Vec<T> log_boost = simd::log(boost_u) / shape;  // U^(1/a) = exp(log U / a)
-  x = boost ? x * simd::exp(log_boost) : x;
-  for (int l = 0; l < live; ++l) {
-    if (boost[l] && !(log_boost[l] > log_tiny)) {
-      const rng::StreamAddress al{a.key, ids[l], a.step, a.stream};
-      x[l] = rng::gamma_variate<T>(al, blocks[l] / (2 * rng::kGammaMaxAttempts), shape[l]);
+  philox_groups<G>(w, a.key);
+  Vec<T> boost_u[G];
+  Mask done[G];
+  for (int j = 0; j < G; ++j) {
+    Vec<T> x0;
+    done[j] = gamma_attempt<T>(g[j], w[j], x0, boost_u[j]);
+    x[j] = done[j] ? x0 : g[j].d;  // d: the recipe's value when every attempt rejects
+  }
+  for (int j = 0; j < G; ++j) {  // the rare retries, one vector at a time
+    for (std::uint32_t t = 1; t < rng::kGammaMaxAttempts && lane_bits(done[j]) != kAll; ++t) {
+      U32x8 wt[4];
+      philox_lanes(a, blocks[j] + 2 * t, ids[j], wt);
+      Vec<T> xt, ub_unused;
+      const Mask ok = gamma_attempt<T>(g[j], wt, xt, ub_unused);
+      x[j] = (ok & ~done[j]) ? xt : x[j];
+      done[j] |= ok;
     }
   }
-  return x;
+  for (int j = 0; j < G; ++j) {
+    if (lane_bits(g[j].boost) == 0) continue;
+    const Vec<T> log_boost = simd::log(boost_u[j]) / g[j].shape;  // U^(1/a) = exp(log U / a)
+    x[j] = g[j].boost ? x[j] * simd::exp(log_boost) : x[j];
+    // lanes whose U^(1/a) the vector exp flushes: the scalar recipe (libm's exp)
+    unsigned tiny = lane_bits(g[j].boost & ~(log_boost > log_tiny)) & ((1u << live[j]) - 1u);
+    for (; tiny != 0; tiny &= tiny - 1) {
+      const int l = __builtin_ctz(tiny);
+      const rng::StreamAddress al{a.key, ids[j][l], a.step, a.stream};
+      x[j][l] = rng::gamma_variate<T>(al, blocks[j][l] / (2 * rng::kGammaMaxAttempts), g[j].shape[l]);
+    }
+  }
 }
 
-// Gamma variates in SIMD, slot by slot: slot s is variate `variate` of prompt `prompt`'s stream at
-// shape `shape` (the slots' fields, advanced by next() without division), and
-//   out[s] = scale · rng::gamma_variate(stream of prompt, variate, shape)
-// (scale 2 and shape (N − i)/2 give χ²_{N−i}). Lanes take consecutive slots, 8 (float) or 4
-// (double) at a time, and run rng::gamma_variate's recipe in SIMD (gamma_vector): attempt t of
-// every lane not yet accepted reads its block 2·kGammaMaxAttempts·k + 2t, until all lanes of the
-// vector accepted (a second attempt is needed by a lane with probability <= 0.05); shapes below 1
-// take the boost Gamma(a) = Gamma(a + 1)·U^(1/a) with attempt 0's boost uniform, through this
-// file's log and simd.hpp's exp. Only a lane whose U^(1/a) falls below the smallest normal number
-// (where the vector exp flushes to 0) takes the scalar recipe. The SIMD log/sin/cos/exp round
-// differently from libm, so values agree with the scalar recipe up to rounding.
-// float: 8 slots per vector; double: 4 slots, lanes 4-7 computing block +1 (the uniforms u, ub)
-// of lanes 0-3's slots.
-template <class T, class Slots>
-inline void fill_gamma_slots(const rng::StreamAddress& a, index_t n, T scale, Slots slot, T* out) {
+// out[i] = Gamma(shape) variate k0 + i of stream a, i < n: rng::gamma_variate's values up to the
+// rounding of this file's log/sin/cos and simd.hpp's exp (shapes below 1 take the boost
+// Gamma(a) = Gamma(a + 1)·U^(1/a) with attempt 0's boost uniform; only a lane whose U^(1/a) falls
+// below the smallest normal number takes the scalar recipe). Lanes take consecutive variates, 8
+// (float) or 4 (double) per vector, kGammaGroups vectors per gamma_vectors call; the tail's lanes
+// past n compute variates that are not written.
+template <class T, int G = kGammaGroups>
+inline void fill_gammas(const rng::StreamAddress& a, std::uint32_t k0, index_t n, T shape, T* out) {
   constexpr bool kFloat = sizeof(T) == 4;
-  constexpr int L = kFloat ? 8 : 4;  // slots per vector
+  constexpr int L = kFloat ? 8 : 4;  // variates per vector
   constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
-  for (index_t s0 = 0; s0 < n; s0 += L) {
-    U32x8 blocks, ids;
-    Vec<T> shape;
-    for (int l = 0; l < L; ++l) {
-      blocks[l] = slot.variate * stride;
-      ids[l] = slot.prompt;
-      if constexpr (!kFloat) {
-        blocks[l + 4] = blocks[l] + 1;
-        ids[l + 4] = slot.prompt;
-      }
-      shape[l] = slot.shape();
-      if (s0 + l + 1 < n) slot.next();  // the tail lanes repeat the last slot
+  // lane l: variate l (double: lanes 4-7 read block +1 of lanes 0-3's variates)
+  const U32x8 first = kFloat ? U32x8{0, 1, 2, 3, 4, 5, 6, 7} * stride
+                             : U32x8{0, 1, 2, 3, 0, 1, 2, 3} * stride + U32x8{0, 0, 0, 0, 1, 1, 1, 1};
+  GammaShape<T> g[G];
+  U32x8 ids[G];
+  for (int j = 0; j < G; ++j) {
+    g[j] = GammaShape<T>(simd::broadcast(shape));
+    ids[j] = U32x8{} + a.prompt;
+  }
+  for (index_t s0 = 0; s0 < n; s0 += G * L) {
+    U32x8 blocks[G];
+    int live[G];
+    for (int j = 0; j < G; ++j) {
+      const index_t s = s0 + j * L;
+      blocks[j] = first + (k0 + static_cast<std::uint32_t>(s)) * stride;
+      live[j] = n - s >= L ? L : n - s > 0 ? int(n - s) : 0;
     }
-    const int live = n - s0 < L ? int(n - s0) : L;
-    const Vec<T> x = gamma_vector<T>(a, blocks, ids, shape, live);
-    for (int l = 0; l < live; ++l) out[s0 + l] = scale * x[l];
+    Vec<T> x[G];
+    gamma_vectors<T, G>(a, blocks, ids, g, live, x);
+    for (int j = 0; j < G; ++j) {
+      T* o = out + s0 + j * L;
+      if (live[j] == L) {
+        store(o, x[j]);
+      } else {
+        for (int l = 0; l < live[j]; ++l) o[l] = x[j][l];
+      }
+    }
   }
 }
 
 // The Bartlett χ² of `prompts` consecutive prompts from a.prompt on:
 //   out[k·dp + i] = χ²_{N−i} = 2·Gamma((N − i)/2), variate i < dp of prompt a.prompt + k's stream
-// as rng::chi_square_variate defines it; a vector takes variate i of L prompts at once (one shape per
-// vector; float: 8 prompts, double: 4, its lanes 4-7 reading block +1 as gamma_vector does).
-template <class T>
+// as rng::chi_square_variate defines it, up to fill_gammas' rounding. A vector takes variate i of L
+// prompts at once (one shape per vector; float: 8 prompts, double: 4, its lanes 4-7 reading block
+// +1 as gamma_vectors does), kGammaGroups consecutive variates i per gamma_vectors call.
+template <class T, int G = kGammaGroups>
 inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
                                T* out) {
   constexpr int L = sizeof(T) == 4 ? 8 : 4;  // prompts per vector
   constexpr std::uint32_t stride = 2 * rng::kGammaMaxAttempts;
-  // lane l: prompt l % L; double: lanes 4-7 read block +1 (gamma_vector)
+  // lane l: prompt l % L; double: lanes 4-7 read block +1 (gamma_vectors)
   const U32x8 lane = sizeof(T) == 4 ? U32x8{0, 1, 2, 3, 4, 5, 6, 7} : U32x8{0, 1, 2, 3, 0, 1, 2, 3};
   const U32x8 upper = sizeof(T) == 4 ? U32x8{} : U32x8{0, 0, 0, 0, 1, 1, 1, 1};
+  // variates i0 .. i0 + H − 1 (H <= G) of prompts k0 .. k0 + m − 1
+  const auto run = [&](auto h, index_t k0, int m, index_t i0) {
+    constexpr int H = decltype(h)::value;
+    const U32x8 ids = lane + (a.prompt + static_cast<std::uint32_t>(k0));
+    U32x8 blocks[H], id[H];
+    GammaShape<T> g[H];
+    int live[H];
+    for (int j = 0; j < H; ++j) {
+      blocks[j] = upper + static_cast<std::uint32_t>(i0 + j) * stride;
+      id[j] = ids;
+      g[j] = GammaShape<T>(simd::broadcast(T(0.5) * static_cast<T>(N - i0 - j)));
+      live[j] = m;
+    }
+    Vec<T> x[H];
+    gamma_vectors<T, H>(a, blocks, id, g, live, x);
+    for (int j = 0; j < H; ++j)
+      for (int l = 0; l < m; ++l) out[(k0 + l) * dp + i0 + j] = T(2) * x[j][l];
+  };
   for (index_t k0 = 0; k0 < prompts; k0 += L) {
     const int m = prompts - k0 < L ? int(prompts - k0) : L;
-    const U32x8 ids = lane + (a.prompt + static_cast<std::uint32_t>(k0));
-    for (index_t i = 0; i < dp; ++i) {
-      const U32x8 blocks = upper + static_cast<std::uint32_t>(i) * stride;
-      const Vec<T> x = gamma_vector<T>(a, blocks, ids, simd::broadcast(T(0.5) * static_cast<T>(N - i)), m);
-      for (int l = 0; l < m; ++l) out[(k0 + l) * dp + i] = T(2) * x[l];
-    }
+    index_t i = 0;
+    for (; i + G <= dp; i += G) run(std::integral_constant<int, G>{}, k0, m, i);
+    for (; i < dp; ++i) run(std::integral_constant<int, 1>{}, k0, m, i);
   }
-}
-
-// out[i] = Gamma(shape) variate k0 + i of stream a (rng::gamma_variate's, to rounding), i < n.
-template <class T>
-struct StreamGammaSlots {
-  std::uint32_t prompt, variate;
-  T shape_value;
-  T shape() const { return shape_value; }
-  void next() { ++variate; }
-};
-template <class T>
-inline void fill_gammas(const rng::StreamAddress& a, std::uint32_t k0, index_t n, T shape, T* out) {
-  fill_gamma_slots(a, n, T(1), StreamGammaSlots<T>{a.prompt, k0, shape}, out);
 }
 
 }  // namespace
