@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -154,6 +155,74 @@ void check_packed_and_prompts() {
   }
 }
 
+// The gamma fills (kGammaGroups vectors per gamma_vectors call, a last call of partial or idle
+// vectors) against rng::gamma_variate within test_isa.cpp's bound (kGammaBound, plus the boost's
+// exponent rounding for shapes < 1): every length 0 .. 100 from odd starts, shapes below 1 (0.05:
+// float's U^(1/a) also underflows, the scalar fallback), at 1 and large. Nothing past n is written,
+// a range is the prefix of a longer one bit for bit, and the values do not depend on the group
+// count (G = 1, one vector per call, gives the same bits).
+template <class T>
+void check_gammas() {
+  const rng::StreamAddress a{rng::philox_key(4242), 7, 11, rng::kStreamUserFirst + 3};
+  const double eps = std::numeric_limits<T>::epsilon();
+  const double bound = sizeof(T) == 4 ? 2e-5 : 1e-13;
+  const T sentinel = T(-1);
+  for (double shape : {0.05, 0.3, 0.999, 1.0, 2.5, 47.5, 1e4}) {
+    for (std::uint32_t k0 : {0u, 1u, 7u, 13u, 1001u}) {
+      std::vector<double> ref(100);
+      for (int i = 0; i < 100; ++i) ref[size_t(i)] = double(rng::gamma_variate<T>(a, k0 + std::uint32_t(i), T(shape)));
+      std::vector<T> full(100);
+      simd::fill_gammas<T>(a, k0, 100, T(shape), full.data());
+      for (int n = 0; n <= 100; ++n) {
+        std::vector<T> g(size_t(n) + 1, sentinel), g1(size_t(n) + 1, sentinel);
+        simd::fill_gammas<T>(a, k0, n, T(shape), g.data());
+        simd::fill_gammas<T, 1>(a, k0, n, T(shape), g1.data());
+        ASSERT_EQ(g[size_t(n)], sentinel) << "shape " << shape << " k0 " << k0 << " n " << n;
+        ASSERT_EQ(g1[size_t(n)], sentinel) << "shape " << shape << " k0 " << k0 << " n " << n;
+        for (int i = 0; i < n; ++i) {
+          ASSERT_EQ(g[size_t(i)], full[size_t(i)]) << "shape " << shape << " k0 " << k0 << " n " << n << " i " << i;
+          ASSERT_EQ(g1[size_t(i)], g[size_t(i)]) << "shape " << shape << " k0 " << k0 << " n " << n << " i " << i;
+        }
+      }
+      for (int i = 0; i < 100; ++i) {
+        const double exact = ref[size_t(i)];
+        // (float's U^(1/a) underflowing to an exact 0 must be matched exactly: both take libm there)
+        const double boost = shape < 1 && exact > 0 ? 4 * eps * (std::fabs(std::log(exact)) + 1) : 0.0;
+        ASSERT_NEAR(double(full[size_t(i)]), exact, (bound + boost) * exact) << "shape " << shape << " k0 " << k0 << " i " << i;
+      }
+    }
+  }
+}
+
+// The Bartlett χ² fill (kGammaGroups variates i per call, odd dp's last one alone, partial vectors of
+// prompts) against rng::chi_square_variate, and the same bits at G = 1.
+template <class T>
+void check_bartlett_chi2() {
+  const rng::StreamAddress c{rng::philox_key(31), 5, 3, rng::kStreamBartlettChi2};
+  const double bound = sizeof(T) == 4 ? 2e-5 : 1e-13;
+  for (int N : {2, 3, 20, 101}) {
+    for (int dp : {1, 2, 3, 6, 21}) {
+      if (dp > N) continue;
+      for (int prompts : {1, 3, 5, 8, 13}) {
+        std::vector<T> chi(size_t(dp) * size_t(prompts) + 1, T(-1)), chi1(chi);
+        simd::fill_bartlett_chi2<T>(c, N, dp, prompts, chi.data());
+        simd::fill_bartlett_chi2<T, 1>(c, N, dp, prompts, chi1.data());
+        ASSERT_EQ(chi.back(), T(-1));
+        for (int k = 0; k < prompts; ++k) {
+          rng::StreamAddress ck = c;
+          ck.prompt += std::uint32_t(k);
+          for (int i = 0; i < dp; ++i) {
+            const size_t at = size_t(k) * size_t(dp) + size_t(i);
+            const double want = double(rng::chi_square_variate<T>(ck, std::uint32_t(i), T(N - i)));
+            ASSERT_EQ(chi[at], chi1[at]) << "N " << N << " dp " << dp << " k " << k << " i " << i;
+            ASSERT_NEAR(double(chi[at]), want, bound * want) << "N " << N << " dp " << dp << " k " << k << " i " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(LSA_FILL_SUITE, PhiloxGroupsMatchScalar) {
   std::mt19937 gen(7);
   check_philox_groups<1>(gen);
@@ -168,6 +237,14 @@ TEST(LSA_FILL_SUITE, RangesOfEveryLengthAndOffset) {
 TEST(LSA_FILL_SUITE, PackedAndPromptFills) {
   check_packed_and_prompts<float>();
   check_packed_and_prompts<double>();
+}
+TEST(LSA_FILL_SUITE, GammasOfEveryLengthAndStart) {
+  check_gammas<float>();
+  check_gammas<double>();
+}
+TEST(LSA_FILL_SUITE, BartlettChi2PairsOfVariates) {
+  check_bartlett_chi2<float>();
+  check_bartlett_chi2<double>();
 }
 
 
