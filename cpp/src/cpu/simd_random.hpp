@@ -712,7 +712,7 @@ inline void fill_normals_lanes(const rng::StreamAddress& a, index_t n, Vec<T>* o
 // ---- chi-square variates of the Bartlett factor ---------------------------------------------
 
 // The lanes of a comparison mask as bits (lane l -> bit l): one movemask on AVX, a loop elsewhere.
-inline unsigned lane_bits(I32x8 m) {
+__attribute__((always_inline)) inline unsigned lane_bits(I32x8 m) {
 #if defined(__AVX__)
   return unsigned(_mm256_movemask_ps(bit_cast<__m256>(m)));
 #else
@@ -721,7 +721,7 @@ inline unsigned lane_bits(I32x8 m) {
   return b;
 #endif
 }
-inline unsigned lane_bits(I64x4 m) {
+__attribute__((always_inline)) inline unsigned lane_bits(I64x4 m) {
 #if defined(__AVX__)
   return unsigned(_mm256_movemask_pd(bit_cast<__m256d>(m)));
 #else
@@ -741,7 +741,7 @@ struct GammaShape {
   Vec<T> shape, d, c;
   GammaMask<T> boost;
   GammaShape() = default;
-  explicit GammaShape(Vec<T> s) : shape(s) {
+  __attribute__((always_inline)) explicit GammaShape(Vec<T> s) : shape(s) {
     boost = s < T(1);
     const Vec<T> alpha = boost ? s + T(1) : s;
     d = alpha - T(1) / T(3);
@@ -754,7 +754,7 @@ struct GammaShape {
 // attempt 0 only). float: 8 lanes, words 0-3 of one block each; double: 4 lanes, lanes 0-3 of w
 // the attempt's block, lanes 4-7 its block +1.
 template <class T>
-inline void gamma_uniforms(const U32x8 (&w)[4], Vec<T>& u1, Vec<T>& u2, Vec<T>& u, Vec<T>& ub) {
+__attribute__((always_inline)) inline void gamma_uniforms(const U32x8 (&w)[4], Vec<T>& u1, Vec<T>& u2, Vec<T>& u, Vec<T>& ub) {
   if constexpr (sizeof(T) == 4) {
     u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
     u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
@@ -777,7 +777,7 @@ inline void gamma_uniforms(const U32x8 (&w)[4], Vec<T>& u1, Vec<T>& u2, Vec<T>& 
 // attempt's z (Box–Muller's cosine) and u from its words; returns the acceptance mask and writes
 // x = d·v, and ub.
 template <class T>
-inline GammaMask<T> gamma_attempt(const GammaShape<T>& g, const U32x8 (&w)[4], Vec<T>& x, Vec<T>& ub) {
+__attribute__((always_inline)) inline GammaMask<T> gamma_attempt(const GammaShape<T>& g, const U32x8 (&w)[4], Vec<T>& x, Vec<T>& ub) {
   Vec<T> u1, u2, u, z, z_unused;
   gamma_uniforms<T>(w, u1, u2, u, ub);
   rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
@@ -800,7 +800,7 @@ inline GammaMask<T> gamma_attempt(const GammaShape<T>& g, const U32x8 (&w)[4], V
 constexpr int kGammaGroups = 2;
 
 template <class T, int G>
-inline void gamma_vectors(const rng::StreamAddress& a, const U32x8 (&blocks)[G], const U32x8 (&ids)[G],
+__attribute__((always_inline)) inline void gamma_vectors(const rng::StreamAddress& a, const U32x8 (&blocks)[G], const U32x8 (&ids)[G],
                           const GammaShape<T> (&g)[G], const int (&live)[G], Vec<T> (&x)[G]) {
   constexpr bool kFloat = sizeof(T) == 4;
   constexpr unsigned kAll = kFloat ? 0xffu : 0xfu;
@@ -891,8 +891,12 @@ inline void fill_gammas(const rng::StreamAddress& a, std::uint32_t k0, index_t n
 //   out[k·dp + i] = χ²_{N−i} = 2·Gamma((N − i)/2), variate i < dp of prompt a.prompt + k's stream
 // as rng::chi_square_variate defines it, up to fill_gammas' rounding. A vector takes variate i of L
 // prompts at once (one shape per vector; float: 8 prompts, double: 4, its lanes 4-7 reading block
-// +1 as gamma_vectors does), kGammaGroups consecutive variates i per gamma_vectors call.
-template <class T, int G = kGammaGroups>
+// +1 as gamma_vectors does), G consecutive variates i per gamma_vectors call (any G gives the same
+// values). G = 1 here: the loop over i already overlaps in the core (independent vectors, a short
+// body), and two vectors per call measured 7-15% slower on Zen 3/AVX2 (bench/cpp/gamma_parts.cpp).
+constexpr int kBartlettGroups = 1;
+
+template <class T, int G = kBartlettGroups>
 inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
                                T* out) {
   constexpr int L = sizeof(T) == 4 ? 8 : 4;  // prompts per vector
