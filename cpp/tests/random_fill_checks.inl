@@ -194,8 +194,8 @@ void check_gammas() {
   }
 }
 
-// The Bartlett χ² fill (its kBartlettGroups variates i per call, and two: odd dp's last one alone;
-// partial vectors of prompts) against rng::chi_square_variate, the same bits at every G.
+// The Bartlett χ² fill (kGammaGroups variates i per call, odd dp's last one alone, partial vectors of
+// prompts) against rng::chi_square_variate, and the same bits at G = 1.
 template <class T>
 void check_bartlett_chi2() {
   const rng::StreamAddress c{rng::philox_key(31), 5, 3, rng::kStreamBartlettChi2};
@@ -206,7 +206,7 @@ void check_bartlett_chi2() {
       for (int prompts : {1, 3, 5, 8, 13}) {
         std::vector<T> chi(size_t(dp) * size_t(prompts) + 1, T(-1)), chi1(chi);
         simd::fill_bartlett_chi2<T>(c, N, dp, prompts, chi.data());
-        simd::fill_bartlett_chi2<T, 2>(c, N, dp, prompts, chi1.data());
+        simd::fill_bartlett_chi2<T, 1>(c, N, dp, prompts, chi1.data());
         ASSERT_EQ(chi.back(), T(-1));
         for (int k = 0; k < prompts; ++k) {
           rng::StreamAddress ck = c;

@@ -892,11 +892,8 @@ inline void fill_gammas(const rng::StreamAddress& a, std::uint32_t k0, index_t n
 // as rng::chi_square_variate defines it, up to fill_gammas' rounding. A vector takes variate i of L
 // prompts at once (one shape per vector; float: 8 prompts, double: 4, its lanes 4-7 reading block
 // +1 as gamma_vectors does), G consecutive variates i per gamma_vectors call (any G gives the same
-// values). G = 1 here: the loop over i already overlaps in the core (independent vectors, a short
-// body), and two vectors per call measured 7-15% slower on Zen 3/AVX2 (bench/cpp/gamma_parts.cpp).
-constexpr int kBartlettGroups = 1;
-
-template <class T, int G = kBartlettGroups>
+// values; odd dp's last variate alone).
+template <class T, int G = kGammaGroups>
 inline void fill_bartlett_chi2(const rng::StreamAddress& a, index_t N, index_t dp, index_t prompts,
                                T* out) {
   constexpr int L = sizeof(T) == 4 ? 8 : 4;  // prompts per vector
