@@ -170,7 +170,8 @@ void check_gammas() {
   for (double shape : {0.05, 0.3, 0.999, 1.0, 2.5, 47.5, 1e4}) {
     for (std::uint32_t k0 : {0u, 1u, 7u, 13u, 1001u}) {
       std::vector<double> ref(100);
-      for (int i = 0; i < 100; ++i) ref[size_t(i)] = double(rng::gamma_variate<T>(a, k0 + std::uint32_t(i), T(shape)));
+      for (int i = 0; i < 100; ++i)
+        ref[size_t(i)] = double(rng::gamma_variate<T>(a, k0 + std::uint32_t(i), T(shape)));
       std::vector<T> full(100);
       simd::fill_gammas<T>(a, k0, 100, T(shape), full.data());
       for (int n = 0; n <= 100; ++n) {
@@ -188,7 +189,8 @@ void check_gammas() {
         const double exact = ref[size_t(i)];
         // (float's U^(1/a) underflowing to an exact 0 must be matched exactly: both take libm there)
         const double boost = shape < 1 && exact > 0 ? 4 * eps * (std::fabs(std::log(exact)) + 1) : 0.0;
-        ASSERT_NEAR(double(full[size_t(i)]), exact, (bound + boost) * exact) << "shape " << shape << " k0 " << k0 << " i " << i;
+        ASSERT_NEAR(double(full[size_t(i)]), exact, (bound + boost) * exact)
+            << "shape " << shape << " k0 " << k0 << " i " << i;
       }
     }
   }

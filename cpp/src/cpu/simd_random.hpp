@@ -754,7 +754,8 @@ struct GammaShape {
 // attempt 0 only). float: 8 lanes, words 0-3 of one block each; double: 4 lanes, lanes 0-3 of w
 // the attempt's block, lanes 4-7 its block +1.
 template <class T>
-__attribute__((always_inline)) inline void gamma_uniforms(const U32x8 (&w)[4], Vec<T>& u1, Vec<T>& u2, Vec<T>& u, Vec<T>& ub) {
+__attribute__((always_inline)) inline void gamma_uniforms(const U32x8 (&w)[4], Vec<T>& u1, Vec<T>& u2, Vec<T>& u,
+                                                          Vec<T>& ub) {
   if constexpr (sizeof(T) == 4) {
     u1 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[0]);
     u2 = rng::uniform_float<Vec<float>, U32x8, SimdMath>(w[1]);
@@ -777,7 +778,8 @@ __attribute__((always_inline)) inline void gamma_uniforms(const U32x8 (&w)[4], V
 // attempt's z (Box–Muller's cosine) and u from its words; returns the acceptance mask and writes
 // x = d·v, and ub.
 template <class T>
-__attribute__((always_inline)) inline GammaMask<T> gamma_attempt(const GammaShape<T>& g, const U32x8 (&w)[4], Vec<T>& x, Vec<T>& ub) {
+__attribute__((always_inline)) inline GammaMask<T> gamma_attempt(const GammaShape<T>& g, const U32x8 (&w)[4], Vec<T>& x,
+                                                                 Vec<T>& ub) {
   Vec<T> u1, u2, u, z, z_unused;
   gamma_uniforms<T>(w, u1, u2, u, ub);
   rng::box_muller<T, Vec<T>, SimdMath>(u1, u2, z, z_unused);
@@ -800,8 +802,9 @@ __attribute__((always_inline)) inline GammaMask<T> gamma_attempt(const GammaShap
 constexpr int kGammaGroups = 2;
 
 template <class T, int G>
-__attribute__((always_inline)) inline void gamma_vectors(const rng::StreamAddress& a, const U32x8 (&blocks)[G], const U32x8 (&ids)[G],
-                          const GammaShape<T> (&g)[G], const int (&live)[G], Vec<T> (&x)[G]) {
+__attribute__((always_inline)) inline void gamma_vectors(const rng::StreamAddress& a, const U32x8 (&blocks)[G],
+                                                         const U32x8 (&ids)[G], const GammaShape<T> (&g)[G],
+                                                         const int (&live)[G], Vec<T> (&x)[G]) {
   constexpr bool kFloat = sizeof(T) == 4;
   constexpr unsigned kAll = kFloat ? 0xffu : 0xfu;
   using Mask = GammaMask<T>;
