@@ -156,7 +156,7 @@ void check_packed_and_prompts() {
 }
 
 // The gamma fills (kGammaGroups vectors per gamma_vectors call, a last call of partial or idle
-// vectors) against rng::gamma_variate within test_isa.cpp's bound (kGammaBound, plus the boost's
+// vectors) against rng::gamma_variate within kGammaBound (random_bounds.hpp, plus the boost's
 // exponent rounding for shapes < 1): every length 0 .. 100 from odd starts, shapes below 1 (0.05:
 // float's U^(1/a) also underflows, the scalar fallback), at 1 and large. Nothing past n is written,
 // a range is the prefix of a longer one bit for bit, and the values do not depend on the group
@@ -165,7 +165,7 @@ template <class T>
 void check_gammas() {
   const rng::StreamAddress a{rng::philox_key(4242), 7, 11, rng::kStreamUserFirst + 3};
   const double eps = std::numeric_limits<T>::epsilon();
-  const double bound = sizeof(T) == 4 ? 2e-5 : 1e-13;
+  const double bound = lsa_native::test::kGammaBound<T>;
   const T sentinel = T(-1);
   for (double shape : {0.05, 0.3, 0.999, 1.0, 2.5, 47.5, 1e4}) {
     for (std::uint32_t k0 : {0u, 1u, 7u, 13u, 1001u}) {
@@ -201,7 +201,7 @@ void check_gammas() {
 template <class T>
 void check_bartlett_chi2() {
   const rng::StreamAddress c{rng::philox_key(31), 5, 3, rng::kStreamBartlettChi2};
-  const double bound = sizeof(T) == 4 ? 2e-5 : 1e-13;
+  const double bound = lsa_native::test::kGammaBound<T>;
   for (int N : {2, 3, 20, 101}) {
     for (int dp : {1, 2, 3, 6, 21}) {
       if (dp > N) continue;

@@ -209,13 +209,9 @@ TEST_P(IsaTables, UniformsExactNormalsWithinBoundOfScalarRecipe) {
   check_normals<double>(GetParam());
 }
 
-// Gamma variates (every attempt in SIMD; the boost of shapes < 1 by the vector log and exp) agree
-// with rng::gamma_variate within kGammaBound · x relative: x = d·(1 + c·z)³ carries z's rounding
-// (kNormalBound) times 3c. The boost U^(1/a) = exp(log U / a) adds the rounding of its exponent,
-// an absolute error of a few ε·|log U / a| <= 4ε·|ln x| + ε, relative in x. Shape 0.05 also takes
-// the scalar fallback (float U^(1/a) below the smallest normal number).
-template <class T>
-constexpr double kGammaBound = std::is_same<T, float>::value ? 2e-5 : 1e-13;
+// Gamma variates agree with rng::gamma_variate within kGammaBound (random_bounds.hpp) plus the
+// boost's exponent rounding. Shape 0.05 also takes the scalar fallback (float U^(1/a) below the
+// smallest normal number).
 
 template <class T>
 void check_gammas(Isa isa) {
@@ -231,7 +227,7 @@ void check_gammas(Isa isa) {
       const double exact = double(lsa_native::rng::gamma_variate<T>(a, std::uint32_t(11 + i), T(shape)));
       // (an exact 0, float's U^(1/a) underflowing, must be matched exactly: both take libm there)
       const double boost = shape < 1 && exact > 0 ? 4 * eps * (std::fabs(std::log(exact)) + 1) : 0.0;
-      ASSERT_NEAR(double(g[size_t(i)]), exact, (kGammaBound<T> + boost) * exact)
+      ASSERT_NEAR(double(g[size_t(i)]), exact, (lsa_native::test::kGammaBound<T> + boost) * exact)
           << "shape " << shape << ", variate " << i;
     }
   }
