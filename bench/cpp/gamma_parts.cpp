@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "cpu/simd_random.hpp"
+#include "part_timing.hpp"
 
 namespace {
 
@@ -22,23 +23,7 @@ using lsa_native::index_t;
 namespace simd = lsa_native::cpu::simd;
 namespace rng = lsa_native::rng;
 
-double cpu_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
-
-template <class F>
-double median_seconds(F&& f, int repeats) {
-  std::vector<double> v;
-  for (int r = 0; r < repeats; ++r) {
-    const double t0 = cpu_seconds();
-    f();
-    v.push_back(cpu_seconds() - t0);
-  }
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using lsa_native::bench::median_seconds;
 
 double ghz_from_cpuinfo() {
   std::ifstream in("/proc/cpuinfo");

@@ -23,6 +23,7 @@
 
 #include "cpu/sampling_cpu.hpp"
 #include "lsa_native/device.hpp"
+#include "part_timing.hpp"
 
 namespace {
 
@@ -35,24 +36,7 @@ using lsa_native::cpu::isa_bench_tokens::TaskPool;
 using lsa_native::cpu::isa_bench_tokens::draw_prompt;
 using lsa_native::cpu::isa_bench_tokens::CovariateNormals;
 
-double cpu_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
-
-// The fastest of `repeats` runs in CPU-seconds: another process on the core's SMT sibling or a
-// preemption only adds time, so the minimum is the part's own cost.
-template <class F>
-double min_seconds(F&& f, int repeats) {
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const double t0 = cpu_seconds();
-    f();
-    best = std::min(best, cpu_seconds() - t0);
-  }
-  return best;
-}
+using lsa_native::bench::min_seconds;
 
 double wall_seconds() {
   timespec t;

@@ -10,6 +10,7 @@
 //       bench/cpp/wishart_step_parts.cpp -o /tmp/wishart_step_parts && /tmp/wishart_step_parts
 #define LSA_ISA_NS isa_bench_parts
 #include "cpu/sampling_kernels.inl"
+#include "part_timing.hpp"
 
 #include <algorithm>
 #include <cstdio>
@@ -23,23 +24,7 @@ namespace simd = lsa_native::cpu::simd;
 namespace rng = lsa_native::rng;
 namespace wishart = lsa_native::wishart;
 
-double cpu_seconds() {
-  timespec t;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
-
-template <class F>
-double median_seconds(F&& f, int repeats) {
-  std::vector<double> v;
-  for (int r = 0; r < repeats; ++r) {
-    const double t0 = cpu_seconds();
-    f();
-    v.push_back(cpu_seconds() - t0);
-  }
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using lsa_native::bench::median_seconds;
 
 template <class T>
 void report(index_t d, index_t N, index_t B, T sigma) {
