@@ -446,9 +446,10 @@ def test_gradcheck_catches_a_slightly_wrong_backward(rng, monkeypatch, target):
     """Power check: a VJP off by 0.01 % in one output must fail gradcheck."""
     if target == "_predict_vjp":
         good = lt._predict_vjp
-        monkeypatch.setattr(lt, "_predict_vjp", lambda *a, **k: tuple(
-            None if g is None else g * 1.0001 for g in good(*a, **k)))
-        fn, args = lt.lsa_predict, [t(a) for a in lsa_problem(rng, 2, 2, 3)]
+        wrong = lt._native_lsa_function("_Wrong", lt._lsa.predict, lambda *a, **k: tuple(
+            None if g is None else g * 1.0001 for g in good(*a, **k)), "d_y")
+        fn, args = wrong.apply, [t(a) for a in lsa_problem(rng, 2, 2, 3)]
+        gradcheck(lt._LSAPredict.apply, args)  # the same construction with the right VJP passes
     else:
         good = lt._ka.vjp
         monkeypatch.setattr(lt._ka, "vjp", lambda *a, **k: (good(*a, **k)[0] * 1.0001,)

@@ -87,71 +87,6 @@ def _concrete(*arrays) -> bool:
 
 # --- LSA ---------------------------------------------------------------------------------------
 
-def lsa_forward(E, W_pv, W_kq):
-    """F = E + W^PV E (Eᵀ W^KQ E)/N [ZFB (3.3)] for E [B, d+1, N+1], W [d+1, d+1]."""
-    _check_lsa(E, W_pv, W_kq)
-    if _concrete(E, W_pv, W_kq):
-        return jax.numpy.asarray(_lsa.forward(*map(np.asarray, (E, W_pv, W_kq))))
-    return _lsa_forward(E, W_pv, W_kq)
-
-
-@jax.custom_vjp
-def _lsa_forward(E, W_pv, W_kq):
-    return _call(lambda *a: _lsa.forward(*a), _spec(E.shape, E.dtype), E, W_pv, W_kq)
-
-
-def _lsa_forward_fwd(E, W_pv, W_kq):
-    return _lsa_forward(E, W_pv, W_kq), (E, W_pv, W_kq)
-
-
-def _lsa_forward_bwd(res, d_F):
-    E, W_pv, W_kq = res
-    out = (_spec(W_pv.shape, E.dtype), _spec(W_kq.shape, E.dtype), _spec(E.shape, E.dtype))
-    d_W_pv, d_W_kq, d_E = _call(lambda *a: _lsa.vjp(*a), out, E, W_pv, W_kq, d_F)
-    return d_E, d_W_pv, d_W_kq
-
-
-_lsa_forward.defvjp(_lsa_forward_fwd, _lsa_forward_bwd)
-
-
-def lsa_predict(E, W_pv, W_kq):
-    """ŷ = F[:, d, N] [ZFB (3.6)], shape [B]."""
-    _check_lsa(E, W_pv, W_kq)
-    if _concrete(E, W_pv, W_kq):
-        return jax.numpy.asarray(_lsa.predict(*map(np.asarray, (E, W_pv, W_kq))))
-    return _lsa_predict(E, W_pv, W_kq)
-
-
-@jax.custom_vjp
-def _lsa_predict(E, W_pv, W_kq):
-    return _call(lambda *a: _lsa.predict(*a), _spec(E.shape[:1], E.dtype), E, W_pv, W_kq)
-
-
-def _lsa_predict_fwd(E, W_pv, W_kq):
-    return _lsa_predict(E, W_pv, W_kq), (E, W_pv, W_kq)
-
-
-def _lsa_predict_bwd(res, d_y):
-    E, W_pv, W_kq = res
-    out = (_spec(W_pv.shape, E.dtype), _spec(W_kq.shape, E.dtype), _spec(E.shape, E.dtype))
-    d_W_pv, d_W_kq, d_E = _call(lambda *a: _predict_vjp(*a), out, E, W_pv, W_kq, d_y)
-    return d_E, d_W_pv, d_W_kq
-
-
-_lsa_predict.defvjp(_lsa_predict_fwd, _lsa_predict_bwd)
-
-
-# --- multi-head LSA ---------------------------------------------------------------------------
-
-def _check_multihead(E, W_pv, W_kq) -> None:
-    _check_dtypes(("E", "W_pv", "W_kq"), (E, W_pv, W_kq))
-    r = _check_prompts("E", E)
-    if len(W_pv.shape) != 3 or W_pv.shape[0] < 1:
-        raise ValueError(f"W_pv: expected shape (H, {r}, {r}) with H >= 1, got {tuple(W_pv.shape)}")
-    _check_shape("W_pv", W_pv, (W_pv.shape[0], r, r))
-    _check_shape("W_kq", W_kq, W_pv.shape)
-
-
 def _native_vjp_function(forward, vjp, out_shape):
     """A custom_vjp f(E, W_pv, W_kq) running `forward` and, for the upstream u, `vjp`(E, W_pv,
     W_kq, u) → (dW_pv, dW_kq, dE) in callbacks; out_shape(E) is the output's shape."""
@@ -170,24 +105,52 @@ def _native_vjp_function(forward, vjp, out_shape):
     return f
 
 
+def _run(check, native, traced, E, W_pv, W_kq):
+    """check(E, W_pv, W_kq) once; then the native call directly on concrete arrays (its errors
+    reach the caller as themselves), or the custom_vjp `traced` under jit / grad / vmap."""
+    check(E, W_pv, W_kq)
+    if _concrete(E, W_pv, W_kq):
+        return jax.numpy.asarray(native(*map(np.asarray, (E, W_pv, W_kq))))
+    return traced(E, W_pv, W_kq)
+
+
+_lsa_forward = _native_vjp_function(_lsa.forward, _lsa.vjp, lambda E: E.shape)
+_lsa_predict = _native_vjp_function(_lsa.predict, _predict_vjp, lambda E: E.shape[:1])
+
+
+def lsa_forward(E, W_pv, W_kq):
+    """F = E + W^PV E (Eᵀ W^KQ E)/N [ZFB (3.3)] for E [B, d+1, N+1], W [d+1, d+1]."""
+    return _run(_check_lsa, _lsa.forward, _lsa_forward, E, W_pv, W_kq)
+
+
+def lsa_predict(E, W_pv, W_kq):
+    """ŷ = F[:, d, N] [ZFB (3.6)], shape [B]."""
+    return _run(_check_lsa, _lsa.predict, _lsa_predict, E, W_pv, W_kq)
+
+
+# --- multi-head LSA ---------------------------------------------------------------------------
+
+def _check_multihead(E, W_pv, W_kq) -> None:
+    _check_dtypes(("E", "W_pv", "W_kq"), (E, W_pv, W_kq))
+    r = _check_prompts("E", E)
+    if len(W_pv.shape) != 3 or W_pv.shape[0] < 1:
+        raise ValueError(f"W_pv: expected shape (H, {r}, {r}) with H >= 1, got {tuple(W_pv.shape)}")
+    _check_shape("W_pv", W_pv, (W_pv.shape[0], r, r))
+    _check_shape("W_kq", W_kq, W_pv.shape)
+
+
 _multihead_forward = _native_vjp_function(_mh.forward, _mh.vjp, lambda E: E.shape)
 _multihead_predict = _native_vjp_function(_mh.predict, _mh.predict_vjp, lambda E: E.shape[:1])
 
 
 def multihead_lsa_forward(E, W_pv, W_kq):
     """F = E + Σ_h W^PV_h E (Eᵀ W^KQ_h E)/N for E [B, d+1, N+1], W_pv, W_kq [H, d+1, d+1]."""
-    _check_multihead(E, W_pv, W_kq)
-    if _concrete(E, W_pv, W_kq):
-        return jax.numpy.asarray(_mh.forward(*map(np.asarray, (E, W_pv, W_kq))))
-    return _multihead_forward(E, W_pv, W_kq)
+    return _run(_check_multihead, _mh.forward, _multihead_forward, E, W_pv, W_kq)
 
 
 def multihead_lsa_predict(E, W_pv, W_kq):
     """ŷ = F[:, d, N] = E[:, d, N] + Σ_h p_hᵀ G q_h, shape [B]."""
-    _check_multihead(E, W_pv, W_kq)
-    if _concrete(E, W_pv, W_kq):
-        return jax.numpy.asarray(_mh.predict(*map(np.asarray, (E, W_pv, W_kq))))
-    return _multihead_predict(E, W_pv, W_kq)
+    return _run(_check_multihead, _mh.predict, _multihead_predict, E, W_pv, W_kq)
 
 
 # --- kernel attention ----------------------------------------------------------------------------

@@ -163,70 +163,33 @@ def _lsa_args(E, W_pv, W_kq):
     return _operand(E, "E"), _operand(W_pv, "W_pv", E), _operand(W_kq, "W_kq", E)
 
 
-# Inputs are kept with save_for_backward (autograd then refuses a backward after an in-place
-# change of an input) and viewed as numpy again in backward.
-class _LSAForward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, E, W_pv, W_kq):
-        ctx.save_for_backward(E, W_pv, W_kq)
-        return _tensor(_lsa.forward(*_lsa_args(E, W_pv, W_kq), device=_device(E)))
+def _native_lsa_function(name: str, forward, vjp, grad_name: str):
+    """A torch.autograd.Function over a native (E, W_pv, W_kq) operation and its VJP (the one-head
+    ``lsa`` and the H-head ``multihead`` modules share this signature): forward(E, W_pv, W_kq,
+    device=) and vjp(E, W_pv, W_kq, d_out, with_input_grad=, device=) -> (d_W_pv, d_W_kq, d_E).
+    Inputs are kept with save_for_backward (autograd then refuses a backward after an in-place
+    change of an input) and viewed as numpy again in backward; `grad_name` names the incoming
+    gradient in error messages."""
 
-    @staticmethod
+    def fwd(ctx, E, W_pv, W_kq):
+        ctx.save_for_backward(E, W_pv, W_kq)
+        return _tensor(forward(*_lsa_args(E, W_pv, W_kq), device=_device(E)))
+
     @_first_order
-    def backward(ctx, d_F):
+    def backward(ctx, d_out):
         E = ctx.saved_tensors[0]
-        d_W_pv, d_W_kq, d_E = _lsa.vjp(*_lsa_args(*ctx.saved_tensors), _operand(d_F, "d_F", E),
-                                       with_input_grad=ctx.needs_input_grad[0],
-                                       device=_device(E))
+        d_W_pv, d_W_kq, d_E = vjp(*_lsa_args(*ctx.saved_tensors), _operand(d_out, grad_name, E),
+                                  with_input_grad=ctx.needs_input_grad[0], device=_device(E))
         return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
 
-
-class _LSAPredict(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, E, W_pv, W_kq):
-        ctx.save_for_backward(E, W_pv, W_kq)
-        return _tensor(_lsa.predict(*_lsa_args(E, W_pv, W_kq), device=_device(E)))
-
-    @staticmethod
-    @_first_order
-    def backward(ctx, d_y):
-        E = ctx.saved_tensors[0]
-        d_W_pv, d_W_kq, d_E = _predict_vjp(*_lsa_args(*ctx.saved_tensors), _operand(d_y, "d_y", E),
-                                           with_input_grad=ctx.needs_input_grad[0],
-                                           device=_device(E))
-        return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
+    return type(name, (torch.autograd.Function,),
+                {"forward": staticmethod(fwd), "backward": staticmethod(backward)})
 
 
-class _MultiHeadForward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, E, W_pv, W_kq):
-        ctx.save_for_backward(E, W_pv, W_kq)
-        return _tensor(_mh.forward(*_lsa_args(E, W_pv, W_kq), device=_device(E)))
-
-    @staticmethod
-    @_first_order
-    def backward(ctx, d_F):
-        E = ctx.saved_tensors[0]
-        d_W_pv, d_W_kq, d_E = _mh.vjp(*_lsa_args(*ctx.saved_tensors), _operand(d_F, "d_F", E),
-                                      with_input_grad=ctx.needs_input_grad[0], device=_device(E))
-        return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
-
-
-class _MultiHeadPredict(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, E, W_pv, W_kq):
-        ctx.save_for_backward(E, W_pv, W_kq)
-        return _tensor(_mh.predict(*_lsa_args(E, W_pv, W_kq), device=_device(E)))
-
-    @staticmethod
-    @_first_order
-    def backward(ctx, d_y):
-        E = ctx.saved_tensors[0]
-        d_W_pv, d_W_kq, d_E = _mh.predict_vjp(*_lsa_args(*ctx.saved_tensors),
-                                              _operand(d_y, "d_y", E),
-                                              with_input_grad=ctx.needs_input_grad[0],
-                                              device=_device(E))
-        return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
+_LSAForward = _native_lsa_function("_LSAForward", _lsa.forward, _lsa.vjp, "d_F")
+_LSAPredict = _native_lsa_function("_LSAPredict", _lsa.predict, _predict_vjp, "d_y")
+_MultiHeadForward = _native_lsa_function("_MultiHeadForward", _mh.forward, _mh.vjp, "d_F")
+_MultiHeadPredict = _native_lsa_function("_MultiHeadPredict", _mh.predict, _mh.predict_vjp, "d_y")
 
 
 def _ka_args(Z0, V, B, C):
