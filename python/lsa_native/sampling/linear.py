@@ -343,6 +343,21 @@ class LinearPrompts:
             check_finite_result(out, {}, name)
         return float(loss), d_pv, d_kq
 
+    def _fused_step_fn(self, native, batch, method, dtype, device):
+        """fused_step's and multihead_fused_step's closure over the checked arguments."""
+        B = positive_int(batch, "batch")
+        dt = self._dtype(dtype)
+        method = self._fused_method(method)
+        if device not in ("cpu", "cuda"):
+            raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
+        spec = self._spec
+
+        def step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq, loss=None):
+            return native(spec, B, step, method, W_pv, W_kq, d_W_pv, d_W_kq, device, loss)
+
+        step_fn.dtype, step_fn.method = dt, method
+        return step_fn
+
     def fused_step(self, *, batch: int, method: str = "tokens", dtype=np.float32, device: str = "cpu"):
         """The step of :meth:`lsa_loss_and_grad` with its arguments checked once, for a training
         loop: ``step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq) -> loss`` writes the gradients into the
@@ -352,18 +367,7 @@ class LinearPrompts:
         parameters and gradients may be CUDA arrays, read and written in place). ``loss=``: a
         float64 array of shape (1,) (a CUDA array with CUDA parameters) receiving L (NaN is
         returned): with CUDA arrays the step then waits for nothing."""
-        B = positive_int(batch, "batch")
-        dt = self._dtype(dtype)
-        method = self._fused_method(method)
-        if device not in ("cpu", "cuda"):
-            raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
-        spec, native = self._spec, _core.linear_prompts_lsa_loss_and_grad
-
-        def step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq, loss=None):
-            return native(spec, B, step, method, W_pv, W_kq, d_W_pv, d_W_kq, device, loss)
-
-        step_fn.dtype, step_fn.method = dt, method
-        return step_fn
+        return self._fused_step_fn(_core.linear_prompts_lsa_loss_and_grad, batch, method, dtype, device)
 
     def multihead_fused_step(self, *, batch: int, method: str = "tokens", dtype=np.float32,
                              device: str = "cpu"):
@@ -381,18 +385,7 @@ class LinearPrompts:
         ``loss=``: a float64 array of shape (1,) (a CUDA array with CUDA parameters) receiving L
         (NaN is returned): on the GPU the step then waits for nothing. The result is not checked
         for finiteness."""
-        B = positive_int(batch, "batch")
-        dt = self._dtype(dtype)
-        method = self._fused_method(method)
-        if device not in ("cpu", "cuda"):
-            raise ValueError(f"device: expected 'cpu' or 'cuda', got {device!r}")
-        spec, native = self._spec, _core.linear_prompts_multihead_loss_and_grad
-
-        def step_fn(W_pv, W_kq, step, d_W_pv, d_W_kq, loss=None):
-            return native(spec, B, step, method, W_pv, W_kq, d_W_pv, d_W_kq, device, loss)
-
-        step_fn.dtype, step_fn.method = dt, method
-        return step_fn
+        return self._fused_step_fn(_core.linear_prompts_multihead_loss_and_grad, batch, method, dtype, device)
 
     def embedding_step(self, *, batch: int, dtype=np.float32):
         """:meth:`sample_embedding` on the CPU with its arguments checked once, for a training loop:
