@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
+#include <utility>
 #include <vector>
 
 #include "common/kernel_gp.hpp"
@@ -24,6 +26,30 @@ using simd::I64x4;
 using simd::Vec;
 using simd::VecBuffer;
 constexpr std::uint32_t kX = rng::kStreamX;
+
+// UnitVector's twin for scratch that is written before it is read: no value-initialization (a
+// fused tokens step at d = 20, N = 100 zeroed 74 KB of such buffers per 8 prompts).
+template <class T>
+struct ScratchAllocator : simd::UnitAllocator<T> {
+  using value_type = T;
+  template <class U>
+  struct rebind {
+    using other = ScratchAllocator<U>;
+  };
+  ScratchAllocator() = default;
+  template <class U>
+  constexpr ScratchAllocator(const ScratchAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialization: indeterminate for floats
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+template <class T>
+using ScratchVector = std::vector<T, ScratchAllocator<T>>;
 
 template <class T>
 void normals_kernel(const rng::StreamAddress& a, std::uint64_t start, index_t n, T* out) {
@@ -146,10 +172,11 @@ void context_labels(const T* w, const T* X, index_t d, index_t N, index_t cols, 
 
 template <class T>
 struct PromptDraws {
-  simd::UnitVector<T> w, lam, lam_sqrt, inv_norm, x_q, E;
-  PromptDraws(index_t d, index_t N)
+  ScratchVector<T> w, lam, lam_sqrt, inv_norm, x_q, E;
+  // E: a prompt's embedding when the caller keeps none (with_E)
+  PromptDraws(index_t d, index_t N, bool with_E = true)
       : w(d), lam(d), lam_sqrt(d), inv_norm(N), x_q(d),
-        E(static_cast<size_t>((d + 1) * (N + 1))) {}
+        E(with_E ? static_cast<size_t>((d + 1) * (N + 1)) : 0) {}
 };
 
 // Writes prompt b into Eb [d+1, N+1] (the rows of its embedding [ZFB (3.4)]) and returns y_q.
@@ -221,14 +248,16 @@ T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, const 
 // The covariate normals of a range's prompts (kStreamX, covariate_normals() per prompt): ranges of
 // at most kPackedBytes drawn kPackedPrompts prompts at a time by simd::fill_normals_packed (no
 // per-prompt rounding up to 8 blocks, no partial group through a buffer: on Zen 3 at d = 5, N = 20,
-// 3.8 instead of 4.4-4.5 cycles per normal (bench/cpp/tokens_step_parts.cpp, 2026-11-28), and
-// still faster at d = 20, N = 100 in float32),
-// longer ones per prompt by simd::fill_normals (the fused step's 8 written prompts and a buffer of
-// 8 such ranges would crowd L2: float64 at d = 20, N = 100 gained nothing packed).
+// 3.8 instead of 4.4-4.5 cycles per normal (bench/cpp/tokens_step_parts.cpp, 2026-11-28)),
+// longer ones per prompt by simd::fill_normals into a buffer that stays in L1 while draw_prompt
+// copies it into E. At d = 20, N = 100 (8160 bytes in float32) the packed fill alone is slightly
+// faster, but its 65 KB buffer for 8 prompts leaves L1, and the fused tokens step took 5.19
+// cycles per normal packed against 4.67 per prompt (kPackedBytes 8192 -> 4096, 2026-11-28; the
+// float64 ranges there, 16 KB, were already per prompt: packed gained nothing).
 template <class T>
 class CovariateNormals {
  public:
-  static constexpr index_t kPackedBytes = 8192, kPackedPrompts = 8;
+  static constexpr index_t kPackedBytes = 4096, kPackedPrompts = 8;
   CovariateNormals(const LinearPlan<T>& P, index_t b0, index_t b1)
       : P_(P), b0_(b0), b1_(b1), n_(P.covariate_normals()),
         stride_((n_ + rng::NormalsPerBlock<T>::value - 1) / rng::NormalsPerBlock<T>::value *
@@ -250,14 +279,14 @@ class CovariateNormals {
   const LinearPlan<T>& P_;
   index_t b0_, b1_, n_, stride_;
   bool packed_;
-  simd::UnitVector<T> z_;
+  ScratchVector<T> z_;
 };
 
 template <class T>
 void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
                            const LinearPromptOutputs<T>& out) {
   const index_t d = P.d, N = P.N, rows = d + 1, cols = N + 1;
-  PromptDraws<T> s(d, N);
+  PromptDraws<T> s(d, N, !out.E);
   const TaskPool<T> pool(P, b1 - b0);
   CovariateNormals<T> normals(P, b0, b1);
   for (index_t b = b0; b < b1; ++b) {
