@@ -8,9 +8,11 @@
 // thread (a loaded machine disturbs it little), as ns and as cycles at the TSC rate (the core clock
 // may differ under boost).
 // The sampling parts are compiled here from cpu/sampling_kernels.inl in a namespace of its own with
-// the flags given, e.g. the AVX2 table's; the step and the LSA kernel come from liblsa_native.a
+// the flags given, e.g. the AVX2 table's (CMakeLists.txt: -mavx2 -mfma and, with GCC,
+// LSA_NATIVE_SAMPLING_SCHED_OPTIONS); the step and the LSA kernel come from liblsa_native.a
 // (the table this CPU selects, or LSA_NATIVE_CPU_ISA's). BUILD: a configured build directory:
-//   g++ -O3 -std=c++17 -mavx2 -mfma -DNDEBUG -DLSA_NATIVE_X86_DISPATCH -Icpp/src -Icpp/include -IBUILD/generated
+//   g++ -O3 -std=c++17 -mavx2 -mfma -fschedule-insns -fsched-pressure -DNDEBUG -DLSA_NATIVE_X86_DISPATCH
+//       -Icpp/src -Icpp/include -IBUILD/generated
 //       bench/cpp/tokens_step_parts.cpp BUILD/liblsa_native.a -lpthread -o /tmp/tokens_step_parts
 #define LSA_ISA_NS isa_bench_tokens
 #include "cpu/sampling_kernels.inl"

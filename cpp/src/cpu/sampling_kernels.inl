@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <new>
+#include <utility>
 #include <vector>
 
 #include "common/kernel_gp.hpp"
@@ -24,6 +26,30 @@ using simd::I64x4;
 using simd::Vec;
 using simd::VecBuffer;
 constexpr std::uint32_t kX = rng::kStreamX;
+
+// UnitVector's twin for scratch that is written before it is read: no value-initialization (a
+// fused tokens step at d = 20, N = 100 zeroed 74 KB of such buffers per 8 prompts).
+template <class T>
+struct ScratchAllocator : simd::UnitAllocator<T> {
+  using value_type = T;
+  template <class U>
+  struct rebind {
+    using other = ScratchAllocator<U>;
+  };
+  ScratchAllocator() = default;
+  template <class U>
+  constexpr ScratchAllocator(const ScratchAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialization: indeterminate for floats
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
+};
+template <class T>
+using ScratchVector = std::vector<T, ScratchAllocator<T>>;
 
 template <class T>
 void normals_kernel(const rng::StreamAddress& a, std::uint64_t start, index_t n, T* out) {
@@ -111,7 +137,8 @@ inline T dot(const T* a, const T* b, index_t n) {
 }
 
 // out[i] = x[i], i < n: whole vectors, the last one overlapping (no call into memcpy for a short
-// row, no scalar tail), scalar below one vector.
+// row, no scalar tail), scalar below one vector. Token rows, and w and x_q (a libc memcpy call each
+// for d = 5 floats cost ~10% of writing a d = 5, N = 20 prompt).
 template <class T>
 void copy_tokens(const T* x, index_t n, T* out) {
   constexpr index_t L = simd::kLanes<T>;
@@ -145,10 +172,11 @@ void context_labels(const T* w, const T* X, index_t d, index_t N, index_t cols, 
 
 template <class T>
 struct PromptDraws {
-  simd::UnitVector<T> w, lam, lam_sqrt, inv_norm, x_q, E;
-  PromptDraws(index_t d, index_t N)
+  ScratchVector<T> w, lam, lam_sqrt, inv_norm, x_q, E;
+  // E: a prompt's embedding when the caller keeps none (with_E)
+  PromptDraws(index_t d, index_t N, bool with_E = true)
       : w(d), lam(d), lam_sqrt(d), inv_norm(N), x_q(d),
-        E(static_cast<size_t>((d + 1) * (N + 1))) {}
+        E(with_E ? static_cast<size_t>((d + 1) * (N + 1)) : 0) {}
 };
 
 // Writes prompt b into Eb [d+1, N+1] (the rows of its embedding [ZFB (3.4)]) and returns y_q.
@@ -157,13 +185,14 @@ struct PromptDraws {
 // are this file's row twin of linear::covariate and linear::label (the same terms in the same order,
 // as row operations along the tokens that the compiler vectorizes); the query column calls them.
 // Z: prompt b's covariate normals (kStreamX positions 0 .. covariate_normals() − 1; see
-// CovariateNormals).
+// CovariateNormals); eps: its label noise ε_1..ε_N (kStreamNoise positions 0 .. N − 1; see
+// PromptNormals), or null: drawn here.
 template <class T>
 T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, const T* Z, PromptDraws<T>& s,
-              T* Eb) {
+              T* Eb, const T* eps = nullptr) {
   const index_t d = P.d, N = P.N, cols = N + 1;
   if (P.tasks) pool.draw(b, s.w.data());
-  else std::memcpy(s.w.data(), Z + (N + 1) * d, sizeof(T) * d);
+  else copy_tokens(Z + (N + 1) * d, d, s.w.data());
   if (P.random_cov()) draw_lambda(P, b, s.lam.data(), s.lam_sqrt.data());
   const T* F = P.L;
   const T* ls = P.random_cov() ? s.lam_sqrt.data() : nullptr;
@@ -196,15 +225,17 @@ T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, const 
   }
   // the query column
   T* x_q = s.x_q.data();
-  std::memcpy(x_q, Z + N * d, sizeof(T) * d);
-  linear::covariate(P, P.query_factor(), ls, x_q, 1);
+  copy_tokens(Z + N * d, d, x_q);
+  if (P.query_factor() || ls || P.sphere) linear::covariate(P, P.query_factor(), ls, x_q, 1);  // else x = z
   for (index_t k = 0; k < d; ++k) Eb[k * cols + N] = x_q[k];
   // labels y_i = <w, x_i> + σ ε_i   [ZFB 3.3; task shift: noise, ZFB 4.2]
   T* y = Eb + d * cols;
   context_labels(s.w.data(), Eb, d, N, cols, y);
   if (P.sigma > T(0)) {
-    T* eps = s.inv_norm.data();  // free now
-    simd::fill_normals(P.address(b, rng::kStreamNoise), 0, N, eps);
+    if (!eps) {
+      simd::fill_normals(P.address(b, rng::kStreamNoise), 0, N, s.inv_norm.data());  // free now
+      eps = s.inv_norm.data();
+    }
     for (index_t i = 0; i < N; ++i) y[i] += P.sigma * eps[i];
   }
   y[N] = T(0);
@@ -217,19 +248,24 @@ T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, const 
   return y_q;
 }
 
-// The covariate normals of a range's prompts (kStreamX, covariate_normals() per prompt): ranges of
-// at most kPackedBytes drawn kPackedPrompts prompts at a time by simd::fill_normals_packed (no
+// n normals per prompt of one stream for a range's prompts (the covariates: kStreamX,
+// covariate_normals() per prompt, CovariateNormals below; the label noise: kStreamNoise, N): ranges
+// of at most kPackedBytes drawn kPackedPrompts prompts at a time by simd::fill_normals_packed (no
 // per-prompt rounding up to 8 blocks, no partial group through a buffer: on Zen 3 at d = 5, N = 20,
-// 3.8 instead of 4.4-4.5 cycles per normal (bench/cpp/tokens_step_parts.cpp, 2026-11-28), and
-// still faster at d = 20, N = 100 in float32),
-// longer ones per prompt by simd::fill_normals (the fused step's 8 written prompts and a buffer of
-// 8 such ranges would crowd L2: float64 at d = 20, N = 100 gained nothing packed).
+// 3.8 instead of 4.4-4.5 cycles per covariate normal (bench/cpp/tokens_step_parts.cpp,
+// 2026-11-28); N = 20 noise normals per prompt drawn alone cost ~190 cycles a prompt, a third of
+// the fused tokens step at d = 5), longer ones per prompt by simd::fill_normals into a buffer that
+// stays in L1 while draw_prompt copies it into E. At d = 20, N = 100 (8160 bytes in float32) the
+// packed fill alone is slightly faster, but its 65 KB buffer for 8 prompts leaves L1, and the fused
+// tokens step took 5.19 cycles per normal packed against 4.67 per prompt (kPackedBytes 8192 ->
+// 4096, 2026-11-28; the float64 ranges there, 16 KB, were already per prompt: packed gained
+// nothing). n = 0: nothing is drawn (at() must not be called).
 template <class T>
-class CovariateNormals {
+class PromptNormals {
  public:
-  static constexpr index_t kPackedBytes = 8192, kPackedPrompts = 8;
-  CovariateNormals(const LinearPlan<T>& P, index_t b0, index_t b1)
-      : P_(P), b0_(b0), b1_(b1), n_(P.covariate_normals()),
+  static constexpr index_t kPackedBytes = 4096, kPackedPrompts = 8;
+  PromptNormals(const LinearPlan<T>& P, index_t b0, index_t b1, std::uint32_t stream, index_t n)
+      : P_(P), b0_(b0), b1_(b1), n_(n), stream_(stream),
         stride_((n_ + rng::NormalsPerBlock<T>::value - 1) / rng::NormalsPerBlock<T>::value *
                 rng::NormalsPerBlock<T>::value),
         packed_(n_ * index_t(sizeof(T)) <= kPackedBytes),
@@ -237,32 +273,42 @@ class CovariateNormals {
   // Prompt b's normals (b ascending from b0: a group is drawn at its first prompt).
   const T* at(index_t b) {
     if (!packed_) {
-      simd::fill_normals(P_.address(b, kX), 0, n_, z_.data());
+      simd::fill_normals(P_.address(b, stream_), 0, n_, z_.data());
       return z_.data();
     }
     const index_t g = (b - b0_) % kPackedPrompts;
-    if (g == 0) simd::fill_normals_packed(P_.address(b, kX), n_, std::min(kPackedPrompts, b1_ - b), z_.data());
+    if (g == 0)
+      simd::fill_normals_packed(P_.address(b, stream_), n_, std::min(kPackedPrompts, b1_ - b), z_.data());
     return z_.data() + g * stride_;
   }
 
  private:
   const LinearPlan<T>& P_;
-  index_t b0_, b1_, n_, stride_;
+  index_t b0_, b1_, n_;
+  std::uint32_t stream_;
+  index_t stride_;
   bool packed_;
-  simd::UnitVector<T> z_;
+  ScratchVector<T> z_;
+};
+template <class T>
+struct CovariateNormals : PromptNormals<T> {
+  CovariateNormals(const LinearPlan<T>& P, index_t b0, index_t b1)
+      : PromptNormals<T>(P, b0, b1, kX, P.covariate_normals()) {}
 };
 
 template <class T>
 void linear_prompts_kernel(const LinearPlan<T>& P, index_t b0, index_t b1,
                            const LinearPromptOutputs<T>& out) {
   const index_t d = P.d, N = P.N, rows = d + 1, cols = N + 1;
-  PromptDraws<T> s(d, N);
+  PromptDraws<T> s(d, N, !out.E);
   const TaskPool<T> pool(P, b1 - b0);
   CovariateNormals<T> normals(P, b0, b1);
+  const bool noisy = P.sigma > T(0);
+  PromptNormals<T> noise(P, b0, b1, rng::kStreamNoise, noisy ? N : 0);
   for (index_t b = b0; b < b1; ++b) {
     const index_t o = b - b0;
     T* Eb = out.E ? out.E + o * rows * cols : s.E.data();
-    const T y_q = draw_prompt(P, pool, b, normals.at(b), s, Eb);
+    const T y_q = draw_prompt(P, pool, b, normals.at(b), s, Eb, noisy ? noise.at(b) : nullptr);
     if (out.y_q) out.y_q[o] = y_q;
     if (out.X)
       for (index_t i = 0; i < N; ++i)
