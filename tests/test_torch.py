@@ -18,7 +18,7 @@ from lsa_native.reference import kernel_attention as ka_ref  # noqa: E402
 from lsa_native.reference import lsa as lsa_ref  # noqa: E402
 
 from conftest import conditioned_tolerance  # noqa: E402
-from test_kernel_attention import relative_conditions, relu_kink_within  # noqa: E402
+from test_kernel_attention import kink_free, relative_conditions  # noqa: E402
 
 ACTS = list(ka.ACTIVATIONS)
 TOL = {torch.float64: 1e-11, torch.float32: 2e-4}  # relative to the largest entry
@@ -56,10 +56,7 @@ GRADCHECK_EPS = 1e-6  # torch.autograd.gradcheck's central-difference step
 
 def ka_gradcheck_problem(rng, acts, B, d, n, L, H):
     """ka_problem, redrawn while a relu score lies within 10x gradcheck's step of relu's kink."""
-    while True:
-        args = ka_problem(rng, B, d, n, L, H)
-        if not relu_kink_within(10 * GRADCHECK_EPS, *args, acts):
-            return args
+    return kink_free(lambda: ka_problem(rng, B, d, n, L, H), 10 * GRADCHECK_EPS, acts)
 
 
 # --- pure-PyTorch implementations of the same equations (autograd does the gradients) --------

@@ -6,7 +6,7 @@
 // a loaded machine disturbs it little. The step is compiled here from cpu/sampling_kernels.inl in
 // a namespace of its own with the flags given, e.g. the AVX2 table's (BUILD: a configured build
 // directory, for lsa_native/config.hpp):
-//   g++ -O3 -std=c++17 -mavx2 -mfma -DNDEBUG -Icpp/src -Icpp/include -IBUILD/generated
+//   g++ -O3 -std=c++17 -mavx2 -mfma -fschedule-insns -fsched-pressure -DNDEBUG -Icpp/src -Icpp/include -IBUILD/generated
 //       bench/cpp/wishart_step_parts.cpp -o /tmp/wishart_step_parts && /tmp/wishart_step_parts
 #define LSA_ISA_NS isa_bench_parts
 #include "cpu/sampling_kernels.inl"

@@ -87,18 +87,20 @@ def _concrete(*arrays) -> bool:
 
 # --- LSA ---------------------------------------------------------------------------------------
 
-def _native_vjp_function(forward, vjp, out_shape):
-    """A custom_vjp f(E, W_pv, W_kq) running `forward` and, for the upstream u, `vjp`(E, W_pv,
+def _native_vjp_function(name, forward, vjp, out_shape):
+    """A custom_vjp `name`(E, W_pv, W_kq) running `forward` and, for the upstream u, `vjp`(E, W_pv,
     W_kq, u) → (dW_pv, dW_kq, dE) in callbacks; out_shape(E) is the output's shape."""
 
-    @jax.custom_vjp
     def f(E, W_pv, W_kq):
-        return _call(lambda *a: forward(*a), _spec(out_shape(E), E.dtype), E, W_pv, W_kq)
+        return _call(forward, _spec(out_shape(E), E.dtype), E, W_pv, W_kq)
+
+    f.__name__ = f.__qualname__ = name  # the name jaxprs show
+    f = jax.custom_vjp(f)
 
     def bwd(res, up):
         E, W_pv, W_kq = res
         out = (_spec(W_pv.shape, E.dtype), _spec(W_kq.shape, E.dtype), _spec(E.shape, E.dtype))
-        d_W_pv, d_W_kq, d_E = _call(lambda *a: vjp(*a), out, E, W_pv, W_kq, up)
+        d_W_pv, d_W_kq, d_E = _call(vjp, out, E, W_pv, W_kq, up)
         return d_E, d_W_pv, d_W_kq
 
     f.defvjp(lambda E, W_pv, W_kq: (f(E, W_pv, W_kq), (E, W_pv, W_kq)), bwd)
@@ -114,8 +116,9 @@ def _run(check, native, traced, E, W_pv, W_kq):
     return traced(E, W_pv, W_kq)
 
 
-_lsa_forward = _native_vjp_function(_lsa.forward, _lsa.vjp, lambda E: E.shape)
-_lsa_predict = _native_vjp_function(_lsa.predict, _predict_vjp, lambda E: E.shape[:1])
+_lsa_forward = _native_vjp_function("_lsa_forward", _lsa.forward, _lsa.vjp, lambda E: E.shape)
+_lsa_predict = _native_vjp_function("_lsa_predict", _lsa.predict, _predict_vjp,
+                                    lambda E: E.shape[:1])
 
 
 def lsa_forward(E, W_pv, W_kq):
@@ -139,8 +142,10 @@ def _check_multihead(E, W_pv, W_kq) -> None:
     _check_shape("W_kq", W_kq, W_pv.shape)
 
 
-_multihead_forward = _native_vjp_function(_mh.forward, _mh.vjp, lambda E: E.shape)
-_multihead_predict = _native_vjp_function(_mh.predict, _mh.predict_vjp, lambda E: E.shape[:1])
+_multihead_forward = _native_vjp_function("_multihead_forward", _mh.forward, _mh.vjp,
+                                          lambda E: E.shape)
+_multihead_predict = _native_vjp_function("_multihead_predict", _mh.predict, _mh.predict_vjp,
+                                          lambda E: E.shape[:1])
 
 
 def multihead_lsa_forward(E, W_pv, W_kq):

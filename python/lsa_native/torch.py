@@ -171,9 +171,11 @@ def _native_lsa_function(name: str, forward, vjp, grad_name: str):
     change of an input) and viewed as numpy again in backward; `grad_name` names the incoming
     gradient in error messages."""
 
-    def fwd(ctx, E, W_pv, W_kq):
+    def forward_(ctx, E, W_pv, W_kq):
         ctx.save_for_backward(E, W_pv, W_kq)
         return _tensor(forward(*_lsa_args(E, W_pv, W_kq), device=_device(E)))
+
+    forward_.__name__ = forward_.__qualname__ = "forward"  # as tracebacks name a Function's forward
 
     @_first_order
     def backward(ctx, d_out):
@@ -183,7 +185,7 @@ def _native_lsa_function(name: str, forward, vjp, grad_name: str):
         return _tensor(d_E), _tensor(d_W_pv), _tensor(d_W_kq)
 
     return type(name, (torch.autograd.Function,),
-                {"forward": staticmethod(fwd), "backward": staticmethod(backward)})
+                {"forward": staticmethod(forward_), "backward": staticmethod(backward)})
 
 
 _LSAForward = _native_lsa_function("_LSAForward", _lsa.forward, _lsa.vjp, "d_F")

@@ -27,8 +27,9 @@ using simd::Vec;
 using simd::VecBuffer;
 constexpr std::uint32_t kX = rng::kStreamX;
 
-// UnitVector's twin for scratch that is written before it is read: no value-initialization (a
-// fused tokens step at d = 20, N = 100 zeroed 74 KB of such buffers per 8 prompts).
+// UnitVector's twin for scratch that is written before it is read: no value-initialization (the
+// fused tokens step at d = 20, N = 100 zeroed 74 KB of such buffers per 8 prompts while its
+// covariates were packed; now a prompt's 8 KB and an E it never uses).
 template <class T>
 struct ScratchAllocator : simd::UnitAllocator<T> {
   using value_type = T;
@@ -138,7 +139,7 @@ inline T dot(const T* a, const T* b, index_t n) {
 
 // out[i] = x[i], i < n: whole vectors, the last one overlapping (no call into memcpy for a short
 // row, no scalar tail), scalar below one vector. Token rows, and w and x_q (a libc memcpy call each
-// for d = 5 floats cost ~10% of writing a d = 5, N = 20 prompt).
+// for d = 5 floats cost ~13% of draw_prompt's own work at d = 5, N = 20, normals excluded).
 template <class T>
 void copy_tokens(const T* x, index_t n, T* out) {
   constexpr index_t L = simd::kLanes<T>;
@@ -253,13 +254,16 @@ T draw_prompt(const LinearPlan<T>& P, const TaskPool<T>& pool, index_t b, const 
 // of at most kPackedBytes drawn kPackedPrompts prompts at a time by simd::fill_normals_packed (no
 // per-prompt rounding up to 8 blocks, no partial group through a buffer: on Zen 3 at d = 5, N = 20,
 // 3.8 instead of 4.4-4.5 cycles per covariate normal (bench/cpp/tokens_step_parts.cpp,
-// 2026-11-28); N = 20 noise normals per prompt drawn alone cost ~190 cycles a prompt, a third of
-// the fused tokens step at d = 5), longer ones per prompt by simd::fill_normals into a buffer that
+// 2026-11-28); N = 20 noise normals per prompt drawn alone cost ~190 cycles a prompt, a quarter of
+// the fused tokens step at d = 5 with noise), longer ones per prompt by simd::fill_normals into a buffer that
 // stays in L1 while draw_prompt copies it into E. At d = 20, N = 100 (8160 bytes in float32) the
 // packed fill alone is slightly faster, but its 65 KB buffer for 8 prompts leaves L1, and the fused
-// tokens step took 5.19 cycles per normal packed against 4.67 per prompt (kPackedBytes 8192 ->
+// tokens step took 5.17-5.19 cycles per normal packed against 4.67 per prompt (kPackedBytes 8192 ->
 // 4096, 2026-11-28; the float64 ranges there, 16 KB, were already per prompt: packed gained
-// nothing). n = 0: nothing is drawn (at() must not be called).
+// nothing). Only those two sizes decided the threshold: at d = 10 a review measured the step ~1.5%
+// faster per prompt just above 4 KB than packed just below, so a lower threshold may pay there
+// (not measured). n = 0: the callers draw nothing and never call at() (fill_normals_packed would
+// divide by zero).
 template <class T>
 class PromptNormals {
  public:
