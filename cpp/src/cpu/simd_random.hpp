@@ -420,13 +420,17 @@ inline void philox_first_groups(U32x8 (&w)[G][4], int groups, rng::PhiloxKey key
   }
   philox_groups<G>(w, key);
 }
-// Philox on 8 blocks: w[j][lane] = word j of block blocks[lane] of prompt prompts[lane] (the
+// The counters of 8 blocks: w[j][lane] = word j of block blocks[lane] of prompt prompts[lane] (the
 // stream's step and tag).
-inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompts, U32x8 (&w)[4]) {
+inline void lane_counters(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompts, U32x8 (&w)[4]) {
   w[0] = blocks;
   w[1] = prompts;
   w[2] = U32x8{} + a.step;
   w[3] = U32x8{} + a.stream;
+}
+// Philox on those 8 blocks.
+inline void philox_lanes(const rng::StreamAddress& a, U32x8 blocks, U32x8 prompts, U32x8 (&w)[4]) {
+  lane_counters(a, blocks, prompts, w);
   philox_groups(reinterpret_cast<U32x8(&)[1][4]>(w), a.key);
 }
 // The 8·groups consecutive blocks b0 .. b0 + 8·groups − 1 of a stream, groups <= G: w[g][j][lane]
@@ -435,12 +439,8 @@ template <int G>
 inline void philox_consecutive_blocks(const rng::StreamAddress& a, std::uint32_t b0, U32x8 (&w)[G][4],
                                       int groups = G) {
   const U32x8 lane = {0, 1, 2, 3, 4, 5, 6, 7};
-  for (int g = 0; g < G; ++g) {  // every group's counters (a few adds), so that none is unset
-    w[g][0] = lane + (b0 + 8u * std::uint32_t(g));
-    w[g][1] = U32x8{} + a.prompt;
-    w[g][2] = U32x8{} + a.step;
-    w[g][3] = U32x8{} + a.stream;
-  }
+  for (int g = 0; g < G; ++g)  // every group's counters (a few adds), so that none is unset
+    lane_counters(a, lane + (b0 + 8u * std::uint32_t(g)), U32x8{} + a.prompt, w[g]);
   philox_first_groups(w, groups, a.key);
 }
 
@@ -711,22 +711,17 @@ inline void fill_normals_lanes(const rng::StreamAddress& a, index_t n, Vec<T>* o
 
 // ---- chi-square variates of the Bartlett factor ---------------------------------------------
 
-// The lanes of a comparison mask as bits (lane l -> bit l): one movemask on AVX, a loop elsewhere.
-__attribute__((always_inline)) inline unsigned lane_bits(I32x8 m) {
+// The lanes of a comparison mask (I32x8 or I64x4) as bits (lane l -> bit l): one movemask on AVX,
+// a loop elsewhere.
+template <class M>
+__attribute__((always_inline)) inline unsigned lane_bits(M m) {
+  constexpr int kLanesOfM = int(sizeof(M) / sizeof(m[0]));
 #if defined(__AVX__)
-  return unsigned(_mm256_movemask_ps(bit_cast<__m256>(m)));
+  if constexpr (kLanesOfM == 8) return unsigned(_mm256_movemask_ps(bit_cast<__m256>(m)));
+  else return unsigned(_mm256_movemask_pd(bit_cast<__m256d>(m)));
 #else
   unsigned b = 0;
-  for (int l = 0; l < 8; ++l) b |= unsigned(m[l] != 0) << l;
-  return b;
-#endif
-}
-__attribute__((always_inline)) inline unsigned lane_bits(I64x4 m) {
-#if defined(__AVX__)
-  return unsigned(_mm256_movemask_pd(bit_cast<__m256d>(m)));
-#else
-  unsigned b = 0;
-  for (int l = 0; l < 4; ++l) b |= unsigned(m[l] != 0) << l;
+  for (int l = 0; l < kLanesOfM; ++l) b |= unsigned(m[l] != 0) << l;
   return b;
 #endif
 }
@@ -811,12 +806,7 @@ __attribute__((always_inline)) inline void gamma_vectors(const rng::StreamAddres
   // log of the smallest normal number: below it the vector exp flushes to 0
   const T log_tiny = kFloat ? T(-87.3365448) : T(-708.3964185322641);
   U32x8 w[G][4];
-  for (int j = 0; j < G; ++j) {
-    w[j][0] = blocks[j];
-    w[j][1] = ids[j];
-    w[j][2] = U32x8{} + a.step;
-    w[j][3] = U32x8{} + a.stream;
-  }
+  for (int j = 0; j < G; ++j) lane_counters(a, blocks[j], ids[j], w[j]);
   philox_groups<G>(w, a.key);
   Vec<T> boost_u[G];
   Mask done[G];
