@@ -109,7 +109,7 @@ LSA_HD_LOCAL T activation_gradient(Activation a, T h, T dh, T column_dot) {
 }
 
 // Whether h̃ normalizes each target column over the sources (the table's column_wise flag).
-LSA_HD_LOCAL bool column_wise(Activation a) {
+LSA_HD_LOCAL constexpr bool column_wise(Activation a) {
   switch (a) {
 #define LSA_NATIVE_ACTIVATION_CASE(name, is_column_wise) \
   case Activation::name:                                 \

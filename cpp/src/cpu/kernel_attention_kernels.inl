@@ -46,12 +46,13 @@ void products_bt(const T* A, index_t ra, const T* B, index_t rb, index_t ld, T* 
 // The elementwise part of h̃ on one vector: the recipe's value function of the table entry
 // (recipe::activation::<name>_value, which the compiler specializes per entry); exp and softmax go
 // through the vectorized exp (simd::exp) instead. A column-wise entry receives S minus its column
-// max (the recipe's shift, hence shift 0 here) and is normalized per column by activation_rows. A
-// new activation needs no code in this file.
+// max (the recipe's shift, hence shift 0 here; values ≤ 0, so its exp skips the overflow test) and
+// is normalized per column by activation_rows. A new activation needs no code in this file.
 template <class T, Activation kActivation>
 inline Vec<T> activation_vector(Vec<T> x) {
   if constexpr (kActivation == Activation::exp || kActivation == Activation::softmax) {
-    return simd::exp(x);  // e^s, and e^(s − shift) with the shift already subtracted
+    constexpr bool kShifted = recipe::column_wise(kActivation);
+    return simd::exp</*kMayOverflow=*/!kShifted>(x);  // e^s, or e^(s − shift) ≤ 1
   } else {
     for (index_t k = 0; k < simd::kLanes<T>; ++k) x[k] = recipe::activation_value(kActivation, x[k], T(0));
     return x;
@@ -86,38 +87,59 @@ void activation_values(T* x, index_t count) {
   }
 }
 
-// A column-wise activation on S [n, Tt] with Tt a whole number of vectors, one block of kLanes
-// columns at a time, fused: the column max, then the shifted values of kExpRows rows at a time in
-// registers and the column sum (in row order) in the same pass, then the scale. The same operations
-// in the same order per value as activation_rows' passes (hence the same results); the block's n
-// rows stay in L1 between the passes.
+// The column blocks (kLanes columns each) of a row of Tt values, Tt a whole number of vectors,
+// kMaxBlocks at a time, then halving: f(std::integral_constant<index_t, NB>{}, c0) handles the NB
+// blocks from column c0. A column reduction (max, sum, Σ H dH) is a chain of n dependent vector
+// operations; NB independent chains hide its latency (31 blocks a row in the lane path, 4 per prompt).
+template <index_t kMaxBlocks, class T, class F>
+inline void for_column_blocks(index_t Tt, F&& f, index_t c0 = 0) {
+  constexpr index_t L = simd::kLanes<T>;
+  for (; c0 + kMaxBlocks * L <= Tt; c0 += kMaxBlocks * L) f(std::integral_constant<index_t, kMaxBlocks>{}, c0);
+  if constexpr (kMaxBlocks > 1) for_column_blocks<kMaxBlocks / 2, T>(Tt, f, c0);
+}
+
+// A column-wise activation on S [n, Tt] with Tt a whole number of vectors, NB blocks of kLanes
+// columns at a time, fused: the column max, then the shifted values of several rows in registers
+// and the column sum (in row order) in the same pass, then the scale. The same operations in the
+// same order per value as activation_rows' passes (hence the same results); the blocks' n rows
+// stay in L1 between the passes.
 template <class T, Activation kActivation>
 void columnwise_blocks(T* S, index_t n, index_t Tt) {
   constexpr index_t L = simd::kLanes<T>;
-  for (index_t c0 = 0; c0 < Tt; c0 += L) {
-    Vec<T> shift = load(S + c0);
-    for (index_t i = 1; i < n; ++i) {
-      const Vec<T> x = load(S + i * Tt + c0);
-      shift = shift < x ? x : shift;  // std::max per lane
-    }
-    Vec<T> sum = simd::zero<T>();
-    index_t i = 0;
-    for (; i + kExpRows <= n; i += kExpRows) {
-      Vec<T> v[kExpRows];
-      for (index_t k = 0; k < kExpRows; ++k) v[k] = activation_vector<T, kActivation>(load(S + (i + k) * Tt + c0) - shift);
-      for (index_t k = 0; k < kExpRows; ++k) {
-        store(S + (i + k) * Tt + c0, v[k]);
-        sum += v[k];
+  for_column_blocks<4, T>(Tt, [&](auto blocks_tag, index_t c0) {
+    constexpr index_t NB = decltype(blocks_tag)::value;
+    constexpr index_t R = NB < kExpRows ? kExpRows / NB : 1;  // rows a step: ≥ kExpRows exps in flight
+    auto at = [&](index_t i, index_t b) { return S + i * Tt + c0 + b * L; };
+    Vec<T> shift[NB], sum[NB];
+    for (index_t b = 0; b < NB; ++b) shift[b] = load(at(0, b));
+    for (index_t i = 1; i < n; ++i)
+      for (index_t b = 0; b < NB; ++b) {
+        const Vec<T> x = load(at(i, b));
+        shift[b] = shift[b] < x ? x : shift[b];  // std::max per lane
       }
+    for (index_t b = 0; b < NB; ++b) sum[b] = simd::zero<T>();
+    index_t i = 0;
+    for (; i + R <= n; i += R) {
+      Vec<T> v[R][NB];
+      for (index_t k = 0; k < R; ++k)
+        for (index_t b = 0; b < NB; ++b) v[k][b] = activation_vector<T, kActivation>(load(at(i + k, b)) - shift[b]);
+      for (index_t k = 0; k < R; ++k)
+        for (index_t b = 0; b < NB; ++b) {
+          store(at(i + k, b), v[k][b]);
+          sum[b] += v[k][b];
+        }
     }
-    for (; i < n; ++i) {
-      const Vec<T> v = activation_vector<T, kActivation>(load(S + i * Tt + c0) - shift);
-      store(S + i * Tt + c0, v);
-      sum += v;
-    }
-    const Vec<T> scale = T(1) / sum;
-    for (index_t r = 0; r < n; ++r) store(S + r * Tt + c0, load(S + r * Tt + c0) * scale);
-  }
+    for (; i < n; ++i)
+      for (index_t b = 0; b < NB; ++b) {
+        const Vec<T> v = activation_vector<T, kActivation>(load(at(i, b)) - shift[b]);
+        store(at(i, b), v);
+        sum[b] += v;
+      }
+    Vec<T> scale[NB];
+    for (index_t b = 0; b < NB; ++b) scale[b] = T(1) / sum[b];
+    for (index_t r = 0; r < n; ++r)
+      for (index_t b = 0; b < NB; ++b) store(at(r, b), load(at(r, b)) * scale[b]);
+  });
 }
 
 // H = h̃(S) in place on S [n, T] (sources i < n as rows, targets j as columns)   [CCS (12)];
@@ -168,12 +190,17 @@ void activation_backward(Activation a, const T* H, T* dH, index_t n, index_t Tt,
     constexpr bool kColumnWise = decltype(column_wise_tag)::value;
     if constexpr (kColumnWise) {
       if (Tt % simd::kLanes<T> == 0) {
-        for (index_t c0 = 0; c0 < Tt; c0 += simd::kLanes<T>) {
-          Vec<T> dot = simd::zero<T>();
-          for (index_t i = 0; i < n; ++i) dot += load(H + i * Tt + c0) * load(dH + i * Tt + c0);
+        for_column_blocks<8, T>(Tt, [&](auto blocks_tag, index_t c0) {
+          constexpr index_t NB = decltype(blocks_tag)::value;
+          auto at = [&](index_t i, index_t b) { return i * Tt + c0 + b * simd::kLanes<T>; };
+          Vec<T> dot[NB];
+          for (index_t b = 0; b < NB; ++b) dot[b] = simd::zero<T>();
           for (index_t i = 0; i < n; ++i)
-            store(dH + i * Tt + c0, gradient(load(H + i * Tt + c0), load(dH + i * Tt + c0), dot));
-        }
+            for (index_t b = 0; b < NB; ++b) dot[b] += load(H + at(i, b)) * load(dH + at(i, b));
+          for (index_t i = 0; i < n; ++i)
+            for (index_t b = 0; b < NB; ++b)
+              store(dH + at(i, b), gradient(load(H + at(i, b)), load(dH + at(i, b)), dot[b]));
+        });
         return;
       }
       std::fill(col, col + Tt, T(0));

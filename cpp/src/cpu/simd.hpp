@@ -177,7 +177,11 @@ typedef std::uint32_t U32x8 __attribute__((vector_size(32)));
 // exp on a whole vector: Cody–Waite reduction x = k ln2 + r (|r| <= ln2/2, k by the 1.5·2^52
 // rounding trick), Taylor polynomial of r (degree 12: relative truncation < 2e-16), and 2^k built
 // in the exponent bits. Accurate to a few ulp; overflow gives +inf, results below the smallest
-// normal number flush to 0. Vectorizes where a call to std::exp cannot.
+// normal number flush to 0. Vectorizes where a call to std::exp cannot. A NaN needs no test of its
+// own: it makes r, hence the polynomial, NaN, and neither range test below selects it.
+// kMayOverflow = false drops the overflow test where every x is ≤ 0 or NaN (a softmax's values
+// minus their max); the results are the same bits.
+template <bool kMayOverflow = true>
 inline Vec<double> exp(Vec<double> x) {
   const Vec<double> magic = broadcast(6755399441055744.0);  // 1.5 · 2^52
   const Vec<double> t = x * 1.4426950408889634 + magic;
@@ -196,12 +200,12 @@ inline Vec<double> exp(Vec<double> x) {
   Vec<double> scale;
   std::memcpy(&scale, &bits, sizeof scale);
   Vec<double> out = p * scale;
-  out = x > 709.782712893384 ? broadcast(std::numeric_limits<double>::infinity()) : out;
-  out = x < -708.3964185322641 ? zero<double>() : out;
-  return x != x ? x : out;  // NaN stays NaN
+  if constexpr (kMayOverflow) out = x > 709.782712893384 ? broadcast(std::numeric_limits<double>::infinity()) : out;
+  return x < -708.3964185322641 ? zero<double>() : out;
 }
 
 // Single-precision version: degree-7 Taylor (relative truncation < 6e-9).
+template <bool kMayOverflow = true>
 inline Vec<float> exp(Vec<float> x) {
   const Vec<float> magic = broadcast(12582912.0f);  // 1.5 · 2^23
   const Vec<float> t = x * 1.44269504f + magic;
@@ -218,9 +222,8 @@ inline Vec<float> exp(Vec<float> x) {
   Vec<float> scale;
   std::memcpy(&scale, &bits, sizeof scale);
   Vec<float> out = p * scale;
-  out = x > 88.7228317f ? broadcast(std::numeric_limits<float>::infinity()) : out;
-  out = x < -87.3365448f ? zero<float>() : out;
-  return x != x ? x : out;
+  if constexpr (kMayOverflow) out = x > 88.7228317f ? broadcast(std::numeric_limits<float>::infinity()) : out;
+  return x < -87.3365448f ? zero<float>() : out;
 }
 
 // x[i] = exp(x[i]) for n values (the tail through a zero-padded vector).
