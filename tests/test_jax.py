@@ -70,10 +70,14 @@ def test_lsa_grad_matches_reference(rng, dtype, B, d, N):
           lsa_ref.predict_naive(*absolute), "predict")
 
 
+@pytest.mark.parametrize("output", ["full", "prediction"])
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("shape", [(3, 1, 1, 1, 1), (3, 3, 6, 2, 2)])
+@pytest.mark.parametrize("shape", [(3, 1, 1, 1, 1), (3, 3, 6, 2, 2), (9, 2, 5, 2, 1)])
 @pytest.mark.parametrize("act", ACTS)
-def test_kernel_attention_grad_matches_reference(rng, act, shape, dtype):
+def test_kernel_attention_grad_matches_reference(rng, act, shape, dtype, output):
+    """kernel_attention (Z_L) or kernel_attention_predict (ŷ = −Z_L[:, d, n], CCS (4)) and its
+    gradient under jit(grad) vs the reference forward and VJP (for the prediction: the VJP seeded
+    with −g at [d, n]); 9 prompts run the native lane path's whole groups and remainder."""
     Bsz, d, n, L, H = shape
     acts = [act] if H == 1 else [act, ACTS[(ACTS.index(act) + 2) % 4]]
     # Redraw while the float64 output is large: two exp layers occasionally reach 1e100+ (about 1
@@ -88,11 +92,18 @@ def test_kernel_attention_grad_matches_reference(rng, act, shape, dtype):
             out = ka_ref.forward(Z0, V, B, C, acts)[0]
         if np.all(np.isfinite(out)) and np.abs(out).max() < 1e2:
             break
-    G = rng.standard_normal(Z0.shape)
+    fn, want = lj.kernel_attention, ka_ref.forward(Z0, V, B, C, acts)[0]
+    g = rng.standard_normal(Z0.shape)
+    G = g  # the upstream of Z_L
+    if output == "prediction":
+        fn, want = lj.kernel_attention_predict, -want[:, d, n]
+        g = rng.standard_normal(Bsz)
+        G = np.zeros(Z0.shape)
+        G[:, d, n] = -g
     args = [jnp.asarray(a, dtype) for a in (Z0, V, B, C)]
-    Z_L = lj.kernel_attention(*args, acts)
-    assert Z_L.dtype == dtype and rel_err(Z_L, ka_ref.forward(Z0, V, B, C, acts)[0]) < TOL[dtype]
-    loss = lambda *a: jnp.sum(jnp.asarray(G, dtype) * lj.kernel_attention(*a, acts))
+    out = fn(*args, acts)
+    assert out.dtype == dtype and out.shape == want.shape and rel_err(out, want) < TOL[dtype]
+    loss = lambda *a: jnp.sum(jnp.asarray(g, dtype) * fn(*a, acts))
     grads = jax.jit(jax.grad(loss, argnums=(0, 1, 2, 3)))(*args)
     dV, dB, dC, dZ0 = ka_ref.vjp(Z0, V, B, C, acts, G)
     # max(TOL, 100·κ·u) for a gradient with relative condition κ (conftest.conditioned_tolerance):

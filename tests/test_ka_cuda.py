@@ -105,7 +105,8 @@ def gradient_conditions(rng, Z0, y, V, B, C, dZ, acts):
 # ---- everywhere ---------------------------------------------------------------------------------
 
 @pytest.mark.skipif(lsa_native.cuda_available(), reason="a GPU is visible")
-@pytest.mark.parametrize("fn", ["forward", "predict", "vjp", "loss_and_grad", "params.loss"])
+@pytest.mark.parametrize("fn", ["forward", "predict", "vjp", "predict_vjp", "loss_and_grad",
+                                "params.loss"])
 def test_device_cuda_without_gpu_is_a_clear_error(rng, fn):
     Z0, y, V, B, C, dZ = problem(rng, 2, 2, 3, 1, 1, np.float64)
     params = ka.KernelAttentionParams(B=B, C=C, activations=["softmax"], V=V)
@@ -113,6 +114,7 @@ def test_device_cuda_without_gpu_is_a_clear_error(rng, fn):
             "predict": lambda: ka.predict(Z0, V, B, C, "softmax", device="cuda"),
             "params.loss": lambda: params.loss(Z0, y, device="cuda"),
             "vjp": lambda: ka.vjp(Z0, V, B, C, "softmax", dZ, device="cuda"),
+            "predict_vjp": lambda: ka.predict_vjp(Z0, V, B, C, "softmax", y, device="cuda"),
             "loss_and_grad": lambda: ka.loss_and_grad(Z0, y, V, B, C, "softmax", device="cuda")}[fn]
     why = "no CUDA device" if lsa_native.cuda_compiled() else "no CUDA kernels"
     with pytest.raises(ValueError, match=why):
@@ -207,6 +209,16 @@ def test_device_path_glue_on_an_emulated_gpu(rng, emulated_gpu, dtype):
         host = ka.predict(Z0, V, B, C, acts, every_layer=every_layer, device="cuda")
         assert isinstance(host, np.ndarray)
         np.testing.assert_array_equal(host, want)
+    # predict_vjp: device arrays with the CPU's bits (y as the upstream d_y); host arrays with
+    # device="cuda" come back as numpy.
+    want = ka.predict_vjp(Z0, V, B, C, acts, y, **cpu)
+    got = ka.predict_vjp(g(Z0), V, B, C, acts, g(y))
+    host = ka.predict_vjp(Z0, V, B, C, acts, y, device="cuda")
+    for a, h, b in zip(got, host, want):
+        assert isinstance(a, HostBackedCudaArray) and isinstance(h, np.ndarray)
+        np.testing.assert_array_equal(a.a, b)
+        np.testing.assert_array_equal(h, b)
+    assert ka.predict_vjp(g(Z0), V, B, C, acts, y, input_grad=False)[3] is None
     params = ka.KernelAttentionParams(B=B, C=C, activations=acts, V=V)
     assert params.loss(g(Z0), g(y)) == params.loss(Z0, y, **cpu)
     # numpy with device="cuda": numpy results.
@@ -337,6 +349,31 @@ def test_cuda_matches_the_cpu_kernels(rng, shape, act, dtype, kernel_choice):
     loss2 = ka.loss_and_grad(Z0, y, V, B, C, acts, device="cuda")
     assert loss2[0] == out[0]
     np.testing.assert_array_equal(loss2[1], cuda.to_host(out[1]))
+
+
+@needs_gpu
+@pytest.mark.cuda
+@pytest.mark.parametrize("kernel_choice", KERNELS_BACKWARD, indirect=True)
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("act", ACTS)
+@pytest.mark.parametrize("shape", SHAPES)
+def test_cuda_predict_vjp_matches_the_cpu(rng, shape, act, dtype, kernel_choice):
+    """predict_vjp on the GPU (loss_and_grad's kernel seeded with −d_y) vs the CPU's, to the
+    κ-raised tolerances of assert_close; without input_grad the same parameter gradients."""
+    Z0, y, V, B, C, _ = bounded_problem(rng, shape, dtype, acts_for(act, shape[-1]))
+    acts = acts_for(act, shape[-1])
+    args64 = [a.astype(np.float64) for a in (Z0, V, B, C, y)]
+    pvjp = lambda Z0_, V_, B_, C_, y_: ka.predict_vjp(Z0_, V_, B_, C_, acts, y_, device="cpu")  # noqa: E731
+    kappa = relative_conditions(pvjp, args64, pvjp(*args64), rng)
+    want = ka.predict_vjp(Z0, V, B, C, acts, y, device="cpu")
+    dev = [cuda.to_device(a) for a in (Z0, V, B, C, y)]
+    got = ka.predict_vjp(*dev[:4], acts, dev[4])
+    for a, b, k, what in zip(got, want, kappa, ("dV", "dB", "dC", "dZ0")):
+        assert_close(a, b, dtype, "predict_vjp " + what, k)
+    no_input = ka.predict_vjp(*dev[:4], acts, dev[4], input_grad=False)
+    assert no_input[3] is None
+    for a, b, k, what in zip(no_input[:3], want[:3], kappa, ("dV", "dB", "dC")):
+        assert_close(a, b, dtype, "predict_vjp (no input gradient) " + what, k)
 
 
 @needs_gpu

@@ -384,6 +384,55 @@ def test_loss_and_grad_is_forward_then_vjp(rng):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-15)
 
 
+@pytest.mark.parametrize("dtype, tol", [(np.float64, 1e-11), (np.float32, 2e-4)])
+@pytest.mark.parametrize("d,n", [(1, 1), (4, 9), (5, 30)])
+@pytest.mark.parametrize("L,H", [(1, 1), (2, 2), (3, 1)])
+@pytest.mark.parametrize("act", ACTS)
+def test_predict_vjp_is_the_vjp_of_the_predictions(rng, act, L, H, d, n, dtype, tol):
+    """predict_vjp(d_y) = the reference VJP seeded with −d_y at Z_L[d, n] (ŷ = −TF, CCS (4)), to
+    the tolerances of test_vjp_matches_reference (κ-raised); 13 prompts run the lane path's whole
+    groups (8 float / 4 double lanes on AVX2) and its per-prompt remainder. Without input_grad dZ0
+    is None and the parameter gradients are the same bits."""
+    Z0, _, V, B, C = random_problem(rng, 13, d, n, L, H, dtype)
+    acts = [act] * H if H == 1 else [act, ACTS[(ACTS.index(act) + 3) % 4]]
+    d_y = rng.standard_normal(13).astype(dtype)
+    got = ka.predict_vjp(Z0, V, B, C, acts, d_y)
+    no_input = ka.predict_vjp(Z0, V, B, C, acts, d_y, input_grad=False)
+    assert no_input[3] is None
+    for a, b in zip(no_input[:3], got[:3]):
+        np.testing.assert_array_equal(a, b)
+
+    def reference_vjp(Z0, V, B, C, d_y):
+        G = np.zeros_like(Z0)
+        G[:, d, n] = -d_y
+        return ref.vjp(Z0, V, B, C, acts, G)
+
+    inputs = [a.astype(np.float64) for a in (Z0, V, B, C, d_y)]
+    want = reference_vjp(*inputs)
+    kappa = relative_conditions(reference_vjp, inputs, want, rng)
+    for name, g, w, k in zip(("dV", "dB", "dC", "dZ0"), got, want, kappa):
+        assert g.dtype == dtype and g.shape == w.shape
+        if np.abs(w).max() == 0:  # softmax over one source (n = 1) is constant: dB = dC = 0
+            assert np.abs(g).max() == 0, name
+            continue
+        assert rel_err(g, w) < conditioned_tolerance(tol, k, dtype), (name, rel_err(g, w), k)
+
+
+def test_predict_vjp_checks_its_arguments(rng):
+    Z0, y, V, B, C = random_problem(rng, 4, 2, 5, 1, 1)
+    with pytest.raises(ValueError, match=r"d_y: expected shape \(4,\)"):
+        ka.predict_vjp(Z0, V, B, C, "exp", y[:3])
+    with pytest.raises(ValueError, match="unknown name 'tanh'"):
+        ka.predict_vjp(Z0, V, B, C, "tanh", y)
+    with pytest.raises(ValueError, match="B: expected shape"):
+        ka.predict_vjp(Z0, V, B[..., :1], C, "exp", y)
+    # Any upstream values (as vjp's d_Z_out): a NaN in d_y gives NaN gradients that are named.
+    bad = y.copy()
+    bad[1] = np.nan
+    with pytest.raises(ValueError, match="d_y: contains non-finite values"):
+        ka.predict_vjp(Z0, V, B, C, "exp", bad)
+
+
 @pytest.mark.parametrize("act", ACTS)
 def test_reference_vjp_matches_finite_differences(rng, act):
     """⟨G, Z_L(θ)⟩ differentiated by central differences (h = 1e-6, float64) vs reference.vjp."""

@@ -107,6 +107,34 @@ def test_kernel_attention_gradcheck(rng, act, shape, save_context):
     assert gradcheck(fn, args)
 
 
+@pytest.mark.parametrize("shape", [(2, 1, 1, 1, 1), (2, 2, 3, 2, 2), (9, 2, 4, 1, 1)])
+@pytest.mark.parametrize("act", ACTS)
+def test_kernel_attention_predict_gradcheck(rng, act, shape):
+    """kernel_attention_predict (native predict / predict_vjp: the last layer's query column
+    alone) by gradcheck; 9 prompts in float64 run a whole lane group (4 lanes on AVX2) and the
+    per-prompt remainder."""
+    args = [t(a) for a in ka_gradcheck_problem(rng, heads(act, shape[-1]), *shape)]
+    assert gradcheck(lambda *a: lt.kernel_attention_predict(*a, heads(act, shape[-1])), args)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_kernel_attention_module_prediction_is_the_full_models_query_entry(rng, dtype):
+    """KernelAttention(output="prediction") (kernel_attention_predict) equals −Z_L[:, d, n] of the
+    full model and has its gradients, to rounding (float64 1e-12, float32 1e-5 relative)."""
+    m = lt.KernelAttention(3, 2, 2, ["softmax", "exp"], scale=0.3, dtype=dtype, seed=0)
+    Z0 = t(ka_problem(rng, 11, 3, 6, 2, 2)[0], dtype, grad=False)
+    full = -lt.kernel_attention(Z0, m.value(), m.B, m.C, m.activations)[:, -1, -1]
+    pred = m(Z0)
+    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    assert pred.shape == (11,)
+    assert (pred - full).abs().max() <= tol * full.abs().max()
+    w = t(rng.standard_normal(11), dtype, grad=False)
+    g_pred = torch.autograd.grad((w * pred).sum(), list(m.parameters()))
+    g_full = torch.autograd.grad((w * full).sum(), list(m.parameters()))
+    for a, b in zip(g_pred, g_full):
+        assert (a - b).abs().max() <= tol * b.abs().max()
+
+
 def test_sparse_kernel_attention_gradcheck(rng):
     Z0, _, B, C = ka_problem(rng, 2, 2, 3, 2, 1)
     A, r = 0.3 * rng.standard_normal((2, 1, 2, 2)), 0.3 * rng.standard_normal((2, 1))

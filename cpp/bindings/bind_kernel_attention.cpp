@@ -156,6 +156,26 @@ void bind_kernel_attention(py::module_& m) {
       py::arg("input_grad") = true, py::arg("device") = "auto",
       "(dV, dB, dC, dZ0 or None) of kernel_attention_forward's Z_L for the upstream d_Z_out.");
   m.def(
+      "kernel_attention_predict_vjp",
+      [](const py::object& Z0, const py::object& V, const py::object& Bq, const py::object& Ck,
+         const py::object& activation, const py::object& d_y, bool input_grad,
+         const py::object& device) {
+        PyCallSite site;
+        const ArrayView z = site.prompts(Z0, "Z0"), v = site.operand(V, "V"),
+                        b = site.operand(Bq, "B"), c = site.operand(Ck, "C"),
+                        dy = site.operand(d_y, "d_y");
+        const ActivationChoice acts = activation_choice(activation, "activation");
+        ArrayView dv = site.output(py::none(), "d_V"), db = site.output(py::none(), "d_B"),
+                  dc = site.output(py::none(), "d_C"),
+                  dz0 = site.output(py::none(), "d_Z0", input_grad);
+        kernel_attention_predict_vjp(z, v, b, c, acts, dy, dv, db, dc, dz0, device_choice(device),
+                                     site);
+        return py::make_tuple(site.result(dv), site.result(db), site.result(dc), site.result(dz0));
+      },
+      py::arg("Z0"), py::arg("V"), py::arg("B"), py::arg("C"), py::arg("activation"),
+      py::arg("d_y"), py::kw_only(), py::arg("input_grad") = true, py::arg("device") = "auto",
+      "(dV, dB, dC, dZ0 or None) of the predictions ŷ_L = −Z_L[:, d, n] for the upstream d_y [B].");
+  m.def(
       "kernel_attention_loss_and_grad",
       [](const py::object& Z0, const py::object& y_q, const py::object& V, const py::object& Bq,
          const py::object& Ck, const py::object& activation, bool input_grad,

@@ -99,6 +99,16 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z
                             d_V, d_B, d_C, d_Z0, predictions);
 }
 
+template <class T>
+void kernel_attention_predict_vjp(const KernelAttentionShape& sh, const T* Z0, const T* V,
+                                  const T* Bq, const T* Ck, const Activation* acts, const T* d_y,
+                                  T* d_V, T* d_B, T* d_C, T* d_Z0, Device device) {
+  check_arguments(sh, Z0, V, Bq, Ck, acts);
+  detail::require(d_y && d_V && d_B && d_C, "d_y, d_V, d_B and d_C must not be null");
+  LSA_NATIVE_BACKEND(device, kernel_attention_predict_vjp, sh, Z0, V, Bq, Ck, acts, d_y, d_V, d_B,
+                     d_C, d_Z0);
+}
+
 // ---- the view entry points (array_view.hpp): validate() once, then the backend the views ask for
 
 namespace {
@@ -209,6 +219,24 @@ KaCall validate_loss(const ArrayView& Z0, const ArrayView& y_q, const ArrayView&
   return {s, std::move(acts),
           detail::choose_device(device, {&Z0, &y_q, &V, &Bq, &Ck, &d_V, &d_B, &d_C, &d_Z0,
                                          &predictions, &loss})};
+}
+
+// validate() of kernel_attention_predict_vjp: also d_y [B] (any values) and the outputs the caller
+// passed (d_V, d_B, d_C, d_Z0).
+KaCall validate_predict_vjp(const ArrayView& Z0, const ArrayView& V, const ArrayView& Bq,
+                            const ArrayView& Ck, const ActivationChoice& choice,
+                            const ArrayView& d_y, const ArrayView& d_V, const ArrayView& d_B,
+                            const ArrayView& d_C, const ArrayView& d_Z0, DeviceChoice device) {
+  const KernelAttentionShape s = validate_parameters(Z0, V, Bq, Ck);
+  auto acts = activations_per_head(choice, s.heads);
+  require_input(d_y, {s.batch}, Z0, detail::Finite::any);
+  const std::initializer_list<const ArrayView*> inputs = {&Z0, &d_y, &V, &Bq, &Ck};
+  require_output(d_V, value_shape(s), Z0, inputs);
+  require_output(d_B, key_shape(s), Z0, inputs);
+  require_output(d_C, key_shape(s), Z0, inputs);
+  require_output(d_Z0, prompts_shape(s), Z0, inputs);
+  return {s, std::move(acts),
+          detail::choose_device(device, {&Z0, &d_y, &V, &Bq, &Ck, &d_V, &d_B, &d_C, &d_Z0})};
 }
 
 }  // namespace
@@ -324,6 +352,33 @@ double kernel_attention_loss_and_grad(const ArrayView& Z0, const ArrayView& y_q,
   no_loss.name = "loss";
   return kernel_attention_loss_and_grad(Z0, y_q, V, Bq, Ck, activations, d_V, d_B, d_C, d_Z0,
                                         predictions, no_loss, device, site);
+}
+void kernel_attention_predict_vjp(const ArrayView& Z0, const ArrayView& V, const ArrayView& Bq,
+                                  const ArrayView& Ck, const ActivationChoice& activations,
+                                  const ArrayView& d_y, ArrayView& d_V, ArrayView& d_B,
+                                  ArrayView& d_C, ArrayView& d_Z0, DeviceChoice device,
+                                  CallSite& site) {
+  const KaCall c =
+      validate_predict_vjp(Z0, V, Bq, Ck, activations, d_y, d_V, d_B, d_C, d_Z0, device);
+  const KernelAttentionShape& s = c.shape;
+  detail::make_outputs(site, Z0,
+                       {{&d_V, value_shape(s)},
+                        {&d_B, key_shape(s)},
+                        {&d_C, key_shape(s)},
+                        {&d_Z0, prompts_shape(s)}});
+  detail::with_float(Z0, [&](auto t) {
+    using T = decltype(t);
+    site.run([&] {
+      LSA_NATIVE_BACKEND(c.device, kernel_attention_predict_vjp, s, in<T>(Z0), in<T>(V), in<T>(Bq),
+                         in<T>(Ck), c.activations.data(), in<T>(d_y), out<T>(d_V), out<T>(d_B),
+                         out<T>(d_C), out<T>(d_Z0));
+    });
+    if (c.device == Device::cuda)
+      detail::check_host_outputs<T>(
+          {{"d_V", &d_V}, {"d_B", &d_B}, {"d_C", &d_C}, {"d_Z0", &d_Z0}},
+          {detail::host_input<T>(Z0), detail::host_input<T>(V), detail::host_input<T>(Bq),
+           detail::host_input<T>(Ck), detail::host_input<T>(d_y)});
+  });
 }
 #undef LSA_NATIVE_BACKEND
 

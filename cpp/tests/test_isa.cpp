@@ -149,8 +149,9 @@ void check_ka_tables(Isa isa) {
                           s.batch);
         dZ[t].assign(static_cast<size_t>(nz), T(NAN));
         part[t].assign(static_cast<size_t>(cpu::ka_partial_size(s)), NAN);
-        tables[t].loss_grad(s, p.Z0.data(), p.y_q.data(), p.V.data(), p.Bq.data(), p.Ck.data(),
-                            p.acts.data(), dZ[t].data(), nullptr, 0, s.batch, part[t].data());
+        tables[t].loss_grad(s, p.Z0.data(), p.y_q.data(), lsa_native::recipe::QuerySeed::labels,
+                            p.V.data(), p.Bq.data(), p.Ck.data(), p.acts.data(), dZ[t].data(),
+                            nullptr, 0, s.batch, part[t].data());
         dZv[t].assign(static_cast<size_t>(nz), T(NAN));
         part_v[t].assign(part[t].size(), NAN);
         tables[t].vjp(s, p.Z0.data(), p.V.data(), p.Bq.data(), p.Ck.data(), p.acts.data(),

@@ -11,6 +11,8 @@ run the native CPU code through ``jax.pure_callback`` (so they work under ``jax.
 - :func:`kernel_attention` (Z0, V, B, C, activation) → Z_L of CCS (3); the backward runs the
   native VJP that recomputes the forward per prompt (a saved context would have to be copied
   into a JAX buffer and back, and is not faster on CPU: see ``lsa_native.torch``).
+- :func:`kernel_attention_predict` (Z0, V, B, C, activation) → ŷ = −Z_L[:, d, n] [B] (CCS (4));
+  backward: the native ``kernel_attention.predict_vjp`` (the last layer's query column alone).
 
 The callbacks copy between JAX and numpy buffers where JAX requires it (outputs are handed to
 JAX as new arrays). Higher-order derivatives are not supported (the VJPs are not differentiable:
@@ -36,7 +38,7 @@ from . import multihead as _mh
 from .lsa import predict_vjp as _predict_vjp
 
 __all__ = ["lsa_forward", "lsa_predict", "multihead_lsa_forward", "multihead_lsa_predict",
-           "kernel_attention"]
+           "kernel_attention", "kernel_attention_predict"]
 
 
 def _spec(shape, dtype):
@@ -160,9 +162,40 @@ def multihead_lsa_predict(E, W_pv, W_kq):
 
 # --- kernel attention ----------------------------------------------------------------------------
 
-def kernel_attention(Z0, V, B, C, activation="softmax"):
-    """Z_L of CCS (3) for Z0 [B, d+1, n+1], V [L, H, d+1, d+1], B, C [L, H, d, d]; ``activation``
-    one name or H names (static). Differentiable in Z0, V, B, C. CCS's prediction is −Z_L[:, d, n]."""
+def _ka_vjp_function(name, forward, vjp, out_shape):
+    """A custom_vjp `name`(names, Z0, V, B, C) (names: the activations, static) running
+    `forward`(Z0, V, B, C, names) and, for the upstream u, `vjp`(Z0, V, B, C, names, u) →
+    (dV, dB, dC, dZ0) in callbacks; out_shape(Z0) is the output's shape."""
+
+    def f(names, Z0, V, B, C):
+        return _call(lambda *a: forward(*a, list(names)), _spec(out_shape(Z0), Z0.dtype),
+                     Z0, V, B, C)
+
+    f.__name__ = f.__qualname__ = name  # the name jaxprs show
+    f = jax.custom_vjp(f, nondiff_argnums=(0,))
+
+    def bwd(names, res, up):
+        Z0, V, B, C = res
+
+        def run(Z0, V, B, C, up):
+            dV, dB, dC, dZ0 = vjp(Z0, V, B, C, list(names), up)
+            return dZ0, dV, dB, dC
+
+        return _call(run, tuple(_spec(a.shape, Z0.dtype) for a in res), Z0, V, B, C, up)
+
+    f.defvjp(lambda names, Z0, V, B, C: (f(names, Z0, V, B, C), (Z0, V, B, C)), bwd)
+    return f
+
+
+_kernel_attention = _ka_vjp_function("_kernel_attention", _ka.forward, _ka.vjp,
+                                     lambda Z0: Z0.shape)
+_kernel_attention_predict = _ka_vjp_function("_kernel_attention_predict", _ka.predict,
+                                             _ka.predict_vjp, lambda Z0: Z0.shape[:1])
+
+
+def _ka_run(native, traced, Z0, V, B, C, activation):
+    """The shape, dtype and activation checks once; then the native call directly on concrete
+    arrays, or the custom_vjp `traced` under jit / grad / vmap (as _run)."""
     _check_dtypes(("Z0", "V", "B", "C"), (Z0, V, B, C))
     r = _check_prompts("Z0", Z0)
     if len(V.shape) != 4:
@@ -174,28 +207,19 @@ def kernel_attention(Z0, V, B, C, activation="softmax"):
     _ka._activation_codes(activation, H)  # TypeError/ValueError naming it
     names = (activation,) * H if isinstance(activation, str) else tuple(activation)
     if _concrete(Z0, V, B, C):
-        return jax.numpy.asarray(_ka.forward(*map(np.asarray, (Z0, V, B, C)), list(names)))
-    return _kernel_attention(names, Z0, V, B, C)
+        return jax.numpy.asarray(native(*map(np.asarray, (Z0, V, B, C)), list(names)))
+    return traced(names, Z0, V, B, C)
 
 
-@partial(jax.custom_vjp, nondiff_argnums=(0,))
-def _kernel_attention(names, Z0, V, B, C):
-    return _call(lambda *a: _ka.forward(*a, list(names)), _spec(Z0.shape, Z0.dtype), Z0, V, B, C)
+def kernel_attention(Z0, V, B, C, activation="softmax"):
+    """Z_L of CCS (3) for Z0 [B, d+1, n+1], V [L, H, d+1, d+1], B, C [L, H, d, d]; ``activation``
+    one name or H names (static). Differentiable in Z0, V, B, C. CCS's prediction is −Z_L[:, d, n]
+    (:func:`kernel_attention_predict` computes it alone)."""
+    return _ka_run(_ka.forward, _kernel_attention, Z0, V, B, C, activation)
 
 
-def _ka_fwd(names, Z0, V, B, C):
-    return _kernel_attention(names, Z0, V, B, C), (Z0, V, B, C)
-
-
-def _ka_bwd(names, res, d_Z):
-    Z0, V, B, C = res
-
-    def run(Z0, V, B, C, d_Z):
-        dV, dB, dC, dZ0 = _ka.vjp(Z0, V, B, C, list(names), d_Z)
-        return dZ0, dV, dB, dC
-
-    out = tuple(_spec(a.shape, Z0.dtype) for a in (Z0, V, B, C))
-    return _call(run, out, Z0, V, B, C, d_Z)
-
-
-_kernel_attention.defvjp(_ka_fwd, _ka_bwd)
+def kernel_attention_predict(Z0, V, B, C, activation="softmax"):
+    """CCS's prediction ŷ = −Z_L[:, d, n] [B] (4) of the model of :func:`kernel_attention`;
+    differentiable in Z0, V, B, C. The native ``predict`` and ``predict_vjp`` compute the last
+    layer's query column alone, so it is cheaper than ``-kernel_attention(...)[:, -1, -1]``."""
+    return _ka_run(_ka.predict, _kernel_attention_predict, Z0, V, B, C, activation)

@@ -47,6 +47,7 @@ __all__ = [
     "ForwardContext",
     "context_size",
     "predict",
+    "predict_vjp",
     "loss_and_grad",
     "sparse_value",
     "loss_and_grad_sparse",
@@ -64,12 +65,12 @@ def _activation_codes(activation, heads: int, name: str = "activation") -> list[
 
 
 def _inputs(Z0, V, B, C, **more):
-    """Z0 and the parameters (and `more` inputs: y_q, d_Z_out) as the native entry points read
+    """Z0 and the parameters (and `more` inputs: y_q, d_Z_out, d_y) as the native entry points read
     them: host arrays converted to Z0's dtype, CUDA arrays as they are. The native validate()
     checks every operand (kernel_attention_dispatch.cpp)."""
     Z0, dtype = native_prompts(Z0, "Z0")
     args = [Z0] + [native_operand(a, dtype, n) for a, n in ((V, "V"), (B, "B"), (C, "C"))]
-    return args + [native_operand(a, dtype, n, finite=n != "d_Z_out") for n, a in more.items()]
+    return args + [native_operand(a, dtype, n, finite=n not in ("d_Z_out", "d_y")) for n, a in more.items()]
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,18 @@ def predict(Z0, V, B, C, activation, *, every_layer: bool = False, device="auto"
                                                     every_layer=bool(every_layer), device=device,
                                                     predictions_out=out)
     return y_hat
+
+
+def predict_vjp(Z0, V, B, C, activation, d_y, *, input_grad: bool = True, device="auto"):
+    """Vector-Jacobian product of :func:`predict`'s ŷ = −Z_L[:, d, n] [B] (CCS (4)) for the
+    upstream d_y = ∂ℓ/∂ŷ [B]: (dV, dB, dC, dZ0), the gradients of Σ_b d_y[b] ŷ_b (dZ0 None
+    without ``input_grad``; parameter gradients batch sums in float64, fixed chunk order). The
+    forward is recomputed inside and the last layer runs its query column alone, as in
+    :func:`loss_and_grad`: O(H·n·d) per prompt there, where :func:`vjp` with a d_Z_out that is zero
+    but at [d, n] spends O(H·n²·d); the same values to rounding, and no saved context."""
+    Z0, V, B, C, d_y = _inputs(Z0, V, B, C, d_y=d_y)
+    return _core.kernel_attention_predict_vjp(Z0, V, B, C, activation, d_y,
+                                              input_grad=bool(input_grad), device=device)
 
 
 def loss_and_grad(Z0, y_q, V, B, C, activation, *, input_grad: bool = False,

@@ -20,6 +20,10 @@ Functions (``torch.autograd.Function`` s, float32 or float64 CPU tensors, all in
   off where memory bandwidth is plentiful relative to compute.
   Gradients for V, B, C and Z0. The sparse V = [[A, 0], [0, r]] of CCS Assumption 4.4 goes
   through the full V (:func:`sparse_value`, differentiable torch ops).
+- :func:`kernel_attention_predict` (Z0, V, B, C, activation) → CCS's prediction ŷ = −Z_L[:, d, n]
+  [B] (4): the native forward of the query column alone in the last layer, and the native
+  ``kernel_attention.predict_vjp`` (the forward recomputed, the last layer's query column alone:
+  O(H·n·d) there instead of O(H·n²·d); nothing saved between forward and backward).
 
 Modules: :class:`LinearSelfAttention` (ZFB's W^PV, W^KQ with the Assumption 3.3 initialization),
 :class:`MultiHeadLinearSelfAttention` (H heads, merged W^KQ_h or separate W^K_hᵀ W^Q_h of rank r)
@@ -56,6 +60,7 @@ __all__ = [
     "multihead_lsa_forward",
     "multihead_lsa_predict",
     "kernel_attention",
+    "kernel_attention_predict",
     "sparse_value",
     "LinearSelfAttention",
     "MultiHeadLinearSelfAttention",
@@ -221,6 +226,23 @@ class _KernelAttention(torch.autograd.Function):
         return _tensor(dZ0), _tensor(dV), _tensor(dB), _tensor(dC), None, None
 
 
+class _KernelAttentionPredict(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, Z0, V, B, C, activations):
+        ctx.save_for_backward(Z0, V, B, C)
+        ctx.activations = activations
+        return _tensor(_ka.predict(*_ka_args(Z0, V, B, C), activations, device=_device(Z0)))
+
+    @staticmethod
+    @_first_order
+    def backward(ctx, d_y):
+        Z0 = ctx.saved_tensors[0]
+        dV, dB, dC, dZ0 = _ka.predict_vjp(*_ka_args(*ctx.saved_tensors), ctx.activations,
+                                          _operand(d_y, "d_y", Z0),
+                                          input_grad=ctx.needs_input_grad[0], device=_device(Z0))
+        return _tensor(dZ0), _tensor(dV), _tensor(dB), _tensor(dC), None
+
+
 def lsa_forward(E: torch.Tensor, W_pv: torch.Tensor, W_kq: torch.Tensor) -> torch.Tensor:
     """F = E + W^PV E (Eᵀ W^KQ E)/N [ZFB (3.3)] for E [B, d+1, N+1], W [d+1, d+1]; differentiable
     in all three (native forward and VJP, O(N d²) per prompt)."""
@@ -249,15 +271,32 @@ def kernel_attention(Z0: torch.Tensor, V: torch.Tensor, B: torch.Tensor, C: torc
                      activation="softmax", *, save_context: bool = False) -> torch.Tensor:
     """Z_L of CCS (3) for Z0 [B, d+1, n+1], V [L, H, d+1, d+1], B, C [L, H, d, d] and one
     activation name or H names (linear, relu, exp, softmax); differentiable in Z0, V, B, C.
-    CCS's prediction of y_q is −Z_L[:, d, n] (4)."""
+    CCS's prediction of y_q is −Z_L[:, d, n] (4) (:func:`kernel_attention_predict` computes it
+    alone)."""
+    names = _ka_activation_names(Z0, V, B, C, activation)
+    return _KernelAttention.apply(Z0, V, B, C, names, check_flag(save_context, "save_context"))
+
+
+def kernel_attention_predict(Z0: torch.Tensor, V: torch.Tensor, B: torch.Tensor, C: torch.Tensor,
+                             activation="softmax") -> torch.Tensor:
+    """CCS's prediction ŷ = −Z_L[:, d, n] [B] (4) of the model of :func:`kernel_attention`;
+    differentiable in Z0, V, B, C. Forward and backward compute the last layer's query column
+    alone (native ``predict`` and ``predict_vjp``), so it is cheaper than
+    ``-kernel_attention(...)[:, -1, -1]``, which it equals to rounding."""
+    names = _ka_activation_names(Z0, V, B, C, activation)
+    return _KernelAttentionPredict.apply(Z0, V, B, C, names)
+
+
+def _ka_activation_names(Z0, V, B, C, activation) -> list:
+    """The checks of the kernel-attention functions before autograd sees the tensors (types, V's
+    rank, the activation names: TypeError/ValueError naming them); one name per head."""
     for name, t in (("Z0", Z0), ("V", V), ("B", B), ("C", C)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if V.ndim != 4:
         raise ValueError(f"V: expected a tensor [L, H, d+1, d+1], got shape {tuple(V.shape)}")
     _ka._activation_codes(activation, V.shape[1])  # validates (TypeError/ValueError naming it)
-    names = [activation] * V.shape[1] if isinstance(activation, str) else list(activation)
-    return _KernelAttention.apply(Z0, V, B, C, names, check_flag(save_context, "save_context"))
+    return [activation] * V.shape[1] if isinstance(activation, str) else list(activation)
 
 
 def sparse_value(A: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
@@ -357,7 +396,9 @@ class KernelAttention(torch.nn.Module):
     Assumption 4.4) or ``V`` [L, H, d+1, d+1]; ``B``, ``C`` [L, H, d, d]. Initialization:
     ``KernelAttentionParams.gaussian`` (i.i.d. N(0, scale²) entries, CCS H.1) with
     ``np.random.default_rng(seed)``.
-    ``output="prediction"`` returns CCS's prediction −TF = −Z_L[:, d, n] [B] (4); ``"full"`` Z_L.
+    ``output="prediction"`` returns CCS's prediction −TF = −Z_L[:, d, n] [B] (4) through
+    :func:`kernel_attention_predict` (the last layer's query column alone, forward and backward);
+    ``"full"`` Z_L through :func:`kernel_attention` (``save_context`` applies to it alone).
     """
 
     def __init__(self, dim: int, layers: int, heads: int = 1, activations="softmax", *,
@@ -384,6 +425,7 @@ class KernelAttention(torch.nn.Module):
         return sparse_value(self.A, self.r) if self.sparse else self.V
 
     def forward(self, Z0: torch.Tensor) -> torch.Tensor:
-        Z_L = kernel_attention(Z0, self.value(), self.B, self.C, self.activations,
-                               save_context=self.save_context)
-        return -Z_L[:, -1, -1] if self.output == "prediction" else Z_L
+        if self.output == "prediction":
+            return kernel_attention_predict(Z0, self.value(), self.B, self.C, self.activations)
+        return kernel_attention(Z0, self.value(), self.B, self.C, self.activations,
+                                save_context=self.save_context)

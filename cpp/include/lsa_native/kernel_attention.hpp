@@ -125,6 +125,19 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& shape, const T
                                       const Activation* activations, T* d_V, T* d_B, T* d_C,
                                       T* d_Z0, T* predictions, Device device = Device::cpu);
 
+// VJP of the predictions ŷ_L = −TF_L = −Z_L[d, n] [B] (CCS (4); kernel_attention_forward with
+// PredictionOutput::y_hat_final) for the upstream d_y = ∂ℓ/∂ŷ_L [B]: the gradients of
+// Σ_b d_y[b] ŷ_b, d_V, d_B, d_C (written, batch sums in double, fixed order) and d_Z0 (written when
+// not null). It runs loss_and_grad's query backward with the seed −d_y[b] at [d, n]: the forward is
+// recomputed per prompt and the last layer is its query column alone (O(H·n·d) per prompt where
+// kernel_attention_vjp with d_Z_out zero but at [d, n] spends O(H·n²·d)), so nothing is saved
+// between the calls. Equal to that vjp to rounding.
+template <class T>
+void kernel_attention_predict_vjp(const KernelAttentionShape& shape, const T* Z0, const T* V,
+                                  const T* Bq, const T* Ck, const Activation* activations,
+                                  const T* d_y, T* d_V, T* d_B, T* d_C, T* d_Z0,
+                                  Device device = Device::cpu);
+
 // ---- the same entry points on array views (array_view.hpp): what the Python bindings call ----
 // The activations of a call as the caller named them: one per head, or one for every head.
 struct ActivationChoice {
@@ -156,6 +169,12 @@ double kernel_attention_loss_and_grad(const ArrayView& Z0, const ArrayView& y_q,
                                       const ActivationChoice& activations, ArrayView& d_V,
                                       ArrayView& d_B, ArrayView& d_C, ArrayView& d_Z0,
                                       ArrayView& predictions, DeviceChoice device, CallSite& site);
+// d_y [B] in Z0's dtype (any values, as d_Z_out).
+void kernel_attention_predict_vjp(const ArrayView& Z0, const ArrayView& V, const ArrayView& Bq,
+                                  const ArrayView& Ck, const ActivationChoice& activations,
+                                  const ArrayView& d_y, ArrayView& d_V, ArrayView& d_B,
+                                  ArrayView& d_C, ArrayView& d_Z0, DeviceChoice device,
+                                  CallSite& site);
 // The same with the loss written into `loss` (float64 [1] on Z0's side) when it is present: on
 // the GPU the call then queues its kernels and returns without waiting (NaN returned for a CUDA
 // `loss`), so a training loop keeps θ, gradients and losses on the device.
@@ -183,7 +202,10 @@ double kernel_attention_loss_and_grad(const ArrayView& Z0, const ArrayView& y_q,
   X(double, kernel_attention_loss_and_grad,                                                      \
     (const KernelAttentionShape& shape, const T* Z0, const T* y_q, const T* V, const T* Bq,     \
      const T* Ck, const Activation* activations, T* d_V, T* d_B, T* d_C, T* d_Z0,               \
-     T* predictions))
+     T* predictions))                                                                            \
+  X(void, kernel_attention_predict_vjp,                                                          \
+    (const KernelAttentionShape& shape, const T* Z0, const T* V, const T* Bq, const T* Ck,      \
+     const Activation* activations, const T* d_y, T* d_V, T* d_B, T* d_C, T* d_Z0))
 
 #define LSA_NATIVE_KA_EXTERN(R, name, params) \
   extern template R name(LSA_NATIVE_UNPAREN params, Device);

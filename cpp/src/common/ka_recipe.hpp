@@ -276,6 +276,19 @@ LSA_HD_LOCAL double loss_value(double sum_of_squares, long long batch) { return 
 // Seed of the loss's backward: ∂f/∂TF_b = r_b / B.
 LSA_HD_LOCAL double loss_seed(double residual, long long batch) { return residual * (1.0 / double(batch)); }
 
+// What the per-prompt value y of the query backward (loss_and_grad's kernels) holds: the label
+// y_q (the loss above), or the upstream gradient ∂ℓ/∂ŷ_b of the predictions ŷ = −TF (4)
+// (predict_vjp: the gradients of Σ_b y_b ŷ_b, no loss).
+enum class QuerySeed { labels, prediction_gradient };
+// The seed ∂ℓ/∂TF_b at Z_L[d, n] of prompt b with TF_b = tf: r_b / B with r_b² added to sum_sq
+// (labels), or −y (prediction_gradient).
+LSA_HD_LOCAL double query_seed(QuerySeed what, double tf, double y, long long batch, double& sum_sq) {
+  if (what == QuerySeed::prediction_gradient) return -y;
+  const double r = loss_residual(tf, y);
+  sum_sq += r * r;
+  return loss_seed(r, batch);
+}
+
 // One value of the `predictions` output: TF_ℓ, or ŷ_ℓ = −TF_ℓ (kernel_attention.hpp).
 template <class T>
 LSA_HD_LOCAL T prediction(T tf, PredictionOutput what) {

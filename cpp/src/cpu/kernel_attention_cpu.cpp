@@ -84,13 +84,27 @@ double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z
                                       T* d_V, T* d_B, T* d_C, T* d_Z0, T* predictions) {
   const auto& k = kernels<T>();
   const Reduced r = reduce_gradients(sh, d_V, d_B, d_C, [&](index_t b0, index_t b1, double* partial) {
-    return k.loss_grad(sh, Z0, y_q, V, Bq, Ck, acts, d_Z0, predictions, b0, b1, partial);
+    return k.loss_grad(sh, Z0, y_q, recipe::QuerySeed::labels, V, Bq, Ck, acts, d_Z0, predictions,
+                       b0, b1, partial);
   });
   const double loss = recipe::loss_value(r.slot0, sh.batch);
   ka_check_output(std::isfinite(loss), "loss", sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
   ka_check_output(r.bad_gradient == nullptr, r.bad_gradient, sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
   ka_check_output(r.outputs_ok, d_Z0 ? "d_Z0" : "predictions", sh, Z0, V, Bq, Ck, "y_q", y_q, sh.batch);
   return loss;
+}
+
+template <class T>
+void kernel_attention_predict_vjp(const KernelAttentionShape& sh, const T* Z0, const T* V,
+                                  const T* Bq, const T* Ck, const Activation* acts, const T* d_y,
+                                  T* d_V, T* d_B, T* d_C, T* d_Z0) {
+  const auto& k = kernels<T>();
+  const Reduced r = reduce_gradients(sh, d_V, d_B, d_C, [&](index_t b0, index_t b1, double* partial) {
+    return k.loss_grad(sh, Z0, d_y, recipe::QuerySeed::prediction_gradient, V, Bq, Ck, acts, d_Z0,
+                       nullptr, b0, b1, partial);
+  });
+  ka_check_output(r.bad_gradient == nullptr, r.bad_gradient, sh, Z0, V, Bq, Ck, "d_y", d_y, sh.batch);
+  ka_check_output(r.outputs_ok, "d_Z0", sh, Z0, V, Bq, Ck, "d_y", d_y, sh.batch);
 }
 
 LSA_NATIVE_KA_API(LSA_NATIVE_INSTANTIATE_BACKEND, float)

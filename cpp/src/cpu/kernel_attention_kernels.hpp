@@ -46,9 +46,10 @@ struct KaKernels {
   bool (*forward)(const KernelAttentionShape&, const T* Z0, const T* V, const T* Bq, const T* Ck,
                   const Activation* acts, T* Z_out, T* predictions, T* context,
                   PredictionOutput prediction_output, index_t b0, index_t b1);
-  bool (*loss_grad)(const KernelAttentionShape&, const T* Z0, const T* y_q, const T* V,
-                    const T* Bq, const T* Ck, const Activation* acts, T* d_Z0, T* predictions,
-                    index_t b0, index_t b1, double* partial);
+  // y: labels, or ∂ℓ/∂ŷ of the predictions (seed, recipe::QuerySeed; the loss slot then stays 0).
+  bool (*loss_grad)(const KernelAttentionShape&, const T* Z0, const T* y, recipe::QuerySeed seed,
+                    const T* V, const T* Bq, const T* Ck, const Activation* acts, T* d_Z0,
+                    T* predictions, index_t b0, index_t b1, double* partial);
   // partial: as loss_grad's with slot 0 (the loss) left 0. context: null (recompute) or saved.
   bool (*vjp)(const KernelAttentionShape&, const T* Z0, const T* V, const T* Bq, const T* Ck,
               const Activation* acts, const T* d_Z_out, T* d_Z0, const T* context, index_t b0,

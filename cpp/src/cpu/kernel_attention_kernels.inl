@@ -783,12 +783,13 @@ void lane_backward_query_layer(LaneWorkspace<T>& w, index_t l, const T* V, const
   w.dZ.swap(w.dZprev);
 }
 
-// One group of P prompts from b: forward (the last layer's query column alone), the loss per lane,
-// the backward; returns the poison of what it wrote to predictions and d_Z0.
+// One group of P prompts from b: forward (the last layer's query column alone), the seed per lane
+// (the loss's, or −∂ℓ/∂ŷ: recipe::query_seed), the backward; returns the poison of what it wrote
+// to predictions and d_Z0.
 template <class T>
 T lane_loss_grad_group(LaneWorkspace<T>& w, const KernelAttentionShape& sh, const T* Z0,
-                       const T* y_q, const T* V, const T* Bq, const T* Ck, const Activation* acts,
-                       T* d_Z0, T* predictions, index_t b, double* partial) {
+                       const T* y, recipe::QuerySeed seed, const T* V, const T* Bq, const T* Ck,
+                       const Activation* acts, T* d_Z0, T* predictions, index_t b, double* partial) {
   constexpr index_t P = LaneWorkspace<T>::P;
   const index_t d = w.d, n = w.n, L = w.L, ld = w.ld;
   const index_t sV = 0, sB = L * w.H * w.D * w.D, sC = sB + L * w.H * d * d;
@@ -803,11 +804,9 @@ T lane_loss_grad_group(LaneWorkspace<T>& w, const KernelAttentionShape& sh, cons
                                      recipe::prediction(w.z(l)[d * ld + n * P + p], PredictionOutput::tf));
   std::fill(w.dZ.begin(), w.dZ.end(), T(0));
   const T* tf = w.z(L) + d * ld + n * P;
-  for (index_t p = 0; p < P; ++p) {
-    const double residual = recipe::loss_residual(double(tf[p]), double(y_q[b + p]));  // (4)
-    partial[0] += residual * residual;
-    w.dZ[d * ld + n * P + p] = T(recipe::loss_seed(residual, sh.batch));
-  }
+  for (index_t p = 0; p < P; ++p)
+    w.dZ[d * ld + n * P + p] =
+        T(recipe::query_seed(seed, double(tf[p]), double(y[b + p]), sh.batch, partial[0]));
   lane_backward_query_layer(w, L - 1, V, Bq, Ck, acts, sV, sB, sC);
   for (index_t l = L - 2; l >= 0; --l)
     lane_backward_layer(w, l, V, Bq, Ck, acts, sV, sB, sC, /*input_grad=*/l > 0 || d_Z0);
@@ -835,11 +834,12 @@ inline void gradient_slots(const KernelAttentionShape& sh, double* partial, doub
 }
 
 // loss_and_grad = forward_prompt, then backward_prompt seeded with ∂f/∂Z_L = r/B at [d, n] for the
-// loss f = (1/(2B)) Σ r², r = TF + y_q (recipe::loss_seed; partial[0] collects Σ r²)
+// loss f = (1/(2B)) Σ r², r = TF + y_q (recipe::loss_seed; partial[0] collects Σ r²); predict_vjp
+// the same with the seed −∂ℓ/∂ŷ (recipe::query_seed). Both need the last layer's query column alone.
 template <class T>
-bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, const T* V,
-                     const T* Bq, const T* Ck, const Activation* acts, T* d_Z0, T* predictions,
-                     index_t b0, index_t b1, double* partial) {
+bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y, recipe::QuerySeed seed,
+                     const T* V, const T* Bq, const T* Ck, const Activation* acts, T* d_Z0,
+                     T* predictions, index_t b0, index_t b1, double* partial) {
   const index_t d = sh.dim, per = (d + 1) * (sh.context + 1);
   std::fill(partial, partial + ka_partial_size(sh), 0.0);
   double *gV, *gB, *gC;
@@ -849,7 +849,8 @@ bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, 
   if (lanes_enabled() && b1 - b0 >= P) {  // whole groups in the lanes, the rest below
     LaneWorkspace<T> lw(sh);
     for (; b0 + P <= b1; b0 += P)
-      poison += lane_loss_grad_group(lw, sh, Z0, y_q, V, Bq, Ck, acts, d_Z0, predictions, b0, partial);
+      poison += lane_loss_grad_group(lw, sh, Z0, y, seed, V, Bq, Ck, acts, d_Z0, predictions, b0,
+                                     partial);
     for (index_t k = 0; k < lw.nslots; ++k)
       for (index_t p = 0; p < P; ++p) partial[1 + k] += lw.grad[k * P + p];
   }
@@ -857,11 +858,9 @@ bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y_q, 
   for (index_t b = b0; b < b1; ++b) {
     forward_prompt(w, Z0 + b * per, V, Bq, Ck, acts, /*query_only=*/true);
     const T tf = w.query_label(sh.layers);
-    const double residual = recipe::loss_residual(double(tf), double(y_q[b]));  // TF predicts −y (4)
-    partial[0] += residual * residual;
     if (predictions) poison += store_predictions(w, predictions, b, PredictionOutput::tf);
     std::fill(w.dZ.begin(), w.dZ.end(), T(0));
-    w.dZ[d * w.Tt + sh.context] = T(recipe::loss_seed(residual, sh.batch));
+    w.dZ[d * w.Tt + sh.context] = T(recipe::query_seed(seed, double(tf), double(y[b]), sh.batch, partial[0]));
     backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC, /*query_only=*/true, d_Z0 != nullptr);
     if (d_Z0) poison += w.unstage(w.dZ.data(), d_Z0 + b * per);
   }

@@ -215,6 +215,28 @@ void kernel_attention_loss_and_grad_into(const KernelAttentionShape& sh, const T
 }
 
 template <class T>
+void kernel_attention_predict_vjp(const KernelAttentionShape& sh, const T* Z0, const T* V,
+                                  const T* Bq, const T* Ck, const Activation* acts, const T* d_y,
+                                  T* d_V, T* d_B, T* d_C, T* d_Z0) {
+  const KaSizes<T> n(sh);
+  DeviceScope scope({Z0, d_y, V, Bq, Ck, d_V, d_B, d_C, d_Z0});
+  DeviceInput<T> z0(scope, Z0, sh.batch * n.per), dy(scope, d_y, sh.batch), v(scope, V, n.nV),
+      b(scope, Bq, n.nB), c(scope, Ck, n.nB);
+  DeviceInput<Activation> a(scope, acts, sh.heads);
+  DeviceOutput<T> dv(scope, d_V, n.nV), db(scope, d_B, n.nB), dc(scope, d_C, n.nB),
+      dz0(scope, d_Z0, sh.batch * n.per);
+  // loss_and_grad's kernel with y_q = d_y and the seed −d_y (KaArgs::seed); its loss is not kept.
+  KaArgs<T> args{z0.get(), dy.get(), v.get(), b.get(), c.get(), a.get(), nullptr, nullptr,
+                 nullptr, nullptr, dz0.get(), nullptr, nullptr};
+  args.seed = recipe::QuerySeed::prediction_gradient;
+  Scratch partial;
+  const int rows =
+      launch<T, KaMode::loss_grad>(sh, scope, args, &partial, "kernel_attention_predict_vjp");
+  finish_gradients(sh, n, partial, rows, dv.get(), db.get(), dc.get(), nullptr);
+  scope.finish();
+}
+
+template <class T>
 double kernel_attention_loss_and_grad(const KernelAttentionShape& sh, const T* Z0, const T* y_q,
                                       const T* V, const T* Bq, const T* Ck, const Activation* acts,
                                       T* d_V, T* d_B, T* d_C, T* d_Z0, T* predictions) {

@@ -86,6 +86,8 @@ struct KaArgs {
   // TF_L is asked for from it (off: the full layer, LSA_NATIVE_KA_QUERY=0 for comparisons). Only
   // ka_warp_kernel has the query layer; ka_kernel always runs the full last layer.
   bool query_layer = true;
+  // loss_grad: what y_q holds, labels (the loss) or ∂ℓ/∂ŷ of the predictions (predict_vjp).
+  recipe::QuerySeed seed = recipe::QuerySeed::labels;
   // Whether a kernel of mode m runs the last layer as the query layer: the loss and gradient, and a
   // forward writing neither Z_L nor the context (the predictions alone); never the VJP (dense ∂ℓ/∂Z_L).
   __host__ __device__ bool query_only(KaMode m) const {
@@ -295,10 +297,11 @@ __global__ void ka_kernel(KernelAttentionShape sh, KaLayout lay, KaArgs<T> a) {
     if (kMode == KaMode::vjp) {
       const T* src = a.d_Z_out + b * per;
       for (int i = tid; i < per; i += nt) dZ[(i / cols) * Tt + i % cols] = src[i];
-    } else {  // ∂/∂Z_L of the loss (1/(2B)) Σ r², r = TF + y_q: r / B at [d, n] (recipe::loss_seed)
-      const double r = recipe::loss_residual(double(ws[lay.ctx.z(L) + d * Tt + n]), double(a.y_q[b]));
-      if (tid == 0) acc[0] += r * r;
-      for (int i = tid; i < D * Tt; i += nt) dZ[i] = i == d * Tt + n ? T(recipe::loss_seed(r, sh.batch)) : T(0);
+    } else {  // ∂ℓ/∂Z_L at [d, n]: the loss's r / B, or −∂ℓ/∂ŷ (recipe::query_seed)
+      double unused = 0.0;  // Σ r² accumulates in acc[0], by thread 0
+      const T seed = T(recipe::query_seed(a.seed, double(ws[lay.ctx.z(L) + d * Tt + n]),
+                                          double(a.y_q[b]), sh.batch, tid == 0 ? acc[0] : unused));
+      for (int i = tid; i < D * Tt; i += nt) dZ[i] = i == d * Tt + n ? seed : T(0);
     }
     __syncthreads();
     const T* dZ0 = ka_backward_prompt(lay, ws, V, Bq, Ck, a.acts, acc + 1, tid, nt);

@@ -690,10 +690,10 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
       for (int j = lane; j < cols; j += kWarp)
         for (int r = 0; r < D; ++r) copy_async(dZ + r * S + j, src + r * cols + j);
       copy_async_wait();
-    } else {  // ∂/∂Z_L of the loss (1/(2B)) Σ r², r = TF + y_q: r / B at [d, n] (recipe::loss_seed)
-      const double r = recipe::loss_residual(double(ws[lay.z(L) + d * S + n]), double(a.y_q[b]));
-      if (lane == 0) acc[0] += r * r;
-      const T seed = T(recipe::loss_seed(r, sh.batch));
+    } else {  // ∂ℓ/∂Z_L at [d, n]: the loss's r / B, or −∂ℓ/∂ŷ (recipe::query_seed)
+      double unused = 0.0;  // Σ r² accumulates in acc[0], by lane 0
+      const T seed = T(recipe::query_seed(a.seed, double(ws[lay.z(L) + d * S + n]), double(a.y_q[b]),
+                                          sh.batch, lane == 0 ? acc[0] : unused));
       for (int j = lane; j < cols; j += kWarp)
         for (int q = 0; q < D; ++q) dZ[q * S + j] = q == d && j == n ? seed : T(0);
     }
