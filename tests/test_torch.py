@@ -305,6 +305,9 @@ def _cuda_cases(rng):
         yield (f"kernel_attention-{act}",
                lambda *a, act=act: lt.kernel_attention(*a, heads(act, 2)),
                ka_gradcheck_problem(rng, heads(act, 2), 3, 2, 4, 2, 2))
+        yield (f"kernel_attention_predict-{act}",
+               lambda *a, act=act: lt.kernel_attention_predict(*a, heads(act, 2)),
+               ka_gradcheck_problem(rng, heads(act, 2), 3, 2, 4, 2, 2))
 
 
 @needs_native_cuda
