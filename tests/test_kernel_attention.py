@@ -65,6 +65,21 @@ def kink_free(draw, h, acts, operands=lambda p: p, tries=100):
     raise AssertionError(f"no draw in {tries} keeps every relu score {h} away from the kink")
 
 
+def bounded(draw, acts, operands=lambda p: p, limit=1e2, tries=1000):
+    """draw() until the float64 reference forward Z_L of operands(problem) = (Z0, V, B, C) is finite
+    and below `limit` in magnitude. Random exp heads over 2-3 layers overflow now and then: the
+    predict_vjp test's reference overflowed (NaN gradients) in 3 of 72000 draws, test_jax's float32
+    forward in about 1 draw of 200; such a draw tests nothing a float comparison can judge."""
+    for _ in range(tries):
+        problem = draw()
+        args = [np.asarray(a, np.float64) for a in operands(problem)]
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = ref.forward(*args, acts)[0]
+        if np.all(np.isfinite(out)) and np.abs(out).max() < limit:
+            return problem
+    raise AssertionError(f"no draw in {tries} keeps the reference forward below {limit}")
+
+
 def rel_err(a, b):
     return np.abs(np.asarray(a, np.float64) - b).max() / max(np.abs(b).max(), 1e-30)
 
@@ -389,12 +404,13 @@ def test_loss_and_grad_is_forward_then_vjp(rng):
 @pytest.mark.parametrize("L,H", [(1, 1), (2, 2), (3, 1)])
 @pytest.mark.parametrize("act", ACTS)
 def test_predict_vjp_is_the_vjp_of_the_predictions(rng, act, L, H, d, n, dtype, tol):
-    """predict_vjp(d_y) = the reference VJP seeded with −d_y at Z_L[d, n] (ŷ = −TF, CCS (4)), to
+    """predict_vjp(d_y) = the reference's (the VJP seeded with −d_y at Z_L[d, n]; ŷ = −TF, CCS (4)), to
     the tolerances of test_vjp_matches_reference (κ-raised); 13 prompts run the lane path's whole
     groups (8 float / 4 double lanes on AVX2) and its per-prompt remainder. Without input_grad dZ0
     is None and the parameter gradients are the same bits."""
-    Z0, _, V, B, C = random_problem(rng, 13, d, n, L, H, dtype)
     acts = [act] * H if H == 1 else [act, ACTS[(ACTS.index(act) + 3) % 4]]
+    Z0, _, V, B, C = bounded(lambda: random_problem(rng, 13, d, n, L, H, dtype), acts,
+                             lambda p: (p[0], *p[2:]))
     d_y = rng.standard_normal(13).astype(dtype)
     got = ka.predict_vjp(Z0, V, B, C, acts, d_y)
     no_input = ka.predict_vjp(Z0, V, B, C, acts, d_y, input_grad=False)
@@ -402,11 +418,7 @@ def test_predict_vjp_is_the_vjp_of_the_predictions(rng, act, L, H, d, n, dtype, 
     for a, b in zip(no_input[:3], got[:3]):
         np.testing.assert_array_equal(a, b)
 
-    def reference_vjp(Z0, V, B, C, d_y):
-        G = np.zeros_like(Z0)
-        G[:, d, n] = -d_y
-        return ref.vjp(Z0, V, B, C, acts, G)
-
+    reference_vjp = lambda Z0, V, B, C, d_y: ref.predict_vjp(Z0, V, B, C, acts, d_y)  # noqa: E731
     inputs = [a.astype(np.float64) for a in (Z0, V, B, C, d_y)]
     want = reference_vjp(*inputs)
     kappa = relative_conditions(reference_vjp, inputs, want, rng)

@@ -120,12 +120,14 @@ def test_kernel_attention_predict_gradcheck(rng, act, shape):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_kernel_attention_module_prediction_is_the_full_models_query_entry(rng, dtype):
     """KernelAttention(output="prediction") (kernel_attention_predict) equals −Z_L[:, d, n] of the
-    full model and has its gradients, to rounding (float64 1e-12, float32 1e-5 relative)."""
+    full model and has its gradients, to rounding: float64 1e-12, float32 the suite's 2e-4 relative
+    to each tensor's largest entry (over 10000 seeds the float32 gap had 99.9th percentile 2.4e-6
+    and maximum 1.3e-5, in r's gradient; an earlier 1e-5 failed once). save_context is refused."""
     m = lt.KernelAttention(3, 2, 2, ["softmax", "exp"], scale=0.3, dtype=dtype, seed=0)
     Z0 = t(ka_problem(rng, 11, 3, 6, 2, 2)[0], dtype, grad=False)
     full = -lt.kernel_attention(Z0, m.value(), m.B, m.C, m.activations)[:, -1, -1]
     pred = m(Z0)
-    tol = 1e-12 if dtype == torch.float64 else 1e-5
+    tol = 1e-12 if dtype == torch.float64 else 2e-4
     assert pred.shape == (11,)
     assert (pred - full).abs().max() <= tol * full.abs().max()
     w = t(rng.standard_normal(11), dtype, grad=False)
@@ -133,6 +135,9 @@ def test_kernel_attention_module_prediction_is_the_full_models_query_entry(rng, 
     g_full = torch.autograd.grad((w * full).sum(), list(m.parameters()))
     for a, b in zip(g_pred, g_full):
         assert (a - b).abs().max() <= tol * b.abs().max()
+    with pytest.raises(ValueError, match="save_context: applies to output='full' alone"):
+        lt.KernelAttention(3, 2, save_context=True)
+    assert lt.KernelAttention(3, 2, output="full", save_context=True).save_context
 
 
 def test_sparse_kernel_attention_gradcheck(rng):

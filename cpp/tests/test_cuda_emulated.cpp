@@ -420,29 +420,33 @@ void check_kernel_attention(const KaConfig& c, std::vector<Activation> acts, KaK
     expect_close(gZ0, lZ0, tol, "loss d_Z0");
     expect_close(gp, lp, tol, "loss predictions");
   }
-  // predict_vjp: the loss kernel with y_q = d_y and the seed −d_y (KaArgs::seed) against the CPU's
-  // predict_vjp; its loss slot stays 0. d_y is the problem's y_q plus one: values of both signs.
+  // predict_vjp: the query backward with y_q = d_y and the seed −d_y (KaMode::predict_vjp) against
+  // the CPU's predict_vjp, with and without the input gradient; its loss slot stays 0. d_y is the
+  // problem's y_q plus one: values of both signs.
+  using PredictVjp = std::integral_constant<k::KaMode, k::KaMode::predict_vjp>;
   std::vector<T> d_y(pr.y_q);
   for (T& v : d_y) v += T(1);
   std::vector<T> pV(nV), pB(nB), pC(nB), pZ0(pr.Z0.size());
   lsa_native::kernel_attention_predict_vjp(s, pr.Z0.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(),
                                            pr.acts.data(), d_y.data(), pV.data(), pB.data(), pC.data(),
                                            pZ0.data());
-  for (const bool query_layer : {true, false}) {
-    SCOPED_TRACE(query_layer ? "predict_vjp with the query layer" : "predict_vjp with the full last layer");
+  for (int variant = 0; variant < 3; ++variant) {
+    const bool query_layer = variant != 1, input_grad = variant != 2;
+    SCOPED_TRACE(testing::Message() << "predict_vjp" << (query_layer ? "" : " with the full last layer")
+                                    << (input_grad ? "" : ", no input gradient"));
     std::vector<T> gZ0(pr.Z0.size(), nan), gV, gB, gC;
     std::vector<double> partial;
     k::KaArgs<T> pa{pr.Z0.data(), d_y.data(), pr.V.data(), pr.Bq.data(), pr.Ck.data(), pr.acts.data(),
-                    nullptr, nullptr, nullptr, nullptr, gZ0.data(), nullptr, nullptr};
+                    nullptr, nullptr, nullptr, nullptr, input_grad ? gZ0.data() : nullptr, nullptr,
+                    nullptr};
     pa.query_layer = query_layer;
-    pa.seed = lsa_native::recipe::QuerySeed::prediction_gradient;
     double loss = std::numeric_limits<double>::quiet_NaN();
-    gradients(partial, run(Loss{}, pa, &partial), gV, gB, gC, &loss);
+    gradients(partial, run(PredictVjp{}, pa, &partial), gV, gB, gC, &loss);
     EXPECT_EQ(loss, 0.0) << "predict_vjp keeps no loss";
     expect_close(gV, pV, tol, "predict_vjp d_V");
     expect_close(gB, pB, tol, "predict_vjp d_B");
     expect_close(gC, pC, tol, "predict_vjp d_C");
-    expect_close(gZ0, pZ0, tol, "predict_vjp d_Z0");
+    if (input_grad) expect_close(gZ0, pZ0, tol, "predict_vjp d_Z0");
   }
 }
 

@@ -139,8 +139,8 @@ void check_ka_tables(Isa isa) {
       const auto p = lsa_native::testing::random_ka_problem<T>(
           s, std::vector<Activation>(static_cast<size_t>(s.heads), act), unsigned(s.dim * 7 + s.context));
       const index_t nz = s.batch * (s.dim + 1) * (s.context + 1);
-      std::vector<T> Z[2], pred[2], dZ[2], dZv[2];
-      std::vector<double> part[2], part_v[2];
+      std::vector<T> Z[2], pred[2], dZ[2], dZv[2], dZp[2];
+      std::vector<double> part[2], part_v[2], part_p[2];
       for (int t = 0; t < 2; ++t) {
         Z[t].assign(static_cast<size_t>(nz), T(NAN));
         pred[t].assign(static_cast<size_t>(s.batch * (s.layers + 1)), T(NAN));
@@ -152,6 +152,13 @@ void check_ka_tables(Isa isa) {
         tables[t].loss_grad(s, p.Z0.data(), p.y_q.data(), lsa_native::recipe::QuerySeed::labels,
                             p.V.data(), p.Bq.data(), p.Ck.data(), p.acts.data(), dZ[t].data(),
                             nullptr, 0, s.batch, part[t].data());
+        // predict_vjp's seed (−y_q read as ∂ℓ/∂ŷ)
+        dZp[t].assign(static_cast<size_t>(nz), T(NAN));
+        part_p[t].assign(part[t].size(), NAN);
+        tables[t].loss_grad(s, p.Z0.data(), p.y_q.data(),
+                            lsa_native::recipe::QuerySeed::prediction_gradient, p.V.data(),
+                            p.Bq.data(), p.Ck.data(), p.acts.data(), dZp[t].data(), nullptr, 0,
+                            s.batch, part_p[t].data());
         dZv[t].assign(static_cast<size_t>(nz), T(NAN));
         part_v[t].assign(part[t].size(), NAN);
         tables[t].vjp(s, p.Z0.data(), p.V.data(), p.Bq.data(), p.Ck.data(), p.acts.data(),
@@ -164,6 +171,9 @@ void check_ka_tables(Isa isa) {
       EXPECT_LT(relative_gap(pred[0], pred[1]), tolerance<T>()) << "predictions, " << where;
       EXPECT_LT(relative_gap(dZ[0], dZ[1]), tolerance<T>()) << "loss_grad d_Z0, " << where;
       EXPECT_LT(relative_gap(part[0], part[1]), tolerance<T>()) << "loss_grad partial, " << where;
+      EXPECT_LT(relative_gap(dZp[0], dZp[1]), tolerance<T>()) << "predict_vjp d_Z0, " << where;
+      EXPECT_LT(relative_gap(part_p[0], part_p[1]), tolerance<T>()) << "predict_vjp partial, " << where;
+      EXPECT_EQ(part_p[0][0], 0.0) << "predict_vjp keeps no loss, " << where;
       EXPECT_LT(relative_gap(dZv[0], dZv[1]), tolerance<T>()) << "vjp d_Z0, " << where;
       EXPECT_LT(relative_gap(part_v[0], part_v[1]), tolerance<T>()) << "vjp partial, " << where;
     }

@@ -398,7 +398,8 @@ class KernelAttention(torch.nn.Module):
     ``np.random.default_rng(seed)``.
     ``output="prediction"`` returns CCS's prediction −TF = −Z_L[:, d, n] [B] (4) through
     :func:`kernel_attention_predict` (the last layer's query column alone, forward and backward);
-    ``"full"`` Z_L through :func:`kernel_attention` (``save_context`` applies to it alone).
+    ``"full"`` Z_L through :func:`kernel_attention` (``save_context=True`` is for it alone: a
+    ValueError with ``"prediction"``).
     """
 
     def __init__(self, dim: int, layers: int, heads: int = 1, activations="softmax", *,
@@ -410,6 +411,9 @@ class KernelAttention(torch.nn.Module):
         dtype = _torch_dtype(dtype)
         sparse = check_flag(sparse, "sparse")
         save_context = check_flag(save_context, "save_context")
+        if save_context and output == "prediction":
+            raise ValueError("save_context: applies to output='full' alone (output='prediction' "
+                             "runs kernel_attention_predict, which saves no context)")
         p = _ka.KernelAttentionParams.gaussian(np.random.default_rng(_seed(seed)), dim, layers,
                                                heads, activations, sparse=sparse, scale=scale)
         as_param = lambda a: torch.nn.Parameter(torch.from_numpy(a).to(dtype))

@@ -280,12 +280,12 @@ LSA_HD_LOCAL double loss_seed(double residual, long long batch) { return residua
 // y_q (the loss above), or the upstream gradient ∂ℓ/∂ŷ_b of the predictions ŷ = −TF (4)
 // (predict_vjp: the gradients of Σ_b y_b ŷ_b, no loss).
 enum class QuerySeed { labels, prediction_gradient };
-// The seed ∂ℓ/∂TF_b at Z_L[d, n] of prompt b with TF_b = tf: r_b / B with r_b² added to sum_sq
-// (labels), or −y (prediction_gradient).
-LSA_HD_LOCAL double query_seed(QuerySeed what, double tf, double y, long long batch, double& sum_sq) {
+// The seed ∂ℓ/∂TF_b at Z_L[d, n] of prompt b with TF_b = tf: r_b / B with r_b² added to *sum_sq
+// when sum_sq is not null (labels), or −y (prediction_gradient).
+LSA_HD_LOCAL double query_seed(QuerySeed what, double tf, double y, long long batch, double* sum_sq) {
   if (what == QuerySeed::prediction_gradient) return -y;
   const double r = loss_residual(tf, y);
-  sum_sq += r * r;
+  if (sum_sq != nullptr) *sum_sq += r * r;
   return loss_seed(r, batch);
 }
 

@@ -90,7 +90,8 @@ void activation_values(T* x, index_t count) {
 // The column blocks (kLanes columns each) of a row of Tt values, Tt a whole number of vectors,
 // kMaxBlocks at a time, then halving: f(std::integral_constant<index_t, NB>{}, c0) handles the NB
 // blocks from column c0. A column reduction (max, sum, Σ H dH) is a chain of n dependent vector
-// operations; NB independent chains hide its latency (31 blocks a row in the lane path, 4 per prompt).
+// operations; NB independent chains hide its latency (at n = 30 in float32: 31 blocks a row in the
+// lane path, 4 a row per prompt).
 template <index_t kMaxBlocks, class T, class F>
 inline void for_column_blocks(index_t Tt, F&& f, index_t c0 = 0) {
   constexpr index_t L = simd::kLanes<T>;
@@ -181,9 +182,9 @@ void activation_forward(Activation a, T* S, index_t n, index_t Tt, T* col) {
 // dS from dH in place, given H = h̃(S): the recipe's gradient of each activation (ka_recipe.hpp),
 // with Σ_i H_ij dH_ij per column first for the column-wise ones (softmax). One loop per entry of
 // the activation table, so that each loop is specialized and vectorizes. A column-wise entry on
-// rows of whole vectors runs one block of kLanes columns at a time (the column sum in a register,
-// the block's rows still in L1 for the second pass): the same operations in the same order per
-// value as the scalar loops.
+// rows of whole vectors runs up to 8 blocks of kLanes columns at once (for_column_blocks: each
+// block's column sum in a register, the rows still in L1 for the second pass): the same operations
+// in the same order per value as the scalar loops.
 template <class T>
 void activation_backward(Activation a, const T* H, T* dH, index_t n, index_t Tt, T* col) {
   auto apply = [&](auto column_wise_tag, auto gradient) {
@@ -806,7 +807,7 @@ T lane_loss_grad_group(LaneWorkspace<T>& w, const KernelAttentionShape& sh, cons
   const T* tf = w.z(L) + d * ld + n * P;
   for (index_t p = 0; p < P; ++p)
     w.dZ[d * ld + n * P + p] =
-        T(recipe::query_seed(seed, double(tf[p]), double(y[b + p]), sh.batch, partial[0]));
+        T(recipe::query_seed(seed, double(tf[p]), double(y[b + p]), sh.batch, partial));
   lane_backward_query_layer(w, L - 1, V, Bq, Ck, acts, sV, sB, sC);
   for (index_t l = L - 2; l >= 0; --l)
     lane_backward_layer(w, l, V, Bq, Ck, acts, sV, sB, sC, /*input_grad=*/l > 0 || d_Z0);
@@ -860,7 +861,7 @@ bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y, re
     const T tf = w.query_label(sh.layers);
     if (predictions) poison += store_predictions(w, predictions, b, PredictionOutput::tf);
     std::fill(w.dZ.begin(), w.dZ.end(), T(0));
-    w.dZ[d * w.Tt + sh.context] = T(recipe::query_seed(seed, double(tf), double(y[b]), sh.batch, partial[0]));
+    w.dZ[d * w.Tt + sh.context] = T(recipe::query_seed(seed, double(tf), double(y[b]), sh.batch, partial));
     backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC, /*query_only=*/true, d_Z0 != nullptr);
     if (d_Z0) poison += w.unstage(w.dZ.data(), d_Z0 + b * per);
   }

@@ -225,13 +225,12 @@ void kernel_attention_predict_vjp(const KernelAttentionShape& sh, const T* Z0, c
   DeviceInput<Activation> a(scope, acts, sh.heads);
   DeviceOutput<T> dv(scope, d_V, n.nV), db(scope, d_B, n.nB), dc(scope, d_C, n.nB),
       dz0(scope, d_Z0, sh.batch * n.per);
-  // loss_and_grad's kernel with y_q = d_y and the seed −d_y (KaArgs::seed); its loss is not kept.
+  // loss_and_grad's kernel with y_q = d_y and the seed −d_y (KaMode::predict_vjp); no loss.
   KaArgs<T> args{z0.get(), dy.get(), v.get(), b.get(), c.get(), a.get(), nullptr, nullptr,
                  nullptr, nullptr, dz0.get(), nullptr, nullptr};
-  args.seed = recipe::QuerySeed::prediction_gradient;
   Scratch partial;
   const int rows =
-      launch<T, KaMode::loss_grad>(sh, scope, args, &partial, "kernel_attention_predict_vjp");
+      launch<T, KaMode::predict_vjp>(sh, scope, args, &partial, "kernel_attention_predict_vjp");
   finish_gradients(sh, n, partial, rows, dv.get(), db.get(), dc.get(), nullptr);
   scope.finish();
 }

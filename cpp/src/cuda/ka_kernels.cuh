@@ -26,7 +26,17 @@ namespace {
 
 constexpr int kKaThreads = 128;
 
-enum class KaMode { forward, vjp, loss_grad };
+// forward; vjp (a dense ∂ℓ/∂Z_L); loss_grad and predict_vjp: the query backward seeded at
+// Z_L[d, n] by the loss's r / B (y_q labels) or by −∂ℓ/∂ŷ (y_q the upstream d_y): one kernel
+// each, so that the seed rule costs nothing at run time.
+enum class KaMode { forward, vjp, loss_grad, predict_vjp };
+
+// The seed rule of a query-backward mode (recipe::query_seed).
+template <KaMode kMode>
+__host__ __device__ constexpr recipe::QuerySeed query_seed() {
+  return kMode == KaMode::predict_vjp ? recipe::QuerySeed::prediction_gradient
+                                      : recipe::QuerySeed::labels;
+}
 
 // The sizes of a kernel-attention call every kernel layout starts from.
 struct KaDims {
@@ -74,7 +84,7 @@ struct KaLayout : KaDims {
 
 template <class T>
 struct KaArgs {
-  const T *Z0, *y_q, *V, *Bq, *Ck;  // [B, D, cols], [B], [L, H, D, D], [L, H, d, d] x 2
+  const T *Z0, *y_q, *V, *Bq, *Ck;  // [B, D, cols], [B] (predict_vjp: d_y), [L, H, D, D], [L, H, d, d] x 2
   const Activation* acts;           // [H], device memory
   const T* d_Z_out;                 // vjp: [B, D, cols]
   T* context;       // forward: written when not null; vjp: read when not null [B, ctx.size()]
@@ -86,8 +96,6 @@ struct KaArgs {
   // TF_L is asked for from it (off: the full layer, LSA_NATIVE_KA_QUERY=0 for comparisons). Only
   // ka_warp_kernel has the query layer; ka_kernel always runs the full last layer.
   bool query_layer = true;
-  // loss_grad: what y_q holds, labels (the loss) or ∂ℓ/∂ŷ of the predictions (predict_vjp).
-  recipe::QuerySeed seed = recipe::QuerySeed::labels;
   // Whether a kernel of mode m runs the last layer as the query layer: the loss and gradient, and a
   // forward writing neither Z_L nor the context (the predictions alone); never the VJP (dense ∂ℓ/∂Z_L).
   __host__ __device__ bool query_only(KaMode m) const {
@@ -298,9 +306,8 @@ __global__ void ka_kernel(KernelAttentionShape sh, KaLayout lay, KaArgs<T> a) {
       const T* src = a.d_Z_out + b * per;
       for (int i = tid; i < per; i += nt) dZ[(i / cols) * Tt + i % cols] = src[i];
     } else {  // ∂ℓ/∂Z_L at [d, n]: the loss's r / B, or −∂ℓ/∂ŷ (recipe::query_seed)
-      double unused = 0.0;  // Σ r² accumulates in acc[0], by thread 0
-      const T seed = T(recipe::query_seed(a.seed, double(ws[lay.ctx.z(L) + d * Tt + n]),
-                                          double(a.y_q[b]), sh.batch, tid == 0 ? acc[0] : unused));
+      const T seed = T(recipe::query_seed(query_seed<kMode>(), double(ws[lay.ctx.z(L) + d * Tt + n]),
+                                          double(a.y_q[b]), sh.batch, tid == 0 ? acc : nullptr));
       for (int i = tid; i < D * Tt; i += nt) dZ[i] = i == d * Tt + n ? seed : T(0);
     }
     __syncthreads();

@@ -14,7 +14,7 @@ from typing import Callable, NamedTuple
 
 import numpy as np
 
-__all__ = ["ACTIVATIONS", "activation_forward", "forward", "vjp", "loss_and_grad"]
+__all__ = ["ACTIVATIONS", "activation_forward", "forward", "vjp", "predict_vjp", "loss_and_grad"]
 
 
 def _softmax(S, n):
@@ -97,6 +97,15 @@ def vjp(Z0, V, B, C, activations, d_Z_out):
     (dV, dB, dC, dZ0)."""
     _, _, saved = forward(Z0, V, B, C, activations, keep=True)
     return _backward(saved, V, B, C, activations, np.array(d_Z_out, dtype=np.result_type(Z0, d_Z_out)))
+
+
+def predict_vjp(Z0, V, B, C, activations, d_y):
+    """VJP of the predictions ŷ = −TF_L = −Z_L[:, d, n] [B] (4) for the upstream d_y = ∂ℓ/∂ŷ [B]:
+    :func:`vjp` with d_Z_out = −d_y at [d, n] and 0 elsewhere; (dV, dB, dC, dZ0)."""
+    d, n = Z0.shape[1] - 1, Z0.shape[2] - 1
+    d_Z_out = np.zeros(Z0.shape, dtype=np.result_type(Z0, d_y))
+    d_Z_out[:, d, n] = -np.asarray(d_y)
+    return vjp(Z0, V, B, C, activations, d_Z_out)
 
 
 def loss_and_grad(Z0, y_q, V, B, C, activations):
