@@ -258,16 +258,16 @@ TEST(KaRecipe, ActivationTable) {
   EXPECT_THROW(lsa_native::activation_from_code(-1), lsa_native::Error);
 }
 
-// The query backward's seed: the loss's r / B with r² summed (labels), −y for the predictions'
-// VJP (ŷ = −TF) with nothing summed; a null sum is skipped.
+// The query backward's seed: the loss's r / B with the residual r (labels), −y for the
+// predictions' VJP (ŷ = −TF) with residual 0, i.e. nothing added to the loss sum.
 TEST(KaRecipe, QuerySeed) {
-  double sum = 1.0;
-  EXPECT_EQ(recipe::query_seed(recipe::QuerySeed::labels, 0.5, 1.5, 4, &sum),
-            recipe::loss_seed(recipe::loss_residual(0.5, 1.5), 4));
-  EXPECT_EQ(sum, 1.0 + 2.0 * 2.0);
-  EXPECT_EQ(recipe::query_seed(recipe::QuerySeed::prediction_gradient, 0.5, 1.5, 4, &sum), -1.5);
-  EXPECT_EQ(sum, 5.0);
-  EXPECT_EQ(recipe::query_seed(recipe::QuerySeed::labels, 0.5, 1.5, 4, nullptr), 0.5);
+  using recipe::QuerySeed;
+  const double r = recipe::query_residual(QuerySeed::labels, 0.5, 1.5);
+  EXPECT_EQ(r, recipe::loss_residual(0.5, 1.5));
+  EXPECT_EQ(recipe::query_seed(QuerySeed::labels, r, 1.5, 4), recipe::loss_seed(r, 4));
+  EXPECT_EQ(recipe::query_seed(QuerySeed::labels, r, 1.5, 4), 0.5);
+  EXPECT_EQ(recipe::query_residual(QuerySeed::prediction_gradient, 0.5, 1.5), 0.0);
+  EXPECT_EQ(recipe::query_seed(QuerySeed::prediction_gradient, 0.0, 1.5, 4), -1.5);
 }
 
 }  // namespace

@@ -280,13 +280,15 @@ LSA_HD_LOCAL double loss_seed(double residual, long long batch) { return residua
 // y_q (the loss above), or the upstream gradient ∂ℓ/∂ŷ_b of the predictions ŷ = −TF (4)
 // (predict_vjp: the gradients of Σ_b y_b ŷ_b, no loss).
 enum class QuerySeed { labels, prediction_gradient };
-// The seed ∂ℓ/∂TF_b at Z_L[d, n] of prompt b with TF_b = tf: r_b / B with r_b² added to *sum_sq
-// when sum_sq is not null (labels), or −y (prediction_gradient).
-LSA_HD_LOCAL double query_seed(QuerySeed what, double tf, double y, long long batch, double* sum_sq) {
-  if (what == QuerySeed::prediction_gradient) return -y;
-  const double r = loss_residual(tf, y);
-  if (sum_sq != nullptr) *sum_sq += r * r;
-  return loss_seed(r, batch);
+// Prompt b's residual, whose square the caller adds to the loss sum (`sum += r * r`, one expression
+// that a backend may fuse): r_b = TF_b + y_b (labels), or 0 (prediction_gradient: nothing added).
+LSA_HD_LOCAL double query_residual(QuerySeed what, double tf, double y) {
+  return what == QuerySeed::labels ? loss_residual(tf, y) : 0.0;
+}
+// The seed ∂ℓ/∂TF_b at Z_L[d, n] from that residual: r_b / B (labels), or −y_b
+// (prediction_gradient).
+LSA_HD_LOCAL double query_seed(QuerySeed what, double residual, double y, long long batch) {
+  return what == QuerySeed::labels ? loss_seed(residual, batch) : -y;
 }
 
 // One value of the `predictions` output: TF_ℓ, or ŷ_ℓ = −TF_ℓ (kernel_attention.hpp).

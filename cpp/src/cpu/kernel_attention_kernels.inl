@@ -805,9 +805,11 @@ T lane_loss_grad_group(LaneWorkspace<T>& w, const KernelAttentionShape& sh, cons
                                      recipe::prediction(w.z(l)[d * ld + n * P + p], PredictionOutput::tf));
   std::fill(w.dZ.begin(), w.dZ.end(), T(0));
   const T* tf = w.z(L) + d * ld + n * P;
-  for (index_t p = 0; p < P; ++p)
-    w.dZ[d * ld + n * P + p] =
-        T(recipe::query_seed(seed, double(tf[p]), double(y[b + p]), sh.batch, partial));
+  for (index_t p = 0; p < P; ++p) {
+    const double residual = recipe::query_residual(seed, double(tf[p]), double(y[b + p]));
+    partial[0] += residual * residual;
+    w.dZ[d * ld + n * P + p] = T(recipe::query_seed(seed, residual, double(y[b + p]), sh.batch));
+  }
   lane_backward_query_layer(w, L - 1, V, Bq, Ck, acts, sV, sB, sC);
   for (index_t l = L - 2; l >= 0; --l)
     lane_backward_layer(w, l, V, Bq, Ck, acts, sV, sB, sC, /*input_grad=*/l > 0 || d_Z0);
@@ -861,7 +863,9 @@ bool loss_grad_range(const KernelAttentionShape& sh, const T* Z0, const T* y, re
     const T tf = w.query_label(sh.layers);
     if (predictions) poison += store_predictions(w, predictions, b, PredictionOutput::tf);
     std::fill(w.dZ.begin(), w.dZ.end(), T(0));
-    w.dZ[d * w.Tt + sh.context] = T(recipe::query_seed(seed, double(tf), double(y[b]), sh.batch, partial));
+    const double residual = recipe::query_residual(seed, double(tf), double(y[b]));
+    partial[0] += residual * residual;
+    w.dZ[d * w.Tt + sh.context] = T(recipe::query_seed(seed, residual, double(y[b]), sh.batch));
     backward_prompt(w, V, Bq, Ck, acts, gV, gB, gC, /*query_only=*/true, d_Z0 != nullptr);
     if (d_Z0) poison += w.unstage(w.dZ.data(), d_Z0 + b * per);
   }

@@ -306,9 +306,12 @@ __global__ void ka_kernel(KernelAttentionShape sh, KaLayout lay, KaArgs<T> a) {
       const T* src = a.d_Z_out + b * per;
       for (int i = tid; i < per; i += nt) dZ[(i / cols) * Tt + i % cols] = src[i];
     } else {  // ∂ℓ/∂Z_L at [d, n]: the loss's r / B, or −∂ℓ/∂ŷ (recipe::query_seed)
-      const T seed = T(recipe::query_seed(query_seed<kMode>(), double(ws[lay.ctx.z(L) + d * Tt + n]),
-                                          double(a.y_q[b]), sh.batch, tid == 0 ? acc : nullptr));
-      for (int i = tid; i < D * Tt; i += nt) dZ[i] = i == d * Tt + n ? seed : T(0);
+      constexpr recipe::QuerySeed kSeed = query_seed<kMode>();
+      const double y = double(a.y_q[b]);
+      const double r = recipe::query_residual(kSeed, double(ws[lay.ctx.z(L) + d * Tt + n]), y);
+      if (tid == 0) acc[0] += r * r;
+      for (int i = tid; i < D * Tt; i += nt)
+        dZ[i] = i == d * Tt + n ? T(recipe::query_seed(kSeed, r, y, sh.batch)) : T(0);
     }
     __syncthreads();
     const T* dZ0 = ka_backward_prompt(lay, ws, V, Bq, Ck, a.acts, acc + 1, tid, nt);

@@ -691,8 +691,11 @@ __global__ void ka_warp_kernel(KernelAttentionShape sh, KaWarpLayout lay, KaArgs
         for (int r = 0; r < D; ++r) copy_async(dZ + r * S + j, src + r * cols + j);
       copy_async_wait();
     } else {  // ∂ℓ/∂Z_L at [d, n]: the loss's r / B, or −∂ℓ/∂ŷ (recipe::query_seed)
-      const T seed = T(recipe::query_seed(query_seed<kMode>(), double(ws[lay.z(L) + d * S + n]),
-                                          double(a.y_q[b]), sh.batch, lane == 0 ? acc : nullptr));
+      constexpr recipe::QuerySeed kSeed = query_seed<kMode>();
+      const double y = double(a.y_q[b]);
+      const double r = recipe::query_residual(kSeed, double(ws[lay.z(L) + d * S + n]), y);
+      if (lane == 0) acc[0] += r * r;
+      const T seed = T(recipe::query_seed(kSeed, r, y, sh.batch));
       for (int j = lane; j < cols; j += kWarp)
         for (int q = 0; q < D; ++q) dZ[q * S + j] = q == d && j == n ? seed : T(0);
     }
