@@ -142,6 +142,25 @@ std::vector<index_t> predictions_shape(const KernelAttentionShape& s,
   return {s.batch, per_prompt};
 }
 
+// The gradient outputs of the backward entry points (d_V, d_B, d_C, d_Z0): the ones the caller
+// passed checked against their shapes, the ones it did not made like Z0.
+void require_gradient_outputs(const KernelAttentionShape& s, const ArrayView& Z0,
+                              std::initializer_list<const ArrayView*> inputs, const ArrayView& d_V,
+                              const ArrayView& d_B, const ArrayView& d_C, const ArrayView& d_Z0) {
+  require_output(d_V, value_shape(s), Z0, inputs);
+  require_output(d_B, key_shape(s), Z0, inputs);
+  require_output(d_C, key_shape(s), Z0, inputs);
+  require_output(d_Z0, prompts_shape(s), Z0, inputs);
+}
+void make_gradient_outputs(CallSite& site, const ArrayView& Z0, const KernelAttentionShape& s,
+                           ArrayView& d_V, ArrayView& d_B, ArrayView& d_C, ArrayView& d_Z0) {
+  detail::make_outputs(site, Z0,
+                       {{&d_V, value_shape(s)},
+                        {&d_B, key_shape(s)},
+                        {&d_C, key_shape(s)},
+                        {&d_Z0, prompts_shape(s)}});
+}
+
 // The operands every entry point reads: Z0, V, B, C and the activations.
 KernelAttentionShape validate_parameters(const ArrayView& Z0, const ArrayView& V,
                                          const ArrayView& Bq, const ArrayView& Ck) {
@@ -210,10 +229,7 @@ KaCall validate_loss(const ArrayView& Z0, const ArrayView& y_q, const ArrayView&
   auto acts = activations_per_head(choice, s.heads);
   require_input(y_q, {s.batch}, Z0);
   const std::initializer_list<const ArrayView*> inputs = {&Z0, &y_q, &V, &Bq, &Ck};
-  require_output(d_V, value_shape(s), Z0, inputs);
-  require_output(d_B, key_shape(s), Z0, inputs);
-  require_output(d_C, key_shape(s), Z0, inputs);
-  require_output(d_Z0, prompts_shape(s), Z0, inputs);
+  require_gradient_outputs(s, Z0, inputs, d_V, d_B, d_C, d_Z0);
   require_output(predictions, predictions_shape(s), Z0, inputs);
   detail::require_loss_output(loss, Z0, inputs);
   return {s, std::move(acts),
@@ -230,11 +246,7 @@ KaCall validate_predict_vjp(const ArrayView& Z0, const ArrayView& V, const Array
   const KernelAttentionShape s = validate_parameters(Z0, V, Bq, Ck);
   auto acts = activations_per_head(choice, s.heads);
   require_input(d_y, {s.batch}, Z0, detail::Finite::any);
-  const std::initializer_list<const ArrayView*> inputs = {&Z0, &d_y, &V, &Bq, &Ck};
-  require_output(d_V, value_shape(s), Z0, inputs);
-  require_output(d_B, key_shape(s), Z0, inputs);
-  require_output(d_C, key_shape(s), Z0, inputs);
-  require_output(d_Z0, prompts_shape(s), Z0, inputs);
+  require_gradient_outputs(s, Z0, {&Z0, &d_y, &V, &Bq, &Ck}, d_V, d_B, d_C, d_Z0);
   return {s, std::move(acts),
           detail::choose_device(device, {&Z0, &d_y, &V, &Bq, &Ck, &d_V, &d_B, &d_C, &d_Z0})};
 }
@@ -276,11 +288,7 @@ void kernel_attention_vjp(const ArrayView& Z0, const ArrayView& V, const ArrayVi
   const KaCall c =
       validate_vjp(Z0, V, Bq, Ck, activations, d_Z_out, context, context_shape, device);
   const KernelAttentionShape& s = c.shape;
-  detail::make_outputs(site, Z0,
-                       {{&d_V, value_shape(s)},
-                        {&d_B, key_shape(s)},
-                        {&d_C, key_shape(s)},
-                        {&d_Z0, prompts_shape(s)}});
+  make_gradient_outputs(site, Z0, s, d_V, d_B, d_C, d_Z0);
   detail::with_float(Z0, [&](auto t) {
     using T = decltype(t);
     site.run([&] {
@@ -305,12 +313,8 @@ double kernel_attention_loss_and_grad(const ArrayView& Z0, const ArrayView& y_q,
   const KaCall c = validate_loss(Z0, y_q, V, Bq, Ck, activations, d_V, d_B, d_C, d_Z0, predictions,
                                  loss_out, device);
   const KernelAttentionShape& s = c.shape;
-  detail::make_outputs(site, Z0,
-                       {{&d_V, value_shape(s)},
-                        {&d_B, key_shape(s)},
-                        {&d_C, key_shape(s)},
-                        {&d_Z0, prompts_shape(s)},
-                        {&predictions, predictions_shape(s)}});
+  make_gradient_outputs(site, Z0, s, d_V, d_B, d_C, d_Z0);
+  detail::make_outputs(site, Z0, {{&predictions, predictions_shape(s)}});
   return detail::with_float(Z0, [&](auto t) {
     using T = decltype(t);
     double loss = std::numeric_limits<double>::quiet_NaN();
@@ -353,6 +357,7 @@ double kernel_attention_loss_and_grad(const ArrayView& Z0, const ArrayView& y_q,
   return kernel_attention_loss_and_grad(Z0, y_q, V, Bq, Ck, activations, d_V, d_B, d_C, d_Z0,
                                         predictions, no_loss, device, site);
 }
+
 void kernel_attention_predict_vjp(const ArrayView& Z0, const ArrayView& V, const ArrayView& Bq,
                                   const ArrayView& Ck, const ActivationChoice& activations,
                                   const ArrayView& d_y, ArrayView& d_V, ArrayView& d_B,
@@ -361,11 +366,7 @@ void kernel_attention_predict_vjp(const ArrayView& Z0, const ArrayView& V, const
   const KaCall c =
       validate_predict_vjp(Z0, V, Bq, Ck, activations, d_y, d_V, d_B, d_C, d_Z0, device);
   const KernelAttentionShape& s = c.shape;
-  detail::make_outputs(site, Z0,
-                       {{&d_V, value_shape(s)},
-                        {&d_B, key_shape(s)},
-                        {&d_C, key_shape(s)},
-                        {&d_Z0, prompts_shape(s)}});
+  make_gradient_outputs(site, Z0, s, d_V, d_B, d_C, d_Z0);
   detail::with_float(Z0, [&](auto t) {
     using T = decltype(t);
     site.run([&] {
