@@ -27,8 +27,6 @@ unwrapped.
 """
 from __future__ import annotations
 
-from functools import partial
-
 import jax
 import numpy as np
 

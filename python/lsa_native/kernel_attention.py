@@ -70,7 +70,8 @@ def _inputs(Z0, V, B, C, **more):
     checks every operand (kernel_attention_dispatch.cpp)."""
     Z0, dtype = native_prompts(Z0, "Z0")
     args = [Z0] + [native_operand(a, dtype, n) for a, n in ((V, "V"), (B, "B"), (C, "C"))]
-    return args + [native_operand(a, dtype, n, finite=n not in ("d_Z_out", "d_y")) for n, a in more.items()]
+    upstream = ("d_Z_out", "d_y")  # gradients flowing in: any values (named if they reach an output)
+    return args + [native_operand(a, dtype, n, finite=n not in upstream) for n, a in more.items()]
 
 
 @dataclass(frozen=True)
